@@ -1,0 +1,72 @@
+// Status: the one error value of shmtrain, and the exit codes, which are API.
+//
+// Boundary calls (parse flags, load data, create or attach the segment, spawn a worker, save
+// a file) return a Status whose message a user can act on: it names what is wrong and where
+// (file, line, column, flag, rank). Broken invariants are not Statuses: they abort loudly.
+#pragma once
+
+#include <string>
+#include <utility>
+
+namespace shmtrain {
+
+// Exit codes of the `shmtrain` command. Scripts and tests rely on them: never renumber.
+enum ExitCode : int {
+  kExitOk = 0,
+  kExitInternal = 1,     // a bug: an invariant failed
+  kExitUsage = 2,        // bad flag, value, data file or model file
+  kExitWorkerFailed = 3, // a worker died or timed out and the run was abandoned
+  kExitResource = 4,     // shared memory, processes or files could not be had
+  kExitInterrupted = 130,  // SIGINT (128 + 2)
+  kExitTerminated = 143,   // SIGTERM (128 + 15)
+};
+
+// Exit codes of the `shmtrain-worker` executable. The master maps them to messages; a test
+// asserts each one. Never renumber: an old worker may meet a new master during an upgrade.
+enum WorkerExit : int {
+  kWorkerOk = 0,
+  kWorkerBadArgs = 10,         // argv is not "<segment> <rank> <incarnation>"
+  kWorkerNoSegment = 11,       // the segment cannot be opened or mapped
+  kWorkerBadMagic = 12,        // not a shmtrain segment
+  kWorkerBadAbi = 13,          // a segment of another layout version
+  kWorkerBadLayout = 14,       // sizes/alignments/offsets disagree with this build
+  kWorkerAborted = 15,         // the master raised the abort word
+  kWorkerBarrierTimeout = 16,  // a barrier wait passed its deadline
+  kWorkerOrphaned = 17,        // the master is gone
+  kWorkerBadRank = 18,         // rank outside [0, P) or stale incarnation
+  kWorkerInternal = 19,        // an invariant failed inside the worker
+  kWorkerInjectedFault = 20,   // a test hook asked the worker to die
+};
+
+// Human-readable name of a worker exit code, for messages.
+const char* WorkerExitName(int code);
+
+class Status {
+ public:
+  enum class Code { kOk, kUsage, kData, kResource, kWorkerFailed, kInterrupted, kInternal };
+
+  Status() = default;
+  static Status Ok() { return Status(); }
+  static Status Usage(std::string msg) { return Status(Code::kUsage, std::move(msg)); }
+  static Status Data(std::string msg) { return Status(Code::kData, std::move(msg)); }
+  static Status Resource(std::string msg) { return Status(Code::kResource, std::move(msg)); }
+  static Status WorkerFailed(std::string msg) {
+    return Status(Code::kWorkerFailed, std::move(msg));
+  }
+  static Status Interrupted(std::string msg) { return Status(Code::kInterrupted, std::move(msg)); }
+  static Status Internal(std::string msg) { return Status(Code::kInternal, std::move(msg)); }
+
+  bool ok() const { return code_ == Code::kOk; }
+  Code code() const { return code_; }
+  const std::string& message() const { return message_; }
+
+  // The exit code of `shmtrain` for this status (kUsage and kData both give 2).
+  int exit_code() const;
+
+ private:
+  Status(Code c, std::string m) : code_(c), message_(std::move(m)) {}
+  Code code_ = Code::kOk;
+  std::string message_;
+};
+
+}  // namespace shmtrain

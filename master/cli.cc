@@ -1,0 +1,285 @@
+#include "master/cli.h"
+
+#include <charconv>
+#include <cmath>
+#include <functional>
+#include <string_view>
+
+namespace shmtrain::master {
+namespace {
+
+using Setter = std::function<Status(const std::string& flag, std::string_view value)>;
+
+struct Flag {
+  std::string name;  // with the leading "--"
+  std::string arg;   // "" for a switch that takes no value
+  std::string help;
+  Setter set;
+  bool hidden = false;
+};
+
+Status Expected(const std::string& flag, const char* what, std::string_view got) {
+  return Status::Usage(flag + ": expected " + what + ", got '" + std::string(got) + "'");
+}
+
+template <class T>
+Setter Int(T* out, T lo, T hi) {
+  return [=](const std::string& flag, std::string_view v) {
+    long long x = 0;
+    const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+    if (ec != std::errc() || p != v.data() + v.size()) return Expected(flag, "an integer", v);
+    if (x < static_cast<long long>(lo) || x > static_cast<long long>(hi)) {
+      return Status::Usage(flag + ": " + std::string(v) + " is out of range (" +
+                           std::to_string(lo) + ".." + std::to_string(hi) + ")");
+    }
+    *out = static_cast<T>(x);
+    return Status::Ok();
+  };
+}
+
+Setter Num(double* out) {
+  return [=](const std::string& flag, std::string_view v) {
+    double x = 0;
+    const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+    if (ec != std::errc() || p != v.data() + v.size() || !std::isfinite(x)) {
+      return Expected(flag, "a finite number", v);
+    }
+    *out = x;
+    return Status::Ok();
+  };
+}
+
+Setter Str(std::string* out) {
+  return [=](const std::string& flag, std::string_view v) {
+    if (v.empty()) return Status::Usage(flag + ": needs a value");
+    *out = std::string(v);
+    return Status::Ok();
+  };
+}
+
+template <class E>
+Setter Enum(E* out, std::optional<E> (*parse)(std::string_view), const char* known) {
+  return [=](const std::string& flag, std::string_view v) {
+    const auto e = parse(v);
+    if (!e) {
+      return Status::Usage(flag + ": unknown value '" + std::string(v) + "' (known: " + known +
+                           ")");
+    }
+    *out = *e;
+    return Status::Ok();
+  };
+}
+
+std::optional<Mode> ParseMode(std::string_view s) {
+  if (s == "sync") return Mode::kSync;
+  if (s == "async") return Mode::kAsync;
+  return std::nullopt;
+}
+std::optional<LogFormat> ParseLogFormat(std::string_view s) {
+  if (s == "text") return LogFormat::kText;
+  if (s == "json") return LogFormat::kJson;
+  return std::nullopt;
+}
+std::optional<HeaderMode> ParseHeader(std::string_view s) {
+  if (s == "auto") return HeaderMode::kAuto;
+  if (s == "yes") return HeaderMode::kYes;
+  if (s == "no") return HeaderMode::kNo;
+  return std::nullopt;
+}
+
+Setter Layers(std::vector<int>* out) {
+  return [=](const std::string& flag, std::string_view v) {
+    std::vector<int> sizes;
+    size_t pos = 0;
+    while (pos <= v.size()) {
+      const size_t comma = std::min(v.find(',', pos), v.size());
+      const std::string_view cell = v.substr(pos, comma - pos);
+      int x = 0;
+      const auto [p, ec] = std::from_chars(cell.data(), cell.data() + cell.size(), x);
+      if (cell.empty() || ec != std::errc() || p != cell.data() + cell.size()) {
+        return Expected(flag, "comma-separated layer sizes such as 1,5,1", v);
+      }
+      sizes.push_back(x);
+      pos = comma + 1;
+    }
+    *out = sizes;
+    return Status::Ok();
+  };
+}
+
+std::vector<Flag> TrainFlags(TrainOptions* o) {
+  return {
+      {"--workers", "P", "worker processes (default 1)", Int<int>(&o->workers, 1, 256)},
+      {"--mode", "sync", "how workers combine gradients (default sync)",
+       Enum<Mode>(&o->mode, ParseMode, "sync")},
+      {"--data", "FILE", "a CSV file: numeric features and a label column", Str(&o->data_path)},
+      {"--label-col", "K", "label column of the CSV, 0-based; -1 = last (default)",
+       Int<int>(&o->label_col, -1000000, 1000000)},
+      {"--header", "auto|yes|no", "whether the CSV has a header line (default: detected)",
+       Enum<HeaderMode>(&o->header, ParseHeader, "auto, yes, no")},
+      {"--example", "parabola", "a built-in dataset instead of --data", Str(&o->example)},
+      {"--rows", "N", "rows of the built-in example (default 50)",
+       Int<int64_t>(&o->example_rows, 1, 10'000'000)},
+      {"--layers", "N0,N1,...", "layer sizes, inputs first, e.g. 1,5,1 (required)",
+       Layers(&o->model.layers)},
+      {"--activation", "NAME", "hidden activation: tanh (default), relu, sigmoid, identity",
+       Enum<Activation>(&o->model.activation, ParseActivation, "tanh, relu, sigmoid, identity")},
+      {"--loss", "NAME", "mse (default; one output) or xent (softmax, one output per class)",
+       Enum<Loss>(&o->model.loss, ParseLoss, "mse, xent")},
+      {"--init", "NAME", "initialisation: normal (default), xavier, he",
+       Enum<Init>(&o->init, ParseInit, "normal, xavier, he")},
+      {"--lr", "X", "learning rate > 0 (required)", Num(&o->lr)},
+      {"--momentum", "M", "momentum in [0, 1) (default 0)", Num(&o->momentum)},
+      {"--steps", "N", "number of updates (or --epochs)", Int<int64_t>(&o->steps, 1, INT64_MAX / 4)},
+      {"--epochs", "E", "passes over the data (or --steps)",
+       Int<int64_t>(&o->epochs, 1, INT64_MAX / 4)},
+      {"--batch", "B", "global minibatch size (default: the whole dataset each step)",
+       Int<int64_t>(&o->batch, 1, INT64_MAX / 4)},
+      {"--seed", "S", "seed of initialisation and shuffling (default 1)",
+       Int<uint64_t>(&o->seed, 0, UINT64_MAX / 2)},
+      {"--log-every", "K", "print the loss every K steps; 0 = only the summary (default 50)",
+       Int<int64_t>(&o->log_every, 0, INT64_MAX / 4)},
+      {"--log-format", "text|json", "plain lines (default) or one JSON object per line",
+       Enum<LogFormat>(&o->log_format, ParseLogFormat, "text, json")},
+      {"--no-progress", "", "never show the live progress line",
+       [o](const std::string&, std::string_view) {
+         o->progress = false;
+         return Status::Ok();
+       }},
+      {"--save", "FILE", "write the trained model to FILE", Str(&o->save_path)},
+      {"--barrier-timeout", "SECONDS", "deadline of a worker's barrier wait (default 120)",
+       Num(&o->barrier_timeout_s)},
+      {"--fault-rank", "R", "test hook", Int<int>(&o->fault_rank, -1, 255), true},
+      {"--fault-step", "T", "test hook", Int<int64_t>(&o->fault_step, -1, INT64_MAX / 4), true},
+  };
+}
+
+std::string FlagHelp(const std::vector<Flag>& flags) {
+  std::string s;
+  for (const Flag& f : flags) {
+    if (f.hidden) continue;
+    std::string left = "  " + f.name + (f.arg.empty() ? "" : " " + f.arg);
+    if (left.size() < 28) left.resize(28, ' ');
+    else left += "\n" + std::string(28, ' ');
+    s += left + f.help + "\n";
+  }
+  return s;
+}
+
+Status ParseFlags(const std::string& cmd, const std::vector<Flag>& flags,
+                  const std::vector<std::string>& args, size_t first, bool* help) {
+  for (size_t i = first; i < args.size(); ++i) {
+    std::string a = args[i];
+    if (a == "--help" || a == "-h") {
+      *help = true;
+      return Status::Ok();
+    }
+    std::string value;
+    bool has_value = false;
+    if (const size_t eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = a.substr(eq + 1);
+      a = a.substr(0, eq);
+      has_value = true;
+    }
+    const Flag* f = nullptr;
+    for (const Flag& x : flags) {
+      if (x.name == a) f = &x;
+    }
+    if (f == nullptr) {
+      return Status::Usage(a.rfind("-", 0) == 0 ? "unknown flag " + a + " for '" + cmd + "'"
+                                               : "unexpected argument '" + a + "'");
+    }
+    if (f->arg.empty()) {
+      if (has_value) return Status::Usage(a + ": takes no value");
+    } else if (!has_value) {
+      if (i + 1 >= args.size()) return Status::Usage(a + ": needs a value (" + f->arg + ")");
+      value = args[++i];
+    }
+    if (Status s = f->set(a, value); !s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
+constexpr const char* kMainHelp =
+    "shmtrain: data-parallel neural network training over worker processes that share memory\n"
+    "\n"
+    "usage: shmtrain <command> [flags]\n"
+    "\n"
+    "commands:\n"
+    "  train             train a model (shmtrain train --help)\n"
+    "  example parabola  the built-in example: a 1-5-1 tanh net fits y = x^2 on 50 points\n"
+    "  help              this text\n"
+    "\n"
+    "flags: --help (on every command), --version\n"
+    "exit codes: 0 ok, 1 internal error, 2 bad flag or input, 3 a worker failed,\n"
+    "            4 out of resources, 130/143 stopped by SIGINT/SIGTERM\n";
+
+}  // namespace
+
+Status ParseCommandLine(const std::vector<std::string>& args, Command* out) {
+  if (args.size() < 2 || args[1] == "help" || args[1] == "--help" || args[1] == "-h") {
+    out->kind = Command::Kind::kHelp;
+    out->help_text = kMainHelp;
+    return Status::Ok();
+  }
+  if (args[1] == "--version") {
+    out->kind = Command::Kind::kVersion;
+    return Status::Ok();
+  }
+  TrainOptions& o = out->train;
+  std::vector<Flag> flags = TrainFlags(&o);
+  bool help = false;
+  if (args[1] == "train") {
+    if (Status s = ParseFlags("train", flags, args, 2, &help); !s.ok()) return s;
+    if (help) {
+      out->kind = Command::Kind::kHelp;
+      out->help_text =
+          "usage: shmtrain train --workers P (--data FILE [--label-col K] | --example parabola)\n"
+          "         --layers 1,5,1 [--activation tanh] [--loss mse] --lr 0.01 [--momentum M]\n"
+          "         (--steps N | --epochs E) [--batch B] [--seed S] [--log-every K]\n"
+          "         [--save FILE] [--log-format text|json]\n\nflags:\n" +
+          FlagHelp(flags);
+      return Status::Ok();
+    }
+  } else if (args[1] == "example") {
+    // The seed's script: 1-5-1 tanh, mse, N = 50, lr 1e-2, 2000 full-batch steps, the loss
+    // every 50 steps. Only the flags below may change it.
+    if (args.size() < 3 || args[2].rfind("--", 0) == 0) {
+      if (args.size() >= 3 && (args[2] == "--help" || args[2] == "-h")) {
+        out->kind = Command::Kind::kHelp;
+        out->help_text =
+            "usage: shmtrain example parabola [--workers P] [--log-format text|json] "
+            "[--save FILE]\n\n"
+            "The seed example: a 1-5-1 tanh network fits y = x^2 on 50 points evenly spaced on\n"
+            "[-2, 2], mse loss, lr 0.01, 2000 full-batch steps, the loss every 50 steps.\n";
+        return Status::Ok();
+      }
+      return Status::Usage("example: name an example (known: parabola)");
+    }
+    if (args[2] != "parabola") {
+      return Status::Usage("example: unknown example '" + args[2] + "' (known: parabola)");
+    }
+    o.example = "parabola";
+    o.model.layers = {1, 5, 1};
+    o.model.activation = Activation::kTanh;
+    o.model.loss = Loss::kMse;
+    o.lr = 0.01;
+    o.steps = 2000;
+    o.log_every = 50;
+    std::vector<Flag> allowed;
+    for (const Flag& f : flags) {
+      if (f.name == "--workers" || f.name == "--log-format" || f.name == "--save" ||
+          f.name == "--seed" || f.name == "--no-progress") {
+        allowed.push_back(f);
+      }
+    }
+    if (Status s = ParseFlags("example", allowed, args, 3, &help); !s.ok()) return s;
+    if (help) return ParseCommandLine({args[0], "example", "--help"}, out);
+  } else {
+    return Status::Usage("unknown command '" + args[1] + "' (try shmtrain --help)");
+  }
+  out->kind = Command::Kind::kTrain;
+  return o.Validate();
+}
+
+}  // namespace shmtrain::master

@@ -1,0 +1,22 @@
+// The `shmtrain` command line: commands, flags, help texts.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "shmtrain/options.h"
+#include "shmtrain/status.h"
+
+namespace shmtrain::master {
+
+// What the command line asks for.
+struct Command {
+  enum class Kind { kHelp, kVersion, kTrain } kind = Kind::kHelp;
+  std::string help_text;  // for kHelp: what to print (stdout, exit 0)
+  TrainOptions train;
+};
+
+// Parses argv (argv[0] is the program). kUsage with a message naming the flag on error.
+Status ParseCommandLine(const std::vector<std::string>& args, Command* out);
+
+}  // namespace shmtrain::master

@@ -1,0 +1,110 @@
+#include "master/log.h"
+
+#include <unistd.h>
+
+#include <cmath>
+
+namespace shmtrain::master {
+
+std::string JsonEscape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size() + 2);
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += ch;
+        }
+    }
+  }
+  return out;
+}
+
+JsonLine::JsonLine(std::string_view event) {
+  body_ = "{\"event\":\"" + JsonEscape(event) + "\"";
+}
+
+void JsonLine::Key(std::string_view key) {
+  body_ += ",\"";
+  body_ += JsonEscape(key);
+  body_ += "\":";
+}
+
+JsonLine& JsonLine::Str(std::string_view key, std::string_view v) {
+  Key(key);
+  body_ += "\"" + JsonEscape(v) + "\"";
+  return *this;
+}
+
+JsonLine& JsonLine::Int(std::string_view key, int64_t v) {
+  Key(key);
+  body_ += std::to_string(v);
+  return *this;
+}
+
+JsonLine& JsonLine::Num(std::string_view key, double v) {
+  Key(key);
+  if (!std::isfinite(v)) {
+    body_ += "null";
+  } else {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.9g", v);
+    body_ += buf;
+  }
+  return *this;
+}
+
+JsonLine& JsonLine::Raw(std::string_view key, std::string_view json) {
+  Key(key);
+  body_ += json;
+  return *this;
+}
+
+Logger::Logger(LogFormat format, bool progress)
+    : format_(format), live_(progress && isatty(STDERR_FILENO)) {}
+
+void Logger::Line(const std::string& text, const JsonLine& json) {
+  ClearProgress();
+  const std::string s = (format_ == LogFormat::kJson ? json.Done() : text) + "\n";
+  std::fputs(s.c_str(), stdout);
+  std::fflush(stdout);
+}
+
+void Logger::JsonOnly(const JsonLine& json) {
+  if (format_ != LogFormat::kJson) return;
+  std::fputs((json.Done() + "\n").c_str(), stdout);
+  std::fflush(stdout);
+}
+
+void Logger::Progress(const std::string& text) {
+  if (!live_) return;
+  std::fprintf(stderr, "\r\033[K%s", text.c_str());
+  std::fflush(stderr);
+  live_shown_ = true;
+}
+
+void Logger::ClearProgress() {
+  if (!live_shown_) return;
+  std::fputs("\r\033[K", stderr);
+  std::fflush(stderr);
+  live_shown_ = false;
+}
+
+void Logger::Error(const std::string& msg) {
+  ClearProgress();
+  std::fprintf(stderr, "shmtrain: error: %s\n", msg.c_str());
+  std::fflush(stderr);
+  if (format_ == LogFormat::kJson) JsonOnly(JsonLine("error").Str("message", msg));
+}
+
+}  // namespace shmtrain::master

@@ -1,0 +1,55 @@
+// What the master prints: plain text lines, or one JSON object per line (--log-format json),
+// and on a terminal a live progress line on stderr. Errors always go to stderr.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "shmtrain/options.h"
+
+namespace shmtrain::master {
+
+// One JSON object, built field by field, printed on one line.
+class JsonLine {
+ public:
+  explicit JsonLine(std::string_view event);
+  JsonLine& Str(std::string_view key, std::string_view v);
+  JsonLine& Int(std::string_view key, int64_t v);
+  JsonLine& Num(std::string_view key, double v);  // non-finite values become null
+  JsonLine& Raw(std::string_view key, std::string_view json);
+  std::string Done() const { return body_ + "}"; }
+
+ private:
+  void Key(std::string_view key);
+  std::string body_;
+};
+
+std::string JsonEscape(std::string_view s);
+
+class Logger {
+ public:
+  // progress: show the live line when stderr is a terminal.
+  Logger(LogFormat format, bool progress);
+  bool json() const { return format_ == LogFormat::kJson; }
+
+  // A line for stdout: the text form, or the JSON form in json mode.
+  void Line(const std::string& text, const JsonLine& json);
+  // Only in json mode (events that text mode does not show, e.g. worker pids).
+  void JsonOnly(const JsonLine& json);
+  // Replaces the live line (terminal only; nothing otherwise).
+  void Progress(const std::string& text);
+  void ClearProgress();
+  // "shmtrain: error: ..." on stderr (and a JSON "error" event in json mode).
+  void Error(const std::string& msg);
+
+ private:
+  LogFormat format_;
+  bool live_;
+  bool live_shown_ = false;
+};
+
+}  // namespace shmtrain::master

@@ -1,0 +1,54 @@
+// shmtrain: the master process and the command line.
+#include <csignal>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "master/cli.h"
+#include "master/launcher.h"
+#include "master/log.h"
+#include "master/run.h"
+
+namespace {
+
+void OnStopSignal(int sig) { shmtrain::master::g_stop_signal = sig; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace shmtrain;
+  std::vector<std::string> args(argv, argv + argc);
+  master::Command cmd;
+  if (Status s = master::ParseCommandLine(args, &cmd); !s.ok()) {
+    std::fprintf(stderr, "shmtrain: error: %s\n(see shmtrain --help)\n", s.message().c_str());
+    return s.exit_code();
+  }
+  switch (cmd.kind) {
+    case master::Command::Kind::kHelp:
+      std::fputs(cmd.help_text.c_str(), stdout);
+      return kExitOk;
+    case master::Command::Kind::kVersion:
+      std::puts("shmtrain " SHMTRAIN_VERSION);
+      return kExitOk;
+    case master::Command::Kind::kTrain:
+      break;
+  }
+  // SIGINT/SIGTERM only raise a flag: the run loop stops the workers, removes the segment and
+  // exits 130/143. A write to a closed stdout must not kill the master before it cleans up.
+  struct sigaction sa {};
+  sa.sa_handler = OnStopSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  master::Logger log(cmd.train.log_format, cmd.train.progress);
+  master::ProcessLauncher launcher(master::DefaultWorkerPath());
+  const Status s = master::RunTrain(cmd.train, log, launcher);
+  if (!s.ok()) {
+    log.Error(s.message());
+    if (s.code() == Status::Code::kInterrupted) return 128 + master::g_stop_signal;
+    return s.exit_code();
+  }
+  return kExitOk;
+}

@@ -1,0 +1,380 @@
+#include "master/run.h"
+
+#include <poll.h>
+#include <sys/syscall.h>
+#include <sys/statvfs.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "data/batch_plan.h"
+#include "data/dataset.h"
+#include "master/model_file.h"
+#include "nn/mlp.h"
+#include "shm/barrier.h"
+#include "shm/futex.h"
+#include "shm/segment.h"
+
+namespace shmtrain::master {
+
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+namespace {
+
+constexpr int kPollMs = 5;                    // supervisor tick: death is seen at once via pidfd
+constexpr int64_t kLeaveNs = 1'000'000'000;   // time workers get to leave after an abort
+constexpr int64_t kProgressNs = 200'000'000;  // live line refresh
+
+std::string Fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+Status LoadData(const TrainOptions& o, data::Dataset* d) {
+  if (!o.example.empty()) {
+    *d = data::MakeParabola(o.example_rows);
+    return Status::Ok();
+  }
+  data::CsvOptions co;
+  co.label_col = o.label_col;
+  co.header = o.header;
+  co.classes = o.model.loss == Loss::kXent ? o.model.outputs() : 0;
+  return data::LoadCsv(o.data_path, co, d);
+}
+
+Status CheckAgainstData(const TrainOptions& o, const data::Dataset& d) {
+  const std::string src = o.example.empty() ? o.data_path : "example " + o.example;
+  if (o.model.inputs() != d.features) {
+    return Status::Usage("--layers: the first size is " + std::to_string(o.model.inputs()) +
+                         " but " + src + " has " + std::to_string(d.features) + " feature" +
+                         (d.features == 1 ? "" : "s"));
+  }
+  if (o.batch > d.rows) {
+    return Status::Usage("--batch: " + std::to_string(o.batch) + " is larger than the " +
+                         std::to_string(d.rows) + " rows of " + src);
+  }
+  return Status::Ok();
+}
+
+std::string DescribeExit(int status) {
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    const char* abbrev = sigabbrev_np(sig);
+    return "was killed by signal " + std::to_string(sig) + " (SIG" +
+           (abbrev ? abbrev : "?") + ")";
+  }
+  const int code = WEXITSTATUS(status);
+  return "exited with code " + std::to_string(code) + " (" + WorkerExitName(code) + ")";
+}
+
+// One worker process as the supervisor sees it.
+struct Child {
+  pid_t pid = -1;
+  int pidfd = -1;
+  bool running = false;
+  int status = 0;
+};
+
+class Supervisor {
+ public:
+  Supervisor(shm::Segment& seg, Launcher& launcher, Logger& log)
+      : seg_(seg), launcher_(launcher), log_(log), kids_(seg.header()->config.workers) {}
+  ~Supervisor() { KillAll(); }
+
+  Status StartAll() {
+    for (int r = 0; r < static_cast<int>(kids_.size()); ++r) {
+      if (Status s = Start(r, 0); !s.ok()) return s;
+    }
+    return Status::Ok();
+  }
+
+  // Waits up to timeout_ms for a death; returns the rank of a worker that ended, or -1.
+  int PollExit(int timeout_ms) {
+    std::vector<pollfd> fds;
+    std::vector<int> ranks;
+    for (int r = 0; r < static_cast<int>(kids_.size()); ++r) {
+      if (kids_[r].running) {
+        fds.push_back({kids_[r].pidfd, POLLIN, 0});
+        ranks.push_back(r);
+      }
+    }
+    if (fds.empty()) return -1;
+    if (poll(fds.data(), fds.size(), timeout_ms) <= 0) return -1;
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].revents != 0 && Reap(ranks[i])) return ranks[i];
+    }
+    return -1;
+  }
+
+  bool any_running() const {
+    return std::any_of(kids_.begin(), kids_.end(), [](const Child& c) { return c.running; });
+  }
+  const Child& child(int r) const { return kids_[r]; }
+
+  // Abort word up, then a bounded wait for the workers to leave, then SIGKILL for the rest.
+  void AbortAll() {
+    shm::RaiseAbort(seg_.header());
+    const int64_t deadline = shm::MonotonicNs() + kLeaveNs;
+    while (any_running()) {
+      const int64_t left_ms = (deadline - shm::MonotonicNs()) / 1'000'000;
+      if (left_ms <= 0) break;
+      PollExit(static_cast<int>(std::min<int64_t>(left_ms, 50)));
+    }
+    KillAll();
+  }
+
+ private:
+  Status Start(int rank, uint32_t incarnation) {
+    shm::WorkerBlock* b = seg_.block(rank);
+    shm::StoreRelease(b->incarnation, incarnation);
+    pid_t pid = -1;
+    if (Status s = launcher_.Spawn(seg_.name(), rank, incarnation, &pid); !s.ok()) return s;
+    Child& c = kids_[rank];
+    c.pid = pid;
+    c.running = true;
+    c.pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+    if (c.pidfd < 0) {
+      const int e = errno;
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+      c.running = false;
+      return Status::Resource("cannot watch worker " + std::to_string(rank) +
+                              ": pidfd_open: " + std::strerror(e));
+    }
+    log_.JsonOnly(JsonLine("worker_started").Int("rank", rank).Int("pid", pid).Int(
+        "incarnation", incarnation));
+    return Status::Ok();
+  }
+
+  bool Reap(int r) {
+    Child& c = kids_[r];
+    int st = 0;
+    const pid_t p = waitpid(c.pid, &st, WNOHANG);
+    if (p != c.pid) return false;
+    c.status = st;
+    c.running = false;
+    close(c.pidfd);
+    c.pidfd = -1;
+    return true;
+  }
+
+  void KillAll() {
+    for (Child& c : kids_) {
+      if (!c.running) continue;
+      kill(c.pid, SIGKILL);
+      // Bounded: a SIGKILLed process is reaped by the kernel without its cooperation.
+      waitpid(c.pid, &c.status, 0);
+      c.running = false;
+      close(c.pidfd);
+      c.pidfd = -1;
+    }
+  }
+
+  shm::Segment& seg_;
+  Launcher& launcher_;
+  Logger& log_;
+  std::vector<Child> kids_;
+};
+
+// The lowest step every worker has completed.
+int64_t CompletedSteps(const shm::Segment& seg) {
+  const auto& c = seg.header()->config;
+  uint64_t lo = UINT64_MAX;
+  for (uint32_t r = 0; r < c.workers; ++r) lo = std::min(lo, shm::LoadPhase(*seg.block(r)));
+  return static_cast<int64_t>(lo / 2);
+}
+
+uint64_t TotalSamples(const shm::Segment& seg) {
+  uint64_t s = 0;
+  for (uint32_t r = 0; r < seg.header()->config.workers; ++r) {
+    s += shm::LoadRelaxed(seg.block(r)->samples_total);
+  }
+  return s;
+}
+
+// Prints the loss records rank 0 has published since the last call.
+class LossLog {
+ public:
+  LossLog(const shm::Segment& seg, Logger& log) : seg_(seg), log_(log) {}
+  void Drain() {
+    const auto& c = seg_.header()->config;
+    if (c.log_every <= 0) return;
+    for (;;) {
+      if (next_ * c.log_every >= c.total_steps) return;
+      const shm::LossRecord& rec = seg_.header()->loss_ring[next_ % shm::kLossRing];
+      const uint64_t tag = shm::LoadAcquire(rec.tag);
+      if (tag < static_cast<uint64_t>(next_ + 1)) return;  // not written yet
+      if (tag == static_cast<uint64_t>(next_ + 1)) {
+        last_loss_ = rec.loss;
+        const int64_t step = next_ * c.log_every;
+        log_.Line("step " + std::to_string(step) + " loss " + Fmt("%.9g", rec.loss),
+                  JsonLine("step").Int("step", step).Num("loss", rec.loss));
+      }
+      ++next_;  // a record overwritten before we read it is skipped
+    }
+  }
+  double last_loss() const { return last_loss_; }
+
+ private:
+  const shm::Segment& seg_;
+  Logger& log_;
+  int64_t next_ = 0;
+  double last_loss_ = NAN;
+};
+
+Status CheckShmSpace(uint64_t need) {
+  struct statvfs vfs {};
+  if (statvfs("/dev/shm", &vfs) != 0) return Status::Ok();  // let shm_open say what is wrong
+  const uint64_t avail = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  if (need > avail) {
+    return Status::Resource("the run needs a shared memory segment of " +
+                            Fmt("%.1f", need / 1048576.0) + " MiB but /dev/shm has " +
+                            Fmt("%.1f", avail / 1048576.0) + " MiB free");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher) {
+  data::Dataset d;
+  if (Status s = LoadData(o, &d); !s.ok()) return s;
+  if (Status s = CheckAgainstData(o, d); !s.ok()) return s;
+  const int64_t total_steps = o.TotalSteps(d.rows);
+  const int P = o.workers;
+
+  shm::Header proto{};
+  shm::RunConfig& c = proto.config;
+  c.mode = static_cast<uint32_t>(o.mode);
+  c.activation = static_cast<uint32_t>(o.model.activation);
+  c.loss = static_cast<uint32_t>(o.model.loss);
+  c.num_layers = static_cast<uint32_t>(o.model.layers.size());
+  std::copy(o.model.layers.begin(), o.model.layers.end(), c.layers);
+  c.workers = static_cast<uint32_t>(P);
+  c.param_count = o.model.ParamCount();
+  c.rows = d.rows;
+  c.features = d.features;
+  c.batch = o.batch;
+  c.total_steps = total_steps;
+  c.log_every = o.log_every;
+  c.seed = o.seed;
+  c.lr = o.lr;
+  c.momentum = o.momentum;
+  c.barrier_timeout_s = o.barrier_timeout_s;
+  // Spinning pays only while every worker has a core of its own.
+  c.spin_ns = P <= static_cast<int>(std::thread::hardware_concurrency()) ? 50'000 : 0;
+  c.master_pid = getpid();
+  c.fault_rank = o.fault_rank;
+  c.fault_step = o.fault_step;
+  proto.creator_pid = getpid();
+  proto.creator_start_time = shm::ProcessStartTime(getpid());
+  shm::ComputeLayout(&proto);
+  if (Status s = CheckShmSpace(proto.total_size); !s.ok()) return s;
+
+  shm::Segment seg;
+  if (Status s = shm::Segment::Create(shm::MakeSegmentName(), proto, &seg); !s.ok()) return s;
+  std::copy(d.x.begin(), d.x.end(), seg.x());
+  std::copy(d.y.begin(), d.y.end(), seg.y());
+  nn::InitParams(o.model, o.init, o.seed, seg.params(0));
+  for (int r = 0; r < P; ++r) seg.slot(r)->step = -1;
+  log.JsonOnly(JsonLine("segment")
+                   .Str("name", seg.name())
+                   .Int("bytes", static_cast<int64_t>(seg.size()))
+                   .Int("params", static_cast<int64_t>(c.param_count))
+                   .Int("rows", d.rows)
+                   .Int("steps", total_steps));
+
+  const int64_t t_start = shm::MonotonicNs();
+  Supervisor sup(seg, launcher, log);
+  LossLog losses(seg, log);
+  Status failure = sup.StartAll();
+  int64_t next_progress = t_start;
+  std::vector<bool> finished(P, false);
+  int done = 0;
+  while (failure.ok() && done < P) {
+    if (g_stop_signal != 0) {
+      failure = Status::Interrupted(std::string("stopped by ") +
+                                    (g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM") +
+                                    " at step " + std::to_string(CompletedSteps(seg)) + " of " +
+                                    std::to_string(total_steps));
+      break;
+    }
+    const int r = sup.PollExit(kPollMs);
+    losses.Drain();
+    if (r >= 0) {
+      const Child& ch = sup.child(r);
+      const bool ok = WIFEXITED(ch.status) && WEXITSTATUS(ch.status) == 0 &&
+                      shm::LoadPhase(*seg.block(r)) == 2 * static_cast<uint64_t>(total_steps);
+      if (ok) {
+        finished[r] = true;
+        ++done;
+      } else {
+        const int64_t step = static_cast<int64_t>(shm::LoadPhase(*seg.block(r)) / 2);
+        failure = Status::WorkerFailed("worker " + std::to_string(r) + " (pid " +
+                                       std::to_string(ch.pid) + ") " + DescribeExit(ch.status) +
+                                       " at step " + std::to_string(step) + " of " +
+                                       std::to_string(total_steps) + "; the run was abandoned");
+      }
+    }
+    const int64_t now = shm::MonotonicNs();
+    if (now >= next_progress) {
+      next_progress = now + kProgressNs;
+      const int64_t step = CompletedSteps(seg);
+      const double el = (now - t_start) / 1e9;
+      const double rate = el > 0 ? TotalSamples(seg) / el : 0;
+      const double eta = step > 0 ? el * (total_steps - step) / step : NAN;
+      log.Progress("step " + std::to_string(step) + "/" + std::to_string(total_steps) +
+                   "  loss " + Fmt("%.6g", losses.last_loss()) + "  " + Fmt("%.0f", rate) +
+                   " samples/s  ETA " + (std::isfinite(eta) ? Fmt("%.1f", eta) + "s" : "?"));
+    }
+  }
+  if (!failure.ok()) {
+    sup.AbortAll();
+    log.ClearProgress();
+    return failure;  // the segment is removed as `seg` goes out of scope
+  }
+  losses.Drain();
+  log.ClearProgress();
+  const int64_t t_end = shm::MonotonicNs();
+
+  Model m;
+  m.spec = o.model;
+  const float* w = seg.params(total_steps);
+  m.params.assign(w, w + c.param_count);
+  nn::Workspace<float> ws;
+  const double final_loss =
+      nn::LossSum<float>(o.model, m.params.data(), d.x.data(), d.y.data(), d.rows, ws) / d.rows;
+  const double wall_s = (t_end - t_start) / 1e9;
+  const uint64_t samples = TotalSamples(seg);
+  const int64_t s1 = shm::LoadRelaxed(seg.header()->step1_end_ns);
+  const int64_t sl = shm::LoadRelaxed(seg.header()->last_end_ns);
+  const double us_per_step = total_steps > 1 ? (sl - s1) / 1e3 / (total_steps - 1) : NAN;
+  seg.Unlink();
+
+  if (!o.save_path.empty()) {
+    if (Status s = SaveModel(o.save_path, m); !s.ok()) return s;
+  }
+  log.Line("done: " + std::to_string(total_steps) + " steps, final loss " +
+               Fmt("%.9g", final_loss) + ", " + Fmt("%.3f", wall_s) + " s, " +
+               Fmt("%.0f", samples / wall_s) + " samples/s, " + std::to_string(P) + " worker" +
+               (P == 1 ? "" : "s") + ", " + Fmt("%.2f", us_per_step) + " us/step",
+           JsonLine("summary")
+               .Int("steps", total_steps)
+               .Num("final_loss", final_loss)
+               .Num("wall_s", wall_s)
+               .Num("samples_per_s", samples / wall_s)
+               .Int("workers", P)
+               .Num("us_per_step", us_per_step)
+               .Str("mode", "sync"));
+  return Status::Ok();
+}
+
+}  // namespace shmtrain::master

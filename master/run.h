@@ -1,0 +1,25 @@
+// The master's run loop for `shmtrain train`: load the data, lay out and fill the segment,
+// start the workers, supervise them, log, and finish (save, summary) or abandon the run.
+//
+// The master never blocks on anything a worker can hold: it sleeps only in poll() on the
+// workers' pidfds with a short timeout, reads the segment without locks, and after an abort
+// gives the workers a bounded time to leave before it kills them.
+#pragma once
+
+#include <csignal>
+
+#include "master/launcher.h"
+#include "master/log.h"
+#include "shmtrain/options.h"
+#include "shmtrain/status.h"
+
+namespace shmtrain::master {
+
+// The signal (SIGINT/SIGTERM) that asked the run to stop, 0 if none. Set by main's handler.
+extern volatile std::sig_atomic_t g_stop_signal;
+
+// Runs a training to its end. On failure, every worker is gone and the segment removed
+// before this returns.
+Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher);
+
+}  // namespace shmtrain::master

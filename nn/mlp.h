@@ -1,0 +1,59 @@
+// Pure maths of a dense MLP on Eigen: forward, loss, backward, initialisation.
+//
+// No shared memory, no processes: every function reads its inputs and writes its outputs
+// through plain pointers, so the same code serves the workers, the master, the simulator and
+// the tests. Templated on the scalar: float is what training uses, double is what the
+// finite-difference tests use. Eigen runs single-threaded (one core per worker).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "shmtrain/model_spec.h"
+
+namespace shmtrain::nn {
+
+// Scratch buffers reused across calls so the hot loop does not allocate. One per thread.
+template <class S>
+class Workspace {
+ public:
+  Workspace() = default;
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+
+  // Internal: per-layer activations and deltas, resized on demand.
+  std::vector<std::vector<S>> acts;
+  std::vector<std::vector<S>> deltas;
+};
+
+// x: n samples, row-major n x inputs (sample i at x + i*inputs), which is the column-major
+// inputs x n matrix Eigen wants. y: n targets. For mse the target of sample i is y[i] (the
+// model has one output). For xent y[i] is the class index 0..outputs-1 stored as a float
+// (the loader guarantees an integer in range).
+//
+// Per-sample loss: mse = sum over outputs of (yhat - y)^2; xent = -log softmax(yhat)[y].
+// Both functions return the SUM over the n samples of the per-sample loss (not the mean), and
+// LossAndGrad writes the gradient of that sum into grad (ParamCount() entries, overwritten).
+// Callers divide by the total sample count: summing first makes P shares add up exactly to
+// the full batch. n = 0 is allowed: loss 0, grad all zero.
+template <class S>
+double LossSum(const ModelSpec& spec, const S* params, const S* x, const S* y, int64_t n,
+               Workspace<S>& ws);
+
+template <class S>
+double LossAndGrad(const ModelSpec& spec, const S* params, const S* x, const S* y, int64_t n,
+                   S* grad, Workspace<S>& ws);
+
+// Raw outputs (n x outputs, row-major: sample i at out + i*outputs); for xent these are
+// the softmax probabilities, for mse the linear outputs.
+template <class S>
+void Predict(const ModelSpec& spec, const S* params, const S* x, int64_t n, S* out,
+             Workspace<S>& ws);
+
+// Fills params (ParamCount() entries) deterministically from seed, on every platform:
+//  kNormal: every weight and bias ~ N(0, 1) (tf.random_normal's default);
+//  kXavier: W ~ N(0, 2 / (in + out)), b = 0;   kHe: W ~ N(0, 2 / in), b = 0.
+// Draws come from nn::Rng (rng.h) in parameter-vector order.
+void InitParams(const ModelSpec& spec, Init init, uint64_t seed, float* params);
+
+}  // namespace shmtrain::nn

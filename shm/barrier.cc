@@ -1,0 +1,91 @@
+#include "shm/barrier.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <climits>
+
+#include "shm/futex.h"
+
+namespace shmtrain::shm {
+namespace {
+
+constexpr int64_t kSliceNs = 100'000'000;  // longest single sleep: heartbeat and master checks
+
+std::atomic_ref<uint32_t> Word(uint32_t& w) { return std::atomic_ref<uint32_t>(w); }
+
+}  // namespace
+
+PhaseBarrier::PhaseBarrier(Header* header, WorkerBlock* blocks, int workers, WorkerBlock* self,
+                           uint32_t epoch)
+    : h_(header), blocks_(blocks), workers_(workers), self_(self), epoch_(epoch) {}
+
+bool PhaseBarrier::Complete(uint64_t target) const {
+  for (int r = 0; r < workers_; ++r) {
+    if (LoadPhase(blocks_[r]) < target) return false;
+  }
+  return true;
+}
+
+void PhaseBarrier::Arrive(uint64_t phase) {
+  StorePhase(*self_, phase);
+  if (workers_ == 1 || !Complete(phase)) return;
+  Word(h_->wake_seq).fetch_add(1);
+  if (Word(h_->waiters).load() > 0) FutexWake(&h_->wake_seq, INT_MAX);
+}
+
+PhaseBarrier::Result PhaseBarrier::Wait(uint64_t target, int64_t deadline_ns) {
+  if (Complete(target)) return Result::kOk;
+  const int64_t start = MonotonicNs();
+  auto done = [&](Result r) {
+    waited_ns_ += static_cast<uint64_t>(MonotonicNs() - start);
+    return r;
+  };
+  // Spin first while cores allow: a futex sleep and wake costs more than a short step.
+  const int64_t spin_until = start + h_->config.spin_ns;
+  while (MonotonicNs() < spin_until) {
+    for (int i = 0; i < 64; ++i) {
+      if (Complete(target)) return done(Result::kOk);
+      CpuRelax();
+    }
+  }
+  const auto master = static_cast<pid_t>(h_->config.master_pid);
+  for (;;) {
+    Word(h_->waiters).fetch_add(1);
+    const uint32_t seq = Word(h_->wake_seq).load();
+    Result r = Result::kOk;
+    bool sleep = false;
+    if (Complete(target)) {
+      r = Result::kOk;
+    } else if (Word(h_->abort_epoch).load() != epoch_) {
+      r = Result::kAborted;
+    } else {
+      const int64_t now = MonotonicNs();
+      if (now >= deadline_ns) {
+        r = Result::kTimeout;
+      } else if (getppid() != master) {
+        r = Result::kOrphaned;
+      } else {
+        sleep = true;
+        FutexWaitUntil(&h_->wake_seq, seq, std::min(deadline_ns, now + kSliceNs));
+      }
+    }
+    Word(h_->waiters).fetch_sub(1);
+    if (!sleep) return done(r);
+    StoreRelaxed(self_->heartbeat_ns, MonotonicNs());
+  }
+}
+
+void RaiseAbort(Header* header) {
+  Word(header->abort_epoch).fetch_add(1);
+  Word(header->wake_seq).fetch_add(1);
+  FutexWake(&header->wake_seq, INT_MAX);
+}
+
+uint32_t LoadAbortEpoch(const Header& header) {
+  return Word(const_cast<uint32_t&>(header.abort_epoch)).load();
+}
+
+}  // namespace shmtrain::shm

@@ -1,0 +1,54 @@
+// The phase barrier of sync mode: "wait until every rank has published phase >= target".
+//
+// Each rank publishes a monotonic phase number in its own WorkerBlock (layout.h); a wait
+// scans the P phases. There is no shared arrival counter to reset, so a rank that dies at any
+// point leaves nothing inconsistent: its phase is simply what it last published, and a
+// replacement continues from there. That is what makes every phase redoable.
+//
+// Waking: a rank that publishes and then sees every phase complete bumps the futex word
+// Header.wake_seq and wakes the sleepers (only if some are counted in Header.waiters). With
+// seq_cst on the phases, wake_seq and waiters, either the completing rank sees a waiter's
+// count, or the waiter sees the completed phases before it sleeps; and a waiter sleeps only
+// while wake_seq still has the value it read before checking, so no wake-up is lost.
+//
+// Every wait has a deadline, sleeps in slices of at most 100 ms (refreshing the heartbeat
+// and checking that the master lives), and ends early when the master raises abort_epoch.
+#pragma once
+
+#include <cstdint>
+
+#include "shm/layout.h"
+
+namespace shmtrain::shm {
+
+class PhaseBarrier {
+ public:
+  enum class Result { kOk, kAborted, kTimeout, kOrphaned };
+
+  // self = this rank's block; epoch = the abort_epoch this worker started under.
+  PhaseBarrier(Header* header, WorkerBlock* blocks, int workers, WorkerBlock* self,
+               uint32_t epoch);
+
+  // Publishes this rank's phase and wakes the waiters if the phase is now complete.
+  void Arrive(uint64_t phase);
+  // Waits until every rank's phase >= target; deadline_ns is absolute CLOCK_MONOTONIC.
+  Result Wait(uint64_t target, int64_t deadline_ns);
+  // Wait time accumulated by Wait(), in ns.
+  uint64_t waited_ns() const { return waited_ns_; }
+
+ private:
+  bool Complete(uint64_t target) const;
+  Header* h_;
+  WorkerBlock* blocks_;
+  int workers_;
+  WorkerBlock* self_;
+  uint32_t epoch_;
+  uint64_t waited_ns_ = 0;
+};
+
+// Master side: raise the abort word and wake every waiter. Only the master calls this.
+void RaiseAbort(Header* header);
+// The current abort epoch (a worker records it when it starts).
+uint32_t LoadAbortEpoch(const Header& header);
+
+}  // namespace shmtrain::shm

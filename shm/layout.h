@@ -1,0 +1,197 @@
+// The shared-memory segment: a versioned binary contract between the master and the workers.
+//
+// Layout (every offset from the segment's first byte, every region 64-byte aligned):
+//
+//   Header                   identity, sizes, offsets, RunConfig, control words, loss ring
+//   WorkerBlock[P]           one per rank: phase, heartbeat, pid, counters
+//   X  float[rows*features]  the dataset, row-major          (master writes once, then RO)
+//   Y  float[rows]           targets / class indices         (master writes once, then RO)
+//   W0, W1  float[n]         parameters, double-buffered     (step t reads W[t%2], writes W[(t+1)%2])
+//   V0, V1  float[n]         momentum, double-buffered       (only when momentum > 0)
+//   Slot[P]                  SlotHeader + float[n] gradient  (rank r writes slot r)
+//
+// Why offsets and not pointers: each process maps the segment at its own address, so a
+// pointer stored by one process means nothing in another. Every reference inside the
+// segment is an offset from its base; Segment (segment.h) turns offsets into pointers.
+//
+// Why plain integers accessed through std::atomic_ref and not std::atomic members: the
+// structs stay trivially copyable and standard-layout, so their bytes are the contract and a
+// layout test can pin them; every concurrent access goes through a named accessor below
+// that says its memory order and why.
+//
+// Who writes what:
+//   Header identity/offsets/config  master, before any worker starts; read-only afterwards.
+//   Header.abort_epoch              master only (seq_cst); workers read.
+//   Header.wake_seq                 futex word; bumped by whoever completes a barrier phase and
+//                                   by the master on abort (seq_cst); waiters sleep on it.
+//   Header.waiters                  waiters increment before sleeping, decrement after.
+//   Header.loss_ring, timings       rank 0 (during the update phase); master reads.
+//   WorkerBlock[r]                  rank r (its current incarnation) writes; master and peers
+//                                   read. The master writes pid/incarnation before a spawn.
+//   Slot[r]                         rank r writes in phase 1; every rank reads in phase 2.
+//
+// A process that dies mid-write can leave a torn float in its own slot or its own parameter
+// slice, never in a word someone else owns; every word others wait on (phase) is a single
+// aligned 64-bit store, which cannot tear.
+#pragma once
+
+#include <atomic>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace shmtrain::shm {
+
+// "SHMTRAIN" read as a little-endian 64-bit integer.
+inline constexpr uint64_t kMagic = 0x4E494152544D4853ull;
+// Bump on every change to any struct in this file or to the meaning of a field.
+inline constexpr uint32_t kAbiVersion = 1;
+inline constexpr size_t kCacheLine = 64;
+inline constexpr int kMaxLayers = 64;
+inline constexpr int kMaxWorkers = 256;
+// Loss records kept for the master's log (by log index modulo this).
+inline constexpr int kLossRing = 4096;
+
+inline constexpr uint32_t kDtypeFloat32 = 0;
+
+// Everything a worker needs to know about the run. Written by the master before any worker
+// starts; never changed afterwards. Enum fields hold the values of include/shmtrain/*.h.
+struct RunConfig {
+  uint32_t mode;        // Mode
+  uint32_t activation;  // Activation
+  uint32_t loss;        // Loss
+  uint32_t num_layers;  // entries used in layers[]
+  int32_t layers[kMaxLayers];
+  uint32_t workers;   // P
+  uint32_t reserved0;
+  uint64_t param_count;
+  int64_t rows;
+  int64_t features;
+  int64_t batch;        // 0 = full batch
+  int64_t total_steps;  // the run ends after this many updates
+  int64_t log_every;    // rank 0 records the loss of every step t with t % log_every == 0
+  uint64_t seed;
+  double lr;
+  double momentum;
+  double barrier_timeout_s;
+  int64_t spin_ns;     // spin this long at a barrier before sleeping (0 when oversubscribed)
+  int64_t master_pid;  // a worker whose parent is not this pid has been orphaned
+  int32_t fault_rank;  // test hook: this rank exits at fault_step (-1 = off)
+  int32_t reserved1;
+  int64_t fault_step;
+};
+
+// One record of the loss ring. Rank 0 writes loss, then publishes tag = log index + 1.
+struct LossRecord {
+  uint64_t tag;
+  double loss;
+};
+
+struct alignas(kCacheLine) Header {
+  // ---- identity: checked by every worker before it touches anything else.
+  uint64_t magic;
+  uint32_t abi_version;
+  uint32_t header_size;        // sizeof(Header)
+  uint32_t worker_block_size;  // sizeof(WorkerBlock)
+  uint32_t slot_header_size;   // sizeof(SlotHeader)
+  uint32_t config_size;        // sizeof(RunConfig)
+  uint32_t dtype;              // kDtypeFloat32
+  uint64_t total_size;         // bytes of the whole segment
+  int64_t creator_pid;
+  uint64_t creator_start_time;  // field 22 of /proc/<pid>/stat: tells a reused pid apart
+
+  // ---- offsets from the segment base.
+  uint64_t blocks_offset;
+  uint64_t x_offset;
+  uint64_t y_offset;
+  uint64_t params_offset[2];
+  uint64_t momentum_offset[2];  // 0 when momentum is off
+  uint64_t slots_offset;
+  uint64_t slot_stride;  // bytes from one slot to the next
+
+  RunConfig config;
+
+  // ---- control words, each on its own cache line (written by different parties).
+  alignas(kCacheLine) uint32_t abort_epoch;  // master only
+  alignas(kCacheLine) uint32_t wake_seq;     // futex word
+  uint32_t waiters;
+
+  // ---- progress, written by rank 0.
+  alignas(kCacheLine) int64_t step1_end_ns;  // CLOCK_MONOTONIC when step 0 completed
+  int64_t last_end_ns;                       // ... when the last step completed
+  LossRecord loss_ring[kLossRing];
+};
+
+struct alignas(kCacheLine) WorkerBlock {
+  // Sync: 2t+1 once the gradient of step t is in the slot, 2t+2 once this rank's slice of
+  // update t is written. Monotonic; the barrier waits on every rank's value.
+  uint64_t phase;
+  int64_t heartbeat_ns;  // CLOCK_MONOTONIC, refreshed every step and every wait slice
+  int64_t pid;
+  uint32_t incarnation;
+  uint32_t attached;  // 1 once this incarnation validated the segment
+  // Counters for metrics (relaxed; monotonic across incarnations).
+  alignas(kCacheLine) uint64_t steps_total;
+  uint64_t samples_total;
+  uint64_t barrier_wait_ns_total;
+  uint64_t compute_ns_total;
+};
+
+// Precedes each rank's gradient. The gradient itself starts kCacheLine bytes after it.
+struct alignas(kCacheLine) SlotHeader {
+  int64_t step;      // the step whose gradient the slot holds
+  int64_t samples;   // rows in this rank's share
+  double loss_sum;   // sum of the per-sample loss over the share
+};
+
+// ---- what the layout relies on, each with its reason.
+static_assert(std::is_trivially_copyable_v<Header> && std::is_standard_layout_v<Header>,
+              "the header's bytes are the contract: no vtables, no hidden members");
+static_assert(std::is_trivially_copyable_v<WorkerBlock> && std::is_standard_layout_v<WorkerBlock>,
+              "worker blocks are plain bytes shared between processes");
+static_assert(std::is_trivially_copyable_v<SlotHeader>, "slots are plain bytes");
+static_assert(std::atomic_ref<uint64_t>::is_always_lock_free &&
+                  std::atomic_ref<int64_t>::is_always_lock_free &&
+                  std::atomic_ref<uint32_t>::is_always_lock_free,
+              "a lock inside an atomic would be process-private and die with its holder");
+static_assert(alignof(WorkerBlock) == kCacheLine && sizeof(WorkerBlock) % kCacheLine == 0,
+              "each rank's block on its own cache lines: no false sharing between ranks");
+static_assert(sizeof(SlotHeader) == kCacheLine, "the gradient starts one cache line in");
+static_assert(sizeof(float) == 4, "parameters are IEEE float32");
+static_assert(std::endian::native == std::endian::little, "the magic is read little-endian");
+
+// ---- the named accessors for every concurrent word.
+
+// Plain loads/stores of a published word: seq_cst, because the barrier's "last arriver
+// wakes" argument needs one total order over the phase stores and the waiters counter.
+inline uint64_t LoadPhase(const WorkerBlock& b) {
+  return std::atomic_ref<uint64_t>(const_cast<uint64_t&>(b.phase)).load();
+}
+inline void StorePhase(WorkerBlock& b, uint64_t v) { std::atomic_ref<uint64_t>(b.phase).store(v); }
+
+// Counters and heartbeats: relaxed; nobody orders other data by them.
+template <class T>
+inline T LoadRelaxed(const T& v) {
+  return std::atomic_ref<T>(const_cast<T&>(v)).load(std::memory_order_relaxed);
+}
+template <class T>
+inline void StoreRelaxed(T& v, T x) {
+  std::atomic_ref<T>(v).store(x, std::memory_order_relaxed);
+}
+template <class T>
+inline void AddRelaxed(T& v, T x) {
+  std::atomic_ref<T>(v).fetch_add(x, std::memory_order_relaxed);
+}
+// Publication with release/acquire: the data written before Publish is visible after a
+// Load that sees it (loss ring tags, attached flags).
+template <class T>
+inline T LoadAcquire(const T& v) {
+  return std::atomic_ref<T>(const_cast<T&>(v)).load(std::memory_order_acquire);
+}
+template <class T>
+inline void StoreRelease(T& v, T x) {
+  std::atomic_ref<T>(v).store(x, std::memory_order_release);
+}
+
+}  // namespace shmtrain::shm

@@ -1,0 +1,94 @@
+// Creating, attaching and validating the segment (see layout.h for what is in it).
+//
+// The master Create()s a segment under a name unique per user and run, with O_EXCL and mode
+// 0600, reserves its pages up front (so a full /dev/shm fails here with a message, not later
+// with SIGBUS), and removes it when the owning Segment is destroyed or Unlink()ed. Workers
+// Attach(), which validates the header before anything is written.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+
+#include "shm/layout.h"
+#include "shmtrain/status.h"
+
+namespace shmtrain::shm {
+
+// Fills the identity, sizes and offsets of *h from h->config (whose fields must be set).
+// The same function lays out the segment for the master and checks it for the workers.
+void ComputeLayout(Header* h);
+
+// "/shmtrain-<uid>-<pid>-<16 hex digits>": unique per user and run; the prefix lets
+// `cleanup` find ours and the uid keeps users apart.
+std::string MakeSegmentName();
+// The prefix every segment of this user starts with, without the leading '/'.
+std::string SegmentPrefixForUser();
+
+// Field 22 of /proc/<pid>/stat (start time in clock ticks since boot); 0 if unknown.
+uint64_t ProcessStartTime(pid_t pid);
+
+class Segment {
+ public:
+  Segment() = default;
+  ~Segment();
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+  Segment(Segment&& o) noexcept;
+  Segment& operator=(Segment&& o) noexcept;
+
+  // Creates the segment described by proto (from ComputeLayout plus the config), copies the
+  // header in, and owns the name: the destructor unlinks it. kResource on any failure, with
+  // the name, the size and the reason; nothing is left behind.
+  static Status Create(const std::string& name, const Header& proto, Segment* out);
+
+  // Opens and validates an existing segment for a worker. Returns a WorkerExit code
+  // (kWorkerOk on success) and, on failure, a reason in *why. Writes nothing.
+  static int Attach(const std::string& name, Segment* out, std::string* why);
+
+  // Checks a mapped header against this build and against the mapped size. Returns a
+  // WorkerExit code; used by Attach and by the tests.
+  static int Validate(const Header& h, uint64_t mapped_size, std::string* why);
+
+  // Removes the name now (the mapping stays valid until destruction).
+  void Unlink();
+
+  bool valid() const { return base_ != nullptr; }
+  const std::string& name() const { return name_; }
+  uint64_t size() const { return size_; }
+  char* base() const { return base_; }
+
+  Header* header() const { return reinterpret_cast<Header*>(base_); }
+  WorkerBlock* block(int rank) const {
+    return reinterpret_cast<WorkerBlock*>(base_ + header()->blocks_offset) + rank;
+  }
+  float* x() const { return At<float>(header()->x_offset); }
+  float* y() const { return At<float>(header()->y_offset); }
+  float* params(int64_t step) const { return At<float>(header()->params_offset[step & 1]); }
+  // nullptr when momentum is off.
+  float* momentum(int64_t step) const {
+    const uint64_t off = header()->momentum_offset[step & 1];
+    return off ? At<float>(off) : nullptr;
+  }
+  SlotHeader* slot(int rank) const {
+    return At<SlotHeader>(header()->slots_offset + header()->slot_stride * rank);
+  }
+  float* grad(int rank) const {
+    return reinterpret_cast<float*>(reinterpret_cast<char*>(slot(rank)) + sizeof(SlotHeader));
+  }
+
+ private:
+  template <class T>
+  T* At(uint64_t offset) const {
+    return reinterpret_cast<T*>(base_ + offset);
+  }
+  void Release();
+
+  std::string name_;
+  char* base_ = nullptr;
+  uint64_t size_ = 0;
+  bool owner_ = false;
+};
+
+}  // namespace shmtrain::shm

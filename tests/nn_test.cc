@@ -1,0 +1,794 @@
+// Tests of the pure-maths layer: model vocabulary, Rng, MLP loss/gradient/prediction,
+// initialisation and the update rule.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <numbers>
+#include <numeric>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "nn/mlp.h"
+#include "nn/rng.h"
+#include "nn/update.h"
+#include "shmtrain/model_spec.h"
+
+namespace shmtrain::nn {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// ModelSpec vocabulary
+
+TEST(ModelSpecTest, ActivationRoundTrip) {
+  for (Activation a :
+       {Activation::kTanh, Activation::kRelu, Activation::kSigmoid, Activation::kIdentity}) {
+    auto parsed = ParseActivation(ToString(a));
+    ASSERT_TRUE(parsed.has_value()) << ToString(a);
+    EXPECT_EQ(*parsed, a);
+  }
+  EXPECT_STREQ(ToString(Activation::kTanh), "tanh");
+  EXPECT_STREQ(ToString(Activation::kRelu), "relu");
+  EXPECT_STREQ(ToString(Activation::kSigmoid), "sigmoid");
+  EXPECT_STREQ(ToString(Activation::kIdentity), "identity");
+}
+
+TEST(ModelSpecTest, LossRoundTrip) {
+  for (Loss l : {Loss::kMse, Loss::kXent}) {
+    auto parsed = ParseLoss(ToString(l));
+    ASSERT_TRUE(parsed.has_value()) << ToString(l);
+    EXPECT_EQ(*parsed, l);
+  }
+  EXPECT_STREQ(ToString(Loss::kMse), "mse");
+  EXPECT_STREQ(ToString(Loss::kXent), "xent");
+}
+
+TEST(ModelSpecTest, InitRoundTrip) {
+  for (Init i : {Init::kNormal, Init::kXavier, Init::kHe}) {
+    auto parsed = ParseInit(ToString(i));
+    ASSERT_TRUE(parsed.has_value()) << ToString(i);
+    EXPECT_EQ(*parsed, i);
+  }
+  EXPECT_STREQ(ToString(Init::kNormal), "normal");
+  EXPECT_STREQ(ToString(Init::kXavier), "xavier");
+  EXPECT_STREQ(ToString(Init::kHe), "he");
+}
+
+TEST(ModelSpecTest, RejectsUnknownNames) {
+  for (const char* s : {"", "Tanh", "TANH", "tanh ", " relu", "softmax", "linear", "mse"}) {
+    EXPECT_FALSE(ParseActivation(s).has_value()) << '"' << s << '"';
+  }
+  for (const char* s : {"", "MSE", "mae", "xentropy", "cross_entropy", "tanh"}) {
+    EXPECT_FALSE(ParseLoss(s).has_value()) << '"' << s << '"';
+  }
+  for (const char* s : {"", "Normal", "uniform", "glorot", "kaiming", "he "}) {
+    EXPECT_FALSE(ParseInit(s).has_value()) << '"' << s << '"';
+  }
+}
+
+TEST(ModelSpecTest, OutOfRangeEnumHasUnparseableName) {
+  const char* name = ToString(static_cast<Activation>(99));
+  ASSERT_NE(name, nullptr);
+  EXPECT_FALSE(ParseActivation(name).has_value());
+  EXPECT_FALSE(ParseLoss(ToString(static_cast<Loss>(99))).has_value());
+  EXPECT_FALSE(ParseInit(ToString(static_cast<Init>(99))).has_value());
+}
+
+TEST(ModelSpecTest, ParamCount) {
+  EXPECT_EQ((ModelSpec{{1, 5, 1}}).ParamCount(), 16u);
+  EXPECT_EQ((ModelSpec{{64, 128, 10}}).ParamCount(), 9610u);
+  EXPECT_EQ((ModelSpec{{3, 2}}).ParamCount(), 8u);
+  // Above 2^32 parameters the count must not wrap.
+  EXPECT_EQ((ModelSpec{{65536, 65536, 65536}}).ParamCount(), 2 * (size_t{65536} * 65536 + 65536));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rng
+
+TEST(RngTest, PinnedSequenceForSeed1) {
+  // xoshiro256** seeded by SplitMix64(1), as computed by an independent implementation.
+  Rng rng(1);
+  EXPECT_EQ(rng.Next(), 0xb3f2af6d0fc710c5ULL);
+  EXPECT_EQ(rng.Next(), 0x853b559647364ceaULL);
+  EXPECT_EQ(rng.Next(), 0x92f89756082a4514ULL);
+  EXPECT_EQ(rng.Next(), 0x642e1c7bc266a3a7ULL);
+}
+
+TEST(RngTest, SameSeedSameStreamDifferentSeedDifferentStream) {
+  Rng a(42), b(42), c(43);
+  int differ = 0;
+  for (int i = 0; i < 100; ++i) {
+    const uint64_t va = a.Next();
+    EXPECT_EQ(va, b.Next());
+    differ += va != c.Next();
+  }
+  EXPECT_EQ(differ, 100);
+}
+
+TEST(RngTest, SeedZeroIsUsable) {
+  Rng rng(0);
+  uint64_t any = 0;
+  for (int i = 0; i < 8; ++i) any |= rng.Next();
+  EXPECT_NE(any, 0u);
+}
+
+TEST(RngTest, BelowStaysInRange) {
+  Rng rng(7);
+  for (int i = 0; i < 1000; ++i) EXPECT_EQ(rng.Below(1), 0u);
+  for (uint64_t bound : {uint64_t{2}, uint64_t{3}, uint64_t{10}, uint64_t{1} << 32,
+                         (uint64_t{1} << 63) + 1, std::numeric_limits<uint64_t>::max()}) {
+    for (int i = 0; i < 1000; ++i) EXPECT_LT(rng.Below(bound), bound) << bound;
+  }
+}
+
+TEST(RngTest, BelowIsRoughlyUniform) {
+  Rng rng(123);
+  constexpr int kBound = 7;
+  constexpr int kPerBucket = 10000;
+  std::vector<int> counts(kBound, 0);
+  for (int i = 0; i < kBound * kPerBucket; ++i) ++counts[rng.Below(kBound)];
+  // Standard deviation per bucket is about 93; 5% is over 5 sigma.
+  for (int c : counts) EXPECT_NEAR(c, kPerBucket, kPerBucket * 0.05);
+}
+
+TEST(RngTest, BelowLargeBoundCoversBothHalves) {
+  // With bound = 2^63 + 1 about half of the draws are >= 2^62 * 2; a biased or truncated
+  // multiply would skew this.
+  Rng rng(5);
+  const uint64_t bound = (uint64_t{1} << 63) + 1;
+  int upper = 0;
+  constexpr int kDraws = 20000;
+  for (int i = 0; i < kDraws; ++i) upper += rng.Below(bound) >= (uint64_t{1} << 62);
+  EXPECT_NEAR(upper, kDraws / 2, kDraws * 0.03);
+}
+
+TEST(RngTest, UniformRangeAndMoments) {
+  Rng rng(9);
+  constexpr int kDraws = 200000;
+  double sum = 0, sum2 = 0;
+  for (int i = 0; i < kDraws; ++i) {
+    const double u = rng.Uniform();
+    ASSERT_GE(u, 0.0);
+    ASSERT_LT(u, 1.0);
+    // A multiple of 2^-53.
+    ASSERT_EQ(std::ldexp(u, 53), std::floor(std::ldexp(u, 53)));
+    sum += u;
+    sum2 += u * u;
+  }
+  const double mean = sum / kDraws;
+  EXPECT_NEAR(mean, 0.5, 0.005);
+  EXPECT_NEAR(sum2 / kDraws - mean * mean, 1.0 / 12.0, 0.002);
+}
+
+TEST(RngTest, UniformIsTopBitsOfNext) {
+  Rng a(77), b(77);
+  for (int i = 0; i < 100; ++i) {
+    EXPECT_EQ(a.Uniform(), static_cast<double>(b.Next() >> 11) * 0x1.0p-53);
+  }
+}
+
+TEST(RngTest, NormalIsBoxMullerOfTwoUniforms) {
+  Rng a(31), b(31);
+  for (int i = 0; i < 100; ++i) {
+    const double u1 = 1.0 - b.Uniform();
+    const double u2 = b.Uniform();
+    EXPECT_EQ(a.Normal(), std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2));
+  }
+  // Exactly two draws per value: the streams are still in step.
+  EXPECT_EQ(a.Next(), b.Next());
+}
+
+TEST(RngTest, NormalMoments) {
+  Rng rng(2024);
+  constexpr int kDraws = 200000;
+  double sum = 0, sum2 = 0, sum4 = 0;
+  for (int i = 0; i < kDraws; ++i) {
+    const double z = rng.Normal();
+    ASSERT_TRUE(std::isfinite(z));
+    sum += z;
+    sum2 += z * z;
+    sum4 += z * z * z * z;
+  }
+  EXPECT_NEAR(sum / kDraws, 0.0, 0.01);
+  EXPECT_NEAR(sum2 / kDraws, 1.0, 0.015);
+  EXPECT_NEAR(sum4 / kDraws, 3.0, 0.1);
+}
+
+TEST(RngTest, MixSeed) {
+  EXPECT_EQ(MixSeed(1, 2), MixSeed(1, 2));
+  EXPECT_NE(MixSeed(1, 2), MixSeed(1, 3));
+  EXPECT_NE(MixSeed(1, 2), MixSeed(2, 2));
+  std::vector<uint64_t> seeds;
+  for (uint64_t stream = 0; stream < 1000; ++stream) seeds.push_back(MixSeed(12345, stream));
+  std::sort(seeds.begin(), seeds.end());
+  EXPECT_EQ(std::adjacent_find(seeds.begin(), seeds.end()), seeds.end());
+  // Streams of neighbouring epochs start differently.
+  Rng e0(MixSeed(1, 0)), e1(MixSeed(1, 1));
+  EXPECT_NE(e0.Next(), e1.Next());
+}
+
+TEST(RngTest, PermutationIsAPermutation) {
+  for (int64_t n : {0, 1, 2, 3, 10, 1000}) {
+    Rng rng(static_cast<uint64_t>(n) + 1);
+    std::vector<int64_t> perm = {99, 98};  // stale contents must be replaced
+    Permutation(n, rng, &perm);
+    ASSERT_EQ(perm.size(), static_cast<size_t>(n));
+    std::vector<int64_t> sorted = perm;
+    std::sort(sorted.begin(), sorted.end());
+    std::vector<int64_t> iota(static_cast<size_t>(n));
+    std::iota(iota.begin(), iota.end(), 0);
+    EXPECT_EQ(sorted, iota) << "n=" << n;
+  }
+}
+
+TEST(RngTest, PermutationIsDeterministic) {
+  std::vector<int64_t> a, b, c;
+  Rng ra(8), rb(8), rc(9);
+  Permutation(500, ra, &a);
+  Permutation(500, rb, &b);
+  Permutation(500, rc, &c);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+}
+
+TEST(RngTest, PermutationPinned) {
+  // Pins Fisher-Yates from the top with Below(i + 1), so a change to the shuffle (which would
+  // change every minibatch of every run) is caught.
+  Rng rng(1);
+  std::vector<int64_t> perm;
+  Permutation(10, rng, &perm);
+  EXPECT_EQ(perm, (std::vector<int64_t>{3, 6, 1, 5, 0, 9, 2, 8, 4, 7}));
+}
+
+TEST(RngTest, PermutationOfThreeIsUniform) {
+  Rng rng(4);
+  std::map<std::vector<int64_t>, int> counts;
+  constexpr int kTrials = 60000;
+  std::vector<int64_t> perm;
+  for (int i = 0; i < kTrials; ++i) {
+    Permutation(3, rng, &perm);
+    ++counts[perm];
+  }
+  ASSERT_EQ(counts.size(), 6u);
+  // Expected 10000 each, standard deviation about 91.
+  for (const auto& [p, c] : counts) EXPECT_NEAR(c, kTrials / 6, 500);
+}
+
+// ---------------------------------------------------------------------------------------------
+// MLP: helpers
+
+// An independent, loop-by-loop forward pass in double: the loss sum, the outputs (softmax
+// probabilities for xent) and the smallest |z| over hidden pre-activations (to keep finite
+// differences away from relu's kink).
+struct Reference {
+  double loss = 0;
+  std::vector<double> outputs;  // n x outputs, row-major
+  double min_abs_hidden_z = std::numeric_limits<double>::infinity();
+};
+
+double RefActivate(Activation f, double z) {
+  switch (f) {
+    case Activation::kTanh:
+      return std::tanh(z);
+    case Activation::kRelu:
+      return z > 0 ? z : 0;
+    case Activation::kSigmoid:
+      return 1 / (1 + std::exp(-z));
+    case Activation::kIdentity:
+      return z;
+  }
+  return 0;
+}
+
+template <class S>
+Reference RunReference(const ModelSpec& spec, const std::vector<S>& params, const std::vector<S>& x,
+                       const std::vector<S>& y, int64_t n) {
+  Reference ref;
+  const size_t num_layers = spec.layers.size() - 1;
+  for (int64_t s = 0; s < n; ++s) {
+    std::vector<double> a(x.begin() + s * spec.inputs(), x.begin() + (s + 1) * spec.inputs());
+    size_t off = 0;
+    for (size_t l = 0; l < num_layers; ++l) {
+      const int in = spec.layers[l], out = spec.layers[l + 1];
+      std::vector<double> z(out);
+      for (int i = 0; i < out; ++i) {
+        double acc = params[off + out * in + i];
+        for (int j = 0; j < in; ++j) acc += params[off + i + j * out] * a[j];
+        z[i] = acc;
+      }
+      off += out * in + out;
+      if (l + 1 < num_layers) {
+        for (double& v : z) {
+          ref.min_abs_hidden_z = std::min(ref.min_abs_hidden_z, std::abs(v));
+          v = RefActivate(spec.activation, v);
+        }
+      }
+      a = z;
+    }
+    if (spec.loss == Loss::kMse) {
+      for (double v : a) {
+        ref.loss += (v - y[s]) * (v - y[s]);
+        ref.outputs.push_back(v);
+      }
+    } else {
+      double sum = 0;
+      for (double v : a) sum += std::exp(v);
+      for (double v : a) ref.outputs.push_back(std::exp(v) / sum);
+      ref.loss += std::log(sum) - a[static_cast<int>(y[s])];
+    }
+  }
+  return ref;
+}
+
+// Random parameters, inputs and targets for spec, from a fixed seed.
+struct Problem {
+  ModelSpec spec;
+  int64_t n = 0;
+  std::vector<double> params, x, y;
+};
+
+Problem MakeProblem(const ModelSpec& spec, int64_t n, uint64_t seed, double param_scale = 0.7) {
+  Problem p{spec, n, {}, {}, {}};
+  Rng rng(seed);
+  p.params.resize(spec.ParamCount());
+  for (double& v : p.params) v = param_scale * rng.Normal();
+  p.x.resize(static_cast<size_t>(n * spec.inputs()));
+  for (double& v : p.x) v = rng.Normal();
+  p.y.resize(static_cast<size_t>(n));
+  for (double& v : p.y) {
+    v = spec.loss == Loss::kMse ? rng.Normal() : static_cast<double>(rng.Below(spec.outputs()));
+  }
+  return p;
+}
+
+template <class S>
+std::vector<S> Cast(const std::vector<double>& v) {
+  return std::vector<S>(v.begin(), v.end());
+}
+
+// A 3-4-5-k net (two hidden layers) with the given activation and loss; for relu the
+// parameters are redrawn until no hidden pre-activation is within 1e-3 of the kink.
+Problem MakeGradProblem(Activation act, Loss loss) {
+  ModelSpec spec{{3, 4, 5, loss == Loss::kMse ? 1 : 4}, act, loss};
+  for (uint64_t seed = 1;; ++seed) {
+    Problem p = MakeProblem(spec, 6, seed);
+    const Reference ref = RunReference(spec, p.params, p.x, p.y, p.n);
+    if (ref.min_abs_hidden_z > 1e-3) return p;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// MLP: gradient checks for every activation x loss
+
+struct Combo {
+  Activation activation;
+  Loss loss;
+};
+
+void PrintTo(const Combo& c, std::ostream* os) {
+  *os << ToString(c.activation) << "/" << ToString(c.loss);
+}
+
+class GradTest : public ::testing::TestWithParam<Combo> {};
+
+TEST_P(GradTest, LossMatchesReference) {
+  const Problem p = MakeGradProblem(GetParam().activation, GetParam().loss);
+  Workspace<double> ws;
+  const double loss = LossSum(p.spec, p.params.data(), p.x.data(), p.y.data(), p.n, ws);
+  const Reference ref = RunReference(p.spec, p.params, p.x, p.y, p.n);
+  EXPECT_NEAR(loss, ref.loss, 1e-12 * std::max(1.0, std::abs(ref.loss)));
+}
+
+TEST_P(GradTest, FiniteDifferences) {
+  Problem p = MakeGradProblem(GetParam().activation, GetParam().loss);
+  Workspace<double> ws;
+  std::vector<double> grad(p.spec.ParamCount(), 0.0);
+  const double loss =
+      LossAndGrad(p.spec, p.params.data(), p.x.data(), p.y.data(), p.n, grad.data(), ws);
+  EXPECT_GT(loss, 0.0);
+
+  constexpr double kH = 1e-6;
+  double max_abs_grad = 0;
+  for (size_t i = 0; i < grad.size(); ++i) {
+    const double saved = p.params[i];
+    p.params[i] = saved + kH;
+    const double plus = LossSum(p.spec, p.params.data(), p.x.data(), p.y.data(), p.n, ws);
+    p.params[i] = saved - kH;
+    const double minus = LossSum(p.spec, p.params.data(), p.x.data(), p.y.data(), p.n, ws);
+    p.params[i] = saved;
+    const double numeric = (plus - minus) / (2 * kH);
+    EXPECT_NEAR(grad[i], numeric, 1e-6 * std::max(1.0, std::abs(numeric))) << "param " << i;
+    max_abs_grad = std::max(max_abs_grad, std::abs(grad[i]));
+  }
+  // The check means something only if the gradient is not trivially zero.
+  EXPECT_GT(max_abs_grad, 1e-2);
+}
+
+TEST_P(GradTest, FloatMatchesDouble) {
+  const Problem p = MakeGradProblem(GetParam().activation, GetParam().loss);
+  // Both instantiations see the same (float-representable) numbers.
+  const std::vector<float> pf = Cast<float>(p.params), xf = Cast<float>(p.x), yf = Cast<float>(p.y);
+  const std::vector<double> pd(pf.begin(), pf.end()), xd(xf.begin(), xf.end()),
+      yd(yf.begin(), yf.end());
+  Workspace<float> wsf;
+  Workspace<double> wsd;
+  std::vector<float> gf(p.spec.ParamCount());
+  std::vector<double> gd(p.spec.ParamCount());
+  const double lf = LossAndGrad(p.spec, pf.data(), xf.data(), yf.data(), p.n, gf.data(), wsf);
+  const double ld = LossAndGrad(p.spec, pd.data(), xd.data(), yd.data(), p.n, gd.data(), wsd);
+  EXPECT_NEAR(lf, ld, 1e-4 * std::abs(ld));
+  for (size_t i = 0; i < gd.size(); ++i) {
+    EXPECT_NEAR(gf[i], gd[i], 1e-4 * std::max(1.0, std::abs(gd[i]))) << "param " << i;
+  }
+}
+
+TEST_P(GradTest, HalvesAddUpToTheWholeBatch) {
+  // The distributed average relies on this: workers' gradient sums over disjoint shares add
+  // up to the gradient of the full batch.
+  const Combo c = GetParam();
+  ModelSpec spec{{3, 4, 5, c.loss == Loss::kMse ? 1 : 4}, c.activation, c.loss};
+  const Problem p = MakeProblem(spec, 10, 17);
+  const std::vector<float> params = Cast<float>(p.params), x = Cast<float>(p.x),
+                           y = Cast<float>(p.y);
+  const size_t np = spec.ParamCount();
+  Workspace<float> ws;
+  std::vector<float> whole(np), first(np), second(np);
+  for (int64_t split : {5, 3, 0, 10}) {
+    const double l_whole =
+        LossAndGrad(spec, params.data(), x.data(), y.data(), 10, whole.data(), ws);
+    const double l_first =
+        LossAndGrad(spec, params.data(), x.data(), y.data(), split, first.data(), ws);
+    const double l_second = LossAndGrad(spec, params.data(), x.data() + split * spec.inputs(),
+                                        y.data() + split, 10 - split, second.data(), ws);
+    EXPECT_NEAR(l_first + l_second, l_whole, 1e-5 * std::max(1.0, l_whole)) << split;
+    for (size_t i = 0; i < np; ++i) {
+      EXPECT_NEAR(first[i] + second[i], whole[i], 1e-5 * std::max(1.0f, std::abs(whole[i])))
+          << "split " << split << " param " << i;
+    }
+  }
+}
+
+TEST_P(GradTest, LossSumEqualsLossAndGradLoss) {
+  const Problem p = MakeGradProblem(GetParam().activation, GetParam().loss);
+  const std::vector<float> params = Cast<float>(p.params), x = Cast<float>(p.x),
+                           y = Cast<float>(p.y);
+  Workspace<float> ws;
+  std::vector<float> grad(p.spec.ParamCount());
+  const double with_grad =
+      LossAndGrad(p.spec, params.data(), x.data(), y.data(), p.n, grad.data(), ws);
+  EXPECT_EQ(LossSum(p.spec, params.data(), x.data(), y.data(), p.n, ws), with_grad);
+}
+
+std::string ComboName(const ::testing::TestParamInfo<Combo>& info) {
+  return std::string(ToString(info.param.activation)) + "_" + ToString(info.param.loss);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllActivationsAndLosses, GradTest,
+                         ::testing::Values(Combo{Activation::kTanh, Loss::kMse},
+                                           Combo{Activation::kTanh, Loss::kXent},
+                                           Combo{Activation::kRelu, Loss::kMse},
+                                           Combo{Activation::kRelu, Loss::kXent},
+                                           Combo{Activation::kSigmoid, Loss::kMse},
+                                           Combo{Activation::kSigmoid, Loss::kXent},
+                                           Combo{Activation::kIdentity, Loss::kMse},
+                                           Combo{Activation::kIdentity, Loss::kXent}),
+                         ComboName);
+
+// ---------------------------------------------------------------------------------------------
+// MLP: hand-computed cases and edge cases
+
+TEST(MlpTest, TinyIdentityMseByHand) {
+  // yhat = w1 * (w0 * x + b0) + b1 with w0 = 2, b0 = 1, w1 = 3, b1 = -1.
+  // x = {1, 2}: hidden {3, 5}, yhat {8, 14}; y = {5, 10}: residuals {3, 4}, loss 9 + 16 = 25.
+  // dL/dyhat = 2r = {6, 8}: db1 = 14, dw1 = 6*3 + 8*5 = 58, db0 = 3*14 = 42,
+  // dw0 = 3 * (6*1 + 8*2) = 66.
+  const ModelSpec spec{{1, 1, 1}, Activation::kIdentity, Loss::kMse};
+  const std::vector<double> params = {2, 1, 3, -1};
+  const std::vector<double> x = {1, 2}, y = {5, 10};
+  Workspace<double> ws;
+  std::vector<double> grad(4);
+  EXPECT_DOUBLE_EQ(LossAndGrad(spec, params.data(), x.data(), y.data(), 2, grad.data(), ws), 25.0);
+  EXPECT_EQ(grad, (std::vector<double>{66, 42, 58, 14}));
+
+  const std::vector<float> pf = {2, 1, 3, -1}, xf = {1, 2}, yf = {5, 10};
+  Workspace<float> wsf;
+  std::vector<float> gf(4);
+  EXPECT_DOUBLE_EQ(LossAndGrad(spec, pf.data(), xf.data(), yf.data(), 2, gf.data(), wsf), 25.0);
+  EXPECT_EQ(gf, (std::vector<float>{66, 42, 58, 14}));
+
+  std::vector<double> out(2);
+  Predict(spec, params.data(), x.data(), 2, out.data(), ws);
+  EXPECT_EQ(out, (std::vector<double>{8, 14}));
+}
+
+TEST(MlpTest, XentOfZeroLogitsIsNLogK) {
+  for (int k : {2, 3, 10}) {
+    const ModelSpec spec{{2, 3, k}, Activation::kTanh, Loss::kXent};
+    const std::vector<float> params(spec.ParamCount(), 0.0f);
+    const int64_t n = 5;
+    std::vector<float> x(n * 2), y(n);
+    for (int64_t i = 0; i < n; ++i) {
+      x[2 * i] = static_cast<float>(i);
+      x[2 * i + 1] = -1.0f;
+      y[i] = static_cast<float>(i % k);
+    }
+    Workspace<float> ws;
+    std::vector<float> grad(spec.ParamCount());
+    const double loss = LossAndGrad(spec, params.data(), x.data(), y.data(), n, grad.data(), ws);
+    EXPECT_NEAR(loss, n * std::log(static_cast<double>(k)), 1e-5) << k;
+    // Output bias gradient: sum over samples of (1/K - onehot).
+    const size_t b_off = spec.ParamCount() - k;
+    for (int c = 0; c < k; ++c) {
+      int hits = 0;
+      for (int64_t i = 0; i < n; ++i) hits += (i % k) == c;
+      EXPECT_NEAR(grad[b_off + c], static_cast<double>(n) / k - hits, 1e-6) << k << " " << c;
+    }
+  }
+}
+
+TEST(MlpTest, XentIsStableForHugeLogits) {
+  // Logits of +-1e4 overflow exp() unless the max is subtracted.
+  const ModelSpec spec{{1, 3}, Activation::kIdentity, Loss::kXent};
+  const std::vector<float> params = {1e4f, 0.0f, -1e4f, 0.0f, 0.0f, 0.0f};
+  const std::vector<float> x = {1.0f, 1.0f}, y = {0.0f, 2.0f};
+  Workspace<float> ws;
+  std::vector<float> grad(spec.ParamCount());
+  const double loss = LossAndGrad(spec, params.data(), x.data(), y.data(), 2, grad.data(), ws);
+  // Sample 0 is right with certainty (loss ~0); sample 1 is wrong by 2e4.
+  EXPECT_NEAR(loss, 2e4, 1e-2);
+  for (float g : grad) EXPECT_TRUE(std::isfinite(g));
+  std::vector<float> out(6);
+  Predict(spec, params.data(), x.data(), 2, out.data(), ws);
+  EXPECT_NEAR(out[0], 1.0f, 1e-6);
+  EXPECT_NEAR(out[2], 0.0f, 1e-6);
+}
+
+TEST(MlpTest, EmptyBatch) {
+  for (Loss loss : {Loss::kMse, Loss::kXent}) {
+    const ModelSpec spec{{3, 4, 5, loss == Loss::kMse ? 1 : 3}, Activation::kRelu, loss};
+    const Problem p = MakeProblem(spec, 0, 3);
+    Workspace<float> ws;
+    const std::vector<float> params = Cast<float>(p.params);
+    std::vector<float> grad(spec.ParamCount(), 7.0f);
+    // No sample is read, so null x and y are fine.
+    EXPECT_EQ(LossAndGrad<float>(spec, params.data(), nullptr, nullptr, 0, grad.data(), ws), 0.0);
+    for (float g : grad) EXPECT_EQ(g, 0.0f);
+    EXPECT_EQ(LossSum<float>(spec, params.data(), nullptr, nullptr, 0, ws), 0.0);
+
+    Workspace<double> wsd;
+    std::vector<double> gd(spec.ParamCount(), 7.0);
+    EXPECT_EQ(LossAndGrad<double>(spec, p.params.data(), nullptr, nullptr, 0, gd.data(), wsd), 0.0);
+    for (double g : gd) EXPECT_EQ(g, 0.0);
+    Predict<double>(spec, p.params.data(), nullptr, 0, nullptr, wsd);
+  }
+}
+
+TEST(MlpTest, WorkspaceReuseAcrossSizesAndSpecs) {
+  // One workspace serving batches of varying size and two different nets must give exactly
+  // what a fresh workspace gives.
+  const ModelSpec a{{3, 8, 2}, Activation::kTanh, Loss::kXent};
+  const ModelSpec b{{5, 2, 6, 1}, Activation::kSigmoid, Loss::kMse};
+  const Problem pa = MakeProblem(a, 20, 1), pb = MakeProblem(b, 20, 2);
+  Workspace<double> shared;
+  for (int64_t n : {20, 3, 0, 11, 20, 1}) {
+    for (const Problem* p : {&pa, &pb}) {
+      std::vector<double> g_shared(p->spec.ParamCount()), g_fresh(p->spec.ParamCount());
+      Workspace<double> fresh;
+      const double l_shared = LossAndGrad(p->spec, p->params.data(), p->x.data(), p->y.data(), n,
+                                          g_shared.data(), shared);
+      const double l_fresh = LossAndGrad(p->spec, p->params.data(), p->x.data(), p->y.data(), n,
+                                         g_fresh.data(), fresh);
+      EXPECT_EQ(l_shared, l_fresh);
+      EXPECT_EQ(g_shared, g_fresh);
+    }
+  }
+}
+
+TEST(MlpTest, MseWithoutHiddenLayerIsLinearRegression) {
+  // yhat = w . x + b; grad_w = sum 2 r x, grad_b = sum 2 r.
+  const ModelSpec spec{{2, 1}, Activation::kRelu, Loss::kMse};
+  const std::vector<double> params = {0.5, -1.0, 2.0};
+  const std::vector<double> x = {1, 2, -3, 0.5}, y = {0, 1};
+  // yhat = {0.5 - 2 + 2, -1.5 - 0.5 + 2} = {0.5, 0}; r = {0.5, -1}.
+  Workspace<double> ws;
+  std::vector<double> grad(3);
+  EXPECT_DOUBLE_EQ(LossAndGrad(spec, params.data(), x.data(), y.data(), 2, grad.data(), ws), 1.25);
+  EXPECT_DOUBLE_EQ(grad[0], 2 * (0.5 * 1 + -1 * -3));
+  EXPECT_DOUBLE_EQ(grad[1], 2 * (0.5 * 2 + -1 * 0.5));
+  EXPECT_DOUBLE_EQ(grad[2], 2 * (0.5 - 1));
+}
+
+TEST(MlpTest, PredictXentRowsSumToOne) {
+  const ModelSpec spec{{3, 6, 4}, Activation::kRelu, Loss::kXent};
+  const Problem p = MakeProblem(spec, 9, 11, 2.0);
+  const std::vector<float> params = Cast<float>(p.params), x = Cast<float>(p.x);
+  Workspace<float> ws;
+  std::vector<float> out(9 * 4);
+  Predict(spec, params.data(), x.data(), 9, out.data(), ws);
+  const Reference ref = RunReference(spec, params, x, Cast<float>(p.y), 9);
+  for (int64_t i = 0; i < 9; ++i) {
+    double sum = 0;
+    for (int k = 0; k < 4; ++k) {
+      const float prob = out[i * 4 + k];
+      EXPECT_GE(prob, 0.0f);
+      EXPECT_LE(prob, 1.0f);
+      EXPECT_NEAR(prob, ref.outputs[i * 4 + k], 1e-5);
+      sum += prob;
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-6) << "row " << i;
+  }
+}
+
+TEST(MlpTest, PredictMseIsTheLinearOutput) {
+  const ModelSpec spec{{2, 5, 1}, Activation::kSigmoid, Loss::kMse};
+  const Problem p = MakeProblem(spec, 7, 12);
+  Workspace<double> ws;
+  std::vector<double> out(7);
+  Predict(spec, p.params.data(), p.x.data(), 7, out.data(), ws);
+  const Reference ref = RunReference(spec, p.params, p.x, p.y, 7);
+  for (int i = 0; i < 7; ++i) EXPECT_NEAR(out[i], ref.outputs[i], 1e-12);
+}
+
+TEST(MlpTest, LargerModelGradientSpotCheck) {
+  // A model of realistic shape (blocked GEMM paths) against finite differences on a few
+  // coordinates of every layer.
+  const ModelSpec spec{{40, 64, 48, 10}, Activation::kTanh, Loss::kXent};
+  Problem p = MakeProblem(spec, 128, 21, 0.15);
+  Workspace<double> ws;
+  std::vector<double> grad(spec.ParamCount());
+  LossAndGrad(spec, p.params.data(), p.x.data(), p.y.data(), p.n, grad.data(), ws);
+  Rng pick(3);
+  for (int t = 0; t < 40; ++t) {
+    const size_t i = pick.Below(grad.size());
+    const double saved = p.params[i];
+    p.params[i] = saved + 1e-6;
+    const double plus = LossSum(spec, p.params.data(), p.x.data(), p.y.data(), p.n, ws);
+    p.params[i] = saved - 1e-6;
+    const double minus = LossSum(spec, p.params.data(), p.x.data(), p.y.data(), p.n, ws);
+    p.params[i] = saved;
+    const double numeric = (plus - minus) / 2e-6;
+    EXPECT_NEAR(grad[i], numeric, 1e-6 * std::max(1.0, std::abs(numeric))) << "param " << i;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// InitParams
+
+TEST(InitTest, DeterministicPerSeed) {
+  const ModelSpec spec{{10, 20, 3}};
+  for (Init init : {Init::kNormal, Init::kXavier, Init::kHe}) {
+    std::vector<float> a(spec.ParamCount()), b(spec.ParamCount()), c(spec.ParamCount());
+    InitParams(spec, init, 5, a.data());
+    InitParams(spec, init, 5, b.data());
+    InitParams(spec, init, 6, c.data());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << ToString(init);
+    EXPECT_NE(a, c) << ToString(init);
+  }
+}
+
+TEST(InitTest, DrawsInParameterOrder) {
+  const ModelSpec spec{{3, 4, 2}};
+  std::vector<float> normal(spec.ParamCount()), xavier(spec.ParamCount()), he(spec.ParamCount());
+  InitParams(spec, Init::kNormal, 99, normal.data());
+  InitParams(spec, Init::kXavier, 99, xavier.data());
+  InitParams(spec, Init::kHe, 99, he.data());
+
+  Rng rng(99);
+  for (float v : normal) EXPECT_EQ(v, static_cast<float>(rng.Normal()));
+
+  // Xavier/He: the weights take consecutive draws, the biases take none.
+  Rng rx(99), rh(99);
+  size_t off = 0;
+  for (size_t l = 0; l + 1 < spec.layers.size(); ++l) {
+    const int in = spec.layers[l], out = spec.layers[l + 1];
+    const double sx = std::sqrt(2.0 / (in + out)), sh = std::sqrt(2.0 / in);
+    for (int i = 0; i < out * in; ++i, ++off) {
+      EXPECT_EQ(xavier[off], static_cast<float>(sx * rx.Normal()));
+      EXPECT_EQ(he[off], static_cast<float>(sh * rh.Normal()));
+    }
+    for (int i = 0; i < out; ++i, ++off) {
+      EXPECT_EQ(xavier[off], 0.0f);
+      EXPECT_EQ(he[off], 0.0f);
+    }
+  }
+}
+
+// Mean and variance of the weights of layer 0 of spec, and whether its biases are all zero.
+struct LayerStats {
+  double mean, variance;
+  bool biases_zero;
+};
+
+LayerStats Layer0Stats(const ModelSpec& spec, const std::vector<float>& params) {
+  const size_t nw = static_cast<size_t>(spec.layers[0]) * spec.layers[1];
+  double sum = 0, sum2 = 0;
+  for (size_t i = 0; i < nw; ++i) {
+    sum += params[i];
+    sum2 += static_cast<double>(params[i]) * params[i];
+  }
+  const double mean = sum / nw;
+  bool zero = true;
+  for (int i = 0; i < spec.layers[1]; ++i) zero = zero && params[nw + i] == 0.0f;
+  return {mean, sum2 / nw - mean * mean, zero};
+}
+
+TEST(InitTest, NormalIsStandardNormal) {
+  const ModelSpec spec{{500, 400}};
+  std::vector<float> params(spec.ParamCount());
+  InitParams(spec, Init::kNormal, 1, params.data());
+  const LayerStats s = Layer0Stats(spec, params);
+  EXPECT_NEAR(s.mean, 0.0, 0.01);
+  EXPECT_NEAR(s.variance, 1.0, 0.02);
+  EXPECT_FALSE(s.biases_zero);
+}
+
+TEST(InitTest, XavierAndHeVariances) {
+  const ModelSpec spec{{300, 200, 7}};
+  std::vector<float> params(spec.ParamCount());
+  InitParams(spec, Init::kXavier, 1, params.data());
+  LayerStats s = Layer0Stats(spec, params);
+  EXPECT_NEAR(s.mean, 0.0, 0.002);
+  EXPECT_NEAR(s.variance, 2.0 / 500, 2.0 / 500 * 0.03);
+  EXPECT_TRUE(s.biases_zero);
+
+  InitParams(spec, Init::kHe, 1, params.data());
+  s = Layer0Stats(spec, params);
+  EXPECT_NEAR(s.mean, 0.0, 0.002);
+  EXPECT_NEAR(s.variance, 2.0 / 300, 2.0 / 300 * 0.03);
+  EXPECT_TRUE(s.biases_zero);
+  // The last layer's biases too.
+  for (int i = 0; i < 7; ++i) EXPECT_EQ(params[params.size() - 1 - i], 0.0f);
+}
+
+// ---------------------------------------------------------------------------------------------
+// SgdMomentum
+
+TEST(SgdTest, PlainSgdLeavesVelocityAlone) {
+  const std::vector<float> w = {1.0f, -2.0f, 0.0f};
+  const std::vector<double> g = {0.5, -1.0, 3.0};
+  std::vector<float> w_out(3);
+  SgdMomentum(3, w.data(), nullptr, g.data(), 0.1, 0.0, w_out.data(), nullptr);
+  EXPECT_FLOAT_EQ(w_out[0], 0.95f);
+  EXPECT_FLOAT_EQ(w_out[1], -1.9f);
+  EXPECT_FLOAT_EQ(w_out[2], -0.3f);
+
+  // Non-null velocity buffers are neither read nor written either.
+  const std::vector<float> v_in = {std::numeric_limits<float>::quiet_NaN(), 1.0f, 2.0f};
+  std::vector<float> v_out = {7.0f, 7.0f, 7.0f};
+  SgdMomentum(3, w.data(), v_in.data(), g.data(), 0.1, 0.0, w_out.data(), v_out.data());
+  EXPECT_FLOAT_EQ(w_out[0], 0.95f);
+  EXPECT_EQ(v_out, (std::vector<float>{7.0f, 7.0f, 7.0f}));
+}
+
+TEST(SgdTest, TwoMomentumSteps) {
+  // mu = 0.9, lr = 0.1, w0 = {1, 2}, v0 = {0, 1}.
+  // Step 1, g = {0.5, -1}:   v1 = {0.5, 0.9 - 1 = -0.1},  w1 = {1 - 0.05, 2 + 0.01} = {0.95, 2.01}.
+  // Step 2, g = {0.25, 0.5}: v2 = {0.45 + 0.25, -0.09 + 0.5} = {0.7, 0.41},
+  //                          w2 = {0.95 - 0.07, 2.01 - 0.041} = {0.88, 1.969}.
+  const std::vector<float> w0 = {1.0f, 2.0f}, v0 = {0.0f, 1.0f};
+  const std::vector<double> g1 = {0.5, -1.0}, g2 = {0.25, 0.5};
+  std::vector<float> w1(2), v1(2), w2(2), v2(2);
+  SgdMomentum(2, w0.data(), v0.data(), g1.data(), 0.1, 0.9, w1.data(), v1.data());
+  EXPECT_FLOAT_EQ(v1[0], 0.5f);
+  EXPECT_FLOAT_EQ(v1[1], -0.1f);
+  EXPECT_FLOAT_EQ(w1[0], 0.95f);
+  EXPECT_FLOAT_EQ(w1[1], 2.01f);
+  SgdMomentum(2, w1.data(), v1.data(), g2.data(), 0.1, 0.9, w2.data(), v2.data());
+  EXPECT_FLOAT_EQ(v2[0], 0.7f);
+  EXPECT_FLOAT_EQ(v2[1], 0.41f);
+  EXPECT_FLOAT_EQ(w2[0], 0.88f);
+  EXPECT_FLOAT_EQ(w2[1], 1.969f);
+}
+
+TEST(SgdTest, EmptySliceIsANoOp) {
+  SgdMomentum(0, nullptr, nullptr, nullptr, 0.1, 0.9, nullptr, nullptr);
+  SgdMomentum(0, nullptr, nullptr, nullptr, 0.1, 0.0, nullptr, nullptr);
+}
+
+}  // namespace
+}  // namespace shmtrain::nn
