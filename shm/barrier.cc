@@ -13,6 +13,7 @@ namespace shmtrain::shm {
 namespace {
 
 constexpr int64_t kSliceNs = 100'000'000;  // longest single sleep: heartbeat and master checks
+constexpr int64_t kMinSpinNs = 2'000;      // the adaptive spin never drops below this
 
 std::atomic_ref<uint32_t> Word(uint32_t& w) { return std::atomic_ref<uint32_t>(w); }
 
@@ -20,7 +21,12 @@ std::atomic_ref<uint32_t> Word(uint32_t& w) { return std::atomic_ref<uint32_t>(w
 
 PhaseBarrier::PhaseBarrier(Header* header, WorkerBlock* blocks, int workers, WorkerBlock* self,
                            uint32_t epoch)
-    : h_(header), blocks_(blocks), workers_(workers), self_(self), epoch_(epoch) {}
+    : h_(header),
+      blocks_(blocks),
+      workers_(workers),
+      self_(self),
+      epoch_(epoch),
+      spin_budget_ns_(header->config.spin_ns) {}
 
 bool PhaseBarrier::Complete(uint64_t target) const {
   for (int r = 0; r < workers_; ++r) {
@@ -43,13 +49,22 @@ PhaseBarrier::Result PhaseBarrier::Wait(uint64_t target, int64_t deadline_ns) {
     waited_ns_ += static_cast<uint64_t>(MonotonicNs() - start);
     return r;
   };
-  // Spin first while cores allow: a futex sleep and wake costs more than a short step.
-  const int64_t spin_until = start + h_->config.spin_ns;
-  while (MonotonicNs() < spin_until) {
-    for (int i = 0; i < 64; ++i) {
-      if (Complete(target)) return done(Result::kOk);
-      CpuRelax();
+  // Spin first: a futex sleep and wake costs more than a short step. The budget adapts: it
+  // doubles after a spin that saw the phase complete and halves after one that had to
+  // sleep, so a worker whose peers share its core (the spin only delays them) soon sleeps
+  // at once, and one whose peers run beside it soon spins long enough to catch them.
+  if (spin_budget_ns_ > 0) {
+    const int64_t spin_until = start + spin_budget_ns_;
+    while (MonotonicNs() < spin_until) {
+      for (int i = 0; i < 64; ++i) {
+        if (Complete(target)) {
+          spin_budget_ns_ = std::min(spin_budget_ns_ * 2, h_->config.spin_ns);
+          return done(Result::kOk);
+        }
+        CpuRelax();
+      }
     }
+    spin_budget_ns_ = std::max(spin_budget_ns_ / 2, kMinSpinNs);
   }
   const auto master = static_cast<pid_t>(h_->config.master_pid);
   for (;;) {

@@ -44,6 +44,7 @@ class PhaseBarrier {
   WorkerBlock* self_;
   uint32_t epoch_;
   uint64_t waited_ns_ = 0;
+  int64_t spin_budget_ns_;  // current spin before sleeping, adapted per wait (<= config)
 };
 
 // Master side: raise the abort word and wake every waiter. Only the master calls this.

@@ -1,0 +1,131 @@
+// Helpers for tests that run the real executables as child processes.
+//
+// A child is started with fork + execv, stdin on /dev/null and stdout/stderr on pipes. Both
+// pipes are always drained together (poll), so a child that fills one pipe while the test
+// waits on the other never deadlocks. Every wait has a deadline: a child that outlives it is
+// SIGKILLed, reaped, and the current test fails. The helpers never block without a bound.
+//
+// Not thread-safe: one test thread drives a Subprocess.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace shmtrain::testing {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// How a child ended, with everything it wrote.
+struct ProcResult {
+  pid_t pid = -1;
+  bool exited = false;     // ended by exit(); exit_code is valid
+  int exit_code = -1;      //
+  int term_signal = 0;     // ended by this signal (0: it exited)
+  bool timed_out = false;  // it outlived its deadline and was SIGKILLed by the helper
+  std::string out;         // all of stdout
+  std::string err;         // all of stderr
+  Clock::time_point end;   // when the helper reaped it
+
+  // "exit 2" / "signal 9" / "timed out", then stderr, for failure messages.
+  std::string Describe() const;
+};
+
+// A running child. The destructor SIGKILLs and reaps it if the test did not Wait() for it.
+class Subprocess {
+ public:
+  // Starts argv[0] (a path: no PATH search) with argv. On failure to start, the current test
+  // fails and pid() is -1; the other methods are then harmless no-ops.
+  explicit Subprocess(const std::vector<std::string>& argv);
+  ~Subprocess();
+  Subprocess(const Subprocess&) = delete;
+  Subprocess& operator=(const Subprocess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  bool running() const { return pid_ > 0 && !reaped_; }
+
+  // Next line of stdout (without '\n'), reading both pipes meanwhile; at EOF a last line
+  // without '\n' counts too. false at EOF or when timeout passes first (then *line is
+  // untouched and nothing is lost).
+  bool ReadLine(std::string* line, milliseconds timeout);
+
+  // kill(pid, sig) while the child has not been reaped; false otherwise.
+  bool Signal(int sig);
+
+  // Waits for the child to end, draining both pipes; past the deadline it is SIGKILLed,
+  // reaped, and the test fails. Stdout lines already returned by ReadLine are included.
+  ProcResult Wait(milliseconds timeout);
+
+  // Stderr read so far.
+  const std::string& err() const { return err_; }
+
+ private:
+  // One poll round over the open pipes and the pidfd, up to `timeout`.
+  void Pump(milliseconds timeout);
+  void ReapIfDone(bool block);
+
+  pid_t pid_ = -1;
+  int out_fd_ = -1;
+  int err_fd_ = -1;
+  int pidfd_ = -1;  // -1 when pidfd_open is unavailable: polling falls back to a short tick
+  bool reaped_ = false;
+  int status_ = 0;
+  Clock::time_point end_;
+  std::string out_;           // all of stdout
+  size_t line_pos_ = 0;       // stdout before this offset was returned by ReadLine
+  std::string err_;
+};
+
+// Runs argv to completion with a deadline (see Subprocess::Wait).
+ProcResult RunProcess(const std::vector<std::string>& argv, milliseconds timeout);
+
+// Names (without directory) of the /dev/shm entries that start with
+// "shmtrain-<uid>-<master_pid>-": the segments of that master, and nobody else's.
+std::vector<std::string> SegmentsOf(pid_t master_pid);
+
+// Whether pid is a live process: it exists (kill(pid, 0)) and is not a zombie.
+bool PidAlive(pid_t pid);
+
+// Polls PidAlive until it is false or timeout passes; returns whether the pid is gone.
+bool WaitPidGone(pid_t pid, milliseconds timeout);
+
+// Parses one flat JSON object such as {"event":"step","step":50,"loss":0.5}: string, number,
+// true/false/null values, no nesting. Values come back as text: strings unescaped, numbers
+// and literals as written. nullopt when the line is not such an object.
+std::optional<std::map<std::string, std::string>> ParseFlatJson(const std::string& line);
+
+// The field `key` of a flat JSON object line, or nullopt (no such key, or not flat JSON).
+std::optional<std::string> JsonField(const std::string& line, const std::string& key);
+
+// Splits text into lines on '\n'; a final line without '\n' is kept, a trailing empty one
+// is not.
+std::vector<std::string> SplitLines(const std::string& text);
+
+// A fresh directory under $TMPDIR (or /tmp), removed with its contents on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::string& path() const { return path_; }
+  // path() + "/" + name.
+  std::string File(const std::string& name) const { return path_ + "/" + name; }
+  // Writes `content` to File(name) and returns that path.
+  std::string Write(const std::string& name, const std::string& content) const;
+
+ private:
+  std::string path_;
+};
+
+bool FileExists(const std::string& path);
+// The bytes of a file; fails the current test and returns "" if it cannot be read.
+std::string ReadWholeFile(const std::string& path);
+
+}  // namespace shmtrain::testing

@@ -1,0 +1,2 @@
+// Multi-process tests of shmtrain (being written).
+#include "gtest/gtest.h"
