@@ -210,6 +210,9 @@ constexpr const char* kMainHelp =
     "  example parabola  the built-in example: a 1-5-1 tanh net fits y = x^2 on 50 points\n"
     "  help              this text\n"
     "\n"
+    "example:\n"
+    "  shmtrain train --workers 2 --example parabola --layers 1,5,1 --lr 0.01 --steps 2000\n"
+    "\n"
     "flags: --help (on every command), --version\n"
     "exit codes: 0 ok, 1 internal error, 2 bad flag or input, 3 a worker failed,\n"
     "            4 out of resources, 130/143 stopped by SIGINT/SIGTERM\n";
@@ -248,8 +251,8 @@ Status ParseCommandLine(const std::vector<std::string>& args, Command* out) {
       if (args.size() >= 3 && (args[2] == "--help" || args[2] == "-h")) {
         out->kind = Command::Kind::kHelp;
         out->help_text =
-            "usage: shmtrain example parabola [--workers P] [--log-format text|json] "
-            "[--save FILE]\n\n"
+            "usage: shmtrain example parabola [--workers P] [--seed S] [--log-format text|json]\n"
+            "                                 [--save FILE] [--no-progress]\n\n"
             "The seed example: a 1-5-1 tanh network fits y = x^2 on 50 points evenly spaced on\n"
             "[-2, 2], mse loss, lr 0.01, 2000 full-batch steps, the loss every 50 steps.\n";
         return Status::Ok();

@@ -47,7 +47,7 @@ void CheckSpec(const ModelSpec& spec, int64_t n) {
 }
 
 template <class S>
-void Reserve(std::vector<S>& v, size_t size) {
+void Reserve(AlignedVector<S>& v, size_t size) {
   if (v.size() < size) v.resize(size);
 }
 
@@ -208,7 +208,12 @@ double LossAndGrad(const ModelSpec& spec, const S* params, const S* x, const S* 
     ConstMatMap<S> a_prev(l == 0 ? x : ws.acts[l - 1].data(), in, n);
     MatMap<S> grad_w(grad + w_off, out, in);
     grad_w.noalias() = d * a_prev.transpose();
-    VecMap<S>(grad + b_off, out) = d.rowwise().sum();
+    // Column by column: each element is summed over the samples in sample order, the same
+    // rounding whatever the address of grad (rowwise().sum() reduces the rows of an
+    // unaligned head in another order).
+    VecMap<S> grad_b(grad + b_off, out);
+    grad_b.setZero();
+    for (int64_t j = 0; j < n; ++j) grad_b += d.col(j);
     if (l > 0) {
       ConstMatMap<S> w(params + w_off, out, in);
       MatMap<S> d_prev(ws.deltas[l - 1].data(), in, n);

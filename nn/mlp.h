@@ -6,12 +6,34 @@
 // finite-difference tests use. Eigen runs single-threaded (one core per worker).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <new>
 #include <vector>
 
 #include "shmtrain/model_spec.h"
 
 namespace shmtrain::nn {
+
+// 64-byte aligned storage. Eigen's vectorised kernels treat an unaligned head apart, so the
+// same sums over buffers at other addresses can round differently; aligned scratch makes the
+// results independent of where the allocator put them (determinism, redoable phases).
+template <class T>
+struct AlignedAllocator {
+  using value_type = T;
+  static constexpr std::align_val_t kAlign{64};
+  AlignedAllocator() = default;
+  template <class U>
+  AlignedAllocator(const AlignedAllocator<U>&) {}
+  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), kAlign)); }
+  void deallocate(T* p, size_t) { ::operator delete(p, kAlign); }
+  template <class U>
+  bool operator==(const AlignedAllocator<U>&) const {
+    return true;
+  }
+};
+template <class T>
+using AlignedVector = std::vector<T, AlignedAllocator<T>>;
 
 // Scratch buffers reused across calls so the hot loop does not allocate. One per thread.
 template <class S>
@@ -22,8 +44,8 @@ class Workspace {
   Workspace& operator=(const Workspace&) = delete;
 
   // Internal: per-layer activations and deltas, resized on demand.
-  std::vector<std::vector<S>> acts;
-  std::vector<std::vector<S>> deltas;
+  std::vector<AlignedVector<S>> acts;
+  std::vector<AlignedVector<S>> deltas;
 };
 
 // x: n samples, row-major n x inputs (sample i at x + i*inputs), which is the column-major

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,7 +20,7 @@
 
 #include "gtest/gtest.h"
 
-namespace shmtrain::testing {
+namespace shmtrain::test {
 namespace {
 
 // Without a pidfd, a child's exit is noticed on this tick.
@@ -27,6 +28,8 @@ constexpr milliseconds kTick{5};
 // After the child is reaped, how long its pipes may stay open (held by a grandchild that has
 // not died yet) before the helper stops reading them.
 constexpr milliseconds kDrainGrace{2000};
+// How long the destructor gives a child to end after SIGTERM before it SIGKILLs it.
+constexpr milliseconds kTermGrace{2000};
 
 milliseconds Left(Clock::time_point deadline) {
   const auto d = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
@@ -126,12 +129,24 @@ Subprocess::Subprocess(const std::vector<std::string>& argv) {
 
 Subprocess::~Subprocess() {
   if (running()) {
-    kill(pid_, SIGKILL);
-    ReapIfDone(/*block=*/true);
+    // SIGTERM first: a master then removes its segment and stops its workers itself.
+    kill(pid_, SIGTERM);
+    const Clock::time_point deadline = Clock::now() + kTermGrace;
+    while (running() && Clock::now() < deadline) Pump(Left(deadline));
+    KillAndReap();
   }
   CloseFd(&out_fd_);
   CloseFd(&err_fd_);
   CloseFd(&pidfd_);
+}
+
+void Subprocess::KillAndReap() {
+  if (!running()) return;
+  kill(pid_, SIGKILL);
+  ReapIfDone(/*block=*/true);
+  // A SIGKILLed master cannot remove its segment; the test has failed already, so do it here
+  // rather than leave the file in /dev/shm.
+  for (const std::string& name : SegmentsOf(pid_)) shm_unlink(("/" + name).c_str());
 }
 
 void Subprocess::ReapIfDone(bool block) {
@@ -190,7 +205,9 @@ bool Subprocess::ReadLine(std::string* line, milliseconds timeout) {
   }
 }
 
-bool Subprocess::Signal(int sig) { return running() && kill(pid_, sig) == 0; }
+bool Subprocess::Signal(int sig) {
+  return running() && kill(pid_, sig) == 0;
+}
 
 ProcResult Subprocess::Wait(milliseconds timeout) {
   ProcResult r;
@@ -199,8 +216,7 @@ ProcResult Subprocess::Wait(milliseconds timeout) {
   const Clock::time_point deadline = Clock::now() + timeout;
   while (running()) {
     if (Clock::now() >= deadline) {
-      kill(pid_, SIGKILL);
-      ReapIfDone(/*block=*/true);
+      KillAndReap();
       r.timed_out = true;
       ADD_FAILURE() << "pid " << pid_ << " did not end within " << timeout.count()
                     << " ms; SIGKILLed it. stderr so far:\n"
@@ -321,24 +337,44 @@ class FlatJsonReader {
       if (i_ >= s_.size()) return false;
       const char e = s_[i_++];
       switch (e) {
-        case '"': *out += '"'; break;
-        case '\\': *out += '\\'; break;
-        case '/': *out += '/'; break;
-        case 'b': *out += '\b'; break;
-        case 'f': *out += '\f'; break;
-        case 'n': *out += '\n'; break;
-        case 'r': *out += '\r'; break;
-        case 't': *out += '\t'; break;
+        case '"':
+          *out += '"';
+          break;
+        case '\\':
+          *out += '\\';
+          break;
+        case '/':
+          *out += '/';
+          break;
+        case 'b':
+          *out += '\b';
+          break;
+        case 'f':
+          *out += '\f';
+          break;
+        case 'n':
+          *out += '\n';
+          break;
+        case 'r':
+          *out += '\r';
+          break;
+        case 't':
+          *out += '\t';
+          break;
         case 'u': {
           if (i_ + 4 > s_.size()) return false;
           unsigned v = 0;
           for (int k = 0; k < 4; ++k) {
             const char h = s_[i_++];
             v <<= 4;
-            if (h >= '0' && h <= '9') v |= static_cast<unsigned>(h - '0');
-            else if (h >= 'a' && h <= 'f') v |= static_cast<unsigned>(h - 'a' + 10);
-            else if (h >= 'A' && h <= 'F') v |= static_cast<unsigned>(h - 'A' + 10);
-            else return false;
+            if (h >= '0' && h <= '9')
+              v |= static_cast<unsigned>(h - '0');
+            else if (h >= 'a' && h <= 'f')
+              v |= static_cast<unsigned>(h - 'a' + 10);
+            else if (h >= 'A' && h <= 'F')
+              v |= static_cast<unsigned>(h - 'A' + 10);
+            else
+              return false;
           }
           if (v >= 0x80) return false;  // only control characters are escaped by the product
           *out += static_cast<char>(v);
@@ -418,8 +454,8 @@ std::vector<std::string> SplitLines(const std::string& text) {
 
 TempDir::TempDir() {
   const char* tmp = std::getenv("TMPDIR");
-  std::string tmpl = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
-                     "/shmtrain_process_test.XXXXXX";
+  std::string tmpl =
+      std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/shmtrain_process_test.XXXXXX";
   if (mkdtemp(tmpl.data()) == nullptr) {
     ADD_FAILURE() << "mkdtemp(" << tmpl << "): " << std::strerror(errno);
     return;
@@ -458,4 +494,4 @@ std::string ReadWholeFile(const std::string& path) {
   return s.str();
 }
 
-}  // namespace shmtrain::testing
+}  // namespace shmtrain::test

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-namespace shmtrain::testing {
+namespace shmtrain::test {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
@@ -36,7 +36,8 @@ struct ProcResult {
   std::string Describe() const;
 };
 
-// A running child. The destructor SIGKILLs and reaps it if the test did not Wait() for it.
+// A running child. If the test did not Wait() for it, the destructor sends SIGTERM, then
+// SIGKILL after a grace period, and reaps it.
 class Subprocess {
  public:
   // Starts argv[0] (a path: no PATH search) with argv. On failure to start, the current test
@@ -59,6 +60,8 @@ class Subprocess {
 
   // Waits for the child to end, draining both pipes; past the deadline it is SIGKILLed,
   // reaped, and the test fails. Stdout lines already returned by ReadLine are included.
+  // Whenever the helper SIGKILLs a child, it also unlinks the segments named for its pid,
+  // which a SIGKILLed master cannot remove itself.
   ProcResult Wait(milliseconds timeout);
 
   // Stderr read so far.
@@ -68,6 +71,7 @@ class Subprocess {
   // One poll round over the open pipes and the pidfd, up to `timeout`.
   void Pump(milliseconds timeout);
   void ReapIfDone(bool block);
+  void KillAndReap();
 
   pid_t pid_ = -1;
   int out_fd_ = -1;
@@ -76,8 +80,8 @@ class Subprocess {
   bool reaped_ = false;
   int status_ = 0;
   Clock::time_point end_;
-  std::string out_;           // all of stdout
-  size_t line_pos_ = 0;       // stdout before this offset was returned by ReadLine
+  std::string out_;      // all of stdout
+  size_t line_pos_ = 0;  // stdout before this offset was returned by ReadLine
   std::string err_;
 };
 
@@ -128,4 +132,4 @@ bool FileExists(const std::string& path);
 // The bytes of a file; fails the current test and returns "" if it cannot be read.
 std::string ReadWholeFile(const std::string& path);
 
-}  // namespace shmtrain::testing
+}  // namespace shmtrain::test
