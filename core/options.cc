@@ -19,8 +19,14 @@ Status TrainOptions::Validate() const {
   if (data_path.empty() == example.empty()) {
     return Status::Usage("give exactly one of --data FILE and --example parabola");
   }
-  if (!example.empty() && example != "parabola") {
-    return Bad("--example", "unknown example '" + example + "' (known: parabola)");
+  if (!example.empty() && example != "parabola" && example != "blobs") {
+    return Bad("--example", "unknown example '" + example + "' (known: parabola, blobs)");
+  }
+  if (example_features < 1 || example_features > 100000) {
+    return Bad("--features", "must be between 1 and 100000");
+  }
+  if (example == "blobs" && model.loss != Loss::kXent) {
+    return Bad("--example", "blobs is a classification set: use --loss xent");
   }
   if (example_rows < 1 || example_rows > 10'000'000) {
     return Bad("--rows", "must be between 1 and 10000000, got " + std::to_string(example_rows));
@@ -64,8 +70,63 @@ Status TrainOptions::Validate() const {
   if (!(barrier_timeout_s >= 0.01 && barrier_timeout_s <= 86400)) {
     return Bad("--barrier-timeout", "must be between 0.01 and 86400 seconds");
   }
-  if (mode != Mode::kSync) return Bad("--mode", "only sync is available in this version");
+  if (!std::isnan(lambda) && !(lambda >= 0 && std::isfinite(lambda))) {
+    return Bad("--lambda", "must be a finite number >= 0, got " + std::to_string(lambda));
+  }
+  if (!(ms_decay >= 0 && ms_decay < 1)) {
+    return Bad("--ms-decay", "must be in [0, 1), got " + std::to_string(ms_decay));
+  }
+  if (!(epsilon > 0 && std::isfinite(epsilon))) {
+    return Bad("--epsilon", "must be a finite number > 0, got " + std::to_string(epsilon));
+  }
+  if (max_staleness < -1) return Bad("--max-staleness", "must be >= 0 (or -1: never drop)");
+  if (!(val_split >= 0 && val_split < 1)) {
+    return Bad("--val-split", "must be in [0, 1), got " + std::to_string(val_split));
+  }
+  if (mode == Mode::kAsync && momentum != 0) {
+    return Bad("--momentum", "applies to sync mode only (async rules have no momentum)");
+  }
   return Status::Ok();
+}
+
+double TrainOptions::LambdaOrDefault() const {
+  if (!std::isnan(lambda)) return lambda;
+  return rule == AsyncRule::kDcAsgdC ? 0.04 : rule == AsyncRule::kDcAsgdA ? 2.0 : 0.0;
+}
+
+std::optional<Mode> ParseMode(std::string_view s) {
+  if (s == "sync") return Mode::kSync;
+  if (s == "async") return Mode::kAsync;
+  return std::nullopt;
+}
+std::optional<AsyncRule> ParseAsyncRule(std::string_view s) {
+  if (s == "asgd") return AsyncRule::kAsgd;
+  if (s == "dc-asgd-c") return AsyncRule::kDcAsgdC;
+  if (s == "dc-asgd-a") return AsyncRule::kDcAsgdA;
+  return std::nullopt;
+}
+std::optional<Normalize> ParseNormalize(std::string_view s) {
+  if (s == "none") return Normalize::kNone;
+  if (s == "minmax") return Normalize::kMinMax;
+  if (s == "standard") return Normalize::kStandard;
+  return std::nullopt;
+}
+const char* ToString(Mode m) { return m == Mode::kSync ? "sync" : "async"; }
+const char* ToString(AsyncRule r) {
+  switch (r) {
+    case AsyncRule::kAsgd: return "asgd";
+    case AsyncRule::kDcAsgdC: return "dc-asgd-c";
+    case AsyncRule::kDcAsgdA: return "dc-asgd-a";
+  }
+  return "unknown";
+}
+const char* ToString(Normalize n) {
+  switch (n) {
+    case Normalize::kNone: return "none";
+    case Normalize::kMinMax: return "minmax";
+    case Normalize::kStandard: return "standard";
+  }
+  return "unknown";
 }
 
 int64_t TrainOptions::TotalSteps(int64_t rows) const {

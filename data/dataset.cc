@@ -1,5 +1,7 @@
 #include "data/dataset.h"
 
+#include "nn/rng.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -333,6 +335,25 @@ Dataset MakeParabola(int64_t n) {
     ds.y[i] = static_cast<float>(x * x);
   }
   return ds;
+}
+
+Dataset MakeBlobs(int64_t n, int features, int classes, uint64_t seed) {
+  nn::Rng rng(nn::MixSeed(seed, 0x424C4F4253ull));  // "BLOBS"
+  std::vector<double> centres(static_cast<size_t>(classes) * features);
+  for (double& c : centres) c = rng.Normal();
+  Dataset d;
+  d.rows = n;
+  d.features = features;
+  d.x.resize(static_cast<size_t>(n * features));
+  d.y.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const int k = static_cast<int>(i % classes);
+    for (int j = 0; j < features; ++j) {
+      d.x[i * features + j] = static_cast<float>(centres[k * features + j] + 0.5 * rng.Normal());
+    }
+    d.y[i] = static_cast<float>(k);
+  }
+  return d;
 }
 
 }  // namespace shmtrain::data

@@ -39,4 +39,9 @@ Status LoadCsv(const std::string& path, const CsvOptions& opts, Dataset* out);
 // x = 0), y = x^2. One feature.
 Dataset MakeParabola(int64_t n);
 
+// A synthetic classification set: `classes` Gaussian clusters in `features` dimensions
+// (centres ~ N(0, 1) per coordinate, points = centre + N(0, 0.5^2)), n rows with labels
+// i mod classes. Deterministic in seed (nn::Rng). For benchmarks and tests at any size.
+Dataset MakeBlobs(int64_t n, int features, int classes, uint64_t seed);
+
 }  // namespace shmtrain::data

@@ -70,11 +70,6 @@ Setter Enum(E* out, std::optional<E> (*parse)(std::string_view), const char* kno
   };
 }
 
-std::optional<Mode> ParseMode(std::string_view s) {
-  if (s == "sync") return Mode::kSync;
-  if (s == "async") return Mode::kAsync;
-  return std::nullopt;
-}
 std::optional<LogFormat> ParseLogFormat(std::string_view s) {
   if (s == "text") return LogFormat::kText;
   if (s == "json") return LogFormat::kJson;
@@ -110,16 +105,33 @@ Setter Layers(std::vector<int>* out) {
 std::vector<Flag> TrainFlags(TrainOptions* o) {
   return {
       {"--workers", "P", "worker processes (default 1)", Int<int>(&o->workers, 1, 256)},
-      {"--mode", "sync", "how workers combine gradients (default sync)",
-       Enum<Mode>(&o->mode, ParseMode, "sync")},
+      {"--mode", "sync|async", "how workers combine gradients (default sync)",
+       Enum<Mode>(&o->mode, ParseMode, "sync, async")},
+      {"--rule", "NAME", "async update rule: dc-asgd-a (default), dc-asgd-c, asgd",
+       Enum<AsyncRule>(&o->rule, ParseAsyncRule, "asgd, dc-asgd-c, dc-asgd-a")},
+      {"--lambda", "X", "DC-ASGD lambda: dc-asgd-c's constant (default 0.04), dc-asgd-a's "
+       "lambda0 (default 2)", Num(&o->lambda)},
+      {"--ms-decay", "M", "dc-asgd-a: MeanSquare decay in [0, 1) (default 0.95)",
+       Num(&o->ms_decay)},
+      {"--epsilon", "E", "dc-asgd-a: epsilon > 0 inside the square root (default 1e-7)",
+       Num(&o->epsilon)},
+      {"--max-staleness", "S", "async: drop gradients more than S versions old (default: never)",
+       Int<int64_t>(&o->max_staleness, -1, INT64_MAX / 4)},
+      {"--val-split", "F", "hold out this fraction of the rows (seeded shuffle; default 0)",
+       Num(&o->val_split)},
+      {"--normalize", "KIND", "scale features: none (default), minmax, standard (fitted on the "
+       "training rows)", Enum<Normalize>(&o->normalize, ParseNormalize, "none, minmax, standard")},
       {"--data", "FILE", "a CSV file: numeric features and a label column", Str(&o->data_path)},
       {"--label-col", "K", "label column of the CSV, 0-based; -1 = last (default)",
        Int<int>(&o->label_col, -1000000, 1000000)},
       {"--header", "auto|yes|no", "whether the CSV has a header line (default: detected)",
        Enum<HeaderMode>(&o->header, ParseHeader, "auto, yes, no")},
-      {"--example", "parabola", "a built-in dataset instead of --data", Str(&o->example)},
+      {"--example", "NAME", "a built-in dataset instead of --data: parabola, blobs",
+       Str(&o->example)},
       {"--rows", "N", "rows of the built-in example (default 50)",
        Int<int64_t>(&o->example_rows, 1, 10'000'000)},
+      {"--features", "F", "features of the blobs example (default 16)",
+       Int<int>(&o->example_features, 1, 100000)},
       {"--layers", "N0,N1,...", "layer sizes, inputs first, e.g. 1,5,1 (required)",
        Layers(&o->model.layers)},
       {"--activation", "NAME", "hidden activation: tanh (default), relu, sigmoid, identity",
@@ -207,6 +219,7 @@ constexpr const char* kMainHelp =
     "\n"
     "commands:\n"
     "  train             train a model (shmtrain train --help)\n"
+    "  simulate          compare async update rules in a deterministic simulation\n"
     "  example parabola  the built-in example: a 1-5-1 tanh net fits y = x^2 on 50 points\n"
     "  help              this text\n"
     "\n"
@@ -238,6 +251,7 @@ Status ParseCommandLine(const std::vector<std::string>& args, Command* out) {
       out->kind = Command::Kind::kHelp;
       out->help_text =
           "usage: shmtrain train --workers P (--data FILE [--label-col K] | --example parabola)\n"
+          "         [--mode sync|async [--rule asgd|dc-asgd-c|dc-asgd-a]]\n"
           "         --layers 1,5,1 [--activation tanh] [--loss mse] --lr 0.01 [--momentum M]\n"
           "         (--steps N | --epochs E) [--batch B] [--seed S] [--log-every K]\n"
           "         [--save FILE] [--log-format text|json]\n\nflags:\n" +
@@ -278,6 +292,53 @@ Status ParseCommandLine(const std::vector<std::string>& args, Command* out) {
     }
     if (Status s = ParseFlags("example", allowed, args, 3, &help); !s.ok()) return s;
     if (help) return ParseCommandLine({args[0], "example", "--help"}, out);
+  } else if (args[1] == "simulate") {
+    // --workers takes a list here; every other flag means what it means for train.
+    std::vector<Flag> sim;
+    for (const Flag& f : flags) {
+      if (f.name != "--workers" && f.name != "--mode" && f.name != "--momentum" &&
+          f.name != "--save" && f.name != "--barrier-timeout" && f.name != "--max-staleness" &&
+          f.name != "--no-progress" && !f.hidden) {
+        sim.push_back(f);
+      }
+    }
+    sim.push_back({"--workers", "M[,M...]", "simulated worker counts, e.g. 4,8,16 (required)",
+                   [out](const std::string& flag, std::string_view v) {
+                     std::vector<int> ms;
+                     Status s = Layers(&ms)(flag, v);
+                     if (!s.ok()) return Expected(flag, "worker counts such as 4,8,16", v);
+                     for (int m : ms) {
+                       if (m < 1 || m > 1024) {
+                         return Status::Usage(flag + ": each count must be 1..1024");
+                       }
+                     }
+                     out->sim_workers = ms;
+                     return Status::Ok();
+                   }});
+    sim.push_back({"--compare", "", "every rule and sequential SGD in one table",
+                   [out](const std::string&, std::string_view) {
+                     out->compare = true;
+                     return Status::Ok();
+                   }});
+    if (Status s = ParseFlags("simulate", sim, args, 2, &help); !s.ok()) return s;
+    if (help) {
+      out->kind = Command::Kind::kHelp;
+      out->help_text =
+          "usage: shmtrain simulate --workers M[,M...] [--compare | --rule R] (--data FILE | "
+          "--example parabola)\n"
+          "         --layers ... --lr X (--steps N | --epochs E) [--batch B] [--val-split F]\n"
+          "         [--normalize none|minmax|standard] [--lambda X] [--ms-decay M] [--epsilon E]\n"
+          "\nA deterministic single-process simulation of M async workers in round robin: each\n"
+          "gradient is computed on the parameters its worker read M-1 updates earlier.\n"
+          "--compare prints a table of the final held-out error and training loss, rules by M,\n"
+          "with sequential SGD as the baseline.\n\nflags:\n" +
+          FlagHelp(sim);
+      return Status::Ok();
+    }
+    if (out->sim_workers.empty()) return Status::Usage("simulate: --workers M[,M...] is required");
+    o.mode = Mode::kAsync;
+    out->kind = Command::Kind::kSimulate;
+    return o.Validate();
   } else {
     return Status::Usage("unknown command '" + args[1] + "' (try shmtrain --help)");
   }

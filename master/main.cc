@@ -8,6 +8,7 @@
 #include "master/launcher.h"
 #include "master/log.h"
 #include "master/run.h"
+#include "master/simulate.h"
 
 namespace {
 
@@ -32,6 +33,12 @@ int main(int argc, char** argv) {
       return kExitOk;
     case master::Command::Kind::kTrain:
       break;
+    case master::Command::Kind::kSimulate: {
+      master::Logger log(cmd.train.log_format, false);
+      const Status s = master::RunSimulate(cmd.train, cmd.sim_workers, cmd.compare, log);
+      if (!s.ok()) log.Error(s.message());
+      return s.exit_code();
+    }
   }
   // SIGINT/SIGTERM only raise a flag: the run loop stops the workers, removes the segment and
   // exits 130/143. A write to a closed stdout must not kill the master before it cleans up.

@@ -16,7 +16,9 @@
 
 #include "data/batch_plan.h"
 #include "data/dataset.h"
+#include "data/preprocess.h"
 #include "master/model_file.h"
+#include "nn/metrics.h"
 #include "nn/mlp.h"
 #include "shm/barrier.h"
 #include "shm/futex.h"
@@ -39,8 +41,12 @@ std::string Fmt(const char* f, double v) {
 }
 
 Status LoadData(const TrainOptions& o, data::Dataset* d) {
-  if (!o.example.empty()) {
+  if (o.example == "parabola") {
     *d = data::MakeParabola(o.example_rows);
+    return Status::Ok();
+  }
+  if (o.example == "blobs") {
+    *d = data::MakeBlobs(o.example_rows, o.example_features, o.model.outputs(), o.seed);
     return Status::Ok();
   }
   data::CsvOptions co;
@@ -200,7 +206,8 @@ uint64_t TotalSamples(const shm::Segment& seg) {
   return s;
 }
 
-// Prints the loss records rank 0 has published since the last call.
+// Prints the loss records published since the last call: sync, by rank 0 for every logged
+// step; async, by whichever worker's update got a logged version number.
 class LossLog {
  public:
   LossLog(const shm::Segment& seg, Logger& log) : seg_(seg), log_(log) {}
@@ -244,13 +251,22 @@ Status CheckShmSpace(uint64_t need) {
 
 }  // namespace
 
-Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher) {
-  data::Dataset d;
-  if (Status s = LoadData(o, &d); !s.ok()) return s;
-  if (Status s = CheckAgainstData(o, d); !s.ok()) return s;
-  const int64_t total_steps = o.TotalSteps(d.rows);
-  const int P = o.workers;
+Status PrepareData(const TrainOptions& o, RunData* rd) {
+  data::Dataset all;
+  if (Status s = LoadData(o, &all); !s.ok()) return s;
+  if (Status s = data::SplitValidation(all, o.val_split, o.seed, &rd->train, &rd->val); !s.ok()) {
+    return s;
+  }
+  if (Status s = CheckAgainstData(o, rd->train); !s.ok()) return s;
+  rd->norm = data::Normalizer::Fit(rd->train, o.normalize);
+  rd->norm.Apply(&rd->train);
+  rd->norm.Apply(&rd->val);
+  return Status::Ok();
+}
 
+namespace {
+
+shm::Header MakeHeader(const TrainOptions& o, const data::Dataset& d, int64_t total_steps) {
   shm::Header proto{};
   shm::RunConfig& c = proto.config;
   c.mode = static_cast<uint32_t>(o.mode);
@@ -258,7 +274,7 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher) {
   c.loss = static_cast<uint32_t>(o.model.loss);
   c.num_layers = static_cast<uint32_t>(o.model.layers.size());
   std::copy(o.model.layers.begin(), o.model.layers.end(), c.layers);
-  c.workers = static_cast<uint32_t>(P);
+  c.workers = static_cast<uint32_t>(o.workers);
   c.param_count = o.model.ParamCount();
   c.rows = d.rows;
   c.features = d.features;
@@ -270,15 +286,40 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher) {
   c.momentum = o.momentum;
   c.barrier_timeout_s = o.barrier_timeout_s;
   // Spinning pays only while every worker has a core of its own.
-  c.spin_ns = P <= static_cast<int>(std::thread::hardware_concurrency()) ? 50'000 : 0;
+  c.spin_ns =
+      o.workers <= static_cast<int>(std::thread::hardware_concurrency()) ? 50'000 : 0;
   c.master_pid = getpid();
   c.fault_rank = o.fault_rank;
   c.fault_step = o.fault_step;
+  c.rule = static_cast<uint32_t>(o.rule);
+  c.lambda = o.LambdaOrDefault();
+  c.ms_decay = o.ms_decay;
+  c.epsilon = o.epsilon;
+  c.max_staleness = o.max_staleness;
   proto.creator_pid = getpid();
   proto.creator_start_time = shm::ProcessStartTime(getpid());
   shm::ComputeLayout(&proto);
-  if (Status s = CheckShmSpace(proto.total_size); !s.ok()) return s;
+  return proto;
+}
 
+// Updates applied so far: sync steps every rank completed, or async param_version.
+int64_t Progress(const shm::Segment& seg) {
+  if (static_cast<Mode>(seg.header()->config.mode) == Mode::kSync) return CompletedSteps(seg);
+  return static_cast<int64_t>(shm::LoadAcquire(seg.header()->param_version));
+}
+
+}  // namespace
+
+Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher) {
+  RunData rd;
+  if (Status s = PrepareData(o, &rd); !s.ok()) return s;
+  const data::Dataset& d = rd.train;
+  const int64_t total_steps = o.TotalSteps(d.rows);
+  const int P = o.workers;
+  const bool sync = o.mode == Mode::kSync;
+
+  const shm::Header proto = MakeHeader(o, d, total_steps);
+  if (Status s = CheckShmSpace(proto.total_size); !s.ok()) return s;
   shm::Segment seg;
   if (Status s = shm::Segment::Create(shm::MakeSegmentName(), proto, &seg); !s.ok()) return s;
   std::copy(d.x.begin(), d.x.end(), seg.x());
@@ -288,22 +329,23 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher) {
   log.JsonOnly(JsonLine("segment")
                    .Str("name", seg.name())
                    .Int("bytes", static_cast<int64_t>(seg.size()))
-                   .Int("params", static_cast<int64_t>(c.param_count))
+                   .Int("params", static_cast<int64_t>(proto.config.param_count))
                    .Int("rows", d.rows)
-                   .Int("steps", total_steps));
+                   .Int("val_rows", rd.val.rows)
+                   .Int("steps", total_steps)
+                   .Str("mode", ToString(o.mode)));
 
   const int64_t t_start = shm::MonotonicNs();
   Supervisor sup(seg, launcher, log);
   LossLog losses(seg, log);
   Status failure = sup.StartAll();
   int64_t next_progress = t_start;
-  std::vector<bool> finished(P, false);
   int done = 0;
   while (failure.ok() && done < P) {
     if (g_stop_signal != 0) {
       failure = Status::Interrupted(std::string("stopped by ") +
                                     (g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM") +
-                                    " at step " + std::to_string(CompletedSteps(seg)) + " of " +
+                                    " at step " + std::to_string(Progress(seg)) + " of " +
                                     std::to_string(total_steps));
       break;
     }
@@ -311,28 +353,30 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher) {
     losses.Drain();
     if (r >= 0) {
       const Child& ch = sup.child(r);
-      const bool ok = WIFEXITED(ch.status) && WEXITSTATUS(ch.status) == 0 &&
-                      shm::LoadPhase(*seg.block(r)) == 2 * static_cast<uint64_t>(total_steps);
-      if (ok) {
-        finished[r] = true;
+      const bool clean = WIFEXITED(ch.status) && WEXITSTATUS(ch.status) == 0;
+      // A sync worker leaves only after its last step; an async one once the update budget
+      // is claimed.
+      const bool finished =
+          clean && (!sync || shm::LoadPhase(*seg.block(r)) == 2 * static_cast<uint64_t>(total_steps));
+      if (finished) {
         ++done;
       } else {
-        const int64_t step = static_cast<int64_t>(shm::LoadPhase(*seg.block(r)) / 2);
         failure = Status::WorkerFailed("worker " + std::to_string(r) + " (pid " +
                                        std::to_string(ch.pid) + ") " + DescribeExit(ch.status) +
-                                       " at step " + std::to_string(step) + " of " +
+                                       " at step " + std::to_string(Progress(seg)) + " of " +
                                        std::to_string(total_steps) + "; the run was abandoned");
       }
     }
     const int64_t now = shm::MonotonicNs();
     if (now >= next_progress) {
       next_progress = now + kProgressNs;
-      const int64_t step = CompletedSteps(seg);
+      const int64_t step = Progress(seg);
       const double el = (now - t_start) / 1e9;
       const double rate = el > 0 ? TotalSamples(seg) / el : 0;
       const double eta = step > 0 ? el * (total_steps - step) / step : NAN;
+      const double loss = losses.last_loss();
       log.Progress("step " + std::to_string(step) + "/" + std::to_string(total_steps) +
-                   "  loss " + Fmt("%.6g", losses.last_loss()) + "  " + Fmt("%.0f", rate) +
+                   "  loss " + Fmt("%.6g", loss) + "  " + Fmt("%.0f", rate) +
                    " samples/s  ETA " + (std::isfinite(eta) ? Fmt("%.1f", eta) + "s" : "?"));
     }
   }
@@ -344,36 +388,74 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher) {
   losses.Drain();
   log.ClearProgress();
   const int64_t t_end = shm::MonotonicNs();
+  if (!sync && Progress(seg) != total_steps) {
+    return Status::Internal("async run ended with " + std::to_string(Progress(seg)) +
+                            " updates applied, expected " + std::to_string(total_steps));
+  }
 
   Model m;
   m.spec = o.model;
-  const float* w = seg.params(total_steps);
-  m.params.assign(w, w + c.param_count);
-  nn::Workspace<float> ws;
-  const double final_loss =
-      nn::LossSum<float>(o.model, m.params.data(), d.x.data(), d.y.data(), d.rows, ws) / d.rows;
+  const float* w = seg.params(sync ? total_steps : 0);
+  m.params.assign(w, w + proto.config.param_count);
+  const nn::Metrics train_m = nn::Evaluate(o.model, m.params.data(), d.x.data(), d.y.data(), d.rows);
+  const nn::Metrics val_m =
+      nn::Evaluate(o.model, m.params.data(), rd.val.x.data(), rd.val.y.data(), rd.val.rows);
   const double wall_s = (t_end - t_start) / 1e9;
   const uint64_t samples = TotalSamples(seg);
+  uint64_t dropped = 0, tau_sum = 0;
+  std::string per_worker = "[";
+  for (int r = 0; r < P; ++r) {
+    dropped += shm::LoadRelaxed(seg.block(r)->dropped_total);
+    tau_sum += shm::LoadRelaxed(seg.block(r)->staleness_sum);
+    per_worker += (r ? "," : "") + std::to_string(shm::LoadRelaxed(seg.block(r)->updates_total));
+  }
+  per_worker += "]";
+  const int64_t version = static_cast<int64_t>(shm::LoadAcquire(seg.header()->param_version));
   const int64_t s1 = shm::LoadRelaxed(seg.header()->step1_end_ns);
   const int64_t sl = shm::LoadRelaxed(seg.header()->last_end_ns);
-  const double us_per_step = total_steps > 1 ? (sl - s1) / 1e3 / (total_steps - 1) : NAN;
+  const double us_per_step = sync ? (total_steps > 1 ? (sl - s1) / 1e3 / (total_steps - 1) : NAN)
+                                  : wall_s * 1e6 / total_steps;
   seg.Unlink();
 
   if (!o.save_path.empty()) {
     if (Status s = SaveModel(o.save_path, m); !s.ok()) return s;
   }
-  log.Line("done: " + std::to_string(total_steps) + " steps, final loss " +
-               Fmt("%.9g", final_loss) + ", " + Fmt("%.3f", wall_s) + " s, " +
-               Fmt("%.0f", samples / wall_s) + " samples/s, " + std::to_string(P) + " worker" +
-               (P == 1 ? "" : "s") + ", " + Fmt("%.2f", us_per_step) + " us/step",
-           JsonLine("summary")
-               .Int("steps", total_steps)
-               .Num("final_loss", final_loss)
-               .Num("wall_s", wall_s)
-               .Num("samples_per_s", samples / wall_s)
-               .Int("workers", P)
-               .Num("us_per_step", us_per_step)
-               .Str("mode", "sync"));
+  JsonLine summary("summary");
+  summary.Int("steps", total_steps)
+      .Num("final_loss", train_m.loss)
+      .Num("wall_s", wall_s)
+      .Num("samples_per_s", samples / wall_s)
+      .Int("workers", P)
+      .Num("us_per_step", us_per_step)
+      .Str("mode", ToString(o.mode));
+  std::string text = "done: " + std::to_string(total_steps) + (sync ? " steps" : " updates") +
+                     ", final loss " + Fmt("%.9g", train_m.loss);
+  if (!sync) {
+    const double mean_tau = static_cast<double>(tau_sum) / total_steps;
+    summary.Str("rule", ToString(o.rule))
+        .Int("updates", total_steps)
+        .Int("param_version", version)
+        .Raw("worker_updates", per_worker)
+        .Int("dropped", static_cast<int64_t>(dropped))
+        .Num("mean_staleness", mean_tau);
+    text += " (" + std::string(ToString(o.rule)) + ", mean staleness " + Fmt("%.2f", mean_tau) +
+            ", " + std::to_string(dropped) + " dropped)";
+  }
+  if (rd.val.rows > 0) {
+    summary.Num("val_loss", val_m.loss);
+    text += ", val loss " + Fmt("%.6g", val_m.loss);
+    if (o.model.loss == Loss::kXent) {
+      summary.Num("val_accuracy", val_m.accuracy);
+      text += ", val accuracy " + Fmt("%.4f", val_m.accuracy);
+    } else {
+      summary.Num("val_rmse", val_m.rmse);
+      text += ", val rmse " + Fmt("%.6g", val_m.rmse);
+    }
+  }
+  text += ", " + Fmt("%.3f", wall_s) + " s, " + Fmt("%.0f", samples / wall_s) + " samples/s, " +
+          std::to_string(P) + " worker" + (P == 1 ? "" : "s") + ", " +
+          Fmt("%.2f", us_per_step) + " us/step";
+  log.Line(text, summary);
   return Status::Ok();
 }
 

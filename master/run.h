@@ -8,6 +8,8 @@
 
 #include <csignal>
 
+#include "data/dataset.h"
+#include "data/preprocess.h"
 #include "master/launcher.h"
 #include "master/log.h"
 #include "shmtrain/options.h"
@@ -17,6 +19,15 @@ namespace shmtrain::master {
 
 // The signal (SIGINT/SIGTERM) that asked the run to stop, 0 if none. Set by main's handler.
 extern volatile std::sig_atomic_t g_stop_signal;
+
+// The data a run trains and validates on: loaded, split (--val-split) and scaled
+// (--normalize, fitted on the training rows), and checked against the model.
+struct RunData {
+  data::Dataset train;
+  data::Dataset val;
+  data::Normalizer norm;
+};
+Status PrepareData(const TrainOptions& opts, RunData* out);
 
 // Runs a training to its end. On failure, every worker is gone and the segment removed
 // before this returns.

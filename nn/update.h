@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "shmtrain/options.h"
+
 namespace shmtrain::nn {
 
 // SGD with momentum (PyTorch's convention): v' = mu*v + g; w' = w - lr*v'. mu = 0 is plain
@@ -24,10 +26,8 @@ void SgdMomentum(int64_t n, const float* w_in, const float* v_in, const double* 
 //   dc-asgd-a:  ms <- m*ms + (1-m)*g*g;  lambda = lambda0 / sqrt(ms + eps);
 //               w <- w - lr * (g + lambda * g*g * (w - w_bak))
 // element by element. ms (MeanSquare) belongs to the caller (each worker keeps its own).
-enum class Rule : uint32_t { kAsgd = 0, kDcAsgdC = 1, kDcAsgdA = 2 };  // in the segment
-
 struct RuleParams {
-  Rule rule = Rule::kDcAsgdA;
+  AsyncRule rule = AsyncRule::kDcAsgdA;
   double lr = 0;
   double lambda0 = 2;    // dc-asgd-c: the constant lambda (paper: 0.04); -a: lambda0 (2)
   double ms_decay = 0.95;
@@ -58,12 +58,12 @@ void ApplyRule(const RuleParams& rp, int64_t n, float* w, const float* w_bak, co
                float* ms) {
   const double lr = rp.lr;
   switch (rp.rule) {
-    case Rule::kAsgd:
+    case AsyncRule::kAsgd:
       for (int64_t i = 0; i < n; ++i) {
         Access::Store(w + i, static_cast<float>(Access::Load(w + i) - lr * g[i]));
       }
       return;
-    case Rule::kDcAsgdC:
+    case AsyncRule::kDcAsgdC:
       for (int64_t i = 0; i < n; ++i) {
         const double wi = Access::Load(w + i);
         const double gi = g[i];
@@ -71,7 +71,7 @@ void ApplyRule(const RuleParams& rp, int64_t n, float* w, const float* w_bak, co
         Access::Store(w + i, static_cast<float>(wi - lr * step));
       }
       return;
-    case Rule::kDcAsgdA:
+    case AsyncRule::kDcAsgdA:
       for (int64_t i = 0; i < n; ++i) {
         const double gi = g[i];
         const double m = rp.ms_decay * ms[i] + (1 - rp.ms_decay) * gi * gi;

@@ -46,7 +46,7 @@ namespace shmtrain::shm {
 // "SHMTRAIN" read as a little-endian 64-bit integer.
 inline constexpr uint64_t kMagic = 0x4E494152544D4853ull;
 // Bump on every change to any struct in this file or to the meaning of a field.
-inline constexpr uint32_t kAbiVersion = 1;
+inline constexpr uint32_t kAbiVersion = 2;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr int kMaxLayers = 64;
 inline constexpr int kMaxWorkers = 256;
@@ -54,6 +54,17 @@ inline constexpr int kMaxWorkers = 256;
 inline constexpr int kLossRing = 4096;
 
 inline constexpr uint32_t kDtypeFloat32 = 0;
+
+// Async staleness histogram: bucket k counts updates with tau <= kStalenessBounds[k] (and above
+// the previous bound); the last bucket is everything larger.
+inline constexpr int kStalenessBuckets = 12;
+inline constexpr uint64_t kStalenessBounds[kStalenessBuckets - 1] = {0,  1,  2,   4,   8,  16,
+                                                                      32, 64, 128, 256, 512};
+inline int StalenessBucket(uint64_t tau) {
+  int k = 0;
+  while (k < kStalenessBuckets - 1 && tau > kStalenessBounds[k]) ++k;
+  return k;
+}
 
 // Everything a worker needs to know about the run. Written by the master before any worker
 // starts; never changed afterwards. Enum fields hold the values of include/shmtrain/*.h.
@@ -80,6 +91,14 @@ struct RunConfig {
   int32_t fault_rank;  // test hook: this rank exits at fault_step (-1 = off)
   int32_t reserved1;
   int64_t fault_step;
+  // Async mode (nn/update.h): rule (AsyncRule), its lambda, MeanSquare decay and epsilon;
+  // a gradient more than max_staleness versions old is dropped (-1 = never).
+  uint32_t rule;
+  uint32_t reserved2;
+  double lambda;
+  double ms_decay;
+  double epsilon;
+  int64_t max_staleness;
 };
 
 // One record of the loss ring. Rank 0 writes loss, then publishes tag = log index + 1.
@@ -116,6 +135,10 @@ struct alignas(kCacheLine) Header {
   alignas(kCacheLine) uint32_t abort_epoch;  // master only
   alignas(kCacheLine) uint32_t wake_seq;     // futex word
   uint32_t waiters;
+  // Async: param_version counts applied updates (advanced after each apply, release);
+  // claimed hands out update tickets so that exactly total_steps updates are applied.
+  alignas(kCacheLine) uint64_t param_version;
+  alignas(kCacheLine) uint64_t claimed;
 
   // ---- progress, written by rank 0.
   alignas(kCacheLine) int64_t step1_end_ns;  // CLOCK_MONOTONIC when step 0 completed
@@ -136,6 +159,18 @@ struct alignas(kCacheLine) WorkerBlock {
   uint64_t samples_total;
   uint64_t barrier_wait_ns_total;
   uint64_t compute_ns_total;
+  // Async (relaxed): updates applied, gradients dropped as too stale, sum of their tau, the
+  // applying flag (1 from just before the first parameter write until after the version
+  // advanced: a death while it is 1 is a torn update), and an exponential moving average of
+  // the minibatch loss (as double bits).
+  uint64_t updates_total;
+  uint64_t dropped_total;
+  uint64_t staleness_sum;
+  uint32_t applying;
+  uint32_t reserved;
+  alignas(kCacheLine) uint64_t staleness_hist[kStalenessBuckets];
+  double loss_ema;
+  uint64_t batches;  // async: minibatches drawn so far (the next batch of this rank's stream)
 };
 
 // Precedes each rank's gradient. The gradient itself starts kCacheLine bytes after it.

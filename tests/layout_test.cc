@@ -27,11 +27,11 @@ namespace {
 // A change to any of these numbers changes the bytes other builds read: bump kAbiVersion and
 // update the numbers together.
 TEST(Layout, PinsTheHeader) {
-  EXPECT_EQ(kAbiVersion, 1u);
+  EXPECT_EQ(kAbiVersion, 2u);
   EXPECT_EQ(std::memcmp(&kMagic, "SHMTRAIN", 8), 0);
-  EXPECT_EQ(sizeof(Header), 66304u);
-  EXPECT_EQ(sizeof(RunConfig), 392u);
-  EXPECT_EQ(sizeof(WorkerBlock), 128u);
+  EXPECT_EQ(sizeof(Header), 66432u);
+  EXPECT_EQ(sizeof(RunConfig), 432u);
+  EXPECT_EQ(sizeof(WorkerBlock), 256u);
   EXPECT_EQ(sizeof(SlotHeader), 64u);
   EXPECT_EQ(sizeof(LossRecord), 16u);
   EXPECT_EQ(offsetof(Header, abi_version), 8u);
@@ -43,17 +43,26 @@ TEST(Layout, PinsTheHeader) {
   EXPECT_EQ(offsetof(Header, abort_epoch), 576u);
   EXPECT_EQ(offsetof(Header, wake_seq), 640u);
   EXPECT_EQ(offsetof(Header, waiters), 644u);
-  EXPECT_EQ(offsetof(Header, step1_end_ns), 704u);
-  EXPECT_EQ(offsetof(Header, loss_ring), 720u);
+  EXPECT_EQ(offsetof(Header, param_version), 704u);
+  EXPECT_EQ(offsetof(Header, claimed), 768u);
+  EXPECT_EQ(offsetof(Header, step1_end_ns), 832u);
+  EXPECT_EQ(offsetof(Header, loss_ring), 848u);
   EXPECT_EQ(offsetof(RunConfig, layers), 16u);
   EXPECT_EQ(offsetof(RunConfig, workers), 272u);
   EXPECT_EQ(offsetof(RunConfig, param_count), 280u);
   EXPECT_EQ(offsetof(RunConfig, lr), 336u);
   EXPECT_EQ(offsetof(RunConfig, fault_step), 384u);
+  EXPECT_EQ(offsetof(RunConfig, rule), 392u);
+  EXPECT_EQ(offsetof(RunConfig, max_staleness), 424u);
   EXPECT_EQ(offsetof(WorkerBlock, heartbeat_ns), 8u);
   EXPECT_EQ(offsetof(WorkerBlock, incarnation), 24u);
   EXPECT_EQ(offsetof(WorkerBlock, steps_total), 64u);
   EXPECT_EQ(offsetof(WorkerBlock, compute_ns_total), 88u);
+  EXPECT_EQ(offsetof(WorkerBlock, updates_total), 96u);
+  EXPECT_EQ(offsetof(WorkerBlock, applying), 120u);
+  EXPECT_EQ(offsetof(WorkerBlock, staleness_hist), 128u);
+  EXPECT_EQ(offsetof(WorkerBlock, loss_ema), 224u);
+  EXPECT_EQ(offsetof(WorkerBlock, batches), 232u);
 }
 
 Header MakeProto(int workers, double momentum) {

@@ -11,19 +11,12 @@
 #include "shm/barrier.h"
 #include "shm/futex.h"
 #include "shmtrain/status.h"
+#include "worker/spec.h"
 
 namespace shmtrain::worker {
 namespace {
 
 constexpr int64_t kSliceAlign = shm::kCacheLine / sizeof(float);
-
-ModelSpec SpecOf(const shm::RunConfig& c) {
-  ModelSpec s;
-  s.layers.assign(c.layers, c.layers + c.num_layers);
-  s.activation = static_cast<Activation>(c.activation);
-  s.loss = static_cast<Loss>(c.loss);
-  return s;
-}
 
 int ExitFor(shm::PhaseBarrier::Result r) {
   switch (r) {

@@ -15,6 +15,7 @@
 #include "shm/segment.h"
 #include "shmtrain/options.h"
 #include "shmtrain/status.h"
+#include "worker/async_loop.h"
 #include "worker/sync_loop.h"
 
 namespace {
@@ -64,6 +65,9 @@ int main(int argc, char** argv) {
   shm::StoreRelaxed(self->heartbeat_ns, shm::MonotonicNs());
   shm::StoreRelease<uint32_t>(self->attached, 1);
 
-  if (static_cast<Mode>(c.mode) != Mode::kSync) return kWorkerBadLayout;
-  return worker::RunSync(seg, static_cast<int>(rank));
+  switch (static_cast<Mode>(c.mode)) {
+    case Mode::kSync: return worker::RunSync(seg, static_cast<int>(rank));
+    case Mode::kAsync: return worker::RunAsync(seg, static_cast<int>(rank));
+  }
+  return kWorkerBadLayout;
 }

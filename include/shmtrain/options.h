@@ -6,7 +6,10 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "shmtrain/model_spec.h"
 #include "shmtrain/status.h"
@@ -16,17 +19,31 @@ namespace shmtrain {
 enum class Mode : uint32_t { kSync = 0, kAsync = 1 };  // stored in the segment: append only
 enum class LogFormat { kText, kJson };
 enum class HeaderMode { kAuto, kYes, kNo };
+// Async update rule (values stored in the segment: append only). See nn/update.h.
+enum class AsyncRule : uint32_t { kAsgd = 0, kDcAsgdC = 1, kDcAsgdA = 2 };
+// Feature scaling, fitted on the training rows only (values stored in files: append only).
+enum class Normalize : uint32_t { kNone = 0, kMinMax = 1, kStandard = 2 };
+
+std::optional<Mode> ParseMode(std::string_view s);
+std::optional<AsyncRule> ParseAsyncRule(std::string_view s);
+std::optional<Normalize> ParseNormalize(std::string_view s);
+const char* ToString(Mode m);
+const char* ToString(AsyncRule r);
+const char* ToString(Normalize n);
 
 struct TrainOptions {
   // Number of worker processes. Default 1; 1 <= workers <= 256.
   int workers = 1;
   Mode mode = Mode::kSync;
 
-  // Data: exactly one of data_path / example. example: "parabola".
+  // Data: exactly one of data_path / example. example: "parabola" or "blobs" (Gaussian
+  // clusters: example_rows rows of example_features features, one class per output).
   std::string data_path;
   std::string example;
   // Rows of the built-in example. Default 50 (the seed's N); 1 <= n <= 10^7.
   int64_t example_rows = 50;
+  // Features of the blobs example. Default 16; 1..100000.
+  int example_features = 16;
   // Label column of a CSV file, 0-based; -1 (default) is the last column.
   int label_col = -1;
   // Whether the CSV file's first line is a header. Default: detected (a first line with a
@@ -56,6 +73,22 @@ struct TrainOptions {
   LogFormat log_format = LogFormat::kText;
   // Live progress line: auto = when stderr is a terminal.
   bool progress = true;
+
+  // Async mode. rule: default dc-asgd-a. lambda: dc-asgd-c's constant (default 0.04) or
+  // dc-asgd-a's lambda0 (default 2); NaN = the rule's default; >= 0. ms_decay in [0, 1)
+  // (default 0.95); epsilon > 0 (default 1e-7). max_staleness: drop a gradient more than this
+  // many versions old (default -1 = never).
+  AsyncRule rule = AsyncRule::kDcAsgdA;
+  double lambda = std::numeric_limits<double>::quiet_NaN();
+  double ms_decay = 0.95;
+  double epsilon = 1e-7;
+  int64_t max_staleness = -1;
+  double LambdaOrDefault() const;
+
+  // Held-out data: a fraction in [0, 1) of the rows (0 = none), taken after a shuffle seeded by
+  // `seed`. Features are scaled with statistics of the training rows only.
+  double val_split = 0;
+  Normalize normalize = Normalize::kNone;
 
   // Save the trained model here (empty: do not save).
   std::string save_path;

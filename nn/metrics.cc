@@ -1,0 +1,47 @@
+#include "nn/metrics.h"
+
+#include <cmath>
+#include <vector>
+
+#include "nn/mlp.h"
+
+namespace shmtrain::nn {
+
+Metrics Evaluate(const ModelSpec& spec, const float* params, const float* x, const float* y,
+                 int64_t rows) {
+  constexpr int64_t kChunk = 4096;
+  Metrics m;
+  m.rows = rows;
+  if (rows == 0) return m;
+  Workspace<float> ws;
+  const int in = spec.inputs(), out = spec.outputs();
+  std::vector<float> pred;
+  double loss = 0, correct = 0;
+  for (int64_t r0 = 0; r0 < rows; r0 += kChunk) {
+    const int64_t k = std::min(kChunk, rows - r0);
+    const float* xs = x + r0 * in;
+    const float* ys = y + r0;
+    loss += LossSum<float>(spec, params, xs, ys, k, ws);
+    if (spec.loss == Loss::kXent) {
+      pred.resize(static_cast<size_t>(k * out));
+      Predict<float>(spec, params, xs, k, pred.data(), ws);
+      for (int64_t i = 0; i < k; ++i) {
+        const float* p = pred.data() + i * out;
+        int best = 0;
+        for (int j = 1; j < out; ++j) {
+          if (p[j] > p[best]) best = j;
+        }
+        correct += best == static_cast<int>(ys[i]);
+      }
+    }
+  }
+  m.loss = loss / static_cast<double>(rows);
+  if (spec.loss == Loss::kXent) {
+    m.accuracy = correct / static_cast<double>(rows);
+  } else {
+    m.rmse = std::sqrt(m.loss / out);
+  }
+  return m;
+}
+
+}  // namespace shmtrain::nn
