@@ -250,7 +250,7 @@ Status ParseCommandLine(const std::vector<std::string>& args, Command* out) {
     if (help) {
       out->kind = Command::Kind::kHelp;
       out->help_text =
-          "usage: shmtrain train --workers P (--data FILE [--label-col K] | --example parabola)\n"
+          "usage: shmtrain train --workers P (--data FILE [--label-col K] | --example parabola|blobs)\n"
           "         [--mode sync|async [--rule asgd|dc-asgd-c|dc-asgd-a]]\n"
           "         --layers 1,5,1 [--activation tanh] [--loss mse] --lr 0.01 [--momentum M]\n"
           "         (--steps N | --epochs E) [--batch B] [--seed S] [--log-every K]\n"
