@@ -105,7 +105,7 @@ RunResult Run(const Config& c, int steps) {
   cmd += " --workers " + std::to_string(c.workers) +
          " --example blobs --rows 8192 --features 784 --layers " + kLayers +
          " --loss xent --init he --lr 0.01 --batch " + std::to_string(kBatch) + " --steps " +
-         std::to_string(steps) + " --log-every 0 --log-format json --no-progress";
+         std::to_string(steps) + " --log-every 0 --log-format json --no-progress --no-metrics";
   FILE* f = popen(cmd.c_str(), "r");
   if (f == nullptr) std::abort();
   char line[8192];

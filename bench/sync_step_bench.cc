@@ -93,7 +93,7 @@ double Median(std::vector<double> v) {
 // Runs the example; returns {us_per_step, wall_s} from its JSON summary.
 std::pair<double, double> RunExample(int workers) {
   const std::string cmd = std::string(SHMTRAIN_BIN) + " example parabola --workers " +
-                          std::to_string(workers) + " --log-format json --no-progress";
+                          std::to_string(workers) + " --log-format json --no-progress --no-metrics";
   FILE* f = popen(cmd.c_str(), "r");
   if (f == nullptr) std::abort();
   char line[4096];

@@ -159,6 +159,14 @@ std::vector<Flag> TrainFlags(TrainOptions* o) {
          return Status::Ok();
        }},
       {"--save", "FILE", "write the trained model to FILE", Str(&o->save_path)},
+      {"--metrics-addr", "HOST:PORT",
+       "serve Prometheus metrics here (default 127.0.0.1:9464; port 0 = any free port)",
+       Str(&o->metrics_addr)},
+      {"--no-metrics", "", "serve no metrics",
+       [o](const std::string&, std::string_view) {
+         o->metrics = false;
+         return Status::Ok();
+       }},
       {"--barrier-timeout", "SECONDS", "deadline of a worker's barrier wait (default 120)",
        Num(&o->barrier_timeout_s)},
       {"--fault-rank", "R", "test hook", Int<int>(&o->fault_rank, -1, 255), true},
@@ -266,7 +274,8 @@ Status ParseCommandLine(const std::vector<std::string>& args, Command* out) {
         out->kind = Command::Kind::kHelp;
         out->help_text =
             "usage: shmtrain example parabola [--workers P] [--seed S] [--log-format text|json]\n"
-            "                                 [--save FILE] [--no-progress]\n\n"
+            "                                 [--save FILE] [--no-progress]\n"
+            "                                 [--metrics-addr HOST:PORT | --no-metrics]\n\n"
             "The seed example: a 1-5-1 tanh network fits y = x^2 on 50 points evenly spaced on\n"
             "[-2, 2], mse loss, lr 0.01, 2000 full-batch steps, the loss every 50 steps.\n";
         return Status::Ok();
@@ -286,7 +295,8 @@ Status ParseCommandLine(const std::vector<std::string>& args, Command* out) {
     std::vector<Flag> allowed;
     for (const Flag& f : flags) {
       if (f.name == "--workers" || f.name == "--log-format" || f.name == "--save" ||
-          f.name == "--seed" || f.name == "--no-progress") {
+          f.name == "--seed" || f.name == "--no-progress" || f.name == "--metrics-addr" ||
+          f.name == "--no-metrics") {
         allowed.push_back(f);
       }
     }
@@ -298,7 +308,8 @@ Status ParseCommandLine(const std::vector<std::string>& args, Command* out) {
     for (const Flag& f : flags) {
       if (f.name != "--workers" && f.name != "--mode" && f.name != "--momentum" &&
           f.name != "--save" && f.name != "--barrier-timeout" && f.name != "--max-staleness" &&
-          f.name != "--no-progress" && !f.hidden) {
+          f.name != "--no-progress" && f.name != "--metrics-addr" && f.name != "--no-metrics" &&
+          !f.hidden) {
         sim.push_back(f);
       }
     }

@@ -80,6 +80,16 @@ void Logger::Line(const std::string& text, const JsonLine& json) {
   std::fflush(stdout);
 }
 
+void Logger::Info(const std::string& text, const JsonLine& json) {
+  if (format_ == LogFormat::kJson) {
+    JsonOnly(json);
+    return;
+  }
+  ClearProgress();
+  std::fprintf(stderr, "%s\n", text.c_str());
+  std::fflush(stderr);
+}
+
 void Logger::JsonOnly(const JsonLine& json) {
   if (format_ != LogFormat::kJson) return;
   std::fputs((json.Done() + "\n").c_str(), stdout);

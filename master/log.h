@@ -38,6 +38,9 @@ class Logger {
 
   // A line for stdout: the text form, or the JSON form in json mode.
   void Line(const std::string& text, const JsonLine& json);
+  // A diagnostic: the text on stderr in text mode (stdout stays the training log), the JSON
+  // event on stdout in json mode.
+  void Info(const std::string& text, const JsonLine& json);
   // Only in json mode (events that text mode does not show, e.g. worker pids).
   void JsonOnly(const JsonLine& json);
   // Replaces the live line (terminal only; nothing otherwise).

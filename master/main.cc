@@ -1,6 +1,8 @@
 // shmtrain: the master process and the command line.
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -51,11 +53,16 @@ int main(int argc, char** argv) {
 
   master::Logger log(cmd.train.log_format, cmd.train.progress);
   master::ProcessLauncher launcher(master::DefaultWorkerPath());
-  const Status s = master::RunTrain(cmd.train, log, launcher);
+  std::unique_ptr<monitoring::Exporter> exporter;
+  const Status s = master::RunTrain(cmd.train, log, launcher, &exporter);
+  int code = kExitOk;
   if (!s.ok()) {
     log.Error(s.message());
-    if (s.code() == Status::Code::kInterrupted) return 128 + master::g_stop_signal;
-    return s.exit_code();
+    code = s.code() == Status::Code::kInterrupted ? 128 + master::g_stop_signal : s.exit_code();
   }
-  return kExitOk;
+  // The workers are reaped and the segment removed by now. Ending here rather than returning
+  // skips the metrics server's shutdown, which would wait out civetweb's 2 s poll quantum;
+  // the kernel closes its socket.
+  std::fflush(nullptr);
+  std::_Exit(code);
 }

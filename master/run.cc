@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "data/dataset.h"
 #include "data/preprocess.h"
 #include "master/model_file.h"
+#include "monitoring/exporter.h"
 #include "nn/metrics.h"
 #include "nn/mlp.h"
 #include "shm/barrier.h"
@@ -91,8 +93,12 @@ struct Child {
 
 class Supervisor {
  public:
-  Supervisor(shm::Segment& seg, Launcher& launcher, Logger& log)
-      : seg_(seg), launcher_(launcher), log_(log), kids_(seg.header()->config.workers) {}
+  Supervisor(shm::Segment& seg, Launcher& launcher, Logger& log, monitoring::SupervisorStats& stats)
+      : seg_(seg),
+        launcher_(launcher),
+        log_(log),
+        stats_(stats),
+        kids_(seg.header()->config.workers) {}
   ~Supervisor() { KillAll(); }
 
   Status StartAll() {
@@ -146,6 +152,7 @@ class Supervisor {
     Child& c = kids_[rank];
     c.pid = pid;
     c.running = true;
+    stats_.SetUp(rank, true);
     c.pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
     if (c.pidfd < 0) {
       const int e = errno;
@@ -167,6 +174,7 @@ class Supervisor {
     if (p != c.pid) return false;
     c.status = st;
     c.running = false;
+    stats_.SetUp(r, false);
     close(c.pidfd);
     c.pidfd = -1;
     return true;
@@ -179,6 +187,7 @@ class Supervisor {
       // Bounded: a SIGKILLed process is reaped by the kernel without its cooperation.
       waitpid(c.pid, &c.status, 0);
       c.running = false;
+      stats_.SetUp(static_cast<int>(&c - kids_.data()), false);
       close(c.pidfd);
       c.pidfd = -1;
     }
@@ -187,6 +196,7 @@ class Supervisor {
   shm::Segment& seg_;
   Launcher& launcher_;
   Logger& log_;
+  monitoring::SupervisorStats& stats_;
   std::vector<Child> kids_;
 };
 
@@ -310,7 +320,13 @@ int64_t Progress(const shm::Segment& seg) {
 
 }  // namespace
 
-Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher) {
+Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
+                std::unique_ptr<monitoring::Exporter>* exporter_out) {
+  // The endpoint first: a taken port fails the run before anything exists to clean up.
+  std::unique_ptr<monitoring::Exporter>& exporter = *exporter_out;
+  if (o.metrics) {
+    if (Status s = monitoring::Exporter::Start(o.metrics_addr, &exporter); !s.ok()) return s;
+  }
   RunData rd;
   if (Status s = PrepareData(o, &rd); !s.ok()) return s;
   const data::Dataset& d = rd.train;
@@ -326,6 +342,15 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher) {
   std::copy(d.y.begin(), d.y.end(), seg.y());
   nn::InitParams(o.model, o.init, o.seed, seg.params(0));
   for (int r = 0; r < P; ++r) seg.slot(r)->step = -1;
+  monitoring::SupervisorStats stats(P);
+  if (exporter) exporter->Attach(&seg, &stats, o);
+  // Declared after seg and stats: destroyed first, so no scrape reads them once they are gone.
+  struct DetachOnExit {
+    monitoring::Exporter* e;
+    ~DetachOnExit() {
+      if (e) e->Detach();
+    }
+  } detach{exporter.get()};
   log.JsonOnly(JsonLine("segment")
                    .Str("name", seg.name())
                    .Int("bytes", static_cast<int64_t>(seg.size()))
@@ -334,9 +359,14 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher) {
                    .Int("val_rows", rd.val.rows)
                    .Int("steps", total_steps)
                    .Str("mode", ToString(o.mode)));
+  if (exporter) {
+    const std::string url = "http://" + exporter->address() + "/metrics";
+    log.Info("metrics: " + url,
+             JsonLine("metrics").Str("address", exporter->address()).Str("url", url));
+  }
 
   const int64_t t_start = shm::MonotonicNs();
-  Supervisor sup(seg, launcher, log);
+  Supervisor sup(seg, launcher, log, stats);
   LossLog losses(seg, log);
   Status failure = sup.StartAll();
   int64_t next_progress = t_start;

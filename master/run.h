@@ -7,11 +7,13 @@
 #pragma once
 
 #include <csignal>
+#include <memory>
 
 #include "data/dataset.h"
 #include "data/preprocess.h"
 #include "master/launcher.h"
 #include "master/log.h"
+#include "monitoring/exporter.h"
 #include "shmtrain/options.h"
 #include "shmtrain/status.h"
 
@@ -30,7 +32,9 @@ struct RunData {
 Status PrepareData(const TrainOptions& opts, RunData* out);
 
 // Runs a training to its end. On failure, every worker is gone and the segment removed
-// before this returns.
-Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher);
+// before this returns. The metrics endpoint, if any, is left in *exporter: stopping it costs
+// civetweb's 2 s poll quantum, so the caller lets the process's exit close it instead.
+Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher,
+                std::unique_ptr<monitoring::Exporter>* exporter);
 
 }  // namespace shmtrain::master

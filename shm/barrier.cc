@@ -43,10 +43,17 @@ void PhaseBarrier::Arrive(uint64_t phase) {
 }
 
 PhaseBarrier::Result PhaseBarrier::Wait(uint64_t target, int64_t deadline_ns) {
-  if (Complete(target)) return Result::kOk;
+  if (Complete(target)) {
+    AddRelaxed<uint64_t>(self_->barrier_wait_hist[0], 1);  // a wait of zero
+    return Result::kOk;
+  }
   const int64_t start = MonotonicNs();
   auto done = [&](Result r) {
-    waited_ns_ += static_cast<uint64_t>(MonotonicNs() - start);
+    const int64_t waited = MonotonicNs() - start;
+    waited_ns_ += static_cast<uint64_t>(waited);
+    // Counters only ever grow, so they stay monotonic across a replaced incarnation.
+    AddRelaxed<uint64_t>(self_->barrier_wait_ns_total, static_cast<uint64_t>(waited));
+    AddRelaxed<uint64_t>(self_->barrier_wait_hist[DurationBucket(waited)], 1);
     return r;
   };
   // Spin first: a futex sleep and wake costs more than a short step. The budget adapts: it

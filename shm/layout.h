@@ -46,7 +46,7 @@ namespace shmtrain::shm {
 // "SHMTRAIN" read as a little-endian 64-bit integer.
 inline constexpr uint64_t kMagic = 0x4E494152544D4853ull;
 // Bump on every change to any struct in this file or to the meaning of a field.
-inline constexpr uint32_t kAbiVersion = 2;
+inline constexpr uint32_t kAbiVersion = 3;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr int kMaxLayers = 64;
 inline constexpr int kMaxWorkers = 256;
@@ -60,6 +60,19 @@ inline constexpr uint32_t kDtypeFloat32 = 0;
 inline constexpr int kStalenessBuckets = 12;
 inline constexpr uint64_t kStalenessBounds[kStalenessBuckets - 1] = {0,  1,  2,   4,   8,  16,
                                                                       32, 64, 128, 256, 512};
+// Duration histograms (step time, barrier wait): bucket k counts durations <= the bound (in
+// seconds) and above the previous one; the last bucket is everything longer.
+inline constexpr int kDurationBuckets = 20;
+inline constexpr double kDurationBounds[kDurationBuckets - 1] = {
+    1e-5,   2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2,
+    2.5e-2, 5e-2,   0.1,  0.25, 0.5,    1,    2.5,  5,      10};
+inline int DurationBucket(int64_t ns) {
+  const double s = static_cast<double>(ns) * 1e-9;
+  int k = 0;
+  while (k < kDurationBuckets - 1 && s > kDurationBounds[k]) ++k;
+  return k;
+}
+
 inline int StalenessBucket(uint64_t tau) {
   int k = 0;
   while (k < kStalenessBuckets - 1 && tau > kStalenessBounds[k]) ++k;
@@ -140,6 +153,11 @@ struct alignas(kCacheLine) Header {
   alignas(kCacheLine) uint64_t param_version;
   alignas(kCacheLine) uint64_t claimed;
 
+  // ---- latest values for the metrics (double bits, relaxed): sync, rank 0 after each step;
+  // async, any worker after an update.
+  alignas(kCacheLine) double last_loss;
+  double last_grad_norm;
+
   // ---- progress, written by rank 0.
   alignas(kCacheLine) int64_t step1_end_ns;  // CLOCK_MONOTONIC when step 0 completed
   int64_t last_end_ns;                       // ... when the last step completed
@@ -171,6 +189,14 @@ struct alignas(kCacheLine) WorkerBlock {
   alignas(kCacheLine) uint64_t staleness_hist[kStalenessBuckets];
   double loss_ema;
   uint64_t batches;  // async: minibatches drawn so far (the next batch of this rank's stream)
+  // Sync: this rank's share of the squared norm of step `grad_sq_step`'s mean gradient.
+  double grad_sq;
+  int64_t grad_sq_step;
+  // Durations (relaxed counters): every barrier wait (sync); every step as rank 0 sees it
+  // (sync) or every update of this rank (async).
+  alignas(kCacheLine) uint64_t barrier_wait_hist[kDurationBuckets];
+  uint64_t step_duration_hist[kDurationBuckets];
+  uint64_t step_duration_ns_total;
 };
 
 // Precedes each rank's gradient. The gradient itself starts kCacheLine bytes after it.

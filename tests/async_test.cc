@@ -108,6 +108,8 @@ const std::string kBin = SHMTRAIN_BIN;
 const std::string kDigits = SHMTRAIN_DIGITS;
 
 ProcResult Shmtrain(std::vector<std::string> args, int timeout_ms = 120000) {
+  if (args[0] == "train") args.insert(args.begin() + 1, "--metrics-addr=127.0.0.1:0");
+  if (args[0] == "example") args.insert(args.begin() + 2, "--metrics-addr=127.0.0.1:0");
   args.insert(args.begin(), kBin);
   ProcResult r = RunProcess(args, milliseconds(timeout_ms));
   EXPECT_TRUE(test::SegmentsOf(r.pid).empty()) << "segment left behind";
@@ -215,7 +217,7 @@ TEST(AsyncRun, LogsTheLossAtLoggedUpdates) {
 }
 
 TEST(AsyncRun, KilledWorkerEndsTheRunCleanly) {
-  test::Subprocess p({kBin, "train", "--mode", "async", "--workers", "2", "--example", "blobs",
+  test::Subprocess p({kBin, "train", "--metrics-addr=127.0.0.1:0", "--mode", "async", "--workers", "2", "--example", "blobs",
                       "--rows", "2000", "--features", "32", "--layers", "32,256,4", "--loss",
                       "xent", "--lr", "0.01", "--batch", "32", "--steps", "100000000",
                       "--log-format", "json", "--log-every", "100"});

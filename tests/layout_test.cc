@@ -27,11 +27,11 @@ namespace {
 // A change to any of these numbers changes the bytes other builds read: bump kAbiVersion and
 // update the numbers together.
 TEST(Layout, PinsTheHeader) {
-  EXPECT_EQ(kAbiVersion, 2u);
+  EXPECT_EQ(kAbiVersion, 3u);
   EXPECT_EQ(std::memcmp(&kMagic, "SHMTRAIN", 8), 0);
-  EXPECT_EQ(sizeof(Header), 66432u);
+  EXPECT_EQ(sizeof(Header), 66496u);
   EXPECT_EQ(sizeof(RunConfig), 432u);
-  EXPECT_EQ(sizeof(WorkerBlock), 256u);
+  EXPECT_EQ(sizeof(WorkerBlock), 640u);
   EXPECT_EQ(sizeof(SlotHeader), 64u);
   EXPECT_EQ(sizeof(LossRecord), 16u);
   EXPECT_EQ(offsetof(Header, abi_version), 8u);
@@ -45,8 +45,9 @@ TEST(Layout, PinsTheHeader) {
   EXPECT_EQ(offsetof(Header, waiters), 644u);
   EXPECT_EQ(offsetof(Header, param_version), 704u);
   EXPECT_EQ(offsetof(Header, claimed), 768u);
-  EXPECT_EQ(offsetof(Header, step1_end_ns), 832u);
-  EXPECT_EQ(offsetof(Header, loss_ring), 848u);
+  EXPECT_EQ(offsetof(Header, last_loss), 832u);
+  EXPECT_EQ(offsetof(Header, step1_end_ns), 896u);
+  EXPECT_EQ(offsetof(Header, loss_ring), 912u);
   EXPECT_EQ(offsetof(RunConfig, layers), 16u);
   EXPECT_EQ(offsetof(RunConfig, workers), 272u);
   EXPECT_EQ(offsetof(RunConfig, param_count), 280u);
@@ -63,6 +64,10 @@ TEST(Layout, PinsTheHeader) {
   EXPECT_EQ(offsetof(WorkerBlock, staleness_hist), 128u);
   EXPECT_EQ(offsetof(WorkerBlock, loss_ema), 224u);
   EXPECT_EQ(offsetof(WorkerBlock, batches), 232u);
+  EXPECT_EQ(offsetof(WorkerBlock, grad_sq), 240u);
+  EXPECT_EQ(offsetof(WorkerBlock, barrier_wait_hist), 256u);
+  EXPECT_EQ(offsetof(WorkerBlock, step_duration_hist), 416u);
+  EXPECT_EQ(offsetof(WorkerBlock, step_duration_ns_total), 576u);
 }
 
 Header MakeProto(int workers, double momentum) {

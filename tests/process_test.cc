@@ -60,7 +60,14 @@ constexpr int64_t kExampleRows = 50;
 constexpr int64_t kExampleSteps = 2000;
 constexpr double kExampleLr = 0.01;
 
+// Every run serves metrics on a port of its own (0: any free one), so tests running side by
+// side never fight over the default 9464.
 std::vector<std::string> Shmtrain(std::vector<std::string> args) {
+  if (!args.empty() && args[0] == "train") {
+    args.insert(args.begin() + 1, "--metrics-addr=127.0.0.1:0");
+  } else if (args.size() >= 2 && args[0] == "example" && args[1] == "parabola") {
+    args.insert(args.begin() + 2, "--metrics-addr=127.0.0.1:0");
+  }
   args.insert(args.begin(), kMasterBin);
   return args;
 }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <vector>
 
 #include "data/batch_plan.h"
@@ -21,6 +22,8 @@ namespace {
 static_assert(std::atomic_ref<double>::is_always_lock_free, "loss_ema is shared as a double");
 
 constexpr double kLossEmaWeight = 0.1;
+// The gradient norm metric costs a pass over the gradient: take it every few updates.
+constexpr int64_t kGradNormEvery = 8;
 constexpr uint64_t kShardStream = 0x5348415244ull;  // "SHARD"
 
 }  // namespace
@@ -131,6 +134,15 @@ int RunAsync(const shm::Segment& seg, int rank) {
     shm::AddRelaxed<uint64_t>(self->steps_total, 1);
     shm::AddRelaxed<uint64_t>(self->staleness_sum, tau);
     shm::AddRelaxed<uint64_t>(self->staleness_hist[shm::StalenessBucket(tau)], 1);
+    const int64_t took = shm::MonotonicNs() - t0;
+    shm::AddRelaxed<uint64_t>(self->step_duration_hist[shm::DurationBucket(took)], 1);
+    shm::AddRelaxed<uint64_t>(self->step_duration_ns_total, static_cast<uint64_t>(took));
+    shm::StoreRelaxed(h->last_loss, loss);
+    if (b % kGradNormEvery == 0) {
+      double sq = 0;
+      for (const float g : grad) sq += static_cast<double>(g) * g;
+      shm::StoreRelaxed(h->last_grad_norm, std::sqrt(sq));
+    }
     const double ema = shm::LoadRelaxed(self->loss_ema);
     shm::StoreRelaxed(self->loss_ema,
                       b == 0 ? loss : (1 - kLossEmaWeight) * ema + kLossEmaWeight * loss);

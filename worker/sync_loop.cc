@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <vector>
 
@@ -55,6 +56,7 @@ int RunSync(const shm::Segment& seg, int rank) {
 
   const int64_t timeout_ns = static_cast<int64_t>(c.barrier_timeout_s * 1e9);
   uint64_t phase = shm::LoadPhase(*self);
+  int64_t last_step_end = 0;  // rank 0: when the previous step completed
   for (int64_t t = static_cast<int64_t>(phase / 2); t < c.total_steps; ++t) {
     shm::StoreRelaxed(self->heartbeat_ns, shm::MonotonicNs());
     if (c.fault_rank == rank && c.fault_step == t) return kWorkerInjectedFault;
@@ -118,7 +120,13 @@ int RunSync(const shm::Segment& seg, int rank) {
         for (int64_t i = lo; i < hi; ++i) gmean[i - lo] += g[i];
       }
       const double inv = 1.0 / static_cast<double>(samples);
-      for (double& v : gmean) v *= inv;
+      double sq = 0;
+      for (double& v : gmean) {
+        v *= inv;
+        sq += v * v;
+      }
+      self->grad_sq = sq;
+      self->grad_sq_step = t;
       const float* v_in = seg.momentum(t);
       float* v_out = seg.momentum(t + 1);
       nn::SgdMomentum(hi - lo, seg.params(t) + lo, v_in ? v_in + lo : nullptr, gmean.data(), c.lr,
@@ -137,10 +145,22 @@ int RunSync(const shm::Segment& seg, int rank) {
     r = barrier.Wait(2 * t + 2, shm::MonotonicNs() + timeout_ns);
     if (r != shm::PhaseBarrier::Result::kOk) return ExitFor(r);
     shm::AddRelaxed<uint64_t>(self->steps_total, 1);
-    shm::StoreRelaxed<uint64_t>(self->barrier_wait_ns_total, barrier.waited_ns());
     if (rank == 0) {
-      if (t == 0) shm::StoreRelaxed(h->step1_end_ns, shm::MonotonicNs());
-      if (t + 1 == c.total_steps) shm::StoreRelaxed(h->last_end_ns, shm::MonotonicNs());
+      // Every rank published its slice's share of |g|^2 for step t before arriving at 2t+2,
+      // and none can publish step t+1's before rank 0 arrives at 2t+3.
+      double grad_sq = 0;
+      for (int q = 0; q < P; ++q) grad_sq += seg.block(q)->grad_sq;
+      shm::StoreRelaxed(h->last_grad_norm, std::sqrt(grad_sq));
+      shm::StoreRelaxed(h->last_loss, loss_sum / static_cast<double>(samples));
+      const int64_t now = shm::MonotonicNs();
+      if (t == 0) shm::StoreRelaxed(h->step1_end_ns, now);
+      if (t + 1 == c.total_steps) shm::StoreRelaxed(h->last_end_ns, now);
+      if (last_step_end > 0) {
+        shm::AddRelaxed<uint64_t>(self->step_duration_hist[shm::DurationBucket(now - last_step_end)], 1);
+        shm::AddRelaxed<uint64_t>(self->step_duration_ns_total,
+                                  static_cast<uint64_t>(now - last_step_end));
+      }
+      last_step_end = now;
     }
   }
   return kWorkerOk;

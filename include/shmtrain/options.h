@@ -90,6 +90,11 @@ struct TrainOptions {
   double val_split = 0;
   Normalize normalize = Normalize::kNone;
 
+  // Prometheus endpoint of the master: "HOST:PORT" (port 0 picks a free port, logged).
+  // Default 127.0.0.1:9464. metrics = false (--no-metrics) serves nothing.
+  std::string metrics_addr = "127.0.0.1:9464";
+  bool metrics = true;
+
   // Save the trained model here (empty: do not save).
   std::string save_path;
 

@@ -1,0 +1,281 @@
+#include "monitoring/exporter.h"
+
+#include <prometheus/collectable.h>
+#include <prometheus/exposer.h>
+#include <prometheus/metric_family.h>
+
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <mutex>
+
+#include "shm/futex.h"
+
+namespace shmtrain::monitoring {
+
+const char* ToString(RestartReason r) { return r == RestartReason::kCrash ? "crash" : "hang"; }
+
+SupervisorStats::SupervisorStats(int workers)
+    : up_(static_cast<size_t>(workers)),
+      restarts_(static_cast<size_t>(workers) * kRestartReasons) {}
+
+void SupervisorStats::AddRestart(int rank, RestartReason why) {
+  restarts_[rank * kRestartReasons + static_cast<int>(why)].fetch_add(1,
+                                                                      std::memory_order_relaxed);
+}
+
+uint64_t SupervisorStats::restarts(int rank, RestartReason why) const {
+  return restarts_[rank * kRestartReasons + static_cast<int>(why)].load(std::memory_order_relaxed);
+}
+
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+MetricFamily Family(const char* name, const char* help, MetricType type) {
+  MetricFamily f;
+  f.name = name;
+  f.help = help;
+  f.type = type;
+  return f;
+}
+
+ClientMetric Value(double v, MetricType type, std::vector<ClientMetric::Label> labels = {}) {
+  ClientMetric m;
+  m.label = std::move(labels);
+  if (type == MetricType::Counter) {
+    m.counter.value = v;
+  } else {
+    m.gauge.value = v;
+  }
+  return m;
+}
+
+// A histogram from per-bucket (non-cumulative) counts and bounds; the last count is +Inf's.
+template <class Bound>
+ClientMetric Histogram(const uint64_t* counts, const Bound* bounds, int buckets, double sum,
+                       std::vector<ClientMetric::Label> labels = {}) {
+  ClientMetric m;
+  m.label = std::move(labels);
+  uint64_t cum = 0;
+  for (int k = 0; k < buckets; ++k) {
+    cum += counts[k];
+    ClientMetric::Bucket b;
+    b.cumulative_count = cum;
+    b.upper_bound = k + 1 < buckets ? static_cast<double>(bounds[k])
+                                    : std::numeric_limits<double>::infinity();
+    m.histogram.bucket.push_back(b);
+  }
+  m.histogram.sample_count = cum;
+  m.histogram.sample_sum = sum;
+  return m;
+}
+
+}  // namespace
+
+class RunCollector final : public prometheus::Collectable {
+ public:
+  RunCollector(const shm::Segment* seg, const SupervisorStats* stats, const TrainOptions& o)
+      : seg_(seg), stats_(stats), mode_(ToString(o.mode)),
+        rule_(o.mode == Mode::kAsync ? ToString(o.rule) : "none") {}
+
+  void Detach() {
+    std::lock_guard<std::mutex> lock(mu_);
+    seg_ = nullptr;
+  }
+
+  std::vector<MetricFamily> Collect() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (seg_ == nullptr) return {};
+    using shm::LoadRelaxed;
+    const shm::Header* h = seg_->header();
+    const shm::RunConfig& c = h->config;
+    const int P = static_cast<int>(c.workers);
+    const bool sync = static_cast<Mode>(c.mode) == Mode::kSync;
+    std::vector<MetricFamily> out;
+
+    auto gauge = [&](const char* name, const char* help, double v) {
+      MetricFamily f = Family(name, help, MetricType::Gauge);
+      f.metric.push_back(Value(v, MetricType::Gauge));
+      out.push_back(std::move(f));
+    };
+    auto per_worker = [&](const char* name, const char* help, MetricType type, auto value) {
+      MetricFamily f = Family(name, help, type);
+      for (int r = 0; r < P; ++r) {
+        f.metric.push_back(Value(value(r), type, {{"worker", std::to_string(r)}}));
+      }
+      out.push_back(std::move(f));
+    };
+
+    MetricFamily info = Family("shmtrain_build_info",
+                               "Version, mode and async rule of this run (always 1).",
+                               MetricType::Gauge);
+    info.metric.push_back(Value(1, MetricType::Gauge, {{"mode", mode_},
+                                                       {"rule", rule_},
+                                                       {"version", SHMTRAIN_VERSION}}));
+    out.push_back(std::move(info));
+    gauge("shmtrain_workers", "Worker processes of this run (P).", P);
+    per_worker("shmtrain_worker_up", "1 while the worker process runs and has attached.",
+               MetricType::Gauge, [&](int r) {
+                 return stats_->up(r) && shm::LoadAcquire(seg_->block(r)->attached) ? 1.0 : 0.0;
+               });
+
+    uint64_t progress;
+    if (sync) {
+      uint64_t lo = UINT64_MAX;
+      for (int r = 0; r < P; ++r) lo = std::min(lo, shm::LoadPhase(*seg_->block(r)) / 2);
+      progress = lo;
+    } else {
+      progress = shm::LoadAcquire(h->param_version);
+    }
+    MetricFamily steps = Family("shmtrain_steps_total",
+                                "Updates applied: sync steps completed by every worker, or async "
+                                "updates.",
+                                MetricType::Counter);
+    steps.metric.push_back(Value(static_cast<double>(progress), MetricType::Counter));
+    out.push_back(std::move(steps));
+    gauge("shmtrain_target_steps", "Updates this run will apply in all.",
+          static_cast<double>(c.total_steps));
+    per_worker("shmtrain_samples_total", "Samples whose gradient the worker computed.",
+               MetricType::Counter,
+               [&](int r) { return static_cast<double>(LoadRelaxed(seg_->block(r)->samples_total)); });
+    gauge("shmtrain_loss", "Loss of the latest minibatch (mean per sample).",
+          LoadRelaxed(h->last_loss));
+    gauge("shmtrain_learning_rate", "Learning rate.", c.lr);
+    gauge("shmtrain_grad_norm", "L2 norm of the latest (mean) gradient.",
+          LoadRelaxed(h->last_grad_norm));
+
+    MetricFamily dur = Family("shmtrain_step_duration_seconds",
+                              "Time per step (sync, as rank 0 sees it) or per update (async).",
+                              MetricType::Histogram);
+    {
+      uint64_t counts[shm::kDurationBuckets] = {};
+      double sum = 0;
+      for (int r = 0; r < P; ++r) {
+        const shm::WorkerBlock* b = seg_->block(r);
+        for (int k = 0; k < shm::kDurationBuckets; ++k) counts[k] += LoadRelaxed(b->step_duration_hist[k]);
+        sum += LoadRelaxed(b->step_duration_ns_total) * 1e-9;
+      }
+      dur.metric.push_back(Histogram(counts, shm::kDurationBounds, shm::kDurationBuckets, sum));
+    }
+    out.push_back(std::move(dur));
+
+    MetricFamily wait = Family("shmtrain_barrier_wait_seconds",
+                               "Time each sync barrier wait took, by worker.",
+                               MetricType::Histogram);
+    for (int r = 0; r < P; ++r) {
+      const shm::WorkerBlock* b = seg_->block(r);
+      uint64_t counts[shm::kDurationBuckets];
+      for (int k = 0; k < shm::kDurationBuckets; ++k) counts[k] = LoadRelaxed(b->barrier_wait_hist[k]);
+      wait.metric.push_back(Histogram(counts, shm::kDurationBounds, shm::kDurationBuckets,
+                                      LoadRelaxed(b->barrier_wait_ns_total) * 1e-9,
+                                      {{"worker", std::to_string(r)}}));
+    }
+    out.push_back(std::move(wait));
+
+    MetricFamily stale = Family("shmtrain_update_staleness",
+                                "Async: versions applied by others between a worker's read and "
+                                "its update (tau).",
+                                MetricType::Histogram);
+    {
+      uint64_t counts[shm::kStalenessBuckets] = {};
+      double sum = 0;
+      for (int r = 0; r < P; ++r) {
+        const shm::WorkerBlock* b = seg_->block(r);
+        for (int k = 0; k < shm::kStalenessBuckets; ++k) counts[k] += LoadRelaxed(b->staleness_hist[k]);
+        sum += static_cast<double>(LoadRelaxed(b->staleness_sum));
+      }
+      stale.metric.push_back(Histogram(counts, shm::kStalenessBounds, shm::kStalenessBuckets, sum));
+    }
+    out.push_back(std::move(stale));
+
+    gauge("shmtrain_param_version", "Async: the global parameter version (updates applied).",
+          static_cast<double>(shm::LoadAcquire(h->param_version)));
+    uint64_t dropped = 0;
+    for (int r = 0; r < P; ++r) dropped += LoadRelaxed(seg_->block(r)->dropped_total);
+    MetricFamily drop = Family("shmtrain_dropped_gradients_total",
+                               "Async: gradients dropped as older than --max-staleness.",
+                               MetricType::Counter);
+    drop.metric.push_back(Value(static_cast<double>(dropped), MetricType::Counter));
+    out.push_back(std::move(drop));
+
+    MetricFamily restarts = Family("shmtrain_worker_restarts_total",
+                                   "Workers replaced by the supervisor, by worker and reason.",
+                                   MetricType::Counter);
+    for (int r = 0; r < P; ++r) {
+      for (RestartReason why : {RestartReason::kCrash, RestartReason::kHang}) {
+        restarts.metric.push_back(Value(static_cast<double>(stats_->restarts(r, why)),
+                                        MetricType::Counter,
+                                        {{"reason", ToString(why)}, {"worker", std::to_string(r)}}));
+      }
+    }
+    out.push_back(std::move(restarts));
+
+    const int64_t now = shm::MonotonicNs();
+    per_worker("shmtrain_worker_heartbeat_age_seconds",
+               "Seconds since the worker last refreshed its heartbeat (0 before it started).",
+               MetricType::Gauge, [&](int r) {
+                 const int64_t hb = LoadRelaxed(seg_->block(r)->heartbeat_ns);
+                 return hb > 0 ? std::max<int64_t>(0, now - hb) * 1e-9 : 0.0;
+               });
+    per_worker("shmtrain_worker_compute_seconds_total",
+               "Seconds the worker spent computing (gradients, reductions, updates).",
+               MetricType::Counter, [&](int r) {
+                 return LoadRelaxed(seg_->block(r)->compute_ns_total) * 1e-9;
+               });
+    return out;
+  }
+
+ private:
+  // Held by a scrape while it reads the segment, and by Detach(): never by the run loop
+  // otherwise, so training never waits for a scrape.
+  mutable std::mutex mu_;
+  const shm::Segment* seg_;
+  const SupervisorStats* stats_;
+  std::string mode_;
+  std::string rule_;
+};
+
+Exporter::~Exporter() = default;
+
+Status Exporter::Start(const std::string& addr, std::unique_ptr<Exporter>* out) {
+  auto bad = [&](const std::string& what) {
+    return Status::Usage("--metrics-addr " + addr + ": " + what);
+  };
+  const size_t colon = addr.rfind(':');
+  if (colon == std::string::npos || colon == 0) return bad("expected HOST:PORT");
+  const std::string host = addr.substr(0, colon);
+  const std::string port_s = addr.substr(colon + 1);
+  int port = -1;
+  const auto [p, ec] = std::from_chars(port_s.data(), port_s.data() + port_s.size(), port);
+  if (ec != std::errc() || p != port_s.data() + port_s.size() || port < 0 || port > 65535) {
+    return bad("port must be a number 0..65535");
+  }
+  std::unique_ptr<Exporter> e(new Exporter());
+  try {
+    // One serving thread: scrapes are rare and cheap, and the cores belong to the workers.
+    e->exposer_ = std::make_unique<prometheus::Exposer>(addr, 1);
+  } catch (const std::exception& ex) {
+    (void)ex;  // civetweb's text ("null context ...") says less than we do
+    return bad("cannot listen there: the port is taken, or the address is not one of this "
+               "host's (use port 0 for any free port, or --no-metrics)");
+  }
+  const std::vector<int> ports = e->exposer_->GetListeningPorts();
+  e->address_ = host + ":" + std::to_string(ports.empty() ? port : ports.front());
+  *out = std::move(e);
+  return Status::Ok();
+}
+
+void Exporter::Attach(const shm::Segment* seg, const SupervisorStats* stats,
+                      const TrainOptions& opts) {
+  collector_ = std::make_shared<RunCollector>(seg, stats, opts);
+  exposer_->RegisterCollectable(collector_);
+}
+
+void Exporter::Detach() {
+  if (collector_) collector_->Detach();
+}
+
+}  // namespace shmtrain::monitoring

@@ -1,0 +1,72 @@
+// The master's Prometheus endpoint.
+//
+// Only the master listens. Every value is read from the segment (and from the supervisor's
+// few atomics) at scrape time by a custom Collectable: a scrape never waits for training, the
+// workers never know about it, and counters stay monotonic when a worker is replaced because
+// they live in the rank's block, which outlives its incarnations.
+//
+// Threads: prometheus-cpp serves scrapes on its own threads (civetweb). They only read the
+// segment (relaxed/acquire loads through shm/layout.h's accessors) and SupervisorStats
+// (atomics); the run loop never takes a lock a scrape could hold.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shm/segment.h"
+#include "shmtrain/options.h"
+#include "shmtrain/status.h"
+
+namespace prometheus {
+class Exposer;
+}
+
+namespace shmtrain::monitoring {
+
+// Why a worker was replaced. Label values of shmtrain_worker_restarts_total.
+enum class RestartReason { kCrash = 0, kHang = 1 };
+inline constexpr int kRestartReasons = 2;
+const char* ToString(RestartReason r);
+
+// What only the master knows: which workers are running, how often each was restarted.
+// Written by the run loop, read by scrapes.
+class SupervisorStats {
+ public:
+  explicit SupervisorStats(int workers);
+  void SetUp(int rank, bool up) { up_[rank].store(up ? 1 : 0, std::memory_order_relaxed); }
+  bool up(int rank) const { return up_[rank].load(std::memory_order_relaxed) != 0; }
+  void AddRestart(int rank, RestartReason why);
+  uint64_t restarts(int rank, RestartReason why) const;
+
+ private:
+  std::vector<std::atomic<int>> up_;
+  std::vector<std::atomic<uint64_t>> restarts_;  // rank * kRestartReasons + reason
+};
+
+class RunCollector;
+
+class Exporter {
+ public:
+  ~Exporter();
+  // Listens on "HOST:PORT" (port 0: any free port). kUsage, naming the address, when it is
+  // malformed or cannot be bound (taken port, foreign address).
+  static Status Start(const std::string& addr, std::unique_ptr<Exporter>* out);
+  // The address actually bound, e.g. "127.0.0.1:43567".
+  const std::string& address() const { return address_; }
+
+  // Serves this run's metrics from now on. seg and stats must outlive the exporter.
+  void Attach(const shm::Segment* seg, const SupervisorStats* stats, const TrainOptions& opts);
+  // Stops reading the segment (a scrape in progress finishes first); later scrapes see no
+  // run metrics. Call before the segment is unmapped.
+  void Detach();
+
+ private:
+  Exporter() = default;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::shared_ptr<RunCollector> collector_;
+  std::string address_;
+};
+
+}  // namespace shmtrain::monitoring
