@@ -288,6 +288,8 @@ def parse_rules(text):
         key_indent, key, value = len(m.group(1)), m.group(2), (m.group(3) or "")
         if cur is not None:
             cur["keys"].add(key)
+            if value.strip().startswith("{"):      # flow mapping: labels: {severity: x}
+                cur["keys"].update(re.findall(r"([A-Za-z_][A-Za-z0-9_]*)\s*:", value))
         if key != "expr":
             i += 1
             continue
@@ -468,10 +470,10 @@ def main():
         alert_names = [u[len("alert "):] for u in users if u.startswith("alert ")]
         used = []
         if dash_n:
-            used.append(f"dashboard x{dash_n}")
+            used.append(f"dashboard: {dash_n} panel(s)/variable(s)")
         if alert_names:
             used.append("alerts: " + ", ".join(alert_names))
-        print(f"  {base:<{width}}  {kind:<32}  {'; '.join(used)}")
+        print(f"  {base:<{width}}  {kind:<34}  {'; '.join(used)}")
     unused = sorted(set(METRICS) - set(found))
     if unused:
         print("exporter metrics not referenced: " + ", ".join(unused))
