@@ -255,8 +255,12 @@ Status Exporter::Start(const std::string& addr, std::unique_ptr<Exporter>* out) 
   }
   std::unique_ptr<Exporter> e(new Exporter());
   try {
-    // One serving thread: scrapes are rare and cheap, and the cores belong to the workers.
-    e->exposer_ = std::make_unique<prometheus::Exposer>(addr, 1);
+    // Two serving threads and a 1 s request timeout: a client that connects and sends nothing
+    // (a stuck tool, a port scanner) holds one thread for at most a second, never the endpoint
+    // (civetweb's default would hold its only thread for 30 s). Scrapes are rare and cheap;
+    // the cores belong to the workers.
+    e->exposer_ = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
+        "listening_ports", addr, "num_threads", "2", "request_timeout_ms", "1000"});
   } catch (const std::exception& ex) {
     (void)ex;  // civetweb's text ("null context ...") says less than we do
     return bad("cannot listen there: the port is taken, or the address is not one of this "

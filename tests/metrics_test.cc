@@ -1,0 +1,1287 @@
+// The master's Prometheus endpoint, judged from outside: the real `shmtrain` is started as a
+// child process and its /metrics is read over loopback TCP while it trains, checked by
+// `promtool check metrics`, by monitoring/check_assets.py, and scraped by a real Prometheus
+// server.
+//
+// Every run serves on a port of its own (127.0.0.1:0), so tests running side by side never
+// fight over a port. Every wait has a deadline, and every process a test starts (trainers,
+// Prometheus) is stopped by the test, or by its Subprocess's destructor when the test fails
+// half way.
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/proc_util.h"
+
+namespace shmtrain {
+namespace {
+
+using std::chrono::milliseconds;
+using test::Clock;
+using test::ProcResult;
+using test::Subprocess;
+using test::TempDir;
+
+constexpr const char* kMasterBin = SHMTRAIN_BIN;
+constexpr const char* kPrometheusBin = PROMETHEUS_BIN;
+constexpr const char* kPromtoolBin = PROMTOOL_BIN;
+constexpr const char* kSourceDir = SHMTRAIN_SOURCE_DIR;
+
+// Generous bounds: a healthy run starts in well under a second, but sanitizer builds under
+// ctest -j2 are several times slower. A hang still fails, it only fails later.
+constexpr milliseconds kEventTimeout{20'000};
+constexpr milliseconds kRunTimeout{60'000};
+constexpr milliseconds kScrapeTimeout{5'000};
+constexpr milliseconds kToolTimeout{60'000};
+// Prometheus: its service discovery hands targets to the scrape manager every 5 s, so the
+// first sample arrives 5 to 6 s after start with a 1 s scrape interval.
+constexpr milliseconds kPrometheusReady{30'000};
+constexpr milliseconds kPrometheusFirstSample{30'000};
+constexpr milliseconds kPrometheusStop{15'000};
+
+constexpr int kWorkers = 3;
+
+bool Contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+bool HasSuffix(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+milliseconds Left(Clock::time_point deadline) {
+  return std::max(milliseconds{0},
+                  std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
+}
+
+void ExpectExit(const ProcResult& r, int code) {
+  EXPECT_TRUE(r.exited && r.exit_code == code)
+      << "expected exit " << code << ", got " << r.Describe();
+}
+
+void ExpectNoSegments(pid_t master_pid) {
+  EXPECT_EQ(test::SegmentsOf(master_pid), std::vector<std::string>())
+      << "segments left behind by master " << master_pid;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loopback TCP and a tiny HTTP/1.1 GET client. Every step (connect, send, receive) runs under
+// one deadline; nothing blocks without a bound.
+
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// "127.0.0.1:PORT" -> a sockaddr; false when it is not an IPv4 address and a port.
+bool ParseAddress(const std::string& addr, sockaddr_in* out) {
+  const size_t colon = addr.rfind(':');
+  if (colon == std::string::npos) return false;
+  const std::string host = addr.substr(0, colon);
+  const std::string port = addr.substr(colon + 1);
+  if (port.empty() || port.size() > 5 ||
+      !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return false;
+  }
+  const int p = std::atoi(port.c_str());
+  if (p <= 0 || p > 65535) return false;
+  *out = sockaddr_in{};
+  out->sin_family = AF_INET;
+  out->sin_port = htons(static_cast<uint16_t>(p));
+  return inet_pton(AF_INET, host.c_str(), &out->sin_addr) == 1;
+}
+
+// Waits until fd is ready for `events` or the deadline passes.
+bool PollUntil(int fd, short events, Clock::time_point deadline) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    const int n = poll(&p, 1, static_cast<int>(Left(deadline).count()));
+    if (n > 0) return true;
+    if (n == 0) return false;
+    if (errno != EINTR) return false;
+  }
+}
+
+// A non-blocking TCP connection to addr, established before the deadline; -1 (and *error)
+// otherwise.
+int ConnectTcp(const std::string& addr, Clock::time_point deadline, std::string* error) {
+  sockaddr_in sa{};
+  if (!ParseAddress(addr, &sa)) {
+    *error = "not an IPv4 HOST:PORT: '" + addr + "'";
+    return -1;
+  }
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    *error = std::string("socket: ") + std::strerror(errno);
+    return -1;
+  }
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) != 0) {
+    if (errno != EINPROGRESS) {
+      *error = "connect " + addr + ": " + std::strerror(errno);
+      close(fd);
+      return -1;
+    }
+    if (!PollUntil(fd, POLLOUT, deadline)) {
+      *error = "connect " + addr + ": timed out";
+      close(fd);
+      return -1;
+    }
+    int soerr = 0;
+    socklen_t len = sizeof soerr;
+    getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len);
+    if (soerr != 0) {
+      *error = "connect " + addr + ": " + std::strerror(soerr);
+      close(fd);
+      return -1;
+    }
+  }
+  return fd;
+}
+
+struct HttpResponse {
+  int status = 0;
+  std::map<std::string, std::string> headers;  // names in lower case
+  std::string body;
+};
+
+std::string Lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// Decodes a chunked transfer-coded body; false when it is malformed or incomplete.
+bool Dechunk(const std::string& in, std::string* out) {
+  size_t pos = 0;
+  for (;;) {
+    const size_t eol = in.find("\r\n", pos);
+    if (eol == std::string::npos) return false;
+    const std::string size_text = in.substr(pos, eol - pos);
+    char* end = nullptr;
+    const unsigned long size = std::strtoul(size_text.c_str(), &end, 16);
+    if (size_text.empty() || (end != nullptr && *end != '\0' && *end != ';')) return false;
+    pos = eol + 2;
+    if (size == 0) return true;
+    if (in.size() < pos + size + 2 || in.compare(pos + size, 2, "\r\n") != 0) return false;
+    out->append(in, pos, size);
+    pos += size + 2;
+  }
+}
+
+// GET http://addr/target with "Connection: close": the whole response, read to EOF, before
+// the timeout; nullopt and *error otherwise (also for a malformed response).
+std::optional<HttpResponse> HttpGet(const std::string& addr, const std::string& target,
+                                    milliseconds timeout, std::string* error) {
+  const Clock::time_point deadline = Clock::now() + timeout;
+  Fd fd(ConnectTcp(addr, deadline, error));
+  if (fd.get() < 0) return std::nullopt;
+  const std::string request = "GET " + target + " HTTP/1.1\r\nHost: " + addr +
+                              "\r\nUser-Agent: shmtrain-metrics-test\r\nAccept: */*\r\n"
+                              "Connection: close\r\n\r\n";
+  size_t sent = 0;
+  while (sent < request.size()) {
+    const ssize_t n = send(fd.get(), request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+    if (n > 0) {
+      sent += static_cast<size_t>(n);
+    } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      if (!PollUntil(fd.get(), POLLOUT, deadline)) {
+        *error = "GET " + addr + target + ": send timed out";
+        return std::nullopt;
+      }
+    } else {
+      *error = "GET " + addr + target + ": send: " + std::strerror(errno);
+      return std::nullopt;
+    }
+  }
+  std::string raw;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = recv(fd.get(), buf, sizeof buf, 0);
+    if (n > 0) {
+      raw.append(buf, static_cast<size_t>(n));
+    } else if (n == 0) {
+      break;
+    } else if (errno == EAGAIN || errno == EINTR) {
+      if (!PollUntil(fd.get(), POLLIN, deadline)) {
+        *error = "GET " + addr + target + ": no complete response within " +
+                 std::to_string(timeout.count()) + " ms (" + std::to_string(raw.size()) +
+                 " bytes received)";
+        return std::nullopt;
+      }
+    } else {
+      *error = "GET " + addr + target + ": recv: " + std::strerror(errno);
+      return std::nullopt;
+    }
+  }
+  const size_t head_end = raw.find("\r\n\r\n");
+  if (head_end == std::string::npos) {
+    *error = "GET " + addr + target + ": no header end in " + std::to_string(raw.size()) + " bytes";
+    return std::nullopt;
+  }
+  HttpResponse r;
+  const std::string head = raw.substr(0, head_end);
+  const size_t first_eol = std::min(head.find("\r\n"), head.size());
+  const std::string status_line = head.substr(0, first_eol);
+  if (status_line.rfind("HTTP/1.", 0) != 0 || status_line.size() < 12 || status_line[8] != ' ') {
+    *error = "GET " + addr + target + ": bad status line '" + status_line + "'";
+    return std::nullopt;
+  }
+  r.status = std::atoi(status_line.c_str() + 9);
+  size_t pos = first_eol;
+  while (pos < head.size()) {
+    pos += 2;
+    const size_t eol = std::min(head.find("\r\n", pos), head.size());
+    const std::string line = head.substr(pos, eol - pos);
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) {
+      *error = "GET " + addr + target + ": bad header line '" + line + "'";
+      return std::nullopt;
+    }
+    std::string value = line.substr(colon + 1);
+    value.erase(0, value.find_first_not_of(" \t"));
+    r.headers[Lower(line.substr(0, colon))] = value;
+    pos = eol;
+  }
+  const std::string rest = raw.substr(head_end + 4);
+  if (Lower(r.headers["transfer-encoding"]) == "chunked") {
+    if (!Dechunk(rest, &r.body)) {
+      *error = "GET " + addr + target + ": malformed chunked body";
+      return std::nullopt;
+    }
+  } else if (r.headers.count("content-length") != 0) {
+    const size_t want = std::strtoul(r.headers["content-length"].c_str(), nullptr, 10);
+    if (rest.size() != want) {
+      *error = "GET " + addr + target + ": Content-Length " + std::to_string(want) + " but " +
+               std::to_string(rest.size()) + " bytes of body";
+      return std::nullopt;
+    }
+    r.body = rest;
+  } else {
+    r.body = rest;
+  }
+  return r;
+}
+
+// A free loopback port: bound (port 0) and released again. Another process could take it
+// before it is used; on a test machine that is rare enough.
+int PickFreePort() {
+  Fd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sa.sin_port = 0;
+  if (fd.get() < 0 || bind(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) return -1;
+  socklen_t len = sizeof sa;
+  if (getsockname(fd.get(), reinterpret_cast<sockaddr*>(&sa), &len) != 0) return -1;
+  return ntohs(sa.sin_port);
+}
+
+// A socket listening on 127.0.0.1 at a port the kernel picked, held for the object's life.
+class Listener {
+ public:
+  Listener() : fd_(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof sa;
+    if (fd_.get() < 0 || bind(fd_.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 ||
+        listen(fd_.get(), 4) != 0 ||
+        getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
+      ADD_FAILURE() << "cannot listen on 127.0.0.1:0: " << std::strerror(errno);
+      return;
+    }
+    port_ = ntohs(sa.sin_port);
+  }
+  int port() const { return port_; }
+
+ private:
+  Fd fd_;
+  int port_ = -1;
+};
+
+// ---------------------------------------------------------------------------------------------
+// The text exposition format (version 0.0.4), parsed strictly enough that a malformed line
+// fails the test.
+
+struct Sample {
+  std::string name;
+  std::map<std::string, std::string> labels;
+  double value = 0;
+};
+
+struct Scrape {
+  std::string text;
+  std::map<std::string, std::string> types;  // family name -> counter, gauge, histogram, ...
+  std::vector<Sample> samples;
+
+  // The samples named `name`.
+  std::vector<const Sample*> Named(const std::string& name) const {
+    std::vector<const Sample*> out;
+    for (const Sample& s : samples) {
+      if (s.name == name) out.push_back(&s);
+    }
+    return out;
+  }
+  // The value of the one sample named `name` with exactly these labels.
+  std::optional<double> Value(const std::string& name,
+                              const std::map<std::string, std::string>& labels = {}) const {
+    for (const Sample& s : samples) {
+      if (s.name == name && s.labels == labels) return s.value;
+    }
+    return std::nullopt;
+  }
+};
+
+std::string SeriesKey(const std::string& name, const std::map<std::string, std::string>& labels) {
+  std::string key = name + "{";
+  bool first = true;
+  for (const auto& [k, v] : labels) {
+    key += (first ? "" : ",") + k + "=\"" + v + "\"";
+    first = false;
+  }
+  return key + "}";
+}
+
+bool IsNameChar(char c, bool first) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':' ||
+         (!first && c >= '0' && c <= '9');
+}
+
+// Parses one sample line: name[{k="v",...}] value [timestamp].
+bool ParseSampleLine(const std::string& line, Sample* s) {
+  size_t i = 0;
+  while (i < line.size() && IsNameChar(line[i], i == 0)) ++i;
+  if (i == 0) return false;
+  s->name = line.substr(0, i);
+  if (i < line.size() && line[i] == '{') {
+    ++i;
+    for (;;) {
+      if (i < line.size() && line[i] == '}') {
+        ++i;
+        break;
+      }
+      const size_t k0 = i;
+      while (i < line.size() && IsNameChar(line[i], i == k0) && line[i] != ':') ++i;
+      if (i == k0 || i + 1 >= line.size() || line[i] != '=' || line[i + 1] != '"') return false;
+      const std::string key = line.substr(k0, i - k0);
+      i += 2;
+      std::string value;
+      for (;;) {
+        if (i >= line.size()) return false;
+        const char c = line[i++];
+        if (c == '"') break;
+        if (c != '\\') {
+          value += c;
+          continue;
+        }
+        if (i >= line.size()) return false;
+        const char e = line[i++];
+        if (e == 'n') {
+          value += '\n';
+        } else if (e == '\\' || e == '"') {
+          value += e;
+        } else {
+          return false;
+        }
+      }
+      if (!s->labels.emplace(key, value).second) return false;  // duplicate label
+      if (i < line.size() && line[i] == ',') ++i;
+    }
+  }
+  if (i >= line.size() || line[i] != ' ') return false;
+  ++i;
+  const size_t v_end = std::min(line.find(' ', i), line.size());
+  const std::string v = line.substr(i, v_end - i);
+  if (v.empty()) return false;
+  char* end = nullptr;
+  s->value = std::strtod(v.c_str(), &end);  // also reads NaN, +Inf and -Inf
+  if (end != v.c_str() + v.size()) return false;
+  if (v_end < line.size()) {  // an optional integer timestamp
+    const std::string ts = line.substr(v_end + 1);
+    if (ts.empty() || !std::all_of(ts.begin() + (ts[0] == '-' ? 1 : 0), ts.end(),
+                                   [](char c) { return c >= '0' && c <= '9'; })) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Parses an exposition; "" when it is well formed, else what is wrong with which line.
+std::string ParseExposition(const std::string& text, Scrape* out) {
+  out->text = text;
+  int n = 0;
+  for (const std::string& line : test::SplitLines(text)) {
+    ++n;
+    if (line.empty()) continue;
+    if (line[0] == '#') {
+      if (line.rfind("# TYPE ", 0) == 0) {
+        const std::string rest = line.substr(7);
+        const size_t sp = rest.find(' ');
+        if (sp == std::string::npos) return "line " + std::to_string(n) + ": " + line;
+        if (!out->types.emplace(rest.substr(0, sp), rest.substr(sp + 1)).second) {
+          return "line " + std::to_string(n) + ": a second TYPE for a family: " + line;
+        }
+      }
+      continue;
+    }
+    Sample s;
+    if (!ParseSampleLine(line, &s)) return "line " + std::to_string(n) + ": '" + line + "'";
+    out->samples.push_back(std::move(s));
+  }
+  std::set<std::string> keys;
+  for (const Sample& s : out->samples) {
+    if (!keys.insert(SeriesKey(s.name, s.labels)).second) {
+      return "series " + SeriesKey(s.name, s.labels) + " appears twice";
+    }
+  }
+  return "";
+}
+
+// The family a sample belongs to: its name, or for a histogram's or summary's series the name
+// without _bucket, _sum or _count.
+std::string FamilyOf(const Scrape& s, const std::string& name) {
+  for (const char* suffix : {"_bucket", "_sum", "_count"}) {
+    if (!HasSuffix(name, suffix)) continue;
+    const std::string base = name.substr(0, name.size() - std::strlen(suffix));
+    const auto it = s.types.find(base);
+    if (it != s.types.end() && (it->second == "histogram" || it->second == "summary")) return base;
+  }
+  return name;
+}
+
+// Whether a series may never decrease while the run lasts: every counter (and every *_total
+// series), every histogram's _bucket, _sum and _count.
+bool IsMonotonic(const Scrape& s, const std::string& name) {
+  if (HasSuffix(name, "_total")) return true;
+  const std::string family = FamilyOf(s, name);
+  const auto it = s.types.find(family);
+  if (it == s.types.end()) return false;
+  return it->second == "counter" || (it->second == "histogram" && family != name);
+}
+
+// Scrapes http://addr/metrics and parses it (fatal failure on any error).
+void ScrapeMetrics(const std::string& addr, Scrape* out) {
+  std::string error;
+  const std::optional<HttpResponse> r = HttpGet(addr, "/metrics", kScrapeTimeout, &error);
+  ASSERT_TRUE(r.has_value()) << error;
+  ASSERT_EQ(r->status, 200) << r->body;
+  const auto type = r->headers.find("content-type");
+  EXPECT_TRUE(type != r->headers.end() && Contains(type->second, "text/plain"))
+      << "no text/plain Content-Type";
+  const std::string parse_error = ParseExposition(r->body, out);
+  ASSERT_EQ(parse_error, "") << "malformed exposition:\n" << r->body;
+}
+
+// Every histogram series is consistent: buckets cumulative in le, +Inf present and equal to
+// _count.
+void ExpectHistogramsConsistent(const Scrape& s) {
+  for (const auto& [family, type] : s.types) {
+    if (type != "histogram") continue;
+    // Label set without le -> (le -> cumulative count).
+    std::map<std::string, std::map<double, double>> buckets;
+    for (const Sample* b : s.Named(family + "_bucket")) {
+      auto labels = b->labels;
+      const auto le = labels.find("le");
+      ASSERT_TRUE(le != labels.end()) << family << "_bucket without le";
+      char* end = nullptr;
+      const double bound = std::strtod(le->second.c_str(), &end);
+      ASSERT_TRUE(end != nullptr && *end == '\0') << family << ": le=\"" << le->second << "\"";
+      labels.erase(le);
+      buckets[SeriesKey(family, labels)][bound] = b->value;
+    }
+    ASSERT_FALSE(buckets.empty()) << "histogram " << family << " has no buckets";
+    for (const auto& [key, by_le] : buckets) {
+      double prev = 0;
+      for (const auto& [bound, count] : by_le) {
+        EXPECT_GE(count, prev) << key << " bucket le=" << bound << " is below the one before";
+        prev = count;
+      }
+      ASSERT_TRUE(std::isinf(by_le.rbegin()->first)) << key << " has no +Inf bucket";
+      bool found = false;
+      for (const Sample* c : s.Named(family + "_count")) {
+        if (SeriesKey(family, c->labels) != key) continue;
+        found = true;
+        EXPECT_EQ(c->value, by_le.rbegin()->second) << key << ": _count differs from +Inf";
+      }
+      EXPECT_TRUE(found) << key << " has buckets but no _count";
+    }
+  }
+}
+
+// The "worker" label values of the samples named `name`, sorted; each sample must carry no
+// label but worker (and, when given, `also`, e.g. reason or le).
+std::vector<std::string> WorkerValues(const Scrape& s, const std::string& name,
+                                      const std::set<std::string>& also = {}) {
+  std::vector<std::string> workers;
+  for (const Sample* x : s.Named(name)) {
+    std::set<std::string> keys;
+    for (const auto& [k, v] : x->labels) keys.insert(k);
+    std::set<std::string> want = also;
+    want.insert("worker");
+    EXPECT_EQ(keys, want) << "labels of " << SeriesKey(name, x->labels);
+    const auto it = x->labels.find("worker");
+    if (it != x->labels.end()) workers.push_back(it->second);
+  }
+  std::sort(workers.begin(), workers.end());
+  return workers;
+}
+
+std::vector<std::string> Ranks(int workers) {
+  std::vector<std::string> r;
+  for (int i = 0; i < workers; ++i) r.push_back(std::to_string(i));
+  std::sort(r.begin(), r.end());
+  return r;
+}
+
+// Every per-worker series has worker="0" .. worker="P-1", each exactly once (per reason, per
+// bucket).
+void ExpectWorkerLabels(const Scrape& s, int workers) {
+  const std::vector<std::string> want = Ranks(workers);
+  for (const char* name :
+       {"shmtrain_worker_up", "shmtrain_samples_total", "shmtrain_barrier_wait_seconds_count",
+        "shmtrain_barrier_wait_seconds_sum", "shmtrain_worker_heartbeat_age_seconds",
+        "shmtrain_worker_compute_seconds_total"}) {
+    EXPECT_EQ(WorkerValues(s, name), want) << name;
+  }
+  for (const char* reason : {"crash", "hang"}) {
+    std::vector<std::string> got;
+    for (const Sample* x : s.Named("shmtrain_worker_restarts_total")) {
+      std::set<std::string> keys;
+      for (const auto& [k, v] : x->labels) keys.insert(k);
+      EXPECT_EQ(keys, (std::set<std::string>{"reason", "worker"})) << SeriesKey(x->name, x->labels);
+      const auto r = x->labels.find("reason");
+      const auto w = x->labels.find("worker");
+      EXPECT_TRUE(r != x->labels.end() && (r->second == "crash" || r->second == "hang"))
+          << SeriesKey(x->name, x->labels);
+      if (r != x->labels.end() && r->second == reason && w != x->labels.end()) {
+        got.push_back(w->second);
+      }
+    }
+    std::sort(got.begin(), got.end());
+    EXPECT_EQ(got, want) << "shmtrain_worker_restarts_total{reason=\"" << reason << "\"}";
+  }
+  // The barrier wait histogram: the same buckets for every worker.
+  std::map<std::string, int> buckets_per_worker;
+  for (const std::string& w : WorkerValues(s, "shmtrain_barrier_wait_seconds_bucket", {"le"})) {
+    ++buckets_per_worker[w];
+  }
+  std::vector<std::string> bucket_workers;
+  for (const auto& [w, n] : buckets_per_worker) {
+    bucket_workers.push_back(w);
+    EXPECT_EQ(n, buckets_per_worker.begin()->second) << "buckets of worker " << w;
+  }
+  EXPECT_EQ(bucket_workers, want) << "shmtrain_barrier_wait_seconds_bucket";
+  EXPECT_EQ(s.Value("shmtrain_workers"), std::optional<double>(workers));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The trainer under test: a long run (minutes; 10^8 steps) that serves metrics on a free port,
+// with the helpers to follow its JSON events.
+
+std::vector<std::string> LongRunArgs(const std::string& mode, int workers,
+                                     const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> args = {kMasterBin,     "train",
+                                   "--example",    "parabola",
+                                   "--rows",       "5000",
+                                   "--layers",     "1,32,1",
+                                   "--lr",         "0.01",
+                                   "--steps",      "100000000",
+                                   "--workers",    std::to_string(workers),
+                                   "--mode",       mode,
+                                   "--log-format", "json",
+                                   "--log-every",  "1000",
+                                   "--no-progress"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+class Trainer {
+ public:
+  // `extra` flags follow the long run's; given, they replace --metrics-addr=127.0.0.1:0.
+  explicit Trainer(const std::string& mode, int workers = kWorkers,
+                   std::vector<std::string> extra = {"--metrics-addr=127.0.0.1:0"})
+      : proc_(LongRunArgs(mode, workers, extra)) {}
+
+  pid_t pid() const { return proc_.pid(); }
+  const std::string& address() const { return address_; }
+  bool saw_metrics() const { return saw_metrics_; }
+  int steps_seen() const { return steps_seen_; }
+
+  // Reads events until one of kind `event` has been read (fatal failure at the deadline).
+  void WaitFor(const std::string& event) {
+    ASSERT_GT(proc_.pid(), 0);
+    const Clock::time_point deadline = Clock::now() + kEventTimeout;
+    for (;;) {
+      std::string line;
+      ASSERT_TRUE(proc_.ReadLine(&line, Left(deadline)))
+          << "no '" << event << "' event came; events so far: " << Joined() << "\nstderr so far:\n"
+          << proc_.err();
+      ASSERT_NO_FATAL_FAILURE(Handle(line));
+      if (events_.back() == event) return;
+    }
+  }
+
+  // Sleeps for d while pumping stdout.
+  void SleepFor(milliseconds d) {
+    const Clock::time_point until = Clock::now() + d;
+    std::string line;
+    while (Clock::now() < until) {
+      if (proc_.ReadLine(&line, std::min(Left(until), milliseconds{20}))) Handle(line);
+    }
+  }
+
+  // SIGINT: the run must stop with exit 130 and leave no segment.
+  ProcResult Stop() {
+    EXPECT_TRUE(proc_.Signal(SIGINT)) << "the trainer ended before it was stopped: " << proc_.err();
+    ProcResult r = proc_.Wait(kRunTimeout);
+    ExpectExit(r, 130);
+    ExpectNoSegments(r.pid);
+    return r;
+  }
+
+ private:
+  void Handle(const std::string& line) {
+    const auto ev = test::ParseFlatJson(line);
+    ASSERT_TRUE(ev.has_value() && ev->count("event") == 1) << "not a JSON event: " << line;
+    const std::string& kind = ev->at("event");
+    events_.push_back(kind);
+    if (kind == "metrics") {
+      saw_metrics_ = true;
+      address_ = ev->count("address") ? ev->at("address") : "";
+      EXPECT_EQ(ev->count("url") ? ev->at("url") : "", "http://" + address_ + "/metrics") << line;
+      EXPECT_EQ(address_.rfind("127.0.0.1:", 0), 0u) << line;
+    } else if (kind == "step") {
+      ++steps_seen_;
+    }
+  }
+
+  std::string Joined() const {
+    std::string s;
+    for (const std::string& e : events_) s += e + " ";
+    return s;
+  }
+
+  Subprocess proc_;
+  std::string address_;
+  bool saw_metrics_ = false;
+  int steps_seen_ = 0;
+  std::vector<std::string> events_;
+};
+
+// Runs a shell command line with positional arguments ($0, $1, ...): the children of
+// proc_util have stdin on /dev/null, so redirections happen in the shell.
+ProcResult RunShell(const std::string& script, const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {"/bin/sh", "-c", script};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return test::RunProcess(argv, kToolTimeout);
+}
+
+bool ToolFound(const char* path) {
+  return Contains(path, "/") && !Contains(path, "NOTFOUND") && access(path, X_OK) == 0;
+}
+
+class MetricsTest : public ::testing::Test {
+ protected:
+  TempDir dir_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// 1. A live scrape (sync and async) passes `promtool check metrics` without a warning, and
+// has every metric the dashboard and the alert rules use (monitoring/check_assets.py).
+
+TEST_F(MetricsTest, PromtoolCheckMetricsOnLiveScrape) {
+  ASSERT_TRUE(ToolFound(kPromtoolBin)) << "promtool was not found when CMake ran ('" << kPromtoolBin
+                                       << "'); install it (Debian: prometheus)";
+  std::vector<std::string> scrapes;
+  for (const std::string mode : {"sync", "async"}) {
+    SCOPED_TRACE("mode " + mode);
+    Trainer t(mode);
+    ASSERT_NO_FATAL_FAILURE(t.WaitFor("metrics"));
+    ASSERT_NO_FATAL_FAILURE(t.WaitFor("step"));
+    t.SleepFor(milliseconds{200});  // well inside the run: every counter has moved
+    Scrape s;
+    ASSERT_NO_FATAL_FAILURE(ScrapeMetrics(t.address(), &s));
+    EXPECT_EQ(s.types["shmtrain_steps_total"], "counter");
+    EXPECT_GT(s.Value("shmtrain_steps_total").value_or(0), 0);
+    const std::vector<const Sample*> info = s.Named("shmtrain_build_info");
+    ASSERT_EQ(info.size(), 1u);
+    EXPECT_EQ(info[0]->labels.at("mode"), mode);
+    ASSERT_NO_FATAL_FAILURE(ExpectHistogramsConsistent(s));
+
+    const std::string file = dir_.Write("scrape-" + mode + ".txt", s.text);
+    scrapes.push_back(file);
+    const ProcResult r = RunShell("exec \"$0\" check metrics < \"$1\"", {kPromtoolBin, file});
+    EXPECT_TRUE(r.exited && r.exit_code == 0)
+        << "promtool check metrics: " << r.Describe() << "\nstdout:\n"
+        << r.out;
+    EXPECT_EQ(r.out, "") << "promtool check metrics printed warnings";
+    EXPECT_EQ(r.err, "") << "promtool check metrics printed warnings";
+    t.Stop();
+  }
+
+  const std::string script = std::string(kSourceDir) + "/monitoring/check_assets.py";
+  if (!test::FileExists(script)) {
+    GTEST_SKIP() << "promtool part passed; " << script
+                 << " does not exist yet, so the dashboard/alert check against the live scrape "
+                    "was skipped";
+  }
+  for (const std::string& file : scrapes) {
+    const ProcResult r = RunShell("exec python3 \"$0\" --scrape \"$1\"", {script, file});
+    EXPECT_TRUE(r.exited && r.exit_code == 0)
+        << "check_assets.py --scrape " << file << ": " << r.Describe() << "\nstdout:\n"
+        << r.out << "\nscrape:\n"
+        << test::ReadWholeFile(file);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. Per-worker series are labelled worker="0" .. "P-1", no more, no fewer, and exist from the
+// moment the endpoint is announced: a dashboard never sees a worker appear late.
+
+TEST_F(MetricsTest, WorkerLabelsAreExactly0ToPMinus1AndExistBeforeTheFirstStep) {
+  Trainer t("sync");
+  ASSERT_NO_FATAL_FAILURE(t.WaitFor("metrics"));
+  // At once: no step event has been read yet.
+  Scrape early;
+  ASSERT_NO_FATAL_FAILURE(ScrapeMetrics(t.address(), &early));
+  EXPECT_EQ(t.steps_seen(), 0);
+  {
+    SCOPED_TRACE("scrape right after the metrics event");
+    ExpectWorkerLabels(early, kWorkers);
+    ASSERT_NO_FATAL_FAILURE(ExpectHistogramsConsistent(early));
+    for (const char* name :
+         {"shmtrain_steps_total", "shmtrain_target_steps", "shmtrain_loss", "shmtrain_grad_norm",
+          "shmtrain_learning_rate", "shmtrain_step_duration_seconds_count",
+          "shmtrain_dropped_gradients_total"}) {
+      EXPECT_TRUE(early.Value(name).has_value()) << name << " is missing from the early scrape";
+    }
+    EXPECT_EQ(early.Value("shmtrain_target_steps"), std::optional<double>(1e8));
+    for (const Sample* up : early.Named("shmtrain_worker_up")) {
+      EXPECT_TRUE(up->value == 0 || up->value == 1) << SeriesKey(up->name, up->labels);
+    }
+  }
+
+  ASSERT_NO_FATAL_FAILURE(t.WaitFor("step"));
+  t.SleepFor(milliseconds{100});
+  Scrape mid;
+  ASSERT_NO_FATAL_FAILURE(ScrapeMetrics(t.address(), &mid));
+  {
+    SCOPED_TRACE("scrape while training");
+    ExpectWorkerLabels(mid, kWorkers);
+  }
+  t.Stop();
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. Counters and histograms never go down between scrapes; the step counter moves; every
+// worker is up while the run trains.
+
+TEST_F(MetricsTest, CountersAreMonotonic) {
+  constexpr int kScrapes = 10;
+  for (const std::string mode : {"sync", "async"}) {
+    SCOPED_TRACE("mode " + mode);
+    Trainer t(mode);
+    ASSERT_NO_FATAL_FAILURE(t.WaitFor("metrics"));
+    ASSERT_NO_FATAL_FAILURE(t.WaitFor("step"));
+    std::vector<Scrape> scrapes(kScrapes);
+    for (int i = 0; i < kScrapes; ++i) {
+      if (i > 0) t.SleepFor(milliseconds{100});
+      ASSERT_NO_FATAL_FAILURE(ScrapeMetrics(t.address(), &scrapes[i]));
+      ASSERT_NO_FATAL_FAILURE(ExpectHistogramsConsistent(scrapes[i]));
+    }
+    int checked = 0;
+    for (int i = 1; i < kScrapes; ++i) {
+      const Scrape& prev = scrapes[i - 1];
+      const Scrape& next = scrapes[i];
+      std::map<std::string, double> now;
+      for (const Sample& s : next.samples) now[SeriesKey(s.name, s.labels)] = s.value;
+      for (const Sample& s : prev.samples) {
+        if (!IsMonotonic(prev, s.name)) continue;
+        ++checked;
+        const std::string key = SeriesKey(s.name, s.labels);
+        const auto it = now.find(key);
+        if (it == now.end()) {
+          ADD_FAILURE() << key << " disappeared between scrapes " << i - 1 << " and " << i;
+          continue;
+        }
+        EXPECT_GE(it->second, s.value)
+            << key << " went down between scrapes " << i - 1 << " and " << i;
+      }
+    }
+    // Every scrape has the monotonic families, so this is a lower bound of what was compared.
+    EXPECT_GT(checked, (kScrapes - 1) * 40) << "too few monotonic series were compared";
+    const double first = scrapes.front().Value("shmtrain_steps_total").value_or(-1);
+    const double last = scrapes.back().Value("shmtrain_steps_total").value_or(-1);
+    EXPECT_GT(last, first) << "shmtrain_steps_total did not move in " << (kScrapes - 1) * 100
+                           << " ms of training";
+    const Scrape& mid = scrapes[kScrapes / 2];
+    EXPECT_EQ(WorkerValues(mid, "shmtrain_worker_up"), Ranks(kWorkers));
+    for (const Sample* up : mid.Named("shmtrain_worker_up")) {
+      EXPECT_EQ(up->value, 1) << SeriesKey(up->name, up->labels) << " in a mid-run scrape";
+    }
+    t.Stop();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. A real Prometheus server scrapes the trainer: the step counter rises between two queries
+// and shmtrain_worker_up has one sample per worker, all 1.
+
+// Just enough JSON for Prometheus's API answers: the grammar of RFC 8259, values kept as
+// trees.
+struct Json {
+  enum class Kind { kNull, kBool, kNumber, kString, kArray, kObject };
+  Kind kind = Kind::kNull;
+  bool boolean = false;
+  double number = 0;
+  std::string str;
+  std::vector<Json> items;
+  std::vector<std::pair<std::string, Json>> members;
+
+  const Json* Get(const std::string& key) const {
+    if (kind != Kind::kObject) return nullptr;
+    for (const auto& [k, v] : members) {
+      if (k == key) return &v;
+    }
+    return nullptr;
+  }
+  bool IsString(const std::string& want) const { return kind == Kind::kString && str == want; }
+};
+
+class JsonParser {
+ public:
+  explicit JsonParser(const std::string& s) : s_(s) {}
+  bool Parse(Json* out) {
+    if (!Value(out, 0)) return false;
+    Space();
+    return i_ == s_.size();
+  }
+
+ private:
+  void Space() {
+    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n' || s_[i_] == '\r'))
+      ++i_;
+  }
+  bool Eat(char c) {
+    Space();
+    if (i_ < s_.size() && s_[i_] == c) {
+      ++i_;
+      return true;
+    }
+    return false;
+  }
+  bool String(std::string* out) {
+    if (!Eat('"')) return false;
+    while (i_ < s_.size()) {
+      const char c = s_[i_++];
+      if (c == '"') return true;
+      if (static_cast<unsigned char>(c) < 0x20) return false;
+      if (c != '\\') {
+        *out += c;
+        continue;
+      }
+      if (i_ >= s_.size()) return false;
+      const char e = s_[i_++];
+      const std::string simple = "\"\\/bfnrt";
+      const std::string mapped = "\"\\/\b\f\n\r\t";
+      const size_t k = simple.find(e);
+      if (k != std::string::npos) {
+        *out += mapped[k];
+      } else if (e == 'u' && i_ + 4 <= s_.size()) {
+        const std::string hex = s_.substr(i_, 4);
+        if (!std::all_of(hex.begin(), hex.end(), [](char h) {
+              return std::isxdigit(static_cast<unsigned char>(h)) != 0;
+            })) {
+          return false;
+        }
+        i_ += 4;
+        *out += '?';  // the tests never compare non-ASCII text
+      } else {
+        return false;
+      }
+    }
+    return false;
+  }
+  bool Value(Json* out, int depth) {
+    if (depth > 64) return false;
+    Space();
+    if (i_ >= s_.size()) return false;
+    const char c = s_[i_];
+    if (c == '{') {
+      ++i_;
+      out->kind = Json::Kind::kObject;
+      if (Eat('}')) return true;
+      do {
+        std::string key;
+        Space();
+        if (!String(&key) || !Eat(':')) return false;
+        Json v;
+        if (!Value(&v, depth + 1)) return false;
+        out->members.emplace_back(std::move(key), std::move(v));
+      } while (Eat(','));
+      return Eat('}');
+    }
+    if (c == '[') {
+      ++i_;
+      out->kind = Json::Kind::kArray;
+      if (Eat(']')) return true;
+      do {
+        Json v;
+        if (!Value(&v, depth + 1)) return false;
+        out->items.push_back(std::move(v));
+      } while (Eat(','));
+      return Eat(']');
+    }
+    if (c == '"') {
+      out->kind = Json::Kind::kString;
+      return String(&out->str);
+    }
+    for (const auto& [word, kind, value] : {std::tuple{"true", Json::Kind::kBool, true},
+                                            std::tuple{"false", Json::Kind::kBool, false},
+                                            std::tuple{"null", Json::Kind::kNull, false}}) {
+      if (s_.compare(i_, std::strlen(word), word) == 0) {
+        i_ += std::strlen(word);
+        out->kind = kind;
+        out->boolean = value;
+        return true;
+      }
+    }
+    const char* start = s_.c_str() + i_;
+    char* end = nullptr;
+    out->number = std::strtod(start, &end);
+    if (end == start || !(c == '-' || (c >= '0' && c <= '9'))) return false;
+    out->kind = Json::Kind::kNumber;
+    i_ += static_cast<size_t>(end - start);
+    return true;
+  }
+
+  const std::string& s_;
+  size_t i_ = 0;
+};
+
+std::string UrlEncode(const std::string& s) {
+  static const char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (const char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (std::isalnum(u) || c == '_' || c == '-' || c == '.' || c == '~') {
+      out += c;
+    } else {
+      out += '%';
+      out += kHex[u >> 4];
+      out += kHex[u & 15];
+    }
+  }
+  return out;
+}
+
+// One sample of an instant vector: its labels and its value (as Prometheus writes it).
+struct PromSample {
+  std::map<std::string, std::string> metric;
+  std::string value;
+};
+
+// Runs an instant query; fatal failure unless the answer is a well-formed successful vector.
+void PromQuery(const std::string& prom_addr, const std::string& query,
+               std::vector<PromSample>* out) {
+  out->clear();
+  std::string error;
+  const std::optional<HttpResponse> r =
+      HttpGet(prom_addr, "/api/v1/query?query=" + UrlEncode(query), kScrapeTimeout, &error);
+  ASSERT_TRUE(r.has_value()) << error;
+  ASSERT_EQ(r->status, 200) << query << ": " << r->body;
+  Json doc;
+  ASSERT_TRUE(JsonParser(r->body).Parse(&doc)) << query << ": not JSON: " << r->body;
+  const Json* status = doc.Get("status");
+  ASSERT_TRUE(status != nullptr && status->IsString("success")) << query << ": " << r->body;
+  const Json* data = doc.Get("data");
+  ASSERT_TRUE(data != nullptr && data->kind == Json::Kind::kObject) << r->body;
+  const Json* type = data->Get("resultType");
+  ASSERT_TRUE(type != nullptr && type->IsString("vector")) << r->body;
+  const Json* result = data->Get("result");
+  ASSERT_TRUE(result != nullptr && result->kind == Json::Kind::kArray) << r->body;
+  for (const Json& item : result->items) {
+    const Json* metric = item.Get("metric");
+    const Json* value = item.Get("value");
+    ASSERT_TRUE(metric != nullptr && metric->kind == Json::Kind::kObject) << r->body;
+    ASSERT_TRUE(value != nullptr && value->kind == Json::Kind::kArray && value->items.size() == 2 &&
+                value->items[0].kind == Json::Kind::kNumber &&
+                value->items[1].kind == Json::Kind::kString)
+        << r->body;
+    PromSample s;
+    for (const auto& [k, v] : metric->members) {
+      ASSERT_EQ(v.kind, Json::Kind::kString) << r->body;
+      s.metric[k] = v.str;
+    }
+    s.value = value->items[1].str;
+    out->push_back(std::move(s));
+  }
+}
+
+double ToDouble(const std::string& s) {
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  return end != nullptr && *end == '\0' && !s.empty() ? v : NAN;
+}
+
+// Drains a child's pipes without waiting (Prometheus logs to stderr).
+void PumpChild(Subprocess& p) {
+  std::string line;
+  while (p.ReadLine(&line, milliseconds{0})) {
+  }
+}
+
+TEST_F(MetricsTest, RealPrometheusScrapesTheTrainer) {
+  ASSERT_TRUE(ToolFound(kPrometheusBin)) << "prometheus was not found when CMake ran ('"
+                                         << kPrometheusBin << "'); install it (Debian: prometheus)";
+  Trainer t("sync");
+  ASSERT_NO_FATAL_FAILURE(t.WaitFor("metrics"));
+  ASSERT_NO_FATAL_FAILURE(t.WaitFor("step"));
+  const std::string target = t.address();
+
+  const int port = PickFreePort();
+  ASSERT_GT(port, 0) << "no free loopback port";
+  const std::string prom_addr = "127.0.0.1:" + std::to_string(port);
+  const std::string config = dir_.Write("prometheus.yml",
+                                        "global:\n"
+                                        "  scrape_interval: 1s\n"
+                                        "  scrape_timeout: 1s\n"
+                                        "  evaluation_interval: 1s\n"
+                                        "scrape_configs:\n"
+                                        "  - job_name: shmtrain\n"
+                                        "    static_configs:\n"
+                                        "      - targets: [\"" +
+                                            target + "\"]\n");
+  TempDir tsdb;
+  Subprocess prom({kPrometheusBin, "--config.file=" + config, "--storage.tsdb.path=" + tsdb.path(),
+                   "--web.listen-address=" + prom_addr, "--log.level=warn"});
+  ASSERT_GT(prom.pid(), 0);
+
+  // Ready: its HTTP API answers.
+  {
+    const Clock::time_point deadline = Clock::now() + kPrometheusReady;
+    for (;;) {
+      std::string error;
+      const auto r = HttpGet(prom_addr, "/-/ready", milliseconds{1000}, &error);
+      if (r && r->status == 200) break;
+      PumpChild(prom);
+      ASSERT_TRUE(prom.running()) << "prometheus ended:\n" << prom.err();
+      ASSERT_LT(Clock::now(), deadline)
+          << "prometheus did not become ready at " << prom_addr << ": " << error << "\n"
+          << prom.err();
+      t.SleepFor(milliseconds{200});
+    }
+  }
+
+  // The first sample of the step counter.
+  std::vector<PromSample> res;
+  double first = NAN;
+  Clock::time_point first_at;
+  {
+    const Clock::time_point deadline = Clock::now() + kPrometheusFirstSample;
+    for (;;) {
+      ASSERT_NO_FATAL_FAILURE(PromQuery(prom_addr, "shmtrain_steps_total", &res));
+      if (!res.empty()) break;
+      PumpChild(prom);
+      ASSERT_LT(Clock::now(), deadline) << "prometheus has no shmtrain_steps_total sample after "
+                                        << kPrometheusFirstSample.count() << " ms\n"
+                                        << prom.err();
+      t.SleepFor(milliseconds{250});
+    }
+    ASSERT_EQ(res.size(), 1u);
+    EXPECT_EQ(res[0].metric["__name__"], "shmtrain_steps_total");
+    EXPECT_EQ(res[0].metric["job"], "shmtrain");
+    EXPECT_EQ(res[0].metric["instance"], target);
+    first = ToDouble(res[0].value);
+    first_at = Clock::now();
+    ASSERT_TRUE(std::isfinite(first)) << res[0].value;
+  }
+
+  // A few seconds later, a higher value.
+  double later = first;
+  {
+    const Clock::time_point deadline = Clock::now() + milliseconds{20'000};
+    while (!(later > first && Clock::now() - first_at >= milliseconds{3000})) {
+      ASSERT_LT(Clock::now(), deadline) << "shmtrain_steps_total stayed at " << first;
+      t.SleepFor(milliseconds{500});
+      PumpChild(prom);
+      ASSERT_NO_FATAL_FAILURE(PromQuery(prom_addr, "shmtrain_steps_total", &res));
+      ASSERT_EQ(res.size(), 1u);
+      later = ToDouble(res[0].value);
+      ASSERT_TRUE(std::isfinite(later)) << res[0].value;
+      ASSERT_GE(later, first) << "the step counter went down in Prometheus";
+    }
+  }
+  std::printf("[ prometheus ] shmtrain_steps_total %.0f -> %.0f\n", first, later);
+
+  ASSERT_NO_FATAL_FAILURE(PromQuery(prom_addr, "shmtrain_worker_up", &res));
+  std::vector<std::string> workers;
+  for (PromSample& s : res) {
+    workers.push_back(s.metric["worker"]);
+    EXPECT_EQ(s.value, "1") << "worker " << s.metric["worker"];
+    EXPECT_EQ(s.metric["__name__"], "shmtrain_worker_up");
+    EXPECT_EQ(s.metric["job"], "shmtrain");
+    EXPECT_EQ(s.metric["instance"], target);
+  }
+  std::sort(workers.begin(), workers.end());
+  EXPECT_EQ(workers, Ranks(kWorkers));
+
+  ASSERT_NO_FATAL_FAILURE(PromQuery(prom_addr, "up{job=\"shmtrain\"}", &res));
+  ASSERT_EQ(res.size(), 1u);
+  EXPECT_EQ(res[0].value, "1") << "Prometheus sees the target down";
+
+  // Prometheus first (SIGTERM; Wait SIGKILLs it past the deadline), then the trainer.
+  prom.Signal(SIGTERM);
+  const ProcResult pr = prom.Wait(kPrometheusStop);
+  EXPECT_TRUE(pr.exited) << "prometheus: " << pr.Describe();
+  t.Stop();
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. An address that cannot be served is a usage error (exit 2) that names it, found before
+// anything is created: no segment, no model file.
+
+TEST_F(MetricsTest, TakenPortIsAClearError) {
+  Listener taken;
+  ASSERT_GT(taken.port(), 0);
+  const std::string addr = "127.0.0.1:" + std::to_string(taken.port());
+  const std::string model = dir_.File("never.model");
+  const ProcResult r = test::RunProcess(
+      {kMasterBin, "train", "--example", "parabola", "--layers", "1,5,1", "--lr", "0.01", "--steps",
+       "200", "--workers", "2", "--log-format", "json", "--metrics-addr", addr, "--save", model},
+      kRunTimeout);
+  ExpectExit(r, 2);
+  EXPECT_TRUE(Contains(r.err, "shmtrain: error: --metrics-addr " + addr + ": cannot listen there"))
+      << r.err;
+  EXPECT_FALSE(Contains(r.out, "\"segment\"")) << r.out;
+  EXPECT_FALSE(Contains(r.out, "\"worker_started\"")) << r.out;
+  EXPECT_FALSE(test::FileExists(model));
+  ExpectNoSegments(r.pid);
+
+  for (const std::string bad : {"nonsense", "127.0.0.1:", "127.0.0.1:99999", "127.0.0.1:http"}) {
+    SCOPED_TRACE("--metrics-addr " + bad);
+    const ProcResult b = test::RunProcess(
+        {kMasterBin, "train", "--example", "parabola", "--layers", "1,5,1", "--lr", "0.01",
+         "--steps", "200", "--workers", "2", "--metrics-addr", bad, "--save", model},
+        kRunTimeout);
+    ExpectExit(b, 2);
+    EXPECT_TRUE(Contains(b.err, "shmtrain: error: --metrics-addr " + bad + ": ")) << b.err;
+    EXPECT_FALSE(test::FileExists(model));
+    ExpectNoSegments(b.pid);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. --no-metrics: no "metrics" event, and the master holds no socket at all.
+
+// The sockets among a process's open file descriptors.
+int SocketsOf(pid_t pid) {
+  const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) {
+    ADD_FAILURE() << "cannot list " << dir;
+    return -1;
+  }
+  int sockets = 0;
+  while (const dirent* e = readdir(d)) {
+    char target[256];
+    const std::string link = dir + "/" + e->d_name;
+    const ssize_t n = readlink(link.c_str(), target, sizeof target - 1);
+    if (n <= 0) continue;
+    target[n] = '\0';
+    if (std::strncmp(target, "socket:", 7) == 0) ++sockets;
+  }
+  closedir(d);
+  return sockets;
+}
+
+TEST_F(MetricsTest, NoMetricsServesNothing) {
+  {
+    Trainer t("sync", kWorkers, {"--no-metrics"});
+    ASSERT_NO_FATAL_FAILURE(t.WaitFor("step"));
+    EXPECT_FALSE(t.saw_metrics());
+    EXPECT_EQ(SocketsOf(t.pid()), 0) << "the master of a --no-metrics run holds a socket";
+    const ProcResult r = t.Stop();
+    for (const std::string& line : test::SplitLines(r.out)) {
+      EXPECT_NE(test::JsonField(line, "event"), "metrics") << line;
+    }
+  }
+  // The control: with metrics, the same look at /proc finds the listening socket.
+  {
+    Trainer t("sync");
+    ASSERT_NO_FATAL_FAILURE(t.WaitFor("step"));
+    EXPECT_TRUE(t.saw_metrics());
+    EXPECT_GT(SocketsOf(t.pid()), 0);
+    t.Stop();
+  }
+  // A run to the end: its whole log has no metrics event either.
+  const ProcResult r = test::RunProcess(
+      {kMasterBin, "train", "--example", "parabola", "--layers", "1,5,1", "--lr", "0.01", "--steps",
+       "300", "--workers", "2", "--log-format", "json", "--no-metrics"},
+      kRunTimeout);
+  ExpectExit(r, 0);
+  ExpectNoSegments(r.pid);
+  bool summary = false;
+  for (const std::string& line : test::SplitLines(r.out)) {
+    const auto kind = test::JsonField(line, "event");
+    EXPECT_NE(kind, "metrics") << line;
+    summary = summary || kind == "summary";
+  }
+  EXPECT_TRUE(summary) << r.out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 7. One client that connects and sends nothing must not make the endpoint unavailable: a
+// stalled client (a half-open connection, a stuck tool, a port scanner) would otherwise turn
+// every Prometheus scrape into a timeout, and the run would look down.
+
+TEST_F(MetricsTest, AnIdleClientDoesNotStallScrapes) {
+  Trainer t("sync");
+  ASSERT_NO_FATAL_FAILURE(t.WaitFor("metrics"));
+  ASSERT_NO_FATAL_FAILURE(t.WaitFor("step"));
+  std::string error;
+  Fd idle(ConnectTcp(t.address(), Clock::now() + kScrapeTimeout, &error));
+  ASSERT_GE(idle.get(), 0) << error;
+  t.SleepFor(milliseconds{200});  // the server has accepted it and waits for its request
+  const Clock::time_point start = Clock::now();
+  const std::optional<HttpResponse> r = HttpGet(t.address(), "/metrics", kScrapeTimeout, &error);
+  const auto took = std::chrono::duration_cast<milliseconds>(Clock::now() - start);
+  EXPECT_TRUE(r.has_value() && r->status == 200)
+      << "with one idle connection open, a scrape failed after " << took.count()
+      << " ms: " << error;
+  t.Stop();
+}
+
+}  // namespace
+}  // namespace shmtrain
