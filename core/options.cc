@@ -83,6 +83,20 @@ Status TrainOptions::Validate() const {
   if (!(val_split >= 0 && val_split < 1)) {
     return Bad("--val-split", "must be in [0, 1), got " + std::to_string(val_split));
   }
+  if (!(heartbeat_timeout_s >= 0.05 && heartbeat_timeout_s <= 86400)) {
+    return Bad("--heartbeat-timeout", "must be between 50ms and 86400s");
+  }
+  if (max_restarts < 0) return Bad("--max-restarts", "must be >= 0");
+  if (!(restart_window_s > 0 && restart_window_s <= 86400 * 7)) {
+    return Bad("--restart-window", "must be between 0 and 7 days");
+  }
+  if (!(chaos_every_s >= 0 && chaos_every_s <= 86400)) {
+    return Bad("--chaos-kill-every", "must be a duration up to 86400s");
+  }
+  if (checkpoint_every < 0) return Bad("--checkpoint-every", "must be >= 1");
+  if (checkpoint_every > 0 && checkpoint_path.empty()) {
+    return Bad("--checkpoint-every", "needs --checkpoint PATH");
+  }
   if (mode == Mode::kAsync && momentum != 0) {
     return Bad("--momentum", "applies to sync mode only (async rules have no momentum)");
   }

@@ -49,6 +49,34 @@ Setter Num(double* out) {
   };
 }
 
+// A duration: a number with a unit (us, ms, s, m, h) or plain seconds, e.g. 50ms, 1.5s.
+Setter Duration(double* seconds) {
+  return [=](const std::string& flag, std::string_view v) {
+    double x = 0;
+    const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+    if (ec != std::errc() || !std::isfinite(x) || x < 0) {
+      return Expected(flag, "a duration such as 50ms, 2s or 1m", v);
+    }
+    const std::string_view unit(p, v.data() + v.size() - p);
+    double scale;
+    if (unit.empty() || unit == "s") {
+      scale = 1;
+    } else if (unit == "ms") {
+      scale = 1e-3;
+    } else if (unit == "us") {
+      scale = 1e-6;
+    } else if (unit == "m") {
+      scale = 60;
+    } else if (unit == "h") {
+      scale = 3600;
+    } else {
+      return Expected(flag, "a duration such as 50ms, 2s or 1m", v);
+    }
+    *seconds = x * scale;
+    return Status::Ok();
+  };
+}
+
 Setter Str(std::string* out) {
   return [=](const std::string& flag, std::string_view v) {
     if (v.empty()) return Status::Usage(flag + ": needs a value");
@@ -169,8 +197,28 @@ std::vector<Flag> TrainFlags(TrainOptions* o) {
        }},
       {"--barrier-timeout", "SECONDS", "deadline of a worker's barrier wait (default 120)",
        Num(&o->barrier_timeout_s)},
+      {"--heartbeat-timeout", "DURATION",
+       "kill and replace a worker silent this long (default 30s)",
+       Duration(&o->heartbeat_timeout_s)},
+      {"--max-restarts", "N", "give up after more than N restarts within the window (default 10)",
+       Int<int>(&o->max_restarts, 0, 1000000)},
+      {"--restart-window", "DURATION", "the window of --max-restarts (default 60s)",
+       Duration(&o->restart_window_s)},
+      {"--chaos-kill-every", "DURATION",
+       "SIGKILL a random worker about this often (demos, soak tests; default off)",
+       Duration(&o->chaos_every_s)},
+      {"--chaos-seed", "S", "seed of the chaos kills (default 1)",
+       Int<uint64_t>(&o->chaos_seed, 0, UINT64_MAX / 2)},
+      {"--checkpoint", "PATH", "write checkpoints here (on SIGINT/SIGTERM, and see below)",
+       Str(&o->checkpoint_path)},
+      {"--checkpoint-every", "N", "write a checkpoint every N steps (sync) or updates (async)",
+       Int<int64_t>(&o->checkpoint_every, 1, INT64_MAX / 4)},
+      {"--resume", "PATH", "continue the run saved in this checkpoint", Str(&o->resume_path)},
       {"--fault-rank", "R", "test hook", Int<int>(&o->fault_rank, -1, 255), true},
       {"--fault-step", "T", "test hook", Int<int64_t>(&o->fault_step, -1, INT64_MAX / 4), true},
+      {"--fault-point", "K", "test hook", Int<int>(&o->fault_point, 0, 7), true},
+      {"--fault-incarnations", "K", "test hook", Int<int>(&o->fault_incarnations, 0, 1 << 30),
+       true},
   };
 }
 
@@ -228,6 +276,7 @@ constexpr const char* kMainHelp =
     "commands:\n"
     "  train             train a model (shmtrain train --help)\n"
     "  simulate          compare async update rules in a deterministic simulation\n"
+    "  cleanup           remove shared memory left by runs whose master died\n"
     "  example parabola  the built-in example: a 1-5-1 tanh net fits y = x^2 on 50 points\n"
     "  help              this text\n"
     "\n"
@@ -262,7 +311,10 @@ Status ParseCommandLine(const std::vector<std::string>& args, Command* out) {
           "         [--mode sync|async [--rule asgd|dc-asgd-c|dc-asgd-a]]\n"
           "         --layers 1,5,1 [--activation tanh] [--loss mse] --lr 0.01 [--momentum M]\n"
           "         (--steps N | --epochs E) [--batch B] [--seed S] [--log-every K]\n"
-          "         [--save FILE] [--log-format text|json]\n\nflags:\n" +
+          "         [--save FILE] [--log-format text|json] [--metrics-addr HOST:PORT]\n"
+          "         [--checkpoint PATH [--checkpoint-every N]] [--resume PATH]\n"
+          "         [--heartbeat-timeout D] [--max-restarts N] [--restart-window D]\n"
+          "         [--chaos-kill-every D [--chaos-seed S]]\n\nflags:\n" +
           FlagHelp(flags);
       return Status::Ok();
     }
@@ -302,6 +354,25 @@ Status ParseCommandLine(const std::vector<std::string>& args, Command* out) {
     }
     if (Status s = ParseFlags("example", allowed, args, 3, &help); !s.ok()) return s;
     if (help) return ParseCommandLine({args[0], "example", "--help"}, out);
+  } else if (args[1] == "cleanup") {
+    std::vector<Flag> cf = {{"--dry-run", "", "list only; remove nothing",
+                             [out](const std::string&, std::string_view) {
+                               out->dry_run = true;
+                               return Status::Ok();
+                             }}};
+    if (Status s = ParseFlags("cleanup", cf, args, 2, &help); !s.ok()) return s;
+    if (help) {
+      out->kind = Command::Kind::kHelp;
+      out->help_text =
+          "usage: shmtrain cleanup [--dry-run]\n\n"
+          "Lists this user's shmtrain segments in /dev/shm and removes the stale ones: those\n"
+          "whose creating master is gone (its pid is free, or now another process's). A live\n"
+          "run's segment is never touched.\n\nflags:\n" +
+          FlagHelp(cf);
+      return Status::Ok();
+    }
+    out->kind = Command::Kind::kCleanup;
+    return Status::Ok();
   } else if (args[1] == "simulate") {
     // --workers takes a list here; every other flag means what it means for train.
     std::vector<Flag> sim;
@@ -309,7 +380,9 @@ Status ParseCommandLine(const std::vector<std::string>& args, Command* out) {
       if (f.name != "--workers" && f.name != "--mode" && f.name != "--momentum" &&
           f.name != "--save" && f.name != "--barrier-timeout" && f.name != "--max-staleness" &&
           f.name != "--no-progress" && f.name != "--metrics-addr" && f.name != "--no-metrics" &&
-          !f.hidden) {
+          f.name.rfind("--chaos", 0) != 0 && f.name.rfind("--checkpoint", 0) != 0 &&
+          f.name != "--resume" && f.name != "--heartbeat-timeout" &&
+          f.name != "--max-restarts" && f.name != "--restart-window" && !f.hidden) {
         sim.push_back(f);
       }
     }

@@ -11,12 +11,14 @@ namespace shmtrain::master {
 
 // What the command line asks for.
 struct Command {
-  enum class Kind { kHelp, kVersion, kTrain, kSimulate } kind = Kind::kHelp;
+  enum class Kind { kHelp, kVersion, kTrain, kSimulate, kCleanup } kind = Kind::kHelp;
   std::string help_text;  // for kHelp: what to print (stdout, exit 0)
   TrainOptions train;
   // simulate: the worker counts to simulate, and whether to compare every rule.
   std::vector<int> sim_workers;
   bool compare = false;
+  // cleanup: list only, remove nothing.
+  bool dry_run = false;
 };
 
 // Parses argv (argv[0] is the program). kUsage with a message naming the flag on error.

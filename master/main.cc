@@ -1,4 +1,6 @@
 // shmtrain: the master process and the command line.
+#include <sys/mman.h>
+
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +13,7 @@
 #include "master/log.h"
 #include "master/run.h"
 #include "master/simulate.h"
+#include "shm/segment.h"
 
 namespace {
 
@@ -35,6 +38,26 @@ int main(int argc, char** argv) {
       return kExitOk;
     case master::Command::Kind::kTrain:
       break;
+    case master::Command::Kind::kCleanup: {
+      int live = 0, stale = 0;
+      for (const shm::SegmentInfo& s : shm::ListSegments()) {
+        if (s.live) {
+          ++live;
+          std::printf("live   /dev/shm/%s  %llu bytes  (run of pid %lld: left alone)\n",
+                      s.name.c_str(), static_cast<unsigned long long>(s.bytes),
+                      static_cast<long long>(s.creator_pid));
+          continue;
+        }
+        ++stale;
+        const bool removed = !cmd.dry_run && shm_unlink(("/" + s.name).c_str()) == 0;
+        std::printf("%s  /dev/shm/%s  %llu bytes  (%s)\n",
+                    cmd.dry_run ? "stale  " : (removed ? "removed" : "failed "), s.name.c_str(),
+                    static_cast<unsigned long long>(s.bytes), s.why.c_str());
+      }
+      std::printf("%d live, %d stale%s\n", live, stale,
+                  cmd.dry_run ? " (dry run: nothing removed)" : "");
+      return kExitOk;
+    }
     case master::Command::Kind::kSimulate: {
       master::Logger log(cmd.train.log_format, false);
       const Status s = master::RunSimulate(cmd.train, cmd.sim_workers, cmd.compare, log);

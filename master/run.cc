@@ -13,14 +13,18 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <ctime>
 #include <vector>
 
 #include "data/batch_plan.h"
 #include "data/dataset.h"
 #include "data/preprocess.h"
+#include "master/checkpoint.h"
 #include "master/model_file.h"
+#include "master/supervisor.h"
 #include "monitoring/exporter.h"
 #include "nn/metrics.h"
+#include "nn/update.h"
 #include "nn/mlp.h"
 #include "shm/barrier.h"
 #include "shm/futex.h"
@@ -33,7 +37,6 @@ volatile std::sig_atomic_t g_stop_signal = 0;
 namespace {
 
 constexpr int kPollMs = 5;                    // supervisor tick: death is seen at once via pidfd
-constexpr int64_t kLeaveNs = 1'000'000'000;   // time workers get to leave after an abort
 constexpr int64_t kProgressNs = 200'000'000;  // live line refresh
 
 std::string Fmt(const char* f, double v) {
@@ -70,142 +73,6 @@ Status CheckAgainstData(const TrainOptions& o, const data::Dataset& d) {
                          std::to_string(d.rows) + " rows of " + src);
   }
   return Status::Ok();
-}
-
-std::string DescribeExit(int status) {
-  if (WIFSIGNALED(status)) {
-    const int sig = WTERMSIG(status);
-    const char* abbrev = sigabbrev_np(sig);
-    return "was killed by signal " + std::to_string(sig) + " (SIG" +
-           (abbrev ? abbrev : "?") + ")";
-  }
-  const int code = WEXITSTATUS(status);
-  return "exited with code " + std::to_string(code) + " (" + WorkerExitName(code) + ")";
-}
-
-// One worker process as the supervisor sees it.
-struct Child {
-  pid_t pid = -1;
-  int pidfd = -1;
-  bool running = false;
-  int status = 0;
-};
-
-class Supervisor {
- public:
-  Supervisor(shm::Segment& seg, Launcher& launcher, Logger& log, monitoring::SupervisorStats& stats)
-      : seg_(seg),
-        launcher_(launcher),
-        log_(log),
-        stats_(stats),
-        kids_(seg.header()->config.workers) {}
-  ~Supervisor() { KillAll(); }
-
-  Status StartAll() {
-    for (int r = 0; r < static_cast<int>(kids_.size()); ++r) {
-      if (Status s = Start(r, 0); !s.ok()) return s;
-    }
-    return Status::Ok();
-  }
-
-  // Waits up to timeout_ms for a death; returns the rank of a worker that ended, or -1.
-  int PollExit(int timeout_ms) {
-    std::vector<pollfd> fds;
-    std::vector<int> ranks;
-    for (int r = 0; r < static_cast<int>(kids_.size()); ++r) {
-      if (kids_[r].running) {
-        fds.push_back({kids_[r].pidfd, POLLIN, 0});
-        ranks.push_back(r);
-      }
-    }
-    if (fds.empty()) return -1;
-    if (poll(fds.data(), fds.size(), timeout_ms) <= 0) return -1;
-    for (size_t i = 0; i < fds.size(); ++i) {
-      if (fds[i].revents != 0 && Reap(ranks[i])) return ranks[i];
-    }
-    return -1;
-  }
-
-  bool any_running() const {
-    return std::any_of(kids_.begin(), kids_.end(), [](const Child& c) { return c.running; });
-  }
-  const Child& child(int r) const { return kids_[r]; }
-
-  // Abort word up, then a bounded wait for the workers to leave, then SIGKILL for the rest.
-  void AbortAll() {
-    shm::RaiseAbort(seg_.header());
-    const int64_t deadline = shm::MonotonicNs() + kLeaveNs;
-    while (any_running()) {
-      const int64_t left_ms = (deadline - shm::MonotonicNs()) / 1'000'000;
-      if (left_ms <= 0) break;
-      PollExit(static_cast<int>(std::min<int64_t>(left_ms, 50)));
-    }
-    KillAll();
-  }
-
- private:
-  Status Start(int rank, uint32_t incarnation) {
-    shm::WorkerBlock* b = seg_.block(rank);
-    shm::StoreRelease(b->incarnation, incarnation);
-    pid_t pid = -1;
-    if (Status s = launcher_.Spawn(seg_.name(), rank, incarnation, &pid); !s.ok()) return s;
-    Child& c = kids_[rank];
-    c.pid = pid;
-    c.running = true;
-    stats_.SetUp(rank, true);
-    c.pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
-    if (c.pidfd < 0) {
-      const int e = errno;
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-      c.running = false;
-      return Status::Resource("cannot watch worker " + std::to_string(rank) +
-                              ": pidfd_open: " + std::strerror(e));
-    }
-    log_.JsonOnly(JsonLine("worker_started").Int("rank", rank).Int("pid", pid).Int(
-        "incarnation", incarnation));
-    return Status::Ok();
-  }
-
-  bool Reap(int r) {
-    Child& c = kids_[r];
-    int st = 0;
-    const pid_t p = waitpid(c.pid, &st, WNOHANG);
-    if (p != c.pid) return false;
-    c.status = st;
-    c.running = false;
-    stats_.SetUp(r, false);
-    close(c.pidfd);
-    c.pidfd = -1;
-    return true;
-  }
-
-  void KillAll() {
-    for (Child& c : kids_) {
-      if (!c.running) continue;
-      kill(c.pid, SIGKILL);
-      // Bounded: a SIGKILLed process is reaped by the kernel without its cooperation.
-      waitpid(c.pid, &c.status, 0);
-      c.running = false;
-      stats_.SetUp(static_cast<int>(&c - kids_.data()), false);
-      close(c.pidfd);
-      c.pidfd = -1;
-    }
-  }
-
-  shm::Segment& seg_;
-  Launcher& launcher_;
-  Logger& log_;
-  monitoring::SupervisorStats& stats_;
-  std::vector<Child> kids_;
-};
-
-// The lowest step every worker has completed.
-int64_t CompletedSteps(const shm::Segment& seg) {
-  const auto& c = seg.header()->config;
-  uint64_t lo = UINT64_MAX;
-  for (uint32_t r = 0; r < c.workers; ++r) lo = std::min(lo, shm::LoadPhase(*seg.block(r)));
-  return static_cast<int64_t>(lo / 2);
 }
 
 uint64_t TotalSamples(const shm::Segment& seg) {
@@ -301,6 +168,9 @@ shm::Header MakeHeader(const TrainOptions& o, const data::Dataset& d, int64_t to
   c.master_pid = getpid();
   c.fault_rank = o.fault_rank;
   c.fault_step = o.fault_step;
+  c.fault_point = static_cast<uint32_t>(o.fault_point);
+  c.fault_incarnations = static_cast<uint32_t>(o.fault_incarnations);
+  c.checkpoint_every = o.mode == Mode::kSync ? o.checkpoint_every : 0;
   c.rule = static_cast<uint32_t>(o.rule);
   c.lambda = o.LambdaOrDefault();
   c.ms_decay = o.ms_decay;
@@ -310,12 +180,6 @@ shm::Header MakeHeader(const TrainOptions& o, const data::Dataset& d, int64_t to
   proto.creator_start_time = shm::ProcessStartTime(getpid());
   shm::ComputeLayout(&proto);
   return proto;
-}
-
-// Updates applied so far: sync steps every rank completed, or async param_version.
-int64_t Progress(const shm::Segment& seg) {
-  if (static_cast<Mode>(seg.header()->config.mode) == Mode::kSync) return CompletedSteps(seg);
-  return static_cast<int64_t>(shm::LoadAcquire(seg.header()->param_version));
 }
 
 }  // namespace
@@ -330,17 +194,55 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
   RunData rd;
   if (Status s = PrepareData(o, &rd); !s.ok()) return s;
   const data::Dataset& d = rd.train;
+  // Segments left by runs whose master died (SIGKILL, power loss) are ours to reclaim.
+  for (const shm::SegmentInfo& gone : shm::ReclaimStaleSegments()) {
+    log.Info("removed stale segment /dev/shm/" + gone.name + ": " + gone.why,
+             JsonLine("stale_segment_removed").Str("name", gone.name).Str("why", gone.why));
+  }
   const int64_t total_steps = o.TotalSteps(d.rows);
   const int P = o.workers;
   const bool sync = o.mode == Mode::kSync;
 
   const shm::Header proto = MakeHeader(o, d, total_steps);
   if (Status s = CheckShmSpace(proto.total_size); !s.ok()) return s;
+  // Resuming: the checkpoint must come from this very run (same options and data).
+  Checkpoint resume;
+  const uint64_t fingerprint = RunFingerprint(o, d);
+  if (!o.resume_path.empty()) {
+    if (Status s = LoadCheckpoint(o.resume_path, &resume); !s.ok()) return s;
+    if (resume.fingerprint != fingerprint || resume.mode != o.mode ||
+        resume.params.size() != proto.config.param_count ||
+        resume.momentum.empty() != (o.momentum == 0)) {
+      return Status::Usage(o.resume_path +
+                           ": the checkpoint belongs to another run (model, optimiser, batch, "
+                           "seed, workers, mode or data differ); resume with the options it "
+                           "was written with");
+    }
+    if (resume.step >= total_steps) {
+      return Status::Usage(o.resume_path + ": the checkpoint is at step " +
+                           std::to_string(resume.step) + ", the run has only " +
+                           std::to_string(total_steps));
+    }
+  }
+  const int64_t first = resume.step;
+
   shm::Segment seg;
   if (Status s = shm::Segment::Create(shm::MakeSegmentName(), proto, &seg); !s.ok()) return s;
   std::copy(d.x.begin(), d.x.end(), seg.x());
   std::copy(d.y.begin(), d.y.end(), seg.y());
-  nn::InitParams(o.model, o.init, o.seed, seg.params(0));
+  seg.header()->config.first_step = first;
+  if (o.resume_path.empty()) {
+    nn::InitParams(o.model, o.init, o.seed, seg.params(0));
+  } else {
+    std::copy(resume.params.begin(), resume.params.end(), seg.params(sync ? first : 0));
+    if (!resume.momentum.empty()) {
+      std::copy(resume.momentum.begin(), resume.momentum.end(), seg.momentum(first));
+    }
+    for (int r = 0; r < P && sync; ++r) seg.block(r)->phase = 2 * static_cast<uint64_t>(first);
+    seg.header()->param_version = static_cast<uint64_t>(sync ? 0 : first);
+    seg.header()->claimed = static_cast<uint64_t>(sync ? 0 : first);
+    seg.header()->released_step = first;
+  }
   for (int r = 0; r < P; ++r) seg.slot(r)->step = -1;
   monitoring::SupervisorStats stats(P);
   if (exporter) exporter->Attach(&seg, &stats, o);
@@ -358,6 +260,7 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
                    .Int("rows", d.rows)
                    .Int("val_rows", rd.val.rows)
                    .Int("steps", total_steps)
+                   .Int("first_step", first)
                    .Str("mode", ToString(o.mode)));
   if (exporter) {
     const std::string url = "http://" + exporter->address() + "/metrics";
@@ -365,13 +268,47 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
              JsonLine("metrics").Str("address", exporter->address()).Str("url", url));
   }
 
+  // Checkpoints: copies of W (and V) at a step every rank agrees on, written durably.
+  int64_t last_checkpoint = first;
+  auto write_checkpoint = [&](int64_t step, const float* w, const float* v) -> Status {
+    const int64_t t0 = shm::MonotonicNs();
+    Checkpoint c;
+    c.mode = o.mode;
+    c.step = step;
+    c.fingerprint = fingerprint;
+    c.params.assign(w, w + proto.config.param_count);
+    if (v != nullptr) c.momentum.assign(v, v + proto.config.param_count);
+    if (Status s = SaveCheckpoint(o.checkpoint_path, c); !s.ok()) return s;
+    const double took = (shm::MonotonicNs() - t0) * 1e-9;
+    stats.ObserveCheckpoint(took, static_cast<double>(std::time(nullptr)));
+    last_checkpoint = step;
+    log.JsonOnly(JsonLine("checkpoint").Str("path", o.checkpoint_path).Int("step", step).Num(
+        "seconds", took));
+    return Status::Ok();
+  };
+  // Async: a copy taken while workers update (each element is some recent value).
+  auto async_snapshot = [&](int64_t* step) {
+    std::vector<float> w(proto.config.param_count);
+    *step = Progress(seg);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = nn::SharedAccess::Load(seg.params(0) + i);
+    return w;
+  };
+
+  SupervisorOptions so;
+  so.heartbeat_timeout_ns = static_cast<int64_t>(o.heartbeat_timeout_s * 1e9);
+  so.max_restarts = o.max_restarts;
+  so.restart_window_ns = static_cast<int64_t>(o.restart_window_s * 1e9);
+  so.chaos_every_ns = static_cast<int64_t>(o.chaos_every_s * 1e9);
+  so.chaos_seed = o.chaos_seed;
+
   const int64_t t_start = shm::MonotonicNs();
-  Supervisor sup(seg, launcher, log, stats);
+  Supervisor sup(seg, launcher, log, stats, so);
   LossLog losses(seg, log);
   Status failure = sup.StartAll();
   int64_t next_progress = t_start;
-  int done = 0;
-  while (failure.ok() && done < P) {
+  const int64_t every = o.checkpoint_every;
+  for (;;) {
+    if (!failure.ok()) break;
     if (g_stop_signal != 0) {
       failure = Status::Interrupted(std::string("stopped by ") +
                                     (g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM") +
@@ -379,40 +316,74 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
                                     std::to_string(total_steps));
       break;
     }
-    const int r = sup.PollExit(kPollMs);
+    failure = sup.Tick(kPollMs);
     losses.Drain();
-    if (r >= 0) {
-      const Child& ch = sup.child(r);
-      const bool clean = WIFEXITED(ch.status) && WEXITSTATUS(ch.status) == 0;
-      // A sync worker leaves only after its last step; an async one once the update budget
-      // is claimed.
-      const bool finished =
-          clean && (!sync || shm::LoadPhase(*seg.block(r)) == 2 * static_cast<uint64_t>(total_steps));
-      if (finished) {
-        ++done;
-      } else {
-        failure = Status::WorkerFailed("worker " + std::to_string(r) + " (pid " +
-                                       std::to_string(ch.pid) + ") " + DescribeExit(ch.status) +
-                                       " at step " + std::to_string(Progress(seg)) + " of " +
-                                       std::to_string(total_steps) + "; the run was abandoned");
+    if (!failure.ok()) break;
+    if (sup.AllFinished()) {
+      if (sync || Progress(seg) >= total_steps) break;
+      // Async: updates whose tickets died with a worker are still owed.
+      failure = sup.ResumeAsync();
+      continue;
+    }
+    const int64_t progress = Progress(seg);
+    if (every > 0 && sync) {
+      // Every rank pauses before step next (worker/sync_loop.cc) until it is released.
+      const int64_t next = (last_checkpoint / every + 1) * every;
+      if (next < total_steps && progress == next) {
+        bool all_paused = true;
+        for (int r = 0; r < P; ++r) {
+          all_paused &= shm::LoadPhase(*seg.block(r)) == 2 * static_cast<uint64_t>(next);
+        }
+        if (all_paused) {
+          Checkpoint copy;
+          const float* w = seg.params(next);
+          const float* v = seg.momentum(next);
+          copy.params.assign(w, w + proto.config.param_count);
+          if (v) copy.momentum.assign(v, v + proto.config.param_count);
+          shm::ReleaseCheckpoint(seg.header(), next);  // the copy is taken: train on
+          failure = write_checkpoint(next, copy.params.data(),
+                                     copy.momentum.empty() ? nullptr : copy.momentum.data());
+        }
       }
+    } else if (every > 0 && progress >= last_checkpoint + every && progress < total_steps) {
+      int64_t step = 0;
+      const std::vector<float> w = async_snapshot(&step);
+      failure = write_checkpoint(step, w.data(), nullptr);
     }
     const int64_t now = shm::MonotonicNs();
     if (now >= next_progress) {
       next_progress = now + kProgressNs;
-      const int64_t step = Progress(seg);
       const double el = (now - t_start) / 1e9;
       const double rate = el > 0 ? TotalSamples(seg) / el : 0;
-      const double eta = step > 0 ? el * (total_steps - step) / step : NAN;
-      const double loss = losses.last_loss();
-      log.Progress("step " + std::to_string(step) + "/" + std::to_string(total_steps) +
-                   "  loss " + Fmt("%.6g", loss) + "  " + Fmt("%.0f", rate) +
+      const double eta =
+          progress > first ? el * (total_steps - progress) / (progress - first) : NAN;
+      log.Progress("step " + std::to_string(progress) + "/" + std::to_string(total_steps) +
+                   "  loss " + Fmt("%.6g", losses.last_loss()) + "  " + Fmt("%.0f", rate) +
                    " samples/s  ETA " + (std::isfinite(eta) ? Fmt("%.1f", eta) + "s" : "?"));
     }
   }
   if (!failure.ok()) {
     sup.AbortAll();
     log.ClearProgress();
+    // Stopped by a signal with a checkpoint configured: every worker is gone, so the state is
+    // frozen. Sync: W[t%2] at the lowest completed step t is intact (only step t+1's update
+    // would overwrite it, and that needs every rank past step t+1's gradient).
+    if (failure.code() == Status::Code::kInterrupted && !o.checkpoint_path.empty()) {
+      Status s;
+      if (sync) {
+        const int64_t t = Progress(seg);
+        s = write_checkpoint(t, seg.params(t), seg.momentum(t));
+      } else {
+        int64_t step = 0;
+        const std::vector<float> w = async_snapshot(&step);
+        s = write_checkpoint(step, w.data(), nullptr);
+      }
+      if (!s.ok()) log.Error(s.message());
+      else log.Info("checkpoint written to " + o.checkpoint_path + " at step " +
+                    std::to_string(last_checkpoint),
+                    JsonLine("checkpoint_on_stop").Str("path", o.checkpoint_path).Int(
+                        "step", last_checkpoint));
+    }
     return failure;  // the segment is removed as `seg` goes out of scope
   }
   losses.Drain();
@@ -432,6 +403,8 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
       nn::Evaluate(o.model, m.params.data(), rd.val.x.data(), rd.val.y.data(), rd.val.rows);
   const double wall_s = (t_end - t_start) / 1e9;
   const uint64_t samples = TotalSamples(seg);
+  std::vector<double> rec = sup.recoveries();
+  std::sort(rec.begin(), rec.end());
   uint64_t dropped = 0, tau_sum = 0;
   std::string per_worker = "[";
   for (int r = 0; r < P; ++r) {
@@ -443,8 +416,9 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
   const int64_t version = static_cast<int64_t>(shm::LoadAcquire(seg.header()->param_version));
   const int64_t s1 = shm::LoadRelaxed(seg.header()->step1_end_ns);
   const int64_t sl = shm::LoadRelaxed(seg.header()->last_end_ns);
-  const double us_per_step = sync ? (total_steps > 1 ? (sl - s1) / 1e3 / (total_steps - 1) : NAN)
-                                  : wall_s * 1e6 / total_steps;
+  const int64_t steps_run = total_steps - first;
+  const double us_per_step = sync ? (steps_run > 1 ? (sl - s1) / 1e3 / (steps_run - 1) : NAN)
+                                  : wall_s * 1e6 / steps_run;
   seg.Unlink();
 
   if (!o.save_path.empty()) {
@@ -457,7 +431,13 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
       .Num("samples_per_s", samples / wall_s)
       .Int("workers", P)
       .Num("us_per_step", us_per_step)
-      .Str("mode", ToString(o.mode));
+      .Str("mode", ToString(o.mode))
+      .Int("first_step", first)
+      .Int("restarts", sup.restarts())
+      .Int("torn_updates", sup.torn_updates())
+      .Int("recoveries", static_cast<int64_t>(rec.size()))
+      .Num("recovery_median_s", rec.empty() ? NAN : rec[rec.size() / 2])
+      .Num("recovery_max_s", rec.empty() ? NAN : rec.back());
   std::string text = "done: " + std::to_string(total_steps) + (sync ? " steps" : " updates") +
                      ", final loss " + Fmt("%.9g", train_m.loss);
   if (!sync) {

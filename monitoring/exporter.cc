@@ -13,7 +13,20 @@
 
 namespace shmtrain::monitoring {
 
-const char* ToString(RestartReason r) { return r == RestartReason::kCrash ? "crash" : "hang"; }
+const char* ToString(RestartReason r) {
+  switch (r) {
+    case RestartReason::kCrash: return "crash";
+    case RestartReason::kHang: return "hang";
+    case RestartReason::kChaos: return "chaos";
+  }
+  return "unknown";
+}
+
+void SupervisorStats::Histogram::Observe(double seconds) {
+  const auto ns = static_cast<int64_t>(seconds * 1e9);
+  counts[shm::DurationBucket(ns)].fetch_add(1, std::memory_order_relaxed);
+  sum_ns.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
+}
 
 SupervisorStats::SupervisorStats(int workers)
     : up_(static_cast<size_t>(workers)),
@@ -205,13 +218,38 @@ class RunCollector final : public prometheus::Collectable {
                                    "Workers replaced by the supervisor, by worker and reason.",
                                    MetricType::Counter);
     for (int r = 0; r < P; ++r) {
-      for (RestartReason why : {RestartReason::kCrash, RestartReason::kHang}) {
+      for (RestartReason why : {RestartReason::kCrash, RestartReason::kHang, RestartReason::kChaos}) {
         restarts.metric.push_back(Value(static_cast<double>(stats_->restarts(r, why)),
                                         MetricType::Counter,
                                         {{"reason", ToString(why)}, {"worker", std::to_string(r)}}));
       }
     }
     out.push_back(std::move(restarts));
+
+    auto master_histogram = [&](const char* name, const char* help,
+                                const SupervisorStats::Histogram& hist) {
+      MetricFamily f = Family(name, help, MetricType::Histogram);
+      uint64_t counts[shm::kDurationBuckets];
+      for (int k = 0; k < shm::kDurationBuckets; ++k) {
+        counts[k] = hist.counts[k].load(std::memory_order_relaxed);
+      }
+      f.metric.push_back(Histogram(counts, shm::kDurationBounds, shm::kDurationBuckets,
+                                   hist.sum_ns.load(std::memory_order_relaxed) * 1e-9));
+      out.push_back(std::move(f));
+    };
+    master_histogram("shmtrain_recovery_duration_seconds",
+                     "Time from a worker's death to the run making progress again.",
+                     stats_->recovery());
+    MetricFamily torn = Family("shmtrain_torn_updates_total",
+                               "Async: updates a worker was killed in the middle of applying.",
+                               MetricType::Counter);
+    torn.metric.push_back(Value(static_cast<double>(stats_->torn_updates()), MetricType::Counter));
+    out.push_back(std::move(torn));
+    master_histogram("shmtrain_checkpoint_duration_seconds",
+                     "Time to copy and durably write a checkpoint.", stats_->checkpoint());
+    gauge("shmtrain_checkpoint_last_success_timestamp_seconds",
+          "Unix time of the last checkpoint written (0: none yet).",
+          stats_->last_checkpoint_unix());
 
     const int64_t now = shm::MonotonicNs();
     per_worker("shmtrain_worker_heartbeat_age_seconds",

@@ -26,8 +26,8 @@ class Exposer;
 namespace shmtrain::monitoring {
 
 // Why a worker was replaced. Label values of shmtrain_worker_restarts_total.
-enum class RestartReason { kCrash = 0, kHang = 1 };
-inline constexpr int kRestartReasons = 2;
+enum class RestartReason { kCrash = 0, kHang = 1, kChaos = 2 };
+inline constexpr int kRestartReasons = 3;
 const char* ToString(RestartReason r);
 
 // What only the master knows: which workers are running, how often each was restarted.
@@ -39,10 +39,35 @@ class SupervisorStats {
   bool up(int rank) const { return up_[rank].load(std::memory_order_relaxed) != 0; }
   void AddRestart(int rank, RestartReason why);
   uint64_t restarts(int rank, RestartReason why) const;
+  void AddTornUpdate() { torn_.fetch_add(1, std::memory_order_relaxed); }
+  uint64_t torn_updates() const { return torn_.load(std::memory_order_relaxed); }
+  // A recovery: seconds from a death to the run's progress moving on.
+  void ObserveRecovery(double seconds) { recovery_.Observe(seconds); }
+  // A checkpoint written in `seconds`, finished at unix time `unix_time`.
+  void ObserveCheckpoint(double seconds, double unix_time) {
+    checkpoint_.Observe(seconds);
+    last_checkpoint_unix_.store(unix_time, std::memory_order_relaxed);
+  }
+
+  // A duration histogram over shm::kDurationBounds, fed by the run loop, read by scrapes.
+  struct Histogram {
+    std::atomic<uint64_t> counts[shm::kDurationBuckets] = {};
+    std::atomic<uint64_t> sum_ns{0};
+    void Observe(double seconds);
+  };
+  const Histogram& recovery() const { return recovery_; }
+  const Histogram& checkpoint() const { return checkpoint_; }
+  double last_checkpoint_unix() const {
+    return last_checkpoint_unix_.load(std::memory_order_relaxed);
+  }
 
  private:
   std::vector<std::atomic<int>> up_;
   std::vector<std::atomic<uint64_t>> restarts_;  // rank * kRestartReasons + reason
+  std::atomic<uint64_t> torn_{0};
+  Histogram recovery_;
+  Histogram checkpoint_;
+  std::atomic<double> last_checkpoint_unix_{0};
 };
 
 class RunCollector;

@@ -43,7 +43,17 @@ void PhaseBarrier::Arrive(uint64_t phase) {
 }
 
 PhaseBarrier::Result PhaseBarrier::Wait(uint64_t target, int64_t deadline_ns) {
-  if (Complete(target)) {
+  return WaitUntil([&] { return Complete(target); }, deadline_ns);
+}
+
+PhaseBarrier::Result PhaseBarrier::WaitReleased(int64_t step, int64_t deadline_ns) {
+  return WaitUntil(
+      [&] { return std::atomic_ref<int64_t>(h_->released_step).load() >= step; }, deadline_ns);
+}
+
+template <class Done>
+PhaseBarrier::Result PhaseBarrier::WaitUntil(Done complete, int64_t deadline_ns) {
+  if (complete()) {
     AddRelaxed<uint64_t>(self_->barrier_wait_hist[0], 1);  // a wait of zero
     return Result::kOk;
   }
@@ -64,7 +74,7 @@ PhaseBarrier::Result PhaseBarrier::Wait(uint64_t target, int64_t deadline_ns) {
     const int64_t spin_until = start + spin_budget_ns_;
     while (MonotonicNs() < spin_until) {
       for (int i = 0; i < 64; ++i) {
-        if (Complete(target)) {
+        if (complete()) {
           spin_budget_ns_ = std::min(spin_budget_ns_ * 2, h_->config.spin_ns);
           return done(Result::kOk);
         }
@@ -79,7 +89,7 @@ PhaseBarrier::Result PhaseBarrier::Wait(uint64_t target, int64_t deadline_ns) {
     const uint32_t seq = Word(h_->wake_seq).load();
     Result r = Result::kOk;
     bool sleep = false;
-    if (Complete(target)) {
+    if (complete()) {
       r = Result::kOk;
     } else if (Word(h_->abort_epoch).load() != epoch_) {
       r = Result::kAborted;
@@ -102,6 +112,12 @@ PhaseBarrier::Result PhaseBarrier::Wait(uint64_t target, int64_t deadline_ns) {
 
 void RaiseAbort(Header* header) {
   Word(header->abort_epoch).fetch_add(1);
+  Word(header->wake_seq).fetch_add(1);
+  FutexWake(&header->wake_seq, INT_MAX);
+}
+
+void ReleaseCheckpoint(Header* header, int64_t step) {
+  std::atomic_ref<int64_t>(header->released_step).store(step);
   Word(header->wake_seq).fetch_add(1);
   FutexWake(&header->wake_seq, INT_MAX);
 }

@@ -33,11 +33,16 @@ class PhaseBarrier {
   void Arrive(uint64_t phase);
   // Waits until every rank's phase >= target; deadline_ns is absolute CLOCK_MONOTONIC.
   Result Wait(uint64_t target, int64_t deadline_ns);
+  // Waits until the master has released checkpoint step `step` (Header.released_step), with
+  // the same deadline, abort and orphan rules as Wait().
+  Result WaitReleased(int64_t step, int64_t deadline_ns);
   // Wait time accumulated by Wait(), in ns.
   uint64_t waited_ns() const { return waited_ns_; }
 
  private:
   bool Complete(uint64_t target) const;
+  template <class Done>
+  Result WaitUntil(Done done_now, int64_t deadline_ns);
   Header* h_;
   WorkerBlock* blocks_;
   int workers_;
@@ -49,6 +54,8 @@ class PhaseBarrier {
 
 // Master side: raise the abort word and wake every waiter. Only the master calls this.
 void RaiseAbort(Header* header);
+// Master side: let the ranks paused before checkpoint step `step` go on.
+void ReleaseCheckpoint(Header* header, int64_t step);
 // The current abort epoch (a worker records it when it starts).
 uint32_t LoadAbortEpoch(const Header& header);
 

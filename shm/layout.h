@@ -46,7 +46,7 @@ namespace shmtrain::shm {
 // "SHMTRAIN" read as a little-endian 64-bit integer.
 inline constexpr uint64_t kMagic = 0x4E494152544D4853ull;
 // Bump on every change to any struct in this file or to the meaning of a field.
-inline constexpr uint32_t kAbiVersion = 3;
+inline constexpr uint32_t kAbiVersion = 4;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr int kMaxLayers = 64;
 inline constexpr int kMaxWorkers = 256;
@@ -101,17 +101,23 @@ struct RunConfig {
   double barrier_timeout_s;
   int64_t spin_ns;     // spin this long at a barrier before sleeping (0 when oversubscribed)
   int64_t master_pid;  // a worker whose parent is not this pid has been orphaned
-  int32_t fault_rank;  // test hook: this rank exits at fault_step (-1 = off)
-  int32_t reserved1;
+  // Test hook (worker/fault.h): rank fault_rank, at step (sync) or batch (async) fault_step,
+  // at point fault_point, dies while its incarnation < fault_incarnations. -1/0 = off.
+  int32_t fault_rank;
+  uint32_t fault_point;
   int64_t fault_step;
   // Async mode (nn/update.h): rule (AsyncRule), its lambda, MeanSquare decay and epsilon;
   // a gradient more than max_staleness versions old is dropped (-1 = never).
   uint32_t rule;
-  uint32_t reserved2;
+  uint32_t fault_incarnations;
   double lambda;
   double ms_decay;
   double epsilon;
   int64_t max_staleness;
+  // Sync checkpoints: every rank pauses before step t (t % checkpoint_every == 0, t > first)
+  // until the master has copied W[t%2] and V[t%2] and set released_step >= t. 0 = never.
+  int64_t checkpoint_every;
+  int64_t first_step;  // where the run starts: 0, or the step of the checkpoint it resumed
 };
 
 // One record of the loss ring. Rank 0 writes loss, then publishes tag = log index + 1.
@@ -148,6 +154,9 @@ struct alignas(kCacheLine) Header {
   alignas(kCacheLine) uint32_t abort_epoch;  // master only
   alignas(kCacheLine) uint32_t wake_seq;     // futex word
   uint32_t waiters;
+  // Sync checkpoints: the master raises released_step (seq_cst) and bumps wake_seq once it
+  // has copied a paused step; ranks wait for it like a barrier.
+  int64_t released_step;
   // Async: param_version counts applied updates (advanced after each apply, release);
   // claimed hands out update tickets so that exactly total_steps updates are applied.
   alignas(kCacheLine) uint64_t param_version;

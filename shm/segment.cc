@@ -1,6 +1,8 @@
 #include "shm/segment.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -89,6 +91,61 @@ uint64_t ProcessStartTime(pid_t pid) {
     if (!(rest >> field)) return 0;
   }
   return std::strtoull(field.c_str(), nullptr, 10);
+}
+
+std::vector<SegmentInfo> ListSegments() {
+  std::vector<SegmentInfo> out;
+  const std::string prefix = SegmentPrefixForUser();
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return out;
+  while (const dirent* e = readdir(dir)) {
+    const std::string name = e->d_name;
+    if (name.rfind(prefix, 0) != 0) continue;
+    SegmentInfo info;
+    info.name = name;
+    // The creator: from the header when it is readable, else from the name's pid field.
+    info.creator_pid = std::strtoll(name.c_str() + prefix.size(), nullptr, 10);
+    uint64_t start_time = 0;
+    bool have_start = false;
+    const int fd = shm_open(("/" + name).c_str(), O_RDONLY, 0);
+    if (fd >= 0) {
+      struct stat st {};
+      if (fstat(fd, &st) == 0) info.bytes = static_cast<uint64_t>(st.st_size);
+      if (info.bytes >= sizeof(Header)) {
+        void* p = mmap(nullptr, sizeof(Header), PROT_READ, MAP_SHARED, fd, 0);
+        if (p != MAP_FAILED) {
+          const auto* h = static_cast<const Header*>(p);
+          if (h->magic == kMagic) {
+            info.creator_pid = h->creator_pid;
+            start_time = h->creator_start_time;
+            have_start = true;
+          }
+          munmap(p, sizeof(Header));
+        }
+      }
+      close(fd);
+    }
+    const pid_t pid = static_cast<pid_t>(info.creator_pid);
+    const bool exists = pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
+    if (!exists) {
+      info.why = "its creator, pid " + std::to_string(info.creator_pid) + ", is gone";
+    } else if (have_start && ProcessStartTime(pid) != start_time) {
+      info.why = "pid " + std::to_string(info.creator_pid) + " now belongs to another process";
+    } else {
+      info.live = true;
+    }
+    out.push_back(std::move(info));
+  }
+  closedir(dir);
+  return out;
+}
+
+std::vector<SegmentInfo> ReclaimStaleSegments() {
+  std::vector<SegmentInfo> removed;
+  for (SegmentInfo& s : ListSegments()) {
+    if (!s.live && shm_unlink(("/" + s.name).c_str()) == 0) removed.push_back(std::move(s));
+  }
+  return removed;
 }
 
 int Segment::Validate(const Header& h, uint64_t mapped_size, std::string* why) {

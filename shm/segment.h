@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "shm/layout.h"
 #include "shmtrain/status.h"
@@ -28,6 +29,21 @@ std::string SegmentPrefixForUser();
 
 // Field 22 of /proc/<pid>/stat (start time in clock ticks since boot); 0 if unknown.
 uint64_t ProcessStartTime(pid_t pid);
+
+// One of this user's segments in /dev/shm, as `cleanup` and the stale check see it.
+struct SegmentInfo {
+  std::string name;     // without the leading '/'
+  uint64_t bytes = 0;
+  int64_t creator_pid = 0;
+  bool live = false;    // its creator (same pid and start time) still runs
+  std::string why;      // for a stale one: why it is judged stale
+};
+
+// This user's segments (names starting with SegmentPrefixForUser()). Reads headers only.
+std::vector<SegmentInfo> ListSegments();
+// Removes this user's stale segments (creator gone); never touches a live run's. Returns
+// what it removed.
+std::vector<SegmentInfo> ReclaimStaleSegments();
 
 class Segment {
  public:

@@ -220,7 +220,7 @@ TEST(AsyncRun, KilledWorkerEndsTheRunCleanly) {
   test::Subprocess p({kBin, "train", "--metrics-addr=127.0.0.1:0", "--mode", "async", "--workers", "2", "--example", "blobs",
                       "--rows", "2000", "--features", "32", "--layers", "32,256,4", "--loss",
                       "xent", "--lr", "0.01", "--batch", "32", "--steps", "100000000",
-                      "--log-format", "json", "--log-every", "100"});
+                      "--log-format", "json", "--log-every", "100", "--max-restarts", "0"});
   std::string line;
   pid_t victim = -1;
   bool stepped = false;

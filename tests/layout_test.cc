@@ -27,10 +27,10 @@ namespace {
 // A change to any of these numbers changes the bytes other builds read: bump kAbiVersion and
 // update the numbers together.
 TEST(Layout, PinsTheHeader) {
-  EXPECT_EQ(kAbiVersion, 3u);
+  EXPECT_EQ(kAbiVersion, 4u);
   EXPECT_EQ(std::memcmp(&kMagic, "SHMTRAIN", 8), 0);
   EXPECT_EQ(sizeof(Header), 66496u);
-  EXPECT_EQ(sizeof(RunConfig), 432u);
+  EXPECT_EQ(sizeof(RunConfig), 448u);
   EXPECT_EQ(sizeof(WorkerBlock), 640u);
   EXPECT_EQ(sizeof(SlotHeader), 64u);
   EXPECT_EQ(sizeof(LossRecord), 16u);
@@ -43,6 +43,7 @@ TEST(Layout, PinsTheHeader) {
   EXPECT_EQ(offsetof(Header, abort_epoch), 576u);
   EXPECT_EQ(offsetof(Header, wake_seq), 640u);
   EXPECT_EQ(offsetof(Header, waiters), 644u);
+  EXPECT_EQ(offsetof(Header, released_step), 648u);
   EXPECT_EQ(offsetof(Header, param_version), 704u);
   EXPECT_EQ(offsetof(Header, claimed), 768u);
   EXPECT_EQ(offsetof(Header, last_loss), 832u);
@@ -55,6 +56,8 @@ TEST(Layout, PinsTheHeader) {
   EXPECT_EQ(offsetof(RunConfig, fault_step), 384u);
   EXPECT_EQ(offsetof(RunConfig, rule), 392u);
   EXPECT_EQ(offsetof(RunConfig, max_staleness), 424u);
+  EXPECT_EQ(offsetof(RunConfig, checkpoint_every), 432u);
+  EXPECT_EQ(offsetof(RunConfig, first_step), 440u);
   EXPECT_EQ(offsetof(WorkerBlock, heartbeat_ns), 8u);
   EXPECT_EQ(offsetof(WorkerBlock, incarnation), 24u);
   EXPECT_EQ(offsetof(WorkerBlock, steps_total), 64u);
@@ -88,6 +91,7 @@ Header MakeProto(int workers, double momentum) {
   c.master_pid = getpid();
   c.fault_rank = -1;
   c.fault_step = -1;
+  c.fault_incarnations = 0;
   h.creator_pid = getpid();
   ComputeLayout(&h);
   return h;

@@ -574,7 +574,7 @@ void ExpectWorkerLabels(const Scrape& s, int workers) {
         "shmtrain_worker_compute_seconds_total"}) {
     EXPECT_EQ(WorkerValues(s, name), want) << name;
   }
-  for (const char* reason : {"crash", "hang"}) {
+  for (const char* reason : {"crash", "hang", "chaos"}) {
     std::vector<std::string> got;
     for (const Sample* x : s.Named("shmtrain_worker_restarts_total")) {
       std::set<std::string> keys;
@@ -582,7 +582,7 @@ void ExpectWorkerLabels(const Scrape& s, int workers) {
       EXPECT_EQ(keys, (std::set<std::string>{"reason", "worker"})) << SeriesKey(x->name, x->labels);
       const auto r = x->labels.find("reason");
       const auto w = x->labels.find("worker");
-      EXPECT_TRUE(r != x->labels.end() && (r->second == "crash" || r->second == "hang"))
+      EXPECT_TRUE(r != x->labels.end() && (r->second == "crash" || r->second == "hang" || r->second == "chaos"))
           << SeriesKey(x->name, x->labels);
       if (r != x->labels.end() && r->second == reason && w != x->labels.end()) {
         got.push_back(w->second);

@@ -362,7 +362,9 @@ TEST(SignalTest, SigtermStopsCleanly) {
 // run within a second, names the worker and the signal, and leaves nothing behind.
 
 TEST(FaultTest, KilledWorkerEndsRunWithinOneSecond) {
-  Subprocess p(LongRun(3));
+  std::vector<std::string> args = LongRun(3);
+  args.push_back("--max-restarts=0");  // no replacement: the run must end, and quickly
+  Subprocess p(args);
   ASSERT_GT(p.pid(), 0);
   RunStart start;
   ASSERT_NO_FATAL_FAILURE(ReadUntilFirstStep(p, 3, &start));
@@ -386,12 +388,15 @@ TEST(FaultTest, KilledWorkerEndsRunWithinOneSecond) {
 // 6. The hidden fault hook: rank 1 exits with code 20 at step 5. The master reports the rank
 // and the code, exits 3, saves no model, and cleans up.
 
+// With no restart budget (--max-restarts 0) the first failure ends the run, as it did before
+// workers were replaced; tests/fault_test.cc covers replacement.
 TEST_F(ProcessTest, InjectedFaultIsReported) {
   const std::string model = dir_.File("never.model");
   const ProcResult r =
       test::RunProcess(Shmtrain({"train", "--example", "parabola", "--layers", "1,5,1", "--lr",
                                  "0.01", "--steps", "2000", "--workers", "3", "--fault-rank", "1",
-                                 "--fault-step", "5", "--log-format", "json", "--save", model}),
+                                 "--fault-step", "5", "--max-restarts", "0", "--log-format",
+                                 "json", "--save", model}),
                        kRunTimeout);
   ExpectExit(r, 3);
   EXPECT_TRUE(Contains(r.err, "worker 1")) << r.err;

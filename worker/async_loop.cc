@@ -14,6 +14,7 @@
 #include "shm/barrier.h"
 #include "shm/futex.h"
 #include "shmtrain/status.h"
+#include "worker/fault.h"
 #include "worker/spec.h"
 
 namespace shmtrain::worker {
@@ -28,7 +29,7 @@ constexpr uint64_t kShardStream = 0x5348415244ull;  // "SHARD"
 
 }  // namespace
 
-int RunAsync(const shm::Segment& seg, int rank) {
+int RunAsync(const shm::Segment& seg, int rank, uint32_t incarnation) {
   shm::Header* h = seg.header();
   const shm::RunConfig& c = h->config;
   const ModelSpec spec = SpecOf(c);
@@ -86,7 +87,7 @@ int RunAsync(const shm::Segment& seg, int rank) {
     if (getppid() != master) return kWorkerOrphaned;
     if (claimed.load(std::memory_order_relaxed) >= total) return kWorkerOk;
     const int64_t b = static_cast<int64_t>(shm::LoadRelaxed(self->batches));
-    if (c.fault_rank == rank && c.fault_step == b) return kWorkerInjectedFault;
+    if (FaultAt(c, FaultPoint::kExit, rank, b, incarnation)) return kWorkerInjectedFault;
 
     const int64_t t0 = shm::MonotonicNs();
     const uint64_t v_read = version.load(std::memory_order_acquire);
@@ -117,6 +118,10 @@ int RunAsync(const shm::Segment& seg, int rank) {
     }
     if (claimed.fetch_add(1, std::memory_order_relaxed) >= total) return kWorkerOk;
     shm::StoreRelaxed<uint32_t>(self->applying, 1);
+    if (FaultAt(c, FaultPoint::kMidApply, rank, b, incarnation)) {
+      nn::ApplyRule<nn::SharedAccess>(rp, n / 2, w, w_bak.data(), grad.data(), mean_square);
+      DieNow();
+    }
     nn::ApplyRule<nn::SharedAccess>(rp, n, w, w_bak.data(), grad.data(), mean_square);
     const uint64_t v_apply = version.fetch_add(1, std::memory_order_release);
     shm::StoreRelaxed<uint32_t>(self->applying, 0);

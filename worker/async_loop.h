@@ -14,11 +14,13 @@
 // not otherwise use, so a replacement worker continues with it.
 #pragma once
 
+#include <cstdint>
+
 #include "shm/segment.h"
 
 namespace shmtrain::worker {
 
 // Runs until the update budget is claimed; returns a WorkerExit code.
-int RunAsync(const shm::Segment& seg, int rank);
+int RunAsync(const shm::Segment& seg, int rank, uint32_t incarnation);
 
 }  // namespace shmtrain::worker

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "shm/barrier.h"
 #include "shm/futex.h"
 #include "shmtrain/status.h"
+#include "worker/fault.h"
 #include "worker/spec.h"
 
 namespace shmtrain::worker {
@@ -31,7 +33,7 @@ int ExitFor(shm::PhaseBarrier::Result r) {
 
 }  // namespace
 
-int RunSync(const shm::Segment& seg, int rank) {
+int RunSync(const shm::Segment& seg, int rank, uint32_t incarnation) {
   shm::Header* h = seg.header();
   const shm::RunConfig& c = h->config;
   const ModelSpec spec = SpecOf(c);
@@ -59,10 +61,19 @@ int RunSync(const shm::Segment& seg, int rank) {
   int64_t last_step_end = 0;  // rank 0: when the previous step completed
   for (int64_t t = static_cast<int64_t>(phase / 2); t < c.total_steps; ++t) {
     shm::StoreRelaxed(self->heartbeat_ns, shm::MonotonicNs());
-    if (c.fault_rank == rank && c.fault_step == t) return kWorkerInjectedFault;
+    auto fault = [&](FaultPoint p) { return FaultAt(c, p, rank, t, incarnation); };
+    if (fault(FaultPoint::kExit)) return kWorkerInjectedFault;
+
+    // ---- checkpoint pause: before step t, until the master has copied W[t%2] and V[t%2].
+    if (c.checkpoint_every > 0 && t > c.first_step && t % c.checkpoint_every == 0 &&
+        phase == 2 * static_cast<uint64_t>(t)) {
+      const auto r = barrier.WaitReleased(t, shm::MonotonicNs() + timeout_ns);
+      if (r != shm::PhaseBarrier::Result::kOk) return ExitFor(r);
+    }
 
     // ---- phase 1: the gradient of this rank's share at W[t%2].
     if (phase == 2 * static_cast<uint64_t>(t)) {
+      if (fault(FaultPoint::kBeforeCompute)) DieNow();
       const int64_t t0 = shm::MonotonicNs();
       const float* x;
       const float* y;
@@ -86,6 +97,10 @@ int RunSync(const shm::Segment& seg, int rank) {
         y = by.data();
       }
       shm::SlotHeader* slot = seg.slot(rank);
+      if (fault(FaultPoint::kMidGradient)) {
+        std::fill(seg.grad(rank), seg.grad(rank) + n / 2, NAN);
+        DieNow();
+      }
       slot->loss_sum = nn::LossAndGrad<float>(spec, seg.params(t), x, y, rows, seg.grad(rank), ws);
       slot->samples = rows;
       slot->step = t;
@@ -94,6 +109,7 @@ int RunSync(const shm::Segment& seg, int rank) {
                                 static_cast<uint64_t>(shm::MonotonicNs() - t0));
       phase = 2 * t + 1;
       barrier.Arrive(phase);
+      if (fault(FaultPoint::kAtBarrier1)) DieNow();
     }
     auto r = barrier.Wait(2 * t + 1, shm::MonotonicNs() + timeout_ns);
     if (r != shm::PhaseBarrier::Result::kOk) return ExitFor(r);
@@ -127,6 +143,10 @@ int RunSync(const shm::Segment& seg, int rank) {
       }
       self->grad_sq = sq;
       self->grad_sq_step = t;
+      if (fault(FaultPoint::kMidUpdate)) {
+        std::fill(seg.params(t + 1) + lo, seg.params(t + 1) + lo + (hi - lo) / 2, NAN);
+        DieNow();
+      }
       const float* v_in = seg.momentum(t);
       float* v_out = seg.momentum(t + 1);
       nn::SgdMomentum(hi - lo, seg.params(t) + lo, v_in ? v_in + lo : nullptr, gmean.data(), c.lr,
@@ -142,6 +162,7 @@ int RunSync(const shm::Segment& seg, int rank) {
                               static_cast<uint64_t>(shm::MonotonicNs() - t1));
     phase = 2 * t + 2;
     barrier.Arrive(phase);
+    if (fault(FaultPoint::kAtBarrier2)) DieNow();
     r = barrier.Wait(2 * t + 2, shm::MonotonicNs() + timeout_ns);
     if (r != shm::PhaseBarrier::Result::kOk) return ExitFor(r);
     shm::AddRelaxed<uint64_t>(self->steps_total, 1);
@@ -153,7 +174,7 @@ int RunSync(const shm::Segment& seg, int rank) {
       shm::StoreRelaxed(h->last_grad_norm, std::sqrt(grad_sq));
       shm::StoreRelaxed(h->last_loss, loss_sum / static_cast<double>(samples));
       const int64_t now = shm::MonotonicNs();
-      if (t == 0) shm::StoreRelaxed(h->step1_end_ns, now);
+      if (t == c.first_step) shm::StoreRelaxed(h->step1_end_ns, now);
       if (t + 1 == c.total_steps) shm::StoreRelaxed(h->last_end_ns, now);
       if (last_step_end > 0) {
         shm::AddRelaxed<uint64_t>(self->step_duration_hist[shm::DurationBucket(now - last_step_end)], 1);

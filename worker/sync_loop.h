@@ -11,11 +11,13 @@
 // resumes from the phase in its block.
 #pragma once
 
+#include <cstdint>
+
 #include "shm/segment.h"
 
 namespace shmtrain::worker {
 
 // Runs the loop to the end of the run; returns a WorkerExit code.
-int RunSync(const shm::Segment& seg, int rank);
+int RunSync(const shm::Segment& seg, int rank, uint32_t incarnation);
 
 }  // namespace shmtrain::worker

@@ -66,8 +66,10 @@ int main(int argc, char** argv) {
   shm::StoreRelease<uint32_t>(self->attached, 1);
 
   switch (static_cast<Mode>(c.mode)) {
-    case Mode::kSync: return worker::RunSync(seg, static_cast<int>(rank));
-    case Mode::kAsync: return worker::RunAsync(seg, static_cast<int>(rank));
+    case Mode::kSync:
+      return worker::RunSync(seg, static_cast<int>(rank), static_cast<uint32_t>(incarnation));
+    case Mode::kAsync:
+      return worker::RunAsync(seg, static_cast<int>(rank), static_cast<uint32_t>(incarnation));
   }
   return kWorkerBadLayout;
 }

@@ -101,10 +101,29 @@ struct TrainOptions {
   // Deadline of every barrier wait in a worker, seconds. Default 120; 0.01..86400.
   double barrier_timeout_s = 120;
 
-  // Test hook (not shown in --help): worker `fault_rank` exits with kWorkerInjectedFault
-  // when it reaches step `fault_step`. -1 = off.
+  // Fault tolerance. A worker with no heartbeat for heartbeat_timeout_s is killed and replaced
+  // (default 30 s; 0.05..86400). More than max_restarts restarts (default 10; 0..1000000)
+  // within restart_window_s (default 60 s) end the run: a crash loop.
+  double heartbeat_timeout_s = 30;
+  int max_restarts = 10;
+  double restart_window_s = 60;
+  // Chaos: SIGKILL a random worker about every chaos_every_s seconds (0 = off), drawn from
+  // chaos_seed. Chaos kills do not count towards max_restarts.
+  double chaos_every_s = 0;
+  uint64_t chaos_seed = 1;
+
+  // Checkpoints: write checkpoint_path every checkpoint_every steps/updates (0 = only when
+  // stopped by SIGINT/SIGTERM) and on a signal; resume_path continues a run from one.
+  std::string checkpoint_path;
+  int64_t checkpoint_every = 0;
+  std::string resume_path;
+
+  // Test hooks (not shown in --help): worker `fault_rank` dies at `fault_point`
+  // (worker/fault.h) of step/batch `fault_step` while its incarnation < fault_incarnations.
   int fault_rank = -1;
   int64_t fault_step = -1;
+  int fault_point = 1;  // kExit
+  int fault_incarnations = 1;
 
   // Checks every field against its limits and the fields against each other (data-dependent
   // checks such as layer sizes against the data live in the master). Returns kUsage.

@@ -1,0 +1,125 @@
+#include "master/checkpoint.h"
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "core/crc32.h"
+#include "master/model_file.h"
+
+namespace shmtrain {
+namespace {
+
+template <class T>
+void Put(std::string* s, T v) {
+  s->append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+
+// FNV-1a over the bytes of each field, in a fixed order.
+class Hasher {
+ public:
+  void Bytes(const void* p, size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (size_t i = 0; i < n; ++i) h_ = (h_ ^ b[i]) * 0x100000001B3ull;
+  }
+  template <class T>
+  void Add(T v) {
+    Bytes(&v, sizeof v);
+  }
+  uint64_t value() const { return h_; }
+
+ private:
+  uint64_t h_ = 0xCBF29CE484222325ull;
+};
+
+}  // namespace
+
+uint64_t RunFingerprint(const TrainOptions& o, const data::Dataset& d) {
+  Hasher h;
+  h.Add<uint32_t>(static_cast<uint32_t>(o.mode));
+  h.Add<uint32_t>(static_cast<uint32_t>(o.model.layers.size()));
+  for (int l : o.model.layers) h.Add<int32_t>(l);
+  h.Add<uint32_t>(static_cast<uint32_t>(o.model.activation));
+  h.Add<uint32_t>(static_cast<uint32_t>(o.model.loss));
+  h.Add<double>(o.lr);
+  h.Add<double>(o.momentum);
+  h.Add<int64_t>(o.batch);
+  h.Add<uint64_t>(o.seed);
+  h.Add<int32_t>(o.workers);
+  h.Add<uint32_t>(static_cast<uint32_t>(o.rule));
+  h.Add<int64_t>(d.rows);
+  h.Add<int32_t>(d.features);
+  h.Add<uint32_t>(Crc32(d.x.data(), d.x.size() * sizeof(float)));
+  h.Add<uint32_t>(Crc32(d.y.data(), d.y.size() * sizeof(float)));
+  return h.value();
+}
+
+Status SaveCheckpoint(const std::string& path, const Checkpoint& c) {
+  std::string s(kCheckpointMagic, sizeof kCheckpointMagic);
+  Put<uint32_t>(&s, kCheckpointVersion);
+  Put<uint32_t>(&s, static_cast<uint32_t>(c.mode));
+  Put<int64_t>(&s, c.step);
+  Put<uint64_t>(&s, c.fingerprint);
+  Put<uint64_t>(&s, c.params.size());
+  Put<uint32_t>(&s, c.momentum.empty() ? 0 : 1);
+  s.append(reinterpret_cast<const char*>(c.params.data()), c.params.size() * sizeof(float));
+  s.append(reinterpret_cast<const char*>(c.momentum.data()), c.momentum.size() * sizeof(float));
+  Put<uint32_t>(&s, Crc32(s.data(), s.size()));
+  return WriteFileDurably(path, s);
+}
+
+Status LoadCheckpoint(const std::string& path, Checkpoint* out) {
+  auto bad = [&](const std::string& what) {
+    return Status::Data(path + ": not a usable checkpoint: " + what);
+  };
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::Data(path + ": cannot open checkpoint: " + std::strerror(errno));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  const std::string b = ss.str();
+  constexpr size_t kHead = 8 + 4 + 4 + 8 + 8 + 8 + 4;
+  if (b.size() < kHead + 4) return bad("too short (truncated)");
+  if (std::memcmp(b.data(), kCheckpointMagic, 8) != 0) return bad("wrong magic number");
+  uint32_t version, mode, has_m;
+  int64_t step;
+  uint64_t fp, n;
+  size_t p = 8;
+  auto get = [&](auto* v) {
+    std::memcpy(v, b.data() + p, sizeof *v);
+    p += sizeof *v;
+  };
+  get(&version);
+  if (version != kCheckpointVersion) {
+    return bad("format version " + std::to_string(version) + ", this build reads version " +
+               std::to_string(kCheckpointVersion));
+  }
+  get(&mode);
+  get(&step);
+  get(&fp);
+  get(&n);
+  get(&has_m);
+  if (mode > 1 || step < 0 || has_m > 1 || n > (uint64_t{1} << 40)) {
+    return bad("header fields out of range");
+  }
+  const size_t body = kHead + n * sizeof(float) * (has_m ? 2 : 1);
+  if (b.size() != body + 4) {
+    return bad(b.size() < body + 4 ? "cut short (truncated)" : "trailing bytes");
+  }
+  uint32_t crc;
+  std::memcpy(&crc, b.data() + body, 4);
+  if (crc != Crc32(b.data(), body)) return bad("checksum mismatch (the file is damaged)");
+  Checkpoint c;
+  c.mode = static_cast<Mode>(mode);
+  c.step = step;
+  c.fingerprint = fp;
+  c.params.resize(n);
+  std::memcpy(c.params.data(), b.data() + kHead, n * sizeof(float));
+  if (has_m) {
+    c.momentum.resize(n);
+    std::memcpy(c.momentum.data(), b.data() + kHead + n * sizeof(float), n * sizeof(float));
+  }
+  *out = std::move(c);
+  return Status::Ok();
+}
+
+}  // namespace shmtrain

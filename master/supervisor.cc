@@ -1,0 +1,288 @@
+#include "master/supervisor.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <map>
+
+#include "shm/barrier.h"
+#include "shm/futex.h"
+#include "shmtrain/options.h"
+
+namespace shmtrain::master {
+namespace {
+
+constexpr int64_t kLeaveNs = 1'000'000'000;  // time workers get to leave after an abort
+
+std::string DescribeExit(int status) {
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    const char* abbrev = sigabbrev_np(sig);
+    return "was killed by signal " + std::to_string(sig) + " (SIG" + (abbrev ? abbrev : "?") +
+           ")";
+  }
+  const int code = WEXITSTATUS(status);
+  return "exited with code " + std::to_string(code) + " (" + WorkerExitName(code) + ")";
+}
+
+bool SyncMode(const shm::Segment& seg) {
+  return static_cast<Mode>(seg.header()->config.mode) == Mode::kSync;
+}
+
+}  // namespace
+
+int64_t Progress(const shm::Segment& seg) {
+  const auto& c = seg.header()->config;
+  if (static_cast<Mode>(c.mode) == Mode::kSync) {
+    uint64_t lo = UINT64_MAX;
+    for (uint32_t r = 0; r < c.workers; ++r) lo = std::min(lo, shm::LoadPhase(*seg.block(r)));
+    return static_cast<int64_t>(lo / 2);
+  }
+  return static_cast<int64_t>(shm::LoadAcquire(seg.header()->param_version));
+}
+
+Supervisor::Supervisor(shm::Segment& seg, Launcher& launcher, Logger& log,
+                       monitoring::SupervisorStats& stats, const SupervisorOptions& opts)
+    : seg_(seg),
+      launcher_(launcher),
+      log_(log),
+      stats_(stats),
+      opts_(opts),
+      kids_(seg.header()->config.workers),
+      chaos_rng_(nn::MixSeed(opts.chaos_seed, 0x43484153ull)) {  // "CHAS"
+  if (opts_.chaos_every_ns > 0) {
+    next_chaos_ns_ = shm::MonotonicNs() +
+                     static_cast<int64_t>((0.5 + chaos_rng_.Uniform()) * opts_.chaos_every_ns);
+  }
+}
+
+Supervisor::~Supervisor() { KillAll(); }
+
+Status Supervisor::StartAll() {
+  for (int r = 0; r < static_cast<int>(kids_.size()); ++r) {
+    if (Status s = Start(r, 0); !s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
+Status Supervisor::Start(int rank, uint32_t incarnation) {
+  shm::WorkerBlock* b = seg_.block(rank);
+  // The old incarnation is gone (reaped), so nobody else writes these words now.
+  shm::StoreRelaxed<uint32_t>(b->applying, 0);
+  shm::StoreRelaxed<uint32_t>(b->attached, 0);
+  shm::StoreRelease(b->incarnation, incarnation);
+  pid_t pid = -1;
+  if (Status s = launcher_.Spawn(seg_.name(), rank, incarnation, &pid); !s.ok()) return s;
+  Child& c = kids_[rank];
+  c = Child{};
+  c.pid = pid;
+  c.running = true;
+  c.incarnation = incarnation;
+  c.started_ns = shm::MonotonicNs();
+  c.pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  if (c.pidfd < 0) {
+    const int e = errno;
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    c.running = false;
+    return Status::Resource("cannot watch worker " + std::to_string(rank) +
+                            ": pidfd_open: " + std::strerror(e));
+  }
+  stats_.SetUp(rank, true);
+  log_.JsonOnly(JsonLine("worker_started")
+                    .Int("rank", rank)
+                    .Int("pid", pid)
+                    .Int("incarnation", incarnation));
+  return Status::Ok();
+}
+
+bool Supervisor::Reap(int r) {
+  Child& c = kids_[r];
+  int st = 0;
+  if (waitpid(c.pid, &st, WNOHANG) != c.pid) return false;
+  c.status = st;
+  c.running = false;
+  stats_.SetUp(r, false);
+  close(c.pidfd);
+  c.pidfd = -1;
+  return true;
+}
+
+Status Supervisor::Tick(int timeout_ms) {
+  std::vector<pollfd> fds;
+  std::vector<int> ranks;
+  for (int r = 0; r < static_cast<int>(kids_.size()); ++r) {
+    if (kids_[r].running) {
+      fds.push_back({kids_[r].pidfd, POLLIN, 0});
+      ranks.push_back(r);
+    }
+  }
+  if (!fds.empty() && poll(fds.data(), fds.size(), timeout_ms) > 0) {
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].revents != 0 && Reap(ranks[i])) {
+        if (Status s = OnExit(ranks[i]); !s.ok()) return s;
+      }
+    }
+  }
+  const int64_t now = shm::MonotonicNs();
+  const int64_t progress = Progress(seg_);
+  auto moved = std::remove_if(pending_.begin(), pending_.end(), [&](const PendingRecovery& p) {
+    if (progress <= p.progress) return false;
+    const double s = (now - p.died_ns) * 1e-9;
+    recoveries_.push_back(s);
+    stats_.ObserveRecovery(s);
+    return true;
+  });
+  pending_.erase(moved, pending_.end());
+  CheckHangs(now);
+  MaybeChaos(now);
+  return Status::Ok();
+}
+
+Status Supervisor::OnExit(int r) {
+  Child& c = kids_[r];
+  const auto& cfg = seg_.header()->config;
+  const bool clean = WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0;
+  // A sync worker leaves only after its last step; an async one once the update budget is
+  // claimed.
+  const bool done = clean && (!SyncMode(seg_) || shm::LoadPhase(*seg_.block(r)) ==
+                                                     2 * static_cast<uint64_t>(cfg.total_steps));
+  if (done) {
+    c.finished = true;
+    return Status::Ok();
+  }
+  const int64_t now = shm::MonotonicNs();
+  const int64_t progress = Progress(seg_);
+  const bool chaos = c.kill_reason != nullptr && std::strcmp(c.kill_reason, "chaos") == 0;
+  const bool hang = c.kill_reason != nullptr && std::strcmp(c.kill_reason, "hang") == 0;
+  const std::string what = "worker " + std::to_string(r) + " (pid " + std::to_string(c.pid) +
+                           ") " + (hang ? "stopped sending heartbeats and was killed"
+                                        : DescribeExit(c.status)) +
+                           " at step " + std::to_string(progress) + " of " +
+                           std::to_string(cfg.total_steps);
+  if (!SyncMode(seg_) && shm::LoadRelaxed(seg_.block(r)->applying) != 0) {
+    ++torn_;  // killed between its first parameter write and the version advance
+    stats_.AddTornUpdate();
+  }
+  if (!chaos) {
+    window_.push_back({now, r, hang ? "hang" : DescribeExit(c.status)});
+    while (!window_.empty() && window_.front().at_ns < now - opts_.restart_window_ns) {
+      window_.pop_front();
+    }
+    if (static_cast<int>(window_.size()) > opts_.max_restarts) {
+      std::map<int, std::map<std::string, int>> by_rank;
+      for (const Restart& x : window_) ++by_rank[x.rank][x.why];
+      std::string who;
+      for (const auto& [rank, whys] : by_rank) {
+        for (const auto& [why, n] : whys) {
+          who += (who.empty() ? "" : "; ") + std::string("worker ") + std::to_string(rank) + " " +
+                 why + (n > 1 ? " (" + std::to_string(n) + " times)" : "");
+        }
+      }
+      return Status::WorkerFailed(
+          what + ". " + std::to_string(window_.size()) + " failures within " +
+          std::to_string(opts_.restart_window_ns / 1'000'000'000) +
+          " s is more than --max-restarts " + std::to_string(opts_.max_restarts) + " (" + who +
+          "); the run was abandoned");
+    }
+  }
+  const monitoring::RestartReason reason = chaos  ? monitoring::RestartReason::kChaos
+                                           : hang ? monitoring::RestartReason::kHang
+                                                  : monitoring::RestartReason::kCrash;
+  ++restarts_;
+  stats_.AddRestart(r, reason);
+  log_.Info("restarting " + what,
+            JsonLine("worker_restart")
+                .Int("rank", r)
+                .Str("reason", monitoring::ToString(reason))
+                .Int("step", progress)
+                .Int("incarnation", c.incarnation + 1));
+  pending_.push_back({now, progress});
+  return Start(r, c.incarnation + 1);
+}
+
+void Supervisor::CheckHangs(int64_t now) {
+  for (Child& c : kids_) {
+    if (!c.running || c.kill_reason != nullptr) continue;
+    const int64_t hb = shm::LoadRelaxed(seg_.block(static_cast<int>(&c - kids_.data()))->heartbeat_ns);
+    if (now - std::max(hb, c.started_ns) > opts_.heartbeat_timeout_ns) {
+      c.kill_reason = "hang";
+      kill(c.pid, SIGKILL);  // reaped and replaced on the next Tick
+    }
+  }
+}
+
+void Supervisor::MaybeChaos(int64_t now) {
+  if (opts_.chaos_every_ns <= 0 || now < next_chaos_ns_) return;
+  next_chaos_ns_ =
+      now + static_cast<int64_t>((0.5 + chaos_rng_.Uniform()) * opts_.chaos_every_ns);
+  std::vector<int> live;
+  for (int r = 0; r < static_cast<int>(kids_.size()); ++r) {
+    if (kids_[r].running && !kids_[r].finished && kids_[r].kill_reason == nullptr) {
+      live.push_back(r);
+    }
+  }
+  if (live.empty()) return;
+  Child& c = kids_[live[chaos_rng_.Below(live.size())]];
+  c.kill_reason = "chaos";
+  kill(c.pid, SIGKILL);
+}
+
+bool Supervisor::AllFinished() const {
+  return std::all_of(kids_.begin(), kids_.end(), [](const Child& c) { return c.finished; });
+}
+
+Status Supervisor::ResumeAsync() {
+  shm::Header* h = seg_.header();
+  std::atomic_ref<uint64_t>(h->claimed).store(std::atomic_ref<uint64_t>(h->param_version).load());
+  for (int r = 0; r < static_cast<int>(kids_.size()); ++r) {
+    if (Status s = Start(r, kids_[r].incarnation + 1); !s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
+void Supervisor::AbortAll() {
+  shm::RaiseAbort(seg_.header());
+  const int64_t deadline = shm::MonotonicNs() + kLeaveNs;
+  for (;;) {
+    std::vector<pollfd> fds;
+    std::vector<int> ranks;
+    for (int r = 0; r < static_cast<int>(kids_.size()); ++r) {
+      if (kids_[r].running) {
+        fds.push_back({kids_[r].pidfd, POLLIN, 0});
+        ranks.push_back(r);
+      }
+    }
+    const int64_t left_ms = (deadline - shm::MonotonicNs()) / 1'000'000;
+    if (fds.empty() || left_ms <= 0) break;
+    if (poll(fds.data(), fds.size(), static_cast<int>(std::min<int64_t>(left_ms, 50))) > 0) {
+      for (size_t i = 0; i < fds.size(); ++i) {
+        if (fds[i].revents != 0) Reap(ranks[i]);
+      }
+    }
+  }
+  KillAll();
+}
+
+void Supervisor::KillAll() {
+  for (int r = 0; r < static_cast<int>(kids_.size()); ++r) {
+    Child& c = kids_[r];
+    if (!c.running) continue;
+    kill(c.pid, SIGKILL);
+    // Bounded: a SIGKILLed process is reaped by the kernel without its cooperation.
+    waitpid(c.pid, &c.status, 0);
+    c.running = false;
+    stats_.SetUp(r, false);
+    close(c.pidfd);
+    c.pidfd = -1;
+  }
+}
+
+}  // namespace shmtrain::master

@@ -1,0 +1,115 @@
+// The supervisor: the master's view of its worker processes, and what it does when one ends.
+//
+// Failure model (README.md, "Failure model"):
+//  - A death is seen at once: the supervisor sleeps only in poll() on the workers' pidfds.
+//  - A dead or hung worker is replaced in place: the same rank, incarnation + 1. Sync: the
+//    replacement resumes from the phase in its block and redoes only that phase; its peers
+//    simply keep waiting at the barrier (deadline-bounded), since nothing they did depends on
+//    the dead rank's unfinished phase. Async: the others never stop; a worker killed while
+//    applying (its `applying` flag still up) is counted as a torn update.
+//  - A hung worker (no heartbeat for heartbeat_timeout) is SIGKILLed and replaced (reason hang).
+//  - More than max_restarts restarts within restart_window (chaos kills excepted) is a crash
+//    loop: the run ends with a message naming the ranks and reasons.
+//  - Chaos (chaos_every > 0): the supervisor itself SIGKILLs a random worker at random
+//    moments (uniform in [0.5, 1.5] x chaos_every apart), for demos and soak tests.
+// The supervisor never blocks on anything a worker holds: every wait is a bounded poll(), and
+// waitpid() only after the child has exited or been SIGKILLed.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "master/launcher.h"
+#include "master/log.h"
+#include "monitoring/exporter.h"
+#include "nn/rng.h"
+#include "shm/segment.h"
+#include "shmtrain/status.h"
+
+namespace shmtrain::master {
+
+struct SupervisorOptions {
+  int64_t heartbeat_timeout_ns = 30'000'000'000;
+  int max_restarts = 10;
+  int64_t restart_window_ns = 60'000'000'000;
+  int64_t chaos_every_ns = 0;  // 0 = no chaos
+  uint64_t chaos_seed = 1;
+};
+
+// Updates applied so far: sync steps every rank completed, or async param_version.
+int64_t Progress(const shm::Segment& seg);
+
+class Supervisor {
+ public:
+  Supervisor(shm::Segment& seg, Launcher& launcher, Logger& log,
+             monitoring::SupervisorStats& stats, const SupervisorOptions& opts);
+  ~Supervisor();  // SIGKILLs and reaps whatever still runs
+  Supervisor(const Supervisor&) = delete;
+  Supervisor& operator=(const Supervisor&) = delete;
+
+  Status StartAll();
+  // One supervision round: waits up to timeout_ms for a worker to end, replaces dead and hung
+  // workers, fires chaos. Not ok when the run must end (crash loop, a worker cannot start).
+  Status Tick(int timeout_ms);
+  // Every worker has ended its part cleanly.
+  bool AllFinished() const;
+  // Async: starts again every worker that finished (the run still owes updates whose tickets
+  // died with a worker). Call only when AllFinished(): no worker runs, so the ticket counter
+  // can be reset to the version without a race.
+  Status ResumeAsync();
+  // Abort word up, a bounded wait for the workers to leave, SIGKILL for the rest.
+  void AbortAll();
+
+  int64_t restarts() const { return restarts_; }
+  int64_t torn_updates() const { return torn_; }
+  // Seconds from each death to the run's progress moving on, in order.
+  const std::vector<double>& recoveries() const { return recoveries_; }
+
+ private:
+  struct Child {
+    pid_t pid = -1;
+    int pidfd = -1;
+    bool running = false;
+    bool finished = false;
+    int status = 0;
+    uint32_t incarnation = 0;
+    int64_t started_ns = 0;
+    const char* kill_reason = nullptr;  // "hang" or "chaos" when the supervisor killed it
+  };
+  struct Restart {
+    int64_t at_ns;
+    int rank;
+    std::string why;
+  };
+  struct PendingRecovery {
+    int64_t died_ns;
+    int64_t progress;
+  };
+
+  Status Start(int rank, uint32_t incarnation);
+  bool Reap(int rank);
+  Status OnExit(int rank);
+  void CheckHangs(int64_t now);
+  void MaybeChaos(int64_t now);
+  void KillAll();
+
+  shm::Segment& seg_;
+  Launcher& launcher_;
+  Logger& log_;
+  monitoring::SupervisorStats& stats_;
+  SupervisorOptions opts_;
+  std::vector<Child> kids_;
+  std::deque<Restart> window_;  // restarts (chaos excepted) within restart_window
+  std::vector<PendingRecovery> pending_;
+  std::vector<double> recoveries_;
+  int64_t restarts_ = 0;
+  int64_t torn_ = 0;
+  nn::Rng chaos_rng_;
+  int64_t next_chaos_ns_ = 0;
+};
+
+}  // namespace shmtrain::master
