@@ -4,16 +4,12 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/bytes.h"
 #include "core/crc32.h"
 #include "master/model_file.h"
 
 namespace shmtrain {
 namespace {
-
-template <class T>
-void Put(std::string* s, T v) {
-  s->append(reinterpret_cast<const char*>(&v), sizeof v);
-}
 
 // FNV-1a over the bytes of each field, in a fixed order.
 class Hasher {
@@ -56,15 +52,15 @@ uint64_t RunFingerprint(const TrainOptions& o, const data::Dataset& d) {
 
 Status SaveCheckpoint(const std::string& path, const Checkpoint& c) {
   std::string s(kCheckpointMagic, sizeof kCheckpointMagic);
-  Put<uint32_t>(&s, kCheckpointVersion);
-  Put<uint32_t>(&s, static_cast<uint32_t>(c.mode));
-  Put<int64_t>(&s, c.step);
-  Put<uint64_t>(&s, c.fingerprint);
-  Put<uint64_t>(&s, c.params.size());
-  Put<uint32_t>(&s, c.momentum.empty() ? 0 : 1);
+  AppendRaw<uint32_t>(&s, kCheckpointVersion);
+  AppendRaw<uint32_t>(&s, static_cast<uint32_t>(c.mode));
+  AppendRaw<int64_t>(&s, c.step);
+  AppendRaw<uint64_t>(&s, c.fingerprint);
+  AppendRaw<uint64_t>(&s, c.params.size());
+  AppendRaw<uint32_t>(&s, c.momentum.empty() ? 0 : 1);
   s.append(reinterpret_cast<const char*>(c.params.data()), c.params.size() * sizeof(float));
   s.append(reinterpret_cast<const char*>(c.momentum.data()), c.momentum.size() * sizeof(float));
-  Put<uint32_t>(&s, Crc32(s.data(), s.size()));
+  AppendRaw<uint32_t>(&s, Crc32(s.data(), s.size()));
   return WriteFileDurably(path, s);
 }
 

@@ -8,15 +8,11 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/bytes.h"
 #include "core/crc32.h"
 
 namespace shmtrain {
 namespace {
-
-template <class T>
-void Put(std::string* s, T v) {
-  s->append(reinterpret_cast<const char*>(&v), sizeof v);
-}
 
 // Reads little-endian values off a byte string, remembering whether it ran short.
 class Reader {
@@ -47,14 +43,14 @@ std::string DirOf(const std::string& path) {
 
 std::string EncodeModel(const Model& m) {
   std::string s(kModelMagic, sizeof kModelMagic);
-  Put<uint32_t>(&s, kModelVersion);
-  Put<uint32_t>(&s, static_cast<uint32_t>(m.spec.layers.size()));
-  for (int l : m.spec.layers) Put<int32_t>(&s, l);
-  Put<uint32_t>(&s, static_cast<uint32_t>(m.spec.activation));
-  Put<uint32_t>(&s, static_cast<uint32_t>(m.spec.loss));
-  Put<uint64_t>(&s, m.params.size());
+  AppendRaw<uint32_t>(&s, kModelVersion);
+  AppendRaw<uint32_t>(&s, static_cast<uint32_t>(m.spec.layers.size()));
+  for (int l : m.spec.layers) AppendRaw<int32_t>(&s, l);
+  AppendRaw<uint32_t>(&s, static_cast<uint32_t>(m.spec.activation));
+  AppendRaw<uint32_t>(&s, static_cast<uint32_t>(m.spec.loss));
+  AppendRaw<uint64_t>(&s, m.params.size());
   s.append(reinterpret_cast<const char*>(m.params.data()), m.params.size() * sizeof(float));
-  Put<uint32_t>(&s, Crc32(s.data(), s.size()));
+  AppendRaw<uint32_t>(&s, Crc32(s.data(), s.size()));
   return s;
 }
 

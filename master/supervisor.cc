@@ -115,9 +115,9 @@ bool Supervisor::Reap(int r) {
   return true;
 }
 
-Status Supervisor::Tick(int timeout_ms) {
+std::vector<int> Supervisor::PollExited(int timeout_ms) {
   std::vector<pollfd> fds;
-  std::vector<int> ranks;
+  std::vector<int> ranks, exited;
   for (int r = 0; r < static_cast<int>(kids_.size()); ++r) {
     if (kids_[r].running) {
       fds.push_back({kids_[r].pidfd, POLLIN, 0});
@@ -126,10 +126,15 @@ Status Supervisor::Tick(int timeout_ms) {
   }
   if (!fds.empty() && poll(fds.data(), fds.size(), timeout_ms) > 0) {
     for (size_t i = 0; i < fds.size(); ++i) {
-      if (fds[i].revents != 0 && Reap(ranks[i])) {
-        if (Status s = OnExit(ranks[i]); !s.ok()) return s;
-      }
+      if (fds[i].revents != 0 && Reap(ranks[i])) exited.push_back(ranks[i]);
     }
+  }
+  return exited;
+}
+
+Status Supervisor::Tick(int timeout_ms) {
+  for (const int r : PollExited(timeout_ms)) {
+    if (Status s = OnExit(r); !s.ok()) return s;
   }
   const int64_t now = shm::MonotonicNs();
   const int64_t progress = Progress(seg_);
@@ -252,21 +257,10 @@ void Supervisor::AbortAll() {
   shm::RaiseAbort(seg_.header());
   const int64_t deadline = shm::MonotonicNs() + kLeaveNs;
   for (;;) {
-    std::vector<pollfd> fds;
-    std::vector<int> ranks;
-    for (int r = 0; r < static_cast<int>(kids_.size()); ++r) {
-      if (kids_[r].running) {
-        fds.push_back({kids_[r].pidfd, POLLIN, 0});
-        ranks.push_back(r);
-      }
-    }
+    const bool any = std::any_of(kids_.begin(), kids_.end(), [](const Child& c) { return c.running; });
     const int64_t left_ms = (deadline - shm::MonotonicNs()) / 1'000'000;
-    if (fds.empty() || left_ms <= 0) break;
-    if (poll(fds.data(), fds.size(), static_cast<int>(std::min<int64_t>(left_ms, 50))) > 0) {
-      for (size_t i = 0; i < fds.size(); ++i) {
-        if (fds[i].revents != 0) Reap(ranks[i]);
-      }
-    }
+    if (!any || left_ms <= 0) break;
+    PollExited(static_cast<int>(std::min<int64_t>(left_ms, 50)));
   }
   KillAll();
 }

@@ -92,6 +92,8 @@ class Supervisor {
 
   Status Start(int rank, uint32_t incarnation);
   bool Reap(int rank);
+  // Waits up to timeout_ms for running workers to end; reaps them and returns their ranks.
+  std::vector<int> PollExited(int timeout_ms);
   Status OnExit(int rank);
   void CheckHangs(int64_t now);
   void MaybeChaos(int64_t now);

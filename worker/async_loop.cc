@@ -77,9 +77,7 @@ int RunAsync(const shm::Segment& seg, int rank, uint32_t incarnation) {
   shm::PhaseBarrier gate(h, seg.block(0), P, self, epoch);
   gate.Arrive(1);
   const auto r = gate.Wait(1, shm::MonotonicNs() + static_cast<int64_t>(c.barrier_timeout_s * 1e9));
-  if (r == shm::PhaseBarrier::Result::kAborted) return kWorkerAborted;
-  if (r == shm::PhaseBarrier::Result::kTimeout) return kWorkerBarrierTimeout;
-  if (r == shm::PhaseBarrier::Result::kOrphaned) return kWorkerOrphaned;
+  if (r != shm::PhaseBarrier::Result::kOk) return ExitFor(r);
 
   for (;;) {
     shm::StoreRelaxed(self->heartbeat_ns, shm::MonotonicNs());

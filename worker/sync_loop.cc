@@ -21,15 +21,6 @@ namespace {
 
 constexpr int64_t kSliceAlign = shm::kCacheLine / sizeof(float);
 
-int ExitFor(shm::PhaseBarrier::Result r) {
-  switch (r) {
-    case shm::PhaseBarrier::Result::kOk: return kWorkerOk;
-    case shm::PhaseBarrier::Result::kAborted: return kWorkerAborted;
-    case shm::PhaseBarrier::Result::kTimeout: return kWorkerBarrierTimeout;
-    case shm::PhaseBarrier::Result::kOrphaned: return kWorkerOrphaned;
-  }
-  return kWorkerInternal;
-}
 
 }  // namespace
 
