@@ -195,8 +195,8 @@ std::vector<Flag> TrainFlags(TrainOptions* o) {
          o->metrics = false;
          return Status::Ok();
        }},
-      {"--barrier-timeout", "SECONDS", "deadline of a worker's barrier wait (default 120)",
-       Num(&o->barrier_timeout_s)},
+      {"--barrier-timeout", "DURATION", "deadline of a worker's barrier wait (default 120s)",
+       Duration(&o->barrier_timeout_s)},
       {"--heartbeat-timeout", "DURATION",
        "kill and replace a worker silent this long (default 30s)",
        Duration(&o->heartbeat_timeout_s)},

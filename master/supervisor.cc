@@ -138,8 +138,13 @@ Status Supervisor::Tick(int timeout_ms) {
   }
   const int64_t now = shm::MonotonicNs();
   const int64_t progress = Progress(seg_);
+  // Recovered: the replacement has attached and the run has moved on since the death (a peer
+  // that was one phase behind can move the counter once without the replacement).
   auto moved = std::remove_if(pending_.begin(), pending_.end(), [&](const PendingRecovery& p) {
-    if (progress <= p.progress) return false;
+    if (progress <= p.progress || !kids_[p.rank].running ||
+        shm::LoadAcquire(seg_.block(p.rank)->attached) == 0) {
+      return false;
+    }
     const double s = (now - p.died_ns) * 1e-9;
     recoveries_.push_back(s);
     stats_.ObserveRecovery(s);
@@ -209,7 +214,10 @@ Status Supervisor::OnExit(int r) {
                 .Str("reason", monitoring::ToString(reason))
                 .Int("step", progress)
                 .Int("incarnation", c.incarnation + 1));
-  pending_.push_back({now, progress});
+  pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
+                                [&](const PendingRecovery& p) { return p.rank == r; }),
+                 pending_.end());
+  pending_.push_back({now, progress, r});
   return Start(r, c.incarnation + 1);
 }
 

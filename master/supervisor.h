@@ -88,6 +88,7 @@ class Supervisor {
   struct PendingRecovery {
     int64_t died_ns;
     int64_t progress;
+    int rank;
   };
 
   Status Start(int rank, uint32_t incarnation);

@@ -50,6 +50,14 @@ int RunSync(const shm::Segment& seg, int rank, uint32_t incarnation) {
   const int64_t timeout_ns = static_cast<int64_t>(c.barrier_timeout_s * 1e9);
   uint64_t phase = shm::LoadPhase(*self);
   int64_t last_step_end = 0;  // rank 0: when the previous step completed
+  // A replacement resumes at the phase its predecessor published. At an even phase 2t the
+  // predecessor may have died before its wait "every rank >= 2t" completed; that wait is
+  // redone here, or this rank would write step t's gradient into its slot while a peer still
+  // reduces step t-1 over the slots, and read W[t%2] while peers still write it.
+  if (phase % 2 == 0) {
+    const auto r = barrier.Wait(phase, shm::MonotonicNs() + timeout_ns);
+    if (r != shm::PhaseBarrier::Result::kOk) return ExitFor(r);
+  }
   for (int64_t t = static_cast<int64_t>(phase / 2); t < c.total_steps; ++t) {
     shm::StoreRelaxed(self->heartbeat_ns, shm::MonotonicNs());
     auto fault = [&](FaultPoint p) { return FaultAt(c, p, rank, t, incarnation); };
