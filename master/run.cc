@@ -417,8 +417,9 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
   const int64_t s1 = shm::LoadRelaxed(seg.header()->step1_end_ns);
   const int64_t sl = shm::LoadRelaxed(seg.header()->last_end_ns);
   const int64_t steps_run = total_steps - first;
-  const double us_per_step = sync ? (steps_run > 1 ? (sl - s1) / 1e3 / (steps_run - 1) : NAN)
-                                  : wall_s * 1e6 / steps_run;
+  const double us_per_step =
+      sync ? (steps_run > 1 && s1 > 0 && sl >= s1 ? (sl - s1) / 1e3 / (steps_run - 1) : NAN)
+           : wall_s * 1e6 / steps_run;
   seg.Unlink();
 
   if (!o.save_path.empty()) {

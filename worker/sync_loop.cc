@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -165,6 +166,14 @@ int RunSync(const shm::Segment& seg, int rank, uint32_t incarnation) {
     r = barrier.Wait(2 * t + 2, shm::MonotonicNs() + timeout_ns);
     if (r != shm::PhaseBarrier::Result::kOk) return ExitFor(r);
     shm::AddRelaxed<uint64_t>(self->steps_total, 1);
+    // Timing of the run's steps, recorded by any rank (rank 0 may be a replacement that never
+    // saw the first or last step end): the first to pass wins, the values differ by a wake-up.
+    if (t == c.first_step || t + 1 == c.total_steps) {
+      const int64_t now = shm::MonotonicNs();
+      int64_t zero = 0;
+      if (t == c.first_step) std::atomic_ref<int64_t>(h->step1_end_ns).compare_exchange_strong(zero, now);
+      if (t + 1 == c.total_steps) shm::StoreRelaxed(h->last_end_ns, now);
+    }
     if (rank == 0) {
       // Every rank published its slice's share of |g|^2 for step t before arriving at 2t+2,
       // and none can publish step t+1's before rank 0 arrives at 2t+3.
@@ -173,8 +182,6 @@ int RunSync(const shm::Segment& seg, int rank, uint32_t incarnation) {
       shm::StoreRelaxed(h->last_grad_norm, std::sqrt(grad_sq));
       shm::StoreRelaxed(h->last_loss, loss_sum / static_cast<double>(samples));
       const int64_t now = shm::MonotonicNs();
-      if (t == c.first_step) shm::StoreRelaxed(h->step1_end_ns, now);
-      if (t + 1 == c.total_steps) shm::StoreRelaxed(h->last_end_ns, now);
       if (last_step_end > 0) {
         shm::AddRelaxed<uint64_t>(self->step_duration_hist[shm::DurationBucket(now - last_step_end)], 1);
         shm::AddRelaxed<uint64_t>(self->step_duration_ns_total,
