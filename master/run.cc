@@ -320,6 +320,7 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
     losses.Drain();
     if (!failure.ok()) break;
     if (sup.AllFinished()) {
+      if (!sync) sup.Reconcile();
       if (sync || Progress(seg) >= total_steps) break;
       // Async: updates whose tickets died with a worker are still owed.
       failure = sup.ResumeAsync();
@@ -410,7 +411,7 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
   for (int r = 0; r < P; ++r) {
     dropped += shm::LoadRelaxed(seg.block(r)->dropped_total);
     tau_sum += shm::LoadRelaxed(seg.block(r)->staleness_sum);
-    per_worker += (r ? "," : "") + std::to_string(shm::LoadRelaxed(seg.block(r)->updates_total));
+    per_worker += (r ? "," : "") + std::to_string(shm::LoadRelaxed(seg.block(r)->commit) / 2);
   }
   per_worker += "]";
   const int64_t version = static_cast<int64_t>(shm::LoadAcquire(seg.header()->param_version));

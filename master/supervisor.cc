@@ -75,7 +75,6 @@ Status Supervisor::StartAll() {
 Status Supervisor::Start(int rank, uint32_t incarnation) {
   shm::WorkerBlock* b = seg_.block(rank);
   // The old incarnation is gone (reaped), so nobody else writes these words now.
-  shm::StoreRelaxed<uint32_t>(b->applying, 0);
   shm::StoreRelaxed<uint32_t>(b->attached, 0);
   shm::StoreRelease(b->incarnation, incarnation);
   pid_t pid = -1;
@@ -177,9 +176,15 @@ Status Supervisor::OnExit(int r) {
                                         : DescribeExit(c.status)) +
                            " at step " + std::to_string(progress) + " of " +
                            std::to_string(cfg.total_steps);
-  if (!SyncMode(seg_) && shm::LoadRelaxed(seg_.block(r)->applying) != 0) {
-    ++torn_;  // killed between its first parameter write and the version advance
-    stats_.AddTornUpdate();
+  if (!SyncMode(seg_)) {
+    // Killed with an update under way: torn, or applied and advanced but not counted; which
+    // one is settled by Reconcile(). The flag comes down before the replacement starts.
+    uint64_t& commit = seg_.block(r)->commit;
+    if (commit % 2 == 1) {
+      --commit;
+      ++interrupted_;
+      interrupted_ranks_.push_back(r);
+    }
   }
   if (!chaos) {
     window_.push_back({now, r, hang ? "hang" : DescribeExit(c.status)});
@@ -246,6 +251,23 @@ void Supervisor::MaybeChaos(int64_t now) {
   Child& c = kids_[live[chaos_rng_.Below(live.size())]];
   c.kill_reason = "chaos";
   kill(c.pid, SIGKILL);
+}
+
+void Supervisor::Reconcile() {
+  uint64_t counted = 0;
+  for (int r = 0; r < static_cast<int>(kids_.size()); ++r) counted += seg_.block(r)->commit / 2;
+  const uint64_t version = std::atomic_ref<uint64_t>(seg_.header()->param_version).load();
+  // Every update that advanced the version and was not counted died in the window after its
+  // advance; each was also one of the interrupted ones. The others are the torn updates.
+  uint64_t landed = version > counted ? version - counted : 0;
+  for (size_t i = 0; i < interrupted_ranks_.size() && landed > 0; ++i, --landed, --interrupted_) {
+    seg_.block(interrupted_ranks_[i])->commit += 2;
+  }
+  interrupted_ranks_.clear();
+  for (; interrupted_ > 0; --interrupted_) {
+    ++torn_;
+    stats_.AddTornUpdate();
+  }
 }
 
 bool Supervisor::AllFinished() const {

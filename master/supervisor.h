@@ -63,6 +63,9 @@ class Supervisor {
   Status ResumeAsync();
   // Abort word up, a bounded wait for the workers to leave, SIGKILL for the rest.
   void AbortAll();
+  // Async, when no worker runs (AllFinished()): settles the updates interrupted by deaths
+  // into applied ones (counted to their rank) and torn ones, from param_version.
+  void Reconcile();
 
   int64_t restarts() const { return restarts_; }
   int64_t torn_updates() const { return torn_; }
@@ -111,6 +114,8 @@ class Supervisor {
   std::vector<double> recoveries_;
   int64_t restarts_ = 0;
   int64_t torn_ = 0;
+  int64_t interrupted_ = 0;             // async updates cut short by a death, not yet settled
+  std::vector<int> interrupted_ranks_;  // their ranks
   nn::Rng chaos_rng_;
   int64_t next_chaos_ns_ = 0;
 };

@@ -241,7 +241,8 @@ class RunCollector final : public prometheus::Collectable {
                      "Time from a worker's death to the run making progress again.",
                      stats_->recovery());
     MetricFamily torn = Family("shmtrain_torn_updates_total",
-                               "Async: updates a worker was killed in the middle of applying.",
+                               "Async: updates a worker was killed in the middle of applying (settled when "
+                               "the run's workers have all finished).",
                                MetricType::Counter);
     torn.metric.push_back(Value(static_cast<double>(stats_->torn_updates()), MetricType::Counter));
     out.push_back(std::move(torn));

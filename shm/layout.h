@@ -46,7 +46,7 @@ namespace shmtrain::shm {
 // "SHMTRAIN" read as a little-endian 64-bit integer.
 inline constexpr uint64_t kMagic = 0x4E494152544D4853ull;
 // Bump on every change to any struct in this file or to the meaning of a field.
-inline constexpr uint32_t kAbiVersion = 4;
+inline constexpr uint32_t kAbiVersion = 5;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr int kMaxLayers = 64;
 inline constexpr int kMaxWorkers = 256;
@@ -186,14 +186,16 @@ struct alignas(kCacheLine) WorkerBlock {
   uint64_t samples_total;
   uint64_t barrier_wait_ns_total;
   uint64_t compute_ns_total;
-  // Async (relaxed): updates applied, gradients dropped as too stale, sum of their tau, the
-  // applying flag (1 from just before the first parameter write until after the version
-  // advanced: a death while it is 1 is a torn update), and an exponential moving average of
-  // the minibatch loss (as double bits).
-  uint64_t updates_total;
+  // Async (relaxed): commit = 2 * (updates this rank applied) + applying, where applying is 1
+  // from just before its first parameter write until the update is counted. Flag and count
+  // share one word so that "counted, flag down" is a single store: a dead rank's odd commit
+  // means an interrupted update (torn, or applied with its version advanced but not counted;
+  // the master tells them apart at the end from param_version). Then gradients dropped as
+  // too stale, the sum of tau, and a moving average of the minibatch loss (as double bits).
+  uint64_t commit;
   uint64_t dropped_total;
   uint64_t staleness_sum;
-  uint32_t applying;
+  uint32_t reserved_a;
   uint32_t reserved;
   alignas(kCacheLine) uint64_t staleness_hist[kStalenessBuckets];
   double loss_ema;

@@ -27,7 +27,7 @@ namespace {
 // A change to any of these numbers changes the bytes other builds read: bump kAbiVersion and
 // update the numbers together.
 TEST(Layout, PinsTheHeader) {
-  EXPECT_EQ(kAbiVersion, 4u);
+  EXPECT_EQ(kAbiVersion, 5u);
   EXPECT_EQ(std::memcmp(&kMagic, "SHMTRAIN", 8), 0);
   EXPECT_EQ(sizeof(Header), 66496u);
   EXPECT_EQ(sizeof(RunConfig), 448u);
@@ -62,8 +62,7 @@ TEST(Layout, PinsTheHeader) {
   EXPECT_EQ(offsetof(WorkerBlock, incarnation), 24u);
   EXPECT_EQ(offsetof(WorkerBlock, steps_total), 64u);
   EXPECT_EQ(offsetof(WorkerBlock, compute_ns_total), 88u);
-  EXPECT_EQ(offsetof(WorkerBlock, updates_total), 96u);
-  EXPECT_EQ(offsetof(WorkerBlock, applying), 120u);
+  EXPECT_EQ(offsetof(WorkerBlock, commit), 96u);
   EXPECT_EQ(offsetof(WorkerBlock, staleness_hist), 128u);
   EXPECT_EQ(offsetof(WorkerBlock, loss_ema), 224u);
   EXPECT_EQ(offsetof(WorkerBlock, batches), 232u);

@@ -115,14 +115,15 @@ int RunAsync(const shm::Segment& seg, int rank, uint32_t incarnation) {
       continue;
     }
     if (claimed.fetch_add(1, std::memory_order_relaxed) >= total) return kWorkerOk;
-    shm::StoreRelaxed<uint32_t>(self->applying, 1);
+    const uint64_t applied = shm::LoadRelaxed(self->commit) / 2;
+    shm::StoreRelaxed<uint64_t>(self->commit, 2 * applied + 1);  // applying
     if (FaultAt(c, FaultPoint::kMidApply, rank, b, incarnation)) {
       nn::ApplyRule<nn::SharedAccess>(rp, n / 2, w, w_bak.data(), grad.data(), mean_square);
       DieNow();
     }
     nn::ApplyRule<nn::SharedAccess>(rp, n, w, w_bak.data(), grad.data(), mean_square);
     const uint64_t v_apply = version.fetch_add(1, std::memory_order_release);
-    shm::StoreRelaxed<uint32_t>(self->applying, 0);
+    shm::StoreRelaxed<uint64_t>(self->commit, 2 * applied + 2);  // counted, not applying
 
     const uint64_t tau = v_apply - v_read;
     // The update numbered v_apply records its minibatch loss when it is a logged step, as the
@@ -133,7 +134,6 @@ int RunAsync(const shm::Segment& seg, int rank, uint32_t incarnation) {
       rec.loss = loss;
       shm::StoreRelease<uint64_t>(rec.tag, k + 1);
     }
-    shm::AddRelaxed<uint64_t>(self->updates_total, 1);
     shm::AddRelaxed<uint64_t>(self->steps_total, 1);
     shm::AddRelaxed<uint64_t>(self->staleness_sum, tau);
     shm::AddRelaxed<uint64_t>(self->staleness_hist[shm::StalenessBucket(tau)], 1);

@@ -1,0 +1,987 @@
+// Fault injection: the real `shmtrain` master and its workers, with workers killed at every
+// point of the sync protocol, at random moments (by the test and by --chaos-kill-every), two at
+// once, during their own recovery, stopped (SIGSTOP) or crashing in a loop; the master itself
+// killed; checkpoints resumed after a SIGKILL or SIGINT, and damaged checkpoints refused.
+//
+// Sync runs must end byte-identical to the same run without faults (every phase can be redone
+// and gives the same bits). Async runs must finish, apply exactly --steps updates and still
+// converge. Every test also proves that no segment of its masters is left in /dev/shm and that
+// no worker process outlives its run. Tests look at no other master's segments: other tests
+// may run concurrently (ctest -j2).
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/proc_util.h"
+
+namespace shmtrain {
+namespace {
+
+using std::chrono::milliseconds;
+using test::Clock;
+using test::JsonField;
+using test::ProcResult;
+using test::Subprocess;
+using test::TempDir;
+
+constexpr const char* kMasterBin = SHMTRAIN_BIN;
+constexpr const char* kWorkerBin = SHMTRAIN_WORKER_BIN;
+
+// Generous bounds: a run here takes about a second in the normal build, but sanitizer builds
+// under ctest -j2 are many times slower. A hang still fails, only later.
+constexpr milliseconds kRunTimeout{180'000};
+constexpr milliseconds kEventTimeout{60'000};
+// After a run ends, how long its workers may take to leave the process table. The master
+// reaps its workers before it exits, so they are normally gone at once.
+constexpr milliseconds kReapGrace{1000};
+
+// The sync run of most tests: 3 workers on a minibatch with momentum, so a redone phase must
+// reproduce the gradient slots, the parameters and the momentum buffers to the bit. About 40
+// us a step in the normal build: 3000 steps take 0.13 s, 20000 steps 0.8 s.
+constexpr int64_t kShortSteps = 3000;
+constexpr int64_t kLongSteps = 20000;
+constexpr int kSyncWorkers = 3;
+
+std::vector<std::string> SyncRun(int64_t steps, const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> a = {kMasterBin,     "train",
+                                "--no-metrics", "--no-progress",
+                                "--log-format", "json",
+                                "--example",    "parabola",
+                                "--rows",       "200",
+                                "--layers",     "1,16,1",
+                                "--lr",         "0.01",
+                                "--batch",      "32",
+                                "--momentum",   "0.9",
+                                "--workers",    std::to_string(kSyncWorkers),
+                                "--steps",      std::to_string(steps)};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+// The async run: 2 workers, 20000 updates take about 0.06 s in the normal build.
+constexpr int64_t kAsyncSteps = 20000;
+constexpr int kAsyncWorkers = 2;
+
+std::vector<std::string> AsyncRun(int64_t steps, const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> a = {kMasterBin,     "train",
+                                "--no-metrics", "--no-progress",
+                                "--log-format", "json",
+                                "--mode",       "async",
+                                "--example",    "blobs",
+                                "--rows",       "2000",
+                                "--features",   "16",
+                                "--layers",     "16,64,4",
+                                "--loss",       "xent",
+                                "--init",       "xavier",
+                                "--lr",         "0.05",
+                                "--batch",      "16",
+                                "--workers",    std::to_string(kAsyncWorkers),
+                                "--steps",      std::to_string(steps)};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+bool Contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+long long Ms(Clock::duration d) {
+  return std::chrono::duration_cast<milliseconds>(d).count();
+}
+
+// s, or its beginning and end when it is long: a crash-looping run writes thousands of lines,
+// and its master's message comes last.
+std::string Clip(const std::string& s, size_t keep = 1500) {
+  if (s.size() <= 2 * keep) return s;
+  return s.substr(0, keep) + "\n... (" + std::to_string(s.size() - 2 * keep) +
+         " characters left out) ...\n" + s.substr(s.size() - keep);
+}
+
+::testing::AssertionResult ExitedWith(const ProcResult& r, int code) {
+  if (r.exited && r.exit_code == code) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << "expected exit " << code << ", got " << Clip(r.Describe());
+}
+
+void ExpectExit(const ProcResult& r, int code) {
+  EXPECT_TRUE(ExitedWith(r, code));
+}
+
+// ---- reading what a run printed.
+
+// The summary line. It holds one JSON array (worker_updates in async mode), so it is not a
+// flat object: read its numbers with Num().
+std::string SummaryOf(const ProcResult& r) {
+  std::string found;
+  for (const std::string& line : test::SplitLines(r.out)) {
+    if (Contains(line, "\"event\":\"summary\"")) found = line;
+  }
+  if (found.empty()) {
+    ADD_FAILURE() << "no summary in stdout:\n" << Clip(r.out) << "\nstderr:\n" << Clip(r.err);
+  }
+  return found;
+}
+
+double Num(const std::string& summary, const std::string& key) {
+  const std::string k = "\"" + key + "\":";
+  const size_t p = summary.find(k);
+  if (p == std::string::npos) {
+    ADD_FAILURE() << key << " missing in summary " << summary;
+    return NAN;
+  }
+  const std::string rest = summary.substr(p + k.size());
+  if (rest.rfind("null", 0) == 0) return NAN;
+  return std::strtod(rest.c_str(), nullptr);
+}
+
+std::vector<long> WorkerUpdates(const std::string& summary) {
+  std::vector<long> v;
+  const std::string k = "\"worker_updates\":[";
+  const size_t p = summary.find(k);
+  if (p == std::string::npos) {
+    ADD_FAILURE() << "worker_updates missing in summary " << summary;
+    return v;
+  }
+  size_t i = p + k.size();
+  while (i < summary.size() && summary[i] != ']') {
+    size_t used = 0;
+    v.push_back(std::stol(summary.substr(i), &used));
+    i += used;
+    if (i < summary.size() && summary[i] == ',') ++i;
+  }
+  return v;
+}
+
+// The flat events of one kind, in order.
+std::vector<std::map<std::string, std::string>> Events(const std::string& out,
+                                                       const std::string& kind) {
+  std::vector<std::map<std::string, std::string>> found;
+  for (const std::string& line : test::SplitLines(out)) {
+    auto ev = test::ParseFlatJson(line);
+    if (ev && ev->count("event") == 1 && ev->at("event") == kind) found.push_back(*ev);
+  }
+  return found;
+}
+
+// Every worker pid a run announced (worker_started events), replacements included.
+std::vector<pid_t> WorkerPids(const std::string& out) {
+  std::vector<pid_t> pids;
+  for (const auto& ev : Events(out, "worker_started")) {
+    pids.push_back(static_cast<pid_t>(std::stol(ev.at("pid"))));
+  }
+  return pids;
+}
+
+// No segment of this master in /dev/shm, and every worker it ever started is gone.
+void ExpectNothingLeft(const ProcResult& r) {
+  EXPECT_EQ(test::SegmentsOf(r.pid), std::vector<std::string>())
+      << "segments left behind by master " << r.pid;
+  for (pid_t w : WorkerPids(r.out)) {
+    EXPECT_TRUE(test::WaitPidGone(w, kReapGrace))
+        << "worker pid " << w << " outlived its master " << r.pid;
+  }
+}
+
+// Whether pid runs the worker executable of this build.
+bool IsWorkerProcess(pid_t pid) {
+  struct stat exe;
+  struct stat want;
+  const std::string link = "/proc/" + std::to_string(pid) + "/exe";
+  return stat(link.c_str(), &exe) == 0 && stat(kWorkerBin, &want) == 0 &&
+         exe.st_dev == want.st_dev && exe.st_ino == want.st_ino;
+}
+
+::testing::AssertionResult SameBytes(const std::string& got, const std::string& want) {
+  if (got.empty()) return ::testing::AssertionFailure() << "the model file is empty or missing";
+  if (got == want) return ::testing::AssertionSuccess();
+  size_t i = 0;
+  while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;
+  return ::testing::AssertionFailure()
+         << "the model differs from the fault-free run's (" << got.size() << " vs " << want.size()
+         << " bytes, first difference at byte " << i << ")";
+}
+
+// The worker_restart events whose reason is not `want`, counted by rank and reason ("" if
+// none).
+std::string OtherReasons(const std::vector<std::map<std::string, std::string>>& restarts,
+                         const std::string& want) {
+  std::map<std::string, int> other;
+  for (const auto& ev : restarts) {
+    if (ev.at("reason") != want) ++other["rank " + ev.at("rank") + " " + ev.at("reason")];
+  }
+  std::string s;
+  for (const auto& [what, n] : other) s += what + " x" + std::to_string(n) + "; ";
+  return s;
+}
+
+// A checkpoint's step: an i64 at offset 16 (master/checkpoint.h).
+int64_t CheckpointStep(const std::string& path) {
+  const std::string b = test::ReadWholeFile(path);
+  int64_t step = -1;
+  if (b.size() >= 24) std::memcpy(&step, b.data() + 16, sizeof step);
+  return step;
+}
+
+// ---- fault-free references, run once per test process.
+
+struct Reference {
+  std::string model;  // the saved model file's bytes; empty if the run failed
+  double wall_s = NAN;
+};
+
+const Reference& SyncReference(int64_t steps) {
+  static auto* cache = new std::map<int64_t, Reference>();
+  auto it = cache->find(steps);
+  if (it != cache->end()) return it->second;
+  Reference ref;
+  TempDir dir;
+  const std::string path = dir.File("reference.model");
+  const ProcResult r = test::RunProcess(SyncRun(steps, {"--save", path}), kRunTimeout);
+  ExpectExit(r, 0);
+  ExpectNothingLeft(r);
+  if (r.exited && r.exit_code == 0) {
+    const std::string s = SummaryOf(r);
+    EXPECT_EQ(Num(s, "restarts"), 0) << s;
+    ref.wall_s = Num(s, "wall_s");
+    ref.model = test::ReadWholeFile(path);
+  }
+  if (ref.model.empty()) {
+    static const auto* failed = new Reference();  // not cached: the caller fails
+    return *failed;
+  }
+  return cache->emplace(steps, ref).first->second;
+}
+
+// ---- a run the test watches and disturbs while it trains.
+
+// Reads a json-mode run's events as they come and keeps each rank's current worker. Signals
+// go through a pidfd opened when the worker is announced, so they never reach a recycled pid.
+class LiveRun {
+ public:
+  explicit LiveRun(const std::vector<std::string>& argv) : p_(argv) {}
+  ~LiveRun() {
+    for (const auto& [pid, fd] : pidfds_) {
+      if (fd >= 0) close(fd);
+    }
+  }
+  LiveRun(const LiveRun&) = delete;
+  LiveRun& operator=(const LiveRun&) = delete;
+
+  pid_t master() const { return p_.pid(); }
+  const std::string& segment() const { return segment_; }  // "/shmtrain-..." once announced
+  const std::string& err() const { return p_.err(); }
+  pid_t worker(int rank) const {
+    const auto it = current_.find(rank);
+    return it == current_.end() ? -1 : it->second.pid;
+  }
+  int incarnation(int rank) const {
+    const auto it = current_.find(rank);
+    return it == current_.end() ? -1 : it->second.incarnation;
+  }
+
+  // Reads events until `want` holds after one (state already updated; the line in *hit).
+  // false if the output ended or the timeout passed first.
+  bool Until(const std::function<bool(const std::string&)>& want, milliseconds timeout,
+             std::string* hit = nullptr) {
+    const Clock::time_point deadline = Clock::now() + timeout;
+    std::string line;
+    for (;;) {
+      const milliseconds left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+      if (left <= milliseconds{0} || !p_.ReadLine(&line, left)) return false;
+      Note(line);
+      if (want(line)) {
+        if (hit != nullptr) *hit = line;
+        return true;
+      }
+    }
+  }
+
+  // Reads events for d. false if the output ended meanwhile (the run is over).
+  bool Pause(milliseconds d) {
+    const Clock::time_point deadline = Clock::now() + d;
+    std::string line;
+    for (;;) {
+      const milliseconds left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+      if (left <= milliseconds{0}) return true;
+      const Clock::time_point asked = Clock::now();
+      if (p_.ReadLine(&line, left)) {
+        Note(line);
+      } else if (Clock::now() < asked + left) {
+        return false;  // ReadLine gives up early only at the end of the output
+      }
+    }
+  }
+
+  // Sends sig to rank's current worker; false if it could not be delivered (why() says why).
+  bool SignalWorker(int rank, int sig) {
+    const pid_t pid = worker(rank);
+    const auto it = pidfds_.find(pid);
+    if (pid <= 0 || it == pidfds_.end()) {
+      why_ = "no worker announced for rank " + std::to_string(rank);
+      return false;
+    }
+    if (it->second < 0) {
+      why_ = "pidfd_open(" + std::to_string(pid) + ") failed: " + std::strerror(-it->second);
+      return false;
+    }
+    if (syscall(SYS_pidfd_send_signal, it->second, sig, nullptr, 0) != 0) {
+      why_ = "pidfd_send_signal(" + std::to_string(pid) + "): " + std::strerror(errno);
+      return false;
+    }
+    return true;
+  }
+  const std::string& why() const { return why_; }
+
+  // Waits for the run to end and says how it ended: for the failure message of a run that
+  // stopped early (a crash loop). Only for runs that end by themselves.
+  std::string Outcome() {
+    const ProcResult r = p_.Wait(kRunTimeout);
+    const auto errors = Events(r.out, "error");
+    return "the run ended: " + (errors.empty() ? "" : errors.back().at("message") + "\n") +
+           Clip(r.Describe());
+  }
+
+  bool SignalMaster(int sig) { return p_.Signal(sig); }
+  ProcResult Wait(milliseconds timeout) { return p_.Wait(timeout); }
+
+ private:
+  struct Worker {
+    pid_t pid = -1;
+    int incarnation = -1;
+  };
+
+  void Note(const std::string& line) {
+    const auto ev = test::ParseFlatJson(line);
+    if (!ev || ev->count("event") == 0) return;
+    const std::string& kind = ev->at("event");
+    if (kind == "segment") {
+      segment_ = ev->at("name");
+    } else if (kind == "worker_started") {
+      Worker w;
+      w.pid = static_cast<pid_t>(std::stol(ev->at("pid")));
+      w.incarnation = std::stoi(ev->at("incarnation"));
+      current_[std::stoi(ev->at("rank"))] = w;
+      const int fd = static_cast<int>(syscall(SYS_pidfd_open, w.pid, 0));
+      pidfds_[w.pid] = fd >= 0 ? fd : -errno;
+    }
+  }
+
+  Subprocess p_;
+  std::string segment_;
+  std::map<int, Worker> current_;
+  std::map<pid_t, int> pidfds_;  // a pidfd, or -errno when pidfd_open failed
+  std::string why_;
+};
+
+std::function<bool(const std::string&)> IsEvent(const std::string& kind) {
+  return [kind](const std::string& line) { return JsonField(line, "event") == kind; };
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. A worker that dies at any point of a sync step (exit code 20 at the step's start,
+// SIGKILL before the gradient, with half its gradient slot NaN, after publishing the
+// gradient, with half its parameter slice NaN, after publishing the update) is replaced in
+// place; the run redoes only that phase and ends with the fault-free run's bits.
+
+TEST(FaultTest, SyncExactAtEveryFaultPoint) {
+  const Reference& ref = SyncReference(kShortSteps);
+  ASSERT_FALSE(ref.model.empty());
+  TempDir dir;
+  for (int point = 1; point <= 6; ++point) {
+    SCOPED_TRACE("--fault-point " + std::to_string(point));
+    const std::string model = dir.File("point" + std::to_string(point) + ".model");
+    const ProcResult r = test::RunProcess(
+        SyncRun(kShortSteps, {"--fault-rank", "1", "--fault-step", "100", "--fault-point",
+                              std::to_string(point), "--save", model}),
+        kRunTimeout);
+    ExpectNothingLeft(r);
+    const ::testing::AssertionResult ok = ExitedWith(r, 0);
+    EXPECT_TRUE(ok);
+    if (!ok) continue;
+    const std::string s = SummaryOf(r);
+    EXPECT_EQ(Num(s, "restarts"), 1) << s;
+    EXPECT_EQ(Num(s, "recoveries"), 1) << s;
+    const auto restarts = Events(r.out, "worker_restart");
+    EXPECT_EQ(restarts.size(), 1u) << Clip(r.out);
+    if (restarts.size() != 1) continue;
+    EXPECT_EQ(restarts[0].at("rank"), "1");
+    EXPECT_EQ(restarts[0].at("reason"), "crash");
+    EXPECT_EQ(restarts[0].at("incarnation"), "1");
+    // Point 6 dies after publishing the end of step 100: the others may finish step 100 first.
+    const int64_t step = std::stoll(restarts[0].at("step"));
+    EXPECT_TRUE(step == 100 || step == 101) << "restart at step " << step;
+    EXPECT_EQ(WorkerPids(r.out).size(), static_cast<size_t>(kSyncWorkers + 1));
+    EXPECT_TRUE(SameBytes(test::ReadWholeFile(model), ref.model));
+  }
+}
+
+// Rank 0 dies right after publishing the end of the run's first or of its last step (fault
+// point 6): its replacement has no phase of that step left to redo. The parameters are still
+// exact, and the summary's per-step time must still be a time within the run's wall time.
+TEST(FaultTest, RankZeroReplacedAtFirstOrLastStep) {
+  const Reference& ref = SyncReference(kShortSteps);
+  ASSERT_FALSE(ref.model.empty());
+  TempDir dir;
+  for (const int64_t step : {int64_t{0}, kShortSteps - 1}) {
+    SCOPED_TRACE("rank 0 dies at barrier 2 of step " + std::to_string(step));
+    const std::string model = dir.File("step" + std::to_string(step) + ".model");
+    const ProcResult r = test::RunProcess(
+        SyncRun(kShortSteps, {"--fault-rank", "0", "--fault-step", std::to_string(step),
+                              "--fault-point", "6", "--save", model}),
+        kRunTimeout);
+    ExpectNothingLeft(r);
+    const ::testing::AssertionResult ok = ExitedWith(r, 0);
+    EXPECT_TRUE(ok);
+    if (!ok) continue;
+    const std::string s = SummaryOf(r);
+    EXPECT_EQ(Num(s, "restarts"), 1) << s;
+    EXPECT_TRUE(SameBytes(test::ReadWholeFile(model), ref.model));
+    // us_per_step spans steps first_step .. steps-1: (steps - 1) of them fit in wall_s.
+    const double us = Num(s, "us_per_step");
+    const double wall_us = Num(s, "wall_s") * 1e6;
+    EXPECT_TRUE(us > 0 && us * (kShortSteps - 1) <= wall_us)
+        << "us_per_step " << us << " is no per-step time of a run of " << wall_us << " us over "
+        << kShortSteps << " steps: " << s;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. Many kills in one run, at random moments: by the supervisor's chaos mode every ~20 ms,
+// and by the test itself (SIGKILL of a random rank's current worker after a random pause).
+// Both runs end byte-identical to the fault-free run.
+
+TEST(FaultTest, SyncExactUnderManyRandomKills) {
+  constexpr int kMinKills = 20;
+  TempDir dir;
+
+  [&] {  // a failed ASSERT ends this part only
+    SCOPED_TRACE("--chaos-kill-every 20ms");
+    // Twice the usual length: about 40 kills at 20 ms even on a fast, idle machine.
+    constexpr int64_t kChaosSteps = 2 * kLongSteps;
+    const Reference& ref = SyncReference(kChaosSteps);
+    ASSERT_FALSE(ref.model.empty());
+    const std::string model = dir.File("chaos.model");
+    const ProcResult r = test::RunProcess(
+        SyncRun(kChaosSteps, {"--chaos-kill-every", "20ms", "--chaos-seed", "7", "--save", model}),
+        kRunTimeout);
+    ExpectNothingLeft(r);
+    ASSERT_TRUE(ExitedWith(r, 0));
+    const std::string s = SummaryOf(r);
+    const double restarts = Num(s, "restarts");
+    std::printf("[ chaos ] %g restarts in %g s\n", restarts, Num(s, "wall_s"));
+    EXPECT_GE(restarts, kMinKills) << s;
+    const auto events = Events(r.out, "worker_restart");
+    EXPECT_EQ(static_cast<double>(events.size()), restarts);
+    EXPECT_EQ(OtherReasons(events, "chaos"), "") << "restarts not caused by chaos";
+    EXPECT_TRUE(SameBytes(test::ReadWholeFile(model), ref.model));
+  }();
+
+  [&] {  // a failed ASSERT ends this part only
+    SCOPED_TRACE("SIGKILLs from the test");
+    const Reference& ref = SyncReference(kLongSteps);
+    ASSERT_FALSE(ref.model.empty());
+    const std::string model = dir.File("killed.model");
+    LiveRun run(SyncRun(kLongSteps, {"--max-restarts", "1000", "--save", model}));
+    ASSERT_GT(run.master(), 0);
+    ASSERT_TRUE(run.Until(IsEvent("step"), kEventTimeout)) << run.Outcome();
+    const unsigned seed = std::random_device{}();
+    std::printf("[ kills ] random seed %u\n", seed);
+    std::mt19937 rng(seed);
+    // Pauses short enough that every kill lands well before the end, whatever the build.
+    const int max_pause_ms = std::max(2, static_cast<int>(ref.wall_s * 1000 / (4 * kMinKills)));
+    std::uniform_int_distribution<int> pause(0, max_pause_ms);
+    std::set<pid_t> killed;
+    int kills = 0;
+    while (kills < kMinKills) {
+      ASSERT_TRUE(run.Pause(milliseconds{pause(rng)}))
+          << "the run ended after only " << kills << " kills; stderr:\n"
+          << run.Outcome();
+      std::vector<int> ranks;
+      for (int r = 0; r < kSyncWorkers; ++r) {
+        if (run.worker(r) > 0 && killed.count(run.worker(r)) == 0) ranks.push_back(r);
+      }
+      if (ranks.empty()) {  // every rank is being replaced: wait for one to come back
+        ASSERT_TRUE(run.Until(IsEvent("worker_started"), kEventTimeout)) << run.Outcome();
+        continue;
+      }
+      const int rank = ranks[rng() % ranks.size()];
+      const pid_t pid = run.worker(rank);
+      if (!run.SignalWorker(rank, SIGKILL)) {
+        const std::string why = run.why();
+        FAIL() << "cannot kill worker " << rank << " (pid " << pid << ") after " << kills
+               << " kills: " << why << "\n"
+               << run.Outcome();
+      }
+      killed.insert(pid);
+      ++kills;
+    }
+    const ProcResult r = run.Wait(kRunTimeout);
+    ExpectNothingLeft(r);
+    ASSERT_TRUE(ExitedWith(r, 0));
+    const std::string s = SummaryOf(r);
+    std::printf("[ kills ] %d SIGKILLs, %g restarts in %g s\n", kills, Num(s, "restarts"),
+                Num(s, "wall_s"));
+    EXPECT_EQ(Num(s, "restarts"), kills) << s;
+    EXPECT_EQ(OtherReasons(Events(r.out, "worker_restart"), "crash"), "");
+    EXPECT_TRUE(SameBytes(test::ReadWholeFile(model), ref.model));
+  }();
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. Two workers SIGKILLed at the same moment, then a replacement SIGKILLed as soon as it is
+// announced (during its rank's recovery), twice in a row.
+
+TEST(FaultTest, TwoAtOnceAndKilledDuringRecovery) {
+  const Reference& ref = SyncReference(kLongSteps);
+  ASSERT_FALSE(ref.model.empty());
+  TempDir dir;
+  const std::string model = dir.File("m.model");
+  LiveRun run(SyncRun(kLongSteps, {"--save", model}));
+  ASSERT_GT(run.master(), 0);
+  ASSERT_TRUE(run.Until(IsEvent("step"), kEventTimeout)) << run.Outcome();
+
+  ASSERT_TRUE(run.SignalWorker(0, SIGKILL));
+  ASSERT_TRUE(run.SignalWorker(2, SIGKILL));
+  ASSERT_TRUE(run.Until(
+      [&](const std::string&) { return run.incarnation(0) == 1 && run.incarnation(2) == 1; },
+      kEventTimeout))
+      << "ranks 0 and 2 were not both replaced; stderr:\n"
+      << run.Outcome();
+  ASSERT_TRUE(run.Until(IsEvent("step"), kEventTimeout))
+      << "no progress after the double kill; " << run.Outcome();
+
+  ASSERT_TRUE(run.SignalWorker(1, SIGKILL));
+  for (int k = 1; k <= 2; ++k) {
+    ASSERT_TRUE(
+        run.Until([&](const std::string&) { return run.incarnation(1) == k; }, kEventTimeout))
+        << "rank 1 incarnation " << k << " never started; stderr:\n"
+        << run.Outcome();
+    ASSERT_TRUE(run.SignalWorker(1, SIGKILL)) << "incarnation " << k;
+  }
+  ASSERT_TRUE(run.Until([&](const std::string&) { return run.incarnation(1) == 3; }, kEventTimeout))
+      << run.Outcome();
+
+  const ProcResult r = run.Wait(kRunTimeout);
+  ExpectNothingLeft(r);
+  ASSERT_TRUE(ExitedWith(r, 0));
+  const std::string s = SummaryOf(r);
+  EXPECT_EQ(Num(s, "restarts"), 5) << s;
+  EXPECT_EQ(Events(r.out, "worker_restart").size(), 5u);
+  EXPECT_TRUE(SameBytes(test::ReadWholeFile(model), ref.model));
+}
+
+// A rank that dies after publishing the end of step t (waiting at barrier 2 for a slower
+// peer) must not start step t+1 before every peer has finished step t's update: its
+// replacement would overwrite its gradient slot, which the peer still has to read, and read
+// parameters the peer is still writing. Here rank 1 dies half way through its update of step
+// 100 in its first 20 incarnations (fault point 5), and the test SIGKILLs rank 0, which waits
+// at barrier 2 meanwhile (a SIGKILL of the slower rank while another is being replaced, as
+// random kills and chaos produce it). The run must still end with the fault-free bits.
+TEST(FaultTest, RankKilledWhileAPeerRedoesItsUpdate) {
+  const Reference& ref = SyncReference(kShortSteps);
+  ASSERT_FALSE(ref.model.empty());
+  TempDir dir;
+  const std::string model = dir.File("m.model");
+  LiveRun run(SyncRun(kShortSteps,
+                      {"--fault-rank", "1", "--fault-step", "100", "--fault-point", "5",
+                       "--fault-incarnations", "20", "--max-restarts", "100", "--save", model}));
+  ASSERT_GT(run.master(), 0);
+  // By rank 1's third death, rank 0 has long finished its update of step 100 and waits at
+  // barrier 2.
+  ASSERT_TRUE(run.Until([&](const std::string&) { return run.incarnation(1) == 3; }, kEventTimeout))
+      << run.Outcome();
+  ASSERT_TRUE(run.SignalWorker(0, SIGKILL)) << run.why();
+
+  const ProcResult r = run.Wait(kRunTimeout);
+  ExpectNothingLeft(r);
+  ASSERT_TRUE(ExitedWith(r, 0));
+  for (const auto& ev : Events(r.out, "error")) ADD_FAILURE() << ev.at("message");
+  const std::string s = SummaryOf(r);
+  EXPECT_EQ(Num(s, "restarts"), 21) << s;
+  EXPECT_TRUE(SameBytes(test::ReadWholeFile(model), ref.model));
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. Async under chaos: the run completes, applies exactly --steps updates (the version
+// counter, and the sum of the workers' committed updates), and converges about as well as
+// without faults. A worker killed half way through applying its update (fault point 7) leaves
+// a torn update, which is counted.
+
+void ExpectAsyncAccounting(const std::string& s, int64_t steps) {
+  EXPECT_EQ(Num(s, "param_version"), steps) << s;
+  EXPECT_EQ(Num(s, "updates"), steps) << s;
+  const std::vector<long> per = WorkerUpdates(s);
+  EXPECT_EQ(per.size(), static_cast<size_t>(kAsyncWorkers)) << s;
+  EXPECT_EQ(std::accumulate(per.begin(), per.end(), 0L), steps)
+      << "the workers' committed updates do not add up to the version: " << s;
+}
+
+// A fault-free async run of `steps` updates: its summary, after checking it.
+std::string CleanAsyncRun(int64_t steps) {
+  const ProcResult r = test::RunProcess(AsyncRun(steps), kRunTimeout);
+  ExpectNothingLeft(r);
+  ExpectExit(r, 0);
+  const std::string s = SummaryOf(r);
+  if (s.empty()) return s;
+  ExpectAsyncAccounting(s, steps);
+  EXPECT_EQ(Num(s, "restarts"), 0) << s;
+  EXPECT_TRUE(std::isfinite(Num(s, "final_loss"))) << s;
+  return s;
+}
+
+TEST(FaultTest, AsyncUnderRandomKills) {
+  const std::string s0 = CleanAsyncRun(kAsyncSteps);
+  ASSERT_FALSE(s0.empty());
+  const double loss0 = Num(s0, "final_loss");
+  const double wall0 = Num(s0, "wall_s");
+
+  [&] {  // a failed ASSERT ends this part only
+    // Kills must stay a few ms apart (a worker needs time to start), and 20000 updates take
+    // only 0.06 s in the normal build: lengthen the run to about 0.3 s, for about 100 kills.
+    const int64_t steps =
+        kAsyncSteps * std::clamp<int64_t>(static_cast<int64_t>(std::ceil(0.3 / wall0)), 1, 20);
+    const std::string clean = steps == kAsyncSteps ? s0 : CleanAsyncRun(steps);
+    ASSERT_FALSE(clean.empty());
+    const double clean_loss = Num(clean, "final_loss");
+    const auto every_us =
+        std::max<int64_t>(1000, static_cast<int64_t>(Num(clean, "wall_s") * 1e6 / 100));
+    const std::string every = std::to_string(every_us) + "us";
+    SCOPED_TRACE(std::to_string(steps) + " updates, --chaos-kill-every " + every);
+    const ProcResult r = test::RunProcess(
+        AsyncRun(steps, {"--chaos-kill-every", every, "--chaos-seed", "3"}), kRunTimeout);
+    ExpectNothingLeft(r);
+    ASSERT_TRUE(ExitedWith(r, 0));
+    const std::string s = SummaryOf(r);
+    ASSERT_FALSE(s.empty());
+    const double loss = Num(s, "final_loss");
+    std::printf(
+        "[ async chaos ] %lld updates, kills every %s: %g restarts, %g torn, loss %g "
+        "(fault-free %g)\n",
+        static_cast<long long>(steps), every.c_str(), Num(s, "restarts"), Num(s, "torn_updates"),
+        loss, clean_loss);
+    EXPECT_GE(Num(s, "restarts"), 20) << s;
+    ExpectAsyncAccounting(s, steps);
+    EXPECT_LE(loss, 1.5 * clean_loss) << s;
+  }();
+
+  [&] {  // a failed ASSERT ends this part only
+    SCOPED_TRACE("--fault-point 7");
+    const ProcResult r = test::RunProcess(
+        AsyncRun(kAsyncSteps, {"--fault-rank", "1", "--fault-step", "100", "--fault-point", "7"}),
+        kRunTimeout);
+    ExpectNothingLeft(r);
+    ASSERT_TRUE(ExitedWith(r, 0));
+    const std::string s = SummaryOf(r);
+    ASSERT_FALSE(s.empty());
+    EXPECT_EQ(Num(s, "torn_updates"), 1) << s;
+    EXPECT_EQ(Num(s, "restarts"), 1) << s;
+    ExpectAsyncAccounting(s, kAsyncSteps);
+    EXPECT_LE(Num(s, "final_loss"), 1.5 * loss0) << s;
+  }();
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. A stopped worker (SIGSTOP) sends no heartbeat: after --heartbeat-timeout it is killed
+// and replaced (reason "hang"), and the run completes with the fault-free bits.
+
+TEST(FaultTest, StoppedWorkerIsReplaced) {
+  const Reference& ref = SyncReference(kLongSteps);
+  ASSERT_FALSE(ref.model.empty());
+  TempDir dir;
+  const std::string model = dir.File("m.model");
+  LiveRun run(SyncRun(kLongSteps, {"--heartbeat-timeout", "500ms", "--save", model}));
+  ASSERT_GT(run.master(), 0);
+  ASSERT_TRUE(run.Until(IsEvent("step"), kEventTimeout)) << run.Outcome();
+
+  const pid_t victim = run.worker(1);
+  ASSERT_TRUE(run.SignalWorker(1, SIGSTOP));
+  const Clock::time_point stopped = Clock::now();
+  std::string restart;
+  ASSERT_TRUE(run.Until(
+      [](const std::string& line) {
+        return JsonField(line, "event") == "worker_restart" && JsonField(line, "rank") == "1";
+      },
+      kEventTimeout, &restart))
+      << "the stopped worker was never replaced; stderr:\n"
+      << run.Outcome();
+  const Clock::duration took = Clock::now() - stopped;
+  std::printf("[ hang ] stopped worker replaced after %lld ms\n", Ms(took));
+  EXPECT_EQ(JsonField(restart, "reason"), "hang") << restart;
+  EXPECT_LT(took, milliseconds{2000});
+  EXPECT_GE(took, milliseconds{300}) << "replaced before the heartbeat timeout";
+
+  const ProcResult r = run.Wait(kRunTimeout);
+  ExpectNothingLeft(r);
+  ASSERT_TRUE(ExitedWith(r, 0));
+  EXPECT_TRUE(test::WaitPidGone(victim, kReapGrace)) << "the stopped worker " << victim;
+  bool replaced = false;
+  for (const auto& ev : Events(r.out, "worker_started")) {
+    replaced |= ev.at("rank") == "1" && ev.at("incarnation") == "1";
+  }
+  EXPECT_TRUE(replaced) << r.out;
+  const std::string s = SummaryOf(r);
+  EXPECT_GE(Num(s, "restarts"), 1) << s;
+  EXPECT_TRUE(SameBytes(test::ReadWholeFile(model), ref.model));
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. A worker that fails again in every incarnation is a crash loop: after more than
+// --max-restarts failures the run is abandoned (exit 3), naming the rank and the limit.
+
+TEST(FaultTest, CrashLoopGivesUp) {
+  TempDir dir;
+  const std::string model = dir.File("never.model");
+  const ProcResult r =
+      test::RunProcess(SyncRun(kShortSteps, {"--fault-rank", "1", "--fault-step", "100",
+                                             "--fault-point", "1", "--fault-incarnations", "1000",
+                                             "--max-restarts", "3", "--save", model}),
+                       kRunTimeout);
+  ExpectExit(r, 3);
+  EXPECT_TRUE(Contains(r.err, "worker 1")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "--max-restarts 3")) << r.err;
+  EXPECT_FALSE(test::FileExists(model));
+  ExpectNothingLeft(r);
+  // Incarnations 0..3 of rank 1 each failed; the fourth failure ended the run.
+  int rank1 = 0;
+  for (const auto& ev : Events(r.out, "worker_started")) rank1 += ev.at("rank") == "1";
+  EXPECT_EQ(rank1, 4) << r.out;
+  EXPECT_EQ(Events(r.out, "worker_restart").size(), 3u) << r.out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 7. A SIGKILLed master takes its workers with it (PR_SET_PDEATHSIG) at once. Its segment
+// stays, and the next run reclaims it; `shmtrain cleanup` leaves a live run's segment alone.
+
+TEST(FaultTest, MasterKilledLeavesNoWorkers) {
+  bool reclaimed_by_next_run = false;
+  // Another test's run (ctest -j2) may reclaim the stale segment first; then try again.
+  for (int attempt = 1; attempt <= 3 && !reclaimed_by_next_run; ++attempt) {
+    SCOPED_TRACE("attempt " + std::to_string(attempt));
+    LiveRun run(SyncRun(100'000'000));
+    ASSERT_GT(run.master(), 0);
+    ASSERT_TRUE(run.Until(IsEvent("step"), kEventTimeout)) << Clip(run.err());
+    const std::string segment = run.segment();
+    ASSERT_FALSE(segment.empty());
+    std::vector<pid_t> workers;
+    for (int r = 0; r < kSyncWorkers; ++r) {
+      workers.push_back(run.worker(r));
+      EXPECT_TRUE(IsWorkerProcess(run.worker(r))) << "rank " << r << " pid " << run.worker(r);
+    }
+
+    ASSERT_TRUE(run.SignalMaster(SIGKILL));
+    const Clock::time_point killed = Clock::now();
+    bool all_gone = true;
+    for (pid_t w : workers) all_gone &= test::WaitPidGone(w, milliseconds{5000});
+    const Clock::duration took = Clock::now() - killed;
+    std::printf("[ master killed ] every worker gone after %lld ms\n", Ms(took));
+    EXPECT_TRUE(all_gone);
+    EXPECT_LT(took, milliseconds{1000});
+
+    const ProcResult dead = run.Wait(kRunTimeout);
+    EXPECT_EQ(dead.term_signal, SIGKILL) << dead.Describe();
+    // The killed master could not remove its segment.
+    const std::vector<std::string> left = test::SegmentsOf(dead.pid);
+    if (left.empty()) {
+      std::printf("[ master killed ] %s was reclaimed by another run; again\n", segment.c_str());
+      continue;
+    }
+    ASSERT_EQ(left, std::vector<std::string>{segment.substr(1)});
+
+    const ProcResult next = test::RunProcess(SyncRun(50), kRunTimeout);
+    ExpectNothingLeft(next);
+    ASSERT_TRUE(ExitedWith(next, 0));
+    for (const auto& ev : Events(next.out, "stale_segment_removed")) {
+      reclaimed_by_next_run |= ev.at("name") == segment.substr(1);
+    }
+    EXPECT_EQ(test::SegmentsOf(dead.pid), std::vector<std::string>())
+        << "the next run did not reclaim " << segment;
+  }
+  EXPECT_TRUE(reclaimed_by_next_run) << "no stale_segment_removed event named the segment";
+
+  // `cleanup` on a live run: listed as live, left in place, the run trains on.
+  LiveRun live(SyncRun(100'000'000));
+  ASSERT_GT(live.master(), 0);
+  ASSERT_TRUE(live.Until(IsEvent("step"), kEventTimeout)) << Clip(live.err());
+  const std::string name = live.segment();
+  ASSERT_FALSE(name.empty());
+  const ProcResult cleanup = test::RunProcess({kMasterBin, "cleanup"}, kRunTimeout);
+  ExpectExit(cleanup, 0);
+  bool listed_live = false;
+  for (const std::string& line : test::SplitLines(cleanup.out)) {
+    listed_live |= line.rfind("live", 0) == 0 && Contains(line, "/dev/shm" + name);
+  }
+  EXPECT_TRUE(listed_live) << "cleanup did not list " << name << " as live:\n" << cleanup.out;
+  EXPECT_TRUE(test::FileExists("/dev/shm" + name)) << "cleanup removed a live run's segment";
+  EXPECT_TRUE(live.Until(IsEvent("step"), kEventTimeout)) << "the live run stopped training";
+
+  ASSERT_TRUE(live.SignalMaster(SIGINT));
+  const ProcResult stopped = live.Wait(kRunTimeout);
+  ExpectNothingLeft(stopped);
+  ASSERT_TRUE(ExitedWith(stopped, 130));
+}
+
+// ---------------------------------------------------------------------------------------------
+// 8. Checkpoints resume exactly: after the master is SIGKILLed past its first checkpoint, and
+// after a SIGINT (which writes a checkpoint of where it stopped), `--resume` continues to the
+// same bits as a run that never stopped.
+
+TEST(FaultTest, ResumeIsExact) {
+  TempDir dir;
+  [&] {  // a failed ASSERT ends this part only
+    SCOPED_TRACE("master SIGKILLed");
+    const std::string ckpt = dir.File("killed.ckpt");
+    const std::vector<std::string> opts = {"--checkpoint", ckpt, "--checkpoint-every", "1000"};
+    LiveRun run(SyncRun(2'000'000, opts));
+    ASSERT_GT(run.master(), 0);
+    ASSERT_TRUE(run.Until(IsEvent("checkpoint"), kEventTimeout)) << Clip(run.err());
+    ASSERT_TRUE(run.SignalMaster(SIGKILL));
+    const ProcResult dead = run.Wait(kRunTimeout);
+    EXPECT_EQ(dead.term_signal, SIGKILL) << dead.Describe();
+    for (pid_t w : WorkerPids(dead.out)) EXPECT_TRUE(test::WaitPidGone(w, kReapGrace)) << w;
+    const auto checkpoints = Events(dead.out, "checkpoint");
+    ASSERT_FALSE(checkpoints.empty());
+    EXPECT_EQ(checkpoints.front().at("step"), "1000");
+    EXPECT_EQ(checkpoints.back().at("path"), ckpt);
+    const int64_t step = std::stoll(checkpoints.back().at("step"));
+    EXPECT_EQ(CheckpointStep(ckpt), step);
+
+    const int64_t total = step + 2500;
+    const std::string model = dir.File("resumed.model");
+    std::vector<std::string> resume = opts;
+    resume.insert(resume.end(), {"--resume", ckpt, "--save", model});
+    const ProcResult r = test::RunProcess(SyncRun(total, resume), kRunTimeout);
+    ExpectNothingLeft(r);
+    ASSERT_TRUE(ExitedWith(r, 0));
+    EXPECT_EQ(Num(SummaryOf(r), "first_step"), step);
+    // The resumed run (or another) reclaimed the killed master's segment.
+    EXPECT_EQ(test::SegmentsOf(dead.pid), std::vector<std::string>());
+    const Reference& ref = SyncReference(total);
+    ASSERT_FALSE(ref.model.empty());
+    EXPECT_TRUE(SameBytes(test::ReadWholeFile(model), ref.model));
+  }();
+  [&] {  // a failed ASSERT ends this part only
+    SCOPED_TRACE("master stopped by SIGINT");
+    const std::string ckpt = dir.File("stopped.ckpt");
+    LiveRun run(SyncRun(2'000'000, {"--checkpoint", ckpt, "--checkpoint-every", "1000"}));
+    ASSERT_GT(run.master(), 0);
+    ASSERT_TRUE(run.Until(IsEvent("checkpoint"), kEventTimeout)) << Clip(run.err());
+    ASSERT_TRUE(run.Pause(milliseconds{7}));  // somewhere between two checkpoints
+    ASSERT_TRUE(run.SignalMaster(SIGINT));
+    const ProcResult stopped = run.Wait(kRunTimeout);
+    ExpectNothingLeft(stopped);
+    ASSERT_TRUE(ExitedWith(stopped, 130));
+    const auto on_stop = Events(stopped.out, "checkpoint_on_stop");
+    ASSERT_EQ(on_stop.size(), 1u) << stopped.out;
+    EXPECT_EQ(on_stop[0].at("path"), ckpt);
+    const int64_t step = std::stoll(on_stop[0].at("step"));
+    EXPECT_EQ(CheckpointStep(ckpt), step);
+    std::printf("[ resume ] SIGINT checkpoint at step %lld\n", static_cast<long long>(step));
+
+    const int64_t total = step + 1500;
+    const std::string model = dir.File("resumed2.model");
+    const ProcResult r =
+        test::RunProcess(SyncRun(total, {"--resume", ckpt, "--save", model}), kRunTimeout);
+    ExpectNothingLeft(r);
+    ASSERT_TRUE(ExitedWith(r, 0));
+    EXPECT_EQ(Num(SummaryOf(r), "first_step"), step);
+    const Reference& ref = SyncReference(total);
+    ASSERT_FALSE(ref.model.empty());
+    EXPECT_TRUE(SameBytes(test::ReadWholeFile(model), ref.model));
+  }();
+}
+
+// ---------------------------------------------------------------------------------------------
+// 9. A damaged checkpoint, or one of another run, is refused before anything starts: exit 2
+// with a message naming the file and the damage.
+
+TEST(FaultTest, DamagedCheckpointsAreRefused) {
+  TempDir dir;
+  const std::string good = dir.File("good.ckpt");
+  const std::string other = dir.File("other.ckpt");
+  for (const auto& [path, seed] : {std::pair{good, "1"}, std::pair{other, "2"}}) {
+    const ProcResult r = test::RunProcess(
+        SyncRun(300, {"--seed", seed, "--checkpoint", path, "--checkpoint-every", "100"}),
+        kRunTimeout);
+    ExpectNothingLeft(r);
+    ASSERT_TRUE(ExitedWith(r, 0));
+    ASSERT_EQ(CheckpointStep(path), 200) << path;
+  }
+  const std::string bytes = test::ReadWholeFile(good);
+  ASSERT_GT(bytes.size(), 100u);
+  std::string flipped = bytes;
+  flipped[flipped.size() / 2] ^= 0x10;
+  std::string magic = bytes;
+  std::memcpy(magic.data(), "NOTACKPT", 8);
+  const std::string truncated_path = dir.Write("truncated.ckpt", bytes.substr(0, bytes.size() / 2));
+  const std::string flipped_path = dir.Write("flipped.ckpt", flipped);
+  const std::string magic_path = dir.Write("magic.ckpt", magic);
+
+  struct Case {
+    std::string path, want;
+  };
+  const Case cases[] = {{truncated_path, "truncated"},
+                        {flipped_path, "checksum"},
+                        {magic_path, "magic"},
+                        {other, "another run"}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.path);
+    const std::string model = dir.File("never.model");
+    const ProcResult r =
+        test::RunProcess(SyncRun(kShortSteps, {"--resume", c.path, "--save", model}), kRunTimeout);
+    ExpectExit(r, 2);
+    EXPECT_TRUE(Contains(r.err, c.path)) << r.err;
+    EXPECT_TRUE(Contains(r.err, c.want)) << "stderr lacks \"" << c.want << "\":\n" << r.err;
+    EXPECT_FALSE(test::FileExists(model));
+    EXPECT_TRUE(WorkerPids(r.out).empty()) << "workers were started:\n" << r.out;
+    ExpectNothingLeft(r);
+  }
+
+  // The undamaged file resumes, to the bits of a run that never stopped.
+  const std::string model = dir.File("resumed.model");
+  const ProcResult r =
+      test::RunProcess(SyncRun(kShortSteps, {"--resume", good, "--save", model}), kRunTimeout);
+  ExpectNothingLeft(r);
+  ASSERT_TRUE(ExitedWith(r, 0));
+  const Reference& ref = SyncReference(kShortSteps);
+  ASSERT_FALSE(ref.model.empty());
+  EXPECT_TRUE(SameBytes(test::ReadWholeFile(model), ref.model));
+}
+
+// ---------------------------------------------------------------------------------------------
+// 10. The chaos flag as a user would try it: SIGKILLs every ~50 ms of a sync run that lasts
+// far longer, and the same bits as without chaos.
+
+TEST(FaultTest, ChaosFlagEndsByteIdentical) {
+  const Reference& ref = SyncReference(kLongSteps);
+  ASSERT_FALSE(ref.model.empty());
+  TempDir dir;
+  const std::string model = dir.File("chaos.model");
+  const ProcResult r = test::RunProcess(
+      SyncRun(kLongSteps, {"--chaos-kill-every", "50ms", "--save", model}), kRunTimeout);
+  ExpectNothingLeft(r);
+  ASSERT_TRUE(ExitedWith(r, 0));
+  const std::string s = SummaryOf(r);
+  std::printf("[ chaos 50ms ] %g restarts in %g s\n", Num(s, "restarts"), Num(s, "wall_s"));
+  EXPECT_GE(Num(s, "restarts"), 3) << s;
+  EXPECT_TRUE(SameBytes(test::ReadWholeFile(model), ref.model));
+}
+
+}  // namespace
+}  // namespace shmtrain
