@@ -50,9 +50,16 @@
 #include <thread>
 #include <vector>
 
+#include "bench_util.h"
+
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using shmtrain::bench::Clock;
+using shmtrain::bench::HttpGet;
+using shmtrain::bench::LeftMs;
+using shmtrain::bench::Median;
+using shmtrain::bench::Percentile;
+using shmtrain::bench::PollUntil;
 using std::chrono::milliseconds;
 
 constexpr int kWorkers = 2;
@@ -100,70 +107,10 @@ double Ms(Clock::duration d) {
   return std::chrono::duration<double, std::milli>(d).count();
 }
 
-int LeftMs(Clock::time_point deadline) {
-  const auto d = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
-  return static_cast<int>(std::max<long long>(0, d));
-}
-
-bool PollUntil(int fd, short events, Clock::time_point deadline) {
-  for (;;) {
-    pollfd p{fd, events, 0};
-    const int n = poll(&p, 1, LeftMs(deadline));
-    if (n > 0) return true;
-    if (n == 0 || errno != EINTR) return false;
-  }
-}
-
-// GET http://addr/metrics with Connection: close, read to EOF before the deadline. Returns the
-// value of shmtrain_steps_total, or -1 on any failure (refused, timeout, not 200, no counter).
+// GET /metrics; the value of shmtrain_steps_total, or -1 on any failure (refused, timeout,
+// not 200, no counter).
 int64_t ScrapeSteps(const std::string& addr, milliseconds timeout) {
-  const Clock::time_point deadline = Clock::now() + timeout;
-  const size_t colon = addr.rfind(':');
-  if (colon == std::string::npos) return -1;
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(static_cast<uint16_t>(std::atoi(addr.c_str() + colon + 1)));
-  if (inet_pton(AF_INET, addr.substr(0, colon).c_str(), &sa.sin_addr) != 1) return -1;
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  struct Closer {
-    int fd;
-    ~Closer() { close(fd); }
-  } closer{fd};
-  if (connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) != 0) {
-    if (errno != EINPROGRESS || !PollUntil(fd, POLLOUT, deadline)) return -1;
-    int err = 0;
-    socklen_t len = sizeof err;
-    getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-    if (err != 0) return -1;
-  }
-  const std::string req =
-      "GET /metrics HTTP/1.1\r\nHost: " + addr + "\r\nConnection: close\r\n\r\n";
-  size_t sent = 0;
-  while (sent < req.size()) {
-    const ssize_t n = send(fd, req.data() + sent, req.size() - sent, MSG_NOSIGNAL);
-    if (n > 0) {
-      sent += static_cast<size_t>(n);
-    } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-      if (!PollUntil(fd, POLLOUT, deadline)) return -1;
-    } else {
-      return -1;
-    }
-  }
-  std::string raw;
-  char buf[65536];
-  for (;;) {
-    const ssize_t n = recv(fd, buf, sizeof buf, 0);
-    if (n > 0) {
-      raw.append(buf, static_cast<size_t>(n));
-    } else if (n == 0) {
-      break;
-    } else if (errno == EAGAIN || errno == EINTR) {
-      if (!PollUntil(fd, POLLIN, deadline)) return -1;
-    } else {
-      return -1;
-    }
-  }
+  const std::string raw = HttpGet(addr, "/metrics", timeout);
   if (raw.rfind("HTTP/1.1 200", 0) != 0) return -1;
   const std::string tag = "\nshmtrain_steps_total ";
   const size_t p = raw.find(tag);
@@ -336,18 +283,6 @@ std::vector<std::string> TrainArgs(int64_t steps, const std::vector<std::string>
                                 "--no-progress"};
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-double Percentile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  const size_t k = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size()))) - 1;
-  return v[std::min(k, v.size() - 1)];
 }
 
 double Max(const std::vector<double>& v) {

@@ -1,0 +1,104 @@
+// What the benchmarks share: deadline arithmetic, a loopback HTTP GET with a deadline, and
+// order statistics. Header-only; each benchmark is one executable.
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace shmtrain::bench {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+inline int LeftMs(Clock::time_point deadline) {
+  const auto d = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
+  return static_cast<int>(std::max<long long>(0, d));
+}
+
+// Waits for `events` on fd until the deadline; false on timeout or error.
+inline bool PollUntil(int fd, short events, Clock::time_point deadline) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    const int n = poll(&p, 1, LeftMs(deadline));
+    if (n > 0) return true;
+    if (n == 0 || errno != EINTR) return false;
+  }
+}
+
+// GET http://addr/path ("HOST:PORT", IPv4) with Connection: close, read to EOF before the
+// deadline. The whole response (status line, headers, body), or "" on any failure.
+inline std::string HttpGet(const std::string& addr, const std::string& path,
+                           milliseconds timeout) {
+  const Clock::time_point deadline = Clock::now() + timeout;
+  const size_t colon = addr.rfind(':');
+  if (colon == std::string::npos) return "";
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(std::atoi(addr.c_str() + colon + 1)));
+  if (inet_pton(AF_INET, addr.substr(0, colon).c_str(), &sa.sin_addr) != 1) return "";
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return "";
+  struct Closer {
+    int fd;
+    ~Closer() { close(fd); }
+  } closer{fd};
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) != 0) {
+    if (errno != EINPROGRESS || !PollUntil(fd, POLLOUT, deadline)) return "";
+    int err = 0;
+    socklen_t len = sizeof err;
+    getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+    if (err != 0) return "";
+  }
+  const std::string req =
+      "GET " + path + " HTTP/1.1\r\nHost: " + addr + "\r\nConnection: close\r\n\r\n";
+  size_t sent = 0;
+  while (sent < req.size()) {
+    const ssize_t n = send(fd, req.data() + sent, req.size() - sent, MSG_NOSIGNAL);
+    if (n > 0) {
+      sent += static_cast<size_t>(n);
+    } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      if (!PollUntil(fd, POLLOUT, deadline)) return "";
+    } else {
+      return "";
+    }
+  }
+  std::string raw;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = recv(fd, buf, sizeof buf, 0);
+    if (n > 0) {
+      raw.append(buf, static_cast<size_t>(n));
+    } else if (n == 0) {
+      return raw;
+    } else if (errno == EAGAIN || errno == EINTR) {
+      if (!PollUntil(fd, POLLIN, deadline)) return "";
+    } else {
+      return "";
+    }
+  }
+}
+
+inline double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+inline double Percentile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  const size_t k = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size()))) - 1;
+  return v[std::min(k, v.size() - 1)];
+}
+
+}  // namespace shmtrain::bench
