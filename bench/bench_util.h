@@ -89,6 +89,34 @@ inline std::string HttpGet(const std::string& addr, const std::string& path,
   }
 }
 
+// Splits what a non-blocking fd delivers into lines, with a deadline per line.
+class LineReader {
+ public:
+  // Next line (without '\n') before the deadline; false at EOF or timeout.
+  bool ReadLine(int fd, std::string* line, Clock::time_point deadline) {
+    for (;;) {
+      const size_t nl = buf_.find('\n');
+      if (nl != std::string::npos) {
+        *line = buf_.substr(0, nl);
+        buf_.erase(0, nl + 1);
+        return true;
+      }
+      if (eof_ || !PollUntil(fd, POLLIN, deadline)) return false;
+      char chunk[4096];
+      const ssize_t n = read(fd, chunk, sizeof chunk);
+      if (n > 0) {
+        buf_.append(chunk, static_cast<size_t>(n));
+      } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+        eof_ = true;
+      }
+    }
+  }
+
+ private:
+  bool eof_ = false;
+  std::string buf_;
+};
+
 inline double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();

@@ -161,22 +161,7 @@ class Trainer {
 
   // Next stdout line before the deadline; false at EOF or timeout.
   bool ReadLine(std::string* line, Clock::time_point deadline) {
-    for (;;) {
-      const size_t nl = buf_.find('\n');
-      if (nl != std::string::npos) {
-        *line = buf_.substr(0, nl);
-        buf_.erase(0, nl + 1);
-        return true;
-      }
-      if (eof_ || !PollUntil(out_fd_, POLLIN, deadline)) return false;
-      char chunk[4096];
-      const ssize_t n = read(out_fd_, chunk, sizeof chunk);
-      if (n > 0) {
-        buf_.append(chunk, static_cast<size_t>(n));
-      } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
-        eof_ = true;
-      }
-    }
+    return lines_.ReadLine(out_fd_, line, deadline);
   }
 
   // Reads lines until one holds `"event":"<event>"`, handing every line read to `seen`; dies
@@ -244,9 +229,8 @@ class Trainer {
   pid_t pid_ = -1;
   int out_fd_ = -1;
   int err_fd_ = -1;
-  bool eof_ = false;
   bool reaped_ = false;
-  std::string buf_;
+  shmtrain::bench::LineReader lines_;
 };
 
 std::string Field(const std::string& line, const std::string& key) {

@@ -2,7 +2,8 @@
 # Installs the Debian packages shmtrain needs to build, test and be watched, if missing.
 # Boost must be 1.81 (libboost1.81-dev), which replaces Debian's default 1.74 -dev packages.
 set -euo pipefail
-packages=(cmake g++ make libboost1.81-dev libboost-filesystem1.81-dev libeigen3-dev
+# python3 runs monitoring/check_assets.py in the tests.
+packages=(cmake g++ make python3 libboost1.81-dev libboost-filesystem1.81-dev libeigen3-dev
           libgtest-dev prometheus-cpp-dev prometheus)
 missing=()
 for p in "${packages[@]}"; do
