@@ -83,6 +83,29 @@ Status TrainOptions::Validate() const {
   if (!(val_split >= 0 && val_split < 1)) {
     return Bad("--val-split", "must be in [0, 1), got " + std::to_string(val_split));
   }
+  if (val_split > 0 && !val_data_path.empty()) {
+    return Status::Usage("give at most one of --val-split F and --val-data FILE");
+  }
+  const bool has_val = val_split > 0 || !val_data_path.empty();
+  if (eval_every < 0) return Bad("--eval-every", "must be >= 1");
+  if (eval_every > 0 && !has_val) {
+    return Bad("--eval-every", "needs held-out data (--val-split F or --val-data FILE)");
+  }
+  if (early_stop < 0) return Bad("--early-stop", "must be >= 1");
+  if (early_stop > 0 && !has_val) {
+    return Bad("--early-stop", "needs held-out data (--val-split F or --val-data FILE)");
+  }
+  if (!val_data_path.empty() && !example.empty()) {
+    return Bad("--val-data", "goes with --data FILE, not with a built-in example");
+  }
+  if (!label_name.empty() && !example.empty()) {
+    return Bad("--label-col", "names a column of --data FILE; a built-in example has none");
+  }
+  if (task && loss_given && TaskOf(model.loss) != *task) {
+    return Bad("--task", std::string(ToString(*task)) + " needs --loss " +
+                             (*task == Task::kClassification ? "xent" : "mse") + ", got --loss " +
+                             ToString(model.loss));
+  }
   if (!(heartbeat_timeout_s >= 0.05 && heartbeat_timeout_s <= 86400)) {
     return Bad("--heartbeat-timeout", "must be between 50ms and 86400s");
   }
@@ -125,6 +148,18 @@ std::optional<Normalize> ParseNormalize(std::string_view s) {
   if (s == "standard") return Normalize::kStandard;
   return std::nullopt;
 }
+std::optional<Task> ParseTask(std::string_view s) {
+  if (s == "regression") return Task::kRegression;
+  if (s == "classification") return Task::kClassification;
+  return std::nullopt;
+}
+std::optional<DataFormat> ParseDataFormat(std::string_view s) {
+  if (s == "auto") return DataFormat::kAuto;
+  if (s == "csv") return DataFormat::kCsv;
+  if (s == "libsvm" || s == "svmlight") return DataFormat::kLibsvm;
+  return std::nullopt;
+}
+const char* ToString(Task t) { return t == Task::kClassification ? "classification" : "regression"; }
 const char* ToString(Mode m) { return m == Mode::kSync ? "sync" : "async"; }
 const char* ToString(AsyncRule r) {
   switch (r) {

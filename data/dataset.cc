@@ -185,31 +185,101 @@ Status ReadFile(const std::string& path, std::string* buf) {
   return Status::Ok();
 }
 
-}  // namespace
+// The shortest text that reads back as v ("3", "2.5", "-1e+20").
+std::string NumberName(double v) {
+  char buf[32];
+  auto [p, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, ec == std::errc() ? p : buf);
+}
 
-Status LoadCsv(const std::string& path, const CsvOptions& opts, Dataset* out) {
-  // Option errors first: they do not depend on the file.
-  if (opts.label_col < -1) {
-    return Status::Data(At(path) + "label column " + std::to_string(opts.label_col) +
-                        " is invalid (use -1 for the last column)");
+// A label cell on its way to the class map, with where it was for messages.
+struct PendingLabel {
+  std::string_view text;
+  int64_t line;
+  int64_t col;  // 0: not a CSV cell (LIBSVM's first token)
+};
+
+std::string LabelAt(const std::string& path, const PendingLabel& l) {
+  return l.col > 0 ? At(path, l.line, l.col) : At(path, l.line);
+}
+
+// Turns the labels into class indices in ds->y, through opts.classes or a map built here.
+Status MapClasses(const std::string& path, const LoadOptions& opts,
+                  const std::vector<PendingLabel>& labels, Dataset* ds) {
+  ClassMap built;
+  if (opts.classes == nullptr) {
+    std::vector<std::string_view> texts;
+    texts.reserve(labels.size());
+    for (const PendingLabel& l : labels) texts.push_back(l.text);
+    built = ClassMap::Build(texts);
+    if (built.size() < 2) {
+      return Status::Data(At(path) + "classification needs at least 2 classes, the labels have " +
+                          std::to_string(built.size()) + " (" +
+                          (built.size() == 1 ? "'" + built.names[0] + "'" : "none") + ")");
+    }
   }
-  if (opts.classes < 0) {
-    return Status::Data(At(path) + "number of classes " + std::to_string(opts.classes) +
-                        " is invalid (use 0 for real-valued targets)");
+  const ClassMap& map = opts.classes ? *opts.classes : built;
+  ds->y.resize(labels.size());
+  for (size_t i = 0; i < labels.size(); ++i) {
+    const int k = map.Find(labels[i].text);
+    if (k < 0) {
+      std::string known;
+      for (int j = 0; j < map.size() && j < 12; ++j) known += (j ? ", " : "") + map.names[j];
+      if (map.size() > 12) known += ", ...";
+      return Status::Data(LabelAt(path, labels[i]) + "label " + Quote(labels[i].text) +
+                          " is not one of the model's " + std::to_string(map.size()) +
+                          " classes (" + known + ")");
+    }
+    ds->y[i] = static_cast<float>(k);
   }
+  ds->classes = map;
+  return Status::Ok();
+}
 
-  std::string buf;
-  if (Status s = ReadFile(path, &buf); !s.ok()) return s;
-  if (buf.empty()) return Status::Data(At(path) + "file is empty");
+// The label of a regression row: a number.
+Status RegressionTarget(const std::string& path, const PendingLabel& l, float* out) {
+  double v = 0;
+  if (Cell r = ParseCell(l.text, &v); r != Cell::kOk) {
+    std::string what = CellError(r, l.text);
+    if (r == Cell::kNotNumber) what += " (regression needs numeric targets; use --task classification for class labels)";
+    return Status::Data(LabelAt(path, l) + what);
+  }
+  *out = static_cast<float>(v);
+  return Status::Ok();
+}
 
-  std::string_view text(buf);
-  // A UTF-8 byte order mark (spreadsheet exports write one) is not part of the first cell.
-  if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);
+bool EndsWith(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
 
+// Whether the first data line of `text` reads as LIBSVM: "<label> <int>:<...>".
+bool LooksLikeLibsvm(std::string_view text) {
+  while (!text.empty()) {
+    const size_t nl = text.find('\n');
+    std::string_view line = Trim(text.substr(0, nl));
+    text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
+    if (!line.empty() && line.back() == '\r') line = Trim(line.substr(0, line.size() - 1));
+    if (line.empty() || line[0] == '#') continue;
+    if (line.find(',') != std::string_view::npos) return false;
+    const size_t sp = line.find_first_of(" \t");
+    if (sp == std::string_view::npos) return false;
+    const std::string_view tok = Trim(line.substr(sp));
+    const size_t colon = tok.find(':');
+    if (colon == 0 || colon == std::string_view::npos) return false;
+    return std::all_of(tok.begin(), tok.begin() + colon, [](char c) { return c >= '0' && c <= '9'; }) ||
+           tok.substr(0, colon) == "qid";
+  }
+  return false;
+}
+
+Status LoadCsv(const std::string& path, std::string_view text, const LoadOptions& opts,
+               Dataset* out) {
+  const bool classify = opts.task == Task::kClassification && !opts.no_labels;
   Dataset ds;
+  std::vector<PendingLabel> labels;
   int64_t ncols = 0;     // cells per row, fixed by the first non-blank line
   int64_t ref_line = 0;  // that line
-  int64_t label = 0;     // label column, 0-based
+  int64_t label = -1;    // label column, 0-based; -1: none (predict data without labels)
   bool has_header = false;
 
   // Bound on the rows, for reserving: no more than the lines.
@@ -236,23 +306,6 @@ Status LoadCsv(const std::string& path, const CsvOptions& opts, Dataset* out) {
         return Status::Data(At(path, line_no) + "row has " + std::to_string(ncols) +
                             " cells, more than the supported " + std::to_string(INT_MAX));
       }
-      label = opts.label_col == -1 ? ncols - 1 : opts.label_col;
-      if (label >= ncols) {
-        return Status::Data(At(path) + "label column " + std::to_string(opts.label_col) +
-                            " does not exist (rows have " + Plural(ncols, "column") + ")");
-      }
-      if (ncols < 2) {
-        return Status::Data(At(path) +
-                            "rows have 1 column; need at least one feature column besides "
-                            "the label");
-      }
-      ds.features = static_cast<int>(ncols - 1);
-      // A row of n cells takes at least 2n - 1 bytes, so this reserves at most about
-      // half as many floats as the file has bytes, however many lines are blank.
-      const int64_t max_rows =
-          std::min<int64_t>(max_lines, static_cast<int64_t>(text.size()) / (2 * ncols - 1) + 1);
-      ds.x.reserve(static_cast<size_t>(max_rows) * static_cast<size_t>(ds.features));
-      ds.y.reserve(static_cast<size_t>(max_rows));
       switch (opts.header) {
         case HeaderMode::kYes:
           has_header = true;
@@ -261,17 +314,75 @@ Status LoadCsv(const std::string& path, const CsvOptions& opts, Dataset* out) {
           has_header = false;
           break;
         case HeaderMode::kAuto: {
+          // A named label column implies a header line.
+          has_header = !opts.label_name.empty();
           // A header has a cell that is not a number. Empty, NaN and too-large cells do
-          // not count: such a first line is data, and its error is reported as such.
+          // not count: such a first line is data, and its error is reported as such. With
+          // text class labels the label cell does not count either.
           std::string_view rest = line;
           for (int64_t c = 0; c < ncols && !has_header; ++c) {
             size_t comma = rest.find(',');
             double v;
-            has_header = ParseCell(Trim(rest.substr(0, comma)), &v) == Cell::kNotNumber;
+            const bool text_label =
+                classify && opts.label_name.empty() &&
+                c == (opts.label_col == -1 ? ncols - 1 : opts.label_col);
+            has_header = !text_label &&
+                         ParseCell(Trim(rest.substr(0, comma)), &v) == Cell::kNotNumber;
             rest.remove_prefix(comma == std::string_view::npos ? rest.size() : comma + 1);
           }
           break;
         }
+      }
+      if (!opts.label_name.empty()) {
+        if (!has_header) {
+          return Status::Data(At(path) + "label column '" + opts.label_name +
+                              "' is named, but the file has no header line to find it in");
+        }
+        std::string_view rest = line;
+        std::string names;
+        for (int64_t c = 0; c < ncols; ++c) {
+          const size_t comma = rest.find(',');
+          const std::string_view name = Trim(rest.substr(0, comma));
+          if (name == opts.label_name && label < 0) label = c;
+          if (c < 8) names += (c ? ", " : "") + std::string(name);
+          rest.remove_prefix(comma == std::string_view::npos ? rest.size() : comma + 1);
+        }
+        if (label < 0) {
+          return Status::Data(At(path, line_no) + "label column '" + opts.label_name +
+                              "' is not in the header (" + names + (ncols > 8 ? ", ..." : "") +
+                              ")");
+        }
+      } else {
+        label = opts.label_col == -1 ? ncols - 1 : opts.label_col;
+        if (label >= ncols) {
+          return Status::Data(At(path) + "label column " + std::to_string(opts.label_col) +
+                              " does not exist (rows have " + Plural(ncols, "column") + ")");
+        }
+      }
+      if (opts.no_labels && opts.features > 0 && ncols == opts.features) label = -1;
+      const int64_t nfeat = label < 0 ? ncols : ncols - 1;
+      if (nfeat < 1) {
+        return Status::Data(At(path) +
+                            "rows have 1 column; need at least one feature column besides "
+                            "the label");
+      }
+      if (opts.features > 0 && nfeat != opts.features) {
+        return Status::Data(At(path, line_no) + "rows have " + Plural(nfeat, "feature") +
+                            " besides the label, the model takes " +
+                            std::to_string(opts.features));
+      }
+      ds.features = static_cast<int>(nfeat);
+      // A row of n cells takes at least 2n - 1 bytes, so this bounds the rows however many
+      // lines are blank.
+      const int64_t max_rows =
+          std::min<int64_t>(max_lines, static_cast<int64_t>(text.size()) / (2 * ncols - 1) + 1);
+      if (opts.check_size) {
+        if (Status s = opts.check_size(max_rows, ds.features); !s.ok()) return s;
+      }
+      ds.x.reserve(static_cast<size_t>(max_rows) * static_cast<size_t>(ds.features));
+      if (label >= 0 && !opts.no_labels) {
+        (classify ? labels.reserve(static_cast<size_t>(max_rows))
+                  : ds.y.reserve(static_cast<size_t>(max_rows)));
       }
       if (has_header) continue;
     } else if (cells != ncols) {
@@ -287,38 +398,201 @@ Status LoadCsv(const std::string& path, const CsvOptions& opts, Dataset* out) {
       const char* ce = comma ? comma : lend;
       std::string_view cell = Trim(std::string_view(c0, ce - c0));
       c0 = comma ? comma + 1 : lend;
+      if (c == label) {
+        if (opts.no_labels) continue;
+        const PendingLabel l{cell, line_no, c + 1};
+        if (classify) {
+          if (cell.empty()) return Status::Data(At(path, line_no, c + 1) + "label cell is empty");
+          labels.push_back(l);
+        } else {
+          float v = 0;
+          if (Status s = RegressionTarget(path, l, &v); !s.ok()) return s;
+          ds.y.push_back(v);
+        }
+        continue;
+      }
       double v = 0;
       if (Cell r = ParseCell(cell, &v); r != Cell::kOk) {
         return Status::Data(At(path, line_no, c + 1) + CellError(r, cell));
       }
-      if (c != label) {
-        ds.x.push_back(static_cast<float>(v));
-        continue;
-      }
-      if (opts.classes > 0) {
-        if (v != std::floor(v)) {
-          return Status::Data(At(path, line_no, c + 1) + "label " + Quote(cell) +
-                              " is not an integer class");
-        }
-        if (v < 0 || v >= opts.classes) {
-          // Integral values this small print exactly as integers ("12.0" shows as 12).
-          std::string shown =
-              std::fabs(v) < 0x1p53 ? std::to_string(static_cast<int64_t>(v)) : std::string(cell);
-          return Status::Data(At(path, line_no, c + 1) + "label " + shown +
-                              " is out of range for " + std::to_string(opts.classes) +
-                              (opts.classes == 1 ? " class" : " classes") + " (0.." +
-                              std::to_string(opts.classes - 1) + ")");
-        }
-      }
-      ds.y.push_back(static_cast<float>(v));
+      ds.x.push_back(static_cast<float>(v));
     }
     ++ds.rows;
   }
 
   if (ncols == 0) return Status::Data(At(path) + "file is empty (it has only blank lines)");
   if (ds.rows == 0) return Status::Data(At(path) + "file has a header line but no data rows");
+  if (classify) {
+    if (Status s = MapClasses(path, opts, labels, &ds); !s.ok()) return s;
+  }
   *out = std::move(ds);
   return Status::Ok();
+}
+
+// LIBSVM / SVMlight: "<label> <index>:<value> <index>:<value> ... [# comment]", indices from 1,
+// ascending; absent features are 0.
+Status LoadLibsvm(const std::string& path, std::string_view text, const LoadOptions& opts,
+                  Dataset* out) {
+  const bool classify = opts.task == Task::kClassification && !opts.no_labels;
+  struct Entry {
+    int64_t row;
+    int64_t index;  // 1-based
+    float value;
+  };
+  std::vector<Entry> entries;
+  std::vector<PendingLabel> labels;
+  Dataset ds;
+  int64_t max_index = 0;
+  const int width = opts.features > 0 ? opts.features : opts.libsvm_features;
+  const char* p = text.data();
+  const char* const end = text.data() + text.size();
+  int64_t line_no = 0;
+  while (p < end) {
+    const char* nl = static_cast<const char*>(std::memchr(p, '\n', end - p));
+    std::string_view line(p, (nl ? nl : end) - p);
+    p = nl ? nl + 1 : end;
+    ++line_no;
+    if (const size_t hash = line.find('#'); hash != std::string_view::npos) {
+      line = line.substr(0, hash);
+    }
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    line = Trim(line);
+    if (line.empty()) continue;
+    bool first = true;
+    int64_t prev = 0;
+    while (!line.empty()) {
+      const size_t sp = line.find_first_of(" \t");
+      const std::string_view tok = line.substr(0, sp);
+      line = Trim(line.substr(sp == std::string_view::npos ? line.size() : sp));
+      if (first) {
+        first = false;
+        if (tok.find(':') != std::string_view::npos) {
+          return Status::Data(At(path, line_no) + "line starts with " + Quote(tok) +
+                              ", not a label (LIBSVM lines are '<label> <index>:<value> ...')");
+        }
+        const PendingLabel l{tok, line_no, 0};
+        if (opts.no_labels) continue;
+        if (classify) {
+          labels.push_back(l);
+        } else {
+          float v = 0;
+          if (Status s = RegressionTarget(path, l, &v); !s.ok()) return s;
+          ds.y.push_back(v);
+        }
+        continue;
+      }
+      const size_t colon = tok.find(':');
+      if (colon == std::string_view::npos) {
+        return Status::Data(At(path, line_no) + "token " + Quote(tok) +
+                            " is not '<index>:<value>'");
+      }
+      const std::string_view is = tok.substr(0, colon), vs = tok.substr(colon + 1);
+      if (is == "qid") continue;  // SVMlight ranking groups: not a feature
+      int64_t index = 0;
+      const auto [ip, iec] = std::from_chars(is.data(), is.data() + is.size(), index);
+      if (is.empty() || iec != std::errc() || ip != is.data() + is.size() || index < 1) {
+        return Status::Data(At(path, line_no) + "feature index " + Quote(is) +
+                            " is not an integer >= 1 (LIBSVM indices start at 1)");
+      }
+      if (index <= prev) {
+        return Status::Data(At(path, line_no) + "feature index " + std::to_string(index) +
+                            " follows " + std::to_string(prev) +
+                            " (indices must be ascending, each at most once)");
+      }
+      if (width > 0 && index > width) {
+        return Status::Data(At(path, line_no) + "feature index " + std::to_string(index) +
+                            " is beyond the model's " + std::to_string(width) + " inputs");
+      }
+      if (index > INT_MAX) {
+        return Status::Data(At(path, line_no) + "feature index " + std::to_string(index) +
+                            " is beyond the supported " + std::to_string(INT_MAX));
+      }
+      prev = index;
+      double v = 0;
+      if (Cell r = ParseCell(vs, &v); r != Cell::kOk) {
+        return Status::Data(At(path, line_no) + "feature " + std::to_string(index) + ": " +
+                            CellError(r, vs));
+      }
+      max_index = std::max(max_index, index);
+      entries.push_back({ds.rows, index, static_cast<float>(v)});
+    }
+    ++ds.rows;
+  }
+  if (ds.rows == 0) {
+    return Status::Data(At(path) + "file is empty (it has only blank or comment lines)");
+  }
+  ds.features = width > 0 ? width : static_cast<int>(max_index);
+  if (ds.features < 1) return Status::Data(At(path) + "no row has a feature");
+  if (opts.check_size) {
+    if (Status s = opts.check_size(ds.rows, ds.features); !s.ok()) return s;
+  }
+  ds.x.assign(static_cast<size_t>(ds.rows) * static_cast<size_t>(ds.features), 0.0f);
+  for (const Entry& e : entries) ds.x[e.row * ds.features + (e.index - 1)] = e.value;
+  if (classify) {
+    if (Status s = MapClasses(path, opts, labels, &ds); !s.ok()) return s;
+  }
+  *out = std::move(ds);
+  return Status::Ok();
+}
+
+}  // namespace
+
+int ClassMap::Find(std::string_view cell) const {
+  if (!numeric) {
+    const auto it = std::lower_bound(names.begin(), names.end(), cell);
+    return it != names.end() && *it == cell ? static_cast<int>(it - names.begin()) : -1;
+  }
+  double v = 0;
+  if (ParseCell(cell, &v) != Cell::kOk) return -1;
+  const auto it = std::lower_bound(values.begin(), values.end(), v);
+  return it != values.end() && *it == v ? static_cast<int>(it - values.begin()) : -1;
+}
+
+ClassMap ClassMap::Build(const std::vector<std::string_view>& labels) {
+  ClassMap m;
+  for (std::string_view l : labels) {
+    double v = 0;
+    if (ParseCell(l, &v) != Cell::kOk) {
+      m.numeric = false;
+      break;
+    }
+    m.values.push_back(v == 0 ? 0.0 : v);  // -0 and 0 are one class
+  }
+  if (m.numeric) {
+    std::sort(m.values.begin(), m.values.end());
+    m.values.erase(std::unique(m.values.begin(), m.values.end()), m.values.end());
+    for (double v : m.values) m.names.push_back(NumberName(v));
+  } else {
+    m.values.clear();
+    std::vector<std::string_view> t(labels);
+    std::sort(t.begin(), t.end());
+    t.erase(std::unique(t.begin(), t.end()), t.end());
+    m.names.assign(t.begin(), t.end());
+  }
+  return m;
+}
+
+Status LoadFile(const std::string& path, const LoadOptions& opts, Dataset* out) {
+  // Option errors first: they do not depend on the file.
+  if (opts.label_col < -1) {
+    return Status::Data(At(path) + "label column " + std::to_string(opts.label_col) +
+                        " is invalid (use -1 for the last column)");
+  }
+  std::string buf;
+  if (Status s = ReadFile(path, &buf); !s.ok()) return s;
+  if (buf.empty()) return Status::Data(At(path) + "file is empty");
+
+  std::string_view text(buf);
+  // A UTF-8 byte order mark (spreadsheet exports write one) is not part of the first cell.
+  if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);
+  DataFormat format = opts.format;
+  if (format == DataFormat::kAuto) {
+    const bool by_name =
+        EndsWith(path, ".svm") || EndsWith(path, ".libsvm") || EndsWith(path, ".svmlight");
+    format = by_name || LooksLikeLibsvm(text) ? DataFormat::kLibsvm : DataFormat::kCsv;
+  }
+  return format == DataFormat::kLibsvm ? LoadLibsvm(path, text, opts, out)
+                                       : LoadCsv(path, text, opts, out);
 }
 
 Dataset MakeParabola(int64_t n) {

@@ -1,11 +1,14 @@
-// Datasets in memory: the CSV loader and the built-in examples.
+// Datasets in memory: the CSV and LIBSVM loaders and the built-in examples.
 //
 // A Dataset is dense float32, row-major (sample i's features at x[i*features]), one target per
 // row. The master loads it once and copies it into the segment; workers read it there.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "shmtrain/options.h"
@@ -13,27 +16,68 @@
 
 namespace shmtrain::data {
 
+// Class labels and class indices. Classification files may label their classes with any
+// distinct values: integers 0..K-1, other numbers ("1", "2.5", "-3"), or text ("cat"). The
+// map lists the classes in a fixed order (by value when every label is a number, else by the
+// bytes of the text) and index k is the model's output k. It is saved with the model, so the
+// same label means the same output in eval and predict.
+struct ClassMap {
+  bool numeric = true;             // compared by value ("3" and "3.0" are one class)
+  std::vector<std::string> names;  // class k as written out: the shortest text of its value
+  std::vector<double> values;      // numeric: class k's value, ascending
+
+  int size() const { return static_cast<int>(names.size()); }
+  // The class of a trimmed label cell, or -1 if it is not one of them.
+  int Find(std::string_view cell) const;
+  // The map of these labels (each a trimmed cell): numeric if every one is a finite number.
+  static ClassMap Build(const std::vector<std::string_view>& labels);
+};
+
 struct Dataset {
   int64_t rows = 0;
   int features = 0;
+  // LIBSVM with features == 0: the width if > 0 (an index beyond it is an error), else the
+  // largest index in the file.
+  int libsvm_features = 0;
   std::vector<float> x;  // rows * features
-  std::vector<float> y;  // rows
+  std::vector<float> y;  // rows: the target, or the class index (float) when classifying
+  ClassMap classes;      // classification: the map the labels went through; else empty
 };
 
-struct CsvOptions {
-  // Label column, 0-based; -1 = last. Any other negative value is an error.
+struct LoadOptions {
+  // kAuto: LIBSVM when the name ends in .svm, .libsvm or .svmlight, or when the first data
+  // line looks like "<label> <index>:<value>"; otherwise CSV.
+  DataFormat format = DataFormat::kAuto;
+  // CSV: the label column, 0-based (-1 = last; other negatives are errors), or, when
+  // label_name is set, the column with that name in the header line.
   int label_col = -1;
+  std::string label_name;
   HeaderMode header = HeaderMode::kAuto;
-  // 0: labels are real targets (regression). K >= 1: labels must be integers 0..K-1.
-  int classes = 0;
+  Task task = Task::kRegression;
+  // Classification: map the labels through this map (a label not in it is an error). Null:
+  // build the map from this file's labels.
+  const ClassMap* classes = nullptr;
+  // > 0: the number of features rows must have (CSV: exactly; LIBSVM: indices 1..features,
+  // missing ones are 0). 0: CSV takes it from the columns, LIBSVM from the largest index.
+  int features = 0;
+  // LIBSVM with features == 0: the width if > 0 (an index beyond it is an error), else the
+  // largest index in the file.
+  int libsvm_features = 0;
+  // predict: labels are not needed. A CSV row may then have `features` cells (no label
+  // column) or `features` + 1 (the label column is skipped unread); y stays empty.
+  bool no_labels = false;
+  // Called once the shape is known and before the rows are stored, with an upper bound of
+  // the rows and the features: a non-OK status ends the load with it (big-data refusal).
+  std::function<Status(int64_t rows, int features)> check_size;
 };
 
-// Loads a numeric CSV file (comma-separated; blank lines skipped; surrounding spaces
-// allowed; "\r\n" accepted). Every failure is Status::Data with a message of the form
-// "<path>:<line>:<column>: <what>" (line and column 1-based; column omitted when not about
-// a cell): file missing/unreadable, empty, only a header, ragged row, non-numeric cell,
-// NaN/Inf, label column out of range, label not an integer in 0..K-1.
-Status LoadCsv(const std::string& path, const CsvOptions& opts, Dataset* out);
+// Loads a CSV file (comma-separated; blank lines skipped; surrounding spaces allowed; "\r\n"
+// and a UTF-8 byte order mark accepted; header detected or forced) or a LIBSVM/SVMlight file
+// ("<label> <index>:<value> ...", indices from 1 and ascending, "#" comments, "qid:" tokens
+// ignored) into dense float32. Every failure is Status::Data with a message of the form
+// "<path>:<line>:<column>: <what>" (line and column 1-based; column omitted when not about a
+// cell), except check_size's own status.
+Status LoadFile(const std::string& path, const LoadOptions& opts, Dataset* out);
 
 // The seed's example: n points evenly spaced on [-2, 2] (x_i = -2 + 4i/(n-1); n = 1 gives
 // x = 0), y = x^2. One feature.

@@ -67,10 +67,11 @@ Status SplitValidation(const Dataset& all, double frac, uint64_t seed, Dataset* 
   }
   Dataset tr, va;
   tr.features = va.features = all.features;
+  tr.classes = va.classes = all.classes;
   for (int64_t i = 0; i < all.rows; ++i) {
     Dataset& d = is_val[i] ? va : tr;
     d.x.insert(d.x.end(), all.x.begin() + i * all.features, all.x.begin() + (i + 1) * all.features);
-    d.y.push_back(all.y[i]);
+    if (!all.y.empty()) d.y.push_back(all.y[i]);  // rows without labels (predict)
     ++d.rows;
   }
   *train = std::move(tr);

@@ -130,6 +130,26 @@ Setter Layers(std::vector<int>* out) {
   };
 }
 
+// --label-col: an integer is an index (-1 = last), anything else a header name.
+Setter LabelCol(TrainOptions* o) {
+  return [o](const std::string& flag, std::string_view v) {
+    if (v.empty()) return Status::Usage(flag + ": needs a value");
+    long long x = 0;
+    const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+    if (ec == std::errc() && p == v.data() + v.size()) {
+      if (x < -1 || x > 1000000) {
+        return Status::Usage(flag + ": " + std::string(v) + " is out of range (-1..1000000)");
+      }
+      o->label_col = static_cast<int>(x);
+      o->label_name.clear();
+    } else {
+      o->label_name = std::string(v);
+      o->label_col = -1;
+    }
+    return Status::Ok();
+  };
+}
+
 std::vector<Flag> TrainFlags(TrainOptions* o) {
   return {
       {"--workers", "P", "worker processes (default 1)", Int<int>(&o->workers, 1, 256)},
@@ -147,11 +167,30 @@ std::vector<Flag> TrainFlags(TrainOptions* o) {
        Int<int64_t>(&o->max_staleness, -1, INT64_MAX / 4)},
       {"--val-split", "F", "hold out this fraction of the rows (seeded shuffle; default 0)",
        Num(&o->val_split)},
+      {"--val-data", "FILE", "held-out rows from a file of their own (instead of --val-split)",
+       Str(&o->val_data_path)},
+      {"--eval-every", "N", "validate every N steps (default: every epoch)",
+       Int<int64_t>(&o->eval_every, 1, INT64_MAX / 4)},
+      {"--early-stop", "PATIENCE", "stop after PATIENCE validations without a better val loss; "
+       "keep the best model", Int<int64_t>(&o->early_stop, 1, INT64_MAX / 4)},
       {"--normalize", "KIND", "scale features: none (default), minmax, standard (fitted on the "
        "training rows)", Enum<Normalize>(&o->normalize, ParseNormalize, "none, minmax, standard")},
-      {"--data", "FILE", "a CSV file: numeric features and a label column", Str(&o->data_path)},
-      {"--label-col", "K", "label column of the CSV, 0-based; -1 = last (default)",
-       Int<int>(&o->label_col, -1000000, 1000000)},
+      {"--data", "FILE", "training data: CSV (numeric features, a label column) or LIBSVM",
+       Str(&o->data_path)},
+      {"--format", "auto|csv|libsvm", "data file format (default: by name, then by content)",
+       Enum<DataFormat>(&o->format, ParseDataFormat, "auto, csv, libsvm")},
+      {"--label-col", "K|NAME", "label column of the CSV: 0-based index, -1 = last (default), "
+       "or its name in the header", LabelCol(o)},
+      {"--task", "KIND", "classification (loss xent) or regression (loss mse); default: by --loss",
+       [o](const std::string& flag, std::string_view v) {
+         const auto t = ParseTask(v);
+         if (!t) {
+           return Status::Usage(flag + ": unknown value '" + std::string(v) +
+                                "' (known: classification, regression)");
+         }
+         o->task = *t;
+         return Status::Ok();
+       }},
       {"--header", "auto|yes|no", "whether the CSV has a header line (default: detected)",
        Enum<HeaderMode>(&o->header, ParseHeader, "auto, yes, no")},
       {"--example", "NAME", "a built-in dataset instead of --data: parabola, blobs",
@@ -165,7 +204,10 @@ std::vector<Flag> TrainFlags(TrainOptions* o) {
       {"--activation", "NAME", "hidden activation: tanh (default), relu, sigmoid, identity",
        Enum<Activation>(&o->model.activation, ParseActivation, "tanh, relu, sigmoid, identity")},
       {"--loss", "NAME", "mse (default; one output) or xent (softmax, one output per class)",
-       Enum<Loss>(&o->model.loss, ParseLoss, "mse, xent")},
+       [o](const std::string& flag, std::string_view v) {
+         o->loss_given = true;
+         return Enum<Loss>(&o->model.loss, ParseLoss, "mse, xent")(flag, v);
+       }},
       {"--init", "NAME", "initialisation: normal (default), xavier, he",
        Enum<Init>(&o->init, ParseInit, "normal, xavier, he")},
       {"--lr", "X", "learning rate > 0 (required)", Num(&o->lr)},
@@ -222,6 +264,13 @@ std::vector<Flag> TrainFlags(TrainOptions* o) {
   };
 }
 
+// --task without --loss picks the loss; with it, Validate() checks that they agree.
+void ApplyTask(TrainOptions* o) {
+  if (o->task && !o->loss_given) {
+    o->model.loss = *o->task == Task::kClassification ? Loss::kXent : Loss::kMse;
+  }
+}
+
 std::string FlagHelp(const std::vector<Flag>& flags) {
   std::string s;
   for (const Flag& f : flags) {
@@ -275,6 +324,8 @@ constexpr const char* kMainHelp =
     "\n"
     "commands:\n"
     "  train             train a model (shmtrain train --help)\n"
+    "  eval              a saved model's loss and accuracy/RMSE on a data file\n"
+    "  predict           a saved model's predictions for the rows of a data file\n"
     "  simulate          compare async update rules in a deterministic simulation\n"
     "  cleanup           remove shared memory left by runs whose master died\n"
     "  example parabola  the built-in example: a 1-5-1 tanh net fits y = x^2 on 50 points\n"
@@ -307,7 +358,9 @@ Status ParseCommandLine(const std::vector<std::string>& args, Command* out) {
     if (help) {
       out->kind = Command::Kind::kHelp;
       out->help_text =
-          "usage: shmtrain train --workers P (--data FILE [--label-col K] | --example parabola|blobs)\n"
+          "usage: shmtrain train --workers P (--data FILE [--label-col K|NAME] [--format F] | --example parabola|blobs)\n"
+          "         [--task classification|regression] [--normalize minmax|standard]\n"
+          "         [--val-split F | --val-data FILE] [--eval-every N] [--early-stop PATIENCE]\n"
           "         [--mode sync|async [--rule asgd|dc-asgd-c|dc-asgd-a]]\n"
           "         --layers 1,5,1 [--activation tanh] [--loss mse] --lr 0.01 [--momentum M]\n"
           "         (--steps N | --epochs E) [--batch B] [--seed S] [--log-every K]\n"
@@ -382,7 +435,8 @@ Status ParseCommandLine(const std::vector<std::string>& args, Command* out) {
           f.name != "--no-progress" && f.name != "--metrics-addr" && f.name != "--no-metrics" &&
           f.name.rfind("--chaos", 0) != 0 && f.name.rfind("--checkpoint", 0) != 0 &&
           f.name != "--resume" && f.name != "--heartbeat-timeout" &&
-          f.name != "--max-restarts" && f.name != "--restart-window" && !f.hidden) {
+          f.name != "--max-restarts" && f.name != "--restart-window" &&
+          f.name != "--eval-every" && f.name != "--early-stop" && !f.hidden) {
         sim.push_back(f);
       }
     }
@@ -422,11 +476,59 @@ Status ParseCommandLine(const std::vector<std::string>& args, Command* out) {
     if (out->sim_workers.empty()) return Status::Usage("simulate: --workers M[,M...] is required");
     o.mode = Mode::kAsync;
     out->kind = Command::Kind::kSimulate;
+    ApplyTask(&o);
     return o.Validate();
+  } else if (args[1] == "eval" || args[1] == "predict") {
+    const bool predict = args[1] == "predict";
+    std::vector<Flag> uf;
+    for (const Flag& f : flags) {
+      if (f.name == "--data" || f.name == "--format" || f.name == "--label-col" ||
+          f.name == "--header" || f.name == "--log-format") {
+        uf.push_back(f);
+      }
+    }
+    uf.push_back({"--model", "FILE", "a model file written by shmtrain train --save (required)",
+                  Str(&out->model_path)});
+    uf.push_back({"--val-split", "F",
+                  "use only the rows a training run with --val-split F --seed S held out",
+                  Num(&o.val_split)});
+    uf.push_back({"--seed", "S", "the seed of that split (default 1)",
+                  Int<uint64_t>(&o.seed, 0, UINT64_MAX / 2)});
+    if (predict) {
+      uf.push_back({"--out", "FILE", "write the predictions here (default: stdout)",
+                    Str(&out->out_path)});
+    }
+    if (Status s = ParseFlags(args[1], uf, args, 2, &help); !s.ok()) return s;
+    if (help) {
+      out->kind = Command::Kind::kHelp;
+      out->help_text =
+          predict ? "usage: shmtrain predict --model FILE --data FILE [--out FILE]\n"
+                    "         [--format auto|csv|libsvm] [--label-col K|NAME] [--header auto|yes|no]\n"
+                    "         [--val-split F [--seed S]]\n\n"
+                    "Writes one CSV line per row of the data: the predicted class and the\n"
+                    "probability of each class (header: class,p_<class>,...), or the predicted\n"
+                    "value (header: value). A CSV row may have the model's inputs only, or\n"
+                    "those and a label column, which is skipped.\n\nflags:\n"
+                  : "usage: shmtrain eval --model FILE --data FILE [--format auto|csv|libsvm]\n"
+                    "         [--label-col K|NAME] [--header auto|yes|no] [--val-split F [--seed S]]\n"
+                    "         [--log-format text|json]\n\n"
+                    "Prints the model's mean loss and its accuracy (classification) or RMSE\n"
+                    "(regression) on the data, scaled with the model's own statistics.\n\nflags:\n";
+      out->help_text += FlagHelp(uf);
+      return Status::Ok();
+    }
+    if (out->model_path.empty()) return Status::Usage(args[1] + ": --model FILE is required");
+    if (o.data_path.empty()) return Status::Usage(args[1] + ": --data FILE is required");
+    if (!(o.val_split >= 0 && o.val_split < 1)) {
+      return Status::Usage("--val-split: must be in [0, 1), got " + std::to_string(o.val_split));
+    }
+    out->kind = predict ? Command::Kind::kPredict : Command::Kind::kEval;
+    return Status::Ok();
   } else {
     return Status::Usage("unknown command '" + args[1] + "' (try shmtrain --help)");
   }
   out->kind = Command::Kind::kTrain;
+  ApplyTask(&o);
   return o.Validate();
 }
 

@@ -11,12 +11,17 @@ namespace shmtrain::master {
 
 // What the command line asks for.
 struct Command {
-  enum class Kind { kHelp, kVersion, kTrain, kSimulate, kCleanup } kind = Kind::kHelp;
+  enum class Kind { kHelp, kVersion, kTrain, kSimulate, kCleanup, kEval, kPredict } kind =
+      Kind::kHelp;
   std::string help_text;  // for kHelp: what to print (stdout, exit 0)
   TrainOptions train;
   // simulate: the worker counts to simulate, and whether to compare every rule.
   std::vector<int> sim_workers;
   bool compare = false;
+  // eval/predict: the model file, and where predictions go (empty: stdout). The data and
+  // its format flags are in `train`.
+  std::string model_path;
+  std::string out_path;
   // cleanup: list only, remove nothing.
   bool dry_run = false;
 };

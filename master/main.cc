@@ -11,6 +11,7 @@
 #include "master/cli.h"
 #include "master/launcher.h"
 #include "master/log.h"
+#include "master/predict.h"
 #include "master/run.h"
 #include "master/simulate.h"
 #include "shm/segment.h"
@@ -57,6 +58,15 @@ int main(int argc, char** argv) {
       std::printf("%d live, %d stale%s\n", live, stale,
                   cmd.dry_run ? " (dry run: nothing removed)" : "");
       return kExitOk;
+    }
+    case master::Command::Kind::kEval:
+    case master::Command::Kind::kPredict: {
+      std::signal(SIGPIPE, SIG_IGN);
+      master::Logger log(cmd.train.log_format, false);
+      const Status s = cmd.kind == master::Command::Kind::kEval ? master::RunEval(cmd, log)
+                                                                : master::RunPredict(cmd, log);
+      if (!s.ok()) log.Error(s.message());
+      return s.exit_code();
     }
     case master::Command::Kind::kSimulate: {
       master::Logger log(cmd.train.log_format, false);

@@ -1,15 +1,12 @@
 // Saved models: a self-describing, versioned, checksummed binary file.
 //
-// Format version 1 (all integers little-endian; the spec is README.md, "Model files"):
-//   offset 0   char[8]   "SHMTMODL"
-//          8   u32       format version (1)
-//         12   u32       L = number of layer sizes
-//         16   i32[L]    layer sizes
-//              u32       activation (Activation value)
-//              u32       loss (Loss value)
-//              u64       n = parameter count (must equal ModelSpec::ParamCount())
-//              f32[n]    parameters, in the layout of include/shmtrain/model_spec.h
-//              u32       CRC-32 of every byte before it
+// Format version 2 (all integers little-endian; the spec is README.md, "Model files"):
+//   char[8] "SHMTMODL", u32 version (2), u32 task (Task), u32 L, i32[L] layer sizes,
+//   u32 activation, u32 loss, u32 normalisation (Normalize), u32 F (layers[0], or 0 without
+//   normalisation), f32[F] offsets, f32[F] scales, u32 K classes (outputs when classifying,
+//   else 0), u32 numeric (1: the labels are numbers), K x (u32 length, bytes) class labels in
+//   class order, u64 n parameters, f32[n] parameters (include/shmtrain/model_spec.h layout),
+//   u32 CRC-32 of every byte before it.
 // Files are written durably: a temporary file beside the target, fsync, rename, fsync of the
 // directory, so a crash leaves the old file or the new one, never a mix.
 #pragma once
@@ -18,16 +15,22 @@
 #include <string>
 #include <vector>
 
+#include "data/dataset.h"
+#include "data/preprocess.h"
 #include "shmtrain/model_spec.h"
 #include "shmtrain/status.h"
 
 namespace shmtrain {
 
 inline constexpr char kModelMagic[8] = {'S', 'H', 'M', 'T', 'M', 'O', 'D', 'L'};
-inline constexpr uint32_t kModelVersion = 1;  // on disk: bump on any change of the format
+inline constexpr uint32_t kModelVersion = 2;  // on disk: bump on any change of the format
 
+// Everything needed to use a trained model on new rows: scale the features with `norm`, run
+// the network, and name the predicted class with `classes`.
 struct Model {
   ModelSpec spec;
+  data::Normalizer norm;   // kind kNone: features are used as they are
+  data::ClassMap classes;  // classification: output k is classes.names[k]; else empty
   std::vector<float> params;
 };
 

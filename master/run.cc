@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <sys/syscall.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,6 +21,7 @@
 #include "data/dataset.h"
 #include "data/preprocess.h"
 #include "master/checkpoint.h"
+#include "master/evaluator.h"
 #include "master/model_file.h"
 #include "master/supervisor.h"
 #include "monitoring/exporter.h"
@@ -45,20 +47,152 @@ std::string Fmt(const char* f, double v) {
   return buf;
 }
 
+shm::Header MakeHeader(const TrainOptions& o, int64_t rows, int features, int64_t total_steps,
+                       int64_t eval_every) {
+  shm::Header proto{};
+  shm::RunConfig& c = proto.config;
+  c.mode = static_cast<uint32_t>(o.mode);
+  c.activation = static_cast<uint32_t>(o.model.activation);
+  c.loss = static_cast<uint32_t>(o.model.loss);
+  c.num_layers = static_cast<uint32_t>(o.model.layers.size());
+  std::copy(o.model.layers.begin(), o.model.layers.end(), c.layers);
+  c.workers = static_cast<uint32_t>(o.workers);
+  c.param_count = o.model.ParamCount();
+  c.rows = rows;
+  c.features = features;
+  c.batch = o.batch;
+  c.total_steps = total_steps;
+  c.log_every = o.log_every;
+  c.seed = o.seed;
+  c.lr = o.lr;
+  c.momentum = o.momentum;
+  c.barrier_timeout_s = o.barrier_timeout_s;
+  // Spinning pays only while every worker has a core of its own.
+  c.spin_ns =
+      o.workers <= static_cast<int>(std::thread::hardware_concurrency()) ? 50'000 : 0;
+  c.master_pid = getpid();
+  c.fault_rank = o.fault_rank;
+  c.fault_step = o.fault_step;
+  c.fault_point = static_cast<uint32_t>(o.fault_point);
+  c.fault_incarnations = static_cast<uint32_t>(o.fault_incarnations);
+  c.checkpoint_every = o.mode == Mode::kSync ? o.checkpoint_every : 0;
+  c.rule = static_cast<uint32_t>(o.rule);
+  c.lambda = o.LambdaOrDefault();
+  c.ms_decay = o.ms_decay;
+  c.epsilon = o.epsilon;
+  c.max_staleness = o.max_staleness;
+  c.eval_every = o.mode == Mode::kSync ? eval_every : 0;
+  proto.stop_eval = shm::kNoStop;
+  proto.creator_pid = getpid();
+  proto.creator_start_time = shm::ProcessStartTime(getpid());
+  shm::ComputeLayout(&proto);
+  return proto;
+}
+
+
+std::string Bytes(double b) {
+  const char* unit[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  return u == 0 ? Fmt("%.0f", b) + " bytes" : Fmt("%.1f", b) + " " + unit[u];
+}
+
+// MemAvailable of /proc/meminfo in bytes, or 0 if unknown.
+uint64_t MemAvailable() {
+  FILE* f = std::fopen("/proc/meminfo", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  unsigned long long kib = 0;
+  while (std::fgets(line, sizeof line, f)) {
+    if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
+  }
+  std::fclose(f);
+  return kib * 1024;
+}
+
+uint64_t ShmFree() {
+  struct statvfs vfs {};
+  if (statvfs("/dev/shm", &vfs) != 0) return UINT64_MAX;  // let shm_open say what is wrong
+  return static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+}
+
+}  // namespace
+
+int64_t EvalEvery(const TrainOptions& o, int64_t rows) {
+  if (o.val_split <= 0 && o.val_data_path.empty()) return 0;
+  if (o.eval_every > 0) return o.eval_every;
+  if (o.batch > 0) return (rows + o.batch - 1) / o.batch;  // an epoch
+  return o.log_every > 0 ? o.log_every : 50;
+}
+
+Status CheckFits(const std::string& src, int64_t rows, int features, const TrainOptions& o,
+                 uint64_t shm_free, uint64_t mem_available) {
+  const shm::Header proto = MakeHeader(o, rows, features, 1, EvalEvery(o, rows));
+  const uint64_t seg = proto.total_size;
+  const double data = static_cast<double>(rows) * (features + 1.0) * sizeof(float);
+  const std::string shape = "(" + std::to_string(rows) + " rows x " + std::to_string(features) +
+                            " features, and the model)";
+  if (seg > shm_free) {
+    return Status::Resource(src + ": the run needs a shared memory segment of " + Bytes(seg) +
+                            " " + shape + " but /dev/shm has " + Bytes(shm_free) +
+                            " free; use fewer rows or features, or enlarge /dev/shm");
+  }
+  // The master holds a copy of the data besides the segment (whose pages are memory too).
+  if (mem_available > 0 && seg + data > static_cast<double>(mem_available)) {
+    return Status::Resource(src + ": the run needs about " + Bytes(seg + data) +
+                            " of memory (a segment of " + Bytes(seg) + " " + shape +
+                            ", plus the master's copy of the data) but " +
+                            Bytes(mem_available) + " is available");
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+data::LoadOptions LoadOptionsFor(const TrainOptions& o) {
+  data::LoadOptions lo;
+  lo.format = o.format;
+  lo.label_col = o.label_col;
+  lo.label_name = o.label_name;
+  lo.header = o.header;
+  lo.task = TaskOf(o.model.loss);
+  return lo;
+}
+
 Status LoadData(const TrainOptions& o, data::Dataset* d) {
+  const uint64_t shm_free = ShmFree(), mem = MemAvailable();
   if (o.example == "parabola") {
     *d = data::MakeParabola(o.example_rows);
     return Status::Ok();
   }
   if (o.example == "blobs") {
+    if (Status s = CheckFits("example blobs", o.example_rows, o.example_features, o, shm_free, mem);
+        !s.ok()) {
+      return s;
+    }
     *d = data::MakeBlobs(o.example_rows, o.example_features, o.model.outputs(), o.seed);
+    std::vector<std::string> names;
+    for (int k = 0; k < o.model.outputs(); ++k) names.push_back(std::to_string(k));
+    d->classes = data::ClassMap::Build({names.begin(), names.end()});
     return Status::Ok();
   }
-  data::CsvOptions co;
-  co.label_col = o.label_col;
-  co.header = o.header;
-  co.classes = o.model.loss == Loss::kXent ? o.model.outputs() : 0;
-  return data::LoadCsv(o.data_path, co, d);
+  // The whole file is read into memory before it is parsed.
+  struct stat st {};
+  if (::stat(o.data_path.c_str(), &st) == 0 && mem > 0 && static_cast<uint64_t>(st.st_size) > mem) {
+    return Status::Resource(o.data_path + ": the file is " + Bytes(static_cast<double>(st.st_size)) +
+                            ", more than the " + Bytes(mem) + " of memory available");
+  }
+  data::LoadOptions lo = LoadOptionsFor(o);
+  // LIBSVM rows are as wide as the model's input (absent indices are 0); a CSV's columns
+  // say its width, checked against the model afterwards.
+  lo.libsvm_features = o.model.inputs();
+  lo.check_size = [&](int64_t rows, int features) {
+    return CheckFits(o.data_path, rows, features, o, shm_free, mem);
+  };
+  return data::LoadFile(o.data_path, lo, d);
 }
 
 Status CheckAgainstData(const TrainOptions& o, const data::Dataset& d) {
@@ -67,6 +201,14 @@ Status CheckAgainstData(const TrainOptions& o, const data::Dataset& d) {
     return Status::Usage("--layers: the first size is " + std::to_string(o.model.inputs()) +
                          " but " + src + " has " + std::to_string(d.features) + " feature" +
                          (d.features == 1 ? "" : "s"));
+  }
+  if (o.model.loss == Loss::kXent && d.classes.size() != o.model.outputs()) {
+    std::string names;
+    for (int k = 0; k < d.classes.size() && k < 12; ++k) names += (k ? ", " : "") + d.classes.names[k];
+    if (d.classes.size() > 12) names += ", ...";
+    return Status::Usage("--layers: the last size is " + std::to_string(o.model.outputs()) +
+                         " but " + src + " has " + std::to_string(d.classes.size()) +
+                         " classes (" + names + "); make it one output per class");
   }
   if (o.batch > d.rows) {
     return Status::Usage("--batch: " + std::to_string(o.batch) + " is larger than the " +
@@ -119,9 +261,8 @@ Status CheckShmSpace(uint64_t need) {
   if (statvfs("/dev/shm", &vfs) != 0) return Status::Ok();  // let shm_open say what is wrong
   const uint64_t avail = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
   if (need > avail) {
-    return Status::Resource("the run needs a shared memory segment of " +
-                            Fmt("%.1f", need / 1048576.0) + " MiB but /dev/shm has " +
-                            Fmt("%.1f", avail / 1048576.0) + " MiB free");
+    return Status::Resource("the run needs a shared memory segment of " + Bytes(need) +
+                            " but /dev/shm has " + Bytes(avail) + " free");
   }
   return Status::Ok();
 }
@@ -135,54 +276,19 @@ Status PrepareData(const TrainOptions& o, RunData* rd) {
     return s;
   }
   if (Status s = CheckAgainstData(o, rd->train); !s.ok()) return s;
+  if (!o.val_data_path.empty()) {
+    // The held-out file: same format options, the training data's classes and width.
+    data::LoadOptions lo = LoadOptionsFor(o);
+    lo.features = rd->train.features;
+    if (lo.task == Task::kClassification) lo.classes = &rd->train.classes;
+    if (Status s = data::LoadFile(o.val_data_path, lo, &rd->val); !s.ok()) return s;
+  }
   rd->norm = data::Normalizer::Fit(rd->train, o.normalize);
   rd->norm.Apply(&rd->train);
   rd->norm.Apply(&rd->val);
   return Status::Ok();
 }
 
-namespace {
-
-shm::Header MakeHeader(const TrainOptions& o, const data::Dataset& d, int64_t total_steps) {
-  shm::Header proto{};
-  shm::RunConfig& c = proto.config;
-  c.mode = static_cast<uint32_t>(o.mode);
-  c.activation = static_cast<uint32_t>(o.model.activation);
-  c.loss = static_cast<uint32_t>(o.model.loss);
-  c.num_layers = static_cast<uint32_t>(o.model.layers.size());
-  std::copy(o.model.layers.begin(), o.model.layers.end(), c.layers);
-  c.workers = static_cast<uint32_t>(o.workers);
-  c.param_count = o.model.ParamCount();
-  c.rows = d.rows;
-  c.features = d.features;
-  c.batch = o.batch;
-  c.total_steps = total_steps;
-  c.log_every = o.log_every;
-  c.seed = o.seed;
-  c.lr = o.lr;
-  c.momentum = o.momentum;
-  c.barrier_timeout_s = o.barrier_timeout_s;
-  // Spinning pays only while every worker has a core of its own.
-  c.spin_ns =
-      o.workers <= static_cast<int>(std::thread::hardware_concurrency()) ? 50'000 : 0;
-  c.master_pid = getpid();
-  c.fault_rank = o.fault_rank;
-  c.fault_step = o.fault_step;
-  c.fault_point = static_cast<uint32_t>(o.fault_point);
-  c.fault_incarnations = static_cast<uint32_t>(o.fault_incarnations);
-  c.checkpoint_every = o.mode == Mode::kSync ? o.checkpoint_every : 0;
-  c.rule = static_cast<uint32_t>(o.rule);
-  c.lambda = o.LambdaOrDefault();
-  c.ms_decay = o.ms_decay;
-  c.epsilon = o.epsilon;
-  c.max_staleness = o.max_staleness;
-  proto.creator_pid = getpid();
-  proto.creator_start_time = shm::ProcessStartTime(getpid());
-  shm::ComputeLayout(&proto);
-  return proto;
-}
-
-}  // namespace
 
 Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
                 std::unique_ptr<monitoring::Exporter>* exporter_out) {
@@ -203,7 +309,8 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
   const int P = o.workers;
   const bool sync = o.mode == Mode::kSync;
 
-  const shm::Header proto = MakeHeader(o, d, total_steps);
+  const int64_t eval_every = EvalEvery(o, d.rows);
+  const shm::Header proto = MakeHeader(o, d.rows, d.features, total_steps, eval_every);
   if (Status s = CheckShmSpace(proto.total_size); !s.ok()) return s;
   // Resuming: the checkpoint must come from this very run (same options and data).
   Checkpoint resume;
@@ -244,6 +351,7 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
     seg.header()->released_step = first;
   }
   for (int r = 0; r < P; ++r) seg.slot(r)->step = -1;
+  if (eval_every > 0) seg.header()->eval_ack = first / eval_every;
   monitoring::SupervisorStats stats(P);
   if (exporter) exporter->Attach(&seg, &stats, o);
   // Declared after seg and stats: destroyed first, so no scrape reads them once they are gone.
@@ -301,6 +409,68 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
   so.chaos_every_ns = static_cast<int64_t>(o.chaos_every_s * 1e9);
   so.chaos_seed = o.chaos_seed;
 
+  // Validation: snapshots go to the evaluator thread; results come back in order.
+  std::unique_ptr<Evaluator> evaluator;
+  if (eval_every > 0) evaluator = std::make_unique<Evaluator>(o.model, rd.val);
+  const int64_t per_epoch = o.batch > 0 ? (d.rows + o.batch - 1) / o.batch : 1;
+  int64_t next_eval = first / std::max<int64_t>(eval_every, 1) + 1;  // index of the next snapshot
+  EarlyStop best(o.early_stop);
+  bool stop_requested = false;
+  auto log_validation = [&](int64_t step, const nn::Metrics& m) {
+    const bool xent = o.model.loss == Loss::kXent;
+    const double epoch = static_cast<double>(step) / per_epoch;
+    const std::string epoch_text =
+        step % per_epoch == 0 ? std::to_string(step / per_epoch) : Fmt("%.2f", epoch);
+    JsonLine j("validation");
+    j.Int("step", step).Num("epoch", epoch).Num("val_loss", m.loss);
+    xent ? j.Num("val_accuracy", m.accuracy) : j.Num("val_rmse", m.rmse);
+    log.Line("validation at step " + std::to_string(step) + " (epoch " + epoch_text +
+                 "): val loss " + Fmt("%.6g", m.loss) +
+                 (xent ? ", val accuracy " + Fmt("%.4f", m.accuracy)
+                       : ", val rmse " + Fmt("%.6g", m.rmse)),
+             j);
+    stats.SetValidation(m.loss, xent ? m.accuracy : m.rmse);
+  };
+  auto on_results = [&](std::vector<Evaluator::Result> results) {
+    for (Evaluator::Result& r : results) {
+      log_validation(r.step, r.metrics);
+      if (best.Observe(r.step, r.metrics, std::move(r.params)) && !stop_requested) {
+        stop_requested = true;
+        // Sync: ranks may already be past the stop check of every eval up to ack + 2.
+        shm::RequestStop(seg.header(), sync ? next_eval - 1 + 3 : 0);
+        log.Info("early stop: no better validation loss in " + std::to_string(o.early_stop) +
+                     " evaluations (best " + Fmt("%.6g", best.loss()) + " at step " +
+                     std::to_string(best.step()) + ")",
+                 JsonLine("early_stop").Int("best_step", best.step()).Num("best_val_loss",
+                                                                          best.loss()));
+      }
+    }
+  };
+  auto poll_evals = [&] {
+    if (!evaluator) return;
+    if (sync) {
+      while (next_eval * eval_every < total_steps) {
+        bool all = true;
+        for (int r = 0; r < P && all; ++r) {
+          all = shm::LoadAcquire(seg.block(r)->snap_eval) >= next_eval;
+        }
+        if (!all) break;
+        const float* e = seg.snapshot(next_eval);
+        std::vector<float> w(e, e + proto.config.param_count);
+        shm::AckEval(seg.header(), next_eval);
+        evaluator->Submit(next_eval, next_eval * eval_every, std::move(w));
+        ++next_eval;
+      }
+    } else if (!stop_requested && next_eval * eval_every < total_steps &&
+               Progress(seg) >= next_eval * eval_every) {
+      int64_t step = 0;
+      std::vector<float> w = async_snapshot(&step);
+      evaluator->Submit(next_eval, step, std::move(w));
+      next_eval = step / eval_every + 1;
+    }
+    on_results(evaluator->Take());
+  };
+
   const int64_t t_start = shm::MonotonicNs();
   Supervisor sup(seg, launcher, log, stats, so);
   LossLog losses(seg, log);
@@ -318,10 +488,11 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
     }
     failure = sup.Tick(kPollMs);
     losses.Drain();
+    poll_evals();
     if (!failure.ok()) break;
     if (sup.AllFinished()) {
       if (!sync) sup.Reconcile();
-      if (sync || Progress(seg) >= total_steps) break;
+      if (sync || stop_requested || Progress(seg) >= total_steps) break;
       // Async: updates whose tickets died with a worker are still owed.
       failure = sup.ResumeAsync();
       continue;
@@ -390,18 +561,32 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
   losses.Drain();
   log.ClearProgress();
   const int64_t t_end = shm::MonotonicNs();
-  if (!sync && Progress(seg) != total_steps) {
-    return Status::Internal("async run ended with " + std::to_string(Progress(seg)) +
+  // Where training ended: total_steps, or earlier after an early stop.
+  const int64_t end_step = Progress(seg);
+  if (!sync && !stop_requested && end_step != total_steps) {
+    return Status::Internal("async run ended with " + std::to_string(end_step) +
                             " updates applied, expected " + std::to_string(total_steps));
   }
+  if (evaluator) on_results(evaluator->Finish());
 
   Model m;
   m.spec = o.model;
-  const float* w = seg.params(sync ? total_steps : 0);
+  m.norm = rd.norm;
+  m.classes = d.classes;
+  const float* w = seg.params(sync ? end_step : 0);
   m.params.assign(w, w + proto.config.param_count);
-  const nn::Metrics train_m = nn::Evaluate(o.model, m.params.data(), d.x.data(), d.y.data(), d.rows);
-  const nn::Metrics val_m =
+  nn::Metrics val_m =
       nn::Evaluate(o.model, m.params.data(), rd.val.x.data(), rd.val.y.data(), rd.val.rows);
+  if (evaluator) {
+    log_validation(end_step, val_m);
+    best.Observe(end_step, val_m, {});
+    // With --early-stop the model kept is the one with the best validation loss.
+    if (o.early_stop > 0 && best.step() != end_step) {
+      m.params = best.params();
+      val_m = best.metrics();
+    }
+  }
+  const nn::Metrics train_m = nn::Evaluate(o.model, m.params.data(), d.x.data(), d.y.data(), d.rows);
   const double wall_s = (t_end - t_start) / 1e9;
   const uint64_t samples = TotalSamples(seg);
   std::vector<double> rec = sup.recoveries();
@@ -417,7 +602,7 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
   const int64_t version = static_cast<int64_t>(shm::LoadAcquire(seg.header()->param_version));
   const int64_t s1 = shm::LoadRelaxed(seg.header()->step1_end_ns);
   const int64_t sl = shm::LoadRelaxed(seg.header()->last_end_ns);
-  const int64_t steps_run = total_steps - first;
+  const int64_t steps_run = std::max<int64_t>(end_step - first, 1);
   const double us_per_step =
       sync ? (steps_run > 1 && s1 > 0 && sl >= s1 ? (sl - s1) / 1e3 / (steps_run - 1) : NAN)
            : wall_s * 1e6 / steps_run;
@@ -427,7 +612,7 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
     if (Status s = SaveModel(o.save_path, m); !s.ok()) return s;
   }
   JsonLine summary("summary");
-  summary.Int("steps", total_steps)
+  summary.Int("steps", end_step)
       .Num("final_loss", train_m.loss)
       .Num("wall_s", wall_s)
       .Num("samples_per_s", samples / wall_s)
@@ -440,12 +625,17 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
       .Int("recoveries", static_cast<int64_t>(rec.size()))
       .Num("recovery_median_s", rec.empty() ? NAN : rec[rec.size() / 2])
       .Num("recovery_max_s", rec.empty() ? NAN : rec.back());
-  std::string text = "done: " + std::to_string(total_steps) + (sync ? " steps" : " updates") +
+  std::string text = "done: " + std::to_string(end_step) + (sync ? " steps" : " updates") +
                      ", final loss " + Fmt("%.9g", train_m.loss);
+  if (o.early_stop > 0) {
+    summary.Raw("stopped_early", stop_requested ? "true" : "false").Int("best_step", best.step());
+    text += stop_requested ? " (stopped early; model of step " + std::to_string(best.step()) + ")"
+                           : " (model of step " + std::to_string(best.step()) + ")";
+  }
   if (!sync) {
-    const double mean_tau = static_cast<double>(tau_sum) / total_steps;
+    const double mean_tau = static_cast<double>(tau_sum) / std::max<int64_t>(end_step, 1);
     summary.Str("rule", ToString(o.rule))
-        .Int("updates", total_steps)
+        .Int("updates", end_step)
         .Int("param_version", version)
         .Raw("worker_updates", per_worker)
         .Int("dropped", static_cast<int64_t>(dropped))

@@ -159,10 +159,14 @@ Status Supervisor::OnExit(int r) {
   Child& c = kids_[r];
   const auto& cfg = seg_.header()->config;
   const bool clean = WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0;
-  // A sync worker leaves only after its last step; an async one once the update budget is
-  // claimed.
+  // A sync worker leaves only after its last step, or at the eval step an early stop named;
+  // an async one once the update budget is claimed or a stop is asked for.
+  const int64_t stop = shm::LoadAcquire(seg_.header()->stop_eval);
+  const int64_t last = stop != shm::kNoStop && cfg.eval_every > 0
+                           ? std::min(cfg.total_steps, stop * cfg.eval_every)
+                           : cfg.total_steps;
   const bool done = clean && (!SyncMode(seg_) || shm::LoadPhase(*seg_.block(r)) ==
-                                                     2 * static_cast<uint64_t>(cfg.total_steps));
+                                                     2 * static_cast<uint64_t>(last));
   if (done) {
     c.finished = true;
     return Status::Ok();

@@ -252,6 +252,20 @@ class RunCollector final : public prometheus::Collectable {
           "Unix time of the last checkpoint written (0: none yet).",
           stats_->last_checkpoint_unix());
 
+    // Validation gauges appear with the first evaluation (none without held-out data).
+    if (stats_->validations() > 0) {
+      gauge("shmtrain_validation_loss", "Mean loss on the held-out rows at the latest evaluation.",
+            stats_->val_loss());
+      if (static_cast<Loss>(c.loss) == Loss::kXent) {
+        gauge("shmtrain_validation_accuracy",
+              "Fraction of held-out rows classified right at the latest evaluation.",
+              stats_->val_metric());
+      } else {
+        gauge("shmtrain_validation_rmse", "RMSE on the held-out rows at the latest evaluation.",
+              stats_->val_metric());
+      }
+    }
+
     const int64_t now = shm::MonotonicNs();
     per_worker("shmtrain_worker_heartbeat_age_seconds",
                "Seconds since the worker last refreshed its heartbeat (0 before it started).",

@@ -60,6 +60,15 @@ class SupervisorStats {
   double last_checkpoint_unix() const {
     return last_checkpoint_unix_.load(std::memory_order_relaxed);
   }
+  // The latest validation: loss, and accuracy (xent) or RMSE (mse).
+  void SetValidation(double loss, double metric) {
+    val_loss_.store(loss, std::memory_order_relaxed);
+    val_metric_.store(metric, std::memory_order_relaxed);
+    validations_.fetch_add(1, std::memory_order_release);
+  }
+  uint64_t validations() const { return validations_.load(std::memory_order_acquire); }
+  double val_loss() const { return val_loss_.load(std::memory_order_relaxed); }
+  double val_metric() const { return val_metric_.load(std::memory_order_relaxed); }
 
  private:
   std::vector<std::atomic<int>> up_;
@@ -68,6 +77,9 @@ class SupervisorStats {
   Histogram recovery_;
   Histogram checkpoint_;
   std::atomic<double> last_checkpoint_unix_{0};
+  std::atomic<uint64_t> validations_{0};
+  std::atomic<double> val_loss_{0};
+  std::atomic<double> val_metric_{0};
 };
 
 class RunCollector;

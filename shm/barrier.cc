@@ -51,6 +51,11 @@ PhaseBarrier::Result PhaseBarrier::WaitReleased(int64_t step, int64_t deadline_n
       [&] { return std::atomic_ref<int64_t>(h_->released_step).load() >= step; }, deadline_ns);
 }
 
+PhaseBarrier::Result PhaseBarrier::WaitEvalAck(int64_t k, int64_t deadline_ns) {
+  return WaitUntil([&] { return std::atomic_ref<int64_t>(h_->eval_ack).load() >= k; },
+                   deadline_ns);
+}
+
 template <class Done>
 PhaseBarrier::Result PhaseBarrier::WaitUntil(Done complete, int64_t deadline_ns) {
   if (complete()) {
@@ -120,6 +125,16 @@ void ReleaseCheckpoint(Header* header, int64_t step) {
   std::atomic_ref<int64_t>(header->released_step).store(step);
   Word(header->wake_seq).fetch_add(1);
   FutexWake(&header->wake_seq, INT_MAX);
+}
+
+void AckEval(Header* header, int64_t k) {
+  std::atomic_ref<int64_t>(header->eval_ack).store(k);
+  Word(header->wake_seq).fetch_add(1);
+  FutexWake(&header->wake_seq, INT_MAX);
+}
+
+void RequestStop(Header* header, int64_t stop_eval) {
+  std::atomic_ref<int64_t>(header->stop_eval).store(stop_eval);
 }
 
 uint32_t LoadAbortEpoch(const Header& header) {

@@ -36,6 +36,9 @@ class PhaseBarrier {
   // Waits until the master has released checkpoint step `step` (Header.released_step), with
   // the same deadline, abort and orphan rules as Wait().
   Result WaitReleased(int64_t step, int64_t deadline_ns);
+  // Waits until the master has copied out validation snapshot `k` (Header.eval_ack >= k),
+  // same rules.
+  Result WaitEvalAck(int64_t k, int64_t deadline_ns);
   // Wait time accumulated by Wait(), in ns.
   uint64_t waited_ns() const { return waited_ns_; }
 
@@ -56,6 +59,10 @@ class PhaseBarrier {
 void RaiseAbort(Header* header);
 // Master side: let the ranks paused before checkpoint step `step` go on.
 void ReleaseCheckpoint(Header* header, int64_t step);
+// Master side: snapshot k is copied out; E[k%2] may be reused. A stop (stop_eval) must be
+// stored before the ack that lets ranks past the eval it names.
+void AckEval(Header* header, int64_t k);
+void RequestStop(Header* header, int64_t stop_eval);
 // The current abort epoch (a worker records it when it starts).
 uint32_t LoadAbortEpoch(const Header& header);
 

@@ -9,6 +9,7 @@
 //   W0, W1  float[n]         parameters, double-buffered     (step t reads W[t%2], writes W[(t+1)%2])
 //   V0, V1  float[n]         momentum, double-buffered       (only when momentum > 0)
 //   Slot[P]                  SlotHeader + float[n] gradient  (rank r writes slot r)
+//   E0, E1  float[n]         sync validation snapshots       (only when eval_every > 0)
 //
 // Why offsets and not pointers: each process maps the segment at its own address, so a
 // pointer stored by one process means nothing in another. Every reference inside the
@@ -29,6 +30,9 @@
 //   WorkerBlock[r]                  rank r (its current incarnation) writes; master and peers
 //                                   read. The master writes pid/incarnation before a spawn.
 //   Slot[r]                         rank r writes in phase 1; every rank reads in phase 2.
+//   E[k%2]                          sync: each rank copies its slice of W[t%2] at eval step t
+//                                   = k * eval_every; the master copies it out, then acks k.
+//   Header.eval_ack, stop_eval      master only; workers read.
 //
 // A process that dies mid-write can leave a torn float in its own slot or its own parameter
 // slice, never in a word someone else owns; every word others wait on (phase) is a single
@@ -46,7 +50,7 @@ namespace shmtrain::shm {
 // "SHMTRAIN" read as a little-endian 64-bit integer.
 inline constexpr uint64_t kMagic = 0x4E494152544D4853ull;
 // Bump on every change to any struct in this file or to the meaning of a field.
-inline constexpr uint32_t kAbiVersion = 5;
+inline constexpr uint32_t kAbiVersion = 6;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr int kMaxLayers = 64;
 inline constexpr int kMaxWorkers = 256;
@@ -118,7 +122,14 @@ struct RunConfig {
   // until the master has copied W[t%2] and V[t%2] and set released_step >= t. 0 = never.
   int64_t checkpoint_every;
   int64_t first_step;  // where the run starts: 0, or the step of the checkpoint it resumed
+  // Validation (sync): before step t = k * eval_every (first < t < total_steps), every rank
+  // copies its slice of W[t%2] into E[k%2] once eval_ack >= k - 2, then publishes
+  // snap_eval = k. 0 = no validation snapshots (async: the master reads W itself).
+  int64_t eval_every;
 };
+
+// stop_eval when no stop is asked for.
+inline constexpr int64_t kNoStop = INT64_MAX;
 
 // One record of the loss ring. Rank 0 writes loss, then publishes tag = log index + 1.
 struct LossRecord {
@@ -147,6 +158,7 @@ struct alignas(kCacheLine) Header {
   uint64_t momentum_offset[2];  // 0 when momentum is off
   uint64_t slots_offset;
   uint64_t slot_stride;  // bytes from one slot to the next
+  uint64_t snapshot_offset[2];  // 0 when eval_every == 0
 
   RunConfig config;
 
@@ -161,6 +173,13 @@ struct alignas(kCacheLine) Header {
   // claimed hands out update tickets so that exactly total_steps updates are applied.
   alignas(kCacheLine) uint64_t param_version;
   alignas(kCacheLine) uint64_t claimed;
+  // Validation and early stopping, written by the master only (release; workers acquire).
+  // eval_ack: the last eval index whose snapshot the master has copied out. stop_eval: sync,
+  // every rank stops before the eval step of index >= stop_eval (all ranks read it after
+  // waiting for eval_ack >= k - 2, and the master writes it before acking beyond that, so all
+  // agree on the step); async, any value but kNoStop ends the run at the next ticket.
+  alignas(kCacheLine) int64_t eval_ack;
+  int64_t stop_eval;
 
   // ---- latest values for the metrics (double bits, relaxed): sync, rank 0 after each step;
   // async, any worker after an update.
@@ -181,6 +200,8 @@ struct alignas(kCacheLine) WorkerBlock {
   int64_t pid;
   uint32_t incarnation;
   uint32_t attached;  // 1 once this incarnation validated the segment
+  // Sync: the last eval index whose slice this rank copied into E[k%2] (release).
+  int64_t snap_eval;
   // Counters for metrics (relaxed; monotonic across incarnations).
   alignas(kCacheLine) uint64_t steps_total;
   uint64_t samples_total;

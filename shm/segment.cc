@@ -64,6 +64,10 @@ void ComputeLayout(Header* h) {
   h->slots_offset = off;
   h->slot_stride = sizeof(SlotHeader) + vec;
   off += h->slot_stride * c.workers;
+  for (int k = 0; k < 2; ++k) {
+    h->snapshot_offset[k] = c.eval_every > 0 ? off : 0;
+    if (c.eval_every > 0) off += vec;
+  }
   h->total_size = off;
 }
 

@@ -87,6 +87,11 @@ class Segment {
     const uint64_t off = header()->momentum_offset[step & 1];
     return off ? At<float>(off) : nullptr;
   }
+  // Sync validation snapshot of eval index k (null when there are none).
+  float* snapshot(int64_t k) const {
+    const uint64_t off = header()->snapshot_offset[k & 1];
+    return off ? At<float>(off) : nullptr;
+  }
   SlotHeader* slot(int rank) const {
     return At<SlotHeader>(header()->slots_offset + header()->slot_stride * rank);
   }

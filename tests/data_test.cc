@@ -54,22 +54,22 @@ class CsvTest : public ::testing::Test {
   }
 
   // Loads `content`; the load must succeed.
-  Dataset Load(const std::string& content, CsvOptions opts = {}) {
+  Dataset Load(const std::string& content, LoadOptions opts = {}) {
     std::string path = Write(content);
     Dataset ds;
-    Status s = LoadCsv(path, opts, &ds);
+    Status s = LoadFile(path, opts, &ds);
     EXPECT_TRUE(s.ok()) << s.message();
     return ds;
   }
 
   // Loads `content`; the load must fail with kData and the message must be
   // "<path>:<where><what>", where `where` is e.g. "3:2: ", "3: " or "" (no location).
-  void ExpectError(const std::string& content, const CsvOptions& opts, const std::string& where,
+  void ExpectError(const std::string& content, const LoadOptions& opts, const std::string& where,
                    const std::string& what) {
     std::string path = Write(content);
     Dataset ds;
     ds.rows = 7;  // a failed load leaves *out alone
-    Status s = LoadCsv(path, opts, &ds);
+    Status s = LoadFile(path, opts, &ds);
     ASSERT_FALSE(s.ok()) << "loaded without error: " << content;
     EXPECT_EQ(s.code(), Status::Code::kData);
     EXPECT_EQ(s.message(), path + ":" + (where.empty() ? " " : where) + what);
@@ -79,13 +79,16 @@ class CsvTest : public ::testing::Test {
   std::string dir_;
 };
 
-CsvOptions Opts(int label_col, HeaderMode header = HeaderMode::kAuto, int classes = 0) {
-  CsvOptions o;
+LoadOptions Opts(int label_col, HeaderMode header = HeaderMode::kAuto, bool classify = false) {
+  LoadOptions o;
   o.label_col = label_col;
   o.header = header;
-  o.classes = classes;
+  o.task = classify ? Task::kClassification : Task::kRegression;
   return o;
 }
+
+const std::string kNumericTargets =
+    " (regression needs numeric targets; use --task classification for class labels)";
 
 // ---- Good files ----
 
@@ -195,7 +198,7 @@ TEST_F(CsvTest, ByteOrderMarkIgnored) {
 }
 
 TEST_F(CsvTest, IntegerClassLabels) {
-  Dataset ds = Load("x,c\n0.5,0\n1.5,2.0\n2.5,1\n", Opts(-1, HeaderMode::kAuto, 3));
+  Dataset ds = Load("x,c\n0.5,0\n1.5,2.0\n2.5,1\n", Opts(-1, HeaderMode::kAuto, true));
   EXPECT_EQ(ds.y, (std::vector<float>{0, 2, 1}));
 }
 
@@ -206,7 +209,7 @@ TEST_F(CsvTest, ManyRows) {
     text += std::to_string(i) + "," + std::to_string(-i) + ",0.5," + std::to_string(i % 7) + "," +
             std::to_string(i % 10) + "\n";
   }
-  Dataset ds = Load(text, Opts(-1, HeaderMode::kAuto, 10));
+  Dataset ds = Load(text, Opts(-1, HeaderMode::kAuto, true));
   ASSERT_EQ(ds.rows, kRows);
   ASSERT_EQ(ds.features, 4);
   ASSERT_EQ(ds.x.size(), size_t{4} * kRows);
@@ -224,7 +227,7 @@ TEST_F(CsvTest, ManyRows) {
 TEST_F(CsvTest, MissingFile) {
   std::string path = dir_ + "/nope.csv";
   Dataset ds;
-  Status s = LoadCsv(path, {}, &ds);
+  Status s = LoadFile(path, {}, &ds);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.code(), Status::Code::kData);
   EXPECT_EQ(s.message(), path + ": cannot open file: No such file or directory");
@@ -234,7 +237,7 @@ TEST_F(CsvTest, DirectoryIsUnreadable) {
   std::string path = dir_ + "/sub";
   ASSERT_EQ(mkdir(path.c_str(), 0700), 0);
   Dataset ds;
-  Status s = LoadCsv(path, {}, &ds);
+  Status s = LoadFile(path, {}, &ds);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.message(), path + ": cannot read file: Is a directory");
 }
@@ -264,7 +267,9 @@ TEST_F(CsvTest, RaggedRowLong) {
 }
 
 TEST_F(CsvTest, NonNumericCell) {
-  ExpectError("x,y\n1,2\n3,abc\n", {}, "3:2: ", "cell 'abc' is not a number");
+  // In the label column of a regression file the message says what the label must be.
+  ExpectError("x,y\n1,2\n3,abc\n", {}, "3:2: ", "cell 'abc' is not a number" + kNumericTargets);
+  ExpectError("x,y,z\n1,2,3\n3,abc,4\n", {}, "3:2: ", "cell 'abc' is not a number");
   ExpectError("1,2\n1e,2\n", {}, "2:1: ", "cell '1e' is not a number");
   ExpectError("1,2\n0x10,2\n", {}, "2:1: ", "cell '0x10' is not a number");
   ExpectError("1,2\n+-1,2\n", {}, "2:1: ", "cell '+-1' is not a number");
@@ -278,7 +283,7 @@ TEST_F(CsvTest, NonNumericFirstLineWithoutHeader) {
 TEST_F(CsvTest, LongCellIsShortenedInMessage) {
   std::string junk(100, 'z');
   ExpectError("1,2\n1," + junk + "\n", {},
-              "2:2: ", "cell '" + std::string(40, 'z') + "...' is not a number");
+              "2:2: ", "cell '" + std::string(40, 'z') + "...' is not a number" + kNumericTargets);
 }
 
 TEST_F(CsvTest, EmptyCell) {
@@ -313,18 +318,15 @@ TEST_F(CsvTest, NegativeLabelColumn) {
   ExpectError("1,2\n", Opts(-3), "", "label column -3 is invalid (use -1 for the last column)");
 }
 
-TEST_F(CsvTest, LabelNotInteger) {
-  ExpectError("x,c\n1,0\n2,2.5\n", Opts(-1, HeaderMode::kAuto, 3),
-              "3:2: ", "label '2.5' is not an integer class");
+TEST_F(CsvTest, RegressionLabelMustBeNumeric) {
+  ExpectError("x,c\n1,0\n2,cat\n", Opts(-1), "3:2: ",
+              "cell 'cat' is not a number (regression needs numeric targets; use --task "
+              "classification for class labels)");
 }
 
-TEST_F(CsvTest, LabelOutOfRange) {
-  ExpectError("1,2,3\n12,4,5\n", Opts(0, HeaderMode::kAuto, 10),
-              "2:1: ", "label 12 is out of range for 10 classes (0..9)");
-  ExpectError("1,-1\n", Opts(-1, HeaderMode::kAuto, 10),
-              "1:2: ", "label -1 is out of range for 10 classes (0..9)");
-  ExpectError("1,1.0\n", Opts(-1, HeaderMode::kAuto, 1),
-              "1:2: ", "label 1 is out of range for 1 class (0..0)");
+TEST_F(CsvTest, OneClassIsNotClassification) {
+  ExpectError("1,7\n2,7.0\n", Opts(-1, HeaderMode::kAuto, true), "",
+              "classification needs at least 2 classes, the labels have 1 ('7')");
 }
 
 TEST_F(CsvTest, SingleColumn) {
@@ -333,7 +335,7 @@ TEST_F(CsvTest, SingleColumn) {
 }
 
 TEST_F(CsvTest, LineNumbersCountBlankLinesAndCrlf) {
-  ExpectError("1,2\r\n\r\n\r\n3,x\r\n", {}, "4:2: ", "cell 'x' is not a number");
+  ExpectError("1,2\r\n\r\n\r\n3,x\r\n", {}, "4:2: ", "cell 'x' is not a number" + kNumericTargets);
 }
 
 // ---- MakeParabola ----

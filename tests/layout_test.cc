@@ -27,10 +27,10 @@ namespace {
 // A change to any of these numbers changes the bytes other builds read: bump kAbiVersion and
 // update the numbers together.
 TEST(Layout, PinsTheHeader) {
-  EXPECT_EQ(kAbiVersion, 5u);
+  EXPECT_EQ(kAbiVersion, 6u);
   EXPECT_EQ(std::memcmp(&kMagic, "SHMTRAIN", 8), 0);
-  EXPECT_EQ(sizeof(Header), 66496u);
-  EXPECT_EQ(sizeof(RunConfig), 448u);
+  EXPECT_EQ(sizeof(Header), 66624u);
+  EXPECT_EQ(sizeof(RunConfig), 456u);
   EXPECT_EQ(sizeof(WorkerBlock), 640u);
   EXPECT_EQ(sizeof(SlotHeader), 64u);
   EXPECT_EQ(sizeof(LossRecord), 16u);
@@ -39,16 +39,16 @@ TEST(Layout, PinsTheHeader) {
   EXPECT_EQ(offsetof(Header, creator_pid), 40u);
   EXPECT_EQ(offsetof(Header, blocks_offset), 56u);
   EXPECT_EQ(offsetof(Header, slot_stride), 120u);
-  EXPECT_EQ(offsetof(Header, config), 128u);
-  EXPECT_EQ(offsetof(Header, abort_epoch), 576u);
-  EXPECT_EQ(offsetof(Header, wake_seq), 640u);
-  EXPECT_EQ(offsetof(Header, waiters), 644u);
-  EXPECT_EQ(offsetof(Header, released_step), 648u);
-  EXPECT_EQ(offsetof(Header, param_version), 704u);
-  EXPECT_EQ(offsetof(Header, claimed), 768u);
-  EXPECT_EQ(offsetof(Header, last_loss), 832u);
-  EXPECT_EQ(offsetof(Header, step1_end_ns), 896u);
-  EXPECT_EQ(offsetof(Header, loss_ring), 912u);
+  EXPECT_EQ(offsetof(Header, config), 144u);
+  EXPECT_EQ(offsetof(Header, abort_epoch), 640u);
+  EXPECT_EQ(offsetof(Header, wake_seq), 704u);
+  EXPECT_EQ(offsetof(Header, waiters), 708u);
+  EXPECT_EQ(offsetof(Header, released_step), 712u);
+  EXPECT_EQ(offsetof(Header, param_version), 768u);
+  EXPECT_EQ(offsetof(Header, claimed), 832u);
+  EXPECT_EQ(offsetof(Header, last_loss), 960u);
+  EXPECT_EQ(offsetof(Header, step1_end_ns), 1024u);
+  EXPECT_EQ(offsetof(Header, loss_ring), 1040u);
   EXPECT_EQ(offsetof(RunConfig, layers), 16u);
   EXPECT_EQ(offsetof(RunConfig, workers), 272u);
   EXPECT_EQ(offsetof(RunConfig, param_count), 280u);
@@ -58,6 +58,11 @@ TEST(Layout, PinsTheHeader) {
   EXPECT_EQ(offsetof(RunConfig, max_staleness), 424u);
   EXPECT_EQ(offsetof(RunConfig, checkpoint_every), 432u);
   EXPECT_EQ(offsetof(RunConfig, first_step), 440u);
+  EXPECT_EQ(offsetof(RunConfig, eval_every), 448u);
+  EXPECT_EQ(offsetof(Header, snapshot_offset), 128u);
+  EXPECT_EQ(offsetof(Header, eval_ack), 896u);
+  EXPECT_EQ(offsetof(Header, stop_eval), 904u);
+  EXPECT_EQ(offsetof(WorkerBlock, snap_eval), 32u);
   EXPECT_EQ(offsetof(WorkerBlock, heartbeat_ns), 8u);
   EXPECT_EQ(offsetof(WorkerBlock, incarnation), 24u);
   EXPECT_EQ(offsetof(WorkerBlock, steps_total), 64u);

@@ -84,6 +84,7 @@ int RunAsync(const shm::Segment& seg, int rank, uint32_t incarnation) {
     if (shm::LoadAbortEpoch(*h) != epoch) return kWorkerAborted;
     if (getppid() != master) return kWorkerOrphaned;
     if (claimed.load(std::memory_order_relaxed) >= total) return kWorkerOk;
+    if (shm::LoadAcquire(h->stop_eval) != shm::kNoStop) return kWorkerOk;  // early stop
     const int64_t b = static_cast<int64_t>(shm::LoadRelaxed(self->batches));
     if (FaultAt(c, FaultPoint::kExit, rank, b, incarnation)) return kWorkerInjectedFault;
 

@@ -19,17 +19,24 @@ namespace shmtrain {
 enum class Mode : uint32_t { kSync = 0, kAsync = 1 };  // stored in the segment: append only
 enum class LogFormat { kText, kJson };
 enum class HeaderMode { kAuto, kYes, kNo };
+enum class DataFormat { kAuto, kCsv, kLibsvm };
 // Async update rule (values stored in the segment: append only). See nn/update.h.
 enum class AsyncRule : uint32_t { kAsgd = 0, kDcAsgdC = 1, kDcAsgdA = 2 };
 // Feature scaling, fitted on the training rows only (values stored in files: append only).
 enum class Normalize : uint32_t { kNone = 0, kMinMax = 1, kStandard = 2 };
+// What the labels are: real targets (mse loss) or classes (xent loss). Stored in model files.
+enum class Task : uint32_t { kRegression = 0, kClassification = 1 };
 
 std::optional<Mode> ParseMode(std::string_view s);
 std::optional<AsyncRule> ParseAsyncRule(std::string_view s);
 std::optional<Normalize> ParseNormalize(std::string_view s);
+std::optional<Task> ParseTask(std::string_view s);
+std::optional<DataFormat> ParseDataFormat(std::string_view s);
 const char* ToString(Mode m);
 const char* ToString(AsyncRule r);
 const char* ToString(Normalize n);
+const char* ToString(Task t);
+inline Task TaskOf(Loss l) { return l == Loss::kXent ? Task::kClassification : Task::kRegression; }
 
 struct TrainOptions {
   // Number of worker processes. Default 1; 1 <= workers <= 256.
@@ -44,8 +51,12 @@ struct TrainOptions {
   int64_t example_rows = 50;
   // Features of the blobs example. Default 16; 1..100000.
   int example_features = 16;
-  // Label column of a CSV file, 0-based; -1 (default) is the last column.
+  // File format of data_path and val_data_path (default: by name, then by content).
+  DataFormat format = DataFormat::kAuto;
+  // Label column of a CSV file, 0-based; -1 (default) is the last column. label_name: the
+  // column with this name in the header line instead.
   int label_col = -1;
+  std::string label_name;
   // Whether the CSV file's first line is a header. Default: detected (a first line with a
   // cell that is not a number is a header).
   HeaderMode header = HeaderMode::kAuto;
@@ -86,8 +97,16 @@ struct TrainOptions {
   double LambdaOrDefault() const;
 
   // Held-out data: a fraction in [0, 1) of the rows (0 = none), taken after a shuffle seeded by
-  // `seed`. Features are scaled with statistics of the training rows only.
+  // `seed`, or a file of its own (val_data_path; not both). Features are scaled with
+  // statistics of the training rows only.
   double val_split = 0;
+  std::string val_data_path;
+  // Validation during training (needs held-out data): every eval_every steps/updates; 0
+  // (default) = every epoch, or every log_every steps when a step is the whole dataset.
+  int64_t eval_every = 0;
+  // Stop when the validation loss has not improved for this many evaluations (0 = never);
+  // the model saved is then the one with the best validation loss.
+  int64_t early_stop = 0;
   Normalize normalize = Normalize::kNone;
 
   // Prometheus endpoint of the master: "HOST:PORT" (port 0 picks a free port, logged).
@@ -124,6 +143,10 @@ struct TrainOptions {
   int64_t fault_step = -1;
   int fault_point = 1;  // kExit
   int fault_incarnations = 1;
+
+  // --task as given (checked against --loss by Validate); the task itself is TaskOf(loss).
+  std::optional<Task> task;
+  bool loss_given = false;
 
   // Checks every field against its limits and the fields against each other (data-dependent
   // checks such as layer sizes against the data live in the master). Returns kUsage.

@@ -1,0 +1,138 @@
+#include "master/predict.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "data/dataset.h"
+#include "data/preprocess.h"
+#include "master/model_file.h"
+#include "nn/metrics.h"
+#include "nn/mlp.h"
+
+namespace shmtrain::master {
+namespace {
+
+std::string Fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string Describe(const Model& m) {
+  std::string layers;
+  for (size_t i = 0; i < m.spec.layers.size(); ++i) {
+    layers += (i ? "-" : "") + std::to_string(m.spec.layers[i]);
+  }
+  std::string s = layers + " " + ToString(m.spec.activation) + ", " + ToString(m.spec.loss) +
+                  ", normalize " + ToString(m.norm.kind);
+  if (m.spec.loss == Loss::kXent) s += ", " + std::to_string(m.classes.size()) + " classes";
+  return s;
+}
+
+// The rows the model is applied to: the file (or its held-out part), scaled as in training.
+Status LoadFor(const Command& cmd, const Model& m, bool labels, data::Dataset* out) {
+  const TrainOptions& o = cmd.train;
+  data::LoadOptions lo;
+  lo.format = o.format;
+  lo.label_col = o.label_col;
+  lo.label_name = o.label_name;
+  lo.header = o.header;
+  lo.task = TaskOf(m.spec.loss);
+  if (lo.task == Task::kClassification) lo.classes = &m.classes;
+  lo.features = m.spec.inputs();
+  lo.no_labels = !labels;
+  data::Dataset all;
+  if (Status s = data::LoadFile(o.data_path, lo, &all); !s.ok()) return s;
+  if (o.val_split > 0) {
+    data::Dataset train;
+    if (Status s = data::SplitValidation(all, o.val_split, o.seed, &train, out); !s.ok()) return s;
+  } else {
+    *out = std::move(all);
+  }
+  m.norm.Apply(out);
+  return Status::Ok();
+}
+
+Status Load(const Command& cmd, Logger& log, Model* m) {
+  if (Status s = LoadModel(cmd.model_path, m); !s.ok()) return s;
+  log.Info("model " + cmd.model_path + ": " + Describe(*m),
+           JsonLine("model").Str("path", cmd.model_path).Str("model", Describe(*m)));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status RunEval(const Command& cmd, Logger& log) {
+  Model m;
+  if (Status s = Load(cmd, log, &m); !s.ok()) return s;
+  data::Dataset d;
+  if (Status s = LoadFor(cmd, m, true, &d); !s.ok()) return s;
+  const nn::Metrics r = nn::Evaluate(m.spec, m.params.data(), d.x.data(), d.y.data(), d.rows);
+  JsonLine j("eval");
+  j.Str("data", cmd.train.data_path).Int("rows", d.rows).Num("loss", r.loss);
+  std::string text = "eval: " + std::to_string(d.rows) + " rows, loss " + Fmt("%.6g", r.loss);
+  if (m.spec.loss == Loss::kXent) {
+    j.Num("accuracy", r.accuracy);
+    text += ", accuracy " + Fmt("%.4f", r.accuracy);
+  } else {
+    j.Num("rmse", r.rmse);
+    text += ", rmse " + Fmt("%.6g", r.rmse);
+  }
+  log.Line(text, j);
+  return Status::Ok();
+}
+
+Status RunPredict(const Command& cmd, Logger& log) {
+  Model m;
+  if (Status s = Load(cmd, log, &m); !s.ok()) return s;
+  data::Dataset d;
+  if (Status s = LoadFor(cmd, m, false, &d); !s.ok()) return s;
+  const bool xent = m.spec.loss == Loss::kXent;
+  const int out = m.spec.outputs();
+  std::string text;
+  if (xent) {
+    text = "class";
+    for (const std::string& name : m.classes.names) text += ",p_" + name;
+  } else {
+    text = "value";
+  }
+  text += "\n";
+  constexpr int64_t kChunk = 4096;
+  nn::Workspace<float> ws;
+  std::vector<float> z;
+  for (int64_t r0 = 0; r0 < d.rows; r0 += kChunk) {
+    const int64_t k = std::min(kChunk, d.rows - r0);
+    z.resize(static_cast<size_t>(k * out));
+    nn::Predict<float>(m.spec, m.params.data(), d.x.data() + r0 * d.features, k, z.data(), ws);
+    for (int64_t i = 0; i < k; ++i) {
+      const float* zi = z.data() + i * out;
+      if (!xent) {
+        text += Fmt("%.9g", zi[0]) + "\n";
+        continue;
+      }
+      // The outputs are the softmax probabilities; the class is the most probable one
+      // (ties: the first), as eval counts it.
+      int best = 0;
+      for (int j = 1; j < out; ++j) {
+        if (zi[j] > zi[best]) best = j;
+      }
+      text += m.classes.names[best];
+      for (int j = 0; j < out; ++j) text += "," + Fmt("%.6g", zi[j]);
+      text += "\n";
+    }
+  }
+  if (cmd.out_path.empty()) {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    if (std::fflush(stdout) != 0) return Status::Resource("cannot write the predictions to stdout");
+  } else {
+    if (Status s = WriteFileDurably(cmd.out_path, text); !s.ok()) return s;
+    log.Info("predict: " + std::to_string(d.rows) + " rows written to " + cmd.out_path,
+             JsonLine("predict").Str("out", cmd.out_path).Int("rows", d.rows));
+  }
+  return Status::Ok();
+}
+
+}  // namespace shmtrain::master
