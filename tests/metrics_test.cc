@@ -803,6 +803,36 @@ TEST_F(MetricsTest, WorkerLabelsAreExactly0ToPMinus1AndExistBeforeTheFirstStep) 
   t.Stop();
 }
 
+// The validation gauges: absent without held-out data, served once a run has validated
+// (regression: loss and RMSE, no accuracy), consistent with each other.
+TEST_F(MetricsTest, ValidationGaugesAppearWithTheFirstValidation) {
+  {
+    Trainer plain("sync");
+    ASSERT_NO_FATAL_FAILURE(plain.WaitFor("step"));
+    Scrape s;
+    ASSERT_NO_FATAL_FAILURE(ScrapeMetrics(plain.address(), &s));
+    EXPECT_FALSE(s.Value("shmtrain_validation_loss").has_value());
+    plain.Stop();
+  }
+  Trainer t("sync", kWorkers,
+            {"--metrics-addr=127.0.0.1:0", "--val-split", "0.2", "--eval-every", "2000"});
+  ASSERT_NO_FATAL_FAILURE(t.WaitFor("metrics"));
+  ASSERT_NO_FATAL_FAILURE(t.WaitFor("validation"));
+  Scrape s;
+  ASSERT_NO_FATAL_FAILURE(ScrapeMetrics(t.address(), &s));
+  const std::optional<double> loss = s.Value("shmtrain_validation_loss");
+  const std::optional<double> rmse = s.Value("shmtrain_validation_rmse");
+  ASSERT_TRUE(loss.has_value());
+  ASSERT_TRUE(rmse.has_value());
+  EXPECT_FALSE(s.Value("shmtrain_validation_accuracy").has_value());
+  EXPECT_GT(*loss, 0);
+  EXPECT_TRUE(std::isfinite(*loss));
+  // mse with one output: the RMSE is the square root of the mean loss.
+  EXPECT_NEAR(*rmse, std::sqrt(*loss), 1e-9 + 1e-6 * *rmse);
+  EXPECT_EQ(s.types.count("shmtrain_validation_loss") ? s.types.at("shmtrain_validation_loss") : "", "gauge");
+  t.Stop();
+}
+
 // ---------------------------------------------------------------------------------------------
 // 3. Counters and histograms never go down between scrapes; the step counter moves; every
 // worker is up while the run trains.
