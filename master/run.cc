@@ -431,18 +431,28 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
              j);
     stats.SetValidation(m.loss, xent ? m.accuracy : m.rmse);
   };
+  // Sync with --early-stop: snapshot k is acked only once it is evaluated, so no rank passes
+  // the stop check of eval k + 2 before the master has decided on eval k, and an early stop
+  // named there (k + 2) lands at the same step in every run. Without early stopping it is
+  // acked as soon as it is copied.
+  const bool ack_after_eval = sync && o.early_stop > 0;
+  int64_t acked = first / std::max<int64_t>(eval_every, 1);
   auto on_results = [&](std::vector<Evaluator::Result> results) {
     for (Evaluator::Result& r : results) {
       log_validation(r.step, r.metrics);
+      const int64_t k = r.index;
       if (best.Observe(r.step, r.metrics, std::move(r.params)) && !stop_requested) {
         stop_requested = true;
-        // Sync: ranks may already be past the stop check of every eval up to ack + 2.
-        shm::RequestStop(seg.header(), sync ? next_eval - 1 + 3 : 0);
+        shm::RequestStop(seg.header(), sync ? k + 2 : 0);
         log.Info("early stop: no better validation loss in " + std::to_string(o.early_stop) +
                      " evaluations (best " + Fmt("%.6g", best.loss()) + " at step " +
                      std::to_string(best.step()) + ")",
                  JsonLine("early_stop").Int("best_step", best.step()).Num("best_val_loss",
                                                                           best.loss()));
+      }
+      if (ack_after_eval) {
+        shm::AckEval(seg.header(), k);
+        acked = k;
       }
     }
   };
@@ -457,7 +467,7 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
         if (!all) break;
         const float* e = seg.snapshot(next_eval);
         std::vector<float> w(e, e + proto.config.param_count);
-        shm::AckEval(seg.header(), next_eval);
+        if (!ack_after_eval) shm::AckEval(seg.header(), next_eval);
         evaluator->Submit(next_eval, next_eval * eval_every, std::move(w));
         ++next_eval;
       }
@@ -486,7 +496,8 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
                                     std::to_string(total_steps));
       break;
     }
-    failure = sup.Tick(kPollMs);
+    // Ranks may be waiting for an evaluation's ack: look again soon while one is out.
+    failure = sup.Tick(ack_after_eval && acked < next_eval - 1 ? 1 : kPollMs);
     losses.Drain();
     poll_evals();
     if (!failure.ok()) break;

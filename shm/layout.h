@@ -174,10 +174,11 @@ struct alignas(kCacheLine) Header {
   alignas(kCacheLine) uint64_t param_version;
   alignas(kCacheLine) uint64_t claimed;
   // Validation and early stopping, written by the master only (release; workers acquire).
-  // eval_ack: the last eval index whose snapshot the master has copied out. stop_eval: sync,
-  // every rank stops before the eval step of index >= stop_eval (all ranks read it after
-  // waiting for eval_ack >= k - 2, and the master writes it before acking beyond that, so all
-  // agree on the step); async, any value but kNoStop ends the run at the next ticket.
+  // eval_ack: the last eval index whose snapshot the master has copied out (with early
+  // stopping: copied and evaluated). stop_eval: sync, every rank stops before the eval step of
+  // index >= stop_eval (all ranks read it after waiting for eval_ack >= k - 2, and the master
+  // writes it before acking beyond that, so all agree on the step); async, any value but
+  // kNoStop ends the run at the next ticket.
   alignas(kCacheLine) int64_t eval_ack;
   int64_t stop_eval;
 
