@@ -475,7 +475,8 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
                Progress(seg) >= next_eval * eval_every) {
       int64_t step = 0;
       std::vector<float> w = async_snapshot(&step);
-      evaluator->Submit(next_eval, step, std::move(w));
+      // The run may have reached its end meanwhile: the final evaluation covers that.
+      if (step < total_steps) evaluator->Submit(next_eval, step, std::move(w));
       next_eval = step / eval_every + 1;
     }
     on_results(evaluator->Take());
