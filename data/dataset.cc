@@ -275,6 +275,9 @@ bool LooksLikeLibsvm(std::string_view text) {
 Status LoadCsv(const std::string& path, std::string_view text, const LoadOptions& opts,
                Dataset* out) {
   const bool classify = opts.task == Task::kClassification && !opts.no_labels;
+  // Class labels may be text, so the label cell never marks a line as a header (predict
+  // data too: a file with a label column holds the same kind of labels).
+  const bool text_labels = opts.task == Task::kClassification;
   Dataset ds;
   std::vector<PendingLabel> labels;
   int64_t ncols = 0;     // cells per row, fixed by the first non-blank line
@@ -323,8 +326,10 @@ Status LoadCsv(const std::string& path, std::string_view text, const LoadOptions
           for (int64_t c = 0; c < ncols && !has_header; ++c) {
             size_t comma = rest.find(',');
             double v;
+            const bool label_column_present =
+                !opts.no_labels || opts.features <= 0 || ncols != opts.features;
             const bool text_label =
-                classify && opts.label_name.empty() &&
+                text_labels && label_column_present && opts.label_name.empty() &&
                 c == (opts.label_col == -1 ? ncols - 1 : opts.label_col);
             has_header = !text_label &&
                          ParseCell(Trim(rest.substr(0, comma)), &v) == Cell::kNotNumber;

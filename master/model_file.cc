@@ -121,7 +121,10 @@ Status DecodeModel(const std::string& bytes, const std::string& path, Model* out
   }
   if (!r.Get(&k) || !r.Get(&numeric)) return bad(cut + "class list");
   const uint32_t want_k = task == static_cast<uint32_t>(Task::kClassification) ? static_cast<uint32_t>(m.spec.outputs()) : 0;
-  if (k != want_k || numeric > 1) return bad("class list of " + std::to_string(k) + " classes, expected " + std::to_string(want_k));
+  if (k != want_k) {
+    return bad("class list of " + std::to_string(k) + " classes, expected " + std::to_string(want_k));
+  }
+  if (numeric > 1) return bad("class label kind " + std::to_string(numeric) + " (expected 0 or 1)");
   m.classes.numeric = numeric == 1;
   for (uint32_t i = 0; i < k; ++i) {
     uint32_t len = 0;

@@ -1,10 +1,12 @@
-// Tests of the data layer: the CSV loader (good files and every error message), the built-in
-// parabola, and the batch plan (which rows each worker uses at each step).
+// Tests of the data layer: the CSV and LIBSVM loaders (good files and every error message),
+// class maps, held-out splits, the built-in parabola, and the batch plan (which rows each
+// worker uses at each step).
 #include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +18,7 @@
 
 #include "data/batch_plan.h"
 #include "data/dataset.h"
+#include "data/preprocess.h"
 #include "gtest/gtest.h"
 
 namespace shmtrain::data {
@@ -336,6 +339,685 @@ TEST_F(CsvTest, SingleColumn) {
 
 TEST_F(CsvTest, LineNumbersCountBlankLinesAndCrlf) {
   ExpectError("1,2\r\n\r\n\r\n3,x\r\n", {}, "4:2: ", "cell 'x' is not a number" + kNumericTargets);
+}
+
+// ---- ClassMap ----
+
+TEST(ClassMapTest, NumericLabelsSortedByValue) {
+  const ClassMap m = ClassMap::Build({"3", "1", "2.0", "1.0"});
+  EXPECT_TRUE(m.numeric);
+  EXPECT_EQ(m.size(), 3);
+  EXPECT_EQ(m.names, (std::vector<std::string>{"1", "2", "3"}));
+  EXPECT_EQ(m.values, (std::vector<double>{1, 2, 3}));
+  // Found by value, whatever the spelling.
+  EXPECT_EQ(m.Find("1"), 0);
+  EXPECT_EQ(m.Find("1.0"), 0);
+  EXPECT_EQ(m.Find("2"), 1);
+  EXPECT_EQ(m.Find("3"), 2);
+  EXPECT_EQ(m.Find("3.0"), 2);
+  EXPECT_EQ(m.Find("+3"), 2);
+  EXPECT_EQ(m.Find("0.3e1"), 2);
+  EXPECT_EQ(m.Find("4"), -1);
+  EXPECT_EQ(m.Find("2.5"), -1);
+  EXPECT_EQ(m.Find("0"), -1);
+  EXPECT_EQ(m.Find("cat"), -1);
+  EXPECT_EQ(m.Find(""), -1);
+}
+
+TEST(ClassMapTest, NumericNamesAreShortestText) {
+  const ClassMap m = ClassMap::Build({"0.10", "1e20", "-2.50", "+7", "0.1"});
+  EXPECT_TRUE(m.numeric);
+  EXPECT_EQ(m.names, (std::vector<std::string>{"-2.5", "0.1", "7", "1e+20"}));
+  EXPECT_EQ(m.values, (std::vector<double>{-2.5, 0.1, 7, 1e20}));
+  EXPECT_EQ(m.Find("-2.5"), 0);
+  EXPECT_EQ(m.Find("100000000000000000000"), 3);
+}
+
+TEST(ClassMapTest, NegativeZeroAndZeroAreOneClass) {
+  const ClassMap m = ClassMap::Build({"-0", "0", "0.0", "-0.0", "1"});
+  EXPECT_TRUE(m.numeric);
+  EXPECT_EQ(m.names, (std::vector<std::string>{"0", "1"}));
+  ASSERT_EQ(m.values.size(), 2u);
+  EXPECT_EQ(m.values[0], 0.0);
+  EXPECT_FALSE(std::signbit(m.values[0]));
+  EXPECT_EQ(m.Find("0"), 0);
+  EXPECT_EQ(m.Find("-0"), 0);
+  EXPECT_EQ(m.Find("-0.0"), 0);
+  // -0 alone is named "0", not "-0".
+  const ClassMap n = ClassMap::Build({"-0", "1"});
+  EXPECT_EQ(n.names, (std::vector<std::string>{"0", "1"}));
+  ASSERT_EQ(n.values.size(), 2u);
+  EXPECT_FALSE(std::signbit(n.values[0]));
+}
+
+TEST(ClassMapTest, TextLabelsSortedBytewise) {
+  const ClassMap m = ClassMap::Build({"dog", "cat", "eel", "cat", "dog"});
+  EXPECT_FALSE(m.numeric);
+  EXPECT_EQ(m.names, (std::vector<std::string>{"cat", "dog", "eel"}));
+  EXPECT_TRUE(m.values.empty());
+  EXPECT_EQ(m.Find("cat"), 0);
+  EXPECT_EQ(m.Find("dog"), 1);
+  EXPECT_EQ(m.Find("eel"), 2);
+  EXPECT_EQ(m.Find("fox"), -1);
+  EXPECT_EQ(m.Find("Cat"), -1);
+  EXPECT_EQ(m.Find("ca"), -1);
+  EXPECT_EQ(m.Find("cats"), -1);
+  EXPECT_EQ(m.Find("aaa"), -1);
+  EXPECT_EQ(m.Find("zzz"), -1);
+  EXPECT_EQ(m.Find(""), -1);
+  // Bytes, unsigned: upper case before '_' before lower case before UTF-8 lead bytes.
+  const ClassMap u = ClassMap::Build({"b", "\xC3\xA9t\xC3\xA9", "B", "a", "_x"});
+  EXPECT_FALSE(u.numeric);
+  EXPECT_EQ(u.names, (std::vector<std::string>{"B", "_x", "a", "b", "\xC3\xA9t\xC3\xA9"}));
+  EXPECT_EQ(u.Find("\xC3\xA9t\xC3\xA9"), 4);
+  EXPECT_EQ(u.Find("_x"), 1);
+}
+
+TEST(ClassMapTest, MixedNumericAndTextIsText) {
+  const ClassMap m = ClassMap::Build({"2.0", "cat", "1", "10"});
+  EXPECT_FALSE(m.numeric);
+  EXPECT_EQ(m.names, (std::vector<std::string>{"1", "10", "2.0", "cat"}));
+  EXPECT_TRUE(m.values.empty());
+  // Text classes are compared as text: "2" is not "2.0".
+  EXPECT_EQ(m.Find("2.0"), 2);
+  EXPECT_EQ(m.Find("2"), -1);
+  EXPECT_EQ(m.Find("cat"), 3);
+  // A label that is a non-finite number is not numeric either.
+  const ClassMap n = ClassMap::Build({"1", "nan"});
+  EXPECT_FALSE(n.numeric);
+  EXPECT_EQ(n.names, (std::vector<std::string>{"1", "nan"}));
+}
+
+TEST(ClassMapTest, EmptyMap) {
+  const ClassMap m = ClassMap::Build({});
+  EXPECT_TRUE(m.numeric);
+  EXPECT_EQ(m.size(), 0);
+  EXPECT_EQ(m.Find("0"), -1);
+}
+
+// ---- CSV classification with text labels ----
+
+LoadOptions Classify(int label_col = -1) {
+  return Opts(label_col, HeaderMode::kAuto, true);
+}
+
+TEST_F(CsvTest, TextClassLabels) {
+  Dataset ds = Load("x1,x2,animal\n1,2,dog\n3,4,cat\n5,6,eel\n7,8, cat \n", Classify());
+  EXPECT_EQ(ds.rows, 4);
+  EXPECT_EQ(ds.features, 2);
+  EXPECT_EQ(ds.x, (std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}));
+  EXPECT_EQ(ds.y, (std::vector<float>{1, 0, 2, 0}));
+  EXPECT_FALSE(ds.classes.numeric);
+  EXPECT_EQ(ds.classes.names, (std::vector<std::string>{"cat", "dog", "eel"}));
+}
+
+TEST_F(CsvTest, NumericClassLabelsMapInValueOrder) {
+  Dataset ds = Load("1,3\n2,-1\n3,2.5\n4,3.0\n", Classify());
+  EXPECT_EQ(ds.rows, 4);
+  EXPECT_EQ(ds.y, (std::vector<float>{2, 0, 1, 2}));
+  EXPECT_TRUE(ds.classes.numeric);
+  EXPECT_EQ(ds.classes.names, (std::vector<std::string>{"-1", "2.5", "3"}));
+  EXPECT_EQ(ds.classes.values, (std::vector<double>{-1, 2.5, 3}));
+}
+
+TEST_F(CsvTest, TextLabelOnFirstLineIsNotAHeader) {
+  Dataset ds = Load("1,2,cat\n3,4,dog\n", Classify());
+  EXPECT_EQ(ds.rows, 2);
+  EXPECT_EQ(ds.x, (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_EQ(ds.y, (std::vector<float>{0, 1}));
+  EXPECT_EQ(ds.classes.names, (std::vector<std::string>{"cat", "dog"}));
+  // The label column given explicitly.
+  ds = Load("dog,1,2\ncat,3,4\n", Classify(0));
+  EXPECT_EQ(ds.rows, 2);
+  EXPECT_EQ(ds.x, (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_EQ(ds.y, (std::vector<float>{1, 0}));
+  // A text cell elsewhere on the first line still makes it a header.
+  ds = Load("a,b,cat\n1,2,dog\n3,4,cat\n", Classify());
+  EXPECT_EQ(ds.rows, 2);
+  EXPECT_EQ(ds.x, (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_EQ(ds.y, (std::vector<float>{1, 0}));
+  ds = Load("1,b,cat\n1,2,dog\n3,4,cat\n", Classify());
+  EXPECT_EQ(ds.rows, 2);
+  // Regression: a text last cell on the first line is a header.
+  ds = Load("1,2,cat\n3,4,5\n");
+  EXPECT_EQ(ds.rows, 1);
+  EXPECT_EQ(ds.y, (std::vector<float>{5}));
+  // Classifying with the label in column 0, a text cell in the last column is a header cell.
+  ds = Load("1,2,x\n0,3,4\n1,5,6\n", Classify(0));
+  EXPECT_EQ(ds.rows, 2);
+  EXPECT_EQ(ds.x, (std::vector<float>{3, 4, 5, 6}));
+}
+
+TEST_F(CsvTest, GivenClassMap) {
+  const ClassMap map = ClassMap::Build({"cat", "dog", "eel"});
+  LoadOptions o = Classify();
+  o.classes = &map;
+  // Only two of the three classes appear; indices are the given map's.
+  Dataset ds = Load("1,2,eel\n3,4,cat\n5,6,eel\n", o);
+  EXPECT_EQ(ds.rows, 3);
+  EXPECT_EQ(ds.y, (std::vector<float>{2, 0, 2}));
+  EXPECT_FALSE(ds.classes.numeric);
+  EXPECT_EQ(ds.classes.names, map.names);
+  // One class only is fine with a given map.
+  ds = Load("1,2,dog\n3,4,dog\n", o);
+  EXPECT_EQ(ds.y, (std::vector<float>{1, 1}));
+  EXPECT_EQ(ds.classes.names, map.names);
+}
+
+TEST_F(CsvTest, LabelNotInGivenClassMap) {
+  const ClassMap map = ClassMap::Build({"cat", "dog", "eel"});
+  LoadOptions o = Classify();
+  o.classes = &map;
+  ExpectError("x,y,c\n1,2,cat\n\n3,4, fox\n", o, "4:3: ",
+              "label 'fox' is not one of the model's 3 classes (cat, dog, eel)");
+  o.label_col = 0;
+  ExpectError("cat,1\nCat,2\n", o, "2:1: ",
+              "label 'Cat' is not one of the model's 3 classes (cat, dog, eel)");
+  // A numeric map: matched by value.
+  const ClassMap nums = ClassMap::Build({"0", "1"});
+  LoadOptions n = Classify();
+  n.classes = &nums;
+  Dataset ds = Load("5,1.0\n6,0\n7,1e0\n", n);
+  EXPECT_EQ(ds.y, (std::vector<float>{1, 0, 1}));
+  EXPECT_TRUE(ds.classes.numeric);
+  ExpectError("5,1\n6,2\n", n, "2:2: ", "label '2' is not one of the model's 2 classes (0, 1)");
+  // More than 12 classes: the first 12 are listed.
+  std::vector<std::string> names;
+  for (int k = 0; k < 13; ++k) names.push_back("c" + std::string(k < 10 ? "0" : "") + std::to_string(k));
+  const ClassMap many = ClassMap::Build({names.begin(), names.end()});
+  LoadOptions m = Classify();
+  m.classes = &many;
+  ExpectError("1,c00\n2,c13\n", m, "2:2: ",
+              "label 'c13' is not one of the model's 13 classes (c00, c01, c02, c03, c04, c05, "
+              "c06, c07, c08, c09, c10, c11, ...)");
+}
+
+TEST_F(CsvTest, EmptyClassLabel) {
+  ExpectError("1,2,cat\n3,4, \n", Classify(), "2:3: ", "label cell is empty");
+}
+
+// ---- Label column by name ----
+
+TEST_F(CsvTest, LabelColumnByName) {
+  LoadOptions o;
+  o.label_name = "digit";
+  Dataset ds = Load("a, digit ,b\n1,7,2\n3,8,4\n", o);
+  EXPECT_EQ(ds.rows, 2);
+  EXPECT_EQ(ds.features, 2);
+  EXPECT_EQ(ds.x, (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_EQ(ds.y, (std::vector<float>{7, 8}));
+  // label_name wins over label_col.
+  o.label_col = 0;
+  ds = Load("a,digit,b\n1,7,2\n", o);
+  EXPECT_EQ(ds.x, (std::vector<float>{1, 2}));
+  EXPECT_EQ(ds.y, (std::vector<float>{7}));
+  // Classification with text labels in the named column.
+  o.task = Task::kClassification;
+  o.label_name = "kind";
+  ds = Load("a,kind,b\n1,dog,2\n3,cat,4\n", o);
+  EXPECT_EQ(ds.x, (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_EQ(ds.y, (std::vector<float>{1, 0}));
+  EXPECT_EQ(ds.classes.names, (std::vector<std::string>{"cat", "dog"}));
+}
+
+TEST_F(CsvTest, LabelNameNotInHeader) {
+  LoadOptions o;
+  o.label_name = "x";
+  ExpectError("a,digit,b\n1,2,3\n", o, "1: ", "label column 'x' is not in the header (a, digit, b)");
+  ExpectError("\n\na , digit,b\n1,2,3\n", o, "3: ",
+              "label column 'x' is not in the header (a, digit, b)");
+  ExpectError("c0,c1,c2,c3,c4,c5,c6,c7,c8,c9\n1,2,3,4,5,6,7,8,9,10\n", o, "1: ",
+              "label column 'x' is not in the header (c0, c1, c2, c3, c4, c5, c6, c7, ...)");
+}
+
+TEST_F(CsvTest, LabelNameWithoutHeader) {
+  LoadOptions o;
+  o.label_name = "digit";
+  o.header = HeaderMode::kNo;
+  ExpectError("1,2,3\n4,5,6\n", o, "",
+              "label column 'digit' is named, but the file has no header line to find it in");
+}
+
+TEST_F(CsvTest, LabelNameImpliesHeader) {
+  LoadOptions o;
+  o.label_name = "2";
+  Dataset ds = Load("1,2,3\n4,5,6\n7,8,9\n", o);
+  EXPECT_EQ(ds.rows, 2);
+  EXPECT_EQ(ds.x, (std::vector<float>{4, 6, 7, 9}));
+  EXPECT_EQ(ds.y, (std::vector<float>{5, 8}));
+  o.header = HeaderMode::kYes;
+  ds = Load("1,2,3\n4,5,6\n", o);
+  EXPECT_EQ(ds.x, (std::vector<float>{4, 6}));
+  EXPECT_EQ(ds.y, (std::vector<float>{5}));
+}
+
+// ---- Predict data (no labels) and a fixed width ----
+
+LoadOptions NoLabels(int features, Task task = Task::kRegression) {
+  LoadOptions o;
+  o.features = features;
+  o.no_labels = true;
+  o.task = task;
+  return o;
+}
+
+TEST_F(CsvTest, NoLabelsWithFeatureColumnsOnly) {
+  Dataset ds = Load("1,2\n3,4\n5,6\n", NoLabels(2));
+  EXPECT_EQ(ds.rows, 3);
+  EXPECT_EQ(ds.features, 2);
+  EXPECT_EQ(ds.x, (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  EXPECT_TRUE(ds.y.empty());
+  // The same for a classifier (no class map is built or needed).
+  ds = Load("a,b\n1,2\n3,4\n", NoLabels(2, Task::kClassification));
+  EXPECT_EQ(ds.rows, 2);
+  EXPECT_EQ(ds.x, (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_TRUE(ds.y.empty());
+  EXPECT_EQ(ds.classes.size(), 0);
+  // One feature, one column.
+  ds = Load("1\n2\n", NoLabels(1));
+  EXPECT_EQ(ds.x, (std::vector<float>{1, 2}));
+  EXPECT_TRUE(ds.y.empty());
+}
+
+TEST_F(CsvTest, NoLabelsSkipsTheLabelColumn) {
+  // The label cells are not read: text, empty or not a number.
+  Dataset ds = Load("a,b,y\n1,2,9\n3,4,cat\n5,6,\n", NoLabels(2));
+  EXPECT_EQ(ds.rows, 3);
+  EXPECT_EQ(ds.features, 2);
+  EXPECT_EQ(ds.x, (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  EXPECT_TRUE(ds.y.empty());
+  LoadOptions o = NoLabels(2, Task::kClassification);
+  o.label_col = 0;
+  ds = Load("k,a,b\nfox,1,2\ncat,3,4\n", o);
+  EXPECT_EQ(ds.x, (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_TRUE(ds.y.empty());
+  EXPECT_EQ(ds.classes.size(), 0);
+}
+
+TEST_F(CsvTest, NoLabelsTextLabelOnFirstLineIsNotAHeader) {
+  // Predicting on the headerless file a classifier was trained on: its first line is data,
+  // as when training (TextLabelOnFirstLineIsNotAHeader), so every row gets a prediction.
+  Dataset ds = Load("1,2,cat\n3,4,dog\n", NoLabels(2, Task::kClassification));
+  EXPECT_EQ(ds.rows, 2);
+  EXPECT_EQ(ds.x, (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_TRUE(ds.y.empty());
+}
+
+TEST_F(CsvTest, NoLabelsWrongWidth) {
+  ExpectError("1,2,3,4\n", NoLabels(2), "1: ",
+              "rows have 3 features besides the label, the model takes 2");
+  ExpectError("a,b,c,d,e\n1,2,3,4,5\n", NoLabels(3), "1: ",
+              "rows have 4 features besides the label, the model takes 3");
+  ExpectError("1,2\n", NoLabels(3), "1: ", "rows have 1 feature besides the label, the model takes 3");
+}
+
+TEST_F(CsvTest, FixedFeatureCount) {
+  LoadOptions o;
+  o.features = 2;
+  Dataset ds = Load("a,b,y\n1,2,3\n", o);
+  EXPECT_EQ(ds.features, 2);
+  EXPECT_EQ(ds.x, (std::vector<float>{1, 2}));
+  EXPECT_EQ(ds.y, (std::vector<float>{3}));
+  o.features = 3;
+  ExpectError("a,b,y\n1,2,3\n", o, "1: ", "rows have 2 features besides the label, the model takes 3");
+  o.features = 1;
+  ExpectError("\n1,2,3\n", o, "2: ", "rows have 2 features besides the label, the model takes 1");
+  o.features = 2;
+  ExpectError("1,2\n", o, "1: ", "rows have 1 feature besides the label, the model takes 2");
+}
+
+// ---- LIBSVM ----
+
+// Files under other names than data.csv.
+class LibsvmTest : public CsvTest {
+ protected:
+  static LoadOptions Svm(Task task = Task::kRegression) {
+    LoadOptions o;
+    o.format = DataFormat::kLibsvm;
+    o.task = task;
+    return o;
+  }
+  Dataset LoadAs(const std::string& name, const std::string& content, const LoadOptions& opts = {}) {
+    const std::string path = Write(content, name);
+    Dataset ds;
+    const Status s = LoadFile(path, opts, &ds);
+    EXPECT_TRUE(s.ok()) << s.message();
+    return ds;
+  }
+  void ExpectErrorAs(const std::string& name, const std::string& content, const LoadOptions& opts,
+                     const std::string& where, const std::string& what) {
+    const std::string path = Write(content, name);
+    Dataset ds;
+    ds.rows = 7;
+    const Status s = LoadFile(path, opts, &ds);
+    ASSERT_FALSE(s.ok()) << "loaded without error: " << content;
+    EXPECT_EQ(s.code(), Status::Code::kData);
+    EXPECT_EQ(s.message(), path + ":" + (where.empty() ? " " : where) + what);
+    EXPECT_EQ(ds.rows, 7);
+  }
+};
+
+TEST_F(LibsvmTest, DenseWithZeros) {
+  Dataset ds = Load("1 1:0.5 3:2\n-2 2:1.5\n0.25 4:-1\n7\n", Svm());
+  EXPECT_EQ(ds.rows, 4);
+  EXPECT_EQ(ds.features, 4);
+  EXPECT_EQ(ds.x, (std::vector<float>{0.5f, 0, 2, 0,  //
+                                      0, 1.5f, 0, 0,  //
+                                      0, 0, 0, -1,    //
+                                      0, 0, 0, 0}));
+  EXPECT_EQ(ds.y, (std::vector<float>{1, -2, 0.25f, 7}));
+  EXPECT_EQ(ds.classes.size(), 0);
+}
+
+TEST_F(LibsvmTest, DetectedByContent) {
+  Dataset ds = Load("1 3:0.5 7:1\n0 1:2\n");  // named data.csv
+  EXPECT_EQ(ds.rows, 2);
+  EXPECT_EQ(ds.features, 7);
+  EXPECT_EQ(ds.x, (std::vector<float>{0, 0, 0.5f, 0, 0, 0, 1,  //
+                                      2, 0, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(ds.y, (std::vector<float>{1, 0}));
+  // After comments and blank lines, with tabs, and with a qid first.
+  ds = Load("# libsvm\n\n1\t2:3\n");
+  EXPECT_EQ(ds.features, 2);
+  EXPECT_EQ(ds.x, (std::vector<float>{0, 3}));
+  ds = Load("2 qid:1 1:4\n");
+  EXPECT_EQ(ds.x, (std::vector<float>{4}));
+  EXPECT_EQ(ds.y, (std::vector<float>{2}));
+  // A comma makes it CSV.
+  ds = Load("1 ,2\n3,4\n");
+  EXPECT_EQ(ds.x, (std::vector<float>{1, 3}));
+}
+
+TEST_F(LibsvmTest, DetectedByName) {
+  // The first line has no feature, so the content alone would say CSV.
+  const std::string text = "3\n1 2:5\n";
+  for (const char* name : {"d.svm", "d.libsvm", "d.svmlight"}) {
+    Dataset ds = LoadAs(name, text);
+    EXPECT_EQ(ds.rows, 2) << name;
+    EXPECT_EQ(ds.features, 2) << name;
+    EXPECT_EQ(ds.x, (std::vector<float>{0, 0, 0, 5})) << name;
+    EXPECT_EQ(ds.y, (std::vector<float>{3, 1})) << name;
+  }
+  ExpectErrorAs("d.csv", text, {}, "",
+                "rows have 1 column; need at least one feature column besides the label");
+  // The format given wins over the name.
+  LoadOptions csv;
+  csv.format = DataFormat::kCsv;
+  Dataset ds = LoadAs("e.svm", "1,2\n3,4\n", csv);
+  EXPECT_EQ(ds.x, (std::vector<float>{1, 3}));
+}
+
+TEST_F(LibsvmTest, WidthFromOptions) {
+  LoadOptions o = Svm();
+  o.libsvm_features = 5;
+  Dataset ds = Load("1 1:1 3:3\n2 2:2\n", o);
+  EXPECT_EQ(ds.features, 5);
+  EXPECT_EQ(ds.x, (std::vector<float>{1, 0, 3, 0, 0, 0, 2, 0, 0, 0}));
+  EXPECT_EQ(ds.y, (std::vector<float>{1, 2}));
+  // features wins over libsvm_features.
+  o.features = 4;
+  ds = Load("1 1:1 3:3\n2 2:2\n", o);
+  EXPECT_EQ(ds.features, 4);
+  EXPECT_EQ(ds.x, (std::vector<float>{1, 0, 3, 0, 0, 2, 0, 0}));
+  // A width exactly the largest index.
+  o.features = 3;
+  ds = Load("1 1:1 3:3\n", o);
+  EXPECT_EQ(ds.x, (std::vector<float>{1, 0, 3}));
+}
+
+TEST_F(LibsvmTest, CommentsBlankLinesAndCrlf) {
+  Dataset ds = Load("# a header comment\n\n1 1:1 # trailing 5:5\r\n   \n# 2 2:2\n0 2:3\r\n\n", Svm());
+  EXPECT_EQ(ds.rows, 2);
+  EXPECT_EQ(ds.features, 2);
+  EXPECT_EQ(ds.x, (std::vector<float>{1, 0, 0, 3}));
+  EXPECT_EQ(ds.y, (std::vector<float>{1, 0}));
+}
+
+TEST_F(LibsvmTest, QidIgnored) {
+  Dataset ds = Load("3 qid:1 1:0.5 2:1\n1 qid:2 2:4\n", Svm());
+  EXPECT_EQ(ds.rows, 2);
+  EXPECT_EQ(ds.features, 2);
+  EXPECT_EQ(ds.x, (std::vector<float>{0.5f, 1, 0, 4}));
+  EXPECT_EQ(ds.y, (std::vector<float>{3, 1}));
+}
+
+TEST_F(LibsvmTest, RegressionLabels) {
+  Dataset ds = Load("2.5 1:1\n-1e3 1:2\n+4 1:3\n", Svm());
+  EXPECT_EQ(ds.y, (std::vector<float>{2.5f, -1000, 4}));
+  ExpectError("1 1:1\ncat 1:2\n", Svm(), "2: ", "cell 'cat' is not a number" + kNumericTargets);
+  ExpectError("inf 1:2\n", Svm(), "1: ", "value 'inf' is not finite");
+}
+
+TEST_F(LibsvmTest, ClassLabels) {
+  Dataset ds = Load("dog 1:1\ncat 2:1\ndog 1:2\n", Svm(Task::kClassification));
+  EXPECT_EQ(ds.y, (std::vector<float>{1, 0, 1}));
+  EXPECT_FALSE(ds.classes.numeric);
+  EXPECT_EQ(ds.classes.names, (std::vector<std::string>{"cat", "dog"}));
+  // The usual +1/-1.
+  ds = Load("+1 1:1\n-1 2:1\n1.0 1:2\n", Svm(Task::kClassification));
+  EXPECT_EQ(ds.y, (std::vector<float>{1, 0, 1}));
+  EXPECT_TRUE(ds.classes.numeric);
+  EXPECT_EQ(ds.classes.names, (std::vector<std::string>{"-1", "1"}));
+  // Through a given map.
+  const ClassMap map = ClassMap::Build({"cat", "dog", "eel"});
+  LoadOptions o = Svm(Task::kClassification);
+  o.classes = &map;
+  ds = Load("eel 1:1\ncat 1:2\n", o);
+  EXPECT_EQ(ds.y, (std::vector<float>{2, 0}));
+  EXPECT_EQ(ds.classes.names, map.names);
+  ExpectError("cat 1:1\n# c\nfox 1:2\n", o, "3: ",
+              "label 'fox' is not one of the model's 3 classes (cat, dog, eel)");
+  ExpectError("1 1:1\n1 2:1\n", Svm(Task::kClassification), "",
+              "classification needs at least 2 classes, the labels have 1 ('1')");
+}
+
+TEST_F(LibsvmTest, NoLabels) {
+  LoadOptions o = NoLabels(3, Task::kClassification);
+  o.format = DataFormat::kLibsvm;
+  Dataset ds = Load("fox 1:1\n? 3:2\n", o);
+  EXPECT_EQ(ds.rows, 2);
+  EXPECT_EQ(ds.x, (std::vector<float>{1, 0, 0, 0, 0, 2}));
+  EXPECT_TRUE(ds.y.empty());
+}
+
+TEST_F(LibsvmTest, IndexErrors) {
+  ExpectError("1 1:1\n1 0:1\n", Svm(), "2: ",
+              "feature index '0' is not an integer >= 1 (LIBSVM indices start at 1)");
+  ExpectError("1 -1:1\n", Svm(), "1: ",
+              "feature index '-1' is not an integer >= 1 (LIBSVM indices start at 1)");
+  ExpectError("1 a:1\n", Svm(), "1: ",
+              "feature index 'a' is not an integer >= 1 (LIBSVM indices start at 1)");
+  ExpectError("1 :1\n", Svm(), "1: ",
+              "feature index '' is not an integer >= 1 (LIBSVM indices start at 1)");
+  ExpectError("1 2.0:1\n", Svm(), "1: ",
+              "feature index '2.0' is not an integer >= 1 (LIBSVM indices start at 1)");
+  ExpectError("1 3:1 2:1\n", Svm(), "1: ",
+              "feature index 2 follows 3 (indices must be ascending, each at most once)");
+  ExpectError("1 1:1\n\n1 3:1 3:2\n", Svm(), "3: ",
+              "feature index 3 follows 3 (indices must be ascending, each at most once)");
+}
+
+TEST_F(LibsvmTest, IndexBeyondWidth) {
+  LoadOptions o = Svm();
+  o.libsvm_features = 4;
+  ExpectError("1 1:1 4:1\n1 5:1\n", o, "2: ", "feature index 5 is beyond the model's 4 inputs");
+  o.features = 2;
+  ExpectError("1 1:1 3:1\n", o, "1: ", "feature index 3 is beyond the model's 2 inputs");
+}
+
+TEST_F(LibsvmTest, TokenErrors) {
+  ExpectError("1 1:2 5\n", Svm(), "1: ", "token '5' is not '<index>:<value>'");
+  ExpectError("1 1:2\n2 2:abc\n", Svm(), "2: ", "feature 2: cell 'abc' is not a number");
+  ExpectError("1 2:\n", Svm(), "1: ", "feature 2: cell is empty");
+  ExpectError("1 2:nan\n", Svm(), "1: ", "feature 2: value 'nan' is not finite");
+  ExpectError("1 2:1e39\n", Svm(), "1: ", "feature 2: value '1e39' is too large for a 32-bit float");
+  ExpectError("1:2 3:4\n", Svm(), "1: ",
+              "line starts with '1:2', not a label (LIBSVM lines are '<label> <index>:<value> ...')");
+  // Also when the format is detected.
+  ExpectError("1:2 3:4\n", {}, "1: ",
+              "line starts with '1:2', not a label (LIBSVM lines are '<label> <index>:<value> ...')");
+}
+
+TEST_F(LibsvmTest, EmptyFiles) {
+  ExpectError("# only\n\n  # comments\n", Svm(), "",
+              "file is empty (it has only blank or comment lines)");
+  ExpectErrorAs("c.svm", "# only\n", {}, "", "file is empty (it has only blank or comment lines)");
+  ExpectErrorAs("e.svm", "", {}, "", "file is empty");
+  ExpectError("", Svm(), "", "file is empty");
+  ExpectError("1\n2\n", Svm(), "", "no row has a feature");
+}
+
+// ---- The same data as CSV and as LIBSVM ----
+
+TEST_F(LibsvmTest, SameAsCsv) {
+  const std::string csv =
+      "f1,f2,f3,label\n"
+      "0,1.5,0,dog\n"
+      "2,0,0,cat\n"
+      "0,0,-3,eel\n"
+      "0,0,0,cat\n"
+      "0.25,4,1e-2,dog\n";
+  const std::string svm =
+      "dog 2:1.5\n"
+      "cat 1:2\n"
+      "eel 3:-3\n"
+      "cat\n"
+      "dog 1:0.25 2:4 3:1e-2\n";
+  const LoadOptions o = Classify();
+  Dataset a = LoadAs("same.csv", csv, o);
+  Dataset b = LoadAs("same.svm", svm, o);
+  EXPECT_EQ(a.rows, 5);
+  EXPECT_EQ(b.rows, a.rows);
+  EXPECT_EQ(b.features, a.features);
+  EXPECT_EQ(b.x, a.x);
+  EXPECT_EQ(b.y, a.y);
+  EXPECT_EQ(b.classes.numeric, a.classes.numeric);
+  EXPECT_EQ(b.classes.names, a.classes.names);
+  EXPECT_EQ(b.classes.values, a.classes.values);
+  EXPECT_EQ(a.y, (std::vector<float>{1, 0, 2, 0, 1}));
+  // Numeric classes and regression targets too.
+  a = LoadAs("n.csv", "1,0,5\n0,2,3\n0,0,5.0\n", o);
+  b = LoadAs("n.svm", "5 1:1\n3 2:2\n5.0\n", o);
+  EXPECT_EQ(b.x, a.x);
+  EXPECT_EQ(b.y, a.y);
+  EXPECT_EQ(b.classes.names, a.classes.names);
+  EXPECT_EQ(b.classes.values, a.classes.values);
+  EXPECT_TRUE(a.classes.numeric);
+  EXPECT_TRUE(b.classes.numeric);
+  a = LoadAs("r.csv", "1,0,0.5\n0,2,-3\n");
+  b = LoadAs("r.svm", "0.5 1:1\n-3 2:2\n");
+  EXPECT_EQ(b.features, a.features);
+  EXPECT_EQ(b.x, a.x);
+  EXPECT_EQ(b.y, a.y);
+}
+
+// ---- check_size ----
+
+TEST_F(LibsvmTest, CheckSizeSeesTheShape) {
+  std::vector<std::pair<int64_t, int>> calls;
+  LoadOptions o;
+  o.check_size = [&](int64_t rows, int features) {
+    calls.emplace_back(rows, features);
+    return Status::Ok();
+  };
+  Dataset ds = LoadAs("s.csv", "a,b,y\n1,2,3\n\n4,5,6\n7,8,9\n", o);
+  EXPECT_EQ(ds.rows, 3);
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_GE(calls[0].first, 3);
+  EXPECT_LE(calls[0].first, 6);  // no more than the lines
+  EXPECT_EQ(calls[0].second, 2);
+  calls.clear();
+  ds = LoadAs("s.svm", "1 2:1\n# c\n2 5:1\n3 1:1\n", o);
+  EXPECT_EQ(ds.rows, 3);
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_GE(calls[0].first, 3);
+  EXPECT_EQ(calls[0].second, 5);
+  calls.clear();
+  o.features = 4;
+  ds = LoadAs("t.svm", "1 2:1\n", o);
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_GE(calls[0].first, 1);
+  EXPECT_EQ(calls[0].second, 4);
+}
+
+TEST_F(LibsvmTest, CheckSizeRefusalIsReturned) {
+  int calls = 0;
+  LoadOptions o;
+  o.check_size = [&](int64_t, int) {
+    ++calls;
+    return Status::Resource("too big");
+  };
+  for (const char* name : {"big.csv", "big.svm"}) {
+    const std::string path =
+        Write(std::string(name) == "big.csv" ? "a,y\n1,2\n3,4\n" : "1 1:2\n3 2:4\n", name);
+    Dataset ds;
+    ds.rows = 7;
+    const Status s = LoadFile(path, o, &ds);
+    EXPECT_EQ(s.code(), Status::Code::kResource) << name;
+    EXPECT_EQ(s.message(), "too big") << name;
+    EXPECT_EQ(ds.rows, 7) << name;
+  }
+  EXPECT_EQ(calls, 2);
+  // CSV: refused before the rows are read, so a bad row further on is not reached.
+  const std::string path = Write("a,y\n1,2\nx,4\n", "bad.csv");
+  Dataset ds;
+  const Status s = LoadFile(path, o, &ds);
+  EXPECT_EQ(s.code(), Status::Code::kResource);
+  EXPECT_EQ(s.message(), "too big");
+}
+
+// ---- SplitValidation ----
+
+TEST(SplitValidationTest, WithoutLabels) {
+  Dataset all;
+  all.rows = 10;
+  all.features = 2;
+  for (int i = 0; i < 10; ++i) {
+    all.x.push_back(static_cast<float>(i));
+    all.x.push_back(static_cast<float>(100 + i));
+  }
+  all.classes = ClassMap::Build({"cat", "dog"});
+  Dataset train, val;
+  ASSERT_TRUE(SplitValidation(all, 0.3, 5, &train, &val).ok());
+  EXPECT_EQ(train.rows, 7);
+  EXPECT_EQ(val.rows, 3);
+  EXPECT_EQ(train.features, 2);
+  EXPECT_EQ(val.features, 2);
+  EXPECT_TRUE(train.y.empty());
+  EXPECT_TRUE(val.y.empty());
+  ASSERT_EQ(train.x.size(), 14u);
+  ASSERT_EQ(val.x.size(), 6u);
+  // Every row once, whole, each side in the original order.
+  std::vector<int> seen;
+  for (const Dataset* d : {&train, &val}) {
+    int prev = -1;
+    for (int64_t i = 0; i < d->rows; ++i) {
+      const int r = static_cast<int>(d->x[2 * i]);
+      EXPECT_EQ(d->x[2 * i + 1], static_cast<float>(100 + r));
+      EXPECT_GT(r, prev);
+      prev = r;
+      seen.push_back(r);
+    }
+  }
+  std::sort(seen.begin(), seen.end());
+  std::vector<int> want(10);
+  std::iota(want.begin(), want.end(), 0);
+  EXPECT_EQ(seen, want);
+  for (const Dataset* d : {&train, &val}) {
+    EXPECT_FALSE(d->classes.numeric);
+    EXPECT_EQ(d->classes.names, all.classes.names);
+  }
+  // With labels: the same rows, each with its label.
+  all.y.resize(10);
+  for (int i = 0; i < 10; ++i) all.y[i] = static_cast<float>(i % 2);
+  Dataset train2, val2;
+  ASSERT_TRUE(SplitValidation(all, 0.3, 5, &train2, &val2).ok());
+  EXPECT_EQ(train2.x, train.x);
+  EXPECT_EQ(val2.x, val.x);
+  ASSERT_EQ(val2.y.size(), 3u);
+  for (int64_t i = 0; i < val2.rows; ++i) {
+    EXPECT_EQ(val2.y[i], static_cast<float>(static_cast<int>(val2.x[2 * i]) % 2));
+  }
 }
 
 // ---- MakeParabola ----

@@ -1,0 +1,411 @@
+// Tests of saved model files (master/model_file.h): round trip, and every kind of damage.
+#include "gtest/gtest.h"
+#include "master/model_file.h"
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace shmtrain {
+namespace {
+
+const std::string kBad = "m.bin: not a usable model file: ";
+const std::string kCut = "cut short (truncated) in the ";
+
+std::vector<float> DistinctParams(const ModelSpec& spec) {
+  std::vector<float> p(spec.ParamCount());
+  for (size_t i = 0; i < p.size(); ++i) {
+    p[i] = (static_cast<float>(i) - 10.0f) * 0.37f + (i % 2 ? 1e-3f : -1e-5f);
+  }
+  return p;
+}
+
+// The 3-4-2 tanh classifier of cat and dog with min-max scaling.
+Model Classifier() {
+  Model m;
+  m.spec.layers = {3, 4, 2};
+  m.spec.activation = Activation::kTanh;
+  m.spec.loss = Loss::kXent;
+  m.norm.kind = Normalize::kMinMax;
+  m.norm.offset = {0.5f, -1.25f, 2e-7f};
+  m.norm.scale = {0.25f, 3.0f, 1e6f};
+  m.classes = data::ClassMap::Build({"dog", "cat", "dog"});
+  m.params = DistinctParams(m.spec);
+  return m;
+}
+
+// A 2-5-1 relu regressor without scaling (offsets 0 and scales 1, as Normalizer::Fit gives).
+Model Regressor() {
+  Model m;
+  m.spec.layers = {2, 5, 1};
+  m.spec.activation = Activation::kRelu;
+  m.spec.loss = Loss::kMse;
+  m.norm.kind = Normalize::kNone;
+  m.norm.offset = {0.0f, 0.0f};
+  m.norm.scale = {1.0f, 1.0f};
+  m.params = DistinctParams(m.spec);
+  return m;
+}
+
+void ExpectSameModel(const Model& a, const Model& b) {
+  EXPECT_EQ(a.spec.layers, b.spec.layers);
+  EXPECT_EQ(a.spec.activation, b.spec.activation);
+  EXPECT_EQ(a.spec.loss, b.spec.loss);
+  EXPECT_EQ(a.norm.kind, b.norm.kind);
+  EXPECT_EQ(a.norm.offset, b.norm.offset);
+  EXPECT_EQ(a.norm.scale, b.norm.scale);
+  EXPECT_EQ(a.classes.numeric, b.classes.numeric);
+  EXPECT_EQ(a.classes.names, b.classes.names);
+  EXPECT_EQ(a.classes.values, b.classes.values);
+  ASSERT_EQ(a.params.size(), b.params.size());
+  EXPECT_EQ(std::memcmp(a.params.data(), b.params.data(), a.params.size() * sizeof(float)), 0)
+      << "parameters differ in their bits";
+}
+
+// Decodes `bytes`; it must fail with kData and exactly this message after kBad, and leave
+// *out alone.
+void ExpectRefused(const std::string& bytes, const std::string& what) {
+  Model out;
+  out.params = {42.0f};
+  const Status s = DecodeModel(bytes, "m.bin", &out);
+  ASSERT_FALSE(s.ok()) << "decoded without error: " << what;
+  EXPECT_EQ(s.code(), Status::Code::kData);
+  EXPECT_EQ(s.message(), kBad + what);
+  EXPECT_EQ(out.params, std::vector<float>{42.0f});
+}
+
+void PutU32(std::string* bytes, size_t at, uint32_t v) {
+  ASSERT_LE(at + 4, bytes->size());
+  std::memcpy(bytes->data() + at, &v, 4);
+}
+
+TEST(ModelFileTest, ClassifierRoundTrip) {
+  const Model m = Classifier();
+  ASSERT_EQ(m.params.size(), 26u);
+  ASSERT_EQ(m.classes.names, (std::vector<std::string>{"cat", "dog"}));
+  const std::string bytes = EncodeModel(m);
+  Model back;
+  const Status s = DecodeModel(bytes, "m.bin", &back);
+  ASSERT_TRUE(s.ok()) << s.message();
+  ExpectSameModel(back, m);
+  EXPECT_FALSE(back.classes.numeric);
+  EXPECT_TRUE(back.classes.values.empty());
+  // Encoding is deterministic and the decoded model encodes to the same bytes.
+  EXPECT_EQ(EncodeModel(back), bytes);
+}
+
+TEST(ModelFileTest, ClassifierLayout) {
+  // The layout of README.md's "Model files", field by field.
+  const Model m = Classifier();
+  const std::string b = EncodeModel(m);
+  ASSERT_EQ(b.size(), 210u);
+  auto u32 = [&](size_t at) {
+    uint32_t v;
+    std::memcpy(&v, b.data() + at, 4);
+    return v;
+  };
+  EXPECT_EQ(b.substr(0, 8), "SHMTMODL");
+  EXPECT_EQ(u32(8), 2u);    // version
+  EXPECT_EQ(u32(12), 1u);   // task: classification
+  EXPECT_EQ(u32(16), 3u);   // L
+  EXPECT_EQ(u32(20), 3u);
+  EXPECT_EQ(u32(24), 4u);
+  EXPECT_EQ(u32(28), 2u);
+  EXPECT_EQ(u32(32), 0u);   // tanh
+  EXPECT_EQ(u32(36), 1u);   // xent
+  EXPECT_EQ(u32(40), 1u);   // minmax
+  EXPECT_EQ(u32(44), 3u);   // F
+  float f;
+  std::memcpy(&f, b.data() + 48, 4);
+  EXPECT_EQ(f, 0.5f);
+  std::memcpy(&f, b.data() + 60, 4);
+  EXPECT_EQ(f, 0.25f);
+  EXPECT_EQ(u32(72), 2u);   // K
+  EXPECT_EQ(u32(76), 0u);   // text labels
+  EXPECT_EQ(u32(80), 3u);
+  EXPECT_EQ(b.substr(84, 3), "cat");
+  EXPECT_EQ(u32(87), 3u);
+  EXPECT_EQ(b.substr(91, 3), "dog");
+  uint64_t n;
+  std::memcpy(&n, b.data() + 94, 8);
+  EXPECT_EQ(n, 26u);
+  EXPECT_EQ(std::memcmp(b.data() + 102, m.params.data(), 104), 0);
+}
+
+TEST(ModelFileTest, RegressionRoundTrip) {
+  const Model m = Regressor();
+  const std::string bytes = EncodeModel(m);
+  // No scaling and no classes: magic, version/task/L, 3 layer sizes, activation/loss,
+  // normalisation/F (no offsets or scales), K/numeric (no names), n, 21 parameters, CRC.
+  EXPECT_EQ(bytes.size(), 8u + 12 + 12 + 8 + 8 + 8 + 8 + 4 * 21 + 4);
+  Model back;
+  const Status s = DecodeModel(bytes, "m.bin", &back);
+  ASSERT_TRUE(s.ok()) << s.message();
+  ExpectSameModel(back, m);
+  EXPECT_EQ(back.classes.size(), 0);
+  // A default-constructed Normalizer (no vectors) decodes to offsets 0 and scales 1.
+  Model bare = m;
+  bare.norm = data::Normalizer{};
+  ASSERT_TRUE(DecodeModel(EncodeModel(bare), "m.bin", &back).ok());
+  EXPECT_EQ(back.norm.kind, Normalize::kNone);
+  EXPECT_EQ(back.norm.offset, (std::vector<float>{0, 0}));
+  EXPECT_EQ(back.norm.scale, (std::vector<float>{1, 1}));
+}
+
+TEST(ModelFileTest, StandardScalingRoundTrip) {
+  Model m = Regressor();
+  m.spec.activation = Activation::kSigmoid;
+  m.norm.kind = Normalize::kStandard;
+  m.norm.offset = {-3.5f, 1e-30f};
+  m.norm.scale = {0.125f, 7.0f};
+  Model back;
+  ASSERT_TRUE(DecodeModel(EncodeModel(m), "m.bin", &back).ok());
+  ExpectSameModel(back, m);
+}
+
+TEST(ModelFileTest, NumericClassesRoundTrip) {
+  Model m;
+  m.spec.layers = {2, 3};
+  m.spec.activation = Activation::kIdentity;
+  m.spec.loss = Loss::kXent;
+  m.norm.kind = Normalize::kNone;
+  m.norm.offset = {0, 0};
+  m.norm.scale = {1, 1};
+  m.classes = data::ClassMap::Build({"2.5", "1", "0", "1.0"});
+  ASSERT_EQ(m.classes.names, (std::vector<std::string>{"0", "1", "2.5"}));
+  m.params = DistinctParams(m.spec);
+  Model back;
+  const Status s = DecodeModel(EncodeModel(m), "m.bin", &back);
+  ASSERT_TRUE(s.ok()) << s.message();
+  ExpectSameModel(back, m);
+  EXPECT_TRUE(back.classes.numeric);
+  EXPECT_EQ(back.classes.values, (std::vector<double>{0, 1, 2.5}));
+  EXPECT_EQ(back.classes.Find("2.50"), 2);
+  // Values that need an exponent or many digits.
+  m.classes = data::ClassMap::Build({"-1e20", "0.1", "3"});
+  ASSERT_TRUE(DecodeModel(EncodeModel(m), "m.bin", &back).ok());
+  EXPECT_EQ(back.classes.names, (std::vector<std::string>{"-1e+20", "0.1", "3"}));
+  EXPECT_EQ(back.classes.values, (std::vector<double>{-1e20, 0.1, 3}));
+}
+
+TEST(ModelFileTest, EveryTruncationRefused) {
+  const std::string bytes = EncodeModel(Classifier());
+  ASSERT_EQ(bytes.size(), 210u);
+  // The section each cut falls in (see ClassifierLayout).
+  auto expected = [](size_t len) -> std::string {
+    if (len < 8) return "too short to hold a header (" + std::to_string(len) + " bytes)";
+    if (len < 20) return kCut + "header";          // version, task, L
+    if (len < 32) return kCut + "layer sizes";
+    if (len < 40) return kCut + "header";          // activation, loss
+    if (len < 72) return kCut + "normalisation";   // kind, F, offsets, scales
+    if (len < 94) return kCut + "class list";      // K, numeric, names
+    return kCut + "parameters";                    // n, parameters, checksum
+  };
+  for (size_t len = 0; len < bytes.size(); ++len) {
+    SCOPED_TRACE("cut at " + std::to_string(len));
+    Model out;
+    const Status s = DecodeModel(bytes.substr(0, len), "m.bin", &out);
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.code(), Status::Code::kData);
+    EXPECT_NE(s.message().find("not a usable model file"), std::string::npos) << s.message();
+    EXPECT_EQ(s.message(), kBad + expected(len));
+  }
+  ExpectRefused("", "too short to hold a header (0 bytes)");
+}
+
+TEST(ModelFileTest, FlippedBitIsChecksumMismatch) {
+  const std::string bytes = EncodeModel(Classifier());
+  for (size_t at : {size_t{102}, size_t{150}, size_t{205}}) {
+    for (int bit : {0, 7}) {
+      std::string b = bytes;
+      b[at] = static_cast<char>(b[at] ^ (1 << bit));
+      SCOPED_TRACE("byte " + std::to_string(at) + " bit " + std::to_string(bit));
+      ExpectRefused(b, "checksum mismatch (the file is damaged)");
+    }
+  }
+  // In the scaling, in a class name (still in order), and in the checksum itself.
+  for (size_t at : {size_t{50}, size_t{62}, size_t{93}, size_t{206}, size_t{209}}) {
+    std::string b = bytes;
+    b[at] = static_cast<char>(b[at] ^ 1);
+    SCOPED_TRACE("byte " + std::to_string(at));
+    ExpectRefused(b, "checksum mismatch (the file is damaged)");
+  }
+}
+
+TEST(ModelFileTest, OtherVersionRefused) {
+  std::string b = EncodeModel(Classifier());
+  PutU32(&b, 8, 1);
+  ExpectRefused(b, "format version 1, this build reads version 2 only (retrain, or use the build "
+                   "that wrote it)");
+  PutU32(&b, 8, 3);
+  ExpectRefused(b, "format version 3, this build reads version 2 only (retrain, or use the build "
+                   "that wrote it)");
+}
+
+TEST(ModelFileTest, WrongMagicRefused) {
+  std::string b = EncodeModel(Classifier());
+  b[0] = 's';
+  ExpectRefused(b, "wrong magic number (not written by shmtrain --save)");
+  b = EncodeModel(Classifier());
+  b[7] = 'X';
+  ExpectRefused(b, "wrong magic number (not written by shmtrain --save)");
+  ExpectRefused("SHMTMOD", "too short to hold a header (7 bytes)");
+  ExpectRefused("a,b,y\n1,2,3\n", "wrong magic number (not written by shmtrain --save)");
+}
+
+TEST(ModelFileTest, TrailingBytesRefused) {
+  const std::string bytes = EncodeModel(Classifier());
+  ExpectRefused(bytes + std::string(1, '\0'), "trailing bytes");
+  ExpectRefused(bytes + bytes, "trailing bytes");
+}
+
+TEST(ModelFileTest, InconsistentFieldsRefused) {
+  const std::string bytes = EncodeModel(Classifier());
+  std::string b = bytes;
+  PutU32(&b, 12, 0);  // task regression with loss xent
+  ExpectRefused(b, "task and loss disagree");
+  b = bytes;
+  PutU32(&b, 12, 2);
+  ExpectRefused(b, "unknown task 2");
+  b = bytes;
+  PutU32(&b, 16, 1);
+  ExpectRefused(b, "layer count 1");
+  b = bytes;
+  PutU32(&b, 24, 0);
+  ExpectRefused(b, "layer size 0");
+  b = bytes;
+  PutU32(&b, 32, 4);
+  ExpectRefused(b, "unknown activation");
+  b = bytes;
+  PutU32(&b, 36, 2);
+  ExpectRefused(b, "unknown loss");
+  b = bytes;
+  PutU32(&b, 40, 3);
+  ExpectRefused(b, "unknown normalisation");
+  b = bytes;
+  PutU32(&b, 44, 2);
+  ExpectRefused(b, "normalisation has 2 features, expected 3");
+  b = bytes;
+  PutU32(&b, 72, 3);
+  ExpectRefused(b, "class list of 3 classes, expected 2");
+  b = bytes;
+  PutU32(&b, 76, 2);  // the numeric flag is 0 or 1
+  {
+    Model out;
+    const Status s = DecodeModel(b, "m.bin", &out);
+    EXPECT_EQ(s.code(), Status::Code::kData);
+    EXPECT_EQ(s.message().rfind(kBad, 0), 0u) << s.message();
+  }
+  b = bytes;
+  std::memcpy(b.data() + 84, "dog", 3);  // dog, dog
+  ExpectRefused(b, "class names out of order");
+  b = bytes;
+  PutU32(&b, 76, 1);  // numeric, but "cat" is not a number
+  ExpectRefused(b, "class 0 is not a number");
+  b = bytes;
+  PutU32(&b, 94, 25);
+  ExpectRefused(b, "parameter count 25 does not fit the layers");
+}
+
+TEST(ModelFileTest, NumericClassesOutOfOrderRefused) {
+  Model m;
+  m.spec.layers = {1, 2};
+  m.spec.loss = Loss::kXent;
+  m.classes = data::ClassMap::Build({"1", "2"});
+  m.params = DistinctParams(m.spec);
+  m.classes.names = {"2", "1.0"};  // written as given
+  ExpectRefused(EncodeModel(m), "class values out of order");
+  m.classes.names = {"1", "1.0"};
+  ExpectRefused(EncodeModel(m), "class values out of order");
+}
+
+// A fresh directory under $TMPDIR (or /tmp), removed afterwards.
+class ModelFileDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/model_file_test.XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    for (const std::string& name : Entries()) unlink((dir_ + "/" + name).c_str());
+    rmdir(dir_.c_str());
+  }
+  std::vector<std::string> Entries() const {
+    std::vector<std::string> names;
+    if (DIR* d = opendir(dir_.c_str())) {
+      while (dirent* e = readdir(d)) {
+        const std::string name = e->d_name;
+        if (name != "." && name != "..") names.push_back(name);
+      }
+      closedir(d);
+    }
+    return names;
+  }
+  std::string ReadAll(const std::string& path) const {
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+  std::string dir_;
+};
+
+TEST_F(ModelFileDirTest, SaveAndLoad) {
+  const std::string path = dir_ + "/model.bin";
+  const Model m = Classifier();
+  const Status s = SaveModel(path, m);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(Entries(), std::vector<std::string>{"model.bin"});  // no ".tmp." file left
+  EXPECT_EQ(ReadAll(path), EncodeModel(m));
+  Model back;
+  const Status l = LoadModel(path, &back);
+  ASSERT_TRUE(l.ok()) << l.message();
+  ExpectSameModel(back, m);
+  // Saving over it replaces it whole.
+  const Model r = Regressor();
+  ASSERT_TRUE(SaveModel(path, r).ok());
+  EXPECT_EQ(Entries(), std::vector<std::string>{"model.bin"});
+  ASSERT_TRUE(LoadModel(path, &back).ok());
+  ExpectSameModel(back, r);
+}
+
+TEST_F(ModelFileDirTest, LoadErrorsNameThePath) {
+  const std::string missing = dir_ + "/nope.bin";
+  Model out;
+  Status s = LoadModel(missing, &out);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), Status::Code::kData);
+  EXPECT_EQ(s.message(), missing + ": cannot open model file: No such file or directory");
+  // A damaged file on disk: the message names it.
+  const std::string path = dir_ + "/cut.bin";
+  {
+    std::ofstream f(path, std::ios::binary);
+    const std::string b = EncodeModel(Classifier());
+    f << b.substr(0, 100);
+  }
+  s = LoadModel(path, &out);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), Status::Code::kData);
+  EXPECT_EQ(s.message(), path + ": not a usable model file: " + kCut + "parameters");
+}
+
+TEST_F(ModelFileDirTest, SaveIntoMissingDirectory) {
+  const std::string path = dir_ + "/no/such/dir/model.bin";
+  const Status s = SaveModel(path, Classifier());
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), Status::Code::kResource);
+  EXPECT_EQ(s.message(), "cannot write " + path + ": No such file or directory");
+  EXPECT_TRUE(Entries().empty());
+}
+
+}  // namespace
+}  // namespace shmtrain
