@@ -421,6 +421,8 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
     const double epoch = static_cast<double>(step) / per_epoch;
     const std::string epoch_text =
         step % per_epoch == 0 ? std::to_string(step / per_epoch) : Fmt("%.2f", epoch);
+    // The gauges first: a reader of the log line finds them already set.
+    stats.SetValidation(m.loss, xent ? m.accuracy : m.rmse);
     JsonLine j("validation");
     j.Int("step", step).Num("epoch", epoch).Num("val_loss", m.loss);
     xent ? j.Num("val_accuracy", m.accuracy) : j.Num("val_rmse", m.rmse);
@@ -429,7 +431,6 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
                  (xent ? ", val accuracy " + Fmt("%.4f", m.accuracy)
                        : ", val rmse " + Fmt("%.6g", m.rmse)),
              j);
-    stats.SetValidation(m.loss, xent ? m.accuracy : m.rmse);
   };
   // Sync with --early-stop: snapshot k is acked only once it is evaluated, so no rank passes
   // the stop check of eval k + 2 before the master has decided on eval k, and an early stop
