@@ -82,6 +82,14 @@ shm::Header MakeHeader(const TrainOptions& o, int64_t rows, int features, int64_
   c.epsilon = o.epsilon;
   c.max_staleness = o.max_staleness;
   c.eval_every = o.mode == Mode::kSync ? eval_every : 0;
+  // The snapshot ring: ranks run up to its length in evaluations ahead of the master's copy
+  // (its 1 ms look), so a longer ring keeps fast epochs from waiting. Up to 16 snapshots
+  // within 32 MiB, never fewer than 2. Early stopping needs exactly 2 (see run loop).
+  const uint64_t vec_bytes = (c.param_count * sizeof(float) + shm::kCacheLine - 1) /
+                             shm::kCacheLine * shm::kCacheLine;
+  c.snapshots = o.early_stop > 0
+                    ? 2
+                    : std::clamp<int64_t>(static_cast<int64_t>((32u << 20) / vec_bytes), 2, 16);
   proto.stop_eval = shm::kNoStop;
   proto.creator_pid = getpid();
   proto.creator_start_time = shm::ProcessStartTime(getpid());
@@ -432,8 +440,8 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
                        : ", val rmse " + Fmt("%.6g", m.rmse)),
              j);
   };
-  // Sync with --early-stop: snapshot k is acked only once it is evaluated, so no rank passes
-  // the stop check of eval k + 2 before the master has decided on eval k, and an early stop
+  // Sync with --early-stop (a ring of 2): snapshot k is acked only once it is evaluated, so no
+  // rank passes the stop check of eval k + 2 before the master has decided on eval k, and an early stop
   // named there (k + 2) lands at the same step in every run. Without early stopping it is
   // acked as soon as it is copied.
   const bool ack_after_eval = sync && o.early_stop > 0;
@@ -498,8 +506,10 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
                                     std::to_string(total_steps));
       break;
     }
-    // Ranks may be waiting for an evaluation's ack: look again soon while one is out.
-    failure = sup.Tick(ack_after_eval && acked < next_eval - 1 ? 1 : kPollMs);
+    // Sync ranks may be waiting for a snapshot's ack: look every millisecond while they
+    // validate (with early stopping: while an evaluation is out).
+    const bool soon = eval_every > 0 && sync && (!ack_after_eval || acked < next_eval - 1);
+    failure = sup.Tick(soon ? 1 : kPollMs);
     losses.Drain();
     poll_evals();
     if (!failure.ok()) break;

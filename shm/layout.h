@@ -9,7 +9,7 @@
 //   W0, W1  float[n]         parameters, double-buffered     (step t reads W[t%2], writes W[(t+1)%2])
 //   V0, V1  float[n]         momentum, double-buffered       (only when momentum > 0)
 //   Slot[P]                  SlotHeader + float[n] gradient  (rank r writes slot r)
-//   E0, E1  float[n]         sync validation snapshots       (only when eval_every > 0)
+//   E[R]    float[n]         sync validation snapshots, a ring (only when eval_every > 0)
 //
 // Why offsets and not pointers: each process maps the segment at its own address, so a
 // pointer stored by one process means nothing in another. Every reference inside the
@@ -30,7 +30,7 @@
 //   WorkerBlock[r]                  rank r (its current incarnation) writes; master and peers
 //                                   read. The master writes pid/incarnation before a spawn.
 //   Slot[r]                         rank r writes in phase 1; every rank reads in phase 2.
-//   E[k%2]                          sync: each rank copies its slice of W[t%2] at eval step t
+//   E[k%R]                          sync: each rank copies its slice of W[t%2] at eval step t
 //                                   = k * eval_every; the master copies it out, then acks k.
 //   Header.eval_ack, stop_eval      master only; workers read.
 //
@@ -123,9 +123,11 @@ struct RunConfig {
   int64_t checkpoint_every;
   int64_t first_step;  // where the run starts: 0, or the step of the checkpoint it resumed
   // Validation (sync): before step t = k * eval_every (first < t < total_steps), every rank
-  // copies its slice of W[t%2] into E[k%2] once eval_ack >= k - 2, then publishes
-  // snap_eval = k. 0 = no validation snapshots (async: the master reads W itself).
+  // copies its slice of W[t%2] into E[k % snapshots] once eval_ack >= k - snapshots, then
+  // publishes snap_eval = k. eval_every 0 = no validation snapshots (async: the master reads
+  // W itself). snapshots: the ring's length, >= 2 (exactly 2 with early stopping).
   int64_t eval_every;
+  int64_t snapshots;
 };
 
 // stop_eval when no stop is asked for.
@@ -158,7 +160,8 @@ struct alignas(kCacheLine) Header {
   uint64_t momentum_offset[2];  // 0 when momentum is off
   uint64_t slots_offset;
   uint64_t slot_stride;  // bytes from one slot to the next
-  uint64_t snapshot_offset[2];  // 0 when eval_every == 0
+  uint64_t snapshot_offset;  // 0 when eval_every == 0
+  uint64_t snapshot_stride;  // bytes from one snapshot to the next
 
   RunConfig config;
 
@@ -176,7 +179,7 @@ struct alignas(kCacheLine) Header {
   // Validation and early stopping, written by the master only (release; workers acquire).
   // eval_ack: the last eval index whose snapshot the master has copied out (with early
   // stopping: copied and evaluated). stop_eval: sync, every rank stops before the eval step of
-  // index >= stop_eval (all ranks read it after waiting for eval_ack >= k - 2, and the master
+  // index >= stop_eval (all ranks read it after waiting for eval_ack >= k - R, and the master
   // writes it before acking beyond that, so all agree on the step); async, any value but
   // kNoStop ends the run at the next ticket.
   alignas(kCacheLine) int64_t eval_ack;
@@ -201,7 +204,7 @@ struct alignas(kCacheLine) WorkerBlock {
   int64_t pid;
   uint32_t incarnation;
   uint32_t attached;  // 1 once this incarnation validated the segment
-  // Sync: the last eval index whose slice this rank copied into E[k%2] (release).
+  // Sync: the last eval index whose slice this rank copied into E[k%R] (release).
   int64_t snap_eval;
   // Counters for metrics (relaxed; monotonic across incarnations).
   alignas(kCacheLine) uint64_t steps_total;

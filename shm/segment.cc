@@ -64,10 +64,9 @@ void ComputeLayout(Header* h) {
   h->slots_offset = off;
   h->slot_stride = sizeof(SlotHeader) + vec;
   off += h->slot_stride * c.workers;
-  for (int k = 0; k < 2; ++k) {
-    h->snapshot_offset[k] = c.eval_every > 0 ? off : 0;
-    if (c.eval_every > 0) off += vec;
-  }
+  h->snapshot_offset = c.eval_every > 0 ? off : 0;
+  h->snapshot_stride = vec;
+  if (c.eval_every > 0) off += vec * static_cast<uint64_t>(c.snapshots);
   h->total_size = off;
 }
 

@@ -89,8 +89,10 @@ class Segment {
   }
   // Sync validation snapshot of eval index k (null when there are none).
   float* snapshot(int64_t k) const {
-    const uint64_t off = header()->snapshot_offset[k & 1];
-    return off ? At<float>(off) : nullptr;
+    const Header* h = header();
+    if (h->snapshot_offset == 0) return nullptr;
+    const uint64_t slot = static_cast<uint64_t>(k % h->config.snapshots);
+    return At<float>(h->snapshot_offset + slot * h->snapshot_stride);
   }
   SlotHeader* slot(int rank) const {
     return At<SlotHeader>(header()->slots_offset + header()->slot_stride * rank);

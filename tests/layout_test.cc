@@ -30,7 +30,7 @@ TEST(Layout, PinsTheHeader) {
   EXPECT_EQ(kAbiVersion, 6u);
   EXPECT_EQ(std::memcmp(&kMagic, "SHMTRAIN", 8), 0);
   EXPECT_EQ(sizeof(Header), 66624u);
-  EXPECT_EQ(sizeof(RunConfig), 456u);
+  EXPECT_EQ(sizeof(RunConfig), 464u);
   EXPECT_EQ(sizeof(WorkerBlock), 640u);
   EXPECT_EQ(sizeof(SlotHeader), 64u);
   EXPECT_EQ(sizeof(LossRecord), 16u);
@@ -59,6 +59,8 @@ TEST(Layout, PinsTheHeader) {
   EXPECT_EQ(offsetof(RunConfig, checkpoint_every), 432u);
   EXPECT_EQ(offsetof(RunConfig, first_step), 440u);
   EXPECT_EQ(offsetof(RunConfig, eval_every), 448u);
+  EXPECT_EQ(offsetof(RunConfig, snapshots), 456u);
+  EXPECT_EQ(offsetof(Header, snapshot_stride), 136u);
   EXPECT_EQ(offsetof(Header, snapshot_offset), 128u);
   EXPECT_EQ(offsetof(Header, eval_ack), 896u);
   EXPECT_EQ(offsetof(Header, stop_eval), 904u);

@@ -71,15 +71,15 @@ int RunSync(const shm::Segment& seg, int rank, uint32_t incarnation) {
       if (r != shm::PhaseBarrier::Result::kOk) return ExitFor(r);
     }
 
-    // ---- validation snapshot: this rank's slice of W[t%2] into E[k%2]. W[t%2] is whole
-    // (every rank is past phase 2t) and stays so until this rank arrives at 2t+1. E[k%2] is
-    // free once the master has copied out snapshot k-2. The stop word is read after that
+    // ---- validation snapshot: this rank's slice of W[t%2] into E[k%R]. W[t%2] is whole
+    // (every rank is past phase 2t) and stays so until this rank arrives at 2t+1. E[k%R] is
+    // free once the master has copied out snapshot k-R. The stop word is read after that
     // wait, and the master stores it before any ack that would let a rank past the eval it
     // names, so every rank stops at the same step.
     if (c.eval_every > 0 && t > c.first_step && t % c.eval_every == 0 &&
         phase == 2 * static_cast<uint64_t>(t)) {
       const int64_t k = t / c.eval_every;
-      const auto r = barrier.WaitEvalAck(k - 2, shm::MonotonicNs() + timeout_ns);
+      const auto r = barrier.WaitEvalAck(k - c.snapshots, shm::MonotonicNs() + timeout_ns);
       if (r != shm::PhaseBarrier::Result::kOk) return ExitFor(r);
       if (shm::LoadAcquire(h->stop_eval) <= k) {  // early stop: step t-1 was the last
         shm::StoreRelaxed(h->last_end_ns, shm::MonotonicNs());
