@@ -180,8 +180,7 @@ const char* ToString(Normalize n) {
 
 int64_t TrainOptions::TotalSteps(int64_t rows) const {
   if (steps > 0) return steps;
-  const int64_t per_epoch = batch > 0 ? (rows + batch - 1) / batch : 1;
-  return epochs * per_epoch;
+  return epochs * StepsPerEpoch(rows);
 }
 
 }  // namespace shmtrain

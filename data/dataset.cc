@@ -223,12 +223,9 @@ Status MapClasses(const std::string& path, const LoadOptions& opts,
   for (size_t i = 0; i < labels.size(); ++i) {
     const int k = map.Find(labels[i].text);
     if (k < 0) {
-      std::string known;
-      for (int j = 0; j < map.size() && j < 12; ++j) known += (j ? ", " : "") + map.names[j];
-      if (map.size() > 12) known += ", ...";
       return Status::Data(LabelAt(path, labels[i]) + "label " + Quote(labels[i].text) +
                           " is not one of the model's " + std::to_string(map.size()) +
-                          " classes (" + known + ")");
+                          " classes (" + map.List() + ")");
     }
     ds->y[i] = static_cast<float>(k);
   }
@@ -245,6 +242,20 @@ Status RegressionTarget(const std::string& path, const PendingLabel& l, float* o
     return Status::Data(LabelAt(path, l) + what);
   }
   *out = static_cast<float>(v);
+  return Status::Ok();
+}
+
+// A row's label: kept for the class map (classification) or parsed as the target.
+Status TakeLabel(const std::string& path, const PendingLabel& l, bool classify,
+                 std::vector<PendingLabel>* labels, Dataset* ds) {
+  if (!classify) {
+    float v = 0;
+    if (Status s = RegressionTarget(path, l, &v); !s.ok()) return s;
+    ds->y.push_back(v);
+    return Status::Ok();
+  }
+  if (l.text.empty()) return Status::Data(LabelAt(path, l) + "label cell is empty");
+  labels->push_back(l);
   return Status::Ok();
 }
 
@@ -405,14 +416,8 @@ Status LoadCsv(const std::string& path, std::string_view text, const LoadOptions
       c0 = comma ? comma + 1 : lend;
       if (c == label) {
         if (opts.no_labels) continue;
-        const PendingLabel l{cell, line_no, c + 1};
-        if (classify) {
-          if (cell.empty()) return Status::Data(At(path, line_no, c + 1) + "label cell is empty");
-          labels.push_back(l);
-        } else {
-          float v = 0;
-          if (Status s = RegressionTarget(path, l, &v); !s.ok()) return s;
-          ds.y.push_back(v);
+        if (Status s = TakeLabel(path, {cell, line_no, c + 1}, classify, &labels, &ds); !s.ok()) {
+          return s;
         }
         continue;
       }
@@ -475,14 +480,9 @@ Status LoadLibsvm(const std::string& path, std::string_view text, const LoadOpti
           return Status::Data(At(path, line_no) + "line starts with " + Quote(tok) +
                               ", not a label (LIBSVM lines are '<label> <index>:<value> ...')");
         }
-        const PendingLabel l{tok, line_no, 0};
         if (opts.no_labels) continue;
-        if (classify) {
-          labels.push_back(l);
-        } else {
-          float v = 0;
-          if (Status s = RegressionTarget(path, l, &v); !s.ok()) return s;
-          ds.y.push_back(v);
+        if (Status s = TakeLabel(path, {tok, line_no, 0}, classify, &labels, &ds); !s.ok()) {
+          return s;
         }
         continue;
       }
@@ -551,6 +551,13 @@ int ClassMap::Find(std::string_view cell) const {
   if (ParseCell(cell, &v) != Cell::kOk) return -1;
   const auto it = std::lower_bound(values.begin(), values.end(), v);
   return it != values.end() && *it == v ? static_cast<int>(it - values.begin()) : -1;
+}
+
+std::string ClassMap::List(int most) const {
+  std::string s;
+  for (int k = 0; k < size() && k < most; ++k) s += (k ? ", " : "") + names[k];
+  if (size() > most) s += ", ...";
+  return s;
 }
 
 ClassMap ClassMap::Build(const std::vector<std::string_view>& labels) {

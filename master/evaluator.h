@@ -3,7 +3,9 @@
 // The run loop hands over copies of the parameters (a sync snapshot, or an async read of W)
 // and goes back to supervising; one thread evaluates them in the order given. The work is
 // bounded by the size of the held-out set and involves nothing a worker holds, so waiting for
-// it at the end of a run keeps the rule that the master never blocks on a worker.
+// it at the end of a run keeps the rule that the master never blocks on a worker. The mutex
+// and condition variable are private to the master process (its run loop and this thread);
+// nothing here is shared with a worker, so a worker's death cannot leave them held.
 #pragma once
 
 #include <condition_variable>

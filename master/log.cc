@@ -6,6 +6,12 @@
 
 namespace shmtrain::master {
 
+std::string Fmt(const char* format, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
 std::string JsonEscape(std::string_view s) {
   std::string out;
   out.reserve(s.size() + 2);

@@ -30,6 +30,9 @@ class JsonLine {
 
 std::string JsonEscape(std::string_view s);
 
+// One number through a printf format, e.g. Fmt("%.4f", 0.97).
+std::string Fmt(const char* format, double v);
+
 class Logger {
  public:
   // progress: show the live line when stderr is a terminal.

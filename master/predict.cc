@@ -9,17 +9,12 @@
 #include "data/dataset.h"
 #include "data/preprocess.h"
 #include "master/model_file.h"
+#include "master/run.h"
 #include "nn/metrics.h"
 #include "nn/mlp.h"
 
 namespace shmtrain::master {
 namespace {
-
-std::string Fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
 
 std::string Describe(const Model& m) {
   std::string layers;
@@ -35,12 +30,7 @@ std::string Describe(const Model& m) {
 // The rows the model is applied to: the file (or its held-out part), scaled as in training.
 Status LoadFor(const Command& cmd, const Model& m, bool labels, data::Dataset* out) {
   const TrainOptions& o = cmd.train;
-  data::LoadOptions lo;
-  lo.format = o.format;
-  lo.label_col = o.label_col;
-  lo.label_name = o.label_name;
-  lo.header = o.header;
-  lo.task = TaskOf(m.spec.loss);
+  data::LoadOptions lo = LoadOptionsFor(o, TaskOf(m.spec.loss));
   if (lo.task == Task::kClassification) lo.classes = &m.classes;
   lo.features = m.spec.inputs();
   lo.no_labels = !labels;

@@ -41,12 +41,6 @@ namespace {
 constexpr int kPollMs = 5;                    // supervisor tick: death is seen at once via pidfd
 constexpr int64_t kProgressNs = 200'000'000;  // live line refresh
 
-std::string Fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
 shm::Header MakeHeader(const TrainOptions& o, int64_t rows, int features, int64_t total_steps,
                        int64_t eval_every) {
   shm::Header proto{};
@@ -127,12 +121,11 @@ uint64_t ShmFree() {
   return static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
 }
 
-}  // namespace
 
 int64_t EvalEvery(const TrainOptions& o, int64_t rows) {
   if (o.val_split <= 0 && o.val_data_path.empty()) return 0;
   if (o.eval_every > 0) return o.eval_every;
-  if (o.batch > 0) return (rows + o.batch - 1) / o.batch;  // an epoch
+  if (o.batch > 0) return o.StepsPerEpoch(rows);
   return o.log_every > 0 ? o.log_every : 50;
 }
 
@@ -158,17 +151,19 @@ Status CheckFits(const std::string& src, int64_t rows, int features, const Train
   return Status::Ok();
 }
 
-namespace {
+}  // namespace
 
-data::LoadOptions LoadOptionsFor(const TrainOptions& o) {
+data::LoadOptions LoadOptionsFor(const TrainOptions& o, Task task) {
   data::LoadOptions lo;
   lo.format = o.format;
   lo.label_col = o.label_col;
   lo.label_name = o.label_name;
   lo.header = o.header;
-  lo.task = TaskOf(o.model.loss);
+  lo.task = task;
   return lo;
 }
+
+namespace {
 
 Status LoadData(const TrainOptions& o, data::Dataset* d) {
   const uint64_t shm_free = ShmFree(), mem = MemAvailable();
@@ -193,7 +188,7 @@ Status LoadData(const TrainOptions& o, data::Dataset* d) {
     return Status::Resource(o.data_path + ": the file is " + Bytes(static_cast<double>(st.st_size)) +
                             ", more than the " + Bytes(mem) + " of memory available");
   }
-  data::LoadOptions lo = LoadOptionsFor(o);
+  data::LoadOptions lo = LoadOptionsFor(o, TaskOf(o.model.loss));
   // LIBSVM rows are as wide as the model's input (absent indices are 0); a CSV's columns
   // say its width, checked against the model afterwards.
   lo.libsvm_features = o.model.inputs();
@@ -211,12 +206,9 @@ Status CheckAgainstData(const TrainOptions& o, const data::Dataset& d) {
                          (d.features == 1 ? "" : "s"));
   }
   if (o.model.loss == Loss::kXent && d.classes.size() != o.model.outputs()) {
-    std::string names;
-    for (int k = 0; k < d.classes.size() && k < 12; ++k) names += (k ? ", " : "") + d.classes.names[k];
-    if (d.classes.size() > 12) names += ", ...";
     return Status::Usage("--layers: the last size is " + std::to_string(o.model.outputs()) +
                          " but " + src + " has " + std::to_string(d.classes.size()) +
-                         " classes (" + names + "); make it one output per class");
+                         " classes (" + d.classes.List() + "); make it one output per class");
   }
   if (o.batch > d.rows) {
     return Status::Usage("--batch: " + std::to_string(o.batch) + " is larger than the " +
@@ -286,7 +278,7 @@ Status PrepareData(const TrainOptions& o, RunData* rd) {
   if (Status s = CheckAgainstData(o, rd->train); !s.ok()) return s;
   if (!o.val_data_path.empty()) {
     // The held-out file: same format options, the training data's classes and width.
-    data::LoadOptions lo = LoadOptionsFor(o);
+    data::LoadOptions lo = LoadOptionsFor(o, TaskOf(o.model.loss));
     lo.features = rd->train.features;
     if (lo.task == Task::kClassification) lo.classes = &rd->train.classes;
     if (Status s = data::LoadFile(o.val_data_path, lo, &rd->val); !s.ok()) return s;
@@ -420,7 +412,7 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
   // Validation: snapshots go to the evaluator thread; results come back in order.
   std::unique_ptr<Evaluator> evaluator;
   if (eval_every > 0) evaluator = std::make_unique<Evaluator>(o.model, rd.val);
-  const int64_t per_epoch = o.batch > 0 ? (d.rows + o.batch - 1) / o.batch : 1;
+  const int64_t per_epoch = o.StepsPerEpoch(d.rows);
   int64_t next_eval = first / std::max<int64_t>(eval_every, 1) + 1;  // index of the next snapshot
   EarlyStop best(o.early_stop);
   bool stop_requested = false;

@@ -31,6 +31,9 @@ struct RunData {
 };
 Status PrepareData(const TrainOptions& opts, RunData* out);
 
+// How to read the data files named by the options (format, label column, header) for `task`.
+data::LoadOptions LoadOptionsFor(const TrainOptions& opts, Task task);
+
 // Runs a training to its end. On failure, every worker is gone and the segment removed
 // before this returns. The metrics endpoint, if any, is left in *exporter: stopping it costs
 // civetweb's 2 s poll quantum, so the caller lets the process's exit close it instead.

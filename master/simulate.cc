@@ -9,15 +9,6 @@
 #include "nn/update.h"
 
 namespace shmtrain::master {
-namespace {
-
-std::string Fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
-}  // namespace
 
 SimResult Simulate(const TrainOptions& o, const RunData& rd, int M, AsyncRule rule) {
   const data::Dataset& d = rd.train;

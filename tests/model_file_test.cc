@@ -268,34 +268,28 @@ TEST(ModelFileTest, TrailingBytesRefused) {
 
 TEST(ModelFileTest, InconsistentFieldsRefused) {
   const std::string bytes = EncodeModel(Classifier());
+  // One u32 field patched at a time (offsets as pinned by ClassifierLayout).
+  struct Patch {
+    size_t offset;
+    uint32_t value;
+    const char* what;
+  };
+  for (const Patch& p : std::vector<Patch>{
+           {12, 0, "task and loss disagree"},  // task regression with loss xent
+           {12, 2, "unknown task 2"},
+           {16, 1, "layer count 1"},
+           {24, 0, "layer size 0"},
+           {32, 4, "unknown activation"},
+           {36, 2, "unknown loss"},
+           {40, 3, "unknown normalisation"},
+           {44, 2, "normalisation has 2 features, expected 3"},
+           {72, 3, "class list of 3 classes, expected 2"},
+       }) {
+    std::string b = bytes;
+    PutU32(&b, p.offset, p.value);
+    ExpectRefused(b, p.what);
+  }
   std::string b = bytes;
-  PutU32(&b, 12, 0);  // task regression with loss xent
-  ExpectRefused(b, "task and loss disagree");
-  b = bytes;
-  PutU32(&b, 12, 2);
-  ExpectRefused(b, "unknown task 2");
-  b = bytes;
-  PutU32(&b, 16, 1);
-  ExpectRefused(b, "layer count 1");
-  b = bytes;
-  PutU32(&b, 24, 0);
-  ExpectRefused(b, "layer size 0");
-  b = bytes;
-  PutU32(&b, 32, 4);
-  ExpectRefused(b, "unknown activation");
-  b = bytes;
-  PutU32(&b, 36, 2);
-  ExpectRefused(b, "unknown loss");
-  b = bytes;
-  PutU32(&b, 40, 3);
-  ExpectRefused(b, "unknown normalisation");
-  b = bytes;
-  PutU32(&b, 44, 2);
-  ExpectRefused(b, "normalisation has 2 features, expected 3");
-  b = bytes;
-  PutU32(&b, 72, 3);
-  ExpectRefused(b, "class list of 3 classes, expected 2");
-  b = bytes;
   PutU32(&b, 76, 2);  // the numeric flag is 0 or 1
   {
     Model out;

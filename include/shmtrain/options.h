@@ -154,6 +154,8 @@ struct TrainOptions {
 
   // Steps the run takes once the dataset has `rows` rows.
   int64_t TotalSteps(int64_t rows) const;
+  // Steps of one pass over `rows` rows: ceil(rows / batch), or 1 full batch.
+  int64_t StepsPerEpoch(int64_t rows) const { return batch > 0 ? (rows + batch - 1) / batch : 1; }
 };
 
 }  // namespace shmtrain
