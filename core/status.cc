@@ -16,6 +16,7 @@ const char* WorkerExitName(int code) {
     case kWorkerBadRank: return "rank or incarnation out of range";
     case kWorkerInternal: return "internal error";
     case kWorkerInjectedFault: return "injected fault (test hook)";
+    case kWorkerDiverged: return "the loss or gradient became non-finite";
     default: return "unknown exit code";
   }
 }
@@ -29,6 +30,7 @@ int Status::exit_code() const {
     case Code::kWorkerFailed: return kExitWorkerFailed;
     case Code::kInterrupted: return kExitInterrupted;
     case Code::kInternal: return kExitInternal;
+    case Code::kDiverged: return kExitDiverged;
   }
   return kExitInternal;
 }

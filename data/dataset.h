@@ -55,6 +55,8 @@ struct LoadOptions {
   int label_col = -1;
   std::string label_name;
   HeaderMode header = HeaderMode::kAuto;
+  // CSV delimiter: ',', ';' or '\t'; 0 = detected from the first lines.
+  char delimiter = 0;
   Task task = Task::kRegression;
   // Classification: map the labels through this map (a label not in it is an error). Null:
   // build the map from this file's labels.

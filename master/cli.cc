@@ -261,6 +261,8 @@ std::vector<Flag> TrainFlags(TrainOptions* o) {
       {"--fault-point", "K", "test hook", Int<int>(&o->fault_point, 0, 7), true},
       {"--fault-incarnations", "K", "test hook", Int<int>(&o->fault_incarnations, 0, 1 << 30),
        true},
+      {"--fault-master-throw", "T", "test hook",
+       Int<int64_t>(&o->fault_master_throw, -1, INT64_MAX / 4), true},
   };
 }
 

@@ -85,6 +85,7 @@ shm::Header MakeHeader(const TrainOptions& o, int64_t rows, int features, int64_
                     ? 2
                     : std::clamp<int64_t>(static_cast<int64_t>((32u << 20) / vec_bytes), 2, 16);
   proto.stop_eval = shm::kNoStop;
+  proto.diverged_step = shm::kNoStop;
   proto.creator_pid = getpid();
   proto.creator_start_time = shm::ProcessStartTime(getpid());
   shm::ComputeLayout(&proto);
@@ -159,6 +160,7 @@ data::LoadOptions LoadOptionsFor(const TrainOptions& o, Task task) {
   lo.label_col = o.label_col;
   lo.label_name = o.label_name;
   lo.header = o.header;
+  lo.delimiter = o.delimiter;
   lo.task = task;
   return lo;
 }
@@ -350,7 +352,10 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
     seg.header()->claimed = static_cast<uint64_t>(sync ? 0 : first);
     seg.header()->released_step = first;
   }
-  for (int r = 0; r < P; ++r) seg.slot(r)->step = -1;
+  for (int r = 0; r < P; ++r) {
+    seg.slot(r)->step = -1;
+    seg.block(r)->ticket = -1;
+  }
   if (eval_every > 0) seg.header()->eval_ack = first / eval_every;
   monitoring::SupervisorStats stats(P);
   if (exporter) exporter->Attach(&seg, &stats, o);

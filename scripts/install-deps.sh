@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Debian packages shmtrain needs to build, test and be watched, if missing.
-# Boost must be 1.81 (libboost1.81-dev), which replaces Debian's default 1.74 -dev packages.
+# Only Debian's default versions (Boost 1.74 on Debian 12), and never at the cost of a package
+# the user already has: apt-get runs with --no-remove, so an install that would remove anything
+# stops with an error and changes nothing.
 set -euo pipefail
-# python3 runs monitoring/check_assets.py in the tests.
-packages=(cmake g++ make python3 libboost1.81-dev libboost-filesystem1.81-dev libeigen3-dev
-          libgtest-dev prometheus-cpp-dev prometheus)
+# python3 runs monitoring/check_assets.py and bench/digits_wall.py.
+packages=(cmake g++ make python3 libboost-dev libboost-filesystem-dev libeigen3-dev
+          libcli11-dev zlib1g-dev libgtest-dev prometheus-cpp-dev prometheus)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -14,4 +16,10 @@ sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 echo "install-deps: installing ${missing[*]}"
 $sudo apt-get update -q
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+if ! DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends \
+       --no-remove "${missing[@]}"; then
+  echo "install-deps: apt-get could not install ${missing[*]} without removing or breaking" \
+       "installed packages; nothing was removed. Install them by hand, resolving the conflict" \
+       "apt-get reports above." >&2
+  exit 1
+fi

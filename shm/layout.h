@@ -50,7 +50,7 @@ namespace shmtrain::shm {
 // "SHMTRAIN" read as a little-endian 64-bit integer.
 inline constexpr uint64_t kMagic = 0x4E494152544D4853ull;
 // Bump on every change to any struct in this file or to the meaning of a field.
-inline constexpr uint32_t kAbiVersion = 6;
+inline constexpr uint32_t kAbiVersion = 7;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr int kMaxLayers = 64;
 inline constexpr int kMaxWorkers = 256;
@@ -184,6 +184,10 @@ struct alignas(kCacheLine) Header {
   // kNoStop ends the run at the next ticket.
   alignas(kCacheLine) int64_t eval_ack;
   int64_t stop_eval;
+  // The first step (sync) or update ticket (async) whose loss or gradient was non-finite, or
+  // kNoStop. Any worker lowers it (RecordDivergence) and then exits kWorkerDiverged; the
+  // master reads it to name the step.
+  int64_t diverged_step;
 
   // ---- latest values for the metrics (double bits, relaxed): sync, rank 0 after each step;
   // async, any worker after an update.
@@ -220,8 +224,10 @@ struct alignas(kCacheLine) WorkerBlock {
   uint64_t commit;
   uint64_t dropped_total;
   uint64_t staleness_sum;
-  uint32_t reserved_a;
-  uint32_t reserved;
+  // Async: the update ticket this rank holds (claimed, its minibatch not yet applied), or -1.
+  // Written by the rank; the master clears it when a death interrupted the apply, else a
+  // replacement takes the ticket over, so no minibatch is lost to a death.
+  int64_t ticket;
   alignas(kCacheLine) uint64_t staleness_hist[kStalenessBuckets];
   double loss_ema;
   uint64_t batches;  // async: minibatches drawn so far (the next batch of this rank's stream)
@@ -289,6 +295,15 @@ inline T LoadAcquire(const T& v) {
 template <class T>
 inline void StoreRelease(T& v, T x) {
   std::atomic_ref<T>(v).store(x, std::memory_order_release);
+}
+
+// Lowers diverged_step to `step` (relaxed: the worker's exit, seen by the master through
+// waitpid, orders it before the master's read).
+inline void RecordDivergence(Header* h, int64_t step) {
+  std::atomic_ref<int64_t> d(h->diverged_step);
+  int64_t cur = d.load(std::memory_order_relaxed);
+  while (step < cur && !d.compare_exchange_weak(cur, step, std::memory_order_relaxed)) {
+  }
 }
 
 }  // namespace shmtrain::shm

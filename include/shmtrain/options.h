@@ -60,6 +60,8 @@ struct TrainOptions {
   // Whether the CSV file's first line is a header. Default: detected (a first line with a
   // cell that is not a number is a header).
   HeaderMode header = HeaderMode::kAuto;
+  // The CSV delimiter: ',', ';' or '\t'; 0 (default) = detected from the first lines.
+  char delimiter = 0;
 
   // Model. layers: required, e.g. {1,5,1}; first = number of features, last = 1 for mse or the
   // number of classes for xent; each size 1..65536, 2..64 entries.
@@ -143,6 +145,9 @@ struct TrainOptions {
   int64_t fault_step = -1;
   int fault_point = 1;  // kExit
   int fault_incarnations = 1;
+  // Test hook (not shown in --help): the master throws std::bad_alloc from its run loop once
+  // the run has reached this step (-1 = off), to prove that any exception is cleaned up after.
+  int64_t fault_master_throw = -1;
 
   // --task as given (checked against --loss by Validate); the task itself is TaskOf(loss).
   std::optional<Task> task;

@@ -17,7 +17,8 @@ enum ExitCode : int {
   kExitUsage = 2,        // bad flag, value, data file or model file
   kExitWorkerFailed = 3, // a worker died or timed out and the run was abandoned
   kExitResource = 4,     // shared memory, processes or files could not be had
-  kExitInterrupted = 130,  // SIGINT (128 + 2)
+  kExitDiverged = 5,     // the loss or the gradient became non-finite (NaN or infinite)
+  kExitInterrupted = 130,  // SIGINT (128 + 2); any other stop signal n exits 128 + n
   kExitTerminated = 143,   // SIGTERM (128 + 15)
 };
 
@@ -36,6 +37,7 @@ enum WorkerExit : int {
   kWorkerBadRank = 18,         // rank outside [0, P) or stale incarnation
   kWorkerInternal = 19,        // an invariant failed inside the worker
   kWorkerInjectedFault = 20,   // a test hook asked the worker to die
+  kWorkerDiverged = 21,        // the loss or gradient was non-finite (Header.diverged_step)
 };
 
 // Human-readable name of a worker exit code, for messages.
@@ -43,7 +45,9 @@ const char* WorkerExitName(int code);
 
 class Status {
  public:
-  enum class Code { kOk, kUsage, kData, kResource, kWorkerFailed, kInterrupted, kInternal };
+  enum class Code {
+    kOk, kUsage, kData, kResource, kWorkerFailed, kInterrupted, kInternal, kDiverged
+  };
 
   Status() = default;
   static Status Ok() { return Status(); }
@@ -55,6 +59,7 @@ class Status {
   }
   static Status Interrupted(std::string msg) { return Status(Code::kInterrupted, std::move(msg)); }
   static Status Internal(std::string msg) { return Status(Code::kInternal, std::move(msg)); }
+  static Status Diverged(std::string msg) { return Status(Code::kDiverged, std::move(msg)); }
 
   bool ok() const { return code_ == Code::kOk; }
   Code code() const { return code_; }
