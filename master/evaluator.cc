@@ -30,12 +30,14 @@ void Evaluator::Submit(int64_t index, int64_t step, std::vector<float> params) {
 
 std::vector<Evaluator::Result> Evaluator::Take() {
   std::lock_guard<std::mutex> lock(mu_);
+  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
   return std::exchange(done_, {});
 }
 
 std::vector<Evaluator::Result> Evaluator::Finish() {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [this] { return todo_.empty() && busy_ == 0; });
+  cv_.wait(lock, [this] { return (todo_.empty() && busy_ == 0) || error_ != nullptr; });
+  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
   return std::exchange(done_, {});
 }
 
@@ -48,9 +50,20 @@ void Evaluator::Loop() {
     todo_.pop_front();
     ++busy_;
     lock.unlock();
-    r.metrics = nn::Evaluate(spec_, r.params.data(), val_.x.data(), val_.y.data(), val_.rows);
+    std::exception_ptr error;
+    try {
+      r.metrics = nn::Evaluate(spec_, r.params.data(), val_.x.data(), val_.y.data(), val_.rows);
+    } catch (...) {
+      error = std::current_exception();
+    }
     lock.lock();
     --busy_;
+    if (error) {
+      error_ = error;  // the first one wins; the run ends when the run loop sees it
+      todo_.clear();
+      cv_.notify_all();
+      continue;
+    }
     done_.push_back(std::move(r));
     cv_.notify_all();
   }

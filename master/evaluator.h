@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -37,7 +38,9 @@ class Evaluator {
   Evaluator& operator=(const Evaluator&) = delete;
 
   void Submit(int64_t index, int64_t step, std::vector<float> params);
-  // The evaluations finished since the last call, in submission order.
+  // The evaluations finished since the last call, in submission order. An exception thrown
+  // by an evaluation on the evaluator's thread is rethrown here (and by Finish), on the run
+  // loop's thread, so that it ends the run through the normal cleanup.
   std::vector<Result> Take();
   // Waits until every submitted evaluation is finished, then returns them like Take().
   std::vector<Result> Finish();
@@ -52,6 +55,7 @@ class Evaluator {
   std::vector<Result> done_;
   int busy_ = 0;
   bool quit_ = false;
+  std::exception_ptr error_;
   std::thread thread_;
 };
 

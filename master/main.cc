@@ -1,7 +1,10 @@
 // shmtrain: the master process and the command line.
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <csignal>
+#include <exception>
+#include <new>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -13,12 +16,25 @@
 #include "master/log.h"
 #include "master/predict.h"
 #include "master/run.h"
+#include "master/signals.h"
 #include "master/simulate.h"
 #include "shm/segment.h"
 
 namespace {
 
-void OnStopSignal(int sig) { shmtrain::master::g_stop_signal = sig; }
+// An exception on main's thread ends the command like any other failure: the stack unwinds
+// (workers killed and reaped, segment removed) and the message is printed.
+shmtrain::Status FromException(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::bad_alloc&) {
+    return shmtrain::Status::Internal("internal error: out of memory (std::bad_alloc)");
+  } catch (const std::exception& x) {
+    return shmtrain::Status::Internal(std::string("internal error: ") + x.what());
+  } catch (...) {
+    return shmtrain::Status::Internal("internal error: unknown exception");
+  }
+}
 
 }  // namespace
 
@@ -63,31 +79,41 @@ int main(int argc, char** argv) {
     case master::Command::Kind::kPredict: {
       std::signal(SIGPIPE, SIG_IGN);
       master::Logger log(cmd.train.log_format, false);
-      const Status s = cmd.kind == master::Command::Kind::kEval ? master::RunEval(cmd, log)
-                                                                : master::RunPredict(cmd, log);
+      Status s;
+      try {
+        s = cmd.kind == master::Command::Kind::kEval ? master::RunEval(cmd, log)
+                                                     : master::RunPredict(cmd, log);
+      } catch (...) {
+        s = FromException(std::current_exception());
+      }
       if (!s.ok()) log.Error(s.message());
       return s.exit_code();
     }
     case master::Command::Kind::kSimulate: {
       master::Logger log(cmd.train.log_format, false);
-      const Status s = master::RunSimulate(cmd.train, cmd.sim_workers, cmd.compare, log);
+      Status s;
+      try {
+        s = master::RunSimulate(cmd.train, cmd.sim_workers, cmd.compare, log);
+      } catch (...) {
+        s = FromException(std::current_exception());
+      }
       if (!s.ok()) log.Error(s.message());
       return s.exit_code();
     }
   }
-  // SIGINT/SIGTERM only raise a flag: the run loop stops the workers, removes the segment and
-  // exits 130/143. A write to a closed stdout must not kill the master before it cleans up.
-  struct sigaction sa {};
-  sa.sa_handler = OnStopSignal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-  std::signal(SIGPIPE, SIG_IGN);
+  // Stop signals only raise a flag: the run loop stops the workers, removes the segment and
+  // exits 128 + n. Installed before the data is loaded, so no signal finds a segment unowned.
+  master::InstallSignalHandlers();
 
   master::Logger log(cmd.train.log_format, cmd.train.progress);
   master::ProcessLauncher launcher(master::DefaultWorkerPath());
   std::unique_ptr<monitoring::Exporter> exporter;
-  const Status s = master::RunTrain(cmd.train, log, launcher, &exporter);
+  Status s;
+  try {
+    s = master::RunTrain(cmd.train, log, launcher, &exporter);
+  } catch (...) {
+    s = FromException(std::current_exception());
+  }
   int code = kExitOk;
   if (!s.ok()) {
     log.Error(s.message());

@@ -9,6 +9,7 @@
 #include "data/dataset.h"
 #include "data/preprocess.h"
 #include "master/model_file.h"
+#include "master/output_path.h"
 #include "master/run.h"
 #include "nn/metrics.h"
 #include "nn/mlp.h"
@@ -76,6 +77,12 @@ Status RunEval(const Command& cmd, Logger& log) {
 }
 
 Status RunPredict(const Command& cmd, Logger& log) {
+  // Before anything is read: --out must be writable and must not overwrite an input.
+  if (Status s = CheckOutputPath("--out", cmd.out_path,
+                                 {{"--model", cmd.model_path}, {"--data", cmd.train.data_path}});
+      !s.ok()) {
+    return s;
+  }
   Model m;
   if (Status s = Load(cmd, log, &m); !s.ok()) return s;
   data::Dataset d;

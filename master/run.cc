@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -23,6 +24,8 @@
 #include "master/checkpoint.h"
 #include "master/evaluator.h"
 #include "master/model_file.h"
+#include "master/output_path.h"
+#include "master/signals.h"
 #include "master/supervisor.h"
 #include "monitoring/exporter.h"
 #include "nn/metrics.h"
@@ -35,8 +38,19 @@
 namespace shmtrain::master {
 
 volatile std::sig_atomic_t g_stop_signal = 0;
+char g_segment_path[256] = "";
 
 namespace {
+
+// "SIGHUP" for 1, for messages.
+std::string SignalName(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
+}
+
+bool AllFinite(const std::vector<float>& v) {
+  return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
+}
 
 constexpr int kPollMs = 5;                    // supervisor tick: death is seen at once via pidfd
 constexpr int64_t kProgressNs = 200'000'000;  // live line refresh
@@ -241,7 +255,6 @@ class LossLog {
       const uint64_t tag = shm::LoadAcquire(rec.tag);
       if (tag < static_cast<uint64_t>(next_ + 1)) return;  // not written yet
       if (tag == static_cast<uint64_t>(next_ + 1)) {
-        last_loss_ = rec.loss;
         const int64_t step = next_ * c.log_every;
         log_.Line("step " + std::to_string(step) + " loss " + Fmt("%.9g", rec.loss),
                   JsonLine("step").Int("step", step).Num("loss", rec.loss));
@@ -249,13 +262,11 @@ class LossLog {
       ++next_;  // a record overwritten before we read it is skipped
     }
   }
-  double last_loss() const { return last_loss_; }
 
  private:
   const shm::Segment& seg_;
   Logger& log_;
   int64_t next_ = 0;
-  double last_loss_ = NAN;
 };
 
 Status CheckShmSpace(uint64_t need) {
@@ -294,10 +305,25 @@ Status PrepareData(const TrainOptions& o, RunData* rd) {
 
 Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
                 std::unique_ptr<monitoring::Exporter>* exporter_out) {
-  // The endpoint first: a taken port fails the run before anything exists to clean up.
+  // Output paths first: a finished run must not be lost to a path that could never be written.
+  if (Status s = CheckOutputPath("--save", o.save_path,
+                                 {{"--data", o.data_path},
+                                  {"--val-data", o.val_data_path},
+                                  {"--resume", o.resume_path},
+                                  {"--checkpoint", o.checkpoint_path}});
+      !s.ok()) {
+    return s;
+  }
+  if (Status s = CheckOutputPath("--checkpoint", o.checkpoint_path,
+                                 {{"--data", o.data_path}, {"--val-data", o.val_data_path}});
+      !s.ok()) {
+    return s;
+  }
+  // The endpoint next: a taken port fails the run before anything exists to clean up.
   std::unique_ptr<monitoring::Exporter>& exporter = *exporter_out;
   if (o.metrics) {
     if (Status s = monitoring::Exporter::Start(o.metrics_addr, &exporter); !s.ok()) return s;
+    InstallSignalHandlers();  // the server's library has just set SIGPIPE to SIG_IGN
   }
   RunData rd;
   if (Status s = PrepareData(o, &rd); !s.ok()) return s;
@@ -337,6 +363,13 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
 
   shm::Segment seg;
   if (Status s = shm::Segment::Create(shm::MakeSegmentName(), proto, &seg); !s.ok()) return s;
+  // Declared after seg: cleared before seg removes the segment, on every path out.
+  struct SegmentPathForHandlers {
+    explicit SegmentPathForHandlers(const std::string& name) {
+      std::snprintf(g_segment_path, sizeof g_segment_path, "/dev/shm/%s", name.c_str());
+    }
+    ~SegmentPathForHandlers() { g_segment_path[0] = '\0'; }
+  } segment_path_for_handlers(seg.name());
   std::copy(d.x.begin(), d.x.end(), seg.x());
   std::copy(d.y.begin(), d.y.end(), seg.y());
   seg.header()->config.first_step = first;
@@ -381,7 +414,10 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
              JsonLine("metrics").Str("address", exporter->address()).Str("url", url));
   }
 
-  // Checkpoints: copies of W (and V) at a step every rank agrees on, written durably.
+  // Checkpoints: copies of W (and V) at a step every rank agrees on, written durably. A
+  // checkpoint that cannot be written (disk full, directory gone) is logged and counted, and
+  // the run goes on: the next one is tried as planned. Non-finite parameters are never
+  // written, so the last finite checkpoint stays usable.
   int64_t last_checkpoint = first;
   auto write_checkpoint = [&](int64_t step, const float* w, const float* v) -> Status {
     const int64_t t0 = shm::MonotonicNs();
@@ -391,7 +427,20 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
     c.fingerprint = fingerprint;
     c.params.assign(w, w + proto.config.param_count);
     if (v != nullptr) c.momentum.assign(v, v + proto.config.param_count);
-    if (Status s = SaveCheckpoint(o.checkpoint_path, c); !s.ok()) return s;
+    Status s = AllFinite(c.params) && AllFinite(c.momentum)
+                   ? SaveCheckpoint(o.checkpoint_path, c)
+                   : Status::Diverged("the parameters at step " + std::to_string(step) +
+                                      " are not finite; the checkpoint was not written");
+    if (!s.ok()) {
+      stats.AddCheckpointFailure();
+      log.Info("warning: checkpoint at step " + std::to_string(step) + " failed: " + s.message() +
+                    "; training goes on and the next checkpoint is tried as planned",
+                JsonLine("checkpoint_failed")
+                    .Str("path", o.checkpoint_path)
+                    .Int("step", step)
+                    .Str("error", s.message()));
+      return s;
+    }
     const double took = (shm::MonotonicNs() - t0) * 1e-9;
     stats.ObserveCheckpoint(took, static_cast<double>(std::time(nullptr)));
     last_checkpoint = step;
@@ -450,9 +499,15 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
       if (best.Observe(r.step, r.metrics, std::move(r.params)) && !stop_requested) {
         stop_requested = true;
         shm::RequestStop(seg.header(), sync ? k + 2 : 0);
+        // Sync ranks still run to the eval step k + 2 (and async ones finish their updates),
+        // and those evaluations may still find a better model: the line says "so far", and
+        // the end of the run names the model kept.
+        const std::string until =
+            sync ? "at step " + std::to_string(std::min(total_steps, (k + 2) * eval_every))
+                 : "at the workers' next update";
         log.Info("early stop: no better validation loss in " + std::to_string(o.early_stop) +
-                     " evaluations (best " + Fmt("%.6g", best.loss()) + " at step " +
-                     std::to_string(best.step()) + ")",
+                     " evaluations (best so far " + Fmt("%.6g", best.loss()) + " at step " +
+                     std::to_string(best.step()) + "); training stops " + until,
                  JsonLine("early_stop").Int("best_step", best.step()).Num("best_val_loss",
                                                                           best.loss()));
       }
@@ -494,14 +549,19 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
   Status failure = sup.StartAll();
   int64_t next_progress = t_start;
   const int64_t every = o.checkpoint_every;
+  // The next periodic checkpoint: it moves on after each attempt, whether it succeeded or not
+  // (sync ranks pause at every multiple of `every` until the master releases them).
+  int64_t next_checkpoint = every > 0 ? (first / every + 1) * every : INT64_MAX;
   for (;;) {
     if (!failure.ok()) break;
     if (g_stop_signal != 0) {
-      failure = Status::Interrupted(std::string("stopped by ") +
-                                    (g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM") +
-                                    " at step " + std::to_string(Progress(seg)) + " of " +
+      failure = Status::Interrupted("stopped by " + SignalName(g_stop_signal) + " at step " +
+                                    std::to_string(Progress(seg)) + " of " +
                                     std::to_string(total_steps));
       break;
+    }
+    if (o.fault_master_throw >= 0 && Progress(seg) >= o.fault_master_throw) {
+      throw std::bad_alloc();  // test hook: any exception must end in the normal cleanup
     }
     // Sync ranks may be waiting for a snapshot's ack: look every millisecond while they
     // validate (with early stopping: while an evaluation is out).
@@ -520,7 +580,7 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
     const int64_t progress = Progress(seg);
     if (every > 0 && sync) {
       // Every rank pauses before step next (worker/sync_loop.cc) until it is released.
-      const int64_t next = (last_checkpoint / every + 1) * every;
+      const int64_t next = next_checkpoint;
       if (next < total_steps && progress == next) {
         bool all_paused = true;
         for (int r = 0; r < P; ++r) {
@@ -533,14 +593,16 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
           copy.params.assign(w, w + proto.config.param_count);
           if (v) copy.momentum.assign(v, v + proto.config.param_count);
           shm::ReleaseCheckpoint(seg.header(), next);  // the copy is taken: train on
-          failure = write_checkpoint(next, copy.params.data(),
-                                     copy.momentum.empty() ? nullptr : copy.momentum.data());
+          next_checkpoint += every;
+          write_checkpoint(next, copy.params.data(),
+                           copy.momentum.empty() ? nullptr : copy.momentum.data());
         }
       }
-    } else if (every > 0 && progress >= last_checkpoint + every && progress < total_steps) {
+    } else if (every > 0 && progress >= next_checkpoint && progress < total_steps) {
       int64_t step = 0;
       const std::vector<float> w = async_snapshot(&step);
-      failure = write_checkpoint(step, w.data(), nullptr);
+      next_checkpoint = (step / every + 1) * every;
+      write_checkpoint(step, w.data(), nullptr);
     }
     const int64_t now = shm::MonotonicNs();
     if (now >= next_progress) {
@@ -549,8 +611,12 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
       const double rate = el > 0 ? TotalSamples(seg) / el : 0;
       const double eta =
           progress > first ? el * (total_steps - progress) / (progress - first) : NAN;
+      // The loss of the latest step (sync) or update (async), as the metrics endpoint shows it,
+      // whatever --log-every is; "?" until the first one.
+      const double loss = shm::LoadRelaxed(seg.header()->last_loss);
       log.Progress("step " + std::to_string(progress) + "/" + std::to_string(total_steps) +
-                   "  loss " + Fmt("%.6g", losses.last_loss()) + "  " + Fmt("%.0f", rate) +
+                   "  loss " + (progress > first ? Fmt("%.6g", loss) : std::string("?")) +
+                   "  " + Fmt("%.0f", rate) +
                    " samples/s  ETA " + (std::isfinite(eta) ? Fmt("%.1f", eta) + "s" : "?"));
     }
   }
@@ -570,8 +636,7 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
         const std::vector<float> w = async_snapshot(&step);
         s = write_checkpoint(step, w.data(), nullptr);
       }
-      if (!s.ok()) log.Error(s.message());
-      else log.Info("checkpoint written to " + o.checkpoint_path + " at step " +
+      if (s.ok()) log.Info("checkpoint written to " + o.checkpoint_path + " at step " +
                     std::to_string(last_checkpoint),
                     JsonLine("checkpoint_on_stop").Str("path", o.checkpoint_path).Int(
                         "step", last_checkpoint));
@@ -605,6 +670,12 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
       m.params = best.params();
       val_m = best.metrics();
     }
+    if (stop_requested) {
+      log.Info("early stop: keeping the model of step " + std::to_string(best.step()) +
+                   " (val loss " + Fmt("%.6g", best.loss()) + "), the best evaluated",
+               JsonLine("early_stop_model").Int("best_step", best.step()).Num("best_val_loss",
+                                                                              best.loss()));
+    }
   }
   const nn::Metrics train_m = nn::Evaluate(o.model, m.params.data(), d.x.data(), d.y.data(), d.rows);
   const double wall_s = (t_end - t_start) / 1e9;
@@ -627,7 +698,16 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
       sync ? (steps_run > 1 && s1 > 0 && sl >= s1 ? (sl - s1) / 1e3 / (steps_run - 1) : NAN)
            : wall_s * 1e6 / steps_run;
   seg.Unlink();
+  g_segment_path[0] = '\0';
 
+  // Workers stop at the first non-finite loss or gradient; this guards what they cannot see
+  // (an update that overflowed at the very last step): no non-finite model is ever written.
+  if (!AllFinite(m.params)) {
+    return Status::Diverged("training diverged: the parameters after step " +
+                            std::to_string(end_step) +
+                            " are not finite (NaN or infinite); the learning rate (--lr " +
+                            Fmt("%g", o.lr) + ") is probably too large; no model was saved");
+  }
   if (!o.save_path.empty()) {
     if (Status s = SaveModel(o.save_path, m); !s.ok()) return s;
   }

@@ -19,8 +19,15 @@
 
 namespace shmtrain::master {
 
-// The signal (SIGINT/SIGTERM) that asked the run to stop, 0 if none. Set by main's handler.
+// The signal that asked the run to stop (SIGINT, SIGTERM, SIGHUP, ...), 0 if none. Set by
+// main's handler; the run loop stops the workers, checkpoints and exits 128 + the signal.
 extern volatile std::sig_atomic_t g_stop_signal;
+
+// "/dev/shm/<name>" of the segment while this process owns one, else "". Written by the run
+// loop before any worker starts and cleared before the segment goes; read by main's last-resort
+// handlers (a fatal signal, an exception that escaped another thread), which unlink it
+// (async-signal-safe) because no destructor will run.
+extern char g_segment_path[256];
 
 // The data a run trains and validates on: loaded, split (--val-split) and scaled
 // (--normalize, fitted on the training rows), and checked against the model.

@@ -52,6 +52,7 @@ METRICS = {
     "shmtrain_torn_updates_total": ("counter", (), None),
     "shmtrain_checkpoint_duration_seconds": ("histogram", (), None),
     "shmtrain_checkpoint_last_success_timestamp_seconds": ("gauge", (), None),
+    "shmtrain_checkpoint_failures_total": ("counter", (), None),
     # Only once a run with held-out data has validated (absent otherwise: not on the dashboard).
     "shmtrain_validation_loss": ("gauge", (), None),
     "shmtrain_validation_accuracy": ("gauge", (), None),

@@ -55,6 +55,11 @@ class SupervisorStats {
     std::atomic<uint64_t> sum_ns{0};
     void Observe(double seconds);
   };
+  // A checkpoint that could not be written (the run goes on; the next one is tried).
+  void AddCheckpointFailure() { checkpoint_failures_.fetch_add(1, std::memory_order_relaxed); }
+  uint64_t checkpoint_failures() const {
+    return checkpoint_failures_.load(std::memory_order_relaxed);
+  }
   const Histogram& recovery() const { return recovery_; }
   const Histogram& checkpoint() const { return checkpoint_; }
   double last_checkpoint_unix() const {
@@ -77,6 +82,7 @@ class SupervisorStats {
   Histogram recovery_;
   Histogram checkpoint_;
   std::atomic<double> last_checkpoint_unix_{0};
+  std::atomic<uint64_t> checkpoint_failures_{0};
   std::atomic<uint64_t> validations_{0};
   std::atomic<double> val_loss_{0};
   std::atomic<double> val_metric_{0};

@@ -146,6 +146,13 @@ int RunSync(const shm::Segment& seg, int rank, uint32_t incarnation) {
       samples += s->samples;
       loss_sum += s->loss_sum;
     }
+    // Divergence: every rank sums the same loss, and each checks its slice of the mean
+    // gradient below, before anything of update t is written, so W[t%2] stays the last
+    // finite parameters and the master names step t.
+    if (!std::isfinite(loss_sum)) {
+      shm::RecordDivergence(h, t);
+      return kWorkerDiverged;
+    }
     if (hi > lo) {
       const float* g0 = seg.grad(0);
       for (int64_t i = lo; i < hi; ++i) gmean[i - lo] = g0[i];
@@ -158,6 +165,10 @@ int RunSync(const shm::Segment& seg, int rank, uint32_t incarnation) {
       for (double& v : gmean) {
         v *= inv;
         sq += v * v;
+      }
+      if (!std::isfinite(sq)) {
+        shm::RecordDivergence(h, t);
+        return kWorkerDiverged;
       }
       self->grad_sq = sq;
       self->grad_sq_step = t;

@@ -1,0 +1,72 @@
+#include "master/signals.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <string>
+
+#include "master/run.h"
+#include "shmtrain/status.h"
+
+namespace shmtrain::master {
+namespace {
+
+constexpr int kStopSignals[] = {SIGHUP,  SIGINT,  SIGQUIT, SIGUSR1,   SIGUSR2, SIGPIPE, SIGALRM,
+                                SIGTERM, SIGXCPU, SIGXFSZ, SIGVTALRM, SIGPROF, SIGIO,   SIGPWR};
+constexpr int kCrashSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP, SIGSYS};
+
+void UnlinkSegment() {
+  if (g_segment_path[0] != '\0') unlink(g_segment_path);  // async-signal-safe
+}
+
+void OnStopSignal(int sig, siginfo_t* info, void*) {
+  // The kernel's SIGPIPE for our own write carries our own pid as the sender.
+  if (sig == SIGPIPE && info != nullptr && info->si_pid == getpid()) return;
+  g_stop_signal = sig;
+}
+
+void OnCrashSignal(int sig) {
+  UnlinkSegment();
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+void OnTerminate() {
+  std::string what = "unknown exception";
+  if (std::exception_ptr e = std::current_exception()) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      what = x.what();
+    } catch (...) {
+    }
+  }
+  UnlinkSegment();
+  std::fprintf(stderr, "shmtrain: error: internal error: %s\n", what.c_str());
+  std::fflush(nullptr);
+  std::_Exit(kExitInternal);
+}
+
+}  // namespace
+
+void InstallSignalHandlers() {
+  struct sigaction sa {};
+  sigemptyset(&sa.sa_mask);
+  sa.sa_sigaction = OnStopSignal;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  for (const int sig : kStopSignals) sigaction(sig, &sa, nullptr);
+  struct sigaction crash {};
+  sigemptyset(&crash.sa_mask);
+  crash.sa_handler = OnCrashSignal;
+  crash.sa_flags = SA_RESETHAND;
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  // Sanitizer builds keep the sanitizer's own handlers: their reports matter more there.
+  for (const int sig : kCrashSignals) sigaction(sig, &crash, nullptr);
+#endif
+  std::set_terminate(OnTerminate);
+}
+
+}  // namespace shmtrain::master

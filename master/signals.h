@@ -1,0 +1,21 @@
+// How the master meets signals and escaped exceptions, in one place.
+//
+//  - Stop signals (HUP, INT, QUIT, USR1, USR2, PIPE from another process, ALRM, TERM, XCPU,
+//    XFSZ, VTALRM, PROF, IO, PWR): a flag (g_stop_signal); the run loop stops the workers,
+//    writes a checkpoint if one is configured, removes the segment and exits 128 + n. A
+//    SIGPIPE the master raised itself (a write to a closed stdout or a scraper that hung up)
+//    is ignored: the write fails with EPIPE and training goes on.
+//  - Crash signals (SEGV, BUS, FPE, ILL, ABRT, TRAP, SYS): the segment is unlinked, then the
+//    signal is re-raised with its default action. Workers die with the master
+//    (PR_SET_PDEATHSIG).
+//  - An exception that escapes a thread other than main's: std::terminate prints it, unlinks
+//    the segment and exits 1. (main's own exceptions unwind through the normal cleanup.)
+#pragma once
+
+namespace shmtrain::master {
+
+// Installs the handlers above. Call again after anything that may have replaced one (the
+// metrics server's library sets SIGPIPE to SIG_IGN when it starts).
+void InstallSignalHandlers();
+
+}  // namespace shmtrain::master
