@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -67,6 +68,216 @@ std::string_view Trim(std::string_view s) {
 
 bool IsBlank(std::string_view line) {
   return std::all_of(line.begin(), line.end(), IsSpace);
+}
+
+// ---- CSV cells ----
+//
+// A cell is the text between two delimiters with its surrounding spaces and tabs trimmed (a
+// tab delimiter is not trimmed). A cell whose text starts with '"' is quoted (RFC 4180): it
+// runs to the next lone '"', `""` inside stands for one '"', a delimiter inside is text, the
+// text between the quotes is trimmed like any cell, and only spaces may follow the closing
+// quote. A quoted cell ends on its line. A '"' inside an unquoted cell is text.
+
+constexpr char kDelimiters[] = {',', ';', '\t'};
+
+bool IsPad(char c, char delim) {
+  return (c == ' ' || c == '\t') && c != delim;
+}
+
+// The delimiter as the --delimiter flag spells it.
+std::string DelimiterName(char d) {
+  return d == '\t' ? "tab" : "'" + std::string(1, d) + "'";
+}
+
+enum class QuoteError { kNone, kUnclosed, kTextAfter };
+
+// The number of cells of `line` split at `delim`, quotes honoured. A line without '"' costs
+// one memchr and one count. On a malformed quoted cell sets *err and *err_cell (1-based) and
+// returns the cells up to it.
+int64_t CountCells(std::string_view line, char delim, QuoteError* err, int64_t* err_cell) {
+  *err = QuoteError::kNone;
+  if (std::memchr(line.data(), '"', line.size()) == nullptr) {
+    return std::count(line.begin(), line.end(), delim) + 1;
+  }
+  const char* p = line.data();
+  const char* const e = p + line.size();
+  for (int64_t n = 1;; ++n) {
+    while (p < e && IsPad(*p, delim)) ++p;
+    if (p < e && *p == '"') {
+      ++p;
+      for (;;) {
+        const char* q = static_cast<const char*>(std::memchr(p, '"', e - p));
+        if (q == nullptr) {
+          *err = QuoteError::kUnclosed;
+          *err_cell = n;
+          return n;
+        }
+        p = q + 1;
+        if (p < e && *p == '"') {
+          ++p;  // "" inside a quoted cell
+          continue;
+        }
+        break;
+      }
+      while (p < e && IsPad(*p, delim)) ++p;
+      if (p == e) return n;
+      if (*p != delim) {
+        *err = QuoteError::kTextAfter;
+        *err_cell = n;
+        return n;
+      }
+      ++p;
+    } else {
+      const char* d = static_cast<const char*>(std::memchr(p, delim, e - p));
+      if (d == nullptr) return n;
+      p = d + 1;
+    }
+  }
+}
+
+std::string QuoteErrorText(QuoteError e) {
+  return e == QuoteError::kUnclosed
+             ? "quoted cell has no closing quote (a quoted cell must end on its line)"
+             : "text after the closing quote of a quoted cell (write \"\" for a quote inside one)";
+}
+
+enum class CellKind { kPlain, kQuoted, kEscaped };  // kEscaped: quoted, with "" inside
+
+// The trimmed, unquoted text of the cell at *p, and moves *p past its delimiter (to `e` after
+// the last cell). The line must have passed CountCells. A kEscaped cell's text still has its
+// "" pairs (Unescape). No allocation: the hot path of loading.
+std::string_view NextCell(const char** p, const char* e, char delim, CellKind* kind) {
+  const char* c = *p;
+  while (c < e && IsPad(*c, delim)) ++c;
+  if (c < e && *c == '"') {
+    const char* const b = ++c;
+    const char* q = e;
+    *kind = CellKind::kQuoted;
+    for (;;) {
+      q = static_cast<const char*>(std::memchr(c, '"', e - c));
+      if (q == nullptr) {
+        q = e;
+        break;
+      }
+      c = q + 1;
+      if (c < e && *c == '"') {
+        ++c;
+        *kind = CellKind::kEscaped;
+        continue;
+      }
+      break;
+    }
+    while (c < e && *c != delim) ++c;  // pads only, as CountCells checked
+    *p = c < e ? c + 1 : e;
+    return Trim(std::string_view(b, q - b));
+  }
+  *kind = CellKind::kPlain;
+  const char* d = static_cast<const char*>(std::memchr(c, delim, e - c));
+  const char* ce = d ? d : e;
+  *p = d ? d + 1 : e;
+  while (ce > c && IsPad(ce[-1], delim)) --ce;
+  return std::string_view(c, ce - c);
+}
+
+// A quoted cell's text with each "" read as one '"'.
+std::string Unescape(std::string_view cell) {
+  std::string s;
+  s.reserve(cell.size());
+  for (size_t i = 0; i < cell.size(); ++i) {
+    s += cell[i];
+    if (cell[i] == '"' && i + 1 < cell.size() && cell[i + 1] == '"') ++i;
+  }
+  return s;
+}
+
+// The delimiter of a CSV file from its first two non-blank lines (the header, if any, and
+// the first data line): of ',', ';' and tab, the one found outside quotes on the first line
+// as often as on the second (and at least once), the most often; ties go to ',' then ';'
+// then tab. A one-line file takes the most frequent. When none fits (a ragged file), the most
+// frequent on the first line; with none at all, ','.
+char DetectDelimiter(std::string_view text) {
+  std::string_view lines[2];
+  int n = 0;
+  while (!text.empty() && n < 2) {
+    const size_t nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (!IsBlank(line)) lines[n++] = Trim(line);  // edge tabs are padding, not delimiters
+  }
+  if (n == 0) return ',';  // only blank lines: the load reports that
+  char best = 0, most = 0;
+  int64_t best_n = 0, most_n = 0;
+  for (char d : kDelimiters) {
+    QuoteError err;
+    int64_t cell = 0;
+    const int64_t first = CountCells(lines[0], d, &err, &cell) - 1;
+    if (first > most_n) {
+      most = d;
+      most_n = first;
+    }
+    const bool steady = n < 2 || CountCells(lines[1], d, &err, &cell) - 1 == first;
+    if (first > best_n && steady) {
+      best = d;
+      best_n = first;
+    }
+  }
+  return best ? best : most ? most : ',';
+}
+
+// Whether `cell` is a number written with a decimal comma: [+-]digits,digits.
+bool IsDecimalComma(std::string_view cell) {
+  if (!cell.empty() && (cell[0] == '+' || cell[0] == '-')) cell.remove_prefix(1);
+  const size_t comma = cell.find(',');
+  if (comma == 0 || comma == std::string_view::npos || comma + 1 == cell.size()) return false;
+  for (size_t i = 0; i < cell.size(); ++i) {
+    if (i != comma && (cell[i] < '0' || cell[i] > '9')) return false;
+  }
+  return true;
+}
+
+// For the message of a line that did not parse with `delim`: a hint when its unquoted cells
+// hold another delimiter, " (the line looks ';'-separated: try --delimiter ';')", or decimal
+// commas, else "". Only on the error path.
+std::string DelimiterHint(std::string_view line, char delim) {
+  QuoteError err;
+  int64_t bad = 0;
+  const int64_t cells = CountCells(line, delim, &err, &bad);
+  if (err != QuoteError::kNone) return "";
+  int64_t found[3] = {0, 0, 0};
+  std::string_view decimal;  // the first decimal-comma cell
+  bool all_decimal = true;   // every unquoted cell holding ',' is a decimal comma
+  const char* p = line.data();
+  const char* const e = p + line.size();
+  for (int64_t c = 0; c < cells; ++c) {
+    CellKind kind;
+    const std::string_view cell = NextCell(&p, e, delim, &kind);
+    if (kind != CellKind::kPlain) continue;
+    for (int i = 0; i < 3; ++i) {
+      if (kDelimiters[i] != delim) found[i] += std::count(cell.begin(), cell.end(), kDelimiters[i]);
+    }
+    if (cell.find(',') != std::string_view::npos) {
+      if (IsDecimalComma(cell)) {
+        if (decimal.empty()) decimal = cell;
+      } else {
+        all_decimal = false;
+      }
+    }
+  }
+  if (delim != ',' && cells > 1 && !decimal.empty() && all_decimal) {
+    std::string dot(decimal);
+    dot[dot.find(',')] = '.';
+    return " (decimal commas are not supported: write " + Quote(dot) + " for " + Quote(decimal) +
+           ")";
+  }
+  int best = -1;
+  for (int i = 0; i < 3; ++i) {
+    if (found[i] > 0 && (best < 0 || found[i] > found[best])) best = i;
+  }
+  if (best < 0) return "";
+  const char d = kDelimiters[best];
+  return " (the line looks " + DelimiterName(d) + "-separated: try --delimiter " +
+         DelimiterName(d) + ")";
 }
 
 // For a numeral that from_chars reported out of double range: whether it is too small
@@ -255,6 +466,16 @@ Status TakeLabel(const std::string& path, const PendingLabel& l, bool classify,
     return Status::Ok();
   }
   if (l.text.empty()) return Status::Data(LabelAt(path, l) + "label cell is empty");
+  // NaN or an infinity is a missing or broken value, not a class, as in regression. Only
+  // text starting with n or i (after a sign) can be one, so the common label is not parsed.
+  std::string_view t = l.text;
+  if (t[0] == '+' || t[0] == '-') t.remove_prefix(1);
+  if (!t.empty() && (t[0] == 'n' || t[0] == 'N' || t[0] == 'i' || t[0] == 'I')) {
+    double v = 0;
+    if (ParseCell(l.text, &v) == Cell::kNotFinite) {
+      return Status::Data(LabelAt(path, l) + CellError(Cell::kNotFinite, l.text));
+    }
+  }
   labels->push_back(l);
   return Status::Ok();
 }
@@ -271,7 +492,7 @@ bool LooksLikeLibsvm(std::string_view text) {
     text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
     if (!line.empty() && line.back() == '\r') line = Trim(line.substr(0, line.size() - 1));
     if (line.empty() || line[0] == '#') continue;
-    if (line.find(',') != std::string_view::npos) return false;
+    if (line.find_first_of(",;") != std::string_view::npos) return false;
     const size_t sp = line.find_first_of(" \t");
     if (sp == std::string_view::npos) return false;
     const std::string_view tok = Trim(line.substr(sp));
@@ -289,8 +510,11 @@ Status LoadCsv(const std::string& path, std::string_view text, const LoadOptions
   // Class labels may be text, so the label cell never marks a line as a header (predict
   // data too: a file with a label column holds the same kind of labels).
   const bool text_labels = opts.task == Task::kClassification;
+  const char delim = opts.delimiter != 0 ? opts.delimiter : DetectDelimiter(text);
   Dataset ds;
   std::vector<PendingLabel> labels;
+  // Class labels quoted with "" inside, unescaped; a deque, so the views into it stay valid.
+  std::deque<std::string> unescaped;
   int64_t ncols = 0;     // cells per row, fixed by the first non-blank line
   int64_t ref_line = 0;  // that line
   int64_t label = -1;    // label column, 0-based; -1: none (predict data without labels)
@@ -311,7 +535,13 @@ Status LoadCsv(const std::string& path, std::string_view text, const LoadOptions
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (IsBlank(line)) continue;
 
-    const int64_t cells = std::count(line.begin(), line.end(), ',') + 1;
+    QuoteError qerr;
+    int64_t qcell = 0;
+    const int64_t cells = CountCells(line, delim, &qerr, &qcell);
+    if (qerr != QuoteError::kNone) {
+      return Status::Data(At(path, line_no, qcell) + QuoteErrorText(qerr));
+    }
+    const char* const lend = line.data() + line.size();
     if (ncols == 0) {
       // The first non-blank line fixes the shape and decides the header.
       ncols = cells;
@@ -330,21 +560,20 @@ Status LoadCsv(const std::string& path, std::string_view text, const LoadOptions
         case HeaderMode::kAuto: {
           // A named label column implies a header line.
           has_header = !opts.label_name.empty();
-          // A header has a cell that is not a number. Empty, NaN and too-large cells do
-          // not count: such a first line is data, and its error is reported as such. With
-          // text class labels the label cell does not count either.
-          std::string_view rest = line;
+          // A header has a cell that is not a number (quoted or not). Empty, NaN and
+          // too-large cells do not count: such a first line is data, and its error is
+          // reported as such. With text class labels the label cell does not count either.
+          const char* c0 = line.data();
           for (int64_t c = 0; c < ncols && !has_header; ++c) {
-            size_t comma = rest.find(',');
+            CellKind kind;
+            const std::string_view cell = NextCell(&c0, lend, delim, &kind);
             double v;
             const bool label_column_present =
                 !opts.no_labels || opts.features <= 0 || ncols != opts.features;
             const bool text_label =
                 text_labels && label_column_present && opts.label_name.empty() &&
                 c == (opts.label_col == -1 ? ncols - 1 : opts.label_col);
-            has_header = !text_label &&
-                         ParseCell(Trim(rest.substr(0, comma)), &v) == Cell::kNotNumber;
-            rest.remove_prefix(comma == std::string_view::npos ? rest.size() : comma + 1);
+            has_header = !text_label && ParseCell(cell, &v) == Cell::kNotNumber;
           }
           break;
         }
@@ -354,25 +583,27 @@ Status LoadCsv(const std::string& path, std::string_view text, const LoadOptions
           return Status::Data(At(path) + "label column '" + opts.label_name +
                               "' is named, but the file has no header line to find it in");
         }
-        std::string_view rest = line;
+        const char* c0 = line.data();
         std::string names;
         for (int64_t c = 0; c < ncols; ++c) {
-          const size_t comma = rest.find(',');
-          const std::string_view name = Trim(rest.substr(0, comma));
+          CellKind kind;
+          std::string_view name = NextCell(&c0, lend, delim, &kind);
+          std::string own;
+          if (kind == CellKind::kEscaped) name = own = Unescape(name);
           if (name == opts.label_name && label < 0) label = c;
           if (c < 8) names += (c ? ", " : "") + std::string(name);
-          rest.remove_prefix(comma == std::string_view::npos ? rest.size() : comma + 1);
         }
         if (label < 0) {
           return Status::Data(At(path, line_no) + "label column '" + opts.label_name +
                               "' is not in the header (" + names + (ncols > 8 ? ", ..." : "") +
-                              ")");
+                              ")" + DelimiterHint(line, delim));
         }
       } else {
         label = opts.label_col == -1 ? ncols - 1 : opts.label_col;
         if (label >= ncols) {
           return Status::Data(At(path) + "label column " + std::to_string(opts.label_col) +
-                              " does not exist (rows have " + Plural(ncols, "column") + ")");
+                              " does not exist (rows have " + Plural(ncols, "column") + ")" +
+                              DelimiterHint(line, delim));
         }
       }
       if (opts.no_labels && opts.features > 0 && ncols == opts.features) label = -1;
@@ -380,12 +611,13 @@ Status LoadCsv(const std::string& path, std::string_view text, const LoadOptions
       if (nfeat < 1) {
         return Status::Data(At(path) +
                             "rows have 1 column; need at least one feature column besides "
-                            "the label");
+                            "the label" +
+                            DelimiterHint(line, delim));
       }
       if (opts.features > 0 && nfeat != opts.features) {
         return Status::Data(At(path, line_no) + "rows have " + Plural(nfeat, "feature") +
                             " besides the label, the model takes " +
-                            std::to_string(opts.features));
+                            std::to_string(opts.features) + DelimiterHint(line, delim));
       }
       ds.features = static_cast<int>(nfeat);
       // A row of n cells takes at least 2n - 1 bytes, so this bounds the rows however many
@@ -400,30 +632,34 @@ Status LoadCsv(const std::string& path, std::string_view text, const LoadOptions
         (classify ? labels.reserve(static_cast<size_t>(max_rows))
                   : ds.y.reserve(static_cast<size_t>(max_rows)));
       }
+      // A header line, detected or forced (even when all its cells are numbers), is never
+      // a row.
       if (has_header) continue;
     } else if (cells != ncols) {
       return Status::Data(At(path, line_no) + "row has " + Plural(cells, "cell") + ", expected " +
-                          std::to_string(ncols) + " (as on line " + std::to_string(ref_line) + ")");
+                          std::to_string(ncols) + " (as on line " + std::to_string(ref_line) +
+                          ")" + DelimiterHint(line, delim));
     }
 
     // A data row with exactly ncols cells.
     const char* c0 = line.data();
-    const char* const lend = line.data() + line.size();
     for (int64_t c = 0; c < ncols; ++c) {
-      const char* comma = static_cast<const char*>(std::memchr(c0, ',', lend - c0));
-      const char* ce = comma ? comma : lend;
-      std::string_view cell = Trim(std::string_view(c0, ce - c0));
-      c0 = comma ? comma + 1 : lend;
+      CellKind kind;
+      std::string_view cell = NextCell(&c0, lend, delim, &kind);
       if (c == label) {
         if (opts.no_labels) continue;
+        if (classify && kind == CellKind::kEscaped) cell = unescaped.emplace_back(Unescape(cell));
         if (Status s = TakeLabel(path, {cell, line_no, c + 1}, classify, &labels, &ds); !s.ok()) {
-          return s;
+          double v;
+          if (classify || ParseCell(cell, &v) != Cell::kNotNumber) return s;
+          return Status::Data(s.message() + DelimiterHint(line, delim));
         }
         continue;
       }
       double v = 0;
       if (Cell r = ParseCell(cell, &v); r != Cell::kOk) {
-        return Status::Data(At(path, line_no, c + 1) + CellError(r, cell));
+        return Status::Data(At(path, line_no, c + 1) + CellError(r, cell) +
+                            (r == Cell::kNotNumber ? DelimiterHint(line, delim) : ""));
       }
       ds.x.push_back(static_cast<float>(v));
     }
@@ -468,6 +704,14 @@ Status LoadLibsvm(const std::string& path, std::string_view text, const LoadOpti
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     line = Trim(line);
     if (line.empty()) continue;
+    // A CSV line read as LIBSVM is one token, a label with no feature: refused, not loaded as
+    // a row of zeros. No LIBSVM line has ',' or ';' without an "<index>:<value>" token.
+    if (line.find(':') == std::string_view::npos &&
+        line.find_first_of(",;") != std::string_view::npos) {
+      return Status::Data(At(path, line_no) + "line " + Quote(line) +
+                          " is not LIBSVM (LIBSVM lines are '<label> <index>:<value> ...'); it "
+                          "looks like CSV: try --format csv");
+    }
     bool first = true;
     int64_t prev = 0;
     while (!line.empty()) {
@@ -589,6 +833,11 @@ Status LoadFile(const std::string& path, const LoadOptions& opts, Dataset* out) 
   if (opts.label_col < -1) {
     return Status::Data(At(path) + "label column " + std::to_string(opts.label_col) +
                         " is invalid (use -1 for the last column)");
+  }
+  if (opts.delimiter != 0 && opts.delimiter != ',' && opts.delimiter != ';' &&
+      opts.delimiter != '\t') {
+    return Status::Data(At(path) + "delimiter " + Quote(std::string_view(&opts.delimiter, 1)) +
+                        " is not supported (use ',', ';' or tab)");
   }
   std::string buf;
   if (Status s = ReadFile(path, &buf); !s.ok()) return s;

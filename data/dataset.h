@@ -55,7 +55,9 @@ struct LoadOptions {
   int label_col = -1;
   std::string label_name;
   HeaderMode header = HeaderMode::kAuto;
-  // CSV delimiter: ',', ';' or '\t'; 0 = detected from the first lines.
+  // CSV delimiter: ',', ';' or '\t'; 0 = detected from the first two non-blank lines (the
+  // one of the three found outside quotes as often on both, the most often; ties go to ',',
+  // then ';'). Any other value is an error. Ignored for LIBSVM.
   char delimiter = 0;
   Task task = Task::kRegression;
   // Classification: map the labels through this map (a label not in it is an error). Null:
@@ -75,12 +77,19 @@ struct LoadOptions {
   std::function<Status(int64_t rows, int features)> check_size;
 };
 
-// Loads a CSV file (comma-separated; blank lines skipped; surrounding spaces allowed; "\r\n"
-// and a UTF-8 byte order mark accepted; header detected or forced) or a LIBSVM/SVMlight file
-// ("<label> <index>:<value> ...", indices from 1 and ascending, "#" comments, "qid:" tokens
-// ignored) into dense float32. Every failure is Status::Data with a message of the form
-// "<path>:<line>:<column>: <what>" (line and column 1-based; column omitted when not about a
-// cell), except check_size's own status.
+// Loads a CSV file (cells separated by ',', ';' or tab, see LoadOptions::delimiter; RFC 4180
+// quotes: a cell in "..." may hold the delimiter, "" stands for '"', and it ends on its line;
+// blank lines skipped; surrounding spaces allowed; "\r\n" and a UTF-8 byte order mark
+// accepted; header detected or forced, and a header line is never a row) or a LIBSVM/SVMlight
+// file ("<label> <index>:<value> ...", indices from 1 and ascending, "#" comments, "qid:"
+// tokens ignored; a line with ',' or ';' and no "<index>:<value>" is refused as not LIBSVM)
+// into dense float32. A quoted cell reads as its text: a file quoted or not gives the same
+// Dataset. Classification labels that are NaN or infinite are refused, as regression targets
+// are. Every failure is Status::Data with a message of the form
+// "<path>:<line>:<column>: <what>" (line and column 1-based, the column counted in cells;
+// column omitted when not about a cell), except check_size's own status. A CSV line that does
+// not parse and holds another delimiter (or decimal commas) adds a hint to the message:
+// " (the line looks ';'-separated: try --delimiter ';')".
 Status LoadFile(const std::string& path, const LoadOptions& opts, Dataset* out);
 
 // The seed's example: n points evenly spaced on [-2, 2] (x_i = -2 + 4i/(n-1); n = 1 gives

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <numeric>
@@ -123,6 +124,19 @@ TEST_F(CsvTest, ForcedHeaderSkipsNumericFirstLine) {
   EXPECT_EQ(ds.rows, 1);
   EXPECT_EQ(ds.x, (std::vector<float>{4, 5}));
   EXPECT_EQ(ds.y, (std::vector<float>{6}));
+  // After a BOM and blank lines, quoted, ';'-separated, classifying, and for predict.
+  ds = Load("\xEF\xBB\xBF\n\n\"1\";\"2\";\"0\"\n4;5;0\n7;8;1\n",
+            Opts(-1, HeaderMode::kYes, true));
+  EXPECT_EQ(ds.rows, 2);
+  EXPECT_EQ(ds.x, (std::vector<float>{4, 5, 7, 8}));
+  EXPECT_EQ(ds.y, (std::vector<float>{0, 1}));
+  LoadOptions o;
+  o.features = 2;
+  o.no_labels = true;
+  o.header = HeaderMode::kYes;
+  ds = Load("1\t2\n3\t4\n", o);
+  EXPECT_EQ(ds.rows, 1);
+  EXPECT_EQ(ds.x, (std::vector<float>{3, 4}));
 }
 
 TEST_F(CsvTest, NoHeaderReadsFirstLine) {
@@ -536,6 +550,23 @@ TEST_F(CsvTest, EmptyClassLabel) {
   ExpectError("1,2,cat\n3,4, \n", Classify(), "2:3: ", "label cell is empty");
 }
 
+TEST_F(CsvTest, NanClassLabelRefused) {
+  ExpectError("1,cat\n2,nan\n3,dog\n", Classify(), "2:2: ", "value 'nan' is not finite");
+  ExpectError("x,c\n1,0\n2,1\n3, NaN \n", Classify(), "4:2: ", "value 'NaN' is not finite");
+  ExpectError("1,0\n2,\"nan\"\n", Classify(), "2:2: ", "value 'nan' is not finite");
+  ExpectError("nan,1,2\n", Classify(0), "1:1: ", "value 'nan' is not finite");
+  ExpectError("1,0\n2,-inf\n", Classify(), "2:2: ", "value '-inf' is not finite");
+  ExpectError("1;0\n2;Infinity\n", Classify(), "2:2: ", "value 'Infinity' is not finite");
+  // Through a given map too (eval, predict with labels).
+  const ClassMap map = ClassMap::Build({"0", "1"});
+  LoadOptions o = Classify();
+  o.classes = &map;
+  ExpectError("1,0\n2,nan\n", o, "2:2: ", "value 'nan' is not finite");
+  // Text that merely starts like one is a class.
+  Dataset ds = Load("1,nancy\n2,info\n3,inferno\n4,nan2\n", Classify());
+  EXPECT_EQ(ds.classes.names, (std::vector<std::string>{"inferno", "info", "nan2", "nancy"}));
+}
+
 // ---- Label column by name ----
 
 TEST_F(CsvTest, LabelColumnByName) {
@@ -664,6 +695,211 @@ TEST_F(CsvTest, FixedFeatureCount) {
   ExpectError("\n1,2,3\n", o, "2: ", "rows have 2 features besides the label, the model takes 1");
   o.features = 2;
   ExpectError("1,2\n", o, "1: ", "rows have 1 feature besides the label, the model takes 2");
+}
+
+// ---- Quoted cells (RFC 4180) ----
+
+// a and b hold the same data, bit for bit: shape, features, targets and class map.
+void ExpectSameDataset(const Dataset& a, const Dataset& b) {
+  EXPECT_EQ(a.rows, b.rows);
+  EXPECT_EQ(a.features, b.features);
+  ASSERT_EQ(a.x.size(), b.x.size());
+  ASSERT_EQ(a.y.size(), b.y.size());
+  EXPECT_EQ(std::memcmp(a.x.data(), b.x.data(), a.x.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(a.y.data(), b.y.data(), a.y.size() * sizeof(float)), 0);
+  EXPECT_EQ(a.classes.numeric, b.classes.numeric);
+  EXPECT_EQ(a.classes.names, b.classes.names);
+  EXPECT_EQ(a.classes.values, b.classes.values);
+}
+
+TEST_F(CsvTest, QuotedNumbersReadAsUnquoted) {
+  // Quoted numbers are numbers: the first line is data, not a header.
+  const Dataset plain = Load("1.5,2,0\n3,-4e2,1\n");
+  const Dataset quoted = Load("\"1.5\",\"2\",0\n\"3\", \"-4e2\" ,\"1\"\n");
+  EXPECT_EQ(quoted.rows, 2);
+  EXPECT_EQ(quoted.x, (std::vector<float>{1.5f, 2, 3, -400}));
+  EXPECT_EQ(quoted.y, (std::vector<float>{0, 1}));
+  ExpectSameDataset(quoted, plain);
+}
+
+TEST_F(CsvTest, QuotedHeaderAndTextLabelsAsRAndPandasWriteThem) {
+  const std::string plain =
+      "sepal.length,sepal.width,species\n"
+      "5.1,3.5,Iris-setosa\n"
+      "4.9,3,Iris-versicolor\n"
+      "6.2,3.4,Iris-setosa\n";
+  // R's write.csv: names and text quoted, numbers not.
+  const std::string r =
+      "\"sepal.length\",\"sepal.width\",\"species\"\n"
+      "5.1,3.5,\"Iris-setosa\"\n"
+      "4.9,3,\"Iris-versicolor\"\n"
+      "6.2,3.4,\"Iris-setosa\"\n";
+  // pandas with quoting=csv.QUOTE_ALL, and \r\n.
+  const std::string all =
+      "\"sepal.length\",\"sepal.width\",\"species\"\r\n"
+      "\"5.1\",\"3.5\",\"Iris-setosa\"\r\n"
+      "\"4.9\",\"3\",\"Iris-versicolor\"\r\n"
+      "\"6.2\",\"3.4\",\"Iris-setosa\"\r\n";
+  for (LoadOptions o : {Classify(), Classify(2)}) {
+    const Dataset want = Load(plain, o);
+    EXPECT_EQ(want.rows, 3);
+    EXPECT_EQ(want.classes.names, (std::vector<std::string>{"Iris-setosa", "Iris-versicolor"}));
+    EXPECT_EQ(want.y, (std::vector<float>{0, 1, 0}));
+    ExpectSameDataset(Load(r, o), want);
+    ExpectSameDataset(Load(all, o), want);
+    // The label column found by its quoted name.
+    o.label_name = "species";
+    ExpectSameDataset(Load(r, o), want);
+    ExpectSameDataset(Load(all, o), want);
+  }
+  // Regression: a quoted text target is still not a number, shown without its quotes.
+  ExpectError(r, {}, "2:3: ", "cell 'Iris-setosa' is not a number" + kNumericTargets);
+}
+
+TEST_F(CsvTest, QuotedDelimiterAndDoubledQuoteAreText) {
+  LoadOptions o = Classify();
+  o.label_name = "kind, \"short\"";
+  Dataset ds = Load(
+      "\"len, cm\",\"kind, \"\"short\"\"\",w\n"
+      "1,\"cat, black\",2\n"
+      "3,\"say \"\"hi\"\"\",4\n"
+      "5,\"cat, black\",6\n",
+      o);
+  EXPECT_EQ(ds.rows, 3);
+  EXPECT_EQ(ds.features, 2);
+  EXPECT_EQ(ds.x, (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(ds.y, (std::vector<float>{0, 1, 0}));
+  EXPECT_EQ(ds.classes.names, (std::vector<std::string>{"cat, black", "say \"hi\""}));
+  // The header's names as the message shows them: unquoted, "" read as '"'.
+  o.label_name = "kind";
+  ExpectError("\"len, cm\",\"kind, \"\"short\"\"\",w\n1,cat,2\n", o, "1: ",
+              "label column 'kind' is not in the header (len, cm, kind, \"short\", w)");
+}
+
+TEST_F(CsvTest, QuotedEmptyCell) {
+  ExpectError("1,2,3\n4,\"\",6\n", {}, "2:2: ", "cell is empty");
+  ExpectError("1,2,cat\n3,4,\"  \"\n", Classify(), "2:3: ", "label cell is empty");
+  // R's row-name column: an empty quoted header name, quoted row numbers as a feature.
+  LoadOptions o;
+  o.label_name = "y";
+  Dataset ds = Load("\"\",\"x\",\"y\"\n\"1\",0.5,2\n\"2\",1.5,3\n", o);
+  EXPECT_EQ(ds.x, (std::vector<float>{1, 0.5f, 2, 1.5f}));
+  EXPECT_EQ(ds.y, (std::vector<float>{2, 3}));
+}
+
+TEST_F(CsvTest, UnclosedQuoteIsAnError) {
+  const std::string unclosed =
+      "quoted cell has no closing quote (a quoted cell must end on its line)";
+  ExpectError("1,2,3\n4,\"5,6\n", {}, "2:2: ", unclosed);
+  ExpectError("\"a\",\"b\n1,2\n", {}, "1:2: ", unclosed);
+  // A line break inside quotes is not read across lines.
+  ExpectError("x,y\n1,\"two\nlines\"\n", Classify(), "2:2: ", unclosed);
+  // A doubled quote does not close the cell.
+  ExpectError("1,\"2\"\"\n", {}, "1:2: ", unclosed);
+  ExpectError("1;2;3\n4;5;\"6\n", {}, "2:3: ", unclosed);
+  // Only spaces may follow the closing quote.
+  ExpectError("1,2\n\"3\"x,4\n", {}, "2:1: ",
+              "text after the closing quote of a quoted cell (write \"\" for a quote inside one)");
+}
+
+TEST_F(CsvTest, QuoteInsideUnquotedCellIsText) {
+  Dataset ds = Load("1,5'11\"\n2,6'1\"\n", Classify());
+  EXPECT_EQ(ds.classes.names, (std::vector<std::string>{"5'11\"", "6'1\""}));
+  ExpectError("1,2\n3,4\"\n", {}, "2:2: ", "cell '4\"' is not a number" + kNumericTargets);
+}
+
+// ---- Delimiters ----
+
+LoadOptions Delim(char d, LoadOptions o = {}) {
+  o.delimiter = d;
+  return o;
+}
+
+TEST_F(CsvTest, SemicolonAndTabDetected) {
+  const Dataset comma = Load("a,b,y\n1,2.5,3\n4,5,6\n");
+  ExpectSameDataset(Load("a;b;y\n1;2.5;3\n4;5;6\n"), comma);
+  ExpectSameDataset(Load("a\tb\ty\n1\t2.5\t3\n4\t5\t6\n"), comma);
+  // Without a header, with spaces around cells, blank lines and \r\n.
+  const Dataset headless = Load("1,2.5,3\n4,5,6\n");
+  ExpectSameDataset(Load("\r\n 1 ; 2.5;3 \r\n\r\n4;5 ;6\r\n"), headless);
+  ExpectSameDataset(Load("1\t 2.5 \t3\n4\t5\t6\n"), headless);
+  // One line only.
+  ExpectSameDataset(Load("1;2.5;3\n"), Load("1,2.5,3\n"));
+  // Quoted delimiters do not count: ';' outside quotes on both lines decides.
+  ExpectError("\"a,b\";\"c,d\";y\n1;\"2,x\";cat\n", Classify(), "2:2: ",
+              "cell '2,x' is not a number");
+  Dataset ds = Load("\"a,b\";\"c,d\";y\n1;2;cat\n3;4;dog\n", Classify());
+  EXPECT_EQ(ds.features, 2);
+  EXPECT_EQ(ds.x, (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_EQ(ds.classes.names, (std::vector<std::string>{"cat", "dog"}));
+  // A comma file whose header has a ';' in a name stays a comma file (',' on both lines).
+  ds = Load("a;1,b,y\n1,2,3\n");
+  EXPECT_EQ(ds.x, (std::vector<float>{1, 2}));
+  // A tab file keeps an empty cell between two tabs.
+  ExpectError("1\t2\t3\n4\t\t6\n", {}, "2:2: ", "cell is empty");
+}
+
+TEST_F(CsvTest, ForcedDelimiter) {
+  // ',' and ';' both once per line: detection takes ',', and the ';' file needs the flag.
+  const std::string text = "1;cat, black\n2;dog, white\n3;cat, black\n";
+  // (Its first line has a text cell, so it is read as a header.)
+  ExpectError(text, Classify(), "2:1: ",
+              "cell '2;dog' is not a number (the line looks ';'-separated: try --delimiter ';')");
+  Dataset ds = Load(text, Delim(';', Classify()));
+  EXPECT_EQ(ds.rows, 3);
+  EXPECT_EQ(ds.features, 1);
+  EXPECT_EQ(ds.x, (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ(ds.y, (std::vector<float>{0, 1, 0}));
+  EXPECT_EQ(ds.classes.names, (std::vector<std::string>{"cat, black", "dog, white"}));
+  // Forced tab and ',' read what detection would.
+  ExpectSameDataset(Load("1\t2\n3\t4\n", Delim('\t')), Load("1,2\n3,4\n"));
+  ExpectSameDataset(Load("1,2\n3,4\n", Delim(',')), Load("1,2\n3,4\n"));
+  ExpectError("1,2\n", Delim('|'), "", "delimiter '|' is not supported (use ',', ';' or tab)");
+}
+
+TEST_F(CsvTest, WrongDelimiterHints) {
+  const std::string semi = " (the line looks ';'-separated: try --delimiter ';')";
+  // One cell per line.
+  ExpectError("1;2;3\n4;5;6\n", Delim(','), "",
+              "rows have 1 column; need at least one feature column besides the label" + semi);
+  // European decimals read with ','.
+  ExpectError("1,5;2,0;3\n", Delim(',', Opts(-1, HeaderMode::kNo)), "1:2: ",
+              "cell '5;2' is not a number" + semi);
+  ExpectError("a;b;y\n1,5;2,0;3\n", Delim(','), "",
+              "rows have 1 column; need at least one feature column besides the label" + semi);
+  // ... and with ';' (detected from the header): the cells have decimal commas.
+  ExpectError("a;b;y\n1,5;2,0;3\n", {}, "2:1: ",
+              "cell '1,5' is not a number (decimal commas are not supported: write '1.5' for "
+              "'1,5')");
+  ExpectError("a;b;y\n1;2,0;3\n", {}, "2:2: ",
+              "cell '2,0' is not a number (decimal commas are not supported: write '2.0' for "
+              "'2,0')");
+  // A tab file read with ';', and a comma file read as tab-separated.
+  ExpectError("a\tb\ty\n1\t2\t3\n", Delim(';'), "",
+              "rows have 1 column; need at least one feature column besides the label (the line "
+              "looks tab-separated: try --delimiter tab)");
+  ExpectError("1,2,3\n", Delim('\t'), "",
+              "rows have 1 column; need at least one feature column besides the label (the line "
+              "looks ','-separated: try --delimiter ',')");
+  // Ragged rows, a missing label column, a named label not found, the model's width and a
+  // regression target.
+  ExpectError("1,2,3\n4;5;6\n", {}, "2: ", "row has 1 cell, expected 3 (as on line 1)" + semi);
+  ExpectError("1;2;3\n", Delim(',', Opts(2)), "",
+              "label column 2 does not exist (rows have 1 column)" + semi);
+  LoadOptions named = Delim(',');
+  named.label_name = "y";
+  ExpectError("a;b;y\n1;2;3\n", named, "1: ",
+              "label column 'y' is not in the header (a;b;y)" + semi);
+  LoadOptions wide = Delim(',');
+  wide.features = 3;
+  ExpectError("a,b;c,y\n1,2;3,4\n", wide, "1: ",
+              "rows have 2 features besides the label, the model takes 3" + semi);
+  ExpectError("a,y\n1,2;3\n", {}, "2:2: ",
+              "cell '2;3' is not a number" + kNumericTargets + semi);
+  // No hint: delimiters inside quotes, and tabs around cells of a comma file.
+  ExpectError("1,\"2;3\"\n", Delim(',', Opts(-1, HeaderMode::kNo)), "1:2: ",
+              "cell '2;3' is not a number" + kNumericTargets);
+  ExpectError("x,y\n1\t,\tz\n", {}, "2:2: ", "cell 'z' is not a number" + kNumericTargets);
 }
 
 // ---- LIBSVM ----
@@ -856,6 +1092,30 @@ TEST_F(LibsvmTest, TokenErrors) {
   // Also when the format is detected.
   ExpectError("1:2 3:4\n", {}, "1: ",
               "line starts with '1:2', not a label (LIBSVM lines are '<label> <index>:<value> ...')");
+}
+
+TEST_F(LibsvmTest, CsvIsNotLibsvm) {
+  const std::string not_libsvm =
+      " is not LIBSVM (LIBSVM lines are '<label> <index>:<value> ...'); it looks like CSV: try "
+      "--format csv";
+  // A header line, and headerless lines that would read as labels without features.
+  ExpectError("a,b,y\n1,2,3\n", Svm(), "1: ", "line 'a,b,y'" + not_libsvm);
+  ExpectError("# c\n\n1,2,3\n4,5,6\n", Svm(), "3: ", "line '1,2,3'" + not_libsvm);
+  LoadOptions o = Svm(Task::kClassification);
+  o.libsvm_features = 2;  // as train sets it: the rows would be zeros
+  ExpectError("1,2,cat\n3,4,dog\n", o, "1: ", "line '1,2,cat'" + not_libsvm);
+  ExpectError("1;2;cat\n", o, "1: ", "line '1;2;cat'" + not_libsvm);
+  ExpectError("1 2:1\n1, 2, 3\n", o, "2: ", "line '1, 2, 3'" + not_libsvm);
+  // Named as LIBSVM, detected by the name.
+  ExpectErrorAs("d.svm", "1,2\n", {}, "1: ", "line '1,2'" + not_libsvm);
+  // A label without features is still a row of zeros.
+  Dataset ds = Load("cat\ndog 1:1\n", o);
+  EXPECT_EQ(ds.x, (std::vector<float>{0, 0, 1, 0}));
+}
+
+TEST_F(LibsvmTest, NanClassLabelRefused) {
+  ExpectError("1 1:1\nnan 1:2\n", Svm(Task::kClassification), "2: ", "value 'nan' is not finite");
+  ExpectError("NaN 1:2\n", Svm(Task::kClassification), "1: ", "value 'NaN' is not finite");
 }
 
 TEST_F(LibsvmTest, EmptyFiles) {
