@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <map>
 
@@ -20,6 +21,9 @@ namespace shmtrain::master {
 namespace {
 
 constexpr int64_t kLeaveNs = 1'000'000'000;  // time workers get to leave after an abort
+// A worker refreshes its heartbeat every step and every barrier wait slice (at most 100 ms,
+// shm/barrier.h): one older than this many wait slices is not waiting at a barrier.
+constexpr int64_t kSilentFloorNs = 250'000'000;
 
 std::string DescribeExit(int status) {
   if (WIFSIGNALED(status)) {
@@ -171,56 +175,93 @@ Status Supervisor::OnExit(int r) {
     c.finished = true;
     return Status::Ok();
   }
+  const int code = WIFEXITED(c.status) ? WEXITSTATUS(c.status) : -1;
+  if (code == kWorkerDiverged) {
+    // Not a fault of the process: a replacement would compute the same non-finite numbers.
+    const int64_t at = shm::LoadRelaxed(seg_.header()->diverged_step);
+    char lr[32];
+    std::snprintf(lr, sizeof lr, "%g", cfg.lr);
+    return Status::Diverged(
+        "training diverged at step " +
+        (at == shm::kNoStop ? std::to_string(Progress(seg_)) : std::to_string(at)) +
+        ": the loss or gradient is not finite (NaN or infinite); the learning rate (--lr " +
+        lr + ") is probably too large");
+  }
   const int64_t now = shm::MonotonicNs();
   const int64_t progress = Progress(seg_);
   const bool chaos = c.kill_reason != nullptr && std::strcmp(c.kill_reason, "chaos") == 0;
   const bool hang = c.kill_reason != nullptr && std::strcmp(c.kill_reason, "hang") == 0;
-  const std::string what = "worker " + std::to_string(r) + " (pid " + std::to_string(c.pid) +
-                           ") " + (hang ? "stopped sending heartbeats and was killed"
-                                        : DescribeExit(c.status)) +
-                           " at step " + std::to_string(progress) + " of " +
-                           std::to_string(cfg.total_steps);
+  // A barrier timeout is most often a victim's: the rank it waited for is silent (stopped,
+  // or stuck where it refreshes nothing). That rank is killed as hung; the waiter is restarted
+  // without counting against the crash-loop budget. A peer that timed out waiting for a rank
+  // killed as hung a moment ago (within one barrier timeout) is a victim too.
+  std::string silent;
+  bool victim = false;
+  if (code == kWorkerBarrierTimeout) {
+    silent = KillSilent(now);
+    victim = !silent.empty() ||
+             now - last_hang_kill_ns_ <=
+                 static_cast<int64_t>(cfg.barrier_timeout_s * 1e9) + kLeaveNs;
+  }
+  std::string what = "worker " + std::to_string(r) + " (pid " + std::to_string(c.pid) + ") " +
+                     (hang ? "stopped sending heartbeats and was killed"
+                           : DescribeExit(c.status)) +
+                     " at step " + std::to_string(progress) + " of " +
+                     std::to_string(cfg.total_steps);
+  if (victim) {
+    what += silent.empty() ? ", waiting for a worker killed for sending no heartbeats"
+                           : ", waiting for " + silent +
+                                 ", which sent no heartbeats and was killed";
+  }
   if (!SyncMode(seg_)) {
     // Killed with an update under way: torn, or applied and advanced but not counted; which
     // one is settled by Reconcile(). The flag comes down before the replacement starts.
+    // The ticket, too, is settled by Reconcile (applied, or torn): it must not be redone.
     uint64_t& commit = seg_.block(r)->commit;
     if (commit % 2 == 1) {
       --commit;
+      shm::StoreRelaxed<int64_t>(seg_.block(r)->ticket, -1);
       ++interrupted_;
       interrupted_ranks_.push_back(r);
     }
   }
-  if (!chaos) {
-    window_.push_back({now, r, hang ? "hang" : DescribeExit(c.status)});
+  if (!chaos && !victim) {
+    const Restart failure{now, r, hang ? "hang" : DescribeExit(c.status)};
+    window_.push_back(failure);
     while (!window_.empty() && window_.front().at_ns < now - opts_.restart_window_ns) {
       window_.pop_front();
     }
     if (static_cast<int>(window_.size()) > opts_.max_restarts) {
-      std::map<int, std::map<std::string, int>> by_rank;
-      for (const Restart& x : window_) ++by_rank[x.rank][x.why];
-      std::string who;
-      for (const auto& [rank, whys] : by_rank) {
-        for (const auto& [why, n] : whys) {
-          who += (who.empty() ? "" : "; ") + std::string("worker ") + std::to_string(rank) + " " +
-                 why + (n > 1 ? " (" + std::to_string(n) + " times)" : "");
-        }
-      }
       return Status::WorkerFailed(
           what + ". " + std::to_string(window_.size()) + " failures within " +
           std::to_string(opts_.restart_window_ns / 1'000'000'000) +
-          " s is more than --max-restarts " + std::to_string(opts_.max_restarts) + " (" + who +
+          " s is more than --max-restarts " + std::to_string(opts_.max_restarts) + " (" +
+          Who(window_) + "); the run was abandoned");
+    }
+    // Failures slower than the window still form a loop when nothing moves between them.
+    if (progress != stall_progress_) {
+      stall_progress_ = progress;
+      stalled_.clear();
+    }
+    stalled_.push_back(failure);
+    if (static_cast<int>(stalled_.size()) > opts_.max_restarts) {
+      return Status::WorkerFailed(
+          what + ". " + std::to_string(stalled_.size()) +
+          " failures in a row without progress (the run stayed at step " +
+          std::to_string(progress) + ") is more than --max-restarts " +
+          std::to_string(opts_.max_restarts) + " (" + Who(stalled_) +
           "); the run was abandoned");
     }
   }
-  const monitoring::RestartReason reason = chaos  ? monitoring::RestartReason::kChaos
-                                           : hang ? monitoring::RestartReason::kHang
-                                                  : monitoring::RestartReason::kCrash;
+  const monitoring::RestartReason reason = chaos            ? monitoring::RestartReason::kChaos
+                                           : hang || victim ? monitoring::RestartReason::kHang
+                                                            : monitoring::RestartReason::kCrash;
   ++restarts_;
   stats_.AddRestart(r, reason);
   log_.Info("restarting " + what,
             JsonLine("worker_restart")
                 .Int("rank", r)
-                .Str("reason", monitoring::ToString(reason))
+                .Str("reason", victim ? "peer_hang" : monitoring::ToString(reason))
                 .Int("step", progress)
                 .Int("incarnation", c.incarnation + 1));
   pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
@@ -236,9 +277,43 @@ void Supervisor::CheckHangs(int64_t now) {
     const int64_t hb = shm::LoadRelaxed(seg_.block(static_cast<int>(&c - kids_.data()))->heartbeat_ns);
     if (now - std::max(hb, c.started_ns) > opts_.heartbeat_timeout_ns) {
       c.kill_reason = "hang";
+      last_hang_kill_ns_ = now;
       kill(c.pid, SIGKILL);  // reaped and replaced on the next Tick
     }
   }
+}
+
+std::string Supervisor::KillSilent(int64_t now) {
+  const auto& cfg = seg_.header()->config;
+  // Half the barrier timeout: a rank that stopped before its peer began to wait is silent for
+  // at least the whole timeout when the peer gives up, minus at most one step of computing.
+  const int64_t limit =
+      std::max(kSilentFloorNs, static_cast<int64_t>(cfg.barrier_timeout_s * 1e9 / 2));
+  std::string who;
+  for (int r = 0; r < static_cast<int>(kids_.size()); ++r) {
+    Child& c = kids_[r];
+    if (!c.running || c.kill_reason != nullptr) continue;
+    const int64_t hb = shm::LoadRelaxed(seg_.block(r)->heartbeat_ns);
+    if (now - std::max(hb, c.started_ns) <= limit) continue;
+    c.kill_reason = "hang";
+    last_hang_kill_ns_ = now;
+    kill(c.pid, SIGKILL);  // reaped and replaced on the next Tick
+    who += (who.empty() ? "worker " : ", worker ") + std::to_string(r);
+  }
+  return who;
+}
+
+std::string Supervisor::Who(const std::deque<Restart>& failures) {
+  std::map<int, std::map<std::string, int>> by_rank;
+  for (const Restart& x : failures) ++by_rank[x.rank][x.why];
+  std::string who;
+  for (const auto& [rank, whys] : by_rank) {
+    for (const auto& [why, n] : whys) {
+      who += (who.empty() ? "" : "; ") + std::string("worker ") + std::to_string(rank) + " " +
+             why + (n > 1 ? " (" + std::to_string(n) + " times)" : "");
+    }
+  }
+  return who;
 }
 
 void Supervisor::MaybeChaos(int64_t now) {
@@ -279,9 +354,17 @@ bool Supervisor::AllFinished() const {
 }
 
 Status Supervisor::ResumeAsync() {
-  shm::Header* h = seg_.header();
-  std::atomic_ref<uint64_t>(h->claimed).store(std::atomic_ref<uint64_t>(h->param_version).load());
-  for (int r = 0; r < static_cast<int>(kids_.size()); ++r) {
+  // Every rank stopped because claimed >= total_steps, so no rank claims again; each owed
+  // update gets a ticket past the last one the stream used (total_steps, total_steps + 1, ...)
+  // written into a rank's block, which the rank takes up as a replacement takes over its
+  // predecessor's. Resetting claimed to the version instead would hand out tickets in
+  // [version, total_steps) again: minibatches already applied, trained on twice, while the
+  // minibatches of the torn updates stay lost either way. No worker runs, so the blocks are
+  // the master's to write.
+  const int64_t total = seg_.header()->config.total_steps;
+  const int64_t owed = total - Progress(seg_);
+  for (int r = 0; r < static_cast<int>(kids_.size()) && r < owed; ++r) {
+    shm::StoreRelaxed<int64_t>(seg_.block(r)->ticket, total + extra_tickets_++);
     if (Status s = Start(r, kids_[r].incarnation + 1); !s.ok()) return s;
   }
   return Status::Ok();

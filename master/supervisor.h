@@ -5,11 +5,18 @@
 //  - A dead or hung worker is replaced in place: the same rank, incarnation + 1. Sync: the
 //    replacement resumes from the phase in its block and redoes only that phase; its peers
 //    simply keep waiting at the barrier (deadline-bounded), since nothing they did depends on
-//    the dead rank's unfinished phase. Async: the others never stop; a worker killed while
-//    applying (its `applying` flag still up) is counted as a torn update.
+//    the dead rank's unfinished phase. Async: the others never stop; the replacement takes
+//    over the update ticket its predecessor held; a worker killed while applying (its
+//    `applying` flag still up) is settled by Reconcile() as applied or torn, and its ticket
+//    is cleared so it is not redone.
 //  - A hung worker (no heartbeat for heartbeat_timeout) is SIGKILLed and replaced (reason hang).
-//  - More than max_restarts restarts within restart_window (chaos kills excepted) is a crash
-//    loop: the run ends with a message naming the ranks and reasons.
+//  - More than max_restarts restarts within restart_window (chaos kills excepted), or more
+//    than max_restarts in a row while Progress() stays put, is a crash loop: the run ends
+//    with a message naming the ranks and reasons.
+//  - A worker that exits on a barrier timeout is usually a victim: the rank it waited for
+//    sent no heartbeat for about the barrier timeout. That rank is killed as hung and
+//    replaced; the victim is restarted without counting against the crash-loop budget.
+//  - A worker that exits kWorkerDiverged ends the run at once (Status::Diverged).
 //  - Chaos (chaos_every > 0): the supervisor itself SIGKILLs a random worker at random
 //    moments (uniform in [0.5, 1.5] x chaos_every apart), for demos and soak tests.
 // The supervisor never blocks on anything a worker holds: every wait is a bounded poll(), and
@@ -57,9 +64,9 @@ class Supervisor {
   Status Tick(int timeout_ms);
   // Every worker has ended its part cleanly.
   bool AllFinished() const;
-  // Async: starts again every worker that finished (the run still owes updates whose tickets
-  // died with a worker). Call only when AllFinished(): no worker runs, so the ticket counter
-  // can be reset to the version without a race.
+  // Async: the run still owes updates (torn ones): hands each owed update a fresh ticket past
+  // total_steps in a rank's block and starts those ranks again. Call only when AllFinished()
+  // and after Reconcile(): no worker runs, so the blocks can be written without a race.
   Status ResumeAsync();
   // Abort word up, a bounded wait for the workers to leave, SIGKILL for the rest.
   void AbortAll();
@@ -88,6 +95,7 @@ class Supervisor {
     int rank;
     std::string why;
   };
+  static std::string Who(const std::deque<Restart>& failures);
   struct PendingRecovery {
     int64_t died_ns;
     int64_t progress;
@@ -100,6 +108,9 @@ class Supervisor {
   std::vector<int> PollExited(int timeout_ms);
   Status OnExit(int rank);
   void CheckHangs(int64_t now);
+  // Barrier timeout: SIGKILLs (as "hang") every running rank whose heartbeat is older than
+  // about the barrier timeout; returns them as "worker a, worker b" ("" if none).
+  std::string KillSilent(int64_t now);
   void MaybeChaos(int64_t now);
   void KillAll();
 
@@ -110,6 +121,12 @@ class Supervisor {
   SupervisorOptions opts_;
   std::vector<Child> kids_;
   std::deque<Restart> window_;  // restarts (chaos excepted) within restart_window
+  // Consecutive counted restarts at one value of Progress(): more than max_restarts of them
+  // is a crash loop too, however slowly they come.
+  std::deque<Restart> stalled_;
+  int64_t stall_progress_ = -1;
+  int64_t last_hang_kill_ns_ = INT64_MIN / 2;  // when the last rank was killed as hung
+  int64_t extra_tickets_ = 0;                  // async tickets handed out past total_steps
   std::vector<PendingRecovery> pending_;
   std::vector<double> recoveries_;
   int64_t restarts_ = 0;

@@ -3,8 +3,10 @@
 #include <signal.h>
 
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <numeric>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -149,9 +151,9 @@ std::vector<long> WorkerUpdates(const std::string& summary) {
   return v;
 }
 
-TEST(AsyncRun, ParabolaWithinTwiceTheSyncLossForTheSameSamples) {
-  // Sync: 2000 full-batch steps of 50 samples. Async at P = 2: each update is one worker's
-  // shard of 25 samples, so 4000 updates see the same 100,000 samples.
+TEST(AsyncRun, ParabolaWithinTwiceTheSyncLoss) {
+  // Sync: 2000 full-batch steps of 50 samples. Async at P = 2, full batch: every update is the
+  // gradient of all 50 rows, computed on parameters up to a few updates old; 4000 of them.
   const ProcResult sync = Shmtrain({"example", "parabola", "--workers", "2", "--log-format",
                                     "json"});
   ASSERT_EQ(sync.exit_code, 0) << sync.Describe();
@@ -165,6 +167,31 @@ TEST(AsyncRun, ParabolaWithinTwiceTheSyncLossForTheSameSamples) {
     const std::string s = Summary(r);
     EXPECT_LE(Num(s, "final_loss"), 2 * sync_loss) << rule << ": " << s;
     EXPECT_EQ(Num(s, "steps"), 4000);
+  }
+}
+
+// Delay compensation acts in the real workers, not only in the rules' unit tests above: with
+// an absurd lambda the correction lambda * g*g*(w - w_bak) dwarfs the gradient as soon as a
+// worker's copy is stale (tau >= 1), and the run diverges (exit 5); with lambda 0 the same run
+// is plain ASGD and trains. Workers that skipped the compensation would train with both. Each
+// update takes about a millisecond (batch 256 through 16-512-4), so two workers overlap
+// whether they have a core each or share one (a time slice ends mid-update).
+TEST(AsyncRun, DelayCompensationActsInRealRuns) {
+  for (const char* rule : {"dc-asgd-c", "dc-asgd-a"}) {
+    const std::vector<std::string> base = {
+        "train", "--mode", "async", "--rule", rule, "--workers", "2", "--example", "blobs",
+        "--rows", "4096", "--features", "16", "--layers", "16,512,4", "--loss", "xent",
+        "--init", "xavier", "--lr", "0.05", "--batch", "256", "--steps", "3000", "--log-every",
+        "0", "--log-format", "json"};
+    std::vector<std::string> plain = base, wild = base;
+    plain.insert(plain.end(), {"--lambda", "0"});
+    wild.insert(wild.end(), {"--lambda", "1e12"});
+    const ProcResult p = Shmtrain(plain);
+    ASSERT_EQ(p.exit_code, 0) << rule << ": " << p.Describe();
+    ASSERT_GT(Num(Summary(p), "mean_staleness"), 0) << rule << ": the workers never overlapped";
+    const ProcResult w = Shmtrain(wild);
+    EXPECT_EQ(w.exit_code, 5) << rule << " with lambda 1e12 trained: no compensation applied\n"
+                              << w.Describe();
   }
 }
 
@@ -184,22 +211,193 @@ TEST(AsyncRun, NoUpdateIsLost) {
   EXPECT_EQ(std::accumulate(per.begin(), per.end(), 0L), 1500);
 }
 
-TEST(AsyncRun, StaleGradientsAreDroppedAndCountedApart) {
-  // --max-staleness 0 drops every gradient another update overtook before its apply began;
-  // the applied count still ends exactly at --steps and the drops are reported beside it.
-  const ProcResult r = Shmtrain({"train", "--mode", "async", "--workers", "3", "--example",
-                                 "blobs", "--rows", "600", "--features", "8", "--layers",
-                                 "8,64,4", "--loss", "xent", "--init", "xavier", "--lr", "0.1",
-                                 "--batch", "16", "--steps", "800", "--max-staleness", "0",
-                                 "--log-format", "json"});
+// ---- update tickets: update u trains on minibatch u of the sync loop's stream.
+
+// The loss of every logged step, as printed, in log order.
+std::vector<std::string> StepLosses(const ProcResult& r) {
+  std::vector<std::string> v;
+  for (const std::string& line : SplitLines(r.out)) {
+    if (JsonField(line, "event") == "step") v.push_back(JsonField(line, "loss").value_or("?"));
+  }
+  return v;
+}
+
+// A run whose parameters do not move (lr 1e-20 changes no float that matters at 9 digits):
+// the loss logged at each update is then a fingerprint of the minibatch it trained on.
+// `heavy`: a wider layer and larger minibatches, about half a millisecond an update, so that
+// kills at a few ms apart land inside updates and the loss ring never laps the master.
+std::vector<std::string> FrozenBlobs(const std::string& mode, int workers, int64_t steps,
+                                     const std::vector<std::string>& extra = {},
+                                     bool heavy = false) {
+  std::vector<std::string> a = {"train", "--mode", mode, "--workers", std::to_string(workers),
+                                "--example", "blobs", "--rows", "1000", "--features", "16",
+                                "--layers", heavy ? "16,512,4" : "16,64,4", "--loss", "xent",
+                                "--init", "xavier", "--lr", "1e-20", "--batch",
+                                heavy ? "50" : "10", "--steps", std::to_string(steps),
+                                "--log-every", "1", "--log-format", "json"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+// The minibatch fingerprints of tickets 0 .. n-1: sync P = 1 logs minibatch t at step t.
+const std::vector<std::string>& TicketLosses(int64_t n, bool heavy) {
+  static auto* cache = new std::map<std::pair<int64_t, bool>, std::vector<std::string>>();
+  auto it = cache->find({n, heavy});
+  if (it != cache->end()) return it->second;
+  const ProcResult r = Shmtrain(FrozenBlobs("sync", 1, n, {}, heavy));
+  EXPECT_EQ(r.exit_code, 0) << r.Describe();
+  std::vector<std::string> v = StepLosses(r);
+  EXPECT_EQ(v.size(), static_cast<size_t>(n));
+  EXPECT_EQ(std::set<std::string>(v.begin(), v.end()).size(), v.size())
+      << "two minibatches share a loss: the fingerprint cannot tell them apart";
+  return cache->emplace(std::make_pair(n, heavy), std::move(v)).first->second;
+}
+
+// Which tickets an async run of `steps` updates applied, from its logged losses: every logged
+// loss must be the fingerprint of exactly one ticket. Returns how many of the tickets below
+// `steps` were missed (each must then have been made up by one past `steps`).
+int64_t MissedTickets(const ProcResult& r, int64_t steps, int64_t spare, bool heavy = false) {
+  const std::vector<std::string>& ref = TicketLosses(steps + spare, heavy);
+  std::map<std::string, int64_t> ticket_of;
+  for (size_t t = 0; t < ref.size(); ++t) ticket_of[ref[t]] = static_cast<int64_t>(t);
+  const std::vector<std::string> got = StepLosses(r);
+  EXPECT_EQ(got.size(), static_cast<size_t>(steps)) << "every update logs its loss";
+  std::map<int64_t, int> used;
+  int64_t past = 0;
+  for (const std::string& loss : got) {
+    const auto it = ticket_of.find(loss);
+    if (it == ticket_of.end()) {
+      ADD_FAILURE() << "loss " << loss << " is no ticket's minibatch";
+      continue;
+    }
+    if (++used[it->second] > 1) ADD_FAILURE() << "ticket " << it->second << " applied twice";
+    past += it->second >= steps;
+  }
+  int64_t missed = 0;
+  for (int64_t t = 0; t < steps; ++t) missed += used.count(t) == 0;
+  EXPECT_EQ(missed, past) << "each missed ticket is made up by a fresh one past the end";
+  return missed;
+}
+
+TEST(AsyncTickets, OneWorkerAsgdIsSyncSgd) {
+  // Same minibatches in the same order, no staleness: the losses logged at every step agree
+  // to float rounding (sync sums the gradient and divides in double, async scales in float).
+  const std::vector<std::string> common = {
+      "--example", "blobs", "--rows", "300", "--features", "8", "--layers", "8,16,3", "--loss",
+      "xent", "--init", "xavier", "--lr", "0.1", "--batch", "16", "--steps", "200",
+      "--log-every", "10", "--log-format", "json", "--workers", "1"};
+  std::vector<std::string> sa = {"train", "--mode", "sync"}, aa = {"train", "--mode", "async",
+                                                                   "--rule", "asgd"};
+  sa.insert(sa.end(), common.begin(), common.end());
+  aa.insert(aa.end(), common.begin(), common.end());
+  const ProcResult sync = Shmtrain(sa), async = Shmtrain(aa);
+  ASSERT_EQ(sync.exit_code, 0) << sync.Describe();
+  ASSERT_EQ(async.exit_code, 0) << async.Describe();
+  const std::vector<std::string> ls = StepLosses(sync), la = StepLosses(async);
+  ASSERT_EQ(ls.size(), 20u);
+  ASSERT_EQ(la.size(), ls.size());
+  for (size_t i = 0; i < ls.size(); ++i) {
+    EXPECT_NEAR(std::stod(la[i]), std::stod(ls[i]), 1e-6 * std::fabs(std::stod(ls[i])))
+        << "step " << 10 * i;
+  }
+  const double fs = Num(Summary(sync), "final_loss"), fa = Num(Summary(async), "final_loss");
+  EXPECT_NEAR(fa, fs, 1e-6 * fs);
+}
+
+TEST(AsyncTickets, EveryRowOncePerEpoch) {
+  // 4 workers, exactly one epoch (1000 rows, batch 10): tickets 0..99 each applied once, so
+  // every row is trained on exactly once, however the ranks were scheduled.
+  const ProcResult r = Shmtrain(FrozenBlobs("async", 4, 100));
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  EXPECT_EQ(MissedTickets(r, 100, 4), 0);
+  EXPECT_EQ(Num(Summary(r), "param_version"), 100);
+}
+
+TEST(AsyncTickets, ADeathHoldingATicketLosesNoMinibatch) {
+  // Rank 1 exits (code 20) at its 3rd minibatch, after claiming its ticket: the replacement
+  // takes the ticket over, so the run still applies every ticket once.
+  const ProcResult r = Shmtrain(FrozenBlobs(
+      "async", 3, 100, {"--fault-rank", "1", "--fault-step", "2", "--fault-point", "1"}, true));
   ASSERT_EQ(r.exit_code, 0) << r.Describe();
   const std::string s = Summary(r);
-  EXPECT_EQ(Num(s, "param_version"), 800);
+  EXPECT_EQ(Num(s, "restarts"), 1) << s;
+  EXPECT_EQ(Num(s, "torn_updates"), 0) << s;
+  EXPECT_EQ(MissedTickets(r, 100, 4, true), 0);
+}
+
+TEST(AsyncTickets, StaleGradientsAreDroppedAndRecomputed) {
+  // --max-staleness 0 with 4 workers that all start at the gate at version 0: each gradient
+  // another update overtook is dropped, counted, and recomputed on the same ticket, so the
+  // run still applies exactly --steps updates, each ticket once.
+  // Updates of about half a millisecond, 4 ranks on fewer cores: computations overlap.
+  const ProcResult r =
+      Shmtrain(FrozenBlobs("async", 4, 400, {"--max-staleness", "0"}, true));
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  const std::string s = Summary(r);
+  EXPECT_EQ(Num(s, "param_version"), 400);
   const std::vector<long> per = WorkerUpdates(s);
-  EXPECT_EQ(std::accumulate(per.begin(), per.end(), 0L), 800);
-  // Drops depend on the interleaving, so their count is only reported; tau as recorded can
-  // exceed S (updates that land between the check and the apply count in it).
-  EXPECT_GE(Num(s, "dropped"), 0);
+  EXPECT_EQ(std::accumulate(per.begin(), per.end(), 0L), 400);
+  EXPECT_GT(Num(s, "dropped"), 0) << s;
+  EXPECT_EQ(MissedTickets(r, 400, 4, true), 0);
+}
+
+TEST(AsyncTickets, SigkilledWorkersLoseOnlyTornTickets) {
+  // Chaos SIGKILLs at random moments: a ticket held by a killed rank is taken over by its
+  // replacement; only an update torn mid-apply loses its minibatch (it is not redone), and it
+  // is made up by a fresh ticket past the end. The run applies exactly --steps updates.
+  const int64_t steps = 2000;
+  const ProcResult r = Shmtrain(FrozenBlobs(
+      "async", 2, steps, {"--chaos-kill-every", "10ms", "--chaos-seed", "5"}, true));
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  const std::string s = Summary(r);
+  std::printf("[ tickets under chaos ] %g restarts, %g torn\n", Num(s, "restarts"),
+              Num(s, "torn_updates"));
+  EXPECT_GE(Num(s, "restarts"), 10) << s;
+  EXPECT_EQ(Num(s, "param_version"), steps) << s;
+  const std::vector<long> per = WorkerUpdates(s);
+  EXPECT_EQ(std::accumulate(per.begin(), per.end(), 0L), steps) << s;
+  EXPECT_EQ(MissedTickets(r, steps, 50, true), Num(s, "torn_updates")) << s;
+}
+
+TEST(AsyncRun, DivergenceEndsTheRunAndNamesTheStep) {
+  const ProcResult r = Shmtrain({"train", "--mode", "async", "--workers", "2", "--example",
+                                 "parabola", "--layers", "1,5,1", "--lr", "1e6", "--steps",
+                                 "2000", "--log-format", "json"});
+  EXPECT_EQ(r.exit_code, 5) << r.Describe();
+  EXPECT_NE(r.err.find("training diverged at step "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(": the loss or gradient is not finite (NaN or infinite); the learning "
+                       "rate (--lr 1e+06) is probably too large"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.out.find("\"event\":\"worker_restart\""), std::string::npos)
+      << "a diverged worker is not restarted:\n" << r.out;
+}
+
+TEST(AsyncTickets, MoreWorkersThanRowsFinishQuickly) {
+  // Once, ranks whose shard was empty left before the start gate and their peers waited out
+  // the 120 s barrier timeout. Tickets leave no rank without rows.
+  test::TempDir dir;
+  const std::string four = dir.Write("four.csv", "0.1,0.2\n0.4,0.5\n-0.3,0.1\n0.8,-0.2\n");
+  const std::vector<std::vector<std::string>> runs = {
+      {"train", "--mode", "async", "--workers", "5", "--data", four, "--layers", "1,4,1",
+       "--lr", "0.01", "--steps", "200", "--log-format", "json"},
+      {"train", "--mode", "async", "--workers", "3", "--example", "blobs", "--rows", "400",
+       "--features", "2", "--layers", "2,8,3", "--loss", "xent", "--lr", "0.1", "--steps",
+       "200", "--val-split", "0.99", "--log-format", "json"},
+      {"train", "--mode", "async", "--workers", "51", "--example", "parabola", "--layers",
+       "1,5,1", "--lr", "0.01", "--steps", "2000", "--log-format", "json"},
+  };
+  for (const auto& args : runs) {
+    std::string cmd;
+    for (const std::string& a : args) cmd += a + " ";
+    SCOPED_TRACE(cmd);
+    // A few seconds at most (51 processes to start on a busy machine); 120 s when broken.
+    const ProcResult r = Shmtrain(args, 30000);
+    ASSERT_TRUE(r.exited) << r.Describe();
+    EXPECT_EQ(r.exit_code, 0) << r.Describe();
+    const std::string s = Summary(r);
+    EXPECT_EQ(Num(s, "param_version"), Num(s, "steps")) << s;
+  }
 }
 
 TEST(AsyncRun, LogsTheLossAtLoggedUpdates) {

@@ -741,6 +741,60 @@ TEST(FaultTest, StoppedWorkerIsReplaced) {
   EXPECT_TRUE(SameBytes(test::ReadWholeFile(model), ref.model));
 }
 
+// 5b. A stopped rank with a barrier timeout shorter than the heartbeat timeout: its peers time
+// out at the barrier first. The supervisor blames the silent rank (its heartbeat is as old as
+// the timeout), kills it as hung and replaces it; the peers are restarted as its victims, not
+// counted as failures, and the run ends with the fault-free bits. (Whichever of the heartbeat
+// check and the barrier timeout fires first, the outcome is the same.)
+
+TEST(FaultTest, BarrierTimeoutBlamesTheStoppedRank) {
+  const Reference& ref = SyncReference(kLongSteps);
+  ASSERT_FALSE(ref.model.empty());
+  TempDir dir;
+  const std::string model = dir.File("m.model");
+  LiveRun run(SyncRun(kLongSteps, {"--barrier-timeout", "1s", "--save", model}));
+  ASSERT_GT(run.master(), 0);
+  ASSERT_TRUE(run.Until(IsEvent("step"), kEventTimeout)) << run.Outcome();
+  const pid_t victim = run.worker(1);
+  ASSERT_TRUE(run.SignalWorker(1, SIGSTOP)) << run.why();
+
+  const ProcResult r = run.Wait(kRunTimeout);
+  ExpectNothingLeft(r);
+  ASSERT_TRUE(ExitedWith(r, 0)) << r.err;
+  EXPECT_TRUE(test::WaitPidGone(victim, kReapGrace)) << "the stopped worker " << victim;
+  const auto restarts = Events(r.out, "worker_restart");
+  int hang1 = 0;
+  for (const auto& ev : restarts) {
+    if (ev.at("rank") == "1") {
+      EXPECT_EQ(ev.at("reason"), "hang");
+      ++hang1;
+    } else {
+      EXPECT_EQ(ev.at("reason"), "peer_hang") << "a healthy rank blamed: rank " << ev.at("rank");
+    }
+  }
+  EXPECT_EQ(hang1, 1) << Clip(r.out);
+  const std::string s = SummaryOf(r);
+  EXPECT_EQ(Num(s, "steps"), kLongSteps) << s;
+  EXPECT_TRUE(SameBytes(test::ReadWholeFile(model), ref.model));
+}
+
+// 5c. The same with no timeout given: the defaults find the stopped rank by its heartbeat
+// (30 s: the slowest test here).
+TEST(FaultTest, StoppedForGoodWithDefaultTimeoutsCompletes) {
+  LiveRun run(SyncRun(kLongSteps));
+  ASSERT_GT(run.master(), 0);
+  ASSERT_TRUE(run.Until(IsEvent("step"), kEventTimeout)) << run.Outcome();
+  ASSERT_TRUE(run.SignalWorker(2, SIGSTOP)) << run.why();
+  const ProcResult r = run.Wait(kRunTimeout);
+  ExpectNothingLeft(r);
+  ASSERT_TRUE(ExitedWith(r, 0)) << r.err;
+  const auto restarts = Events(r.out, "worker_restart");
+  ASSERT_EQ(restarts.size(), 1u) << Clip(r.out);
+  EXPECT_EQ(restarts[0].at("rank"), "2");
+  EXPECT_EQ(restarts[0].at("reason"), "hang");
+  EXPECT_EQ(Num(SummaryOf(r), "steps"), kLongSteps);
+}
+
 // ---------------------------------------------------------------------------------------------
 // 6. A worker that fails again in every incarnation is a crash loop: after more than
 // --max-restarts failures the run is abandoned (exit 3), naming the rank and the limit.
@@ -763,6 +817,24 @@ TEST(FaultTest, CrashLoopGivesUp) {
   for (const auto& ev : Events(r.out, "worker_started")) rank1 += ev.at("rank") == "1";
   EXPECT_EQ(rank1, 4) << r.out;
   EXPECT_EQ(Events(r.out, "worker_restart").size(), 3u) << r.out;
+}
+
+// 6b. Failures too slow for the restart window still loop when nothing moves between them:
+// more than --max-restarts restarts in a row without progress end the run.
+
+TEST(FaultTest, SlowCrashLoopWithoutProgressGivesUp) {
+  const ProcResult r = test::RunProcess(
+      SyncRun(kShortSteps, {"--fault-rank", "1", "--fault-step", "100", "--fault-point", "1",
+                            "--fault-incarnations", "1000", "--max-restarts", "3",
+                            "--restart-window", "1ms"}),
+      kRunTimeout);
+  ExpectExit(r, 3);
+  EXPECT_TRUE(Contains(r.err, "without progress")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "stayed at step 100")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "worker 1")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "--max-restarts 3")) << r.err;
+  ExpectNothingLeft(r);
+  EXPECT_EQ(Events(r.out, "worker_restart").size(), 3u) << Clip(r.out);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -25,59 +25,123 @@ namespace shmtrain::shm {
 namespace {
 
 // A change to any of these numbers changes the bytes other builds read: bump kAbiVersion and
-// update the numbers together.
-TEST(Layout, PinsTheHeader) {
-  EXPECT_EQ(kAbiVersion, 6u);
+// update the numbers together. Every field of every shared struct is pinned, by offset and by
+// size, in declaration order: two fields of one size that trade places, or a field that moves
+// or changes type, fail here. A new field needs a line here.
+#define PIN(S, field, offset, size)                                        \
+  do {                                                                     \
+    EXPECT_EQ(offsetof(S, field), size_t{offset}) << #S "::" #field;       \
+    EXPECT_EQ(sizeof(S::field), size_t{size}) << "sizeof " #S "::" #field; \
+  } while (0)
+
+TEST(Layout, PinsEveryField) {
+  EXPECT_EQ(kAbiVersion, 7u);
   EXPECT_EQ(std::memcmp(&kMagic, "SHMTRAIN", 8), 0);
+  EXPECT_EQ(kLossRing, 4096);
+  EXPECT_EQ(kMaxLayers, 64);
+  EXPECT_EQ(kStalenessBuckets, 12);
+  EXPECT_EQ(kDurationBuckets, 20);
   EXPECT_EQ(sizeof(Header), 66624u);
+  PIN(Header, magic, 0, 8);
+  PIN(Header, abi_version, 8, 4);
+  PIN(Header, header_size, 12, 4);
+  PIN(Header, worker_block_size, 16, 4);
+  PIN(Header, slot_header_size, 20, 4);
+  PIN(Header, config_size, 24, 4);
+  PIN(Header, dtype, 28, 4);
+  PIN(Header, total_size, 32, 8);
+  PIN(Header, creator_pid, 40, 8);
+  PIN(Header, creator_start_time, 48, 8);
+  PIN(Header, blocks_offset, 56, 8);
+  PIN(Header, x_offset, 64, 8);
+  PIN(Header, y_offset, 72, 8);
+  PIN(Header, params_offset, 80, 16);
+  PIN(Header, momentum_offset, 96, 16);
+  PIN(Header, slots_offset, 112, 8);
+  PIN(Header, slot_stride, 120, 8);
+  PIN(Header, snapshot_offset, 128, 8);
+  PIN(Header, snapshot_stride, 136, 8);
+  PIN(Header, config, 144, 464);
+  PIN(Header, abort_epoch, 640, 4);
+  PIN(Header, wake_seq, 704, 4);
+  PIN(Header, waiters, 708, 4);
+  PIN(Header, released_step, 712, 8);
+  PIN(Header, param_version, 768, 8);
+  PIN(Header, claimed, 832, 8);
+  PIN(Header, eval_ack, 896, 8);
+  PIN(Header, stop_eval, 904, 8);
+  PIN(Header, diverged_step, 912, 8);
+  PIN(Header, last_loss, 960, 8);
+  PIN(Header, last_grad_norm, 968, 8);
+  PIN(Header, step1_end_ns, 1024, 8);
+  PIN(Header, last_end_ns, 1032, 8);
+  PIN(Header, loss_ring, 1040, 65536);
   EXPECT_EQ(sizeof(RunConfig), 464u);
+  PIN(RunConfig, mode, 0, 4);
+  PIN(RunConfig, activation, 4, 4);
+  PIN(RunConfig, loss, 8, 4);
+  PIN(RunConfig, num_layers, 12, 4);
+  PIN(RunConfig, layers, 16, 256);
+  PIN(RunConfig, workers, 272, 4);
+  PIN(RunConfig, reserved0, 276, 4);
+  PIN(RunConfig, param_count, 280, 8);
+  PIN(RunConfig, rows, 288, 8);
+  PIN(RunConfig, features, 296, 8);
+  PIN(RunConfig, batch, 304, 8);
+  PIN(RunConfig, total_steps, 312, 8);
+  PIN(RunConfig, log_every, 320, 8);
+  PIN(RunConfig, seed, 328, 8);
+  PIN(RunConfig, lr, 336, 8);
+  PIN(RunConfig, momentum, 344, 8);
+  PIN(RunConfig, barrier_timeout_s, 352, 8);
+  PIN(RunConfig, spin_ns, 360, 8);
+  PIN(RunConfig, master_pid, 368, 8);
+  PIN(RunConfig, fault_rank, 376, 4);
+  PIN(RunConfig, fault_point, 380, 4);
+  PIN(RunConfig, fault_step, 384, 8);
+  PIN(RunConfig, rule, 392, 4);
+  PIN(RunConfig, fault_incarnations, 396, 4);
+  PIN(RunConfig, lambda, 400, 8);
+  PIN(RunConfig, ms_decay, 408, 8);
+  PIN(RunConfig, epsilon, 416, 8);
+  PIN(RunConfig, max_staleness, 424, 8);
+  PIN(RunConfig, checkpoint_every, 432, 8);
+  PIN(RunConfig, first_step, 440, 8);
+  PIN(RunConfig, eval_every, 448, 8);
+  PIN(RunConfig, snapshots, 456, 8);
   EXPECT_EQ(sizeof(WorkerBlock), 640u);
+  PIN(WorkerBlock, phase, 0, 8);
+  PIN(WorkerBlock, heartbeat_ns, 8, 8);
+  PIN(WorkerBlock, pid, 16, 8);
+  PIN(WorkerBlock, incarnation, 24, 4);
+  PIN(WorkerBlock, attached, 28, 4);
+  PIN(WorkerBlock, snap_eval, 32, 8);
+  PIN(WorkerBlock, steps_total, 64, 8);
+  PIN(WorkerBlock, samples_total, 72, 8);
+  PIN(WorkerBlock, barrier_wait_ns_total, 80, 8);
+  PIN(WorkerBlock, compute_ns_total, 88, 8);
+  PIN(WorkerBlock, commit, 96, 8);
+  PIN(WorkerBlock, dropped_total, 104, 8);
+  PIN(WorkerBlock, staleness_sum, 112, 8);
+  PIN(WorkerBlock, ticket, 120, 8);
+  PIN(WorkerBlock, staleness_hist, 128, 96);
+  PIN(WorkerBlock, loss_ema, 224, 8);
+  PIN(WorkerBlock, batches, 232, 8);
+  PIN(WorkerBlock, grad_sq, 240, 8);
+  PIN(WorkerBlock, grad_sq_step, 248, 8);
+  PIN(WorkerBlock, barrier_wait_hist, 256, 160);
+  PIN(WorkerBlock, step_duration_hist, 416, 160);
+  PIN(WorkerBlock, step_duration_ns_total, 576, 8);
   EXPECT_EQ(sizeof(SlotHeader), 64u);
+  PIN(SlotHeader, step, 0, 8);
+  PIN(SlotHeader, samples, 8, 8);
+  PIN(SlotHeader, loss_sum, 16, 8);
   EXPECT_EQ(sizeof(LossRecord), 16u);
-  EXPECT_EQ(offsetof(Header, abi_version), 8u);
-  EXPECT_EQ(offsetof(Header, total_size), 32u);
-  EXPECT_EQ(offsetof(Header, creator_pid), 40u);
-  EXPECT_EQ(offsetof(Header, blocks_offset), 56u);
-  EXPECT_EQ(offsetof(Header, slot_stride), 120u);
-  EXPECT_EQ(offsetof(Header, config), 144u);
-  EXPECT_EQ(offsetof(Header, abort_epoch), 640u);
-  EXPECT_EQ(offsetof(Header, wake_seq), 704u);
-  EXPECT_EQ(offsetof(Header, waiters), 708u);
-  EXPECT_EQ(offsetof(Header, released_step), 712u);
-  EXPECT_EQ(offsetof(Header, param_version), 768u);
-  EXPECT_EQ(offsetof(Header, claimed), 832u);
-  EXPECT_EQ(offsetof(Header, last_loss), 960u);
-  EXPECT_EQ(offsetof(Header, step1_end_ns), 1024u);
-  EXPECT_EQ(offsetof(Header, loss_ring), 1040u);
-  EXPECT_EQ(offsetof(RunConfig, layers), 16u);
-  EXPECT_EQ(offsetof(RunConfig, workers), 272u);
-  EXPECT_EQ(offsetof(RunConfig, param_count), 280u);
-  EXPECT_EQ(offsetof(RunConfig, lr), 336u);
-  EXPECT_EQ(offsetof(RunConfig, fault_step), 384u);
-  EXPECT_EQ(offsetof(RunConfig, rule), 392u);
-  EXPECT_EQ(offsetof(RunConfig, max_staleness), 424u);
-  EXPECT_EQ(offsetof(RunConfig, checkpoint_every), 432u);
-  EXPECT_EQ(offsetof(RunConfig, first_step), 440u);
-  EXPECT_EQ(offsetof(RunConfig, eval_every), 448u);
-  EXPECT_EQ(offsetof(RunConfig, snapshots), 456u);
-  EXPECT_EQ(offsetof(Header, snapshot_stride), 136u);
-  EXPECT_EQ(offsetof(Header, snapshot_offset), 128u);
-  EXPECT_EQ(offsetof(Header, eval_ack), 896u);
-  EXPECT_EQ(offsetof(Header, stop_eval), 904u);
-  EXPECT_EQ(offsetof(WorkerBlock, snap_eval), 32u);
-  EXPECT_EQ(offsetof(WorkerBlock, heartbeat_ns), 8u);
-  EXPECT_EQ(offsetof(WorkerBlock, incarnation), 24u);
-  EXPECT_EQ(offsetof(WorkerBlock, steps_total), 64u);
-  EXPECT_EQ(offsetof(WorkerBlock, compute_ns_total), 88u);
-  EXPECT_EQ(offsetof(WorkerBlock, commit), 96u);
-  EXPECT_EQ(offsetof(WorkerBlock, staleness_hist), 128u);
-  EXPECT_EQ(offsetof(WorkerBlock, loss_ema), 224u);
-  EXPECT_EQ(offsetof(WorkerBlock, batches), 232u);
-  EXPECT_EQ(offsetof(WorkerBlock, grad_sq), 240u);
-  EXPECT_EQ(offsetof(WorkerBlock, barrier_wait_hist), 256u);
-  EXPECT_EQ(offsetof(WorkerBlock, step_duration_hist), 416u);
-  EXPECT_EQ(offsetof(WorkerBlock, step_duration_ns_total), 576u);
+  PIN(LossRecord, tag, 0, 8);
+  PIN(LossRecord, loss, 8, 8);
 }
+
+#undef PIN
 
 Header MakeProto(int workers, double momentum) {
   Header h{};

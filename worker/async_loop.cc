@@ -1,3 +1,34 @@
+// The async loop of one worker: update tickets over one seeded stream of minibatches.
+//
+// Update ticket u (handed out by Header.claimed, fetch_add) trains on minibatch u of
+// data::BatchPlan(rows, batch, seed), Share(u, 0, 1): the stream the sync loop uses. Every row
+// is then used once per epoch whoever runs, however the ranks are scheduled, and a rank never
+// has "no rows"; at P = 1 with --rule asgd the run is the sync run's SGD (no momentum).
+//
+// The ticket a rank holds is in its block (WorkerBlock.ticket, -1 = none), so that a death
+// costs no minibatch. The rank, in order:
+//   1. claims u = claimed.fetch_add(1) (stops if u >= total_steps) and stores ticket = u;
+//   2. reads param_version, snapshots W, computes the gradient of minibatch u; a non-finite
+//      loss or gradient records the ticket (RecordDivergence) and exits kWorkerDiverged
+//      without applying; a gradient too stale (--max-staleness) is dropped, counted and
+//      recomputed on the SAME ticket from freshly read parameters;
+//   3. raises commit to odd, applies, advances param_version, stores ticket = -1, and only
+//      then stores commit even (counted, flag down).
+// What a death at each point leaves, and who repairs it:
+//   before 1, or after 3                ticket -1: nothing is held, nothing is lost;
+//   between the fetch_add and the store ticket -1 while u is out: the one window (two
+//                                       instructions) where a minibatch is lost. The update
+//                                       count stays exact: the owed update is made at the end
+//                                       from a fresh ticket (below), as for a torn update;
+//   in 2                                ticket u, commit even: the replacement (same rank, next
+//                                       incarnation) takes u over and computes it afresh;
+//   in 3 (commit odd)                   the master clears the ticket (Supervisor::OnExit) and
+//                                       Reconcile settles the update as applied or torn, so
+//                                       an applied ticket is never redone.
+// Tickets at or past total_steps are never used by a claim; when updates are still owed once
+// every rank has finished (torn ones, or the window above), the master hands the ranks
+// tickets total_steps, total_steps + 1, ... directly in their blocks (ResumeAsync): fresh
+// minibatches, not a second pass over applied ones.
 #include "worker/async_loop.h"
 
 #include <unistd.h>
@@ -9,7 +40,6 @@
 
 #include "data/batch_plan.h"
 #include "nn/mlp.h"
-#include "nn/rng.h"
 #include "nn/update.h"
 #include "shm/barrier.h"
 #include "shm/futex.h"
@@ -23,9 +53,9 @@ namespace {
 static_assert(std::atomic_ref<double>::is_always_lock_free, "loss_ema is shared as a double");
 
 constexpr double kLossEmaWeight = 0.1;
-// The gradient norm metric costs a pass over the gradient: take it every few updates.
+// The gradient norm metric is published every few updates (the sum of squares is always
+// taken, for the divergence check).
 constexpr int64_t kGradNormEvery = 8;
-constexpr uint64_t kShardStream = 0x5348415244ull;  // "SHARD"
 
 }  // namespace
 
@@ -40,21 +70,8 @@ int RunAsync(const shm::Segment& seg, int rank, uint32_t incarnation) {
   const uint32_t epoch = shm::LoadAbortEpoch(*h);
   const auto master = static_cast<pid_t>(c.master_pid);
 
-  // This rank's shard: its share of a seeded permutation of the rows. Async workers apply
-  // their gradients one by one, so a shard must be a fair sample of the data: contiguous
-  // shards of sorted data would pull the parameters towards whichever rank updated last.
-  std::vector<int64_t> shard_rows_idx;
-  {
-    nn::Rng rng(nn::MixSeed(c.seed, kShardStream));
-    std::vector<int64_t> perm;
-    nn::Permutation(c.rows, rng, &perm);
-    const auto share = data::BatchPlan::ShareOf(c.rows, rank, P);
-    shard_rows_idx.assign(perm.begin() + share.begin, perm.begin() + share.end);
-  }
-  const int64_t shard_rows = static_cast<int64_t>(shard_rows_idx.size());
-  if (shard_rows == 0) return kWorkerOk;  // more workers than rows: nothing to contribute
-  const int64_t batch = c.batch > 0 ? std::min<int64_t>(c.batch, shard_rows) : 0;
-  data::BatchPlan plan(shard_rows, batch, nn::MixSeed(c.seed, 0x4153594E43ull + rank));
+  // The sync loop's plan: minibatch u of the stream is the same rows in both modes.
+  data::BatchPlan plan(c.rows, c.batch, c.seed);
 
   nn::RuleParams rp;
   rp.rule = static_cast<AsyncRule>(c.rule);
@@ -72,50 +89,73 @@ int RunAsync(const shm::Segment& seg, int rank, uint32_t incarnation) {
   std::atomic_ref<uint64_t> claimed(h->claimed);
   const uint64_t total = static_cast<uint64_t>(c.total_steps);
 
-  // Start gate: wait until every rank has attached, so that no rank trains alone on its
-  // shard while the others are still starting (phase words are otherwise unused in async).
+  // Start gate: wait until every rank has attached, so that no rank trains alone while the
+  // others are still starting (phase words are otherwise unused in async).
   shm::PhaseBarrier gate(h, seg.block(0), P, self, epoch);
   gate.Arrive(1);
   const auto r = gate.Wait(1, shm::MonotonicNs() + static_cast<int64_t>(c.barrier_timeout_s * 1e9));
   if (r != shm::PhaseBarrier::Result::kOk) return ExitFor(r);
 
+  // The ticket a predecessor of this rank held and did not begin to apply (the master
+  // cleared it otherwise), or one the master handed out for an owed update; -1 if none.
+  int64_t ticket = shm::LoadRelaxed(self->ticket);
+  int64_t loaded = -1;  // the ticket whose rows are in bx/by
   for (;;) {
     shm::StoreRelaxed(self->heartbeat_ns, shm::MonotonicNs());
     if (shm::LoadAbortEpoch(*h) != epoch) return kWorkerAborted;
     if (getppid() != master) return kWorkerOrphaned;
-    if (claimed.load(std::memory_order_relaxed) >= total) return kWorkerOk;
     if (shm::LoadAcquire(h->stop_eval) != shm::kNoStop) return kWorkerOk;  // early stop
+    if (ticket < 0) {
+      if (claimed.load(std::memory_order_relaxed) >= total) return kWorkerOk;
+      const uint64_t u = claimed.fetch_add(1, std::memory_order_relaxed);
+      if (u >= total) return kWorkerOk;
+      ticket = static_cast<int64_t>(u);
+      shm::StoreRelaxed(self->ticket, ticket);
+    }
     const int64_t b = static_cast<int64_t>(shm::LoadRelaxed(self->batches));
+    // Fires while the ticket is held: the replacement must take it over.
     if (FaultAt(c, FaultPoint::kExit, rank, b, incarnation)) return kWorkerInjectedFault;
 
     const int64_t t0 = shm::MonotonicNs();
     const uint64_t v_read = version.load(std::memory_order_acquire);
     for (int64_t i = 0; i < n; ++i) w_bak[i] = nn::SharedAccess::Load(w + i);
 
-    plan.Share(b, 0, 1, &idx);
-    const int64_t rows = static_cast<int64_t>(idx.size());
-    bx.resize(static_cast<size_t>(rows * features));
-    by.resize(static_cast<size_t>(rows));
-    for (int64_t i = 0; i < rows; ++i) {
-      const int64_t row = shard_rows_idx[idx[i]];
-      std::copy(seg.x() + row * features, seg.x() + (row + 1) * features,
-                bx.data() + i * features);
-      by[i] = seg.y()[row];
+    if (loaded != ticket) {
+      plan.Share(ticket, 0, 1, &idx);
+      const int64_t rows = static_cast<int64_t>(idx.size());
+      bx.resize(static_cast<size_t>(rows * features));
+      by.resize(static_cast<size_t>(rows));
+      for (int64_t i = 0; i < rows; ++i) {
+        const int64_t row = idx[i];
+        std::copy(seg.x() + row * features, seg.x() + (row + 1) * features,
+                  bx.data() + i * features);
+        by[i] = seg.y()[row];
+      }
+      loaded = ticket;
     }
+    const int64_t rows = static_cast<int64_t>(by.size());
     const double loss =
         nn::LossAndGrad<float>(spec, w_bak.data(), bx.data(), by.data(), rows, grad.data(), ws) /
         static_cast<double>(rows);
     const float inv = 1.0f / static_cast<float>(rows);
-    for (float& g : grad) g *= inv;
+    double sq = 0;  // of the mean gradient: a non-finite element makes it non-finite
+    for (float& g : grad) {
+      g *= inv;
+      sq += static_cast<double>(g) * g;
+    }
     shm::StoreRelaxed<uint64_t>(self->batches, static_cast<uint64_t>(b + 1));
     shm::AddRelaxed<uint64_t>(self->samples_total, static_cast<uint64_t>(rows));
+    if (!std::isfinite(loss) || !std::isfinite(sq)) {
+      // Nothing of this gradient reaches W; the master ends the run and names the ticket.
+      shm::RecordDivergence(h, ticket);
+      return kWorkerDiverged;
+    }
 
     const uint64_t v_now = version.load(std::memory_order_acquire);
     if (c.max_staleness >= 0 && v_now - v_read > static_cast<uint64_t>(c.max_staleness)) {
       shm::AddRelaxed<uint64_t>(self->dropped_total, 1);
-      continue;
+      continue;  // the same ticket again, from the parameters as they are now
     }
-    if (claimed.fetch_add(1, std::memory_order_relaxed) >= total) return kWorkerOk;
     const uint64_t applied = shm::LoadRelaxed(self->commit) / 2;
     shm::StoreRelaxed<uint64_t>(self->commit, 2 * applied + 1);  // applying
     if (FaultAt(c, FaultPoint::kMidApply, rank, b, incarnation)) {
@@ -124,7 +164,11 @@ int RunAsync(const shm::Segment& seg, int rank, uint32_t incarnation) {
     }
     nn::ApplyRule<nn::SharedAccess>(rp, n, w, w_bak.data(), grad.data(), mean_square);
     const uint64_t v_apply = version.fetch_add(1, std::memory_order_release);
+    // The ticket is released while commit is still odd: a death from here on is settled from
+    // commit alone, and the master never sees a held ticket beside an even (counted) commit.
+    shm::StoreRelaxed<int64_t>(self->ticket, -1);
     shm::StoreRelaxed<uint64_t>(self->commit, 2 * applied + 2);  // counted, not applying
+    ticket = -1;
 
     const uint64_t tau = v_apply - v_read;
     // The update numbered v_apply records its minibatch loss when it is a logged step, as the
@@ -142,11 +186,7 @@ int RunAsync(const shm::Segment& seg, int rank, uint32_t incarnation) {
     shm::AddRelaxed<uint64_t>(self->step_duration_hist[shm::DurationBucket(took)], 1);
     shm::AddRelaxed<uint64_t>(self->step_duration_ns_total, static_cast<uint64_t>(took));
     shm::StoreRelaxed(h->last_loss, loss);
-    if (b % kGradNormEvery == 0) {
-      double sq = 0;
-      for (const float g : grad) sq += static_cast<double>(g) * g;
-      shm::StoreRelaxed(h->last_grad_norm, std::sqrt(sq));
-    }
+    if (b % kGradNormEvery == 0) shm::StoreRelaxed(h->last_grad_norm, std::sqrt(sq));
     const double ema = shm::LoadRelaxed(self->loss_ema);
     shm::StoreRelaxed(self->loss_ema,
                       b == 0 ? loss : (1 - kLossEmaWeight) * ema + kLossEmaWeight * loss);
