@@ -54,6 +54,15 @@ Status Load(const Command& cmd, Logger& log, Model* m) {
   return Status::Ok();
 }
 
+// A class name as an RFC 4180 field: quoted (with "" for ") when it holds a comma, a quote or
+// a line break, so that labels the loader accepts ("cat, black") give well-formed output.
+std::string CsvField(const std::string& s) {
+  if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
+  std::string q = "\"";
+  for (const char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+
 }  // namespace
 
 Status RunEval(const Command& cmd, Logger& log) {
@@ -92,7 +101,7 @@ Status RunPredict(const Command& cmd, Logger& log) {
   std::string text;
   if (xent) {
     text = "class";
-    for (const std::string& name : m.classes.names) text += ",p_" + name;
+    for (const std::string& name : m.classes.names) text += "," + CsvField("p_" + name);
   } else {
     text = "value";
   }
@@ -116,7 +125,7 @@ Status RunPredict(const Command& cmd, Logger& log) {
       for (int j = 1; j < out; ++j) {
         if (zi[j] > zi[best]) best = j;
       }
-      text += m.classes.names[best];
+      text += CsvField(m.classes.names[best]);
       for (int j = 0; j < out; ++j) text += "," + Fmt("%.6g", zi[j]);
       text += "\n";
     }

@@ -785,7 +785,28 @@ TEST(SgdTest, TwoMomentumSteps) {
   EXPECT_FLOAT_EQ(w2[1], 1.969f);
 }
 
+// A worker whose slice is empty (more workers than parameters) calls the update with n = 0:
+// it must touch no memory at all, so null pointers are fine and real buffers keep every bit.
 TEST(SgdTest, EmptySliceIsANoOp) {
+  // Real buffers whose first elements would change under any update: w - lr * (mu * v + g)
+  // differs from w_out, and mu * v + g from v_out.
+  const std::vector<float> w = {1.0f, -2.0f};
+  const std::vector<float> v = {0.5f, 0.25f};
+  const std::vector<double> g = {3.0, -4.0};
+  for (const double mu : {0.9, 0.0}) {
+    SCOPED_TRACE("mu " + std::to_string(mu));
+    std::vector<float> w_out = {7.0f, 8.0f};
+    std::vector<float> v_out = {-7.0f, -8.0f};
+    SgdMomentum(0, w.data(), v.data(), g.data(), 0.1, mu, w_out.data(), v_out.data());
+    EXPECT_EQ(w_out, (std::vector<float>{7.0f, 8.0f})) << "n = 0 wrote parameters";
+    EXPECT_EQ(v_out, (std::vector<float>{-7.0f, -8.0f})) << "n = 0 wrote velocities";
+    // The control: n = 1 on the same buffers writes the first element and only it.
+    SgdMomentum(1, w.data(), v.data(), g.data(), 0.1, mu, w_out.data(), v_out.data());
+    EXPECT_NE(w_out[0], 7.0f);
+    EXPECT_EQ(w_out[1], 8.0f);
+    EXPECT_EQ(v_out[1], -8.0f);
+  }
+  // Null pointers: nothing is dereferenced.
   SgdMomentum(0, nullptr, nullptr, nullptr, 0.1, 0.9, nullptr, nullptr);
   SgdMomentum(0, nullptr, nullptr, nullptr, 0.1, 0.0, nullptr, nullptr);
 }

@@ -699,30 +699,66 @@ TEST_F(RealData, EarlyStopSyncIsReproducible) {
   }
 }
 
-// Async with early stopping ends normally; an early stop ends before the last update.
+// Async early stopping, in a run where it must trigger whatever the scheduling: the labels
+// are coin flips independent of the features, so no model predicts the held-out labels better
+// than the prior (a loss of about log 2). Training can only fit the training rows' noise, and
+// a learning rate of 0.5 on batches of 8 makes every update a big step in a random direction:
+// the validation loss wanders around log 2 and above, and a new lowest value gets rarer with
+// every evaluation (the k-th value of a sequence that does not improve is a new low with
+// odds of about 1/k), so two evaluations in a row without one come after a handful. In async
+// mode the master evaluates the shared parameters when it can, every few milliseconds,
+// whatever the version; the run is long (a million updates, seconds) so that it gets all the
+// evaluations it needs, and it ends after about a tenth of a second. It must end early, before
+// its last update, and keep the model of the reported best step: the one whose validation loss
+// was the lowest, which `eval` on the same held-out rows reproduces.
 TEST_F(RealData, EarlyStopAsync) {
-  REQUIRE_DIGITS();
+  constexpr int kRows = 600;
+  constexpr int64_t kTotal = 1'000'000;
+  std::mt19937 g(2024);
+  std::string csv;
+  for (int i = 0; i < kRows; ++i) {
+    for (int j = 0; j < 8; ++j) csv += Fmt("%.4f", Uniform(g)) + ",";
+    csv += Uniform(g) < 0.5 ? "0\n" : "1\n";
+  }
+  const std::string data = dir_.Write("noise.csv", csv);
   const std::string model = dir_.File("async.bin");
-  std::vector<std::string> a = DigitsTrain(
-      kDigits, {"--val-split", "0.2", "--epochs", "300", "--early-stop", "2", "--eval-every",
-                "20", "--log-every", "0", "--save", model});
-  a[4] = "async";  // --mode
-  const ProcResult r = Shm(a);
+  const ProcResult r = Shm({"train", "--workers", "2", "--mode", "async", "--data", data,
+                            "--task", "classification", "--layers", "8,32,2", "--init", "xavier",
+                            "--seed", "5", "--lr", "0.5", "--batch", "8", "--steps",
+                            std::to_string(kTotal), "--val-split", "0.3", "--eval-every", "20",
+                            "--early-stop", "2", "--log-every", "0", "--log-format", "json",
+                            "--save", model});
   ASSERT_TRUE(ExitedWith(r, 0));
   const std::string s = OneEvent(r, "summary");
   ASSERT_FALSE(s.empty());
   EXPECT_EQ(Str(s, "mode"), "async");
-  const std::string stopped = Str(s, "stopped_early");
-  EXPECT_TRUE(stopped == "true" || stopped == "false") << s;
-  if (stopped == "true") {
-    EXPECT_LT(Num(s, "steps"), 300 * 45) << s;
+  EXPECT_EQ(Str(s, "stopped_early"), "true") << s;
+  EXPECT_FALSE(Events(r.out, "early_stop").empty()) << r.out;
+  const int64_t steps = static_cast<int64_t>(Num(s, "steps"));
+  EXPECT_LT(steps, kTotal) << "the run did not stop before its last update: " << s;
+
+  // The reported best step is a validation with the lowest validation loss of the run, and
+  // the summary reports that validation's loss.
+  const int64_t best_step = static_cast<int64_t>(Num(s, "best_step"));
+  const std::vector<Validation> v = Validations(r.out);
+  ASSERT_FALSE(v.empty());
+  const auto at_best = std::find_if(v.begin(), v.end(),
+                                    [&](const Validation& x) { return x.step == best_step; });
+  ASSERT_NE(at_best, v.end()) << "no validation at best_step " << best_step << "\n" << r.out;
+  const double best_loss = std::strtod(at_best->loss.c_str(), nullptr);
+  for (const Validation& x : v) {
+    EXPECT_GE(std::strtod(x.loss.c_str(), nullptr), best_loss)
+        << "validation at step " << x.step << " beats best_step " << best_step;
   }
+  EXPECT_EQ(Str(s, "val_loss"), at_best->loss) << s;
+
+  // The saved model is the one evaluated at best_step.
   ASSERT_TRUE(test::FileExists(model));
-  const ProcResult e = Shm({"eval", "--model", model, "--data", kDigits, "--val-split", "0.2",
-                            "--seed", "7", "--log-format", "json"});
+  const ProcResult e = Shm({"eval", "--model", model, "--data", data, "--val-split", "0.3",
+                            "--seed", "5", "--log-format", "json"});
   ASSERT_TRUE(ExitedWith(e, 0));
-  EXPECT_LE(RelDiff(Num(OneEvent(e, "eval"), "loss"), Num(s, "val_loss")), 1e-6)
-      << "the saved model is not the one the summary reports";
+  EXPECT_LE(RelDiff(Num(OneEvent(e, "eval"), "loss"), best_loss), 1e-6)
+      << "the saved model is not the one validated at best_step " << best_step;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -188,6 +188,28 @@ TEST(OutputPaths, PredictNeverOverwritesItsInputs) {
   EXPECT_EQ(test::ReadWholeFile(data), data_bytes) << "predict overwrote the data";
 }
 
+TEST(OutputPaths, PredictQuotesClassNamesAsCsvFields) {
+  // Labels the loader accepts quoted ("cat, black") must come out as well-formed CSV.
+  TempDir dir;
+  const std::string data =
+      dir.Write("pets.csv", "x,y\n0.1,\"cat, black\"\n0.2,\"cat, black\"\n0.8,\"say \"\"hi\"\"\"\n"
+                            "0.9,\"say \"\"hi\"\"\"\n");
+  const std::string model = dir.File("m.bin"), out = dir.File("p.csv");
+  const ProcResult t = test::RunProcess({kBin, "train", "--data", data, "--layers", "1,2",
+                                         "--task", "classification", "--lr", "0.5", "--steps",
+                                         "200", "--no-metrics", "--save", model},
+                                        kRunTimeout);
+  ASSERT_TRUE(t.exited && t.exit_code == 0) << t.Describe();
+  const ProcResult p = test::RunProcess(
+      {kBin, "predict", "--model", model, "--data", data, "--out", out}, kRunTimeout);
+  ASSERT_TRUE(p.exited && p.exit_code == 0) << p.Describe();
+  const std::vector<std::string> lines = test::SplitLines(test::ReadWholeFile(out));
+  ASSERT_EQ(lines.size(), 5u);
+  EXPECT_EQ(lines[0], "class,\"p_cat, black\",\"p_say \"\"hi\"\"\"");
+  EXPECT_EQ(lines[1].rfind("\"cat, black\",", 0), 0u) << lines[1];
+  EXPECT_EQ(lines[4].rfind("\"say \"\"hi\"\"\",", 0), 0u) << lines[4];
+}
+
 // ---------------------------------------------------------------------------------------------
 // A checkpoint that fails mid-run.
 
