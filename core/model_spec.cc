@@ -23,6 +23,7 @@ std::optional<Init> ParseInit(std::string_view s) {
   if (s == "normal") return Init::kNormal;
   if (s == "xavier") return Init::kXavier;
   if (s == "he") return Init::kHe;
+  if (s == "torch") return Init::kTorch;
   return std::nullopt;
 }
 
@@ -60,6 +61,8 @@ const char* ToString(Init i) {
       return "xavier";
     case Init::kHe:
       return "he";
+    case Init::kTorch:
+      return "torch";
   }
   return "unknown";
 }

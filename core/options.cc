@@ -1,6 +1,8 @@
 #include "shmtrain/options.h"
 
+#include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 namespace shmtrain {
@@ -10,7 +12,100 @@ Status Bad(const std::string& flag, const std::string& what) {
   return Status::Usage(flag + ": " + what);
 }
 
+std::string Seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%gs", s);
+  return buf;
+}
+
+// A flag given on the command line that the run would ignore: an error, so that nobody
+// believes it took effect. Returns the first such flag's message, in this order.
+Status CheckApplies(const TrainOptions& o) {
+  const bool async = o.mode == Mode::kAsync;
+  for (const char* f : {"--rule", "--lambda", "--ms-decay", "--epsilon", "--max-staleness"}) {
+    if (!async && o.Given(f)) {
+      return Bad(f, "applies to async mode only (add --mode async); this run is sync");
+    }
+  }
+  if (o.Given("--lambda") && o.rule == AsyncRule::kAsgd) {
+    return Bad("--lambda", "does not apply to --rule asgd (plain ASGD has no delay compensation)");
+  }
+  for (const char* f : {"--ms-decay", "--epsilon"}) {
+    if (o.Given(f) && o.rule != AsyncRule::kDcAsgdA) {
+      return Bad(f, std::string("applies to --rule dc-asgd-a only, not ") + ToString(o.rule));
+    }
+  }
+  if (o.Given("--metrics-addr") && !o.metrics) {
+    return Bad("--metrics-addr", "does not apply with --no-metrics (no metrics are served)");
+  }
+  if (o.Given("--chaos-seed") && o.chaos_every_s == 0) {
+    return Bad("--chaos-seed", "needs --chaos-kill-every D (no chaos kills without it)");
+  }
+  const bool file = !o.data_path.empty();
+  if (o.Given("--rows") && file) {
+    return Bad("--rows", "applies to a built-in --example only, not to --data FILE");
+  }
+  if (o.Given("--features") && o.example != "blobs") {
+    return Bad("--features", "applies to --example blobs only");
+  }
+  const bool libsvm = o.format == DataFormat::kLibsvm;
+  for (const char* f : {"--format", "--label-col", "--header", "--delimiter"}) {
+    if (o.Given(f) && !file) return Bad(f, "applies to --data FILE only, not to a built-in example");
+    if (o.Given(f) && libsvm && std::string_view(f) != "--format") {
+      return Bad(f, "applies to CSV files only, not to --format libsvm");
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
+
+std::optional<char> ParseDelimiter(std::string_view s) {
+  if (s == ",") return ',';
+  if (s == ";") return ';';
+  if (s == "tab" || s == "\t") return '\t';
+  return std::nullopt;
+}
+
+std::optional<HostPort> ParseHostPort(std::string_view addr, std::string* why) {
+  HostPort hp;
+  std::string_view port_s;
+  if (!addr.empty() && addr.front() == '[') {
+    // [IPV6]:PORT, as in URLs: the brackets keep the address's colons apart from the port's.
+    const size_t close = addr.find(']');
+    if (close == std::string_view::npos || close + 1 >= addr.size() || addr[close + 1] != ':') {
+      *why = "expected [IPV6]:PORT, e.g. [::1]:9464";
+      return std::nullopt;
+    }
+    hp.host = std::string(addr.substr(1, close - 1));
+    hp.ipv6 = true;
+    if (hp.host.empty() || hp.host.find_first_not_of("0123456789abcdefABCDEF:.") != std::string::npos ||
+        hp.host.find(':') == std::string::npos) {
+      *why = "'" + hp.host + "' is not an IPv6 address";
+      return std::nullopt;
+    }
+    port_s = addr.substr(close + 2);
+  } else {
+    const size_t colon = addr.rfind(':');
+    if (colon == std::string_view::npos || colon == 0) {
+      *why = "expected HOST:PORT (or [IPV6]:PORT)";
+      return std::nullopt;
+    }
+    hp.host = std::string(addr.substr(0, colon));
+    if (hp.host.find(':') != std::string::npos) {
+      *why = "an IPv6 address goes in brackets: [" + hp.host + "]:PORT";
+      return std::nullopt;
+    }
+    port_s = addr.substr(colon + 1);
+  }
+  const auto [p, ec] = std::from_chars(port_s.data(), port_s.data() + port_s.size(), hp.port);
+  if (port_s.empty() || ec != std::errc() || p != port_s.data() + port_s.size() || hp.port < 0 ||
+      hp.port > 65535) {
+    *why = "port must be a number 0..65535";
+    return std::nullopt;
+  }
+  return hp;
+}
 
 Status TrainOptions::Validate() const {
   if (workers < 1 || workers > 256) {
@@ -36,6 +131,7 @@ Status TrainOptions::Validate() const {
                "must be >= 0 or -1 (the last column), got " + std::to_string(label_col));
   }
   const auto& layers = model.layers;
+  if (layers.empty()) return Status::Usage("--layers is required (sizes, inputs first: 1,5,1)");
   if (layers.size() < 2 || layers.size() > 64) {
     return Bad("--layers", "needs 2 to 64 sizes, e.g. 1,5,1; got " +
                                std::to_string(layers.size()));
@@ -54,6 +150,7 @@ Status TrainOptions::Validate() const {
     return Bad("--layers", "loss xent needs an output per class (at least 2), the last layer has " +
                                std::to_string(model.outputs()));
   }
+  if (lr == 0 && !Given("--lr")) return Status::Usage("--lr is required (the learning rate)");
   if (!(lr > 0) || !std::isfinite(lr)) {
     return Bad("--lr", "must be a finite number > 0, got " + std::to_string(lr));
   }
@@ -67,8 +164,9 @@ Status TrainOptions::Validate() const {
   if (steps < 0 || epochs < 0) return Status::Usage("--steps and --epochs must be >= 1");
   if (batch < 0) return Bad("--batch", "must be >= 1, got " + std::to_string(batch));
   if (log_every < 0) return Bad("--log-every", "must be >= 0, got " + std::to_string(log_every));
-  if (!(barrier_timeout_s >= 0.01 && barrier_timeout_s <= 86400)) {
-    return Bad("--barrier-timeout", "must be between 0.01 and 86400 seconds");
+  if (!(barrier_timeout_s >= 0.1 && barrier_timeout_s <= 86400)) {
+    return Bad("--barrier-timeout", "must be between 100ms and 86400s, got " +
+                                        Seconds(barrier_timeout_s));
   }
   if (!std::isnan(lambda) && !(lambda >= 0 && std::isfinite(lambda))) {
     return Bad("--lambda", "must be a finite number >= 0, got " + std::to_string(lambda));
@@ -107,7 +205,15 @@ Status TrainOptions::Validate() const {
                              ToString(model.loss));
   }
   if (!(heartbeat_timeout_s >= 0.05 && heartbeat_timeout_s <= 86400)) {
-    return Bad("--heartbeat-timeout", "must be between 50ms and 86400s");
+    return Bad("--heartbeat-timeout", "must be between 50ms and 86400s, got " +
+                                          Seconds(heartbeat_timeout_s));
+  }
+  if (heartbeat_timeout_s >= barrier_timeout_s) {
+    return Bad("--heartbeat-timeout",
+               Seconds(heartbeat_timeout_s) + " must be shorter than --barrier-timeout (" +
+                   Seconds(barrier_timeout_s) +
+                   "): a silent worker must be found and replaced before the healthy ones give "
+                   "up waiting for it at the barrier");
   }
   if (max_restarts < 0) return Bad("--max-restarts", "must be >= 0");
   if (!(restart_window_s > 0 && restart_window_s <= 86400 * 7)) {
@@ -123,7 +229,11 @@ Status TrainOptions::Validate() const {
   if (mode == Mode::kAsync && momentum != 0) {
     return Bad("--momentum", "applies to sync mode only (async rules have no momentum)");
   }
-  return Status::Ok();
+  if (!metrics_addr.empty() && metrics) {
+    std::string why;
+    if (!ParseHostPort(metrics_addr, &why)) return Bad("--metrics-addr " + metrics_addr, why);
+  }
+  return CheckApplies(*this);
 }
 
 double TrainOptions::LambdaOrDefault() const {

@@ -1,8 +1,15 @@
+// The command line on CLI11: CLI11 owns the grammar (commands, `--flag value` and
+// `--flag=value`, help layout); the flags' values are parsed by the setters below, so every
+// message names the flag and the bad value; limits and cross-field rules are checked by
+// TrainOptions::Validate() (core/options.cc), their one home.
 #include "master/cli.h"
 
+#include <CLI/CLI.hpp>
 #include <charconv>
 #include <cmath>
 #include <functional>
+#include <map>
+#include <memory>
 #include <string_view>
 
 namespace shmtrain::master {
@@ -10,12 +17,14 @@ namespace {
 
 using Setter = std::function<Status(const std::string& flag, std::string_view value)>;
 
+// One flag. The help text states the default and the limits (tests/cli_test.cc checks that
+// every listed flag says "default" or "required").
 struct Flag {
   std::string name;  // with the leading "--"
   std::string arg;   // "" for a switch that takes no value
   std::string help;
   Setter set;
-  bool hidden = false;
+  std::string group;  // the heading it is listed under in --help; "" = hidden (test hooks)
 };
 
 Status Expected(const std::string& flag, const char* what, std::string_view got) {
@@ -85,6 +94,13 @@ Setter Str(std::string* out) {
   };
 }
 
+Setter Switch(bool* out, bool value) {
+  return [=](const std::string&, std::string_view) {
+    *out = value;
+    return Status::Ok();
+  };
+}
+
 template <class E>
 Setter Enum(E* out, std::optional<E> (*parse)(std::string_view), const char* known) {
   return [=](const std::string& flag, std::string_view v) {
@@ -110,7 +126,8 @@ std::optional<HeaderMode> ParseHeader(std::string_view s) {
   return std::nullopt;
 }
 
-Setter Layers(std::vector<int>* out) {
+// Comma-separated integers such as 1,5,1 (layer sizes, simulated worker counts).
+Setter IntList(std::vector<int>* out, const char* what) {
   return [=](const std::string& flag, std::string_view v) {
     std::vector<int> sizes;
     size_t pos = 0;
@@ -120,7 +137,7 @@ Setter Layers(std::vector<int>* out) {
       int x = 0;
       const auto [p, ec] = std::from_chars(cell.data(), cell.data() + cell.size(), x);
       if (cell.empty() || ec != std::errc() || p != cell.data() + cell.size()) {
-        return Expected(flag, "comma-separated layer sizes such as 1,5,1", v);
+        return Expected(flag, what, v);
       }
       sizes.push_back(x);
       pos = comma + 1;
@@ -150,38 +167,44 @@ Setter LabelCol(TrainOptions* o) {
   };
 }
 
+constexpr int64_t kBig = INT64_MAX / 4;
+constexpr const char* kWorkers = "Workers";
+constexpr const char* kData = "Data";
+constexpr const char* kModel = "Model";
+constexpr const char* kLength = "Optimisation and length";
+constexpr const char* kVal = "Held-out data";
+constexpr const char* kAsync = "Async mode (--mode async)";
+constexpr const char* kOut = "Output and monitoring";
+constexpr const char* kFault = "Fault tolerance";
+
+// Every flag of `train`; the other commands take subsets (and a few of their own).
 std::vector<Flag> TrainFlags(TrainOptions* o) {
   return {
-      {"--workers", "P", "worker processes (default 1)", Int<int>(&o->workers, 1, 256)},
+      {"--workers", "P", "worker processes, 1..256 (default 1)", Int<int>(&o->workers, 1, 256),
+       kWorkers},
       {"--mode", "sync|async", "how workers combine gradients (default sync)",
-       Enum<Mode>(&o->mode, ParseMode, "sync, async")},
-      {"--rule", "NAME", "async update rule: dc-asgd-a (default), dc-asgd-c, asgd",
-       Enum<AsyncRule>(&o->rule, ParseAsyncRule, "asgd, dc-asgd-c, dc-asgd-a")},
-      {"--lambda", "X", "DC-ASGD lambda: dc-asgd-c's constant (default 0.04), dc-asgd-a's "
-       "lambda0 (default 2)", Num(&o->lambda)},
-      {"--ms-decay", "M", "dc-asgd-a: MeanSquare decay in [0, 1) (default 0.95)",
-       Num(&o->ms_decay)},
-      {"--epsilon", "E", "dc-asgd-a: epsilon > 0 inside the square root (default 1e-7)",
-       Num(&o->epsilon)},
-      {"--max-staleness", "S", "async: drop gradients more than S versions old (default: never)",
-       Int<int64_t>(&o->max_staleness, -1, INT64_MAX / 4)},
-      {"--val-split", "F", "hold out this fraction of the rows (seeded shuffle; default 0)",
-       Num(&o->val_split)},
-      {"--val-data", "FILE", "held-out rows from a file of their own (instead of --val-split)",
-       Str(&o->val_data_path)},
-      {"--eval-every", "N", "validate every N steps (default: every epoch)",
-       Int<int64_t>(&o->eval_every, 1, INT64_MAX / 4)},
-      {"--early-stop", "PATIENCE", "stop after PATIENCE validations without a better val loss; "
-       "keep the best model", Int<int64_t>(&o->early_stop, 1, INT64_MAX / 4)},
-      {"--normalize", "KIND", "scale features: none (default), minmax, standard (fitted on the "
-       "training rows)", Enum<Normalize>(&o->normalize, ParseNormalize, "none, minmax, standard")},
-      {"--data", "FILE", "training data: CSV (numeric features, a label column) or LIBSVM",
-       Str(&o->data_path)},
-      {"--format", "auto|csv|libsvm", "data file format (default: by name, then by content)",
-       Enum<DataFormat>(&o->format, ParseDataFormat, "auto, csv, libsvm")},
-      {"--label-col", "K|NAME", "label column of the CSV: 0-based index, -1 = last (default), "
-       "or its name in the header", LabelCol(o)},
-      {"--task", "KIND", "classification (loss xent) or regression (loss mse); default: by --loss",
+       Enum<Mode>(&o->mode, ParseMode, "sync, async"), kWorkers},
+      {"--data", "FILE",
+       "training data: CSV (numeric features, a label column) or LIBSVM (required, or --example)",
+       Str(&o->data_path), kData},
+      {"--example", "parabola|blobs", "a built-in dataset instead of --data (default: none)",
+       Str(&o->example), kData},
+      {"--rows", "N", "rows of the built-in example, 1..10000000 (default 50)",
+       Int<int64_t>(&o->example_rows, 1, 10'000'000), kData},
+      {"--features", "F", "features of the blobs example, 1..100000 (default 16)",
+       Int<int>(&o->example_features, 1, 100000), kData},
+      {"--format", "auto|csv|libsvm", "data file format (default auto: by name, then by content)",
+       Enum<DataFormat>(&o->format, ParseDataFormat, "auto, csv, libsvm"), kData},
+      {"--label-col", "K|NAME",
+       "label column of a CSV: 0-based index -1..1000000 (-1 = the last), or its name in the "
+       "header (default -1)",
+       LabelCol(o), kData},
+      {"--header", "auto|yes|no", "whether a CSV has a header line (default auto: detected)",
+       Enum<HeaderMode>(&o->header, ParseHeader, "auto, yes, no"), kData},
+      {"--delimiter", ",|;|tab", "CSV cell separator (default: detected from the first lines)",
+       Enum<char>(&o->delimiter, ParseDelimiter, ", ; tab"), kData},
+      {"--task", "classification|regression",
+       "what the labels are; picks the loss (default: by --loss)",
        [o](const std::string& flag, std::string_view v) {
          const auto t = ParseTask(v);
          if (!t) {
@@ -190,134 +213,177 @@ std::vector<Flag> TrainFlags(TrainOptions* o) {
          }
          o->task = *t;
          return Status::Ok();
-       }},
-      {"--header", "auto|yes|no", "whether the CSV has a header line (default: detected)",
-       Enum<HeaderMode>(&o->header, ParseHeader, "auto, yes, no")},
-      {"--example", "NAME", "a built-in dataset instead of --data: parabola, blobs",
-       Str(&o->example)},
-      {"--rows", "N", "rows of the built-in example (default 50)",
-       Int<int64_t>(&o->example_rows, 1, 10'000'000)},
-      {"--features", "F", "features of the blobs example (default 16)",
-       Int<int>(&o->example_features, 1, 100000)},
-      {"--layers", "N0,N1,...", "layer sizes, inputs first, e.g. 1,5,1 (required)",
-       Layers(&o->model.layers)},
-      {"--activation", "NAME", "hidden activation: tanh (default), relu, sigmoid, identity",
-       Enum<Activation>(&o->model.activation, ParseActivation, "tanh, relu, sigmoid, identity")},
-      {"--loss", "NAME", "mse (default; one output) or xent (softmax, one output per class)",
+       },
+       kData},
+      {"--normalize", "none|minmax|standard",
+       "scale features with statistics of the training rows (default none)",
+       Enum<Normalize>(&o->normalize, ParseNormalize, "none, minmax, standard"), kData},
+      {"--layers", "N0,N1,...",
+       "layer sizes, inputs first: 2..64 sizes, each 1..65536, e.g. 1,5,1 (required)",
+       IntList(&o->model.layers, "comma-separated layer sizes such as 1,5,1"), kModel},
+      {"--activation", "tanh|relu|sigmoid|identity", "hidden-layer activation (default tanh)",
+       Enum<Activation>(&o->model.activation, ParseActivation, "tanh, relu, sigmoid, identity"),
+       kModel},
+      {"--loss", "mse|xent",
+       "mse (one output) or xent (softmax, one output per class) (default mse, or by --task)",
        [o](const std::string& flag, std::string_view v) {
          o->loss_given = true;
          return Enum<Loss>(&o->model.loss, ParseLoss, "mse, xent")(flag, v);
-       }},
-      {"--init", "NAME", "initialisation: normal (default), xavier, he",
-       Enum<Init>(&o->init, ParseInit, "normal, xavier, he")},
-      {"--lr", "X", "learning rate > 0 (required)", Num(&o->lr)},
-      {"--momentum", "M", "momentum in [0, 1) (default 0)", Num(&o->momentum)},
-      {"--steps", "N", "number of updates (or --epochs)", Int<int64_t>(&o->steps, 1, INT64_MAX / 4)},
-      {"--epochs", "E", "passes over the data (or --steps)",
-       Int<int64_t>(&o->epochs, 1, INT64_MAX / 4)},
-      {"--batch", "B", "global minibatch size (default: the whole dataset each step)",
-       Int<int64_t>(&o->batch, 1, INT64_MAX / 4)},
-      {"--seed", "S", "seed of initialisation and shuffling (default 1)",
-       Int<uint64_t>(&o->seed, 0, UINT64_MAX / 2)},
-      {"--log-every", "K", "print the loss every K steps; 0 = only the summary (default 50)",
-       Int<int64_t>(&o->log_every, 0, INT64_MAX / 4)},
-      {"--log-format", "text|json", "plain lines (default) or one JSON object per line",
-       Enum<LogFormat>(&o->log_format, ParseLogFormat, "text, json")},
-      {"--no-progress", "", "never show the live progress line",
-       [o](const std::string&, std::string_view) {
-         o->progress = false;
-         return Status::Ok();
-       }},
-      {"--save", "FILE", "write the trained model to FILE", Str(&o->save_path)},
+       },
+       kModel},
+      {"--init", "torch|normal|xavier|he",
+       "initialisation: torch = W, b ~ U(+-1/sqrt(fan_in)); normal = N(0, 1); xavier, he: "
+       "scaled normal W, b = 0 (default torch)",
+       Enum<Init>(&o->init, ParseInit, "torch, normal, xavier, he"), kModel},
+      {"--lr", "X", "learning rate, a finite number > 0 (required)", Num(&o->lr), kLength},
+      {"--momentum", "M", "momentum in [0, 1), sync mode only (default 0)", Num(&o->momentum),
+       kLength},
+      {"--steps", "N", "number of updates, >= 1 (required, or --epochs)",
+       Int<int64_t>(&o->steps, 1, kBig), kLength},
+      {"--epochs", "E", "passes over the data, >= 1 (required, or --steps)",
+       Int<int64_t>(&o->epochs, 1, kBig), kLength},
+      {"--batch", "B", "global minibatch size, 1..rows (default: the whole dataset each step)",
+       Int<int64_t>(&o->batch, 1, kBig), kLength},
+      {"--seed", "S", "seed of initialisation and shuffling, 0..2^63-1 (default 1)",
+       Int<uint64_t>(&o->seed, 0, UINT64_MAX / 2), kLength},
+      {"--val-split", "F", "hold out this fraction of the rows, in [0, 1) (default 0: none)",
+       Num(&o->val_split), kVal},
+      {"--val-data", "FILE", "held-out rows from a file of their own, not with --val-split "
+       "(default: none)", Str(&o->val_data_path), kVal},
+      {"--eval-every", "N", "validate every N >= 1 steps (default: every epoch)",
+       Int<int64_t>(&o->eval_every, 1, kBig), kVal},
+      {"--early-stop", "PATIENCE",
+       "stop after PATIENCE >= 1 validations without a better val loss and keep the best model "
+       "(default: never)",
+       Int<int64_t>(&o->early_stop, 1, kBig), kVal},
+      {"--rule", "asgd|dc-asgd-c|dc-asgd-a", "async update rule (default dc-asgd-a)",
+       Enum<AsyncRule>(&o->rule, ParseAsyncRule, "asgd, dc-asgd-c, dc-asgd-a"), kAsync},
+      {"--lambda", "X",
+       "DC-ASGD lambda >= 0: dc-asgd-c's constant (default 0.04), dc-asgd-a's lambda0 "
+       "(default 2)",
+       Num(&o->lambda), kAsync},
+      {"--ms-decay", "M", "dc-asgd-a: MeanSquare decay in [0, 1) (default 0.95)",
+       Num(&o->ms_decay), kAsync},
+      {"--epsilon", "E", "dc-asgd-a: epsilon > 0 inside the square root (default 1e-7)",
+       Num(&o->epsilon), kAsync},
+      {"--max-staleness", "S", "drop gradients more than S >= 0 versions old (default: never)",
+       Int<int64_t>(&o->max_staleness, -1, kBig), kAsync},
+      {"--log-every", "K", "print the loss every K >= 0 steps; 0 = only the summary (default 50)",
+       Int<int64_t>(&o->log_every, 0, kBig), kOut},
+      {"--log-format", "text|json", "plain lines or one JSON object per line (default text)",
+       Enum<LogFormat>(&o->log_format, ParseLogFormat, "text, json"), kOut},
+      {"--no-progress", "", "never show the live progress line (default: shown on a terminal)",
+       Switch(&o->progress, false), kOut},
+      {"--save", "FILE", "write the trained model to FILE (default: not saved)",
+       Str(&o->save_path), kOut},
       {"--metrics-addr", "HOST:PORT",
-       "serve Prometheus metrics here (default 127.0.0.1:9464; port 0 = any free port)",
-       Str(&o->metrics_addr)},
-      {"--no-metrics", "", "serve no metrics",
-       [o](const std::string&, std::string_view) {
-         o->metrics = false;
-         return Status::Ok();
-       }},
-      {"--barrier-timeout", "DURATION", "deadline of a worker's barrier wait (default 120s)",
-       Duration(&o->barrier_timeout_s)},
-      {"--heartbeat-timeout", "DURATION",
-       "kill and replace a worker silent this long (default 30s)",
-       Duration(&o->heartbeat_timeout_s)},
-      {"--max-restarts", "N", "give up after more than N restarts within the window (default 10)",
-       Int<int>(&o->max_restarts, 0, 1000000)},
-      {"--restart-window", "DURATION", "the window of --max-restarts (default 60s)",
-       Duration(&o->restart_window_s)},
-      {"--chaos-kill-every", "DURATION",
-       "SIGKILL a random worker about this often (demos, soak tests; default off)",
-       Duration(&o->chaos_every_s)},
-      {"--chaos-seed", "S", "seed of the chaos kills (default 1)",
-       Int<uint64_t>(&o->chaos_seed, 0, UINT64_MAX / 2)},
-      {"--checkpoint", "PATH", "write checkpoints here (on SIGINT/SIGTERM, and see below)",
-       Str(&o->checkpoint_path)},
-      {"--checkpoint-every", "N", "write a checkpoint every N steps (sync) or updates (async)",
-       Int<int64_t>(&o->checkpoint_every, 1, INT64_MAX / 4)},
-      {"--resume", "PATH", "continue the run saved in this checkpoint", Str(&o->resume_path)},
-      {"--fault-rank", "R", "test hook", Int<int>(&o->fault_rank, -1, 255), true},
-      {"--fault-step", "T", "test hook", Int<int64_t>(&o->fault_step, -1, INT64_MAX / 4), true},
-      {"--fault-point", "K", "test hook", Int<int>(&o->fault_point, 0, 7), true},
+       "serve Prometheus metrics here; [IPV6]:PORT for IPv6; port 0..65535, 0 = any free one "
+       "(default 127.0.0.1:9464)",
+       Str(&o->metrics_addr), kOut},
+      {"--no-metrics", "", "serve no metrics (default: served)", Switch(&o->metrics, false),
+       kOut},
+      {"--barrier-timeout", "D", "deadline of a worker's barrier wait, 100ms..86400s "
+       "(default 120s)", Duration(&o->barrier_timeout_s), kFault},
+      {"--heartbeat-timeout", "D",
+       "kill and replace a worker silent this long, 50ms..86400s and shorter than "
+       "--barrier-timeout (default: 30s or half the barrier timeout, whichever is shorter)",
+       Duration(&o->heartbeat_timeout_s), kFault},
+      {"--max-restarts", "N",
+       "give up after more than N restarts within the window, 0..1000000 (default 10)",
+       Int<int>(&o->max_restarts, 0, 1000000), kFault},
+      {"--restart-window", "D", "the window of --max-restarts, up to 7 days (default 60s)",
+       Duration(&o->restart_window_s), kFault},
+      {"--chaos-kill-every", "D",
+       "SIGKILL a random worker about this often, up to 86400s (demos, soak tests; default: "
+       "never)",
+       Duration(&o->chaos_every_s), kFault},
+      {"--chaos-seed", "S", "seed of the chaos kills, 0..2^63-1 (default 1)",
+       Int<uint64_t>(&o->chaos_seed, 0, UINT64_MAX / 2), kFault},
+      {"--checkpoint", "PATH", "write checkpoints here, on SIGINT/SIGTERM and every "
+       "--checkpoint-every (default: none)", Str(&o->checkpoint_path), kFault},
+      {"--checkpoint-every", "N",
+       "write a checkpoint every N >= 1 steps (sync) or updates (async) (default: only on a "
+       "signal)",
+       Int<int64_t>(&o->checkpoint_every, 1, kBig), kFault},
+      {"--resume", "PATH", "continue the run saved in this checkpoint (default: a new run)",
+       Str(&o->resume_path), kFault},
+      {"--fault-rank", "R", "test hook", Int<int>(&o->fault_rank, -1, 255), ""},
+      {"--fault-step", "T", "test hook", Int<int64_t>(&o->fault_step, -1, kBig), ""},
+      {"--fault-point", "K", "test hook", Int<int>(&o->fault_point, 0, 7), ""},
       {"--fault-incarnations", "K", "test hook", Int<int>(&o->fault_incarnations, 0, 1 << 30),
-       true},
+       ""},
       {"--fault-master-throw", "T", "test hook",
-       Int<int64_t>(&o->fault_master_throw, -1, INT64_MAX / 4), true},
+       Int<int64_t>(&o->fault_master_throw, -1, kBig), ""},
   };
 }
 
-// --task without --loss picks the loss; with it, Validate() checks that they agree.
-void ApplyTask(TrainOptions* o) {
-  if (o->task && !o->loss_given) {
-    o->model.loss = *o->task == Task::kClassification ? Loss::kXent : Loss::kMse;
-  }
-}
-
-std::string FlagHelp(const std::vector<Flag>& flags) {
-  std::string s;
+Flag Find(const std::vector<Flag>& flags, std::string_view name) {
   for (const Flag& f : flags) {
-    if (f.hidden) continue;
-    std::string left = "  " + f.name + (f.arg.empty() ? "" : " " + f.arg);
-    if (left.size() < 28) left.resize(28, ' ');
-    else left += "\n" + std::string(28, ' ');
-    s += left + f.help + "\n";
+    if (f.name == name) return f;
   }
-  return s;
+  std::abort();  // a name in this file that TrainFlags lacks: a bug
 }
 
-Status ParseFlags(const std::string& cmd, const std::vector<Flag>& flags,
-                  const std::vector<std::string>& args, size_t first, bool* help) {
-  for (size_t i = first; i < args.size(); ++i) {
-    std::string a = args[i];
-    if (a == "--help" || a == "-h") {
-      *help = true;
-      return Status::Ok();
-    }
-    std::string value;
-    bool has_value = false;
-    if (const size_t eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = a.substr(eq + 1);
-      a = a.substr(0, eq);
-      has_value = true;
-    }
-    const Flag* f = nullptr;
-    for (const Flag& x : flags) {
-      if (x.name == a) f = &x;
-    }
-    if (f == nullptr) {
-      return Status::Usage(a.rfind("-", 0) == 0 ? "unknown flag " + a + " for '" + cmd + "'"
-                                               : "unexpected argument '" + a + "'");
-    }
-    if (f->arg.empty()) {
-      if (has_value) return Status::Usage(a + ": takes no value");
-    } else if (!has_value) {
-      if (i + 1 >= args.size()) return Status::Usage(a + ": needs a value (" + f->arg + ")");
-      value = args[++i];
-    }
-    if (Status s = f->set(a, value); !s.ok()) return s;
+// A setter's error travels through CLI11 as a ValidationError with the final message.
+[[noreturn]] void Throw(const Status& s) { throw CLI::ValidationError(s.message()); }
+
+void Register(CLI::App* app, const Flag& f) {
+  CLI::Option* opt;
+  if (f.arg.empty()) {
+    opt = app->add_flag_callback(
+        f.name, [f] { if (Status s = f.set(f.name, ""); !s.ok()) Throw(s); }, f.help);
+  } else {
+    // TakeAll: a repeated flag reaches the callback with every value, which refuses it
+    // (CLI11's own check would say less).
+    opt = app->add_option(
+        f.name,
+        [f](const CLI::results_t& r) {
+          if (r.size() > 1) {
+            throw CLI::ValidationError(f.name + ": given more than once ('" + r[0] +
+                                       "', then '" + r[1] + "'); give it once");
+          }
+          if (Status s = f.set(f.name, r.empty() ? "" : r[0]); !s.ok()) Throw(s);
+          return true;
+        },
+        f.help);
+    opt->type_name(f.arg)->type_size(1)->expected(1)->allow_extra_args(false);
+    opt->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   }
-  return Status::Ok();
+  opt->group(f.group);
 }
+
+constexpr size_t kHelpWidth = 100;
+constexpr size_t kHelpIndent = 30;
+
+// Help: the command's usage text (its CLI11 description), then its flags by group, each
+// flag's text wrapped to kHelpWidth columns under itself.
+class HelpFormatter : public CLI::Formatter {
+ public:
+  HelpFormatter() { column_width(kHelpIndent); }
+
+  std::string make_help(const CLI::App* app, std::string, CLI::AppFormatMode mode) const override {
+    if (app->get_name() == "example") app = app->get_subcommand("parabola");
+    std::string s = app->get_description();
+    const std::string groups = make_groups(app, mode);
+    if (groups.empty()) return s;
+    s += "\nflags:\n";
+    size_t pos = 0;
+    while (pos < groups.size()) {
+      const size_t nl = std::min(groups.find('\n', pos), groups.size());
+      std::string line = groups.substr(pos, nl - pos);
+      pos = nl + 1;
+      if (line.empty() && s.size() >= 2 && s.compare(s.size() - 2, 2, "\n\n") == 0) continue;
+      while (line.size() > kHelpWidth) {
+        const size_t cut = line.rfind(' ', kHelpWidth);
+        if (cut == std::string::npos || cut <= kHelpIndent) break;
+        s += line.substr(0, cut) + "\n";
+        line = std::string(kHelpIndent, ' ') + line.substr(cut + 1);
+      }
+      s += line + "\n";
+    }
+    return s;
+  }
+};
 
 constexpr const char* kMainHelp =
     "shmtrain: data-parallel neural network training over worker processes that share memory\n"
@@ -331,206 +397,360 @@ constexpr const char* kMainHelp =
     "  simulate          compare async update rules in a deterministic simulation\n"
     "  cleanup           remove shared memory left by runs whose master died\n"
     "  example parabola  the built-in example: a 1-5-1 tanh net fits y = x^2 on 50 points\n"
-    "  help              this text\n"
+    "  help [COMMAND]    this text, or a command's\n"
     "\n"
     "example:\n"
     "  shmtrain train --workers 2 --example parabola --layers 1,5,1 --lr 0.01 --steps 2000\n"
     "\n"
     "flags: --help (on every command), --version\n"
     "exit codes: 0 ok, 1 internal error, 2 bad flag or input, 3 a worker failed,\n"
-    "            4 out of resources, 130/143 stopped by SIGINT/SIGTERM\n";
+    "            4 out of resources, 5 training diverged, 130/143 stopped by SIGINT/SIGTERM\n";
+
+constexpr const char* kTrainUsage =
+    "usage: shmtrain train --workers P (--data FILE [data flags] | --example parabola|blobs)\n"
+    "         --layers 64,32,10 [model flags] --lr X (--steps N | --epochs E) [--batch B]\n"
+    "         [--mode sync|async [--rule R] ...] [held-out data flags] [output flags]\n"
+    "         [--checkpoint PATH [--checkpoint-every N]] [--resume PATH]\n"
+    "         [--heartbeat-timeout D] [--max-restarts N] [--restart-window D]\n"
+    "         [--chaos-kill-every D [--chaos-seed S]]\n"
+    "\n"
+    "Trains an MLP over P worker processes sharing the data and parameters in shared memory.\n"
+    "A flag that does not apply to the run (e.g. --rule in sync mode) is an error. Durations\n"
+    "take a unit: 50ms, 2s, 1m (plain numbers are seconds).\n";
+
+constexpr const char* kExampleUsage =
+    "usage: shmtrain example parabola [--workers P] [--seed S] [--log-format text|json]\n"
+    "                                 [--save FILE] [--no-progress]\n"
+    "                                 [--metrics-addr HOST:PORT | --no-metrics]\n"
+    "\n"
+    "The seed example: a 1-5-1 tanh network, initialised from N(0, 1), fits y = x^2 on 50\n"
+    "points evenly spaced on [-2, 2], mse loss, lr 0.01, 2000 full-batch steps, the loss\n"
+    "every 50 steps.\n";
+
+constexpr const char* kSimulateUsage =
+    "usage: shmtrain simulate --workers M[,M...] [--compare | --rule R] (--data FILE |\n"
+    "         --example parabola|blobs) --layers ... --lr X (--steps N | --epochs E)\n"
+    "         [--batch B] [--val-split F] [--normalize none|minmax|standard]\n"
+    "         [--lambda X] [--ms-decay M] [--epsilon E]\n"
+    "\n"
+    "A deterministic single-process simulation of M async workers in round robin: each\n"
+    "gradient is computed on the parameters its worker read M-1 updates earlier.\n"
+    "--compare prints a table of the final held-out error and training loss, rules by M,\n"
+    "with sequential SGD as the baseline.\n";
+
+constexpr const char* kEvalUsage =
+    "usage: shmtrain eval --model FILE --data FILE [--format auto|csv|libsvm]\n"
+    "         [--label-col K|NAME] [--header auto|yes|no] [--delimiter ,|;|tab]\n"
+    "         [--val-split F [--seed S]] [--log-format text|json]\n"
+    "\n"
+    "Prints the model's mean loss and its accuracy (classification) or RMSE (regression)\n"
+    "on the data, scaled with the model's own statistics.\n";
+
+constexpr const char* kPredictUsage =
+    "usage: shmtrain predict --model FILE --data FILE [--out FILE]\n"
+    "         [--format auto|csv|libsvm] [--label-col K|NAME] [--header auto|yes|no]\n"
+    "         [--delimiter ,|;|tab] [--val-split F [--seed S]]\n"
+    "\n"
+    "Writes one CSV line per row of the data: the predicted class and the probability of\n"
+    "each class (header: class,p_<class>,...), or the predicted value (header: value). A CSV\n"
+    "row may have the model's inputs only, or those and a label column, which is skipped.\n";
+
+constexpr const char* kCleanupUsage =
+    "usage: shmtrain cleanup [--dry-run]\n"
+    "\n"
+    "Lists this user's shmtrain segments in /dev/shm and removes the stale ones: those\n"
+    "whose creating master is gone (its pid is free, or now another process's). A live\n"
+    "run's segment is never touched.\n";
+
+// The flags of `train` that a deterministic one-process simulation has no use for.
+bool SimulateSkips(const Flag& f) {
+  static const char* const kSkip[] = {
+      "--workers",       "--mode",         "--momentum",      "--save",
+      "--barrier-timeout", "--max-staleness", "--no-progress", "--metrics-addr",
+      "--no-metrics",    "--resume",       "--heartbeat-timeout", "--max-restarts",
+      "--restart-window", "--eval-every",  "--early-stop",    "--chaos-kill-every",
+      "--chaos-seed",    "--checkpoint",   "--checkpoint-every"};
+  for (const char* s : kSkip) {
+    if (f.name == s) return true;
+  }
+  return f.group.empty();
+}
+
+// The parser: one CLI11 app per command, flags bound to `out`.
+struct Cli {
+  CLI::App root{kMainHelp, "shmtrain"};
+  CLI::App* train = nullptr;
+  CLI::App* example = nullptr;
+  CLI::App* parabola = nullptr;
+  CLI::App* simulate = nullptr;
+  CLI::App* eval = nullptr;
+  CLI::App* predict = nullptr;
+  CLI::App* cleanup = nullptr;
+  CLI::App* help = nullptr;
+  CLI::Option* version = nullptr;
+
+  explicit Cli(Command* out) {
+    TrainOptions* o = &out->train;
+    const std::vector<Flag> flags = TrainFlags(o);
+    root.formatter(std::make_shared<HelpFormatter>());
+    root.allow_extras();
+    root.get_help_ptr()->group("");
+    version = root.add_flag("--version")->group("");
+    auto add = [&](const char* name, const char* usage) {
+      CLI::App* app = root.add_subcommand(name, usage);
+      app->allow_extras();  // unknown flags are reported by ParseCommandLine, by name
+      app->set_help_flag("-h,--help", "print this help");
+      app->get_help_ptr()->group("");
+      return app;
+    };
+    train = add("train", kTrainUsage);
+    for (const Flag& f : flags) Register(train, f);
+
+    example = add("example", kExampleUsage);
+    parabola = example->add_subcommand("parabola", kExampleUsage);
+    parabola->allow_extras();
+    parabola->set_help_flag("-h,--help", "print this help");
+    parabola->get_help_ptr()->group("");
+    for (const char* name : {"--workers", "--seed", "--log-format", "--save", "--no-progress",
+                             "--metrics-addr", "--no-metrics"}) {
+      Flag f = Find(flags, name);
+      if (f.name == "--seed") f.help = "seed of the initialisation, 0..2^63-1 (default 1)";
+      Register(parabola, f);
+    }
+
+    simulate = add("simulate", kSimulateUsage);
+    for (const Flag& f : flags) {
+      if (!SimulateSkips(f)) Register(simulate, f);
+    }
+    Register(simulate, {"--workers", "M[,M...]",
+                        "simulated worker counts, each 1..1024, e.g. 4,8,16 (required)",
+                        [out](const std::string& flag, std::string_view v) {
+                          std::vector<int> ms;
+                          if (!IntList(&ms, "")(flag, v).ok()) {
+                            return Expected(flag, "worker counts such as 4,8,16", v);
+                          }
+                          for (int m : ms) {
+                            if (m < 1 || m > 1024) {
+                              return Status::Usage(flag + ": " + std::to_string(m) +
+                                                   " is out of range (each count 1..1024)");
+                            }
+                          }
+                          out->sim_workers = ms;
+                          return Status::Ok();
+                        },
+                        kWorkers});
+    Register(simulate, {"--compare", "",
+                        "every rule and sequential SGD in one table (default: only --rule)",
+                        Switch(&out->compare, true), kWorkers});
+
+    eval = add("eval", kEvalUsage);
+    predict = add("predict", kPredictUsage);
+    for (CLI::App* app : {eval, predict}) {
+      const bool is_predict = app == predict;
+      for (const char* name : {"--data", "--format", "--label-col", "--header", "--delimiter",
+                               "--log-format"}) {
+        Flag f = Find(flags, name);
+        if (f.name == "--data") {
+          f.help = is_predict ? "data to predict: CSV or LIBSVM (required)"
+                              : "data to evaluate: CSV or LIBSVM (required)";
+        }
+        Register(app, f);
+      }
+      Register(app, {"--model", "FILE", "a model file written by shmtrain train --save (required)",
+                     Str(&out->model_path), kData});
+      Register(app, {"--val-split", "F",
+                     "use only the rows a training run with --val-split F --seed S held out, "
+                     "F in [0, 1) (default 0: every row)",
+                     Num(&o->val_split), kData});
+      Register(app, {"--seed", "S", "the seed of that split, 0..2^63-1 (default 1)",
+                     Int<uint64_t>(&o->seed, 0, UINT64_MAX / 2), kData});
+      if (is_predict) {
+        Register(app, {"--out", "FILE",
+                       "write the predictions here, whole or not at all (default: stdout)",
+                       Str(&out->out_path), kOut});
+      }
+    }
+
+    cleanup = add("cleanup", kCleanupUsage);
+    Register(cleanup, {"--dry-run", "", "list only; remove nothing (default: remove the stale)",
+                       Switch(&out->dry_run, true), kOut});
+
+    help = add("help", kMainHelp);
+  }
+};
+
+// The arguments a command did not take, as an error naming the first of them.
+Status Leftover(const CLI::App* app, const std::string& cmd) {
+  const std::vector<std::string> rest = app->remaining();
+  if (rest.empty()) return Status::Ok();
+  const std::string& a = rest.front();
+  if (a.rfind("-", 0) == 0) {
+    return Status::Usage("unknown flag " + a.substr(0, a.find('=')) + " for '" + cmd + "'");
+  }
+  return Status::Usage("unexpected argument '" + a + "' for '" + cmd + "'");
+}
+
+// CLI11's own messages, reworded to name the flag the way the setters do.
+std::string Reword(const CLI::ParseError& e) {
+  const std::string m = e.what();
+  // ArgumentMismatch for a value-less option: "--lr: 1 required X missing".
+  if (const size_t colon = m.find(": 1 required "); colon != std::string::npos) {
+    const size_t missing = m.rfind(" missing");
+    const size_t type = colon + std::string_view(": 1 required ").size();
+    if (missing != std::string::npos && missing > type) {
+      return m.substr(0, colon) + ": needs a value (" + m.substr(type, missing - type) + ")";
+    }
+  }
+  return m;
+}
+
+// The options given on the command line of `app`; a switch given twice is an error (options
+// with values are refused in their callback).
+Status CollectGiven(const CLI::App* app, TrainOptions* o) {
+  for (const CLI::Option* opt : app->get_options()) {
+    if (opt->count() == 0 || opt == app->get_help_ptr()) continue;
+    if (opt->count() > 1) return Status::Usage(opt->get_name() + ": given more than once");
+    o->given.insert(opt->get_name());
+  }
+  return Status::Ok();
+}
+
+// --task without --loss picks the loss; with it, Validate() checks that they agree.
+void ApplyTask(TrainOptions* o) {
+  if (o->task && !o->loss_given) {
+    o->model.loss = *o->task == Task::kClassification ? Loss::kXent : Loss::kMse;
+  }
+}
 
 }  // namespace
 
 Status ParseCommandLine(const std::vector<std::string>& args, Command* out) {
-  if (args.size() < 2 || args[1] == "help" || args[1] == "--help" || args[1] == "-h") {
+  if (args.size() < 2) {
     out->kind = Command::Kind::kHelp;
     out->help_text = kMainHelp;
     return Status::Ok();
   }
-  if (args[1] == "--version") {
-    out->kind = Command::Kind::kVersion;
-    return Status::Ok();
+  // `help COMMAND` is `COMMAND --help` (CLI11 would read COMMAND as a second command).
+  if (args[1] == "help" && args.size() > 2) {
+    if (args[2] == "help") return ParseCommandLine({args[0]}, out);
+    std::vector<std::string> a = {args[0], args[2]};
+    if (args[2] == "example") a.push_back("parabola");
+    a.push_back("--help");
+    return ParseCommandLine(a, out);
   }
+  Cli cli(out);
   TrainOptions& o = out->train;
-  std::vector<Flag> flags = TrainFlags(&o);
-  bool help = false;
-  if (args[1] == "train") {
-    if (Status s = ParseFlags("train", flags, args, 2, &help); !s.ok()) return s;
-    if (help) {
-      out->kind = Command::Kind::kHelp;
-      out->help_text =
-          "usage: shmtrain train --workers P (--data FILE [--label-col K|NAME] [--format F] | --example parabola|blobs)\n"
-          "         [--task classification|regression] [--normalize minmax|standard]\n"
-          "         [--val-split F | --val-data FILE] [--eval-every N] [--early-stop PATIENCE]\n"
-          "         [--mode sync|async [--rule asgd|dc-asgd-c|dc-asgd-a]]\n"
-          "         --layers 1,5,1 [--activation tanh] [--loss mse] --lr 0.01 [--momentum M]\n"
-          "         (--steps N | --epochs E) [--batch B] [--seed S] [--log-every K]\n"
-          "         [--save FILE] [--log-format text|json] [--metrics-addr HOST:PORT]\n"
-          "         [--checkpoint PATH [--checkpoint-every N]] [--resume PATH]\n"
-          "         [--heartbeat-timeout D] [--max-restarts N] [--restart-window D]\n"
-          "         [--chaos-kill-every D [--chaos-seed S]]\n\nflags:\n" +
-          FlagHelp(flags);
-      return Status::Ok();
-    }
-  } else if (args[1] == "example") {
-    // The seed's script: 1-5-1 tanh, mse, N = 50, lr 1e-2, 2000 full-batch steps, the loss
-    // every 50 steps. Only the flags below may change it.
-    if (args.size() < 3 || args[2].rfind("--", 0) == 0) {
-      if (args.size() >= 3 && (args[2] == "--help" || args[2] == "-h")) {
-        out->kind = Command::Kind::kHelp;
-        out->help_text =
-            "usage: shmtrain example parabola [--workers P] [--seed S] [--log-format text|json]\n"
-            "                                 [--save FILE] [--no-progress]\n"
-            "                                 [--metrics-addr HOST:PORT | --no-metrics]\n\n"
-            "The seed example: a 1-5-1 tanh network fits y = x^2 on 50 points evenly spaced on\n"
-            "[-2, 2], mse loss, lr 0.01, 2000 full-batch steps, the loss every 50 steps.\n";
-        return Status::Ok();
-      }
-      return Status::Usage("example: name an example (known: parabola)");
-    }
-    if (args[2] != "parabola") {
-      return Status::Usage("example: unknown example '" + args[2] + "' (known: parabola)");
-    }
+  // The seed script's settings; only the example's own flags may change them.
+  if (args[1] == "example") {
     o.example = "parabola";
     o.model.layers = {1, 5, 1};
     o.model.activation = Activation::kTanh;
     o.model.loss = Loss::kMse;
+    o.init = Init::kNormal;
     o.lr = 0.01;
     o.steps = 2000;
     o.log_every = 50;
-    std::vector<Flag> allowed;
-    for (const Flag& f : flags) {
-      if (f.name == "--workers" || f.name == "--log-format" || f.name == "--save" ||
-          f.name == "--seed" || f.name == "--no-progress" || f.name == "--metrics-addr" ||
-          f.name == "--no-metrics") {
-        allowed.push_back(f);
+  }
+  // CLI11 would take `--no-progress=x` as a flag override; a switch takes no value.
+  for (size_t i = 2; i < args.size() && args[i] != "--"; ++i) {
+    const std::string& a = args[i];
+    const size_t eq = a.find('=');
+    if (a.rfind("--", 0) != 0 || eq == std::string::npos) continue;
+    for (const CLI::App* app : {cli.train, cli.parabola, cli.simulate, cli.cleanup}) {
+      const CLI::Option* opt = app->get_option_no_throw(a.substr(0, eq));
+      if (opt != nullptr && opt->get_expected_max() == 0) {
+        return Status::Usage(a.substr(0, eq) + ": takes no value, got '" + a.substr(eq + 1) + "'");
       }
     }
-    if (Status s = ParseFlags("example", allowed, args, 3, &help); !s.ok()) return s;
-    if (help) return ParseCommandLine({args[0], "example", "--help"}, out);
-  } else if (args[1] == "cleanup") {
-    std::vector<Flag> cf = {{"--dry-run", "", "list only; remove nothing",
-                             [out](const std::string&, std::string_view) {
-                               out->dry_run = true;
-                               return Status::Ok();
-                             }}};
-    if (Status s = ParseFlags("cleanup", cf, args, 2, &help); !s.ok()) return s;
-    if (help) {
-      out->kind = Command::Kind::kHelp;
-      out->help_text =
-          "usage: shmtrain cleanup [--dry-run]\n\n"
-          "Lists this user's shmtrain segments in /dev/shm and removes the stale ones: those\n"
-          "whose creating master is gone (its pid is free, or now another process's). A live\n"
-          "run's segment is never touched.\n\nflags:\n" +
-          FlagHelp(cf);
-      return Status::Ok();
-    }
-    out->kind = Command::Kind::kCleanup;
+  }
+  std::vector<std::string> reversed(args.rbegin(), args.rend() - 1);  // CLI11 pops from the back
+  try {
+    cli.root.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    out->kind = Command::Kind::kHelp;
+    out->help_text = cli.root.help();
     return Status::Ok();
-  } else if (args[1] == "simulate") {
-    // --workers takes a list here; every other flag means what it means for train.
-    std::vector<Flag> sim;
-    for (const Flag& f : flags) {
-      if (f.name != "--workers" && f.name != "--mode" && f.name != "--momentum" &&
-          f.name != "--save" && f.name != "--barrier-timeout" && f.name != "--max-staleness" &&
-          f.name != "--no-progress" && f.name != "--metrics-addr" && f.name != "--no-metrics" &&
-          f.name.rfind("--chaos", 0) != 0 && f.name.rfind("--checkpoint", 0) != 0 &&
-          f.name != "--resume" && f.name != "--heartbeat-timeout" &&
-          f.name != "--max-restarts" && f.name != "--restart-window" &&
-          f.name != "--eval-every" && f.name != "--early-stop" && !f.hidden) {
-        sim.push_back(f);
+  } catch (const CLI::ParseError& e) {
+    return Status::Usage(Reword(e));
+  }
+  if (cli.version->count() > 0) {
+    out->kind = Command::Kind::kVersion;
+    return Status::Ok();
+  }
+  if (!cli.root.remaining().empty()) {
+    return Status::Usage("unknown command '" + cli.root.remaining().front() +
+                         "' (try shmtrain --help)");
+  }
+  if (cli.help->parsed()) {
+    out->kind = Command::Kind::kHelp;
+    out->help_text = kMainHelp;
+    return Status::Ok();
+  }
+  if (cli.train->parsed()) {
+    if (Status s = Leftover(cli.train, "train"); !s.ok()) return s;
+    if (Status s = CollectGiven(cli.train, &o); !s.ok()) return s;
+    out->kind = Command::Kind::kTrain;
+  } else if (cli.example->parsed()) {
+    if (!cli.parabola->parsed()) {
+      const std::vector<std::string> rest = cli.example->remaining();
+      if (rest.empty() || rest.front().rfind("-", 0) == 0) {
+        return Status::Usage("example: name an example (known: parabola)");
       }
+      return Status::Usage("example: unknown example '" + rest.front() + "' (known: parabola)");
     }
-    sim.push_back({"--workers", "M[,M...]", "simulated worker counts, e.g. 4,8,16 (required)",
-                   [out](const std::string& flag, std::string_view v) {
-                     std::vector<int> ms;
-                     Status s = Layers(&ms)(flag, v);
-                     if (!s.ok()) return Expected(flag, "worker counts such as 4,8,16", v);
-                     for (int m : ms) {
-                       if (m < 1 || m > 1024) {
-                         return Status::Usage(flag + ": each count must be 1..1024");
-                       }
-                     }
-                     out->sim_workers = ms;
-                     return Status::Ok();
-                   }});
-    sim.push_back({"--compare", "", "every rule and sequential SGD in one table",
-                   [out](const std::string&, std::string_view) {
-                     out->compare = true;
-                     return Status::Ok();
-                   }});
-    if (Status s = ParseFlags("simulate", sim, args, 2, &help); !s.ok()) return s;
-    if (help) {
-      out->kind = Command::Kind::kHelp;
-      out->help_text =
-          "usage: shmtrain simulate --workers M[,M...] [--compare | --rule R] (--data FILE | "
-          "--example parabola)\n"
-          "         --layers ... --lr X (--steps N | --epochs E) [--batch B] [--val-split F]\n"
-          "         [--normalize none|minmax|standard] [--lambda X] [--ms-decay M] [--epsilon E]\n"
-          "\nA deterministic single-process simulation of M async workers in round robin: each\n"
-          "gradient is computed on the parameters its worker read M-1 updates earlier.\n"
-          "--compare prints a table of the final held-out error and training loss, rules by M,\n"
-          "with sequential SGD as the baseline.\n\nflags:\n" +
-          FlagHelp(sim);
-      return Status::Ok();
+    if (Status s = Leftover(cli.parabola, "example"); !s.ok()) return s;
+    if (Status s = CollectGiven(cli.parabola, &o); !s.ok()) return s;
+    out->kind = Command::Kind::kTrain;
+  } else if (cli.simulate->parsed()) {
+    if (Status s = Leftover(cli.simulate, "simulate"); !s.ok()) return s;
+    if (Status s = CollectGiven(cli.simulate, &o); !s.ok()) return s;
+    if (out->sim_workers.empty()) {
+      return Status::Usage("--workers is required (simulated worker counts such as 4,8,16)");
     }
-    if (out->sim_workers.empty()) return Status::Usage("simulate: --workers M[,M...] is required");
+    if (out->compare && o.Given("--rule")) {
+      return Status::Usage("--rule: does not apply with --compare, which runs every rule");
+    }
     o.mode = Mode::kAsync;
     out->kind = Command::Kind::kSimulate;
     ApplyTask(&o);
     return o.Validate();
-  } else if (args[1] == "eval" || args[1] == "predict") {
-    const bool predict = args[1] == "predict";
-    std::vector<Flag> uf;
-    for (const Flag& f : flags) {
-      if (f.name == "--data" || f.name == "--format" || f.name == "--label-col" ||
-          f.name == "--header" || f.name == "--log-format") {
-        uf.push_back(f);
-      }
-    }
-    uf.push_back({"--model", "FILE", "a model file written by shmtrain train --save (required)",
-                  Str(&out->model_path)});
-    uf.push_back({"--val-split", "F",
-                  "use only the rows a training run with --val-split F --seed S held out",
-                  Num(&o.val_split)});
-    uf.push_back({"--seed", "S", "the seed of that split (default 1)",
-                  Int<uint64_t>(&o.seed, 0, UINT64_MAX / 2)});
-    if (predict) {
-      uf.push_back({"--out", "FILE", "write the predictions here (default: stdout)",
-                    Str(&out->out_path)});
-    }
-    if (Status s = ParseFlags(args[1], uf, args, 2, &help); !s.ok()) return s;
-    if (help) {
-      out->kind = Command::Kind::kHelp;
-      out->help_text =
-          predict ? "usage: shmtrain predict --model FILE --data FILE [--out FILE]\n"
-                    "         [--format auto|csv|libsvm] [--label-col K|NAME] [--header auto|yes|no]\n"
-                    "         [--val-split F [--seed S]]\n\n"
-                    "Writes one CSV line per row of the data: the predicted class and the\n"
-                    "probability of each class (header: class,p_<class>,...), or the predicted\n"
-                    "value (header: value). A CSV row may have the model's inputs only, or\n"
-                    "those and a label column, which is skipped.\n\nflags:\n"
-                  : "usage: shmtrain eval --model FILE --data FILE [--format auto|csv|libsvm]\n"
-                    "         [--label-col K|NAME] [--header auto|yes|no] [--val-split F [--seed S]]\n"
-                    "         [--log-format text|json]\n\n"
-                    "Prints the model's mean loss and its accuracy (classification) or RMSE\n"
-                    "(regression) on the data, scaled with the model's own statistics.\n\nflags:\n";
-      out->help_text += FlagHelp(uf);
-      return Status::Ok();
-    }
-    if (out->model_path.empty()) return Status::Usage(args[1] + ": --model FILE is required");
-    if (o.data_path.empty()) return Status::Usage(args[1] + ": --data FILE is required");
+  } else if (cli.eval->parsed() || cli.predict->parsed()) {
+    const bool predict = cli.predict->parsed();
+    const CLI::App* app = predict ? cli.predict : cli.eval;
+    const std::string cmd = predict ? "predict" : "eval";
+    if (Status s = Leftover(app, cmd); !s.ok()) return s;
+    if (Status s = CollectGiven(app, &o); !s.ok()) return s;
+    if (out->model_path.empty()) return Status::Usage("--model is required (FILE, for " + cmd + ")");
+    if (o.data_path.empty()) return Status::Usage("--data is required (FILE, for " + cmd + ")");
     if (!(o.val_split >= 0 && o.val_split < 1)) {
       return Status::Usage("--val-split: must be in [0, 1), got " + std::to_string(o.val_split));
     }
+    if (o.Given("--seed") && o.val_split == 0) {
+      return Status::Usage("--seed: applies with --val-split F only (the seed of that split)");
+    }
+    if (o.format == DataFormat::kLibsvm) {
+      for (const char* f : {"--label-col", "--header", "--delimiter"}) {
+        if (o.Given(f)) {
+          return Status::Usage(std::string(f) + ": applies to CSV files only, not to --format libsvm");
+        }
+      }
+    }
     out->kind = predict ? Command::Kind::kPredict : Command::Kind::kEval;
     return Status::Ok();
+  } else if (cli.cleanup->parsed()) {
+    if (Status s = Leftover(cli.cleanup, "cleanup"); !s.ok()) return s;
+    if (Status s = CollectGiven(cli.cleanup, &o); !s.ok()) return s;
+    out->kind = Command::Kind::kCleanup;
+    return Status::Ok();
   } else {
-    return Status::Usage("unknown command '" + args[1] + "' (try shmtrain --help)");
+    out->kind = Command::Kind::kHelp;
+    out->help_text = kMainHelp;
+    return Status::Ok();
   }
-  out->kind = Command::Kind::kTrain;
   ApplyTask(&o);
+  if (!o.Given("--heartbeat-timeout")) {
+    o.heartbeat_timeout_s = TrainOptions::DefaultHeartbeatTimeout(o.barrier_timeout_s);
+  }
   return o.Validate();
 }
 

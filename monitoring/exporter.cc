@@ -4,6 +4,8 @@
 #include <prometheus/exposer.h>
 #include <prometheus/metric_family.h>
 
+#include <dlfcn.h>
+
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -251,6 +253,13 @@ class RunCollector final : public prometheus::Collectable {
     gauge("shmtrain_checkpoint_last_success_timestamp_seconds",
           "Unix time of the last checkpoint written (0: none yet).",
           stats_->last_checkpoint_unix());
+    MetricFamily ck_fail = Family("shmtrain_checkpoint_failures_total",
+                                  "Checkpoints that could not be written (the run goes on and "
+                                  "tries again at the next one).",
+                                  MetricType::Counter);
+    ck_fail.metric.push_back(
+        Value(static_cast<double>(stats_->checkpoint_failures()), MetricType::Counter));
+    out.push_back(std::move(ck_fail));
 
     // Validation gauges appear with the first evaluation (none without held-out data).
     if (stats_->validations() > 0) {
@@ -297,14 +306,20 @@ Status Exporter::Start(const std::string& addr, std::unique_ptr<Exporter>* out) 
   auto bad = [&](const std::string& what) {
     return Status::Usage("--metrics-addr " + addr + ": " + what);
   };
-  const size_t colon = addr.rfind(':');
-  if (colon == std::string::npos || colon == 0) return bad("expected HOST:PORT");
-  const std::string host = addr.substr(0, colon);
-  const std::string port_s = addr.substr(colon + 1);
-  int port = -1;
-  const auto [p, ec] = std::from_chars(port_s.data(), port_s.data() + port_s.size(), port);
-  if (ec != std::errc() || p != port_s.data() + port_s.size() || port < 0 || port > 65535) {
-    return bad("port must be a number 0..65535");
+  // One parser for the flag check and the listener (shmtrain/options.h). civetweb takes
+  // "[IPV6]:PORT" as is; the bound address keeps the brackets.
+  std::string why;
+  const std::optional<HostPort> hp = ParseHostPort(addr, &why);
+  if (!hp) return bad(why);
+  const std::string host = hp->ipv6 ? "[" + hp->host + "]" : hp->host;
+  const int port = hp->port;
+  // civetweb binds IPv6 only when built with it (Debian 12's is not); feature 8 is IPv6.
+  // Looked up at run time so that the link does not depend on civetweb directly.
+  using CheckFeature = unsigned (*)(unsigned);
+  const auto check = reinterpret_cast<CheckFeature>(dlsym(RTLD_DEFAULT, "mg_check_feature"));
+  if (hp->ipv6 && check != nullptr && check(8) == 0) {
+    return bad("this build's HTTP server (civetweb) has no IPv6 support; listen on an IPv4 "
+               "address such as 127.0.0.1:" + std::to_string(port));
   }
   std::unique_ptr<Exporter> e(new Exporter());
   try {

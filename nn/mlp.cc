@@ -256,6 +256,14 @@ void InitParams(const ModelSpec& spec, Init init, uint64_t seed, float* params) 
   for (size_t l = 0; l + 1 < spec.layers.size(); ++l) {
     const size_t in = static_cast<size_t>(spec.layers[l]);
     const size_t out = static_cast<size_t>(spec.layers[l + 1]);
+    if (init == Init::kTorch) {
+      // U(-bound, bound) for the weights, then the biases, from Uniform() in [0, 1).
+      const double bound = 1.0 / std::sqrt(static_cast<double>(in));
+      for (size_t i = 0; i < out * in + out; ++i) {
+        params[off++] = static_cast<float>(bound * (2.0 * rng.Uniform() - 1.0));
+      }
+      continue;
+    }
     double scale = 1.0;
     switch (init) {
       case Init::kNormal:

@@ -75,6 +75,8 @@ void Predict(const ModelSpec& spec, const S* params, const S* x, int64_t n, S* o
 // Fills params (ParamCount() entries) deterministically from seed, on every platform:
 //  kNormal: every weight and bias ~ N(0, 1) (tf.random_normal's default);
 //  kXavier: W ~ N(0, 2 / (in + out)), b = 0;   kHe: W ~ N(0, 2 / in), b = 0.
+//  kTorch: W and b ~ U(-1/sqrt(in), 1/sqrt(in)) (PyTorch's nn.Linear default; keeps tanh
+//          units out of saturation for any fan-in, which N(0, 1) does not).
 // Draws come from nn::Rng (rng.h) in parameter-vector order.
 void InitParams(const ModelSpec& spec, Init init, uint64_t seed, float* params);
 

@@ -778,23 +778,6 @@ TEST(FaultTest, BarrierTimeoutBlamesTheStoppedRank) {
   EXPECT_TRUE(SameBytes(test::ReadWholeFile(model), ref.model));
 }
 
-// 5c. The same with no timeout given: the defaults find the stopped rank by its heartbeat
-// (30 s: the slowest test here).
-TEST(FaultTest, StoppedForGoodWithDefaultTimeoutsCompletes) {
-  LiveRun run(SyncRun(kLongSteps));
-  ASSERT_GT(run.master(), 0);
-  ASSERT_TRUE(run.Until(IsEvent("step"), kEventTimeout)) << run.Outcome();
-  ASSERT_TRUE(run.SignalWorker(2, SIGSTOP)) << run.why();
-  const ProcResult r = run.Wait(kRunTimeout);
-  ExpectNothingLeft(r);
-  ASSERT_TRUE(ExitedWith(r, 0)) << r.err;
-  const auto restarts = Events(r.out, "worker_restart");
-  ASSERT_EQ(restarts.size(), 1u) << Clip(r.out);
-  EXPECT_EQ(restarts[0].at("rank"), "2");
-  EXPECT_EQ(restarts[0].at("reason"), "hang");
-  EXPECT_EQ(Num(SummaryOf(r), "steps"), kLongSteps);
-}
-
 // ---------------------------------------------------------------------------------------------
 // 6. A worker that fails again in every incarnation is a crash loop: after more than
 // --max-restarts failures the run is abandoned (exit 3), naming the rank and the limit.

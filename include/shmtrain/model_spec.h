@@ -15,7 +15,9 @@ namespace shmtrain {
 
 enum class Activation : uint32_t { kTanh = 0, kRelu = 1, kSigmoid = 2, kIdentity = 3 };
 enum class Loss : uint32_t { kMse = 0, kXent = 1 };
-enum class Init : uint32_t { kNormal = 0, kXavier = 1, kHe = 2 };
+// kTorch is PyTorch's nn.Linear default. Init is not stored today (the parameters are), but it
+// shares the append-only rule so it can be.
+enum class Init : uint32_t { kNormal = 0, kXavier = 1, kHe = 2, kTorch = 3 };
 
 std::optional<Activation> ParseActivation(std::string_view s);
 std::optional<Loss> ParseLoss(std::string_view s);

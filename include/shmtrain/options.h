@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -32,6 +33,16 @@ std::optional<AsyncRule> ParseAsyncRule(std::string_view s);
 std::optional<Normalize> ParseNormalize(std::string_view s);
 std::optional<Task> ParseTask(std::string_view s);
 std::optional<DataFormat> ParseDataFormat(std::string_view s);
+// --delimiter: ",", ";" or "tab" (also a literal tab) -> ',', ';', '\t'.
+std::optional<char> ParseDelimiter(std::string_view s);
+// A listening address "HOST:PORT" or "[IPV6]:PORT", PORT 0..65535 (0: any free port). HOST is
+// returned without brackets. nullopt when malformed; *why then says what is wrong.
+struct HostPort {
+  std::string host;
+  int port = 0;
+  bool ipv6 = false;
+};
+std::optional<HostPort> ParseHostPort(std::string_view addr, std::string* why);
 const char* ToString(Mode m);
 const char* ToString(AsyncRule r);
 const char* ToString(Normalize n);
@@ -66,7 +77,9 @@ struct TrainOptions {
   // Model. layers: required, e.g. {1,5,1}; first = number of features, last = 1 for mse or the
   // number of classes for xent; each size 1..65536, 2..64 entries.
   ModelSpec model;
-  Init init = Init::kNormal;
+  // Default torch: U(+-1/sqrt(fan_in)) keeps tanh units out of saturation. `example parabola`
+  // (the seed script) uses normal, N(0, 1).
+  Init init = Init::kTorch;
 
   // Optimiser. lr > 0 (required); 0 <= momentum < 1 (default 0: plain SGD).
   double lr = 0;
@@ -119,11 +132,13 @@ struct TrainOptions {
   // Save the trained model here (empty: do not save).
   std::string save_path;
 
-  // Deadline of every barrier wait in a worker, seconds. Default 120; 0.01..86400.
+  // Deadline of every barrier wait in a worker, seconds. Default 120; 0.1..86400.
   double barrier_timeout_s = 120;
 
   // Fault tolerance. A worker with no heartbeat for heartbeat_timeout_s is killed and replaced
-  // (default 30 s; 0.05..86400). More than max_restarts restarts (default 10; 0..1000000)
+  // (default DefaultHeartbeatTimeout(barrier_timeout_s), set by the CLI when the flag is not
+  // given; 0.05..86400 and shorter than barrier_timeout_s: the master must find a silent worker
+  // before the healthy ranks give up waiting for it at the barrier). More than max_restarts restarts (default 10; 0..1000000)
   // within restart_window_s (default 60 s) end the run: a crash loop.
   double heartbeat_timeout_s = 30;
   int max_restarts = 10;
@@ -152,6 +167,16 @@ struct TrainOptions {
   // --task as given (checked against --loss by Validate); the task itself is TaskOf(loss).
   std::optional<Task> task;
   bool loss_given = false;
+  // The flags given on the command line ("--rule", ...): Validate() refuses a flag that does
+  // not apply to the run (e.g. --rule in sync mode), which a value alone cannot tell apart
+  // from its default. Empty when the options do not come from a command line.
+  std::set<std::string, std::less<>> given;
+  bool Given(std::string_view flag) const { return given.find(flag) != given.end(); }
+
+  // min(30 s, barrier / 2): the heartbeat deadline the master uses when none is given.
+  static double DefaultHeartbeatTimeout(double barrier_timeout_s) {
+    return barrier_timeout_s / 2 < 30 ? barrier_timeout_s / 2 : 30;
+  }
 
   // Checks every field against its limits and the fields against each other (data-dependent
   // checks such as layer sizes against the data live in the master). Returns kUsage.
