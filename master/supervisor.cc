@@ -226,31 +226,9 @@ Status Supervisor::OnExit(int r) {
     }
   }
   if (!chaos && !victim) {
-    const Restart failure{now, r, hang ? "hang" : DescribeExit(c.status)};
-    window_.push_back(failure);
-    while (!window_.empty() && window_.front().at_ns < now - opts_.restart_window_ns) {
-      window_.pop_front();
-    }
-    if (static_cast<int>(window_.size()) > opts_.max_restarts) {
-      return Status::WorkerFailed(
-          what + ". " + std::to_string(window_.size()) + " failures within " +
-          std::to_string(opts_.restart_window_ns / 1'000'000'000) +
-          " s is more than --max-restarts " + std::to_string(opts_.max_restarts) + " (" +
-          Who(window_) + "); the run was abandoned");
-    }
-    // Failures slower than the window still form a loop when nothing moves between them.
-    if (progress != stall_progress_) {
-      stall_progress_ = progress;
-      stalled_.clear();
-    }
-    stalled_.push_back(failure);
-    if (static_cast<int>(stalled_.size()) > opts_.max_restarts) {
-      return Status::WorkerFailed(
-          what + ". " + std::to_string(stalled_.size()) +
-          " failures in a row without progress (the run stayed at step " +
-          std::to_string(progress) + ") is more than --max-restarts " +
-          std::to_string(opts_.max_restarts) + " (" + Who(stalled_) +
-          "); the run was abandoned");
+    if (Status s = CountFailure({now, r, hang ? "hang" : DescribeExit(c.status)}, what, progress);
+        !s.ok()) {
+      return s;
     }
   }
   const monitoring::RestartReason reason = chaos            ? monitoring::RestartReason::kChaos
@@ -269,6 +247,39 @@ Status Supervisor::OnExit(int r) {
                  pending_.end());
   pending_.push_back({now, progress, r});
   return Start(r, c.incarnation + 1);
+}
+
+// The crash-loop budget: more than max_restarts failures within the window, or in a row with
+// no progress between them (failures slower than the window still form a loop then).
+Status Supervisor::CountFailure(const Restart& failure, const std::string& what,
+                                int64_t progress) {
+  const int64_t now = failure.at_ns;
+  window_.push_back(failure);
+  while (!window_.empty() && window_.front().at_ns < now - opts_.restart_window_ns) {
+    window_.pop_front();
+  }
+  if (static_cast<int>(window_.size()) > opts_.max_restarts) {
+    return Status::WorkerFailed(
+        what + ". " + std::to_string(window_.size()) + " failures within " +
+        std::to_string(opts_.restart_window_ns / 1'000'000'000) +
+        " s is more than --max-restarts " + std::to_string(opts_.max_restarts) + " (" +
+        Who(window_) + "); the run was abandoned");
+  }
+  // Failures slower than the window still form a loop when nothing moves between them.
+  if (progress != stall_progress_) {
+    stall_progress_ = progress;
+    stalled_.clear();
+  }
+  stalled_.push_back(failure);
+  if (static_cast<int>(stalled_.size()) > opts_.max_restarts) {
+    return Status::WorkerFailed(
+        what + ". " + std::to_string(stalled_.size()) +
+        " failures in a row without progress (the run stayed at step " +
+        std::to_string(progress) + ") is more than --max-restarts " +
+        std::to_string(opts_.max_restarts) + " (" + Who(stalled_) +
+        "); the run was abandoned");
+  }
+  return Status::Ok();
 }
 
 void Supervisor::CheckHangs(int64_t now) {

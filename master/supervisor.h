@@ -96,6 +96,8 @@ class Supervisor {
     std::string why;
   };
   static std::string Who(const std::deque<Restart>& failures);
+  // Records a failure against the crash-loop budget; not ok when the budget is spent.
+  Status CountFailure(const Restart& failure, const std::string& what, int64_t progress);
   struct PendingRecovery {
     int64_t died_ns;
     int64_t progress;
