@@ -231,15 +231,16 @@ Status Supervisor::OnExit(int r) {
       return s;
     }
   }
-  const monitoring::RestartReason reason = chaos            ? monitoring::RestartReason::kChaos
-                                           : hang || victim ? monitoring::RestartReason::kHang
-                                                            : monitoring::RestartReason::kCrash;
+  const monitoring::RestartReason reason = chaos    ? monitoring::RestartReason::kChaos
+                                           : hang   ? monitoring::RestartReason::kHang
+                                           : victim ? monitoring::RestartReason::kPeerHang
+                                                    : monitoring::RestartReason::kCrash;
   ++restarts_;
   stats_.AddRestart(r, reason);
   log_.Info("restarting " + what,
             JsonLine("worker_restart")
                 .Int("rank", r)
-                .Str("reason", victim ? "peer_hang" : monitoring::ToString(reason))
+                .Str("reason", monitoring::ToString(reason))
                 .Int("step", progress)
                 .Int("incarnation", c.incarnation + 1));
   pending_.erase(std::remove_if(pending_.begin(), pending_.end(),

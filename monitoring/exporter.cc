@@ -20,6 +20,7 @@ const char* ToString(RestartReason r) {
     case RestartReason::kCrash: return "crash";
     case RestartReason::kHang: return "hang";
     case RestartReason::kChaos: return "chaos";
+    case RestartReason::kPeerHang: return "peer_hang";
   }
   return "unknown";
 }
@@ -220,7 +221,8 @@ class RunCollector final : public prometheus::Collectable {
                                    "Workers replaced by the supervisor, by worker and reason.",
                                    MetricType::Counter);
     for (int r = 0; r < P; ++r) {
-      for (RestartReason why : {RestartReason::kCrash, RestartReason::kHang, RestartReason::kChaos}) {
+      for (RestartReason why : {RestartReason::kCrash, RestartReason::kHang, RestartReason::kChaos,
+                                RestartReason::kPeerHang}) {
         restarts.metric.push_back(Value(static_cast<double>(stats_->restarts(r, why)),
                                         MetricType::Counter,
                                         {{"reason", ToString(why)}, {"worker", std::to_string(r)}}));

@@ -25,9 +25,11 @@ class Exposer;
 
 namespace shmtrain::monitoring {
 
-// Why a worker was replaced. Label values of shmtrain_worker_restarts_total.
-enum class RestartReason { kCrash = 0, kHang = 1, kChaos = 2 };
-inline constexpr int kRestartReasons = 3;
+// Why a worker was replaced. Label values of shmtrain_worker_restarts_total. kPeerHang: it
+// timed out at a barrier waiting for a rank that was silent (killed as a hang): a victim,
+// not a failure of its own.
+enum class RestartReason { kCrash = 0, kHang = 1, kChaos = 2, kPeerHang = 3 };
+inline constexpr int kRestartReasons = 4;
 const char* ToString(RestartReason r);
 
 // What only the master knows: which workers are running, how often each was restarted.

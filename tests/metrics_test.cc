@@ -575,7 +575,7 @@ void ExpectWorkerLabels(const Scrape& s, int workers) {
         "shmtrain_worker_compute_seconds_total"}) {
     EXPECT_EQ(WorkerValues(s, name), want) << name;
   }
-  for (const char* reason : {"crash", "hang", "chaos"}) {
+  for (const char* reason : {"crash", "hang", "chaos", "peer_hang"}) {
     std::vector<std::string> got;
     for (const Sample* x : s.Named("shmtrain_worker_restarts_total")) {
       std::set<std::string> keys;
@@ -583,7 +583,8 @@ void ExpectWorkerLabels(const Scrape& s, int workers) {
       EXPECT_EQ(keys, (std::set<std::string>{"reason", "worker"})) << SeriesKey(x->name, x->labels);
       const auto r = x->labels.find("reason");
       const auto w = x->labels.find("worker");
-      EXPECT_TRUE(r != x->labels.end() && (r->second == "crash" || r->second == "hang" || r->second == "chaos"))
+      EXPECT_TRUE(r != x->labels.end() && (r->second == "crash" || r->second == "hang" ||
+                                           r->second == "chaos" || r->second == "peer_hang"))
           << SeriesKey(x->name, x->labels);
       if (r != x->labels.end() && r->second == reason && w != x->labels.end()) {
         got.push_back(w->second);
