@@ -356,7 +356,10 @@ TEST(AsyncTickets, SigkilledWorkersLoseOnlyTornTickets) {
   EXPECT_EQ(Num(s, "param_version"), steps) << s;
   const std::vector<long> per = WorkerUpdates(s);
   EXPECT_EQ(std::accumulate(per.begin(), per.end(), 0L), steps) << s;
-  EXPECT_EQ(MissedTickets(r, steps, 50, true), Num(s, "torn_updates")) << s;
+  // Every missed ticket below --steps is a torn one. Not every torn one is below --steps: a
+  // fresh ticket handed out to make one up can be torn in its turn (so missed <= torn, with
+  // equality when no make-up update was torn; both seen under ASan's slower updates).
+  EXPECT_LE(MissedTickets(r, steps, 50, true), Num(s, "torn_updates")) << s;
 }
 
 TEST(AsyncRun, DivergenceEndsTheRunAndNamesTheStep) {
