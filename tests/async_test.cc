@@ -181,7 +181,7 @@ TEST(AsyncRun, DelayCompensationActsInRealRuns) {
     const std::vector<std::string> base = {
         "train", "--mode", "async", "--rule", rule, "--workers", "2", "--example", "blobs",
         "--rows", "4096", "--features", "16", "--layers", "16,512,4", "--loss", "xent",
-        "--init", "xavier", "--lr", "0.05", "--batch", "256", "--steps", "3000", "--log-every",
+        "--init", "xavier", "--lr", "0.05", "--batch", "256", "--steps", "800", "--log-every",
         "0", "--log-format", "json"};
     std::vector<std::string> plain = base, wild = base;
     plain.insert(plain.end(), {"--lambda", "0"});
