@@ -154,7 +154,8 @@ std::string_view NextCell(const char** p, const char* e, char delim, CellKind* k
     const char* q = e;
     *kind = CellKind::kQuoted;
     for (;;) {
-      q = static_cast<const char*>(std::memchr(c, '"', e - c));
+      q = c < e ? static_cast<const char*>(std::memchr(c, '"', static_cast<size_t>(e - c)))
+                : nullptr;
       if (q == nullptr) {
         q = e;
         break;
@@ -172,7 +173,9 @@ std::string_view NextCell(const char** p, const char* e, char delim, CellKind* k
     return Trim(std::string_view(b, q - b));
   }
   *kind = CellKind::kPlain;
-  const char* d = static_cast<const char*>(std::memchr(c, delim, e - c));
+  // c <= e here; said again so that GCC does not see a negative length (-Wstringop-overread).
+  const char* d =
+      c < e ? static_cast<const char*>(std::memchr(c, delim, static_cast<size_t>(e - c))) : nullptr;
   const char* ce = d ? d : e;
   *p = d ? d + 1 : e;
   while (ce > c && IsPad(ce[-1], delim)) --ce;
