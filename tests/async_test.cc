@@ -2,6 +2,7 @@
 // convergence against sync, staleness limits) and the simulator's rule comparison on digits.
 #include <signal.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -346,8 +347,16 @@ TEST(AsyncTickets, SigkilledWorkersLoseOnlyTornTickets) {
   // replacement; only an update torn mid-apply loses its minibatch (it is not redone), and it
   // is made up by a fresh ticket past the end. The run applies exactly --steps updates.
   const int64_t steps = 2000;
+  // The kills come about 25 times per undisturbed run of this build, and never more often
+  // than a replacement can start: in sanitizer builds a worker takes tens of milliseconds to
+  // start, and kills faster than that would only ever hit starting workers.
+  const ProcResult calm = Shmtrain(FrozenBlobs("async", 2, steps, {}, true));
+  ASSERT_EQ(calm.exit_code, 0) << calm.Describe();
+  const double wall_ms = 1e3 * Num(Summary(calm), "wall_s");
+  const int every_ms = static_cast<int>(std::clamp(wall_ms / 25, 10.0, 500.0));
   const ProcResult r = Shmtrain(FrozenBlobs(
-      "async", 2, steps, {"--chaos-kill-every", "10ms", "--chaos-seed", "5"}, true));
+      "async", 2, steps,
+      {"--chaos-kill-every", std::to_string(every_ms) + "ms", "--chaos-seed", "5"}, true));
   ASSERT_EQ(r.exit_code, 0) << r.Describe();
   const std::string s = Summary(r);
   std::printf("[ tickets under chaos ] %g restarts, %g torn\n", Num(s, "restarts"),

@@ -817,7 +817,7 @@ TEST_F(MetricsTest, ValidationGaugesAppearWithTheFirstValidation) {
     plain.Stop();
   }
   Trainer t("sync", kWorkers,
-            {"--metrics-addr=127.0.0.1:0", "--val-split", "0.2", "--eval-every", "2000"});
+            {"--metrics-addr=127.0.0.1:0", "--val-split", "0.2", "--eval-every", "400"});
   ASSERT_NO_FATAL_FAILURE(t.WaitFor("metrics"));
   ASSERT_NO_FATAL_FAILURE(t.WaitFor("validation"));
   Scrape s;
