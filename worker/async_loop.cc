@@ -57,6 +57,30 @@ constexpr double kLossEmaWeight = 0.1;
 // taken, for the divergence check).
 constexpr int64_t kGradNormEvery = 8;
 
+// Scales g by `inv` and returns the squared norm of the result (non-finite if any element
+// is). Eight independent partial sums: one running sum is a chain of dependent additions that
+// GCC may not reorder (no -ffast-math), which made this pass cost a fifth of an update of a
+// million parameters; the lanes vectorise.
+double ScaleAndSquaredNorm(float* g, int64_t n, float inv) {
+  constexpr int kLanes = 8;
+  double part[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int k = 0; k < kLanes; ++k) {
+      const float x = g[i + k] * inv;
+      g[i + k] = x;
+      part[k] += static_cast<double>(x) * x;
+    }
+  }
+  double sq = 0;
+  for (; i < n; ++i) {
+    g[i] *= inv;
+    sq += static_cast<double>(g[i]) * g[i];
+  }
+  for (const double p : part) sq += p;
+  return sq;
+}
+
 }  // namespace
 
 int RunAsync(const shm::Segment& seg, int rank, uint32_t incarnation) {
@@ -138,11 +162,7 @@ int RunAsync(const shm::Segment& seg, int rank, uint32_t incarnation) {
         nn::LossAndGrad<float>(spec, w_bak.data(), bx.data(), by.data(), rows, grad.data(), ws) /
         static_cast<double>(rows);
     const float inv = 1.0f / static_cast<float>(rows);
-    double sq = 0;  // of the mean gradient: a non-finite element makes it non-finite
-    for (float& g : grad) {
-      g *= inv;
-      sq += static_cast<double>(g) * g;
-    }
+    const double sq = ScaleAndSquaredNorm(grad.data(), n, inv);
     shm::StoreRelaxed<uint64_t>(self->batches, static_cast<uint64_t>(b + 1));
     shm::AddRelaxed<uint64_t>(self->samples_total, static_cast<uint64_t>(rows));
     if (!std::isfinite(loss) || !std::isfinite(sq)) {
