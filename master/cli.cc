@@ -299,7 +299,7 @@ std::vector<Flag> TrainFlags(TrainOptions* o) {
        Duration(&o->chaos_every_s), kFault},
       {"--chaos-seed", "S", "seed of the chaos kills, 0..2^63-1 (default 1)",
        Int<uint64_t>(&o->chaos_seed, 0, UINT64_MAX / 2), kFault},
-      {"--checkpoint", "PATH", "write checkpoints here, on SIGINT/SIGTERM and every "
+      {"--checkpoint", "PATH", "write checkpoints here, on a stop signal and every "
        "--checkpoint-every (default: none)", Str(&o->checkpoint_path), kFault},
       {"--checkpoint-every", "N",
        "write a checkpoint every N >= 1 steps (sync) or updates (async) (default: only on a "

@@ -4,7 +4,6 @@
 
 #include <csignal>
 #include <exception>
-#include <new>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -25,15 +24,7 @@ namespace {
 // An exception on main's thread ends the command like any other failure: the stack unwinds
 // (workers killed and reaped, segment removed) and the message is printed.
 shmtrain::Status FromException(std::exception_ptr e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::bad_alloc&) {
-    return shmtrain::Status::Internal("internal error: out of memory (std::bad_alloc)");
-  } catch (const std::exception& x) {
-    return shmtrain::Status::Internal(std::string("internal error: ") + x.what());
-  } catch (...) {
-    return shmtrain::Status::Internal("internal error: unknown exception");
-  }
+  return shmtrain::Status::Internal("internal error: " + shmtrain::master::DescribeException(e));
 }
 
 }  // namespace

@@ -35,12 +35,6 @@ class Reader {
   size_t pos_ = 0;
 };
 
-std::string DirOf(const std::string& path) {
-  const size_t p = path.rfind('/');
-  if (p == std::string::npos) return ".";
-  return p == 0 ? "/" : path.substr(0, p);
-}
-
 }  // namespace
 
 std::string EncodeModel(const Model& m) {
@@ -159,6 +153,12 @@ Status DecodeModel(const std::string& bytes, const std::string& path, Model* out
   if (crc != Crc32(bytes.data(), body)) return bad("checksum mismatch (the file is damaged)");
   *out = std::move(m);
   return Status::Ok();
+}
+
+std::string DirOf(const std::string& path) {
+  const size_t p = path.rfind('/');
+  if (p == std::string::npos) return ".";
+  return p == 0 ? "/" : path.substr(0, p);
 }
 
 Status WriteFileDurably(const std::string& path, const std::string& bytes) {

@@ -41,6 +41,8 @@ Status DecodeModel(const std::string& bytes, const std::string& path, Model* out
 
 // Writes `bytes` to `path` durably (see above). kResource on failure, naming the path.
 Status WriteFileDurably(const std::string& path, const std::string& bytes);
+// The directory WriteFileDurably writes in: "." for a bare name, "/" for a file at the root.
+std::string DirOf(const std::string& path);
 
 Status SaveModel(const std::string& path, const Model& m);
 Status LoadModel(const std::string& path, Model* out);

@@ -7,15 +7,10 @@
 #include <cerrno>
 #include <cstring>
 
+#include "master/model_file.h"
+
 namespace shmtrain::master {
 namespace {
-
-std::string DirOfPath(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
 
 bool SameFile(const std::string& a, const std::string& b) {
   if (a == b) return true;
@@ -42,7 +37,7 @@ Status CheckOutputPath(const std::string& flag, const std::string& path,
       return bad("is the same file as " + in.flag + " " + in.path + ", which it would overwrite");
     }
   }
-  const std::string dir = DirOfPath(path);
+  const std::string dir = DirOf(path);
   struct stat ds {};
   if (::stat(dir.c_str(), &ds) != 0) {
     return bad("directory " + dir + " does not exist (" + std::strerror(errno) + ")");

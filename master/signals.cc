@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <new>
 #include <string>
 
 #include "master/run.h"
@@ -35,15 +36,7 @@ void OnCrashSignal(int sig) {
 }
 
 void OnTerminate() {
-  std::string what = "unknown exception";
-  if (std::exception_ptr e = std::current_exception()) {
-    try {
-      std::rethrow_exception(e);
-    } catch (const std::exception& x) {
-      what = x.what();
-    } catch (...) {
-    }
-  }
+  const std::string what = DescribeException(std::current_exception());
   UnlinkSegment();
   std::fprintf(stderr, "shmtrain: error: internal error: %s\n", what.c_str());
   std::fflush(nullptr);
@@ -51,6 +44,19 @@ void OnTerminate() {
 }
 
 }  // namespace
+
+std::string DescribeException(std::exception_ptr e) {
+  if (!e) return "unknown exception";
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::bad_alloc&) {
+    return "out of memory (std::bad_alloc)";
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
 
 void InstallSignalHandlers() {
   struct sigaction sa {};

@@ -12,10 +12,17 @@
 //    the segment and exits 1. (main's own exceptions unwind through the normal cleanup.)
 #pragma once
 
+#include <exception>
+#include <string>
+
 namespace shmtrain::master {
 
 // Installs the handlers above. Call again after anything that may have replaced one (the
 // metrics server's library sets SIGPIPE to SIG_IGN when it starts).
 void InstallSignalHandlers();
+
+// What an exception says, for "internal error: ..." messages: its what(), "out of memory
+// (std::bad_alloc)" for an allocation failure, "unknown exception" for a non-std one.
+std::string DescribeException(std::exception_ptr e);
 
 }  // namespace shmtrain::master

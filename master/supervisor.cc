@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <map>
 
@@ -179,13 +178,11 @@ Status Supervisor::OnExit(int r) {
   if (code == kWorkerDiverged) {
     // Not a fault of the process: a replacement would compute the same non-finite numbers.
     const int64_t at = shm::LoadRelaxed(seg_.header()->diverged_step);
-    char lr[32];
-    std::snprintf(lr, sizeof lr, "%g", cfg.lr);
     return Status::Diverged(
         "training diverged at step " +
         (at == shm::kNoStop ? std::to_string(Progress(seg_)) : std::to_string(at)) +
         ": the loss or gradient is not finite (NaN or infinite); the learning rate (--lr " +
-        lr + ") is probably too large");
+        Fmt("%g", cfg.lr) + ") is probably too large");
   }
   const int64_t now = shm::MonotonicNs();
   const int64_t progress = Progress(seg_);
