@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <string>
 
+#include "nn/optimizer.h"
+
 namespace shmtrain {
 namespace {
 
@@ -16,6 +18,21 @@ std::string Seconds(double s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%gs", s);
   return buf;
+}
+
+// The async rule's own limits (whether its flags apply is CheckApplies's).
+Status CheckAsyncRule(const TrainOptions& o) {
+  if (!std::isnan(o.lambda) && !(o.lambda >= 0 && std::isfinite(o.lambda))) {
+    return Bad("--lambda", "must be a finite number >= 0, got " + std::to_string(o.lambda));
+  }
+  if (!(o.ms_decay >= 0 && o.ms_decay < 1)) {
+    return Bad("--ms-decay", "must be in [0, 1), got " + std::to_string(o.ms_decay));
+  }
+  if (!(o.epsilon > 0 && std::isfinite(o.epsilon))) {
+    return Bad("--epsilon", "must be a finite number > 0, got " + std::to_string(o.epsilon));
+  }
+  if (o.max_staleness < -1) return Bad("--max-staleness", "must be >= 0 (or -1: never drop)");
+  return Status::Ok();
 }
 
 // A flag given on the command line that the run would ignore: an error, so that nobody
@@ -154,9 +171,6 @@ Status TrainOptions::Validate() const {
   if (!(lr > 0) || !std::isfinite(lr)) {
     return Bad("--lr", "must be a finite number > 0, got " + std::to_string(lr));
   }
-  if (!(momentum >= 0 && momentum < 1)) {
-    return Bad("--momentum", "must be in [0, 1), got " + std::to_string(momentum));
-  }
   if ((steps > 0) == (epochs > 0)) {
     if (steps < 0 || epochs < 0) return Status::Usage("--steps and --epochs must be >= 1");
     return Status::Usage("give exactly one of --steps N and --epochs E");
@@ -168,16 +182,8 @@ Status TrainOptions::Validate() const {
     return Bad("--barrier-timeout", "must be between 100ms and 86400s, got " +
                                         Seconds(barrier_timeout_s));
   }
-  if (!std::isnan(lambda) && !(lambda >= 0 && std::isfinite(lambda))) {
-    return Bad("--lambda", "must be a finite number >= 0, got " + std::to_string(lambda));
-  }
-  if (!(ms_decay >= 0 && ms_decay < 1)) {
-    return Bad("--ms-decay", "must be in [0, 1), got " + std::to_string(ms_decay));
-  }
-  if (!(epsilon > 0 && std::isfinite(epsilon))) {
-    return Bad("--epsilon", "must be a finite number > 0, got " + std::to_string(epsilon));
-  }
-  if (max_staleness < -1) return Bad("--max-staleness", "must be >= 0 (or -1: never drop)");
+  if (Status st = CheckAsyncRule(*this); !st.ok()) return st;
+  if (Status st = nn::CheckOptimizerOptions(*this); !st.ok()) return st;
   if (!(val_split >= 0 && val_split < 1)) {
     return Bad("--val-split", "must be in [0, 1), got " + std::to_string(val_split));
   }
@@ -225,9 +231,6 @@ Status TrainOptions::Validate() const {
   if (checkpoint_every < 0) return Bad("--checkpoint-every", "must be >= 1");
   if (checkpoint_every > 0 && checkpoint_path.empty()) {
     return Bad("--checkpoint-every", "needs --checkpoint PATH");
-  }
-  if (mode == Mode::kAsync && momentum != 0) {
-    return Bad("--momentum", "applies to sync mode only (async rules have no momentum)");
   }
   if (!metrics_addr.empty() && metrics) {
     std::string why;

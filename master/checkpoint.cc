@@ -7,6 +7,7 @@
 #include "core/bytes.h"
 #include "core/crc32.h"
 #include "master/model_file.h"
+#include "nn/optimizer.h"
 
 namespace shmtrain {
 namespace {
@@ -30,24 +31,53 @@ class Hasher {
 
 }  // namespace
 
-uint64_t RunFingerprint(const TrainOptions& o, const data::Dataset& d) {
+uint64_t RunFingerprint(const TrainOptions& o, const OptimConfig& optim, const data::Dataset& d) {
   Hasher h;
   h.Add<uint32_t>(static_cast<uint32_t>(o.mode));
   h.Add<uint32_t>(static_cast<uint32_t>(o.model.layers.size()));
   for (int l : o.model.layers) h.Add<int32_t>(l);
   h.Add<uint32_t>(static_cast<uint32_t>(o.model.activation));
   h.Add<uint32_t>(static_cast<uint32_t>(o.model.loss));
-  h.Add<double>(o.lr);
-  h.Add<double>(o.momentum);
+  // The run's length matters only to a schedule that spans it (cosine): another --steps may
+  // otherwise extend a run from its checkpoint.
+  OptimConfig oc = optim;
+  if (static_cast<Schedule>(oc.schedule) != Schedule::kCosine) oc.total_steps = 0;
+  h.Bytes(&oc, sizeof oc);
   h.Add<int64_t>(o.batch);
   h.Add<uint64_t>(o.seed);
   h.Add<int32_t>(o.workers);
   h.Add<uint32_t>(static_cast<uint32_t>(o.rule));
+  h.Add<double>(o.LambdaOrDefault());
+  h.Add<double>(o.ms_decay);
+  h.Add<double>(o.epsilon);
+  h.Add<int64_t>(o.max_staleness);
   h.Add<int64_t>(d.rows);
   h.Add<int32_t>(d.features);
   h.Add<uint32_t>(Crc32(d.x.data(), d.x.size() * sizeof(float)));
   h.Add<uint32_t>(Crc32(d.y.data(), d.y.size() * sizeof(float)));
   return h.value();
+}
+
+Status CheckResumable(const Checkpoint& c, const std::string& path, const TrainOptions& o,
+                      const OptimConfig& optim, uint64_t fingerprint, uint64_t param_count) {
+  const std::string mine = nn::Describe(optim);
+  if (c.optimizer != mine) {
+    return Status::Usage(path + ": the checkpoint was written with " + c.optimizer +
+                         "; this run uses " + mine +
+                         ". Resume with the optimizer settings it was written with");
+  }
+  if (c.fingerprint != fingerprint || c.mode != o.mode || c.params.size() != param_count ||
+      c.states.size() != optim.num_states) {
+    return Status::Usage(path +
+                         ": the checkpoint belongs to another run (model, batch, seed, workers, "
+                         "mode, async rule or data differ); resume with the options it was "
+                         "written with");
+  }
+  if (c.step >= optim.total_steps) {
+    return Status::Usage(path + ": the checkpoint is at step " + std::to_string(c.step) +
+                         ", the run has only " + std::to_string(optim.total_steps));
+  }
+  return Status::Ok();
 }
 
 Status SaveCheckpoint(const std::string& path, const Checkpoint& c) {
@@ -57,9 +87,13 @@ Status SaveCheckpoint(const std::string& path, const Checkpoint& c) {
   AppendRaw<int64_t>(&s, c.step);
   AppendRaw<uint64_t>(&s, c.fingerprint);
   AppendRaw<uint64_t>(&s, c.params.size());
-  AppendRaw<uint32_t>(&s, c.momentum.empty() ? 0 : 1);
+  AppendRaw<uint32_t>(&s, static_cast<uint32_t>(c.states.size()));
+  AppendRaw<uint32_t>(&s, static_cast<uint32_t>(c.optimizer.size()));
+  s += c.optimizer;
   s.append(reinterpret_cast<const char*>(c.params.data()), c.params.size() * sizeof(float));
-  s.append(reinterpret_cast<const char*>(c.momentum.data()), c.momentum.size() * sizeof(float));
+  for (const std::vector<float>& v : c.states) {
+    s.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+  }
   AppendRaw<uint32_t>(&s, Crc32(s.data(), s.size()));
   return WriteFileDurably(path, s);
 }
@@ -73,10 +107,10 @@ Status LoadCheckpoint(const std::string& path, Checkpoint* out) {
   std::ostringstream ss;
   ss << in.rdbuf();
   const std::string b = ss.str();
-  constexpr size_t kHead = 8 + 4 + 4 + 8 + 8 + 8 + 4;
+  constexpr size_t kHead = 8 + 4 + 4 + 8 + 8 + 8 + 4 + 4;
   if (b.size() < kHead + 4) return bad("too short (truncated)");
   if (std::memcmp(b.data(), kCheckpointMagic, 8) != 0) return bad("wrong magic number");
-  uint32_t version, mode, has_m;
+  uint32_t version, mode, k, m;
   int64_t step;
   uint64_t fp, n;
   size_t p = 8;
@@ -93,11 +127,13 @@ Status LoadCheckpoint(const std::string& path, Checkpoint* out) {
   get(&step);
   get(&fp);
   get(&n);
-  get(&has_m);
-  if (mode > 1 || step < 0 || has_m > 1 || n > (uint64_t{1} << 40)) {
+  get(&k);
+  get(&m);
+  if (mode > 1 || step < 0 || k > static_cast<uint32_t>(kMaxStates) || n > (uint64_t{1} << 40) ||
+      m > 4096) {
     return bad("header fields out of range");
   }
-  const size_t body = kHead + n * sizeof(float) * (has_m ? 2 : 1);
+  const size_t body = kHead + m + n * sizeof(float) * (1 + k);
   if (b.size() != body + 4) {
     return bad(b.size() < body + 4 ? "cut short (truncated)" : "trailing bytes");
   }
@@ -108,11 +144,13 @@ Status LoadCheckpoint(const std::string& path, Checkpoint* out) {
   c.mode = static_cast<Mode>(mode);
   c.step = step;
   c.fingerprint = fp;
+  c.optimizer.assign(b.data() + kHead, m);
+  const char* v = b.data() + kHead + m;
   c.params.resize(n);
-  std::memcpy(c.params.data(), b.data() + kHead, n * sizeof(float));
-  if (has_m) {
-    c.momentum.resize(n);
-    std::memcpy(c.momentum.data(), b.data() + kHead + n * sizeof(float), n * sizeof(float));
+  std::memcpy(c.params.data(), v, n * sizeof(float));
+  c.states.assign(k, std::vector<float>(n));
+  for (uint32_t i = 0; i < k; ++i) {
+    std::memcpy(c.states[i].data(), v + (1 + i) * n * sizeof(float), n * sizeof(float));
   }
   *out = std::move(c);
   return Status::Ok();

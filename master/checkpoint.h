@@ -1,12 +1,15 @@
 // Checkpoints: the state a run needs to continue exactly where it stopped.
 //
-// Format version 1 (little-endian; README.md, "Checkpoints"):
+// Format version 2 (little-endian; README.md, "Checkpoints"):
 //   char[8] "SHMTCKPT" | u32 version | u32 mode | i64 step | u64 run fingerprint |
-//   u64 n | u32 has_momentum | f32 W[n] | f32 V[n] if has_momentum | u32 CRC-32 of all before
-// The fingerprint hashes everything that decides the trajectory (model, optimiser, batch,
-// seed, P, mode and rule, and the training data's bytes), so a checkpoint is never resumed
-// into a different run. Files are written durably (temporary file, fsync, rename, fsync of
-// the directory): a crash leaves the previous checkpoint or the new one, never a mix.
+//   u64 n | u32 K | u32 m | char[m] optimizer | f32 W[n] | f32 S[K][n] | u32 CRC-32 of all before
+// K is the number of optimizer state vectors (nn/optimizer.h: 0 for plain SGD, 1 for momentum,
+// 2 for Adam); "optimizer" is nn::Describe of the run's OptimConfig, kept to name what differs
+// when a run with other settings tries to resume it. The fingerprint hashes everything that
+// decides the trajectory (model, the resolved optimizer with its schedule and clipping, batch,
+// seed, P, mode and async rule, and the training data's bytes), so a checkpoint is never
+// resumed into a different run. Files are written durably (temporary file, fsync, rename,
+// fsync of the directory): a crash leaves the previous checkpoint or the new one, never a mix.
 #pragma once
 
 #include <cstdint>
@@ -14,24 +17,34 @@
 #include <vector>
 
 #include "data/dataset.h"
+#include "shmtrain/optim_config.h"
 #include "shmtrain/options.h"
 #include "shmtrain/status.h"
 
 namespace shmtrain {
 
 inline constexpr char kCheckpointMagic[8] = {'S', 'H', 'M', 'T', 'C', 'K', 'P', 'T'};
-inline constexpr uint32_t kCheckpointVersion = 1;  // on disk: bump on any change
+inline constexpr uint32_t kCheckpointVersion = 2;  // on disk: bump on any change
 
 struct Checkpoint {
   Mode mode = Mode::kSync;
   int64_t step = 0;  // sync: steps completed; async: updates applied
   uint64_t fingerprint = 0;
+  std::string optimizer;  // nn::Describe of the writer's OptimConfig
   std::vector<float> params;
-  std::vector<float> momentum;  // empty without momentum
+  std::vector<std::vector<float>> states;  // K optimizer state vectors of params.size() each
 };
 
-// The fingerprint of a run: options that shape the trajectory, and the training rows.
-uint64_t RunFingerprint(const TrainOptions& o, const data::Dataset& train);
+// The fingerprint of a run: options that shape the trajectory, its resolved optimizer, and
+// the training rows.
+uint64_t RunFingerprint(const TrainOptions& o, const OptimConfig& optim,
+                        const data::Dataset& train);
+
+// Whether checkpoint c (read from path) continues this run: the same fingerprint, mode, sizes
+// and optimizer, and a step before the end. kUsage naming the difference otherwise (the
+// optimizer's settings when they differ, since those are the likeliest slip).
+Status CheckResumable(const Checkpoint& c, const std::string& path, const TrainOptions& o,
+                      const OptimConfig& optim, uint64_t fingerprint, uint64_t param_count);
 
 Status SaveCheckpoint(const std::string& path, const Checkpoint& c);
 // kData with a message naming the file on any damage (short, bad magic or version, sizes,

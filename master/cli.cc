@@ -12,6 +12,9 @@
 #include <memory>
 #include <string_view>
 
+#include "nn/optimizer.h"
+#include "nn/schedule.h"
+
 namespace shmtrain::master {
 namespace {
 
@@ -171,14 +174,17 @@ constexpr int64_t kBig = INT64_MAX / 4;
 constexpr const char* kWorkers = "Workers";
 constexpr const char* kData = "Data";
 constexpr const char* kModel = "Model";
-constexpr const char* kLength = "Optimisation and length";
+constexpr const char* kLength = "Learning rate and length";
+constexpr const char* kOptim = "Optimizer";
+constexpr const char* kSchedule = "Learning-rate schedule";
 constexpr const char* kVal = "Held-out data";
 constexpr const char* kAsync = "Async mode (--mode async)";
 constexpr const char* kOut = "Output and monitoring";
 constexpr const char* kFault = "Fault tolerance";
 
-// Every flag of `train`; the other commands take subsets (and a few of their own).
-std::vector<Flag> TrainFlags(TrainOptions* o) {
+// The flags of `train`, by --help group; the other commands take subsets (and a few of their
+// own).
+std::vector<Flag> DataFlags(TrainOptions* o) {
   return {
       {"--workers", "P", "worker processes, 1..256 (default 1)", Int<int>(&o->workers, 1, 256),
        kWorkers},
@@ -218,6 +224,11 @@ std::vector<Flag> TrainFlags(TrainOptions* o) {
       {"--normalize", "none|minmax|standard",
        "scale features with statistics of the training rows (default none)",
        Enum<Normalize>(&o->normalize, ParseNormalize, "none, minmax, standard"), kData},
+  };
+}
+
+std::vector<Flag> ModelFlags(TrainOptions* o) {
+  return {
       {"--layers", "N0,N1,...",
        "layer sizes, inputs first: 2..64 sizes, each 1..65536, e.g. 1,5,1 (required)",
        IntList(&o->model.layers, "comma-separated layer sizes such as 1,5,1"), kModel},
@@ -235,9 +246,14 @@ std::vector<Flag> TrainFlags(TrainOptions* o) {
        "initialisation: torch = W, b ~ U(+-1/sqrt(fan_in)); normal = N(0, 1); xavier, he: "
        "scaled normal W, b = 0 (default torch)",
        Enum<Init>(&o->init, ParseInit, "torch, normal, xavier, he"), kModel},
-      {"--lr", "X", "learning rate, a finite number > 0 (required)", Num(&o->lr), kLength},
-      {"--momentum", "M", "momentum in [0, 1), sync mode only (default 0)", Num(&o->momentum),
-       kLength},
+  };
+}
+
+// --lr, the length of the run, the optimizer with every optimizer's hyper-parameters (from the
+// registry, nn/optimizer.h), weight decay, clipping and the schedule.
+std::vector<Flag> OptimFlags(TrainOptions* o) {
+  std::vector<Flag> f = {
+      {"--lr", "X", "(base) learning rate, a finite number > 0 (required)", Num(&o->lr), kLength},
       {"--steps", "N", "number of updates, >= 1 (required, or --epochs)",
        Int<int64_t>(&o->steps, 1, kBig), kLength},
       {"--epochs", "E", "passes over the data, >= 1 (required, or --steps)",
@@ -246,16 +262,51 @@ std::vector<Flag> TrainFlags(TrainOptions* o) {
        Int<int64_t>(&o->batch, 1, kBig), kLength},
       {"--seed", "S", "seed of initialisation and shuffling, 0..2^63-1 (default 1)",
        Int<uint64_t>(&o->seed, 0, UINT64_MAX / 2), kLength},
-      {"--val-split", "F", "hold out this fraction of the rows, in [0, 1) (default 0: none)",
-       Num(&o->val_split), kVal},
-      {"--val-data", "FILE", "held-out rows from a file of their own, not with --val-split "
-       "(default: none)", Str(&o->val_data_path), kVal},
-      {"--eval-every", "N", "validate every N >= 1 steps (default: every epoch)",
-       Int<int64_t>(&o->eval_every, 1, kBig), kVal},
-      {"--early-stop", "PATIENCE",
-       "stop after PATIENCE >= 1 validations without a better val loss and keep the best model "
-       "(default: never)",
-       Int<int64_t>(&o->early_stop, 1, kBig), kVal},
+      {"--optimizer", "NAME", "the update rule: " + nn::OptimizerNames() + " (default sgd; "
+       "README.md, \"Optimizers\")", Str(&o->optimizer), kOptim},
+      {"--weight-decay", "W",
+       "L2 penalty >= 0: added to the gradient (sgd, adam), decoupled (adamw) (default 0; "
+       "adamw: 0.01)",
+       Num(&o->weight_decay), kOptim},
+      {"--clip-norm", "C",
+       "scale the mean gradient to global norm C > 0 when it is longer (default: off)",
+       Num(&o->clip_norm), kOptim},
+      {"--lr-schedule", "constant|step|cosine|exponential",
+       "the learning rate over the run (default constant)",
+       Enum<Schedule>(&o->lr_schedule, nn::ParseSchedule, "constant, step, cosine, exponential"),
+       kSchedule},
+      {"--lr-step-every", "N", "step: multiply the rate by --lr-gamma every N >= 1 steps "
+       "(required by step)", Int<int64_t>(&o->lr_step_every, 1, kBig), kSchedule},
+      {"--lr-gamma", "G", "step, exponential: the factor, in (0, 1] (default 0.1 for step; "
+       "required by exponential)", Num(&o->lr_gamma), kSchedule},
+      {"--lr-min", "X", "cosine: the rate at the end, >= 0 and < --lr (default 0)",
+       Num(&o->lr_min), kSchedule},
+      {"--warmup-steps", "N",
+       "raise the rate linearly over the first N >= 0 steps, fewer than the run's (default 0)",
+       Int<int64_t>(&o->warmup_steps, 0, kBig), kSchedule},
+  };
+  for (const nn::HyperParam& p : nn::AllHyperParams()) {
+    const std::string flag = p.flag;
+    const std::string help = std::string(p.help) + " [" + nn::OptimizersWith(flag) + "]";
+    if (p.switch_()) {
+      f.push_back({flag, "", help, [o, flag](const std::string&, std::string_view) {
+                     o->hyper[flag] = 1;
+                     return Status::Ok();
+                   }, kOptim});
+    } else {
+      f.push_back({flag, p.value_name, help, [o, flag](const std::string& name, std::string_view v) {
+                     double x = 0;
+                     if (Status s = Num(&x)(name, v); !s.ok()) return s;
+                     o->hyper[flag] = x;
+                     return Status::Ok();
+                   }, kOptim});
+    }
+  }
+  return f;
+}
+
+std::vector<Flag> AsyncFlags(TrainOptions* o) {
+  return {
       {"--rule", "asgd|dc-asgd-c|dc-asgd-a", "async update rule (default dc-asgd-a)",
        Enum<AsyncRule>(&o->rule, ParseAsyncRule, "asgd, dc-asgd-c, dc-asgd-a"), kAsync},
       {"--lambda", "X",
@@ -268,6 +319,21 @@ std::vector<Flag> TrainFlags(TrainOptions* o) {
        Num(&o->epsilon), kAsync},
       {"--max-staleness", "S", "drop gradients more than S >= 0 versions old (default: never)",
        Int<int64_t>(&o->max_staleness, -1, kBig), kAsync},
+  };
+}
+
+std::vector<Flag> OutputFlags(TrainOptions* o) {
+  return {
+      {"--val-split", "F", "hold out this fraction of the rows, in [0, 1) (default 0: none)",
+       Num(&o->val_split), kVal},
+      {"--val-data", "FILE", "held-out rows from a file of their own, not with --val-split "
+       "(default: none)", Str(&o->val_data_path), kVal},
+      {"--eval-every", "N", "validate every N >= 1 steps (default: every epoch)",
+       Int<int64_t>(&o->eval_every, 1, kBig), kVal},
+      {"--early-stop", "PATIENCE",
+       "stop after PATIENCE >= 1 validations without a better val loss and keep the best model "
+       "(default: never)",
+       Int<int64_t>(&o->early_stop, 1, kBig), kVal},
       {"--log-every", "K", "print the loss every K >= 0 steps; 0 = only the summary (default 50)",
        Int<int64_t>(&o->log_every, 0, kBig), kOut},
       {"--log-format", "text|json", "plain lines or one JSON object per line (default text)",
@@ -282,6 +348,11 @@ std::vector<Flag> TrainFlags(TrainOptions* o) {
        Str(&o->metrics_addr), kOut},
       {"--no-metrics", "", "serve no metrics (default: served)", Switch(&o->metrics, false),
        kOut},
+  };
+}
+
+std::vector<Flag> FaultFlags(TrainOptions* o) {
+  return {
       {"--barrier-timeout", "D", "deadline of a worker's barrier wait, 100ms..86400s "
        "(default 120s)", Duration(&o->barrier_timeout_s), kFault},
       {"--heartbeat-timeout", "D",
@@ -309,12 +380,20 @@ std::vector<Flag> TrainFlags(TrainOptions* o) {
        Str(&o->resume_path), kFault},
       {"--fault-rank", "R", "test hook", Int<int>(&o->fault_rank, -1, 255), ""},
       {"--fault-step", "T", "test hook", Int<int64_t>(&o->fault_step, -1, kBig), ""},
-      {"--fault-point", "K", "test hook", Int<int>(&o->fault_point, 0, 7), ""},
       {"--fault-incarnations", "K", "test hook", Int<int>(&o->fault_incarnations, 0, 1 << 30),
        ""},
       {"--fault-master-throw", "T", "test hook",
        Int<int64_t>(&o->fault_master_throw, -1, kBig), ""},
+      {"--fault-point", "K", "test hook", Int<int>(&o->fault_point, 0, 8), ""},
   };
+}
+
+std::vector<Flag> TrainFlags(TrainOptions* o) {
+  std::vector<Flag> all;
+  for (auto group : {DataFlags, ModelFlags, OptimFlags, AsyncFlags, OutputFlags, FaultFlags}) {
+    for (Flag& f : group(o)) all.push_back(std::move(f));
+  }
+  return all;
 }
 
 Flag Find(const std::vector<Flag>& flags, std::string_view name) {
@@ -465,7 +544,7 @@ constexpr const char* kCleanupUsage =
 // The flags of `train` that a deterministic one-process simulation has no use for.
 bool SimulateSkips(const Flag& f) {
   static const char* const kSkip[] = {
-      "--workers",       "--mode",         "--momentum",      "--save",
+      "--workers",       "--mode",         "--save",
       "--barrier-timeout", "--max-staleness", "--no-progress", "--metrics-addr",
       "--no-metrics",    "--resume",       "--heartbeat-timeout", "--max-restarts",
       "--restart-window", "--eval-every",  "--early-stop",    "--chaos-kill-every",
@@ -473,7 +552,8 @@ bool SimulateSkips(const Flag& f) {
   for (const char* s : kSkip) {
     if (f.name == s) return true;
   }
-  return f.group.empty();
+  // The simulation compares the async rules at a constant rate, without regularisation.
+  return f.group.empty() || f.group == kOptim || f.group == kSchedule;
 }
 
 // The parser: one CLI11 app per command, flags bound to `out`.

@@ -29,6 +29,7 @@
 #include "master/supervisor.h"
 #include "monitoring/exporter.h"
 #include "nn/metrics.h"
+#include "nn/optimizer.h"
 #include "nn/update.h"
 #include "nn/mlp.h"
 #include "shm/barrier.h"
@@ -55,8 +56,8 @@ bool AllFinite(const std::vector<float>& v) {
 constexpr int kPollMs = 5;                    // supervisor tick: death is seen at once via pidfd
 constexpr int64_t kProgressNs = 200'000'000;  // live line refresh
 
-shm::Header MakeHeader(const TrainOptions& o, int64_t rows, int features, int64_t total_steps,
-                       int64_t eval_every) {
+shm::Header MakeHeader(const TrainOptions& o, const OptimConfig& optim, int64_t rows,
+                       int features, int64_t total_steps, int64_t eval_every) {
   shm::Header proto{};
   shm::RunConfig& c = proto.config;
   c.mode = static_cast<uint32_t>(o.mode);
@@ -72,8 +73,7 @@ shm::Header MakeHeader(const TrainOptions& o, int64_t rows, int features, int64_
   c.total_steps = total_steps;
   c.log_every = o.log_every;
   c.seed = o.seed;
-  c.lr = o.lr;
-  c.momentum = o.momentum;
+  c.optim = optim;
   c.barrier_timeout_s = o.barrier_timeout_s;
   // Spinning pays only while every worker has a core of its own.
   c.spin_ns =
@@ -146,7 +146,9 @@ int64_t EvalEvery(const TrainOptions& o, int64_t rows) {
 
 Status CheckFits(const std::string& src, int64_t rows, int features, const TrainOptions& o,
                  uint64_t shm_free, uint64_t mem_available) {
-  const shm::Header proto = MakeHeader(o, rows, features, 1, EvalEvery(o, rows));
+  OptimConfig optim;  // its state vectors count towards the segment's size
+  if (Status s = nn::ResolveOptim(o, INT64_MAX, &optim); !s.ok()) return s;
+  const shm::Header proto = MakeHeader(o, optim, rows, features, 1, EvalEvery(o, rows));
   const uint64_t seg = proto.total_size;
   const double data = static_cast<double>(rows) * (features + 1.0) * sizeof(float);
   const std::string shape = "(" + std::to_string(rows) + " rows x " + std::to_string(features) +
@@ -338,25 +340,19 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
   const bool sync = o.mode == Mode::kSync;
 
   const int64_t eval_every = EvalEvery(o, d.rows);
-  const shm::Header proto = MakeHeader(o, d.rows, d.features, total_steps, eval_every);
+  OptimConfig optim;
+  if (Status s = nn::ResolveOptim(o, total_steps, &optim); !s.ok()) return s;
+  const shm::Header proto = MakeHeader(o, optim, d.rows, d.features, total_steps, eval_every);
   if (Status s = CheckShmSpace(proto.total_size); !s.ok()) return s;
   // Resuming: the checkpoint must come from this very run (same options and data).
   Checkpoint resume;
-  const uint64_t fingerprint = RunFingerprint(o, d);
+  const uint64_t fingerprint = RunFingerprint(o, optim, d);
   if (!o.resume_path.empty()) {
     if (Status s = LoadCheckpoint(o.resume_path, &resume); !s.ok()) return s;
-    if (resume.fingerprint != fingerprint || resume.mode != o.mode ||
-        resume.params.size() != proto.config.param_count ||
-        resume.momentum.empty() != (o.momentum == 0)) {
-      return Status::Usage(o.resume_path +
-                           ": the checkpoint belongs to another run (model, optimiser, batch, "
-                           "seed, workers, mode or data differ); resume with the options it "
-                           "was written with");
-    }
-    if (resume.step >= total_steps) {
-      return Status::Usage(o.resume_path + ": the checkpoint is at step " +
-                           std::to_string(resume.step) + ", the run has only " +
-                           std::to_string(total_steps));
+    if (Status s = CheckResumable(resume, o.resume_path, o, optim, fingerprint,
+                                  proto.config.param_count);
+        !s.ok()) {
+      return s;
     }
   }
   const int64_t first = resume.step;
@@ -377,8 +373,8 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
     nn::InitParams(o.model, o.init, o.seed, seg.params(0));
   } else {
     std::copy(resume.params.begin(), resume.params.end(), seg.params(sync ? first : 0));
-    if (!resume.momentum.empty()) {
-      std::copy(resume.momentum.begin(), resume.momentum.end(), seg.momentum(first));
+    for (int k = 0; k < seg.num_states(); ++k) {
+      std::copy(resume.states[k].begin(), resume.states[k].end(), seg.state(k, first));
     }
     for (int r = 0; r < P && sync; ++r) seg.block(r)->phase = 2 * static_cast<uint64_t>(first);
     seg.header()->param_version = static_cast<uint64_t>(sync ? 0 : first);
@@ -419,15 +415,24 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
   // the run goes on: the next one is tried as planned. Non-finite parameters are never
   // written, so the last finite checkpoint stays usable.
   int64_t last_checkpoint = first;
-  auto write_checkpoint = [&](int64_t step, const float* w, const float* v) -> Status {
-    const int64_t t0 = shm::MonotonicNs();
+  // W and the optimizer state of buffer `step` (sync), or the given parameters (async).
+  auto copy_out = [&](int64_t step, const float* w) {
     Checkpoint c;
+    c.params.assign(w, w + proto.config.param_count);
+    for (int k = 0; k < seg.num_states(); ++k) {
+      c.states.emplace_back(seg.state(k, step), seg.state(k, step) + proto.config.param_count);
+    }
+    return c;
+  };
+  auto write_checkpoint = [&](int64_t step, Checkpoint c) -> Status {
+    const int64_t t0 = shm::MonotonicNs();
     c.mode = o.mode;
     c.step = step;
     c.fingerprint = fingerprint;
-    c.params.assign(w, w + proto.config.param_count);
-    if (v != nullptr) c.momentum.assign(v, v + proto.config.param_count);
-    Status s = AllFinite(c.params) && AllFinite(c.momentum)
+    c.optimizer = nn::Describe(optim);
+    bool finite = AllFinite(c.params);
+    for (const std::vector<float>& v : c.states) finite = finite && AllFinite(v);
+    Status s = finite
                    ? SaveCheckpoint(o.checkpoint_path, c)
                    : Status::Diverged("the parameters at step " + std::to_string(step) +
                                       " are not finite; the checkpoint was not written");
@@ -587,22 +592,17 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
           all_paused &= shm::LoadPhase(*seg.block(r)) == 2 * static_cast<uint64_t>(next);
         }
         if (all_paused) {
-          Checkpoint copy;
-          const float* w = seg.params(next);
-          const float* v = seg.momentum(next);
-          copy.params.assign(w, w + proto.config.param_count);
-          if (v) copy.momentum.assign(v, v + proto.config.param_count);
+          Checkpoint copy = copy_out(next, seg.params(next));
           shm::ReleaseCheckpoint(seg.header(), next);  // the copy is taken: train on
           next_checkpoint += every;
-          write_checkpoint(next, copy.params.data(),
-                           copy.momentum.empty() ? nullptr : copy.momentum.data());
+          write_checkpoint(next, std::move(copy));
         }
       }
     } else if (every > 0 && progress >= next_checkpoint && progress < total_steps) {
       int64_t step = 0;
       const std::vector<float> w = async_snapshot(&step);
       next_checkpoint = (step / every + 1) * every;
-      write_checkpoint(step, w.data(), nullptr);
+      write_checkpoint(step, copy_out(step, w.data()));
     }
     const int64_t now = shm::MonotonicNs();
     if (now >= next_progress) {
@@ -630,11 +630,11 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
       Status s;
       if (sync) {
         const int64_t t = Progress(seg);
-        s = write_checkpoint(t, seg.params(t), seg.momentum(t));
+        s = write_checkpoint(t, copy_out(t, seg.params(t)));
       } else {
         int64_t step = 0;
         const std::vector<float> w = async_snapshot(&step);
-        s = write_checkpoint(step, w.data(), nullptr);
+        s = write_checkpoint(step, copy_out(step, w.data()));
       }
       if (s.ok()) log.Info("checkpoint written to " + o.checkpoint_path + " at step " +
                     std::to_string(last_checkpoint),

@@ -182,7 +182,7 @@ Status Supervisor::OnExit(int r) {
         "training diverged at step " +
         (at == shm::kNoStop ? std::to_string(Progress(seg_)) : std::to_string(at)) +
         ": the loss or gradient is not finite (NaN or infinite); the learning rate (--lr " +
-        Fmt("%g", cfg.lr) + ") is probably too large");
+        Fmt("%g", cfg.optim.lr) + ") is probably too large");
   }
   const int64_t now = shm::MonotonicNs();
   const int64_t progress = Progress(seg_);

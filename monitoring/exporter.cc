@@ -11,6 +11,7 @@
 #include <limits>
 #include <mutex>
 
+#include "nn/schedule.h"
 #include "shm/futex.h"
 
 namespace shmtrain::monitoring {
@@ -159,7 +160,9 @@ class RunCollector final : public prometheus::Collectable {
                [&](int r) { return static_cast<double>(LoadRelaxed(seg_->block(r)->samples_total)); });
     gauge("shmtrain_loss", "Loss of the latest minibatch (mean per sample).",
           LoadRelaxed(h->last_loss));
-    gauge("shmtrain_learning_rate", "Learning rate.", c.lr);
+    gauge("shmtrain_learning_rate",
+          "Learning rate of the current step or update (the schedule's, warmup included).",
+          nn::LearningRate(c.optim, std::min<int64_t>(progress, std::max<int64_t>(c.total_steps - 1, 0))));
     gauge("shmtrain_grad_norm", "L2 norm of the latest (mean) gradient.",
           LoadRelaxed(h->last_grad_norm));
 

@@ -56,6 +56,28 @@ PhaseBarrier::Result PhaseBarrier::WaitEvalAck(int64_t k, int64_t deadline_ns) {
                    deadline_ns);
 }
 
+bool PhaseBarrier::NormsComplete(int64_t step) const {
+  for (int r = 0; r < workers_; ++r) {
+    if (std::atomic_ref<int64_t>(blocks_[r].grad_sq_step).load() < step) return false;
+  }
+  return true;
+}
+
+void PhaseBarrier::PublishNorm(int64_t step, double sq) {
+  StoreRelaxed(self_->grad_sq, sq);
+  std::atomic_ref<int64_t>(self_->grad_sq_step).store(step);  // seq_cst, as Arrive's phase
+  if (workers_ == 1 || !NormsComplete(step)) return;
+  Word(h_->wake_seq).fetch_add(1);
+  if (Word(h_->waiters).load() > 0) FutexWake(&h_->wake_seq, INT_MAX);
+}
+
+PhaseBarrier::Result PhaseBarrier::WaitNorms(int64_t step, int64_t deadline_ns, double* sq) {
+  const Result r = WaitUntil([&] { return NormsComplete(step); }, deadline_ns);
+  *sq = 0;
+  for (int q = 0; q < workers_; ++q) *sq += LoadRelaxed(blocks_[q].grad_sq);
+  return r;
+}
+
 template <class Done>
 PhaseBarrier::Result PhaseBarrier::WaitUntil(Done complete, int64_t deadline_ns) {
   if (complete()) {

@@ -39,11 +39,21 @@ class PhaseBarrier {
   // Waits until the master has copied out validation snapshot `k` (Header.eval_ack >= k),
   // same rules.
   Result WaitEvalAck(int64_t k, int64_t deadline_ns);
+  // Gradient clipping (sync): publishes this rank's share `sq` of |g|^2 for `step`
+  // (WorkerBlock.grad_sq, then grad_sq_step) and wakes the waiters if every rank has now
+  // published it. A redone phase publishes the same value again: it is a pure function of the
+  // slots.
+  void PublishNorm(int64_t step, double sq);
+  // Waits until every rank has published its share for `step`, same rules as Wait(); then
+  // *sq = the shares summed in rank order (every rank adds the same numbers in the same
+  // order, so all get the same bits).
+  Result WaitNorms(int64_t step, int64_t deadline_ns, double* sq);
   // Wait time accumulated by Wait(), in ns.
   uint64_t waited_ns() const { return waited_ns_; }
 
  private:
   bool Complete(uint64_t target) const;
+  bool NormsComplete(int64_t step) const;
   template <class Done>
   Result WaitUntil(Done done_now, int64_t deadline_ns);
   Header* h_;

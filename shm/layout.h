@@ -7,7 +7,8 @@
 //   X  float[rows*features]  the dataset, row-major          (master writes once, then RO)
 //   Y  float[rows]           targets / class indices         (master writes once, then RO)
 //   W0, W1  float[n]         parameters, double-buffered     (step t reads W[t%2], writes W[(t+1)%2])
-//   V0, V1  float[n]         momentum, double-buffered       (only when momentum > 0)
+//   S[k]0, S[k]1 float[n]    optimizer state k < K, double-buffered like W (K = 0..4 by the
+//                            optimizer: sgd with momentum 1, adam 2; nn/optimizer.h)
 //   Slot[P]                  SlotHeader + float[n] gradient  (rank r writes slot r)
 //   E[R]    float[n]         sync validation snapshots, a ring (only when eval_every > 0)
 //
@@ -45,12 +46,14 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "shmtrain/optim_config.h"
+
 namespace shmtrain::shm {
 
 // "SHMTRAIN" read as a little-endian 64-bit integer.
 inline constexpr uint64_t kMagic = 0x4E494152544D4853ull;
 // Bump on every change to any struct in this file or to the meaning of a field.
-inline constexpr uint32_t kAbiVersion = 7;
+inline constexpr uint32_t kAbiVersion = 8;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr int kMaxLayers = 64;
 inline constexpr int kMaxWorkers = 256;
@@ -100,8 +103,6 @@ struct RunConfig {
   int64_t total_steps;  // the run ends after this many updates
   int64_t log_every;    // rank 0 records the loss of every step t with t % log_every == 0
   uint64_t seed;
-  double lr;
-  double momentum;
   double barrier_timeout_s;
   int64_t spin_ns;     // spin this long at a barrier before sleeping (0 when oversubscribed)
   int64_t master_pid;  // a worker whose parent is not this pid has been orphaned
@@ -128,6 +129,11 @@ struct RunConfig {
   // W itself). snapshots: the ring's length, >= 2 (exactly 2 with early stopping).
   int64_t eval_every;
   int64_t snapshots;
+  // The update (include/shmtrain/optim_config.h): optimizer, hyper-parameters, weight decay,
+  // clipping, schedule. With clip_norm > 0 (sync) every rank waits, between its reduce and its
+  // update, until every rank has published its slice's share of |g|^2 for the step
+  // (WorkerBlock.grad_sq_step), so that all scale by the same global norm.
+  OptimConfig optim;
 };
 
 // stop_eval when no stop is asked for.
@@ -157,7 +163,7 @@ struct alignas(kCacheLine) Header {
   uint64_t x_offset;
   uint64_t y_offset;
   uint64_t params_offset[2];
-  uint64_t momentum_offset[2];  // 0 when momentum is off
+  uint64_t state_offset[kMaxStates][2];  // optimizer state k of buffer b; 0 for k >= K
   uint64_t slots_offset;
   uint64_t slot_stride;  // bytes from one slot to the next
   uint64_t snapshot_offset;  // 0 when eval_every == 0
@@ -214,7 +220,8 @@ struct alignas(kCacheLine) WorkerBlock {
   alignas(kCacheLine) uint64_t steps_total;
   uint64_t samples_total;
   uint64_t barrier_wait_ns_total;
-  uint64_t compute_ns_total;
+  uint64_t compute_ns_total;  // sync: the gradient phase; async: a whole update
+  uint64_t reduce_ns_total;   // sync: the reduce + update phase
   // Async (relaxed): commit = 2 * (updates this rank applied) + applying, where applying is 1
   // from just before its first parameter write until the update is counted. Flag and count
   // share one word so that "counted, flag down" is a single store: a dead rank's odd commit
@@ -231,7 +238,9 @@ struct alignas(kCacheLine) WorkerBlock {
   alignas(kCacheLine) uint64_t staleness_hist[kStalenessBuckets];
   double loss_ema;
   uint64_t batches;  // async: minibatches drawn so far (the next batch of this rank's stream)
-  // Sync: this rank's share of the squared norm of step `grad_sq_step`'s mean gradient.
+  // Sync: this rank's share of the squared norm of step `grad_sq_step`'s mean gradient. The
+  // rank stores grad_sq, then grad_sq_step (seq_cst, PublishNorm); readers load grad_sq_step
+  // first. Initially -1.
   double grad_sq;
   int64_t grad_sq_step;
   // Durations (relaxed counters): every barrier wait (sync); every step as rank 0 sees it

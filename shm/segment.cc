@@ -57,9 +57,11 @@ void ComputeLayout(Header* h) {
     h->params_offset[k] = off;
     off += vec;
   }
-  for (int k = 0; k < 2; ++k) {
-    h->momentum_offset[k] = c.momentum > 0 ? off : 0;
-    if (c.momentum > 0) off += vec;
+  for (uint32_t k = 0; k < kMaxStates; ++k) {
+    for (int b = 0; b < 2; ++b) {
+      h->state_offset[k][b] = k < c.optim.num_states ? off : 0;
+      if (k < c.optim.num_states) off += vec;
+    }
   }
   h->slots_offset = off;
   h->slot_stride = sizeof(SlotHeader) + vec;
@@ -174,7 +176,7 @@ int Segment::Validate(const Header& h, uint64_t mapped_size, std::string* why) {
   const RunConfig& c = h.config;
   if (c.workers < 1 || c.workers > static_cast<uint32_t>(kMaxWorkers) || c.num_layers < 2 ||
       c.num_layers > static_cast<uint32_t>(kMaxLayers) || c.rows < 0 || c.features < 1 ||
-      c.param_count != ParamCountOf(c)) {
+      c.param_count != ParamCountOf(c) || c.optim.num_states > static_cast<uint32_t>(kMaxStates)) {
     *why = "run configuration is inconsistent";
     return kWorkerBadLayout;
   }
@@ -222,6 +224,7 @@ Status Segment::Create(const std::string& name, const Header& proto, Segment* ou
   s.size_ = size;
   s.owner_ = true;
   std::memcpy(s.base_, &proto, sizeof(Header));
+  for (uint32_t r = 0; r < proto.config.workers; ++r) s.block(static_cast<int>(r))->grad_sq_step = -1;
   *out = std::move(s);
   return Status::Ok();
 }

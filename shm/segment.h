@@ -82,11 +82,13 @@ class Segment {
   float* x() const { return At<float>(header()->x_offset); }
   float* y() const { return At<float>(header()->y_offset); }
   float* params(int64_t step) const { return At<float>(header()->params_offset[step & 1]); }
-  // nullptr when momentum is off.
-  float* momentum(int64_t step) const {
-    const uint64_t off = header()->momentum_offset[step & 1];
+  // Optimizer state vector k (< K = config.optim.num_states) of buffer step%2; nullptr for
+  // k >= K.
+  float* state(int k, int64_t step) const {
+    const uint64_t off = header()->state_offset[k][step & 1];
     return off ? At<float>(off) : nullptr;
   }
+  int num_states() const { return static_cast<int>(header()->config.optim.num_states); }
   // Sync validation snapshot of eval index k (null when there are none).
   float* snapshot(int64_t k) const {
     const Header* h = header();

@@ -35,13 +35,13 @@ namespace {
   } while (0)
 
 TEST(Layout, PinsEveryField) {
-  EXPECT_EQ(kAbiVersion, 7u);
+  EXPECT_EQ(kAbiVersion, 8u);
   EXPECT_EQ(std::memcmp(&kMagic, "SHMTRAIN", 8), 0);
   EXPECT_EQ(kLossRing, 4096);
   EXPECT_EQ(kMaxLayers, 64);
   EXPECT_EQ(kStalenessBuckets, 12);
   EXPECT_EQ(kDurationBuckets, 20);
-  EXPECT_EQ(sizeof(Header), 66624u);
+  EXPECT_EQ(sizeof(Header), 66816u);
   PIN(Header, magic, 0, 8);
   PIN(Header, abi_version, 8, 4);
   PIN(Header, header_size, 12, 4);
@@ -56,27 +56,27 @@ TEST(Layout, PinsEveryField) {
   PIN(Header, x_offset, 64, 8);
   PIN(Header, y_offset, 72, 8);
   PIN(Header, params_offset, 80, 16);
-  PIN(Header, momentum_offset, 96, 16);
-  PIN(Header, slots_offset, 112, 8);
-  PIN(Header, slot_stride, 120, 8);
-  PIN(Header, snapshot_offset, 128, 8);
-  PIN(Header, snapshot_stride, 136, 8);
-  PIN(Header, config, 144, 464);
-  PIN(Header, abort_epoch, 640, 4);
-  PIN(Header, wake_seq, 704, 4);
-  PIN(Header, waiters, 708, 4);
-  PIN(Header, released_step, 712, 8);
-  PIN(Header, param_version, 768, 8);
-  PIN(Header, claimed, 832, 8);
-  PIN(Header, eval_ack, 896, 8);
-  PIN(Header, stop_eval, 904, 8);
-  PIN(Header, diverged_step, 912, 8);
-  PIN(Header, last_loss, 960, 8);
-  PIN(Header, last_grad_norm, 968, 8);
-  PIN(Header, step1_end_ns, 1024, 8);
-  PIN(Header, last_end_ns, 1032, 8);
-  PIN(Header, loss_ring, 1040, 65536);
-  EXPECT_EQ(sizeof(RunConfig), 464u);
+  PIN(Header, state_offset, 96, 64);
+  PIN(Header, slots_offset, 160, 8);
+  PIN(Header, slot_stride, 168, 8);
+  PIN(Header, snapshot_offset, 176, 8);
+  PIN(Header, snapshot_stride, 184, 8);
+  PIN(Header, config, 192, 592);
+  PIN(Header, abort_epoch, 832, 4);
+  PIN(Header, wake_seq, 896, 4);
+  PIN(Header, waiters, 900, 4);
+  PIN(Header, released_step, 904, 8);
+  PIN(Header, param_version, 960, 8);
+  PIN(Header, claimed, 1024, 8);
+  PIN(Header, eval_ack, 1088, 8);
+  PIN(Header, stop_eval, 1096, 8);
+  PIN(Header, diverged_step, 1104, 8);
+  PIN(Header, last_loss, 1152, 8);
+  PIN(Header, last_grad_norm, 1160, 8);
+  PIN(Header, step1_end_ns, 1216, 8);
+  PIN(Header, last_end_ns, 1224, 8);
+  PIN(Header, loss_ring, 1232, 65536);
+  EXPECT_EQ(sizeof(RunConfig), 592u);
   PIN(RunConfig, mode, 0, 4);
   PIN(RunConfig, activation, 4, 4);
   PIN(RunConfig, loss, 8, 4);
@@ -91,25 +91,24 @@ TEST(Layout, PinsEveryField) {
   PIN(RunConfig, total_steps, 312, 8);
   PIN(RunConfig, log_every, 320, 8);
   PIN(RunConfig, seed, 328, 8);
-  PIN(RunConfig, lr, 336, 8);
-  PIN(RunConfig, momentum, 344, 8);
-  PIN(RunConfig, barrier_timeout_s, 352, 8);
-  PIN(RunConfig, spin_ns, 360, 8);
-  PIN(RunConfig, master_pid, 368, 8);
-  PIN(RunConfig, fault_rank, 376, 4);
-  PIN(RunConfig, fault_point, 380, 4);
-  PIN(RunConfig, fault_step, 384, 8);
-  PIN(RunConfig, rule, 392, 4);
-  PIN(RunConfig, fault_incarnations, 396, 4);
-  PIN(RunConfig, lambda, 400, 8);
-  PIN(RunConfig, ms_decay, 408, 8);
-  PIN(RunConfig, epsilon, 416, 8);
-  PIN(RunConfig, max_staleness, 424, 8);
-  PIN(RunConfig, checkpoint_every, 432, 8);
-  PIN(RunConfig, first_step, 440, 8);
-  PIN(RunConfig, eval_every, 448, 8);
-  PIN(RunConfig, snapshots, 456, 8);
-  EXPECT_EQ(sizeof(WorkerBlock), 640u);
+  PIN(RunConfig, barrier_timeout_s, 336, 8);
+  PIN(RunConfig, spin_ns, 344, 8);
+  PIN(RunConfig, master_pid, 352, 8);
+  PIN(RunConfig, fault_rank, 360, 4);
+  PIN(RunConfig, fault_point, 364, 4);
+  PIN(RunConfig, fault_step, 368, 8);
+  PIN(RunConfig, rule, 376, 4);
+  PIN(RunConfig, fault_incarnations, 380, 4);
+  PIN(RunConfig, lambda, 384, 8);
+  PIN(RunConfig, ms_decay, 392, 8);
+  PIN(RunConfig, epsilon, 400, 8);
+  PIN(RunConfig, max_staleness, 408, 8);
+  PIN(RunConfig, checkpoint_every, 416, 8);
+  PIN(RunConfig, first_step, 424, 8);
+  PIN(RunConfig, eval_every, 432, 8);
+  PIN(RunConfig, snapshots, 440, 8);
+  PIN(RunConfig, optim, 448, 144);
+  EXPECT_EQ(sizeof(WorkerBlock), 704u);
   PIN(WorkerBlock, phase, 0, 8);
   PIN(WorkerBlock, heartbeat_ns, 8, 8);
   PIN(WorkerBlock, pid, 16, 8);
@@ -120,22 +119,37 @@ TEST(Layout, PinsEveryField) {
   PIN(WorkerBlock, samples_total, 72, 8);
   PIN(WorkerBlock, barrier_wait_ns_total, 80, 8);
   PIN(WorkerBlock, compute_ns_total, 88, 8);
-  PIN(WorkerBlock, commit, 96, 8);
-  PIN(WorkerBlock, dropped_total, 104, 8);
-  PIN(WorkerBlock, staleness_sum, 112, 8);
-  PIN(WorkerBlock, ticket, 120, 8);
-  PIN(WorkerBlock, staleness_hist, 128, 96);
-  PIN(WorkerBlock, loss_ema, 224, 8);
-  PIN(WorkerBlock, batches, 232, 8);
-  PIN(WorkerBlock, grad_sq, 240, 8);
-  PIN(WorkerBlock, grad_sq_step, 248, 8);
-  PIN(WorkerBlock, barrier_wait_hist, 256, 160);
-  PIN(WorkerBlock, step_duration_hist, 416, 160);
-  PIN(WorkerBlock, step_duration_ns_total, 576, 8);
+  PIN(WorkerBlock, reduce_ns_total, 96, 8);
+  PIN(WorkerBlock, commit, 104, 8);
+  PIN(WorkerBlock, dropped_total, 112, 8);
+  PIN(WorkerBlock, staleness_sum, 120, 8);
+  PIN(WorkerBlock, ticket, 128, 8);
+  PIN(WorkerBlock, staleness_hist, 192, 96);
+  PIN(WorkerBlock, loss_ema, 288, 8);
+  PIN(WorkerBlock, batches, 296, 8);
+  PIN(WorkerBlock, grad_sq, 304, 8);
+  PIN(WorkerBlock, grad_sq_step, 312, 8);
+  PIN(WorkerBlock, barrier_wait_hist, 320, 160);
+  PIN(WorkerBlock, step_duration_hist, 480, 160);
+  PIN(WorkerBlock, step_duration_ns_total, 640, 8);
   EXPECT_EQ(sizeof(SlotHeader), 64u);
   PIN(SlotHeader, step, 0, 8);
   PIN(SlotHeader, samples, 8, 8);
   PIN(SlotHeader, loss_sum, 16, 8);
+  EXPECT_EQ(sizeof(OptimConfig), 144u);
+  PIN(OptimConfig, optimizer, 0, 4);
+  PIN(OptimConfig, num_states, 4, 4);
+  PIN(OptimConfig, hyper, 8, 64);
+  PIN(OptimConfig, lr, 72, 8);
+  PIN(OptimConfig, weight_decay, 80, 8);
+  PIN(OptimConfig, clip_norm, 88, 8);
+  PIN(OptimConfig, schedule, 96, 4);
+  PIN(OptimConfig, reserved, 100, 4);
+  PIN(OptimConfig, warmup_steps, 104, 8);
+  PIN(OptimConfig, step_every, 112, 8);
+  PIN(OptimConfig, gamma, 120, 8);
+  PIN(OptimConfig, lr_min, 128, 8);
+  PIN(OptimConfig, total_steps, 136, 8);
   EXPECT_EQ(sizeof(LossRecord), 16u);
   PIN(LossRecord, tag, 0, 8);
   PIN(LossRecord, loss, 8, 8);
@@ -143,7 +157,7 @@ TEST(Layout, PinsEveryField) {
 
 #undef PIN
 
-Header MakeProto(int workers, double momentum) {
+Header MakeProto(int workers, uint32_t states) {
   Header h{};
   RunConfig& c = h.config;
   c.num_layers = 3;
@@ -155,8 +169,8 @@ Header MakeProto(int workers, double momentum) {
   c.rows = 50;
   c.features = 1;
   c.total_steps = 10;
-  c.lr = 0.01;
-  c.momentum = momentum;
+  c.optim.lr = 0.01;
+  c.optim.num_states = states;
   c.barrier_timeout_s = 5;
   c.master_pid = getpid();
   c.fault_rank = -1;
@@ -168,8 +182,8 @@ Header MakeProto(int workers, double momentum) {
 }
 
 TEST(Layout, RegionsAreAlignedAndDisjoint) {
-  for (double mom : {0.0, 0.9}) {
-    const Header h = MakeProto(7, mom);
+  for (uint32_t states : {0u, 1u, 2u, static_cast<uint32_t>(kMaxStates)}) {
+    const Header h = MakeProto(7, states);
     std::vector<std::pair<uint64_t, uint64_t>> regions = {
         {0, sizeof(Header)},
         {h.blocks_offset, sizeof(WorkerBlock) * 7},
@@ -179,11 +193,14 @@ TEST(Layout, RegionsAreAlignedAndDisjoint) {
         {h.params_offset[1], 16 * sizeof(float)},
         {h.slots_offset, h.slot_stride * 7},
     };
-    if (mom > 0) {
-      regions.push_back({h.momentum_offset[0], 16 * sizeof(float)});
-      regions.push_back({h.momentum_offset[1], 16 * sizeof(float)});
-    } else {
-      EXPECT_EQ(h.momentum_offset[0], 0u);
+    for (uint32_t k = 0; k < static_cast<uint32_t>(kMaxStates); ++k) {
+      for (int b = 0; b < 2; ++b) {
+        if (k < states) {
+          regions.push_back({h.state_offset[k][b], 16 * sizeof(float)});
+        } else {
+          EXPECT_EQ(h.state_offset[k][b], 0u) << "state " << k << " of " << states;
+        }
+      }
     }
     for (size_t i = 0; i < regions.size(); ++i) {
       EXPECT_EQ(regions[i].first % kCacheLine, 0u) << "region " << i;
@@ -199,7 +216,7 @@ TEST(Layout, RegionsAreAlignedAndDisjoint) {
 }
 
 TEST(Layout, ValidateAcceptsItsOwnLayout) {
-  const Header h = MakeProto(3, 0.9);
+  const Header h = MakeProto(3, 1);
   std::string why;
   EXPECT_EQ(Segment::Validate(h, h.total_size, &why), kWorkerOk) << why;
   EXPECT_EQ(Segment::Validate(h, h.total_size + 64, &why), kWorkerBadLayout);

@@ -16,6 +16,8 @@
 
 #include "nn/mlp.h"
 #include "nn/rng.h"
+#include "nn/optimizer.h"
+#include "nn/schedule.h"
 #include "nn/update.h"
 #include "shmtrain/model_spec.h"
 
@@ -746,69 +748,190 @@ TEST(InitTest, XavierAndHeVariances) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// SgdMomentum
+// Optimizers (nn/optimizer.h), one update at a time, against hand-computed values.
 
-TEST(SgdTest, PlainSgdLeavesVelocityAlone) {
-  const std::vector<float> w = {1.0f, -2.0f, 0.0f};
-  const std::vector<double> g = {0.5, -1.0, 3.0};
-  std::vector<float> w_out(3);
-  SgdMomentum(3, w.data(), nullptr, g.data(), 0.1, 0.0, w_out.data(), nullptr);
-  EXPECT_FLOAT_EQ(w_out[0], 0.95f);
-  EXPECT_FLOAT_EQ(w_out[1], -1.9f);
-  EXPECT_FLOAT_EQ(w_out[2], -0.3f);
-
-  // Non-null velocity buffers are neither read nor written either.
-  const std::vector<float> v_in = {std::numeric_limits<float>::quiet_NaN(), 1.0f, 2.0f};
-  std::vector<float> v_out = {7.0f, 7.0f, 7.0f};
-  SgdMomentum(3, w.data(), v_in.data(), g.data(), 0.1, 0.0, w_out.data(), v_out.data());
-  EXPECT_FLOAT_EQ(w_out[0], 0.95f);
-  EXPECT_EQ(v_out, (std::vector<float>{7.0f, 7.0f, 7.0f}));
+// An OptimConfig for `name` with the given hyper-parameter flags (others at their defaults).
+OptimConfig Config(const std::string& name, std::map<std::string, double, std::less<>> hyper,
+                   double lr, double wd = NAN) {
+  TrainOptions o;
+  o.optimizer = name;
+  o.hyper = std::move(hyper);
+  o.lr = lr;
+  o.weight_decay = wd;
+  OptimConfig c;
+  EXPECT_TRUE(ResolveOptim(o, 100, &c).ok());
+  return c;
 }
 
-TEST(SgdTest, TwoMomentumSteps) {
-  // mu = 0.9, lr = 0.1, w0 = {1, 2}, v0 = {0, 1}.
-  // Step 1, g = {0.5, -1}:   v1 = {0.5, 0.9 - 1 = -0.1},  w1 = {1 - 0.05, 2 + 0.01} = {0.95, 2.01}.
-  // Step 2, g = {0.25, 0.5}: v2 = {0.45 + 0.25, -0.09 + 0.5} = {0.7, 0.41},
-  //                          w2 = {0.95 - 0.07, 2.01 - 0.041} = {0.88, 1.969}.
-  const std::vector<float> w0 = {1.0f, 2.0f}, v0 = {0.0f, 1.0f};
-  const std::vector<double> g1 = {0.5, -1.0}, g2 = {0.25, 0.5};
-  std::vector<float> w1(2), v1(2), w2(2), v2(2);
-  SgdMomentum(2, w0.data(), v0.data(), g1.data(), 0.1, 0.9, w1.data(), v1.data());
-  EXPECT_FLOAT_EQ(v1[0], 0.5f);
-  EXPECT_FLOAT_EQ(v1[1], -0.1f);
-  EXPECT_FLOAT_EQ(w1[0], 0.95f);
-  EXPECT_FLOAT_EQ(w1[1], 2.01f);
-  SgdMomentum(2, w1.data(), v1.data(), g2.data(), 0.1, 0.9, w2.data(), v2.data());
-  EXPECT_FLOAT_EQ(v2[0], 0.7f);
-  EXPECT_FLOAT_EQ(v2[1], 0.41f);
-  EXPECT_FLOAT_EQ(w2[0], 0.88f);
-  EXPECT_FLOAT_EQ(w2[1], 1.969f);
-}
-
-// A worker whose slice is empty (more workers than parameters) calls the update with n = 0:
-// it must touch no memory at all, so null pointers are fine and real buffers keep every bit.
-TEST(SgdTest, EmptySliceIsANoOp) {
-  // Real buffers whose first elements would change under any update: w - lr * (mu * v + g)
-  // differs from w_out, and mu * v + g from v_out.
-  const std::vector<float> w = {1.0f, -2.0f};
-  const std::vector<float> v = {0.5f, 0.25f};
-  const std::vector<double> g = {3.0, -4.0};
-  for (const double mu : {0.9, 0.0}) {
-    SCOPED_TRACE("mu " + std::to_string(mu));
-    std::vector<float> w_out = {7.0f, 8.0f};
-    std::vector<float> v_out = {-7.0f, -8.0f};
-    SgdMomentum(0, w.data(), v.data(), g.data(), 0.1, mu, w_out.data(), v_out.data());
-    EXPECT_EQ(w_out, (std::vector<float>{7.0f, 8.0f})) << "n = 0 wrote parameters";
-    EXPECT_EQ(v_out, (std::vector<float>{-7.0f, -8.0f})) << "n = 0 wrote velocities";
-    // The control: n = 1 on the same buffers writes the first element and only it.
-    SgdMomentum(1, w.data(), v.data(), g.data(), 0.1, mu, w_out.data(), v_out.data());
-    EXPECT_NE(w_out[0], 7.0f);
-    EXPECT_EQ(w_out[1], 8.0f);
-    EXPECT_EQ(v_out[1], -8.0f);
+// One update of an n-element slice; states in/out sized by the optimizer.
+struct Step {
+  std::vector<float> w, g;
+  std::vector<std::vector<float>> s;  // K state vectors
+  void Run(const OptimConfig& c, int64_t t) {
+    const int64_t n = static_cast<int64_t>(w.size());
+    std::vector<float> w_out(w.size());
+    std::vector<std::vector<float>> s_out(s.size(), std::vector<float>(w.size()));
+    UpdateArgs a;
+    a.n = n;
+    a.w_in = w.data();
+    a.w_out = w_out.data();
+    for (size_t k = 0; k < s.size(); ++k) {
+      a.s_in[k] = s[k].data();
+      a.s_out[k] = s_out[k].data();
+    }
+    a.g = g.data();
+    a.lr = c.lr;
+    a.weight_decay = c.weight_decay;
+    a.t = t;
+    Update(c, a);
+    w = w_out;
+    s = s_out;
   }
-  // Null pointers: nothing is dereferenced.
-  SgdMomentum(0, nullptr, nullptr, nullptr, 0.1, 0.9, nullptr, nullptr);
-  SgdMomentum(0, nullptr, nullptr, nullptr, 0.1, 0.0, nullptr, nullptr);
+};
+
+TEST(OptimizerTest, StatesPerOptimizer) {
+  EXPECT_EQ(Config("sgd", {}, 0.1).num_states, 0u);
+  EXPECT_EQ(Config("sgd", {{"--momentum", 0.9}}, 0.1).num_states, 1u);
+  EXPECT_EQ(Config("adam", {}, 0.1).num_states, 2u);
+  EXPECT_EQ(Config("adamw", {}, 0.1).num_states, 2u);
+  EXPECT_EQ(Config("adamw", {}, 0.1).weight_decay, 0.01);  // PyTorch's AdamW default
+  EXPECT_EQ(Config("adam", {}, 0.1).weight_decay, 0.0);
+}
+
+TEST(OptimizerTest, SgdWithWeightDecay) {
+  // w - lr * (g + wd * w): 1 - 0.1 * (0.5 + 0.1) = 0.94; -2 - 0.1 * (-1 - 0.2) = -1.88.
+  Step st{{1.0f, -2.0f}, {0.5f, -1.0f}, {}};
+  st.Run(Config("sgd", {}, 0.1, 0.1), 0);
+  EXPECT_FLOAT_EQ(st.w[0], 0.94f);
+  EXPECT_FLOAT_EQ(st.w[1], -1.88f);
+}
+
+TEST(OptimizerTest, TwoMomentumSteps) {
+  // mu = 0.9, lr = 0.1, w0 = {1, 2}, v0 = {0, 1}.
+  // Step 1, g = {0.5, -1}:   v1 = {0.5, 0.9 - 1 = -0.1},  w1 = {0.95, 2.01}.
+  // Step 2, g = {0.25, 0.5}: v2 = {0.7, 0.41},  w2 = {0.88, 1.969}.
+  const OptimConfig c = Config("sgd", {{"--momentum", 0.9}}, 0.1);
+  Step st{{1.0f, 2.0f}, {0.5f, -1.0f}, {{0.0f, 1.0f}}};
+  st.Run(c, 0);
+  EXPECT_FLOAT_EQ(st.s[0][0], 0.5f);
+  EXPECT_FLOAT_EQ(st.s[0][1], -0.1f);
+  EXPECT_FLOAT_EQ(st.w[0], 0.95f);
+  EXPECT_FLOAT_EQ(st.w[1], 2.01f);
+  st.g = {0.25f, 0.5f};
+  st.Run(c, 1);
+  EXPECT_FLOAT_EQ(st.s[0][0], 0.7f);
+  EXPECT_FLOAT_EQ(st.s[0][1], 0.41f);
+  EXPECT_FLOAT_EQ(st.w[0], 0.88f);
+  EXPECT_FLOAT_EQ(st.w[1], 1.969f);
+}
+
+TEST(OptimizerTest, NesterovStepsAlongGradientPlusMomentum) {
+  // mu = 0.9, lr = 0.1, v0 = 1, g = 0.5: v1 = 1.4; w1 = 1 - 0.1 * (0.5 + 0.9 * 1.4) = 0.824.
+  Step st{{1.0f}, {0.5f}, {{1.0f}}};
+  st.Run(Config("sgd", {{"--momentum", 0.9}, {"--nesterov", 1}}, 0.1), 0);
+  EXPECT_FLOAT_EQ(st.s[0][0], 1.4f);
+  EXPECT_FLOAT_EQ(st.w[0], 0.824f);
+}
+
+TEST(OptimizerTest, AdamFirstStepMovesByLrTimesSign) {
+  // At t = 0 the bias-corrected moments are g and g^2: the step is lr * g / (|g| + eps).
+  Step st{{1.0f, 1.0f}, {0.5f, -4.0f}, {{0, 0}, {0, 0}}};
+  st.Run(Config("adam", {}, 0.01), 0);
+  EXPECT_FLOAT_EQ(st.w[0], static_cast<float>(1 - 0.01 * 0.5 / (0.5 + 1e-8)));
+  EXPECT_FLOAT_EQ(st.w[1], static_cast<float>(1 + 0.01 * 4 / (4 + 1e-8)));
+  EXPECT_FLOAT_EQ(st.s[0][0], 0.05f);              // (1 - 0.9) * 0.5
+  EXPECT_FLOAT_EQ(st.s[1][1], 0.001f * 16);        // (1 - 0.999) * 16
+}
+
+TEST(OptimizerTest, AdamSecondStepIsBiasCorrected) {
+  // b1 0.5, b2 0.75, eps 0.1, lr 1. Step 0, g = 1: m = 0.5, v = 0.25. Step 1, g = 2: m = 0.5*0.5
+  // + 0.5*2 = 1.25, v = 0.75*0.25 + 0.25*4 = 1.1875; mhat = 1.25/(1-0.25) = 5/3, vhat =
+  // 1.1875/(1-0.5625) = 2.7142857; step = (5/3) / (sqrt(2.7142857) + 0.1) = 0.9540.
+  const OptimConfig c = Config("adam", {{"--beta1", 0.5}, {"--beta2", 0.75}, {"--eps", 0.1}}, 1.0);
+  Step st{{0.0f}, {1.0f}, {{0.0f}, {0.0f}}};
+  st.Run(c, 0);
+  const float w1 = st.w[0];
+  st.g = {2.0f};
+  st.Run(c, 1);
+  const double vhat = 1.1875 / (1 - 0.5625);
+  EXPECT_NEAR(st.w[0], w1 - (1.25 / 0.75) / (std::sqrt(vhat) + 0.1), 1e-6);
+  EXPECT_FLOAT_EQ(st.s[0][0], 1.25f);
+  EXPECT_FLOAT_EQ(st.s[1][0], 1.1875f);
+}
+
+TEST(OptimizerTest, AdamWDecaysWeightsApartFromTheGradient) {
+  // g = 0: adam with weight decay moves w along wd*w normalised (a full lr step); adamw only
+  // shrinks w by lr*wd and leaves the moments at zero.
+  Step a{{2.0f}, {0.0f}, {{0.0f}, {0.0f}}};
+  a.Run(Config("adamw", {}, 0.1, 0.5), 0);
+  EXPECT_FLOAT_EQ(a.w[0], 2.0f * (1 - 0.1f * 0.5f));
+  EXPECT_EQ(a.s[0][0], 0.0f);
+  Step b{{2.0f}, {0.0f}, {{0.0f}, {0.0f}}};
+  b.Run(Config("adam", {}, 0.1, 0.5), 0);
+  EXPECT_NEAR(b.w[0], 2.0 - 0.1, 1e-6);  // m = 0.1 * 1, v = 0.001 * 1: a step of lr
+  EXPECT_FLOAT_EQ(b.s[0][0], 0.1f);
+}
+
+// A worker whose slice is empty (more workers than parameters) updates n = 0 elements: no
+// memory is touched, so null pointers are fine.
+TEST(OptimizerTest, EmptySliceIsANoOp) {
+  for (const std::string name : {"sgd", "adam", "adamw"}) {
+    UpdateArgs a;
+    a.lr = 0.1;
+    Update(Config(name, {}, 0.1), a);
+  }
+  UpdateArgs a;
+  Update(Config("sgd", {{"--momentum", 0.9}, {"--nesterov", 1}}, 0.1), a);
+}
+
+TEST(OptimizerTest, ResolvedConfigsDifferInEveryHyperParameter) {
+  // The fingerprint hashes OptimConfig's bytes: each setting must change them.
+  auto bytes = [](const OptimConfig& c) {
+    return std::string(reinterpret_cast<const char*>(&c), sizeof c);
+  };
+  const std::string base = bytes(Config("adam", {}, 0.1));
+  EXPECT_EQ(base, bytes(Config("adam", {}, 0.1)));
+  EXPECT_NE(base, bytes(Config("adam", {{"--beta1", 0.8}}, 0.1)));
+  EXPECT_NE(base, bytes(Config("adam", {{"--beta2", 0.99}}, 0.1)));
+  EXPECT_NE(base, bytes(Config("adam", {{"--eps", 1e-7}}, 0.1)));
+  EXPECT_NE(base, bytes(Config("adam", {}, 0.1, 0.1)));
+  EXPECT_NE(base, bytes(Config("adamw", {}, 0.1, 0.0)));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Learning-rate schedules (nn/schedule.h)
+
+OptimConfig Sched(Schedule s, int64_t warmup, int64_t every, double gamma, double lr_min) {
+  OptimConfig c{};
+  c.lr = 1.0;
+  c.schedule = static_cast<uint32_t>(s);
+  c.warmup_steps = warmup;
+  c.step_every = every;
+  c.gamma = gamma;
+  c.lr_min = lr_min;
+  c.total_steps = 110;
+  return c;
+}
+
+TEST(ScheduleTest, PyTorchDefinitions) {
+  const OptimConfig step = Sched(Schedule::kStep, 0, 30, 0.1, 0);
+  EXPECT_DOUBLE_EQ(LearningRate(step, 0), 1.0);
+  EXPECT_DOUBLE_EQ(LearningRate(step, 29), 1.0);
+  EXPECT_NEAR(LearningRate(step, 30), 0.1, 1e-15);
+  EXPECT_NEAR(LearningRate(step, 65), 0.01, 1e-15);
+  const OptimConfig ex = Sched(Schedule::kExponential, 0, 0, 0.5, 0);
+  EXPECT_DOUBLE_EQ(LearningRate(ex, 3), 0.125);
+  const OptimConfig cos = Sched(Schedule::kCosine, 10, 0, 0, 0.2);
+  // Warmup: (t + 1) / W of the rate.
+  EXPECT_DOUBLE_EQ(LearningRate(cos, 0), 0.1);
+  EXPECT_DOUBLE_EQ(LearningRate(cos, 9), 1.0);
+  // Then cosine over the remaining 100 steps from 1 down towards 0.2.
+  EXPECT_DOUBLE_EQ(LearningRate(cos, 10), 1.0);
+  EXPECT_NEAR(LearningRate(cos, 60), 0.6, 1e-15);
+  EXPECT_NEAR(LearningRate(cos, 109), 0.2 + 0.8 * (1 + std::cos(M_PI * 99 / 100)) / 2, 1e-15);
+  const OptimConfig flat = Sched(Schedule::kConstant, 4, 0, 0, 0);
+  EXPECT_DOUBLE_EQ(LearningRate(flat, 1), 0.5);
+  EXPECT_DOUBLE_EQ(LearningRate(flat, 50), 1.0);
 }
 
 }  // namespace

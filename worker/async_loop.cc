@@ -3,7 +3,8 @@
 // Update ticket u (handed out by Header.claimed, fetch_add) trains on minibatch u of
 // data::BatchPlan(rows, batch, seed), Share(u, 0, 1): the stream the sync loop uses. Every row
 // is then used once per epoch whoever runs, however the ranks are scheduled, and a rank never
-// has "no rows"; at P = 1 with --rule asgd the run is the sync run's SGD (no momentum).
+// has "no rows"; at P = 1 with --rule asgd the run is the sync run's plain SGD (the learning
+// rate schedule, weight decay and clipping included: ticket u is update u).
 //
 // The ticket a rank holds is in its block (WorkerBlock.ticket, -1 = none), so that a death
 // costs no minibatch. The rank, in order:
@@ -40,6 +41,7 @@
 
 #include "data/batch_plan.h"
 #include "nn/mlp.h"
+#include "nn/schedule.h"
 #include "nn/update.h"
 #include "shm/barrier.h"
 #include "shm/futex.h"
@@ -81,6 +83,18 @@ double ScaleAndSquaredNorm(float* g, int64_t n, float inv) {
   return sq;
 }
 
+// The gradient of the regularised loss, clipped, as the sync loop forms it (clip first, then
+// weight decay): g <- coef * g + wd * w_bak, with coef = C / (|g| + 1e-6) when that is below 1
+// (the norm of this worker's own minibatch gradient) and w_bak the parameters g was computed
+// at. sq is |g|^2.
+void ClipAndDecay(const OptimConfig& oc, double sq, const float* w_bak, float* g, int64_t n) {
+  const double coef = oc.clip_norm > 0 ? oc.clip_norm / (std::sqrt(sq) + 1e-6) : 1.0;
+  if (coef >= 1 && oc.weight_decay == 0) return;
+  const float f = static_cast<float>(std::min(coef, 1.0));
+  const float wd = static_cast<float>(oc.weight_decay);
+  for (int64_t i = 0; i < n; ++i) g[i] = f * g[i] + wd * w_bak[i];
+}
+
 }  // namespace
 
 int RunAsync(const shm::Segment& seg, int rank, uint32_t incarnation) {
@@ -99,7 +113,6 @@ int RunAsync(const shm::Segment& seg, int rank, uint32_t incarnation) {
 
   nn::RuleParams rp;
   rp.rule = static_cast<AsyncRule>(c.rule);
-  rp.lr = c.lr;
   rp.lambda0 = c.lambda;
   rp.ms_decay = c.ms_decay;
   rp.epsilon = c.epsilon;
@@ -170,6 +183,9 @@ int RunAsync(const shm::Segment& seg, int rank, uint32_t incarnation) {
       shm::RecordDivergence(h, ticket);
       return kWorkerDiverged;
     }
+
+    ClipAndDecay(c.optim, sq, w_bak.data(), grad.data(), n);
+    rp.lr = nn::LearningRate(c.optim, ticket);  // the schedule runs over update tickets
 
     const uint64_t v_now = version.load(std::memory_order_acquire);
     if (c.max_staleness >= 0 && v_now - v_read > static_cast<uint64_t>(c.max_staleness)) {

@@ -3,7 +3,8 @@
 // Configured from the segment (RunConfig.fault_*; the master's hidden --fault-* flags). The
 // worker SIGKILLs itself, so what the supervisor sees is a real SIGKILL at that instant, with
 // whatever half-written state the point leaves behind (kMidGradient and kMidUpdate first
-// scribble NaNs over half of what they were writing, to prove the redo overwrites it).
+// scribble NaNs over half of what they were writing (kMidUpdate: of the parameters and of
+// every optimizer state vector), to prove the redo overwrites it).
 // kExit instead exits with kWorkerInjectedFault, a clean non-zero exit.
 #pragma once
 
@@ -25,6 +26,8 @@ enum class FaultPoint : uint32_t {
   kMidUpdate = 5,       // sync: half of this rank's parameter slice written
   kAtBarrier2 = 6,      // sync: update published, before waiting
   kMidApply = 7,        // async: half of the shared parameters updated (a torn update)
+  kAtNorm = 8,          // sync with --clip-norm: this rank's norm share published, before
+                        // waiting for the others'
 };
 
 // Whether the hook fires here for this rank, step and incarnation.

@@ -10,7 +10,8 @@
 
 #include "data/batch_plan.h"
 #include "nn/mlp.h"
-#include "nn/update.h"
+#include "nn/optimizer.h"
+#include "nn/schedule.h"
 #include "shm/barrier.h"
 #include "shm/futex.h"
 #include "shmtrain/status.h"
@@ -21,205 +22,334 @@ namespace shmtrain::worker {
 namespace {
 
 constexpr int64_t kSliceAlign = shm::kCacheLine / sizeof(float);
+// The reduce and the update run a chunk at a time: the chunk's mean gradient (8 KiB) stays in
+// L1 between the reduce that writes it and the update that reads it, so the phase streams the
+// slots, the parameters and the optimizer state through memory once.
+constexpr int64_t kChunk = 2048;
 
+// out[j] = (sum over q of slot q's gradient[i0 + j], in rank order) * inv, for j < k; returns
+// the squared norm of out (non-finite if any element is). Float sums of P terms: one rounding
+// per term, like the reference's; the order is fixed, so every run gives the same bits. Eight
+// partial sums for the norm: one running sum is a chain of dependent additions that GCC may
+// not reorder (no -ffast-math); the lanes vectorise.
+double ReduceChunk(const shm::Segment& seg, int P, int64_t i0, int64_t k, float inv, float* out) {
+  const float* __restrict g0 = seg.grad(0) + i0;
+  for (int64_t j = 0; j < k; ++j) out[j] = g0[j];
+  for (int q = 1; q < P; ++q) {
+    const float* __restrict g = seg.grad(q) + i0;
+    for (int64_t j = 0; j < k; ++j) out[j] += g[j];
+  }
+  constexpr int kLanes = 8;
+  double part[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= k; j += kLanes) {
+    for (int l = 0; l < kLanes; ++l) {
+      const float x = out[j + l] * inv;
+      out[j + l] = x;
+      part[l] += static_cast<double>(x) * x;
+    }
+  }
+  double sq = 0;
+  for (; j < k; ++j) {
+    out[j] *= inv;
+    sq += static_cast<double>(out[j]) * out[j];
+  }
+  for (const double p : part) sq += p;
+  return sq;
+}
 
-}  // namespace
+// One rank of the sync loop: its slice of the vector, its buffers, the two phases of a step.
+class SyncRank {
+ public:
+  SyncRank(const shm::Segment& seg, int rank, uint32_t incarnation)
+      : seg_(seg),
+        h_(seg.header()),
+        c_(h_->config),
+        spec_(SpecOf(c_)),
+        P_(static_cast<int>(c_.workers)),
+        rank_(rank),
+        incarnation_(incarnation),
+        n_(static_cast<int64_t>(c_.param_count)),
+        self_(seg.block(rank)),
+        opt_(nn::FindOptimizer(c_.optim.optimizer)),
+        barrier_(h_, seg.block(0), P_, self_, shm::LoadAbortEpoch(*h_)),
+        plan_(c_.rows, c_.batch, c_.seed),
+        timeout_ns_(static_cast<int64_t>(c_.barrier_timeout_s * 1e9)) {
+    // This rank's slice of the parameter vector, in whole cache lines so that no two ranks
+    // write the same line in the update phase.
+    const int64_t units = (n_ + kSliceAlign - 1) / kSliceAlign;
+    const auto share = data::BatchPlan::ShareOf(units, rank, P_);
+    lo_ = std::min(n_, share.begin * kSliceAlign);
+    hi_ = std::min(n_, share.end * kSliceAlign);
+    gbuf_.resize(static_cast<size_t>(c_.optim.clip_norm > 0 ? hi_ - lo_ : kChunk));
+  }
 
-int RunSync(const shm::Segment& seg, int rank, uint32_t incarnation) {
-  shm::Header* h = seg.header();
-  const shm::RunConfig& c = h->config;
-  const ModelSpec spec = SpecOf(c);
-  const int P = static_cast<int>(c.workers);
-  const int64_t n = static_cast<int64_t>(c.param_count);
-  const int64_t features = c.features;
-  shm::WorkerBlock* self = seg.block(rank);
+  int Run();
 
-  shm::PhaseBarrier barrier(h, seg.block(0), P, self, shm::LoadAbortEpoch(*h));
-  data::BatchPlan plan(c.rows, c.batch, c.seed);
-  nn::Workspace<float> ws;
-  std::vector<int64_t> idx;
-  std::vector<float> bx, by;
+ private:
+  bool Fault(FaultPoint p, int64_t t) const { return FaultAt(c_, p, rank_, t, incarnation_); }
+  int64_t Deadline() const { return shm::MonotonicNs() + timeout_ns_; }
+  // Pauses before step t for a checkpoint or a validation snapshot; kWorkerOk to go on,
+  // kStopEarly to end the run here, else an exit code.
+  int PauseBefore(int64_t t);
+  void Gradient(int64_t t);
+  int ReduceAndUpdate(int64_t t);
+  // The optimizer over [i0, i0 + k) of the slice, from the mean gradient g.
+  void UpdateChunk(int64_t t, int64_t i0, int64_t k, const float* g) const;
+  int Diverged(int64_t t) const {
+    shm::RecordDivergence(h_, t);
+    return kWorkerDiverged;
+  }
+  void RecordStepEnd(int64_t t, double loss);
 
-  // This rank's slice of the parameter vector, in whole cache lines so that no two ranks
-  // write the same line in the update phase.
-  const int64_t units = (n + kSliceAlign - 1) / kSliceAlign;
-  const auto share = data::BatchPlan::ShareOf(units, rank, P);
-  const int64_t lo = std::min(n, share.begin * kSliceAlign);
-  const int64_t hi = std::min(n, share.end * kSliceAlign);
-  std::vector<double> gmean(static_cast<size_t>(hi - lo));
+  static constexpr int kStopEarly = -1;
 
-  const int64_t timeout_ns = static_cast<int64_t>(c.barrier_timeout_s * 1e9);
-  uint64_t phase = shm::LoadPhase(*self);
-  int64_t last_step_end = 0;  // rank 0: when the previous step completed
+  const shm::Segment& seg_;
+  shm::Header* h_;
+  const shm::RunConfig& c_;
+  const ModelSpec spec_;
+  const int P_;
+  const int rank_;
+  const uint32_t incarnation_;
+  const int64_t n_;
+  shm::WorkerBlock* self_;
+  const nn::OptimizerDef* opt_;
+  shm::PhaseBarrier barrier_;
+  data::BatchPlan plan_;
+  const int64_t timeout_ns_;
+  int64_t lo_ = 0, hi_ = 0;
+  uint64_t phase_ = 0;
+  int64_t last_step_end_ = 0;  // rank 0: when the previous step completed
+  nn::Workspace<float> ws_;
+  std::vector<int64_t> idx_;
+  std::vector<float> bx_, by_;
+  // The mean gradient: one chunk, or (clipping) the whole slice, kept until the norm is known.
+  std::vector<float> gbuf_;
+  std::vector<float> scaled_;
+  int64_t samples_ = 0;
+  double loss_sum_ = 0;
+};
+
+int SyncRank::PauseBefore(int64_t t) {
+  if (phase_ != 2 * static_cast<uint64_t>(t) || t <= c_.first_step) return kWorkerOk;
+  // ---- checkpoint pause: until the master has copied W[t%2] and the states of t%2.
+  if (c_.checkpoint_every > 0 && t % c_.checkpoint_every == 0) {
+    const auto r = barrier_.WaitReleased(t, Deadline());
+    if (r != shm::PhaseBarrier::Result::kOk) return ExitFor(r);
+  }
+  // ---- validation snapshot: this rank's slice of W[t%2] into E[k%R]. W[t%2] is whole
+  // (every rank is past phase 2t) and stays so until this rank arrives at 2t+1. E[k%R] is
+  // free once the master has copied out snapshot k-R. The stop word is read after that
+  // wait, and the master stores it before any ack that would let a rank past the eval it
+  // names, so every rank stops at the same step.
+  if (c_.eval_every > 0 && t % c_.eval_every == 0) {
+    const int64_t k = t / c_.eval_every;
+    const auto r = barrier_.WaitEvalAck(k - c_.snapshots, Deadline());
+    if (r != shm::PhaseBarrier::Result::kOk) return ExitFor(r);
+    if (shm::LoadAcquire(h_->stop_eval) <= k) {  // early stop: step t-1 was the last
+      shm::StoreRelaxed(h_->last_end_ns, shm::MonotonicNs());
+      return kStopEarly;
+    }
+    std::copy(seg_.params(t) + lo_, seg_.params(t) + hi_, seg_.snapshot(k) + lo_);
+    shm::StoreRelease(self_->snap_eval, k);
+  }
+  return kWorkerOk;
+}
+
+// Phase 1: the gradient of this rank's share of step t's batch at W[t%2], into slot r.
+void SyncRank::Gradient(int64_t t) {
+  if (Fault(FaultPoint::kBeforeCompute, t)) DieNow();
+  const int64_t t0 = shm::MonotonicNs();
+  const int64_t features = c_.features;
+  const float* x;
+  const float* y;
+  int64_t rows;
+  if (c_.batch == 0) {
+    const auto r = data::BatchPlan::ShareOf(c_.rows, rank_, P_);
+    x = seg_.x() + r.begin * features;
+    y = seg_.y() + r.begin;
+    rows = r.end - r.begin;
+  } else {
+    plan_.Share(t, rank_, P_, &idx_);
+    rows = static_cast<int64_t>(idx_.size());
+    bx_.resize(static_cast<size_t>(rows * features));
+    by_.resize(static_cast<size_t>(rows));
+    for (int64_t i = 0; i < rows; ++i) {
+      const float* src = seg_.x() + idx_[i] * features;
+      std::copy(src, src + features, bx_.data() + i * features);
+      by_[i] = seg_.y()[idx_[i]];
+    }
+    x = bx_.data();
+    y = by_.data();
+  }
+  shm::SlotHeader* slot = seg_.slot(rank_);
+  if (Fault(FaultPoint::kMidGradient, t)) {
+    std::fill(seg_.grad(rank_), seg_.grad(rank_) + n_ / 2, NAN);
+    DieNow();
+  }
+  slot->loss_sum = nn::LossAndGrad<float>(spec_, seg_.params(t), x, y, rows, seg_.grad(rank_), ws_);
+  slot->samples = rows;
+  slot->step = t;
+  shm::AddRelaxed<uint64_t>(self_->samples_total, static_cast<uint64_t>(rows));
+  shm::AddRelaxed<uint64_t>(self_->compute_ns_total, static_cast<uint64_t>(shm::MonotonicNs() - t0));
+  phase_ = 2 * t + 1;
+  barrier_.Arrive(phase_);
+  if (Fault(FaultPoint::kAtBarrier1, t)) DieNow();
+}
+
+void SyncRank::UpdateChunk(int64_t t, int64_t i0, int64_t k, const float* g) const {
+  nn::UpdateArgs a;
+  a.n = k;
+  a.w_in = seg_.params(t) + i0;
+  a.w_out = seg_.params(t + 1) + i0;
+  for (int s = 0; s < seg_.num_states(); ++s) {
+    a.s_in[s] = seg_.state(s, t) + i0;
+    a.s_out[s] = seg_.state(s, t + 1) + i0;
+  }
+  a.g = g;
+  a.lr = nn::LearningRate(c_.optim, t);
+  a.weight_decay = c_.optim.weight_decay;
+  a.t = t;
+  opt_->update(c_.optim.hyper, a);
+}
+
+// Phase 2: reduce this rank's slice over all slots in rank order, clip, apply the optimizer.
+// Divergence: every rank sums the same loss, and each checks its slice of the mean gradient
+// before the optimizer writes its part of it. Only buffers of step t+1 are ever written, so
+// W[t%2] stays the last finite parameters whatever the check finds, and the master names t.
+int SyncRank::ReduceAndUpdate(int64_t t) {
+  const int64_t t1 = shm::MonotonicNs();
+  samples_ = 0;
+  loss_sum_ = 0;
+  for (int q = 0; q < P_; ++q) {
+    const shm::SlotHeader* s = seg_.slot(q);
+    if (s->step != t) {
+      std::fprintf(stderr, "shmtrain-worker[%d]: slot %d holds step %lld, expected %lld\n", rank_,
+                   q, static_cast<long long>(s->step), static_cast<long long>(t));
+      return kWorkerInternal;
+    }
+    samples_ += s->samples;
+    loss_sum_ += s->loss_sum;
+  }
+  if (!std::isfinite(loss_sum_)) return Diverged(t);
+  const float inv = static_cast<float>(1.0 / static_cast<double>(samples_));
+  const bool clip = c_.optim.clip_norm > 0;
+  if (Fault(FaultPoint::kMidUpdate, t) && hi_ > lo_) {
+    const int64_t half = (hi_ - lo_) / 2;
+    std::fill(seg_.params(t + 1) + lo_, seg_.params(t + 1) + lo_ + half, NAN);
+    for (int s = 0; s < seg_.num_states(); ++s) {
+      std::fill(seg_.state(s, t + 1) + lo_, seg_.state(s, t + 1) + lo_ + half, NAN);
+    }
+    DieNow();
+  }
+  double sq = 0;
+  for (int64_t i0 = lo_; i0 < hi_; i0 += kChunk) {
+    const int64_t k = std::min(kChunk, hi_ - i0);
+    float* g = clip ? gbuf_.data() + (i0 - lo_) : gbuf_.data();
+    const double part = ReduceChunk(seg_, P_, i0, k, inv, g);
+    if (!std::isfinite(part)) return Diverged(t);
+    sq += part;
+    if (!clip) UpdateChunk(t, i0, k, g);
+  }
+  if (clip) {
+    // The global norm: every rank's share, summed in rank order after all have published.
+    barrier_.PublishNorm(t, sq);
+    if (Fault(FaultPoint::kAtNorm, t)) DieNow();
+    shm::AddRelaxed<uint64_t>(self_->reduce_ns_total, static_cast<uint64_t>(shm::MonotonicNs() - t1));
+    double total = 0;
+    const auto r = barrier_.WaitNorms(t, Deadline(), &total);
+    if (r != shm::PhaseBarrier::Result::kOk) return ExitFor(r);
+    const int64_t t2 = shm::MonotonicNs();
+    // torch.nn.utils.clip_grad_norm_: scale by C / (norm + 1e-6) when that is below 1.
+    const double coef = c_.optim.clip_norm / (std::sqrt(total) + 1e-6);
+    scaled_.resize(static_cast<size_t>(std::min(kChunk, hi_ - lo_)));
+    for (int64_t i0 = lo_; i0 < hi_; i0 += kChunk) {
+      const int64_t k = std::min(kChunk, hi_ - i0);
+      const float* g = gbuf_.data() + (i0 - lo_);
+      if (coef < 1) {
+        const float f = static_cast<float>(coef);
+        for (int64_t j = 0; j < k; ++j) scaled_[j] = g[j] * f;
+        g = scaled_.data();
+      }
+      UpdateChunk(t, i0, k, g);
+    }
+    shm::AddRelaxed<uint64_t>(self_->reduce_ns_total, static_cast<uint64_t>(shm::MonotonicNs() - t2));
+  } else {
+    shm::StoreRelaxed(self_->grad_sq, sq);
+    shm::StoreRelaxed(self_->grad_sq_step, t);
+    shm::AddRelaxed<uint64_t>(self_->reduce_ns_total, static_cast<uint64_t>(shm::MonotonicNs() - t1));
+  }
+  if (rank_ == 0 && c_.log_every > 0 && t % c_.log_every == 0) {
+    const int64_t k = t / c_.log_every;
+    shm::LossRecord& rec = h_->loss_ring[k % shm::kLossRing];
+    rec.loss = loss_sum_ / static_cast<double>(samples_);
+    shm::StoreRelease<uint64_t>(rec.tag, static_cast<uint64_t>(k + 1));
+  }
+  phase_ = 2 * t + 2;
+  barrier_.Arrive(phase_);
+  if (Fault(FaultPoint::kAtBarrier2, t)) DieNow();
+  return kWorkerOk;
+}
+
+void SyncRank::RecordStepEnd(int64_t t, double loss) {
+  shm::AddRelaxed<uint64_t>(self_->steps_total, 1);
+  // Timing of the run's steps, recorded by any rank (rank 0 may be a replacement that never
+  // saw the first or last step end): the first to pass wins, the values differ by a wake-up.
+  if (t == c_.first_step || t + 1 == c_.total_steps) {
+    const int64_t now = shm::MonotonicNs();
+    int64_t zero = 0;
+    if (t == c_.first_step) std::atomic_ref<int64_t>(h_->step1_end_ns).compare_exchange_strong(zero, now);
+    if (t + 1 == c_.total_steps) shm::StoreRelaxed(h_->last_end_ns, now);
+  }
+  if (rank_ != 0) return;
+  // Every rank published its slice's share of |g|^2 for step t before arriving at 2t+2,
+  // and none can publish step t+1's before rank 0 arrives at 2t+3.
+  double grad_sq = 0;
+  for (int q = 0; q < P_; ++q) grad_sq += shm::LoadRelaxed(seg_.block(q)->grad_sq);
+  shm::StoreRelaxed(h_->last_grad_norm, std::sqrt(grad_sq));
+  shm::StoreRelaxed(h_->last_loss, loss);
+  const int64_t now = shm::MonotonicNs();
+  if (last_step_end_ > 0) {
+    shm::AddRelaxed<uint64_t>(self_->step_duration_hist[shm::DurationBucket(now - last_step_end_)], 1);
+    shm::AddRelaxed<uint64_t>(self_->step_duration_ns_total, static_cast<uint64_t>(now - last_step_end_));
+  }
+  last_step_end_ = now;
+}
+
+int SyncRank::Run() {
+  if (opt_ == nullptr) {
+    std::fprintf(stderr, "shmtrain-worker[%d]: unknown optimizer id %u\n", rank_, c_.optim.optimizer);
+    return kWorkerBadLayout;
+  }
+  phase_ = shm::LoadPhase(*self_);
   // A replacement resumes at the phase its predecessor published. At an even phase 2t the
   // predecessor may have died before its wait "every rank >= 2t" completed; that wait is
   // redone here, or this rank would write step t's gradient into its slot while a peer still
   // reduces step t-1 over the slots, and read W[t%2] while peers still write it.
-  if (phase % 2 == 0) {
-    const auto r = barrier.Wait(phase, shm::MonotonicNs() + timeout_ns);
+  if (phase_ % 2 == 0) {
+    const auto r = barrier_.Wait(phase_, Deadline());
     if (r != shm::PhaseBarrier::Result::kOk) return ExitFor(r);
   }
-  for (int64_t t = static_cast<int64_t>(phase / 2); t < c.total_steps; ++t) {
-    shm::StoreRelaxed(self->heartbeat_ns, shm::MonotonicNs());
-    auto fault = [&](FaultPoint p) { return FaultAt(c, p, rank, t, incarnation); };
-    if (fault(FaultPoint::kExit)) return kWorkerInjectedFault;
-
-    // ---- checkpoint pause: before step t, until the master has copied W[t%2] and V[t%2].
-    if (c.checkpoint_every > 0 && t > c.first_step && t % c.checkpoint_every == 0 &&
-        phase == 2 * static_cast<uint64_t>(t)) {
-      const auto r = barrier.WaitReleased(t, shm::MonotonicNs() + timeout_ns);
-      if (r != shm::PhaseBarrier::Result::kOk) return ExitFor(r);
-    }
-
-    // ---- validation snapshot: this rank's slice of W[t%2] into E[k%R]. W[t%2] is whole
-    // (every rank is past phase 2t) and stays so until this rank arrives at 2t+1. E[k%R] is
-    // free once the master has copied out snapshot k-R. The stop word is read after that
-    // wait, and the master stores it before any ack that would let a rank past the eval it
-    // names, so every rank stops at the same step.
-    if (c.eval_every > 0 && t > c.first_step && t % c.eval_every == 0 &&
-        phase == 2 * static_cast<uint64_t>(t)) {
-      const int64_t k = t / c.eval_every;
-      const auto r = barrier.WaitEvalAck(k - c.snapshots, shm::MonotonicNs() + timeout_ns);
-      if (r != shm::PhaseBarrier::Result::kOk) return ExitFor(r);
-      if (shm::LoadAcquire(h->stop_eval) <= k) {  // early stop: step t-1 was the last
-        shm::StoreRelaxed(h->last_end_ns, shm::MonotonicNs());
-        return kWorkerOk;
-      }
-      std::copy(seg.params(t) + lo, seg.params(t) + hi, seg.snapshot(k) + lo);
-      shm::StoreRelease(self->snap_eval, k);
-    }
-
-    // ---- phase 1: the gradient of this rank's share at W[t%2].
-    if (phase == 2 * static_cast<uint64_t>(t)) {
-      if (fault(FaultPoint::kBeforeCompute)) DieNow();
-      const int64_t t0 = shm::MonotonicNs();
-      const float* x;
-      const float* y;
-      int64_t rows;
-      if (c.batch == 0) {
-        const auto r = data::BatchPlan::ShareOf(c.rows, rank, P);
-        x = seg.x() + r.begin * features;
-        y = seg.y() + r.begin;
-        rows = r.end - r.begin;
-      } else {
-        plan.Share(t, rank, P, &idx);
-        rows = static_cast<int64_t>(idx.size());
-        bx.resize(static_cast<size_t>(rows * features));
-        by.resize(static_cast<size_t>(rows));
-        for (int64_t i = 0; i < rows; ++i) {
-          const float* src = seg.x() + idx[i] * features;
-          std::copy(src, src + features, bx.data() + i * features);
-          by[i] = seg.y()[idx[i]];
-        }
-        x = bx.data();
-        y = by.data();
-      }
-      shm::SlotHeader* slot = seg.slot(rank);
-      if (fault(FaultPoint::kMidGradient)) {
-        std::fill(seg.grad(rank), seg.grad(rank) + n / 2, NAN);
-        DieNow();
-      }
-      slot->loss_sum = nn::LossAndGrad<float>(spec, seg.params(t), x, y, rows, seg.grad(rank), ws);
-      slot->samples = rows;
-      slot->step = t;
-      shm::AddRelaxed<uint64_t>(self->samples_total, static_cast<uint64_t>(rows));
-      shm::AddRelaxed<uint64_t>(self->compute_ns_total,
-                                static_cast<uint64_t>(shm::MonotonicNs() - t0));
-      phase = 2 * t + 1;
-      barrier.Arrive(phase);
-      if (fault(FaultPoint::kAtBarrier1)) DieNow();
-    }
-    auto r = barrier.Wait(2 * t + 1, shm::MonotonicNs() + timeout_ns);
+  for (int64_t t = static_cast<int64_t>(phase_ / 2); t < c_.total_steps; ++t) {
+    shm::StoreRelaxed(self_->heartbeat_ns, shm::MonotonicNs());
+    if (Fault(FaultPoint::kExit, t)) return kWorkerInjectedFault;
+    if (const int r = PauseBefore(t); r != kWorkerOk) return r == kStopEarly ? kWorkerOk : r;
+    if (phase_ == 2 * static_cast<uint64_t>(t)) Gradient(t);
+    auto r = barrier_.Wait(2 * t + 1, Deadline());
     if (r != shm::PhaseBarrier::Result::kOk) return ExitFor(r);
-
-    // ---- phase 2: reduce this rank's slice over all slots in rank order, apply.
-    const int64_t t1 = shm::MonotonicNs();
-    int64_t samples = 0;
-    double loss_sum = 0;
-    for (int q = 0; q < P; ++q) {
-      const shm::SlotHeader* s = seg.slot(q);
-      if (s->step != t) {
-        std::fprintf(stderr, "shmtrain-worker[%d]: slot %d holds step %lld, expected %lld\n",
-                     rank, q, static_cast<long long>(s->step), static_cast<long long>(t));
-        return kWorkerInternal;
-      }
-      samples += s->samples;
-      loss_sum += s->loss_sum;
-    }
-    // Divergence: every rank sums the same loss, and each checks its slice of the mean
-    // gradient below, before anything of update t is written, so W[t%2] stays the last
-    // finite parameters and the master names step t.
-    if (!std::isfinite(loss_sum)) {
-      shm::RecordDivergence(h, t);
-      return kWorkerDiverged;
-    }
-    if (hi > lo) {
-      const float* g0 = seg.grad(0);
-      for (int64_t i = lo; i < hi; ++i) gmean[i - lo] = g0[i];
-      for (int q = 1; q < P; ++q) {
-        const float* g = seg.grad(q);
-        for (int64_t i = lo; i < hi; ++i) gmean[i - lo] += g[i];
-      }
-      const double inv = 1.0 / static_cast<double>(samples);
-      double sq = 0;
-      for (double& v : gmean) {
-        v *= inv;
-        sq += v * v;
-      }
-      if (!std::isfinite(sq)) {
-        shm::RecordDivergence(h, t);
-        return kWorkerDiverged;
-      }
-      self->grad_sq = sq;
-      self->grad_sq_step = t;
-      if (fault(FaultPoint::kMidUpdate)) {
-        std::fill(seg.params(t + 1) + lo, seg.params(t + 1) + lo + (hi - lo) / 2, NAN);
-        DieNow();
-      }
-      const float* v_in = seg.momentum(t);
-      float* v_out = seg.momentum(t + 1);
-      nn::SgdMomentum(hi - lo, seg.params(t) + lo, v_in ? v_in + lo : nullptr, gmean.data(), c.lr,
-                      c.momentum, seg.params(t + 1) + lo, v_out ? v_out + lo : nullptr);
-    }
-    if (rank == 0 && c.log_every > 0 && t % c.log_every == 0) {
-      const int64_t k = t / c.log_every;
-      shm::LossRecord& rec = h->loss_ring[k % shm::kLossRing];
-      rec.loss = loss_sum / static_cast<double>(samples);
-      shm::StoreRelease<uint64_t>(rec.tag, static_cast<uint64_t>(k + 1));
-    }
-    shm::AddRelaxed<uint64_t>(self->compute_ns_total,
-                              static_cast<uint64_t>(shm::MonotonicNs() - t1));
-    phase = 2 * t + 2;
-    barrier.Arrive(phase);
-    if (fault(FaultPoint::kAtBarrier2)) DieNow();
-    r = barrier.Wait(2 * t + 2, shm::MonotonicNs() + timeout_ns);
+    if (const int e = ReduceAndUpdate(t); e != kWorkerOk) return e;
+    r = barrier_.Wait(2 * t + 2, Deadline());
     if (r != shm::PhaseBarrier::Result::kOk) return ExitFor(r);
-    shm::AddRelaxed<uint64_t>(self->steps_total, 1);
-    // Timing of the run's steps, recorded by any rank (rank 0 may be a replacement that never
-    // saw the first or last step end): the first to pass wins, the values differ by a wake-up.
-    if (t == c.first_step || t + 1 == c.total_steps) {
-      const int64_t now = shm::MonotonicNs();
-      int64_t zero = 0;
-      if (t == c.first_step) std::atomic_ref<int64_t>(h->step1_end_ns).compare_exchange_strong(zero, now);
-      if (t + 1 == c.total_steps) shm::StoreRelaxed(h->last_end_ns, now);
-    }
-    if (rank == 0) {
-      // Every rank published its slice's share of |g|^2 for step t before arriving at 2t+2,
-      // and none can publish step t+1's before rank 0 arrives at 2t+3.
-      double grad_sq = 0;
-      for (int q = 0; q < P; ++q) grad_sq += seg.block(q)->grad_sq;
-      shm::StoreRelaxed(h->last_grad_norm, std::sqrt(grad_sq));
-      shm::StoreRelaxed(h->last_loss, loss_sum / static_cast<double>(samples));
-      const int64_t now = shm::MonotonicNs();
-      if (last_step_end > 0) {
-        shm::AddRelaxed<uint64_t>(self->step_duration_hist[shm::DurationBucket(now - last_step_end)], 1);
-        shm::AddRelaxed<uint64_t>(self->step_duration_ns_total,
-                                  static_cast<uint64_t>(now - last_step_end));
-      }
-      last_step_end = now;
-    }
+    RecordStepEnd(t, loss_sum_ / static_cast<double>(samples_));
   }
   return kWorkerOk;
+}
+
+}  // namespace
+
+int RunSync(const shm::Segment& seg, int rank, uint32_t incarnation) {
+  SyncRank r(seg, rank, incarnation);
+  return r.Run();
 }
 
 }  // namespace shmtrain::worker

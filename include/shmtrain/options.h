@@ -7,12 +7,14 @@
 
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
 #include <string_view>
 
 #include "shmtrain/model_spec.h"
+#include "shmtrain/optim_config.h"
 #include "shmtrain/status.h"
 
 namespace shmtrain {
@@ -81,9 +83,24 @@ struct TrainOptions {
   // (the seed script) uses normal, N(0, 1).
   Init init = Init::kTorch;
 
-  // Optimiser. lr > 0 (required); 0 <= momentum < 1 (default 0: plain SGD).
+  // Optimiser (nn/optimizer.h): lr > 0 (required), the base learning rate; optimizer: a
+  // registered name (default sgd); hyper: the hyper-parameter flags given ("--momentum" ->
+  // 0.9; a switch such as --nesterov -> 1), checked against the optimizer's declarations.
   double lr = 0;
-  double momentum = 0;
+  std::string optimizer = "sgd";
+  std::map<std::string, double, std::less<>> hyper;
+  // --weight-decay >= 0; NaN = the optimizer's default. --clip-norm: bound of the global norm
+  // of the mean gradient, > 0; 0 = off.
+  double weight_decay = std::numeric_limits<double>::quiet_NaN();
+  double clip_norm = 0;
+  // Learning-rate schedule (nn/schedule.h). lr_step_every >= 1 (step); lr_gamma in (0, 1]
+  // (step: default 0.1; exponential: required; NaN = not given); lr_min in [0, lr) (cosine);
+  // warmup_steps >= 0, shorter than the run.
+  Schedule lr_schedule = Schedule::kConstant;
+  int64_t lr_step_every = 0;
+  double lr_gamma = std::numeric_limits<double>::quiet_NaN();
+  double lr_min = 0;
+  int64_t warmup_steps = 0;
 
   // Length: exactly one of steps (>= 1) and epochs (>= 1). With a batch, an epoch is
   // ceil(rows / batch) steps; full batch, an epoch is one step.

@@ -1,0 +1,242 @@
+#include "nn/optimizer.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "nn/schedule.h"
+
+namespace shmtrain::nn {
+
+// ---- the registry: one line per optimizer.
+extern const OptimizerDef kSgd;
+extern const OptimizerDef kAdam;
+extern const OptimizerDef kAdamW;
+
+const std::vector<const OptimizerDef*>& Optimizers() {
+  static const std::vector<const OptimizerDef*> all = {&kSgd, &kAdam, &kAdamW};
+  return all;
+}
+
+namespace {
+
+Status Bad(const std::string& flag, const std::string& what) {
+  return Status::Usage(flag + ": " + what);
+}
+
+std::string Num(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", x);
+  return buf;
+}
+
+const HyperParam* FindParam(const OptimizerDef& d, std::string_view flag) {
+  for (const HyperParam& p : d.params) {
+    if (flag == p.flag) return &p;
+  }
+  return nullptr;
+}
+
+bool InRange(const HyperParam& p, double x) {
+  if (!std::isfinite(x)) return false;
+  const bool above = p.lo_open ? x > p.lo : x >= p.lo;
+  const bool below = p.hi_open ? x < p.hi : x <= p.hi;
+  return above && below;
+}
+
+std::string RangeText(const HyperParam& p) {
+  if (std::isinf(p.hi)) return std::string("a finite number ") + (p.lo_open ? "> " : ">= ") + Num(p.lo);
+  return std::string("in ") + (p.lo_open ? "(" : "[") + Num(p.lo) + ", " + Num(p.hi) +
+         (p.hi_open ? ")" : "]");
+}
+
+// The optimizer's hyper-parameters: given values, else defaults, in declaration order.
+void ResolveHyper(const OptimizerDef& d, const TrainOptions& o, double* hyper) {
+  for (int i = 0; i < kMaxHyper; ++i) hyper[i] = 0;
+  for (size_t i = 0; i < d.params.size(); ++i) {
+    const auto it = o.hyper.find(d.params[i].flag);
+    hyper[i] = it != o.hyper.end() ? it->second : d.params[i].default_value;
+  }
+}
+
+Status CheckHyper(const OptimizerDef& d, const TrainOptions& o) {
+  for (const auto& [flag, value] : o.hyper) {
+    const HyperParam* p = FindParam(d, flag);
+    if (p == nullptr) {
+      return Bad(flag, "applies to --optimizer " + OptimizersWith(flag) + ", not " + d.name);
+    }
+    if (!p->switch_() && !InRange(*p, value)) {
+      return Bad(flag, "must be " + RangeText(*p) + ", got " + Num(value));
+    }
+  }
+  double hyper[kMaxHyper];
+  ResolveHyper(d, o, hyper);
+  const std::string why = d.check ? d.check(hyper) : "";
+  if (!why.empty()) return Status::Usage(why);
+  if (o.mode == Mode::kAsync && d.states(hyper) > 0) {
+    const char* flag = std::string_view(d.name) == "sgd" ? "--momentum" : "--optimizer";
+    return Bad(std::string(flag) + (flag[2] == 'o' ? std::string(" ") + d.name : ""),
+               std::string("not available in async mode: there each worker applies its own "
+                           "gradient at once by a DC-ASGD rule (--rule), and ") +
+                   d.name +
+                   "'s state vectors would be one shared state updated by every worker in no "
+                   "defined order. Use --mode sync, or plain --optimizer sgd (which async mode "
+                   "combines with --weight-decay, --clip-norm and --lr-schedule)");
+  }
+  return Status::Ok();
+}
+
+Status CheckSchedule(const TrainOptions& o) {
+  const Schedule s = o.lr_schedule;
+  const std::string name = std::string("--lr-schedule ") + ToString(s);
+  if (o.Given("--lr-step-every") && s != Schedule::kStep) {
+    return Bad("--lr-step-every", "applies to --lr-schedule step only; this run's is " + std::string(ToString(s)));
+  }
+  if (s == Schedule::kStep && !o.Given("--lr-step-every")) {
+    return Bad(name, "needs --lr-step-every N (decay the rate every N steps)");
+  }
+  if (s == Schedule::kStep && o.lr_step_every < 1) {
+    return Bad("--lr-step-every", "must be >= 1, got " + std::to_string(o.lr_step_every));
+  }
+  const bool decays = s == Schedule::kStep || s == Schedule::kExponential;
+  if (o.Given("--lr-gamma") && !decays) {
+    return Bad("--lr-gamma", "applies to --lr-schedule step or exponential; this run's is " +
+                                 std::string(ToString(s)));
+  }
+  if (s == Schedule::kExponential && !o.Given("--lr-gamma")) {
+    return Bad(name, "needs --lr-gamma G (the factor applied every step)");
+  }
+  if (o.Given("--lr-gamma") && !(o.lr_gamma > 0 && o.lr_gamma <= 1)) {
+    return Bad("--lr-gamma", "must be in (0, 1], got " + Num(o.lr_gamma));
+  }
+  if (o.Given("--lr-min") && s != Schedule::kCosine) {
+    return Bad("--lr-min", "applies to --lr-schedule cosine only; this run's is " + std::string(ToString(s)));
+  }
+  if (!(o.lr_min >= 0 && std::isfinite(o.lr_min))) {
+    return Bad("--lr-min", "must be a finite number >= 0, got " + Num(o.lr_min));
+  }
+  if (o.Given("--lr-min") && !(o.lr_min < o.lr)) {
+    return Bad("--lr-min", Num(o.lr_min) + " must be below --lr (" + Num(o.lr) + ")");
+  }
+  if (o.warmup_steps < 0) {
+    return Bad("--warmup-steps", "must be >= 0, got " + std::to_string(o.warmup_steps));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+const OptimizerDef* FindOptimizer(std::string_view name) {
+  for (const OptimizerDef* d : Optimizers()) {
+    if (name == d->name) return d;
+  }
+  return nullptr;
+}
+
+const OptimizerDef* FindOptimizer(uint32_t id) {
+  for (const OptimizerDef* d : Optimizers()) {
+    if (d->id == id) return d;
+  }
+  return nullptr;
+}
+
+std::string OptimizerNames() {
+  std::string s;
+  for (const OptimizerDef* d : Optimizers()) s += (s.empty() ? "" : ", ") + std::string(d->name);
+  return s;
+}
+
+std::vector<HyperParam> AllHyperParams() {
+  std::vector<HyperParam> all;
+  for (const OptimizerDef* d : Optimizers()) {
+    for (const HyperParam& p : d->params) {
+      bool seen = false;
+      for (const HyperParam& q : all) seen = seen || std::strcmp(q.flag, p.flag) == 0;
+      if (!seen) all.push_back(p);
+    }
+  }
+  return all;
+}
+
+std::string OptimizersWith(std::string_view flag) {
+  std::string s;
+  for (const OptimizerDef* d : Optimizers()) {
+    if (FindParam(*d, flag)) s += (s.empty() ? "" : " or ") + std::string(d->name);
+  }
+  return s;
+}
+
+Status CheckOptimizerOptions(const TrainOptions& o) {
+  const OptimizerDef* d = FindOptimizer(o.optimizer);
+  if (d == nullptr) {
+    return Bad("--optimizer", "unknown '" + o.optimizer + "' (known: " + OptimizerNames() + ")");
+  }
+  if (Status s = CheckHyper(*d, o); !s.ok()) return s;
+  if (!std::isnan(o.weight_decay) && !(o.weight_decay >= 0 && std::isfinite(o.weight_decay))) {
+    return Bad("--weight-decay", "must be a finite number >= 0, got " + Num(o.weight_decay));
+  }
+  if ((o.Given("--clip-norm") || o.clip_norm != 0) &&
+      !(o.clip_norm > 0 && std::isfinite(o.clip_norm))) {
+    return Bad("--clip-norm", "must be a finite number > 0, got " + Num(o.clip_norm));
+  }
+  return CheckSchedule(o);
+}
+
+Status ResolveOptim(const TrainOptions& o, int64_t total_steps, OptimConfig* out) {
+  const OptimizerDef* d = FindOptimizer(o.optimizer);
+  if (d == nullptr) return Bad("--optimizer", "unknown '" + o.optimizer + "'");
+  if (o.warmup_steps >= total_steps && o.warmup_steps > 0) {
+    return Bad("--warmup-steps", std::to_string(o.warmup_steps) +
+                                     " must be shorter than the run (" +
+                                     std::to_string(total_steps) + " steps)");
+  }
+  OptimConfig c;
+  std::memset(&c, 0, sizeof c);  // padding and unused entries are hashed: zero them
+  c.optimizer = d->id;
+  ResolveHyper(*d, o, c.hyper);
+  c.num_states = static_cast<uint32_t>(d->states(c.hyper));
+  c.lr = o.lr;
+  c.weight_decay = std::isnan(o.weight_decay) ? d->default_weight_decay : o.weight_decay;
+  c.clip_norm = o.clip_norm;
+  c.schedule = static_cast<uint32_t>(o.lr_schedule);
+  c.warmup_steps = o.warmup_steps;
+  c.step_every = o.lr_schedule == Schedule::kStep ? o.lr_step_every : 0;
+  const bool decays = o.lr_schedule == Schedule::kStep || o.lr_schedule == Schedule::kExponential;
+  c.gamma = decays ? (std::isnan(o.lr_gamma) ? 0.1 : o.lr_gamma) : 0;
+  c.lr_min = o.lr_schedule == Schedule::kCosine ? o.lr_min : 0;
+  c.total_steps = total_steps;
+  *out = c;
+  return Status::Ok();
+}
+
+std::string Describe(const OptimConfig& c) {
+  const OptimizerDef* d = FindOptimizer(c.optimizer);
+  if (d == nullptr) return "unknown optimizer " + std::to_string(c.optimizer);
+  std::string s = d->name;
+  std::string hp;
+  for (size_t i = 0; i < d->params.size(); ++i) {
+    const HyperParam& p = d->params[i];
+    if (p.switch_() && c.hyper[i] == 0) continue;
+    hp += (hp.empty() ? "" : ", ") + std::string(p.flag + 2);
+    if (!p.switch_()) hp += " " + Num(c.hyper[i]);
+  }
+  hp += (hp.empty() ? "" : ", ") + std::string("weight decay ") + Num(c.weight_decay);
+  s += " (" + hp + "), lr " + Num(c.lr);
+  const auto sched = static_cast<Schedule>(c.schedule);
+  if (sched == Schedule::kStep) {
+    s += ", step schedule (x" + Num(c.gamma) + " every " + std::to_string(c.step_every) + ")";
+  } else if (sched == Schedule::kExponential) {
+    s += ", exponential schedule (x" + Num(c.gamma) + " per step)";
+  } else if (sched == Schedule::kCosine) {
+    s += ", cosine schedule to " + Num(c.lr_min);
+  }
+  if (c.warmup_steps > 0) s += ", warmup " + std::to_string(c.warmup_steps) + " steps";
+  if (c.clip_norm > 0) s += ", clip-norm " + Num(c.clip_norm);
+  return s;
+}
+
+void Update(const OptimConfig& c, const UpdateArgs& a) {
+  FindOptimizer(c.optimizer)->update(c.hyper, a);
+}
+
+}  // namespace shmtrain::nn
