@@ -124,6 +124,59 @@ std::optional<HostPort> ParseHostPort(std::string_view addr, std::string* why) {
   return hp;
 }
 
+// Held-out data and validation: the fraction or file, and what needs them.
+Status CheckHeldOut(const TrainOptions& o) {
+  if (!(o.val_split >= 0 && o.val_split < 1)) {
+    return Bad("--val-split", "must be in [0, 1), got " + std::to_string(o.val_split));
+  }
+  if (o.val_split > 0 && !o.val_data_path.empty()) {
+    return Status::Usage("give at most one of --val-split F and --val-data FILE");
+  }
+  const bool has_val = o.val_split > 0 || !o.val_data_path.empty();
+  if (o.eval_every < 0) return Bad("--eval-every", "must be >= 1");
+  if (o.eval_every > 0 && !has_val) {
+    return Bad("--eval-every", "needs held-out data (--val-split F or --val-data FILE)");
+  }
+  if (o.early_stop < 0) return Bad("--early-stop", "must be >= 1");
+  if (o.early_stop > 0 && !has_val) {
+    return Bad("--early-stop", "needs held-out data (--val-split F or --val-data FILE)");
+  }
+  if (!o.val_data_path.empty() && !o.example.empty()) {
+    return Bad("--val-data", "goes with --data FILE, not with a built-in example");
+  }
+  if (!o.label_name.empty() && !o.example.empty()) {
+    return Bad("--label-col", "names a column of --data FILE; a built-in example has none");
+  }
+  return Status::Ok();
+}
+
+// Deadlines, restarts, chaos and checkpoints.
+Status CheckFaultTolerance(const TrainOptions& o) {
+  if (!(o.heartbeat_timeout_s >= 0.05 && o.heartbeat_timeout_s <= 86400)) {
+    return Bad("--heartbeat-timeout", "must be between 50ms and 86400s, got " +
+                                          Seconds(o.heartbeat_timeout_s));
+  }
+  if (o.heartbeat_timeout_s >= o.barrier_timeout_s) {
+    return Bad("--heartbeat-timeout",
+               Seconds(o.heartbeat_timeout_s) + " must be shorter than --barrier-timeout (" +
+                   Seconds(o.barrier_timeout_s) +
+                   "): a silent worker must be found and replaced before the healthy ones give "
+                   "up waiting for it at the barrier");
+  }
+  if (o.max_restarts < 0) return Bad("--max-restarts", "must be >= 0");
+  if (!(o.restart_window_s > 0 && o.restart_window_s <= 86400 * 7)) {
+    return Bad("--restart-window", "must be between 0 and 7 days");
+  }
+  if (!(o.chaos_every_s >= 0 && o.chaos_every_s <= 86400)) {
+    return Bad("--chaos-kill-every", "must be a duration up to 86400s");
+  }
+  if (o.checkpoint_every < 0) return Bad("--checkpoint-every", "must be >= 1");
+  if (o.checkpoint_every > 0 && o.checkpoint_path.empty()) {
+    return Bad("--checkpoint-every", "needs --checkpoint PATH");
+  }
+  return Status::Ok();
+}
+
 Status TrainOptions::Validate() const {
   if (workers < 1 || workers > 256) {
     return Bad("--workers", "must be between 1 and 256, got " + std::to_string(workers));
@@ -184,54 +237,13 @@ Status TrainOptions::Validate() const {
   }
   if (Status st = CheckAsyncRule(*this); !st.ok()) return st;
   if (Status st = nn::CheckOptimizerOptions(*this); !st.ok()) return st;
-  if (!(val_split >= 0 && val_split < 1)) {
-    return Bad("--val-split", "must be in [0, 1), got " + std::to_string(val_split));
-  }
-  if (val_split > 0 && !val_data_path.empty()) {
-    return Status::Usage("give at most one of --val-split F and --val-data FILE");
-  }
-  const bool has_val = val_split > 0 || !val_data_path.empty();
-  if (eval_every < 0) return Bad("--eval-every", "must be >= 1");
-  if (eval_every > 0 && !has_val) {
-    return Bad("--eval-every", "needs held-out data (--val-split F or --val-data FILE)");
-  }
-  if (early_stop < 0) return Bad("--early-stop", "must be >= 1");
-  if (early_stop > 0 && !has_val) {
-    return Bad("--early-stop", "needs held-out data (--val-split F or --val-data FILE)");
-  }
-  if (!val_data_path.empty() && !example.empty()) {
-    return Bad("--val-data", "goes with --data FILE, not with a built-in example");
-  }
-  if (!label_name.empty() && !example.empty()) {
-    return Bad("--label-col", "names a column of --data FILE; a built-in example has none");
-  }
+  if (Status st = CheckHeldOut(*this); !st.ok()) return st;
   if (task && loss_given && TaskOf(model.loss) != *task) {
     return Bad("--task", std::string(ToString(*task)) + " needs --loss " +
                              (*task == Task::kClassification ? "xent" : "mse") + ", got --loss " +
                              ToString(model.loss));
   }
-  if (!(heartbeat_timeout_s >= 0.05 && heartbeat_timeout_s <= 86400)) {
-    return Bad("--heartbeat-timeout", "must be between 50ms and 86400s, got " +
-                                          Seconds(heartbeat_timeout_s));
-  }
-  if (heartbeat_timeout_s >= barrier_timeout_s) {
-    return Bad("--heartbeat-timeout",
-               Seconds(heartbeat_timeout_s) + " must be shorter than --barrier-timeout (" +
-                   Seconds(barrier_timeout_s) +
-                   "): a silent worker must be found and replaced before the healthy ones give "
-                   "up waiting for it at the barrier");
-  }
-  if (max_restarts < 0) return Bad("--max-restarts", "must be >= 0");
-  if (!(restart_window_s > 0 && restart_window_s <= 86400 * 7)) {
-    return Bad("--restart-window", "must be between 0 and 7 days");
-  }
-  if (!(chaos_every_s >= 0 && chaos_every_s <= 86400)) {
-    return Bad("--chaos-kill-every", "must be a duration up to 86400s");
-  }
-  if (checkpoint_every < 0) return Bad("--checkpoint-every", "must be >= 1");
-  if (checkpoint_every > 0 && checkpoint_path.empty()) {
-    return Bad("--checkpoint-every", "needs --checkpoint PATH");
-  }
+  if (Status st = CheckFaultTolerance(*this); !st.ok()) return st;
   if (!metrics_addr.empty() && metrics) {
     std::string why;
     if (!ParseHostPort(metrics_addr, &why)) return Bad("--metrics-addr " + metrics_addr, why);

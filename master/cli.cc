@@ -702,6 +702,78 @@ void ApplyTask(TrainOptions* o) {
   }
 }
 
+// `simulate`'s own checks once its flags are parsed.
+Status FinishSimulate(const CLI::App* app, Command* out) {
+  TrainOptions& o = out->train;
+  if (Status s = Leftover(app, "simulate"); !s.ok()) return s;
+  if (Status s = CollectGiven(app, &o); !s.ok()) return s;
+  if (out->sim_workers.empty()) {
+    return Status::Usage("--workers is required (simulated worker counts such as 4,8,16)");
+  }
+  if (out->compare && o.Given("--rule")) {
+    return Status::Usage("--rule: does not apply with --compare, which runs every rule");
+  }
+  o.mode = Mode::kAsync;
+  out->kind = Command::Kind::kSimulate;
+  ApplyTask(&o);
+  return o.Validate();
+}
+
+// `eval`'s and `predict`'s own checks once their flags are parsed.
+Status FinishEvalOrPredict(const CLI::App* app, Command* out) {
+  TrainOptions& o = out->train;
+  const bool predict = app->get_name() == "predict";
+  const std::string cmd = app->get_name();
+  if (Status s = Leftover(app, cmd); !s.ok()) return s;
+  if (Status s = CollectGiven(app, &o); !s.ok()) return s;
+  if (out->model_path.empty()) return Status::Usage("--model is required (FILE, for " + cmd + ")");
+  if (o.data_path.empty()) return Status::Usage("--data is required (FILE, for " + cmd + ")");
+  if (!(o.val_split >= 0 && o.val_split < 1)) {
+    return Status::Usage("--val-split: must be in [0, 1), got " + std::to_string(o.val_split));
+  }
+  if (o.Given("--seed") && o.val_split == 0) {
+    return Status::Usage("--seed: applies with --val-split F only (the seed of that split)");
+  }
+  if (o.format == DataFormat::kLibsvm) {
+    for (const char* f : {"--label-col", "--header", "--delimiter"}) {
+      if (o.Given(f)) {
+        return Status::Usage(std::string(f) + ": applies to CSV files only, not to --format libsvm");
+      }
+    }
+  }
+  out->kind = predict ? Command::Kind::kPredict : Command::Kind::kEval;
+  return Status::Ok();
+}
+
+// The seed script's settings for `example parabola`; only the example's own flags may change
+// them.
+void SetExampleDefaults(TrainOptions* o) {
+  o->example = "parabola";
+  o->model.layers = {1, 5, 1};
+  o->model.activation = Activation::kTanh;
+  o->model.loss = Loss::kMse;
+  o->init = Init::kNormal;
+  o->lr = 0.01;
+  o->steps = 2000;
+  o->log_every = 50;
+}
+
+// CLI11 would take `--no-progress=x` as a flag override; a switch takes no value.
+Status RefuseSwitchValues(const std::vector<std::string>& args, const Cli& cli) {
+  for (size_t i = 2; i < args.size() && args[i] != "--"; ++i) {
+    const std::string& a = args[i];
+    const size_t eq = a.find('=');
+    if (a.rfind("--", 0) != 0 || eq == std::string::npos) continue;
+    for (const CLI::App* app : {cli.train, cli.parabola, cli.simulate, cli.cleanup}) {
+      const CLI::Option* opt = app->get_option_no_throw(a.substr(0, eq));
+      if (opt != nullptr && opt->get_expected_max() == 0) {
+        return Status::Usage(a.substr(0, eq) + ": takes no value, got '" + a.substr(eq + 1) + "'");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status ParseCommandLine(const std::vector<std::string>& args, Command* out) {
@@ -720,29 +792,8 @@ Status ParseCommandLine(const std::vector<std::string>& args, Command* out) {
   }
   Cli cli(out);
   TrainOptions& o = out->train;
-  // The seed script's settings; only the example's own flags may change them.
-  if (args[1] == "example") {
-    o.example = "parabola";
-    o.model.layers = {1, 5, 1};
-    o.model.activation = Activation::kTanh;
-    o.model.loss = Loss::kMse;
-    o.init = Init::kNormal;
-    o.lr = 0.01;
-    o.steps = 2000;
-    o.log_every = 50;
-  }
-  // CLI11 would take `--no-progress=x` as a flag override; a switch takes no value.
-  for (size_t i = 2; i < args.size() && args[i] != "--"; ++i) {
-    const std::string& a = args[i];
-    const size_t eq = a.find('=');
-    if (a.rfind("--", 0) != 0 || eq == std::string::npos) continue;
-    for (const CLI::App* app : {cli.train, cli.parabola, cli.simulate, cli.cleanup}) {
-      const CLI::Option* opt = app->get_option_no_throw(a.substr(0, eq));
-      if (opt != nullptr && opt->get_expected_max() == 0) {
-        return Status::Usage(a.substr(0, eq) + ": takes no value, got '" + a.substr(eq + 1) + "'");
-      }
-    }
-  }
+  if (args[1] == "example") SetExampleDefaults(&o);
+  if (Status s = RefuseSwitchValues(args, cli); !s.ok()) return s;
   std::vector<std::string> reversed(args.rbegin(), args.rend() - 1);  // CLI11 pops from the back
   try {
     cli.root.parse(reversed);
@@ -782,41 +833,9 @@ Status ParseCommandLine(const std::vector<std::string>& args, Command* out) {
     if (Status s = CollectGiven(cli.parabola, &o); !s.ok()) return s;
     out->kind = Command::Kind::kTrain;
   } else if (cli.simulate->parsed()) {
-    if (Status s = Leftover(cli.simulate, "simulate"); !s.ok()) return s;
-    if (Status s = CollectGiven(cli.simulate, &o); !s.ok()) return s;
-    if (out->sim_workers.empty()) {
-      return Status::Usage("--workers is required (simulated worker counts such as 4,8,16)");
-    }
-    if (out->compare && o.Given("--rule")) {
-      return Status::Usage("--rule: does not apply with --compare, which runs every rule");
-    }
-    o.mode = Mode::kAsync;
-    out->kind = Command::Kind::kSimulate;
-    ApplyTask(&o);
-    return o.Validate();
+    return FinishSimulate(cli.simulate, out);
   } else if (cli.eval->parsed() || cli.predict->parsed()) {
-    const bool predict = cli.predict->parsed();
-    const CLI::App* app = predict ? cli.predict : cli.eval;
-    const std::string cmd = predict ? "predict" : "eval";
-    if (Status s = Leftover(app, cmd); !s.ok()) return s;
-    if (Status s = CollectGiven(app, &o); !s.ok()) return s;
-    if (out->model_path.empty()) return Status::Usage("--model is required (FILE, for " + cmd + ")");
-    if (o.data_path.empty()) return Status::Usage("--data is required (FILE, for " + cmd + ")");
-    if (!(o.val_split >= 0 && o.val_split < 1)) {
-      return Status::Usage("--val-split: must be in [0, 1), got " + std::to_string(o.val_split));
-    }
-    if (o.Given("--seed") && o.val_split == 0) {
-      return Status::Usage("--seed: applies with --val-split F only (the seed of that split)");
-    }
-    if (o.format == DataFormat::kLibsvm) {
-      for (const char* f : {"--label-col", "--header", "--delimiter"}) {
-        if (o.Given(f)) {
-          return Status::Usage(std::string(f) + ": applies to CSV files only, not to --format libsvm");
-        }
-      }
-    }
-    out->kind = predict ? Command::Kind::kPredict : Command::Kind::kEval;
-    return Status::Ok();
+    return FinishEvalOrPredict(cli.predict->parsed() ? cli.predict : cli.eval, out);
   } else if (cli.cleanup->parsed()) {
     if (Status s = Leftover(cli.cleanup, "cleanup"); !s.ok()) return s;
     if (Status s = CollectGiven(cli.cleanup, &o); !s.ok()) return s;

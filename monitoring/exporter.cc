@@ -287,10 +287,18 @@ class RunCollector final : public prometheus::Collectable {
                  const int64_t hb = LoadRelaxed(seg_->block(r)->heartbeat_ns);
                  return hb > 0 ? std::max<int64_t>(0, now - hb) * 1e-9 : 0.0;
                });
+    // Where a sync step's time goes: compute (the gradient), reduce (the reduce + update
+    // phase) and the barrier waits (shmtrain_barrier_wait_seconds) add up to the wall time.
     per_worker("shmtrain_worker_compute_seconds_total",
-               "Seconds the worker spent computing (gradients, reductions, updates).",
+               "Seconds the worker spent computing gradients (sync) or whole updates (async).",
                MetricType::Counter, [&](int r) {
                  return LoadRelaxed(seg_->block(r)->compute_ns_total) * 1e-9;
+               });
+    per_worker("shmtrain_worker_reduce_seconds_total",
+               "Sync: seconds the worker spent reducing its slice of the gradients over every "
+               "worker and applying the optimizer to it.",
+               MetricType::Counter, [&](int r) {
+                 return LoadRelaxed(seg_->block(r)->reduce_ns_total) * 1e-9;
                });
     return out;
   }

@@ -572,7 +572,7 @@ void ExpectWorkerLabels(const Scrape& s, int workers) {
   for (const char* name :
        {"shmtrain_worker_up", "shmtrain_samples_total", "shmtrain_barrier_wait_seconds_count",
         "shmtrain_barrier_wait_seconds_sum", "shmtrain_worker_heartbeat_age_seconds",
-        "shmtrain_worker_compute_seconds_total"}) {
+        "shmtrain_worker_compute_seconds_total", "shmtrain_worker_reduce_seconds_total"}) {
     EXPECT_EQ(WorkerValues(s, name), want) << name;
   }
   for (const char* reason : {"crash", "hang", "chaos", "peer_hang"}) {
@@ -832,6 +832,34 @@ TEST_F(MetricsTest, ValidationGaugesAppearWithTheFirstValidation) {
   // mse with one output: the RMSE is the square root of the mean loss.
   EXPECT_NEAR(*rmse, std::sqrt(*loss), 1e-9 + 1e-6 * *rmse);
   EXPECT_EQ(s.types.count("shmtrain_validation_loss") ? s.types.at("shmtrain_validation_loss") : "", "gauge");
+  t.Stop();
+}
+
+// The learning-rate gauge follows the schedule: in every scrape it is the rate of the step the
+// same scrape counts in shmtrain_steps_total (both come from one reading of the progress), so
+// warmup and step decay are checked exactly, wherever the run happens to be.
+TEST_F(MetricsTest, LearningRateGaugeFollowsTheSchedule) {
+  Trainer t("sync", kWorkers,
+            {"--metrics-addr=127.0.0.1:0", "--warmup-steps", "300", "--lr-schedule", "step",
+             "--lr-step-every", "500", "--lr-gamma", "0.5"});
+  ASSERT_NO_FATAL_FAILURE(t.WaitFor("metrics"));
+  std::set<double> rates;
+  for (int i = 0; i < 4; ++i) {
+    if (i > 0) {
+      ASSERT_NO_FATAL_FAILURE(t.WaitFor("step"));
+    }
+    Scrape s;
+    ASSERT_NO_FATAL_FAILURE(ScrapeMetrics(t.address(), &s));
+    const std::optional<double> steps = s.Value("shmtrain_steps_total");
+    const std::optional<double> lr = s.Value("shmtrain_learning_rate");
+    ASSERT_TRUE(steps.has_value() && lr.has_value());
+    const double step = *steps;
+    const double want = step < 300 ? 0.01 * (step + 1) / 300
+                                   : 0.01 * std::pow(0.5, std::floor((step - 300) / 500));
+    EXPECT_NEAR(*lr, want, 1e-12 * want) << "at step " << step;
+    rates.insert(*lr);
+  }
+  EXPECT_GT(rates.size(), 1u) << "the rate never changed between scrapes";
   t.Stop();
 }
 

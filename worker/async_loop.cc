@@ -95,6 +95,48 @@ void ClipAndDecay(const OptimConfig& oc, double sq, const float* w_bak, float* g
   for (int64_t i = 0; i < n; ++i) g[i] = f * g[i] + wd * w_bak[i];
 }
 
+// Minibatch `ticket` of the stream into bx/by.
+void LoadBatch(const shm::Segment& seg, data::BatchPlan& plan, int64_t ticket,
+               std::vector<int64_t>* idx, nn::AlignedVector<float>* bx,
+               nn::AlignedVector<float>* by) {
+  const int64_t features = seg.header()->config.features;
+  plan.Share(ticket, 0, 1, idx);
+  const int64_t rows = static_cast<int64_t>(idx->size());
+  bx->resize(static_cast<size_t>(rows * features));
+  by->resize(static_cast<size_t>(rows));
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t row = (*idx)[i];
+    std::copy(seg.x() + row * features, seg.x() + (row + 1) * features, bx->data() + i * features);
+    (*by)[i] = seg.y()[row];
+  }
+}
+
+// The metrics and the log record of an applied update: version v_apply, staleness tau, this
+// rank's batch b with its loss and squared gradient norm, started at t0.
+void RecordUpdate(shm::Header* h, shm::WorkerBlock* self, uint64_t v_apply, uint64_t tau,
+                  int64_t b, double loss, double sq, int64_t t0) {
+  const shm::RunConfig& c = h->config;
+  // The update numbered v_apply records its minibatch loss when it is a logged step, as the
+  // sync loop does, so the log shows the loss at exactly those updates.
+  if (c.log_every > 0 && v_apply % static_cast<uint64_t>(c.log_every) == 0) {
+    const uint64_t k = v_apply / static_cast<uint64_t>(c.log_every);
+    shm::LossRecord& rec = h->loss_ring[k % shm::kLossRing];
+    rec.loss = loss;
+    shm::StoreRelease<uint64_t>(rec.tag, k + 1);
+  }
+  shm::AddRelaxed<uint64_t>(self->steps_total, 1);
+  shm::AddRelaxed<uint64_t>(self->staleness_sum, tau);
+  shm::AddRelaxed<uint64_t>(self->staleness_hist[shm::StalenessBucket(tau)], 1);
+  const int64_t took = shm::MonotonicNs() - t0;
+  shm::AddRelaxed<uint64_t>(self->step_duration_hist[shm::DurationBucket(took)], 1);
+  shm::AddRelaxed<uint64_t>(self->step_duration_ns_total, static_cast<uint64_t>(took));
+  shm::StoreRelaxed(h->last_loss, loss);
+  if (b % kGradNormEvery == 0) shm::StoreRelaxed(h->last_grad_norm, std::sqrt(sq));
+  const double ema = shm::LoadRelaxed(self->loss_ema);
+  shm::StoreRelaxed(self->loss_ema, b == 0 ? loss : (1 - kLossEmaWeight) * ema + kLossEmaWeight * loss);
+  shm::AddRelaxed<uint64_t>(self->compute_ns_total, static_cast<uint64_t>(shm::MonotonicNs() - t0));
+}
+
 }  // namespace
 
 int RunAsync(const shm::Segment& seg, int rank, uint32_t incarnation) {
@@ -103,7 +145,6 @@ int RunAsync(const shm::Segment& seg, int rank, uint32_t incarnation) {
   const ModelSpec spec = SpecOf(c);
   const int P = static_cast<int>(c.workers);
   const int64_t n = static_cast<int64_t>(c.param_count);
-  const int64_t features = c.features;
   shm::WorkerBlock* self = seg.block(rank);
   const uint32_t epoch = shm::LoadAbortEpoch(*h);
   const auto master = static_cast<pid_t>(c.master_pid);
@@ -158,16 +199,7 @@ int RunAsync(const shm::Segment& seg, int rank, uint32_t incarnation) {
     for (int64_t i = 0; i < n; ++i) w_bak[i] = nn::SharedAccess::Load(w + i);
 
     if (loaded != ticket) {
-      plan.Share(ticket, 0, 1, &idx);
-      const int64_t rows = static_cast<int64_t>(idx.size());
-      bx.resize(static_cast<size_t>(rows * features));
-      by.resize(static_cast<size_t>(rows));
-      for (int64_t i = 0; i < rows; ++i) {
-        const int64_t row = idx[i];
-        std::copy(seg.x() + row * features, seg.x() + (row + 1) * features,
-                  bx.data() + i * features);
-        by[i] = seg.y()[row];
-      }
+      LoadBatch(seg, plan, ticket, &idx, &bx, &by);
       loaded = ticket;
     }
     const int64_t rows = static_cast<int64_t>(by.size());
@@ -206,28 +238,7 @@ int RunAsync(const shm::Segment& seg, int rank, uint32_t incarnation) {
     shm::StoreRelaxed<uint64_t>(self->commit, 2 * applied + 2);  // counted, not applying
     ticket = -1;
 
-    const uint64_t tau = v_apply - v_read;
-    // The update numbered v_apply records its minibatch loss when it is a logged step, as the
-    // sync loop does, so the log shows the loss at exactly those updates.
-    if (c.log_every > 0 && v_apply % static_cast<uint64_t>(c.log_every) == 0) {
-      const uint64_t k = v_apply / static_cast<uint64_t>(c.log_every);
-      shm::LossRecord& rec = h->loss_ring[k % shm::kLossRing];
-      rec.loss = loss;
-      shm::StoreRelease<uint64_t>(rec.tag, k + 1);
-    }
-    shm::AddRelaxed<uint64_t>(self->steps_total, 1);
-    shm::AddRelaxed<uint64_t>(self->staleness_sum, tau);
-    shm::AddRelaxed<uint64_t>(self->staleness_hist[shm::StalenessBucket(tau)], 1);
-    const int64_t took = shm::MonotonicNs() - t0;
-    shm::AddRelaxed<uint64_t>(self->step_duration_hist[shm::DurationBucket(took)], 1);
-    shm::AddRelaxed<uint64_t>(self->step_duration_ns_total, static_cast<uint64_t>(took));
-    shm::StoreRelaxed(h->last_loss, loss);
-    if (b % kGradNormEvery == 0) shm::StoreRelaxed(h->last_grad_norm, std::sqrt(sq));
-    const double ema = shm::LoadRelaxed(self->loss_ema);
-    shm::StoreRelaxed(self->loss_ema,
-                      b == 0 ? loss : (1 - kLossEmaWeight) * ema + kLossEmaWeight * loss);
-    shm::AddRelaxed<uint64_t>(self->compute_ns_total,
-                              static_cast<uint64_t>(shm::MonotonicNs() - t0));
+    RecordUpdate(h, self, v_apply, v_apply - v_read, b, loss, sq, t0);
   }
 }
 
