@@ -7,7 +7,6 @@
 #include "core/bytes.h"
 #include "core/crc32.h"
 #include "master/model_file.h"
-#include "nn/optimizer.h"
 
 namespace shmtrain {
 namespace {
@@ -56,28 +55,6 @@ uint64_t RunFingerprint(const TrainOptions& o, const OptimConfig& optim, const d
   h.Add<uint32_t>(Crc32(d.x.data(), d.x.size() * sizeof(float)));
   h.Add<uint32_t>(Crc32(d.y.data(), d.y.size() * sizeof(float)));
   return h.value();
-}
-
-Status CheckResumable(const Checkpoint& c, const std::string& path, const TrainOptions& o,
-                      const OptimConfig& optim, uint64_t fingerprint, uint64_t param_count) {
-  const std::string mine = nn::Describe(optim);
-  if (c.optimizer != mine) {
-    return Status::Usage(path + ": the checkpoint was written with " + c.optimizer +
-                         "; this run uses " + mine +
-                         ". Resume with the optimizer settings it was written with");
-  }
-  if (c.fingerprint != fingerprint || c.mode != o.mode || c.params.size() != param_count ||
-      c.states.size() != optim.num_states) {
-    return Status::Usage(path +
-                         ": the checkpoint belongs to another run (model, batch, seed, workers, "
-                         "mode, async rule or data differ); resume with the options it was "
-                         "written with");
-  }
-  if (c.step >= optim.total_steps) {
-    return Status::Usage(path + ": the checkpoint is at step " + std::to_string(c.step) +
-                         ", the run has only " + std::to_string(optim.total_steps));
-  }
-  return Status::Ok();
 }
 
 Status SaveCheckpoint(const std::string& path, const Checkpoint& c) {

@@ -40,12 +40,6 @@ struct Checkpoint {
 uint64_t RunFingerprint(const TrainOptions& o, const OptimConfig& optim,
                         const data::Dataset& train);
 
-// Whether checkpoint c (read from path) continues this run: the same fingerprint, mode, sizes
-// and optimizer, and a step before the end. kUsage naming the difference otherwise (the
-// optimizer's settings when they differ, since those are the likeliest slip).
-Status CheckResumable(const Checkpoint& c, const std::string& path, const TrainOptions& o,
-                      const OptimConfig& optim, uint64_t fingerprint, uint64_t param_count);
-
 Status SaveCheckpoint(const std::string& path, const Checkpoint& c);
 // kData with a message naming the file on any damage (short, bad magic or version, sizes,
 // checksum).

@@ -15,24 +15,24 @@
 #include <memory>
 #include <string>
 #include <thread>
-#include <ctime>
 #include <vector>
 
 #include "data/batch_plan.h"
 #include "data/dataset.h"
 #include "data/preprocess.h"
 #include "master/checkpoint.h"
-#include "master/evaluator.h"
+#include "master/checkpoint_policy.h"
 #include "master/model_file.h"
 #include "master/output_path.h"
+#include "master/run_summary.h"
+#include "master/segment_reads.h"
 #include "master/signals.h"
 #include "master/supervisor.h"
+#include "master/validation.h"
 #include "monitoring/exporter.h"
 #include "nn/metrics.h"
 #include "nn/optimizer.h"
-#include "nn/update.h"
 #include "nn/mlp.h"
-#include "shm/barrier.h"
 #include "shm/futex.h"
 #include "shm/segment.h"
 
@@ -235,14 +235,6 @@ Status CheckAgainstData(const TrainOptions& o, const data::Dataset& d) {
   return Status::Ok();
 }
 
-uint64_t TotalSamples(const shm::Segment& seg) {
-  uint64_t s = 0;
-  for (uint32_t r = 0; r < seg.header()->config.workers; ++r) {
-    s += shm::LoadRelaxed(seg.block(r)->samples_total);
-  }
-  return s;
-}
-
 // Prints the loss records published since the last call: sync, by rank 0 for every logged
 // step; async, by whichever worker's update got a logged version number.
 class LossLog {
@@ -305,9 +297,10 @@ Status PrepareData(const TrainOptions& o, RunData* rd) {
 }
 
 
-Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
-                std::unique_ptr<monitoring::Exporter>* exporter_out) {
-  // Output paths first: a finished run must not be lost to a path that could never be written.
+namespace {
+
+// Output paths first: a finished run must not be lost to a path that could never be written.
+Status CheckOutputPaths(const TrainOptions& o) {
   if (Status s = CheckOutputPath("--save", o.save_path,
                                  {{"--data", o.data_path},
                                   {"--val-data", o.val_data_path},
@@ -316,11 +309,251 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
       !s.ok()) {
     return s;
   }
-  if (Status s = CheckOutputPath("--checkpoint", o.checkpoint_path,
-                                 {{"--data", o.data_path}, {"--val-data", o.val_data_path}});
-      !s.ok()) {
-    return s;
+  return CheckOutputPath("--checkpoint", o.checkpoint_path,
+                         {{"--data", o.data_path}, {"--val-data", o.val_data_path}});
+}
+
+// Segments left by runs whose master died (SIGKILL, power loss) are ours to reclaim.
+void ReclaimStale(Logger& log) {
+  for (const shm::SegmentInfo& gone : shm::ReclaimStaleSegments()) {
+    log.Info("removed stale segment /dev/shm/" + gone.name + ": " + gone.why,
+             JsonLine("stale_segment_removed").Str("name", gone.name).Str("why", gone.why));
   }
+}
+
+// Names the segment in g_segment_path for main's last-resort handlers. Declared right after
+// the segment: cleared before the segment is removed, on every path out.
+class SegmentPathForHandlers {
+ public:
+  explicit SegmentPathForHandlers(const std::string& name) {
+    std::snprintf(g_segment_path, sizeof g_segment_path, "/dev/shm/%s", name.c_str());
+  }
+  ~SegmentPathForHandlers() { g_segment_path[0] = '\0'; }
+  SegmentPathForHandlers(const SegmentPathForHandlers&) = delete;
+  SegmentPathForHandlers& operator=(const SegmentPathForHandlers&) = delete;
+};
+
+// Stops the exporter's reads of the run. Declared after the segment and the stats: destroyed
+// first, so no scrape reads them once they are gone.
+class DetachOnExit {
+ public:
+  explicit DetachOnExit(monitoring::Exporter* e) : e_(e) {}
+  ~DetachOnExit() {
+    if (e_) e_->Detach();
+  }
+  DetachOnExit(const DetachOnExit&) = delete;
+  DetachOnExit& operator=(const DetachOnExit&) = delete;
+
+ private:
+  monitoring::Exporter* e_;
+};
+
+// A fresh segment, before any worker starts: the training rows, and the state the run starts
+// from (initial parameters, or the resumed checkpoint's state and protocol words).
+void FillSegment(const TrainOptions& o, const data::Dataset& d, const Checkpoint& resume,
+                 shm::Segment* seg) {
+  std::copy(d.x.begin(), d.x.end(), seg->x());
+  std::copy(d.y.begin(), d.y.end(), seg->y());
+  seg->header()->config.first_step = resume.step;
+  if (o.resume_path.empty()) {
+    nn::InitParams(o.model, o.init, o.seed, seg->params(0));
+  } else {
+    ResumeInto(resume, seg);
+  }
+  for (int r = 0; r < o.workers; ++r) {
+    seg->slot(r)->step = -1;
+    seg->block(r)->ticket = -1;
+  }
+}
+
+void LogSegment(const TrainOptions& o, const RunData& rd, const shm::Segment& seg,
+                const monitoring::Exporter* exporter, Logger& log) {
+  const shm::RunConfig& c = seg.header()->config;
+  log.JsonOnly(JsonLine("segment")
+                   .Str("name", seg.name())
+                   .Int("bytes", static_cast<int64_t>(seg.size()))
+                   .Int("params", static_cast<int64_t>(c.param_count))
+                   .Int("rows", rd.train.rows)
+                   .Int("val_rows", rd.val.rows)
+                   .Int("steps", c.total_steps)
+                   .Int("first_step", c.first_step)
+                   .Str("mode", ToString(o.mode)));
+  if (exporter) {
+    const std::string url = "http://" + exporter->address() + "/metrics";
+    log.Info("metrics: " + url,
+             JsonLine("metrics").Str("address", exporter->address()).Str("url", url));
+  }
+}
+
+SupervisorOptions SupervisorOptionsFor(const TrainOptions& o) {
+  SupervisorOptions so;
+  so.heartbeat_timeout_ns = static_cast<int64_t>(o.heartbeat_timeout_s * 1e9);
+  so.max_restarts = o.max_restarts;
+  so.restart_window_ns = static_cast<int64_t>(o.restart_window_s * 1e9);
+  so.chaos_every_ns = static_cast<int64_t>(o.chaos_every_s * 1e9);
+  so.chaos_seed = o.chaos_seed;
+  return so;
+}
+
+// The live line on a terminal: step, loss, samples/s and ETA, refreshed every kProgressNs.
+class ProgressLine {
+ public:
+  ProgressLine(const shm::Segment& seg, Logger& log, int64_t first_step, int64_t total_steps,
+               int64_t t_start)
+      : seg_(seg),
+        log_(log),
+        first_(first_step),
+        total_(total_steps),
+        t_start_(t_start),
+        next_ns_(t_start) {}
+
+  void Update(int64_t progress) {
+    const int64_t now = shm::MonotonicNs();
+    if (now < next_ns_) return;
+    next_ns_ = now + kProgressNs;
+    const double el = (now - t_start_) / 1e9;
+    const double rate = el > 0 ? TotalSamples(seg_) / el : 0;
+    const double eta = progress > first_ ? el * (total_ - progress) / (progress - first_) : NAN;
+    // The loss of the latest step (sync) or update (async), as the metrics endpoint shows it,
+    // whatever --log-every is; "?" until the first one.
+    const double loss = shm::LoadRelaxed(seg_.header()->last_loss);
+    log_.Progress("step " + std::to_string(progress) + "/" + std::to_string(total_) +
+                  "  loss " + (progress > first_ ? Fmt("%.6g", loss) : std::string("?")) + "  " +
+                  Fmt("%.0f", rate) + " samples/s  ETA " +
+                  (std::isfinite(eta) ? Fmt("%.1f", eta) + "s" : "?"));
+  }
+
+ private:
+  const shm::Segment& seg_;
+  Logger& log_;
+  int64_t first_, total_, t_start_;
+  int64_t next_ns_;
+};
+
+// A run whose segment exists and is filled: the units the run loop composes.
+struct RunParts {
+  const TrainOptions& o;
+  const RunData& rd;
+  Logger& log;
+  shm::Segment& seg;
+  Supervisor& sup;
+  CheckpointPolicy& checkpoints;
+  ValidationProtocol& validation;
+  LossLog& losses;
+  int64_t first_step;
+  int64_t total_steps;
+  int64_t t_start;  // just before the workers start
+};
+
+// Starts the workers and supervises them until every one has finished (Ok) or the run must
+// end: a stop signal (kInterrupted), a crash loop, a divergence, ... (the reason).
+Status Supervise(RunParts& run) {
+  const bool sync = run.o.mode == Mode::kSync;
+  ProgressLine progress_line(run.seg, run.log, run.first_step, run.total_steps, run.t_start);
+  Status failure = run.sup.StartAll();
+  while (failure.ok()) {
+    if (g_stop_signal != 0) {
+      return Status::Interrupted("stopped by " + SignalName(g_stop_signal) + " at step " +
+                                 std::to_string(Progress(run.seg)) + " of " +
+                                 std::to_string(run.total_steps));
+    }
+    if (run.o.fault_master_throw >= 0 && Progress(run.seg) >= run.o.fault_master_throw) {
+      throw std::bad_alloc();  // test hook: any exception must end in the normal cleanup
+    }
+    failure = run.sup.Tick(run.validation.wants_fast_poll() ? 1 : kPollMs);
+    run.losses.Drain();
+    run.validation.Poll();
+    if (!failure.ok()) break;
+    if (run.sup.AllFinished()) {
+      if (!sync) run.sup.Reconcile();
+      if (sync || run.validation.stop_requested() || Progress(run.seg) >= run.total_steps) break;
+      // Async: updates whose tickets died with a worker are still owed.
+      failure = run.sup.ResumeAsync();
+      continue;
+    }
+    const int64_t progress = Progress(run.seg);
+    run.checkpoints.Tick(run.seg, progress);
+    progress_line.Update(progress);
+  }
+  return failure;
+}
+
+// The run must end: every worker is stopped; stopped by a signal, the state is checkpointed.
+Status Abandon(RunParts& run, Status failure) {
+  run.sup.AbortAll();
+  run.log.ClearProgress();
+  if (failure.code() == Status::Code::kInterrupted) {
+    (void)run.checkpoints.WriteOnStop(run.seg);  // a failure is logged and counted
+  }
+  return failure;  // the segment is removed as it goes out of scope
+}
+
+// What the summary reports besides the model's losses and the workers' counters. After the
+// validation's Finish(): the evaluations it waits for may still decide an early stop.
+RunSummary SummaryOf(const RunParts& run, int64_t end_step, double wall_s) {
+  RunSummary s;
+  s.mode = run.o.mode;
+  s.rule = run.o.rule;
+  s.workers = run.o.workers;
+  s.first_step = run.first_step;
+  s.end_step = end_step;
+  s.wall_s = wall_s;
+  s.restarts = run.sup.restarts();
+  s.torn_updates = run.sup.torn_updates();
+  s.recoveries = run.sup.recoveries();
+  s.early_stop = run.o.early_stop > 0;
+  s.stopped_early = run.validation.stop_requested();
+  s.best_step = s.early_stop ? run.validation.best_step() : -1;
+  s.val_rows = run.rd.val.rows;
+  s.classification = run.o.model.loss == Loss::kXent;
+  return s;
+}
+
+// Every worker has finished: the model kept (the last, or the best evaluated one), saved, and
+// the summary.
+Status Finish(RunParts& run) {
+  const TrainOptions& o = run.o;
+  const data::Dataset& d = run.rd.train;
+  const bool sync = o.mode == Mode::kSync;
+  run.losses.Drain();
+  run.log.ClearProgress();
+  const int64_t t_end = shm::MonotonicNs();
+  const int64_t end_step = Progress(run.seg);  // total_steps, or earlier after an early stop
+  if (!sync && !run.validation.stop_requested() && end_step != run.total_steps) {
+    return Status::Internal("async run ended with " + std::to_string(end_step) +
+                            " updates applied, expected " + std::to_string(run.total_steps));
+  }
+  const float* w = run.seg.params(sync ? end_step : 0);
+  std::vector<float> params(w, w + run.seg.header()->config.param_count);
+  const nn::Metrics val = run.validation.Finish(end_step, &params);  // may stop early, too
+  RunSummary summary = SummaryOf(run, end_step, (t_end - run.t_start) / 1e9);
+  summary.val = val;
+  summary.final_loss = nn::Evaluate(o.model, params.data(), d.x.data(), d.y.data(), d.rows).loss;
+  ReadWorkerCounters(run.seg, &summary);
+  run.seg.Unlink();
+  g_segment_path[0] = '\0';
+
+  // Workers stop at the first non-finite loss or gradient; this guards what they cannot see
+  // (an update that overflowed at the very last step): no non-finite model is ever written.
+  if (!AllFinite(params)) {
+    return Status::Diverged("training diverged: the parameters after step " +
+                            std::to_string(end_step) +
+                            " are not finite (NaN or infinite); the learning rate (--lr " +
+                            Fmt("%g", o.lr) + ") is probably too large; no model was saved");
+  }
+  if (!o.save_path.empty()) {
+    const Model m{o.model, run.rd.norm, d.classes, std::move(params)};
+    if (Status s = SaveModel(o.save_path, m); !s.ok()) return s;
+  }
+  LogSummary(summary, run.log);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
+                std::unique_ptr<monitoring::Exporter>* exporter_out) {
+  if (Status s = CheckOutputPaths(o); !s.ok()) return s;
   // The endpoint next: a taken port fails the run before anything exists to clean up.
   std::unique_ptr<monitoring::Exporter>& exporter = *exporter_out;
   if (o.metrics) {
@@ -329,28 +562,21 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
   }
   RunData rd;
   if (Status s = PrepareData(o, &rd); !s.ok()) return s;
-  const data::Dataset& d = rd.train;
-  // Segments left by runs whose master died (SIGKILL, power loss) are ours to reclaim.
-  for (const shm::SegmentInfo& gone : shm::ReclaimStaleSegments()) {
-    log.Info("removed stale segment /dev/shm/" + gone.name + ": " + gone.why,
-             JsonLine("stale_segment_removed").Str("name", gone.name).Str("why", gone.why));
-  }
-  const int64_t total_steps = o.TotalSteps(d.rows);
-  const int P = o.workers;
-  const bool sync = o.mode == Mode::kSync;
-
-  const int64_t eval_every = EvalEvery(o, d.rows);
+  ReclaimStale(log);
+  const int64_t total_steps = o.TotalSteps(rd.train.rows);
+  const int64_t eval_every = EvalEvery(o, rd.train.rows);
   OptimConfig optim;
   if (Status s = nn::ResolveOptim(o, total_steps, &optim); !s.ok()) return s;
-  const shm::Header proto = MakeHeader(o, optim, d.rows, d.features, total_steps, eval_every);
+  const shm::Header proto =
+      MakeHeader(o, optim, rd.train.rows, rd.train.features, total_steps, eval_every);
   if (Status s = CheckShmSpace(proto.total_size); !s.ok()) return s;
   // Resuming: the checkpoint must come from this very run (same options and data).
+  const uint64_t fingerprint = RunFingerprint(o, optim, rd.train);
+  const std::string optimizer = nn::Describe(optim);
   Checkpoint resume;
-  const uint64_t fingerprint = RunFingerprint(o, optim, d);
   if (!o.resume_path.empty()) {
-    if (Status s = LoadCheckpoint(o.resume_path, &resume); !s.ok()) return s;
-    if (Status s = CheckResumable(resume, o.resume_path, o, optim, fingerprint,
-                                  proto.config.param_count);
+    if (Status s = LoadResume(o.resume_path, o.mode, fingerprint, optimizer, proto, total_steps,
+                              &resume);
         !s.ok()) {
       return s;
     }
@@ -359,406 +585,33 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
 
   shm::Segment seg;
   if (Status s = shm::Segment::Create(shm::MakeSegmentName(), proto, &seg); !s.ok()) return s;
-  // Declared after seg: cleared before seg removes the segment, on every path out.
-  struct SegmentPathForHandlers {
-    explicit SegmentPathForHandlers(const std::string& name) {
-      std::snprintf(g_segment_path, sizeof g_segment_path, "/dev/shm/%s", name.c_str());
-    }
-    ~SegmentPathForHandlers() { g_segment_path[0] = '\0'; }
-  } segment_path_for_handlers(seg.name());
-  std::copy(d.x.begin(), d.x.end(), seg.x());
-  std::copy(d.y.begin(), d.y.end(), seg.y());
-  seg.header()->config.first_step = first;
-  if (o.resume_path.empty()) {
-    nn::InitParams(o.model, o.init, o.seed, seg.params(0));
-  } else {
-    std::copy(resume.params.begin(), resume.params.end(), seg.params(sync ? first : 0));
-    for (int k = 0; k < seg.num_states(); ++k) {
-      std::copy(resume.states[k].begin(), resume.states[k].end(), seg.state(k, first));
-    }
-    for (int r = 0; r < P && sync; ++r) seg.block(r)->phase = 2 * static_cast<uint64_t>(first);
-    seg.header()->param_version = static_cast<uint64_t>(sync ? 0 : first);
-    seg.header()->claimed = static_cast<uint64_t>(sync ? 0 : first);
-    seg.header()->released_step = first;
-  }
-  for (int r = 0; r < P; ++r) {
-    seg.slot(r)->step = -1;
-    seg.block(r)->ticket = -1;
-  }
-  if (eval_every > 0) seg.header()->eval_ack = first / eval_every;
-  monitoring::SupervisorStats stats(P);
+  const SegmentPathForHandlers segment_path_for_handlers(seg.name());
+  FillSegment(o, rd.train, resume, &seg);
+  monitoring::SupervisorStats stats(o.workers);
   if (exporter) exporter->Attach(&seg, &stats, o);
-  // Declared after seg and stats: destroyed first, so no scrape reads them once they are gone.
-  struct DetachOnExit {
-    monitoring::Exporter* e;
-    ~DetachOnExit() {
-      if (e) e->Detach();
-    }
-  } detach{exporter.get()};
-  log.JsonOnly(JsonLine("segment")
-                   .Str("name", seg.name())
-                   .Int("bytes", static_cast<int64_t>(seg.size()))
-                   .Int("params", static_cast<int64_t>(proto.config.param_count))
-                   .Int("rows", d.rows)
-                   .Int("val_rows", rd.val.rows)
-                   .Int("steps", total_steps)
-                   .Int("first_step", first)
-                   .Str("mode", ToString(o.mode)));
-  if (exporter) {
-    const std::string url = "http://" + exporter->address() + "/metrics";
-    log.Info("metrics: " + url,
-             JsonLine("metrics").Str("address", exporter->address()).Str("url", url));
-  }
+  const DetachOnExit detach(exporter.get());
+  LogSegment(o, rd, seg, exporter.get(), log);
 
-  // Checkpoints: copies of W (and V) at a step every rank agrees on, written durably. A
-  // checkpoint that cannot be written (disk full, directory gone) is logged and counted, and
-  // the run goes on: the next one is tried as planned. Non-finite parameters are never
-  // written, so the last finite checkpoint stays usable.
-  int64_t last_checkpoint = first;
-  // W and the optimizer state of buffer `step` (sync), or the given parameters (async).
-  auto copy_out = [&](int64_t step, const float* w) {
-    Checkpoint c;
-    c.params.assign(w, w + proto.config.param_count);
-    for (int k = 0; k < seg.num_states(); ++k) {
-      c.states.emplace_back(seg.state(k, step), seg.state(k, step) + proto.config.param_count);
-    }
-    return c;
-  };
-  auto write_checkpoint = [&](int64_t step, Checkpoint c) -> Status {
-    const int64_t t0 = shm::MonotonicNs();
-    c.mode = o.mode;
-    c.step = step;
-    c.fingerprint = fingerprint;
-    c.optimizer = nn::Describe(optim);
-    bool finite = AllFinite(c.params);
-    for (const std::vector<float>& v : c.states) finite = finite && AllFinite(v);
-    Status s = finite
-                   ? SaveCheckpoint(o.checkpoint_path, c)
-                   : Status::Diverged("the parameters at step " + std::to_string(step) +
-                                      " are not finite; the checkpoint was not written");
-    if (!s.ok()) {
-      stats.AddCheckpointFailure();
-      log.Info("warning: checkpoint at step " + std::to_string(step) + " failed: " + s.message() +
-                    "; training goes on and the next checkpoint is tried as planned",
-                JsonLine("checkpoint_failed")
-                    .Str("path", o.checkpoint_path)
-                    .Int("step", step)
-                    .Str("error", s.message()));
-      return s;
-    }
-    const double took = (shm::MonotonicNs() - t0) * 1e-9;
-    stats.ObserveCheckpoint(took, static_cast<double>(std::time(nullptr)));
-    last_checkpoint = step;
-    log.JsonOnly(JsonLine("checkpoint").Str("path", o.checkpoint_path).Int("step", step).Num(
-        "seconds", took));
-    return Status::Ok();
-  };
-  // Async: a copy taken while workers update (each element is some recent value).
-  auto async_snapshot = [&](int64_t* step) {
-    std::vector<float> w(proto.config.param_count);
-    *step = Progress(seg);
-    for (size_t i = 0; i < w.size(); ++i) w[i] = nn::SharedAccess::Load(seg.params(0) + i);
-    return w;
-  };
-
-  SupervisorOptions so;
-  so.heartbeat_timeout_ns = static_cast<int64_t>(o.heartbeat_timeout_s * 1e9);
-  so.max_restarts = o.max_restarts;
-  so.restart_window_ns = static_cast<int64_t>(o.restart_window_s * 1e9);
-  so.chaos_every_ns = static_cast<int64_t>(o.chaos_every_s * 1e9);
-  so.chaos_seed = o.chaos_seed;
-
-  // Validation: snapshots go to the evaluator thread; results come back in order.
-  std::unique_ptr<Evaluator> evaluator;
-  if (eval_every > 0) evaluator = std::make_unique<Evaluator>(o.model, rd.val);
-  const int64_t per_epoch = o.StepsPerEpoch(d.rows);
-  int64_t next_eval = first / std::max<int64_t>(eval_every, 1) + 1;  // index of the next snapshot
-  EarlyStop best(o.early_stop);
-  bool stop_requested = false;
-  auto log_validation = [&](int64_t step, const nn::Metrics& m) {
-    const bool xent = o.model.loss == Loss::kXent;
-    const double epoch = static_cast<double>(step) / per_epoch;
-    const std::string epoch_text =
-        step % per_epoch == 0 ? std::to_string(step / per_epoch) : Fmt("%.2f", epoch);
-    // The gauges first: a reader of the log line finds them already set.
-    stats.SetValidation(m.loss, xent ? m.accuracy : m.rmse);
-    JsonLine j("validation");
-    j.Int("step", step).Num("epoch", epoch).Num("val_loss", m.loss);
-    xent ? j.Num("val_accuracy", m.accuracy) : j.Num("val_rmse", m.rmse);
-    log.Line("validation at step " + std::to_string(step) + " (epoch " + epoch_text +
-                 "): val loss " + Fmt("%.6g", m.loss) +
-                 (xent ? ", val accuracy " + Fmt("%.4f", m.accuracy)
-                       : ", val rmse " + Fmt("%.6g", m.rmse)),
-             j);
-  };
-  // Sync with --early-stop (a ring of 2): snapshot k is acked only once it is evaluated, so no
-  // rank passes the stop check of eval k + 2 before the master has decided on eval k, and an early stop
-  // named there (k + 2) lands at the same step in every run. Without early stopping it is
-  // acked as soon as it is copied.
-  const bool ack_after_eval = sync && o.early_stop > 0;
-  int64_t acked = first / std::max<int64_t>(eval_every, 1);
-  auto on_results = [&](std::vector<Evaluator::Result> results) {
-    for (Evaluator::Result& r : results) {
-      log_validation(r.step, r.metrics);
-      const int64_t k = r.index;
-      if (best.Observe(r.step, r.metrics, std::move(r.params)) && !stop_requested) {
-        stop_requested = true;
-        shm::RequestStop(seg.header(), sync ? k + 2 : 0);
-        // Sync ranks still run to the eval step k + 2 (and async ones finish their updates),
-        // and those evaluations may still find a better model: the line says "so far", and
-        // the end of the run names the model kept.
-        const std::string until =
-            sync ? "at step " + std::to_string(std::min(total_steps, (k + 2) * eval_every))
-                 : "at the workers' next update";
-        log.Info("early stop: no better validation loss in " + std::to_string(o.early_stop) +
-                     " evaluations (best so far " + Fmt("%.6g", best.loss()) + " at step " +
-                     std::to_string(best.step()) + "); training stops " + until,
-                 JsonLine("early_stop").Int("best_step", best.step()).Num("best_val_loss",
-                                                                          best.loss()));
-      }
-      if (ack_after_eval) {
-        shm::AckEval(seg.header(), k);
-        acked = k;
-      }
-    }
-  };
-  auto poll_evals = [&] {
-    if (!evaluator) return;
-    if (sync) {
-      while (next_eval * eval_every < total_steps) {
-        bool all = true;
-        for (int r = 0; r < P && all; ++r) {
-          all = shm::LoadAcquire(seg.block(r)->snap_eval) >= next_eval;
-        }
-        if (!all) break;
-        const float* e = seg.snapshot(next_eval);
-        std::vector<float> w(e, e + proto.config.param_count);
-        if (!ack_after_eval) shm::AckEval(seg.header(), next_eval);
-        evaluator->Submit(next_eval, next_eval * eval_every, std::move(w));
-        ++next_eval;
-      }
-    } else if (!stop_requested && next_eval * eval_every < total_steps &&
-               Progress(seg) >= next_eval * eval_every) {
-      int64_t step = 0;
-      std::vector<float> w = async_snapshot(&step);
-      // The run may have reached its end meanwhile: the final evaluation covers that.
-      if (step < total_steps) evaluator->Submit(next_eval, step, std::move(w));
-      next_eval = step / eval_every + 1;
-    }
-    on_results(evaluator->Take());
-  };
-
+  CheckpointPolicy checkpoints({.path = o.checkpoint_path,
+                                .every = o.checkpoint_every,
+                                .mode = o.mode,
+                                .first_step = first,
+                                .total_steps = total_steps,
+                                .fingerprint = fingerprint,
+                                .optimizer = optimizer},
+                               log, stats);
+  ValidationProtocol validation({.eval_every = eval_every,
+                                 .early_stop = o.early_stop,
+                                 .first_step = first,
+                                 .total_steps = total_steps,
+                                 .steps_per_epoch = o.StepsPerEpoch(rd.train.rows)},
+                                o.model, rd.val, seg, log, stats);
   const int64_t t_start = shm::MonotonicNs();
-  Supervisor sup(seg, launcher, log, stats, so);
+  Supervisor sup(seg, launcher, log, stats, SupervisorOptionsFor(o));
   LossLog losses(seg, log);
-  Status failure = sup.StartAll();
-  int64_t next_progress = t_start;
-  const int64_t every = o.checkpoint_every;
-  // The next periodic checkpoint: it moves on after each attempt, whether it succeeded or not
-  // (sync ranks pause at every multiple of `every` until the master releases them).
-  int64_t next_checkpoint = every > 0 ? (first / every + 1) * every : INT64_MAX;
-  for (;;) {
-    if (!failure.ok()) break;
-    if (g_stop_signal != 0) {
-      failure = Status::Interrupted("stopped by " + SignalName(g_stop_signal) + " at step " +
-                                    std::to_string(Progress(seg)) + " of " +
-                                    std::to_string(total_steps));
-      break;
-    }
-    if (o.fault_master_throw >= 0 && Progress(seg) >= o.fault_master_throw) {
-      throw std::bad_alloc();  // test hook: any exception must end in the normal cleanup
-    }
-    // Sync ranks may be waiting for a snapshot's ack: look every millisecond while they
-    // validate (with early stopping: while an evaluation is out).
-    const bool soon = eval_every > 0 && sync && (!ack_after_eval || acked < next_eval - 1);
-    failure = sup.Tick(soon ? 1 : kPollMs);
-    losses.Drain();
-    poll_evals();
-    if (!failure.ok()) break;
-    if (sup.AllFinished()) {
-      if (!sync) sup.Reconcile();
-      if (sync || stop_requested || Progress(seg) >= total_steps) break;
-      // Async: updates whose tickets died with a worker are still owed.
-      failure = sup.ResumeAsync();
-      continue;
-    }
-    const int64_t progress = Progress(seg);
-    if (every > 0 && sync) {
-      // Every rank pauses before step next (worker/sync_loop.cc) until it is released.
-      const int64_t next = next_checkpoint;
-      if (next < total_steps && progress == next) {
-        bool all_paused = true;
-        for (int r = 0; r < P; ++r) {
-          all_paused &= shm::LoadPhase(*seg.block(r)) == 2 * static_cast<uint64_t>(next);
-        }
-        if (all_paused) {
-          Checkpoint copy = copy_out(next, seg.params(next));
-          shm::ReleaseCheckpoint(seg.header(), next);  // the copy is taken: train on
-          next_checkpoint += every;
-          write_checkpoint(next, std::move(copy));
-        }
-      }
-    } else if (every > 0 && progress >= next_checkpoint && progress < total_steps) {
-      int64_t step = 0;
-      const std::vector<float> w = async_snapshot(&step);
-      next_checkpoint = (step / every + 1) * every;
-      write_checkpoint(step, copy_out(step, w.data()));
-    }
-    const int64_t now = shm::MonotonicNs();
-    if (now >= next_progress) {
-      next_progress = now + kProgressNs;
-      const double el = (now - t_start) / 1e9;
-      const double rate = el > 0 ? TotalSamples(seg) / el : 0;
-      const double eta =
-          progress > first ? el * (total_steps - progress) / (progress - first) : NAN;
-      // The loss of the latest step (sync) or update (async), as the metrics endpoint shows it,
-      // whatever --log-every is; "?" until the first one.
-      const double loss = shm::LoadRelaxed(seg.header()->last_loss);
-      log.Progress("step " + std::to_string(progress) + "/" + std::to_string(total_steps) +
-                   "  loss " + (progress > first ? Fmt("%.6g", loss) : std::string("?")) +
-                   "  " + Fmt("%.0f", rate) +
-                   " samples/s  ETA " + (std::isfinite(eta) ? Fmt("%.1f", eta) + "s" : "?"));
-    }
-  }
-  if (!failure.ok()) {
-    sup.AbortAll();
-    log.ClearProgress();
-    // Stopped by a signal with a checkpoint configured: every worker is gone, so the state is
-    // frozen. Sync: W[t%2] at the lowest completed step t is intact (only step t+1's update
-    // would overwrite it, and that needs every rank past step t+1's gradient).
-    if (failure.code() == Status::Code::kInterrupted && !o.checkpoint_path.empty()) {
-      Status s;
-      if (sync) {
-        const int64_t t = Progress(seg);
-        s = write_checkpoint(t, copy_out(t, seg.params(t)));
-      } else {
-        int64_t step = 0;
-        const std::vector<float> w = async_snapshot(&step);
-        s = write_checkpoint(step, copy_out(step, w.data()));
-      }
-      if (s.ok()) log.Info("checkpoint written to " + o.checkpoint_path + " at step " +
-                    std::to_string(last_checkpoint),
-                    JsonLine("checkpoint_on_stop").Str("path", o.checkpoint_path).Int(
-                        "step", last_checkpoint));
-    }
-    return failure;  // the segment is removed as `seg` goes out of scope
-  }
-  losses.Drain();
-  log.ClearProgress();
-  const int64_t t_end = shm::MonotonicNs();
-  // Where training ended: total_steps, or earlier after an early stop.
-  const int64_t end_step = Progress(seg);
-  if (!sync && !stop_requested && end_step != total_steps) {
-    return Status::Internal("async run ended with " + std::to_string(end_step) +
-                            " updates applied, expected " + std::to_string(total_steps));
-  }
-  if (evaluator) on_results(evaluator->Finish());
-
-  Model m;
-  m.spec = o.model;
-  m.norm = rd.norm;
-  m.classes = d.classes;
-  const float* w = seg.params(sync ? end_step : 0);
-  m.params.assign(w, w + proto.config.param_count);
-  nn::Metrics val_m =
-      nn::Evaluate(o.model, m.params.data(), rd.val.x.data(), rd.val.y.data(), rd.val.rows);
-  if (evaluator) {
-    log_validation(end_step, val_m);
-    best.Observe(end_step, val_m, {});
-    // With --early-stop the model kept is the one with the best validation loss.
-    if (o.early_stop > 0 && best.step() != end_step) {
-      m.params = best.params();
-      val_m = best.metrics();
-    }
-    if (stop_requested) {
-      log.Info("early stop: keeping the model of step " + std::to_string(best.step()) +
-                   " (val loss " + Fmt("%.6g", best.loss()) + "), the best evaluated",
-               JsonLine("early_stop_model").Int("best_step", best.step()).Num("best_val_loss",
-                                                                              best.loss()));
-    }
-  }
-  const nn::Metrics train_m = nn::Evaluate(o.model, m.params.data(), d.x.data(), d.y.data(), d.rows);
-  const double wall_s = (t_end - t_start) / 1e9;
-  const uint64_t samples = TotalSamples(seg);
-  std::vector<double> rec = sup.recoveries();
-  std::sort(rec.begin(), rec.end());
-  uint64_t dropped = 0, tau_sum = 0;
-  std::string per_worker = "[";
-  for (int r = 0; r < P; ++r) {
-    dropped += shm::LoadRelaxed(seg.block(r)->dropped_total);
-    tau_sum += shm::LoadRelaxed(seg.block(r)->staleness_sum);
-    per_worker += (r ? "," : "") + std::to_string(shm::LoadRelaxed(seg.block(r)->commit) / 2);
-  }
-  per_worker += "]";
-  const int64_t version = static_cast<int64_t>(shm::LoadAcquire(seg.header()->param_version));
-  const int64_t s1 = shm::LoadRelaxed(seg.header()->step1_end_ns);
-  const int64_t sl = shm::LoadRelaxed(seg.header()->last_end_ns);
-  const int64_t steps_run = std::max<int64_t>(end_step - first, 1);
-  const double us_per_step =
-      sync ? (steps_run > 1 && s1 > 0 && sl >= s1 ? (sl - s1) / 1e3 / (steps_run - 1) : NAN)
-           : wall_s * 1e6 / steps_run;
-  seg.Unlink();
-  g_segment_path[0] = '\0';
-
-  // Workers stop at the first non-finite loss or gradient; this guards what they cannot see
-  // (an update that overflowed at the very last step): no non-finite model is ever written.
-  if (!AllFinite(m.params)) {
-    return Status::Diverged("training diverged: the parameters after step " +
-                            std::to_string(end_step) +
-                            " are not finite (NaN or infinite); the learning rate (--lr " +
-                            Fmt("%g", o.lr) + ") is probably too large; no model was saved");
-  }
-  if (!o.save_path.empty()) {
-    if (Status s = SaveModel(o.save_path, m); !s.ok()) return s;
-  }
-  JsonLine summary("summary");
-  summary.Int("steps", end_step)
-      .Num("final_loss", train_m.loss)
-      .Num("wall_s", wall_s)
-      .Num("samples_per_s", samples / wall_s)
-      .Int("workers", P)
-      .Num("us_per_step", us_per_step)
-      .Str("mode", ToString(o.mode))
-      .Int("first_step", first)
-      .Int("restarts", sup.restarts())
-      .Int("torn_updates", sup.torn_updates())
-      .Int("recoveries", static_cast<int64_t>(rec.size()))
-      .Num("recovery_median_s", rec.empty() ? NAN : rec[rec.size() / 2])
-      .Num("recovery_max_s", rec.empty() ? NAN : rec.back());
-  std::string text = "done: " + std::to_string(end_step) + (sync ? " steps" : " updates") +
-                     ", final loss " + Fmt("%.9g", train_m.loss);
-  if (o.early_stop > 0) {
-    summary.Raw("stopped_early", stop_requested ? "true" : "false").Int("best_step", best.step());
-    text += stop_requested ? " (stopped early; model of step " + std::to_string(best.step()) + ")"
-                           : " (model of step " + std::to_string(best.step()) + ")";
-  }
-  if (!sync) {
-    const double mean_tau = static_cast<double>(tau_sum) / std::max<int64_t>(end_step, 1);
-    summary.Str("rule", ToString(o.rule))
-        .Int("updates", end_step)
-        .Int("param_version", version)
-        .Raw("worker_updates", per_worker)
-        .Int("dropped", static_cast<int64_t>(dropped))
-        .Num("mean_staleness", mean_tau);
-    text += " (" + std::string(ToString(o.rule)) + ", mean staleness " + Fmt("%.2f", mean_tau) +
-            ", " + std::to_string(dropped) + " dropped)";
-  }
-  if (rd.val.rows > 0) {
-    summary.Num("val_loss", val_m.loss);
-    text += ", val loss " + Fmt("%.6g", val_m.loss);
-    if (o.model.loss == Loss::kXent) {
-      summary.Num("val_accuracy", val_m.accuracy);
-      text += ", val accuracy " + Fmt("%.4f", val_m.accuracy);
-    } else {
-      summary.Num("val_rmse", val_m.rmse);
-      text += ", val rmse " + Fmt("%.6g", val_m.rmse);
-    }
-  }
-  text += ", " + Fmt("%.3f", wall_s) + " s, " + Fmt("%.0f", samples / wall_s) + " samples/s, " +
-          std::to_string(P) + " worker" + (P == 1 ? "" : "s") + ", " +
-          Fmt("%.2f", us_per_step) + " us/step";
-  log.Line(text, summary);
-  return Status::Ok();
+  RunParts run{o, rd, log, seg, sup, checkpoints, validation, losses, first, total_steps, t_start};
+  if (Status failure = Supervise(run); !failure.ok()) return Abandon(run, std::move(failure));
+  return Finish(run);
 }
 
 }  // namespace shmtrain::master

@@ -1,6 +1,12 @@
 // The master's run loop for `shmtrain train`: load the data, lay out and fill the segment,
 // start the workers, supervise them, log, and finish (save, summary) or abandon the run.
 //
+// The loop composes units that each own one concern: the workers' lives (Supervisor,
+// master/supervisor.h), checkpoints and resume (CheckpointPolicy, master/checkpoint_policy.h),
+// validation and early stopping (ValidationProtocol, master/validation.h), and the last line
+// (RunSummary, master/run_summary.h). Each round of the loop hands every unit the segment's
+// progress; none of them waits for a worker.
+//
 // The master never blocks on anything a worker can hold: it sleeps only in poll() on the
 // workers' pidfds with a short timeout, reads the segment without locks, and after an abort
 // gives the workers a bounded time to leave before it kills them.

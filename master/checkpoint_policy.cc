@@ -1,0 +1,199 @@
+#include "master/checkpoint_policy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+#include <utility>
+#include <vector>
+
+#include "master/segment_reads.h"
+#include "master/supervisor.h"
+#include "shm/barrier.h"
+#include "shm/futex.h"
+
+namespace shmtrain::master {
+namespace {
+
+bool AllFinite(const std::vector<float>& v) {
+  return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
+}
+
+// ---- The optimizer state: the parameters and the optimizer's K state vectors
+// (nn/optimizer.h), whatever the optimizer; master/checkpoint.cc stores them in the file. ---
+
+// Every float of the checkpoint, parameters and optimizer state, is finite.
+bool StateFinite(const Checkpoint& c) {
+  return AllFinite(c.params) &&
+         std::all_of(c.states.begin(), c.states.end(), [](const auto& v) { return AllFinite(v); });
+}
+
+// The checkpoint's state has the sizes the segment laid out in `layout` holds.
+bool StateFitsLayout(const Checkpoint& c, const shm::Header& layout) {
+  if (c.params.size() != layout.config.param_count) return false;
+  if (c.states.size() != layout.config.optim.num_states) return false;
+  return std::all_of(c.states.begin(), c.states.end(),
+                     [&](const auto& v) { return v.size() == c.params.size(); });
+}
+
+// Into the buffers that step `step` reads (sync), or the single parameter buffer (async,
+// step 0's: async runs keep no optimizer state).
+void RestoreStepState(const Checkpoint& c, int64_t step, shm::Segment* seg) {
+  std::copy(c.params.begin(), c.params.end(), seg->params(step));
+  for (size_t k = 0; k < c.states.size(); ++k) {
+    std::copy(c.states[k].begin(), c.states[k].end(), seg->state(static_cast<int>(k), step));
+  }
+}
+
+}  // namespace
+
+Checkpoint CopyStepState(const shm::Segment& seg, int64_t step) {
+  const uint64_t n = seg.header()->config.param_count;
+  Checkpoint c;
+  c.step = step;
+  const float* w = seg.params(step);
+  c.params.assign(w, w + n);
+  for (int k = 0; k < seg.num_states(); ++k) {
+    const float* s = seg.state(k, step);
+    c.states.emplace_back(s, s + n);
+  }
+  return c;
+}
+
+// ---- End of the optimizer state. -----------------------------------------------------------
+
+namespace {
+
+// Async: the checkpoint of the parameters as they are now (see CopyParamsAsync).
+Checkpoint CopyAsync(const shm::Segment& seg) {
+  Checkpoint c;
+  c.params = CopyParamsAsync(seg, &c.step);
+  return c;
+}
+
+// Sync: every rank has arrived at the pause before `step` (worker/sync_loop.cc).
+bool AllPausedBefore(const shm::Segment& seg, int64_t step) {
+  const int workers = static_cast<int>(seg.header()->config.workers);
+  for (int r = 0; r < workers; ++r) {
+    if (shm::LoadPhase(*seg.block(r)) != 2 * static_cast<uint64_t>(step)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+CheckpointSchedule::CheckpointSchedule(int64_t every, Mode mode, int64_t first_step,
+                                       int64_t total_steps)
+    : every_(every),
+      sync_(mode == Mode::kSync),
+      total_steps_(total_steps),
+      next_(every > 0 ? (first_step / every + 1) * every : INT64_MAX) {}
+
+bool CheckpointSchedule::Due(int64_t progress) const {
+  if (progress >= total_steps_) return false;
+  return sync_ ? progress == next_ : progress >= next_;
+}
+
+void CheckpointSchedule::Advance(int64_t step) {
+  if (every_ > 0) next_ = (step / every_ + 1) * every_;
+}
+
+CheckpointPolicy::CheckpointPolicy(const CheckpointConfig& config, Logger& log,
+                                   monitoring::SupervisorStats& stats)
+    : config_(config),
+      schedule_(config.every, config.mode, config.first_step, config.total_steps),
+      log_(log),
+      stats_(stats),
+      last_written_(config.first_step) {}
+
+void CheckpointPolicy::Tick(shm::Segment& seg, int64_t progress) {
+  if (!schedule_.Due(progress)) return;
+  Checkpoint c;
+  if (config_.mode == Mode::kSync) {
+    const int64_t step = schedule_.next();
+    if (!AllPausedBefore(seg, step)) return;
+    c = CopyStepState(seg, step);
+    shm::ReleaseCheckpoint(seg.header(), step);  // the copy is taken: train on
+  } else {
+    c = CopyAsync(seg);
+  }
+  schedule_.Advance(c.step);
+  Write(std::move(c));  // a failure is logged and counted; the next one is tried as planned
+}
+
+Status CheckpointPolicy::WriteOnStop(const shm::Segment& seg) {
+  if (config_.path.empty()) return Status::Ok();
+  Status s =
+      Write(config_.mode == Mode::kSync ? CopyStepState(seg, Progress(seg)) : CopyAsync(seg));
+  if (s.ok()) {
+    log_.Info("checkpoint written to " + config_.path + " at step " + std::to_string(last_written_),
+              JsonLine("checkpoint_on_stop").Str("path", config_.path).Int("step", last_written_));
+  }
+  return s;
+}
+
+Status CheckpointPolicy::Write(Checkpoint c) {
+  const int64_t t0 = shm::MonotonicNs();
+  c.mode = config_.mode;
+  c.fingerprint = config_.fingerprint;
+  c.optimizer = config_.optimizer;
+  const Status s = StateFinite(c)
+                       ? SaveCheckpoint(config_.path, c)
+                       : Status::Diverged("the parameters at step " + std::to_string(c.step) +
+                                          " are not finite; the checkpoint was not written");
+  if (!s.ok()) {
+    stats_.AddCheckpointFailure();
+    log_.Info("warning: checkpoint at step " + std::to_string(c.step) + " failed: " + s.message() +
+                  "; training goes on and the next checkpoint is tried as planned",
+              JsonLine("checkpoint_failed")
+                  .Str("path", config_.path)
+                  .Int("step", c.step)
+                  .Str("error", s.message()));
+    return s;
+  }
+  const double took = (shm::MonotonicNs() - t0) * 1e-9;
+  stats_.ObserveCheckpoint(took, static_cast<double>(std::time(nullptr)));
+  last_written_ = c.step;
+  log_.JsonOnly(
+      JsonLine("checkpoint").Str("path", config_.path).Int("step", c.step).Num("seconds", took));
+  return Status::Ok();
+}
+
+Status LoadResume(const std::string& path, Mode mode, uint64_t fingerprint,
+                  const std::string& optimizer, const shm::Header& layout, int64_t total_steps,
+                  Checkpoint* out) {
+  Checkpoint c;
+  if (Status s = LoadCheckpoint(path, &c); !s.ok()) return s;
+  // The optimizer's settings first: the likeliest slip, and the one a message can name.
+  if (c.optimizer != optimizer) {
+    return Status::Usage(path + ": the checkpoint was written with " + c.optimizer +
+                         "; this run uses " + optimizer +
+                         ". Resume with the optimizer settings it was written with");
+  }
+  if (c.fingerprint != fingerprint || c.mode != mode || !StateFitsLayout(c, layout)) {
+    return Status::Usage(path +
+                         ": the checkpoint belongs to another run (model, batch, seed, workers, "
+                         "mode, async rule or data differ); resume with the options it was "
+                         "written with");
+  }
+  if (c.step >= total_steps) {
+    return Status::Usage(path + ": the checkpoint is at step " + std::to_string(c.step) +
+                         ", the run has only " + std::to_string(total_steps));
+  }
+  *out = std::move(c);
+  return Status::Ok();
+}
+
+void ResumeInto(const Checkpoint& c, shm::Segment* seg) {
+  shm::Header* h = seg->header();
+  const bool sync = static_cast<Mode>(h->config.mode) == Mode::kSync;
+  const int workers = static_cast<int>(h->config.workers);
+  RestoreStepState(c, sync ? c.step : 0, seg);
+  for (int r = 0; r < workers && sync; ++r) {
+    seg->block(r)->phase = 2 * static_cast<uint64_t>(c.step);
+  }
+  h->param_version = static_cast<uint64_t>(sync ? 0 : c.step);
+  h->claimed = static_cast<uint64_t>(sync ? 0 : c.step);
+  h->released_step = c.step;
+}
+
+}  // namespace shmtrain::master

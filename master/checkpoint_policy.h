@@ -1,0 +1,130 @@
+// The checkpoint policy of a training run: when a checkpoint is taken, what is copied out of
+// the segment for it, how it is written, what a failed one costs, and how a run resumes from
+// one. The file format itself is master/checkpoint.h's.
+//
+// Contract (README.md, "Checkpoints"):
+//  - Schedule. --checkpoint-every N: one checkpoint at every multiple of N above the step the
+//    run started from and below its last step. Sync ranks pause before each such step t
+//    (worker/sync_loop.cc) until the master has copied step t's state and released them
+//    (shm::ReleaseCheckpoint); async ones never pause. After each attempt, written or not, the
+//    next one is the next multiple of N: a failure never makes the policy retry at once.
+//  - Copy. Sync: W[t%2] and the optimizer state of step t, which no rank can overwrite while
+//    every rank is paused before step t; the file is written after the release, so the ranks
+//    wait microseconds, not for the disk. Async: W read while the workers update it (each
+//    element is some recent value), params only (async rules keep no optimizer state).
+//  - Write. Durable (SaveCheckpoint). Non-finite state is never written, so the last finite
+//    checkpoint stays usable. A checkpoint that cannot be written does not end the run: it is
+//    logged (`warning: ...`, JSON `checkpoint_failed`) and counted
+//    (SupervisorStats::AddCheckpointFailure); a written one is timed and logged (JSON
+//    `checkpoint`).
+//  - Stop. On a stop signal, once every worker is gone, the state at Progress() is written.
+//  - Resume. A checkpoint resumes only the run that wrote it (optimizer settings, fingerprint,
+//    mode, and a state
+//    that fits the segment's layout), and only before that run's last step; it goes into a
+//    fresh segment with the protocol words a run at its step would have.
+//
+// The optimizer state (its K vectors per buffer, nn/optimizer.h; Checkpoint::states in the file)
+// is touched by no other part of the run loop, and here only by four functions side by side
+// in checkpoint_policy.cc: CopyStepState, RestoreStepState, StateFitsLayout and StateFinite,
+// none of which knows which optimizer runs.
+//
+// Threads: the run loop's only. The segment is read without locks: sync copies happen while
+// every rank is paused, async copies through relaxed atomic loads.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "master/checkpoint.h"
+#include "master/log.h"
+#include "monitoring/exporter.h"
+#include "shm/segment.h"
+#include "shmtrain/options.h"
+#include "shmtrain/status.h"
+
+namespace shmtrain::master {
+
+// When periodic checkpoints are due. Pure: no I/O, no segment.
+class CheckpointSchedule {
+ public:
+  // every: --checkpoint-every, 0 = no periodic checkpoints. first_step: the step the run
+  // starts from (0, or the resumed checkpoint's). total_steps: the run's last step.
+  CheckpointSchedule(int64_t every, Mode mode, int64_t first_step, int64_t total_steps);
+  // Whether a checkpoint is due at this Progress(). Sync: exactly at next() (the ranks pause
+  // there, so progress stops on it). Async: once progress has reached next() (updates run on
+  // meanwhile). Never at or after total_steps.
+  bool Due(int64_t progress) const;
+  // The attempt at `step` (>= next()) is made, written or failed: next() moves to the first
+  // multiple of every above step.
+  void Advance(int64_t step);
+  // The step of the next periodic checkpoint; INT64_MAX when there are none.
+  int64_t next() const { return next_; }
+
+ private:
+  int64_t every_;
+  bool sync_;
+  int64_t total_steps_;
+  int64_t next_;
+};
+
+struct CheckpointConfig {
+  std::string path;   // --checkpoint; "" = none (not even on a stop signal)
+  int64_t every = 0;  // --checkpoint-every; 0 = on a stop signal only
+  Mode mode = Mode::kSync;
+  int64_t first_step = 0;
+  int64_t total_steps = 0;
+  uint64_t fingerprint = 0;  // RunFingerprint() of the run, stored in every checkpoint
+  std::string optimizer;     // nn::Describe of the run's OptimConfig, stored in every checkpoint
+};
+
+class CheckpointPolicy {
+ public:
+  // log and stats must outlive the policy.
+  CheckpointPolicy(const CheckpointConfig& config, Logger& log, monitoring::SupervisorStats& stats);
+  CheckpointPolicy(const CheckpointPolicy&) = delete;
+  CheckpointPolicy& operator=(const CheckpointPolicy&) = delete;
+
+  // The run loop's call after each supervision round, with Progress(seg): takes the periodic
+  // checkpoint when it is due and (sync) every rank is paused before it, releases the ranks,
+  // then writes it. A failed write is logged and counted, never returned.
+  void Tick(shm::Segment& seg, int64_t progress);
+  // On a stop signal, once no worker runs (the state is frozen; sync: W[t%2] at the lowest
+  // completed step t is intact). Writes the state at Progress(seg) and logs where it went;
+  // Ok without writing when there is no --checkpoint.
+  Status WriteOnStop(const shm::Segment& seg);
+  // Writes `state` (params, optimizer state and step filled in) as this run's checkpoint.
+  // Not ok, logged and counted when the state is not finite or the file cannot be written.
+  Status Write(Checkpoint state);
+
+  const CheckpointSchedule& schedule() const { return schedule_; }
+  // The step of the last checkpoint written (first_step before any).
+  int64_t last_written() const { return last_written_; }
+
+ private:
+  CheckpointConfig config_;
+  CheckpointSchedule schedule_;
+  Logger& log_;
+  monitoring::SupervisorStats& stats_;
+  int64_t last_written_;
+};
+
+// --resume: loads the checkpoint at `path` and checks that it belongs to this run (the same
+// optimizer settings, described by `optimizer` as nn::Describe does; its fingerprint and
+// mode; a state that fits the segment laid out in `layout`) and is before total_steps. kData
+// naming the file when it is damaged, kUsage when it is another run's (naming both optimizer
+// settings when those differ) or past the end.
+Status LoadResume(const std::string& path, Mode mode, uint64_t fingerprint,
+                  const std::string& optimizer, const shm::Header& layout, int64_t total_steps,
+                  Checkpoint* out);
+
+// Puts a resumed checkpoint into a fresh segment (no worker started yet): its state where
+// step c.step reads it (sync: the buffers of c.step; async: the one parameter buffer), and the
+// protocol words of a run at that step (sync phases, async version and tickets, the released
+// checkpoint step). The caller sets config.first_step.
+void ResumeInto(const Checkpoint& c, shm::Segment* seg);
+
+// Sync: params and optimizer state of step `step` (buffers step % 2), as a checkpoint of that
+// step. Only while no rank can write those buffers (all paused before step, or none running).
+Checkpoint CopyStepState(const shm::Segment& seg, int64_t step);
+
+}  // namespace shmtrain::master

@@ -1,0 +1,69 @@
+// The run summary: the last line of a finished training run, `done: ...` in text mode or the
+// JSON `summary` event (README.md, "Logs"). Scripts and tests parse it: its fields, their
+// order and their formats are API.
+//
+// Owns the figures a finished run reports and their formatting. The run loop fills a
+// RunSummary from what it knows (steps, losses, timings, restarts, early stopping, held-out
+// metrics) and from the workers' counters in the segment (ReadWorkerCounters, once no worker
+// runs); SummaryText and SummaryJson are pure functions of it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "master/log.h"
+#include "nn/metrics.h"
+#include "shm/segment.h"
+#include "shmtrain/options.h"
+
+namespace shmtrain::master {
+
+struct RunSummary {
+  Mode mode = Mode::kSync;
+  AsyncRule rule = AsyncRule::kAsgd;  // async only
+  int workers = 1;
+  int64_t first_step = 0;  // 0, or the resumed checkpoint's step
+  int64_t end_step = 0;    // where training ended: total_steps, or earlier after an early stop
+  double final_loss = 0;   // the kept parameters' loss over the whole training set
+  double wall_s = 0;       // from the workers' start to their end
+  int64_t restarts = 0;
+  int64_t torn_updates = 0;
+  std::vector<double> recoveries;  // seconds from each death to progress, any order
+
+  // --early-stop
+  bool early_stop = false;
+  bool stopped_early = false;
+  int64_t best_step = -1;  // the step of the model kept
+
+  // Held-out data (val_rows > 0): the kept parameters' validation metrics.
+  int64_t val_rows = 0;
+  bool classification = false;  // accuracy (xent) or RMSE (mse)
+  nn::Metrics val;
+
+  // The workers' counters (ReadWorkerCounters).
+  uint64_t samples = 0;
+  uint64_t dropped = 0;                  // async: stale gradients dropped
+  uint64_t staleness_sum = 0;            // async: the sum of every applied update's staleness
+  std::vector<uint64_t> worker_updates;  // async: updates applied by each rank
+  int64_t param_version = 0;             // async: the global version counter
+  int64_t step1_end_ns = 0;              // sync: when the run's first step ended (rank 0's clock)
+  int64_t last_end_ns = 0;               // sync: when its last step ended
+};
+
+// Fills the workers' counters of *s from the segment. Once no worker runs.
+void ReadWorkerCounters(const shm::Segment& seg, RunSummary* s);
+
+// Microseconds per step. Sync: between the ends of the run's first and last steps (NaN for
+// fewer than two steps), which leaves the workers' start out. Async: the wall time over the
+// updates applied.
+double UsPerStep(const RunSummary& s);
+
+// `done: 2000 steps, final loss ...`
+std::string SummaryText(const RunSummary& s);
+// {"event":"summary","steps":...}
+JsonLine SummaryJson(const RunSummary& s);
+// The summary line in the logger's format.
+void LogSummary(const RunSummary& s, Logger& log);
+
+}  // namespace shmtrain::master

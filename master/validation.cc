@@ -1,0 +1,140 @@
+#include "master/validation.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "master/segment_reads.h"
+#include "master/supervisor.h"
+#include "shm/barrier.h"
+#include "shmtrain/options.h"
+
+namespace shmtrain::master {
+
+ValidationProtocol::ValidationProtocol(const ValidationPlan& plan, const ModelSpec& spec,
+                                       const data::Dataset& val, shm::Segment& seg, Logger& log,
+                                       monitoring::SupervisorStats& stats)
+    : plan_(plan),
+      spec_(spec),
+      val_(val),
+      seg_(seg),
+      log_(log),
+      stats_(stats),
+      ack_after_eval_(sync() && plan.early_stop > 0),
+      next_eval_(plan.first_step / std::max<int64_t>(plan.eval_every, 1) + 1),
+      acked_(plan.first_step / std::max<int64_t>(plan.eval_every, 1)),
+      best_(plan.early_stop) {
+  if (plan_.eval_every <= 0) return;
+  evaluator_ = std::make_unique<Evaluator>(spec_, val_);
+  seg_.header()->eval_ack = plan_.first_step / plan_.eval_every;
+}
+
+bool ValidationProtocol::sync() const {
+  return static_cast<Mode>(seg_.header()->config.mode) == Mode::kSync;
+}
+
+bool ValidationProtocol::wants_fast_poll() const {
+  return plan_.eval_every > 0 && sync() && (!ack_after_eval_ || acked_ < next_eval_ - 1);
+}
+
+void ValidationProtocol::Poll() {
+  if (!evaluator_) return;
+  SnapshotsToEvaluator();
+  HandleResults(evaluator_->Take());
+}
+
+void ValidationProtocol::SnapshotsToEvaluator() {
+  const int64_t every = plan_.eval_every, total = plan_.total_steps;
+  if (!sync()) {
+    if (stop_requested_ || next_eval_ * every >= total || Progress(seg_) < next_eval_ * every) {
+      return;
+    }
+    int64_t step = 0;
+    std::vector<float> w = CopyParamsAsync(seg_, &step);
+    // The run may have reached its end meanwhile: the final evaluation covers that.
+    if (step < total) evaluator_->Submit(next_eval_, step, std::move(w));
+    next_eval_ = step / every + 1;
+    return;
+  }
+  const int workers = static_cast<int>(seg_.header()->config.workers);
+  while (next_eval_ * every < total) {
+    for (int r = 0; r < workers; ++r) {
+      if (shm::LoadAcquire(seg_.block(r)->snap_eval) < next_eval_) return;
+    }
+    const float* e = seg_.snapshot(next_eval_);
+    std::vector<float> w(e, e + seg_.header()->config.param_count);
+    if (!ack_after_eval_) shm::AckEval(seg_.header(), next_eval_);
+    evaluator_->Submit(next_eval_, next_eval_ * every, std::move(w));
+    ++next_eval_;
+  }
+}
+
+void ValidationProtocol::HandleResults(std::vector<Evaluator::Result> results) {
+  for (Evaluator::Result& r : results) {
+    LogValidation(r.step, r.metrics);
+    if (best_.Observe(r.step, r.metrics, std::move(r.params)) && !stop_requested_) {
+      RequestEarlyStop(r.index);
+    }
+    if (ack_after_eval_) {
+      shm::AckEval(seg_.header(), r.index);  // after any stop it decided on (RequestStop)
+      acked_ = r.index;
+    }
+  }
+}
+
+void ValidationProtocol::RequestEarlyStop(int64_t k) {
+  stop_requested_ = true;
+  shm::RequestStop(seg_.header(), sync() ? k + 2 : 0);
+  // Sync ranks still run to the eval step k + 2 (and async ones finish their updates), and
+  // those evaluations may still find a better model: the line says "so far", and the end of
+  // the run names the model kept.
+  const std::string until =
+      sync() ? "at step " + std::to_string(std::min(plan_.total_steps, (k + 2) * plan_.eval_every))
+             : "at the workers' next update";
+  log_.Info(
+      "early stop: no better validation loss in " + std::to_string(plan_.early_stop) +
+          " evaluations (best so far " + Fmt("%.6g", best_.loss()) + " at step " +
+          std::to_string(best_.step()) + "); training stops " + until,
+      JsonLine("early_stop").Int("best_step", best_.step()).Num("best_val_loss", best_.loss()));
+}
+
+void ValidationProtocol::LogValidation(int64_t step, const nn::Metrics& m) {
+  const bool xent = spec_.loss == Loss::kXent;
+  const int64_t per_epoch = plan_.steps_per_epoch;
+  const double epoch = static_cast<double>(step) / per_epoch;
+  const std::string epoch_text =
+      step % per_epoch == 0 ? std::to_string(step / per_epoch) : Fmt("%.2f", epoch);
+  // The gauges first: a reader of the log line finds them already set.
+  stats_.SetValidation(m.loss, xent ? m.accuracy : m.rmse);
+  JsonLine j("validation");
+  j.Int("step", step).Num("epoch", epoch).Num("val_loss", m.loss);
+  xent ? j.Num("val_accuracy", m.accuracy) : j.Num("val_rmse", m.rmse);
+  log_.Line("validation at step " + std::to_string(step) + " (epoch " + epoch_text +
+                "): val loss " + Fmt("%.6g", m.loss) +
+                (xent ? ", val accuracy " + Fmt("%.4f", m.accuracy)
+                      : ", val rmse " + Fmt("%.6g", m.rmse)),
+            j);
+}
+
+nn::Metrics ValidationProtocol::Finish(int64_t end_step, std::vector<float>* params) {
+  if (evaluator_) HandleResults(evaluator_->Finish());
+  nn::Metrics m = nn::Evaluate(spec_, params->data(), val_.x.data(), val_.y.data(), val_.rows);
+  if (!evaluator_) return m;
+  LogValidation(end_step, m);
+  best_.Observe(end_step, m, {});
+  // With --early-stop the model kept is the one with the best validation loss.
+  if (plan_.early_stop > 0 && best_.step() != end_step) {
+    *params = best_.params();
+    m = best_.metrics();
+  }
+  if (stop_requested_) {
+    log_.Info("early stop: keeping the model of step " + std::to_string(best_.step()) +
+                  " (val loss " + Fmt("%.6g", best_.loss()) + "), the best evaluated",
+              JsonLine("early_stop_model")
+                  .Int("best_step", best_.step())
+                  .Num("best_val_loss", best_.loss()));
+  }
+  return m;
+}
+
+}  // namespace shmtrain::master

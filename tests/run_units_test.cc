@@ -1,0 +1,528 @@
+// The units the master's run loop composes, each alone and without a worker process: the
+// checkpoint policy (schedule, copies, writes, failures, resume), the validation protocol
+// (acks, early stop, the model kept) and the run summary's lines. A unit that needs the
+// segment gets a real one, which the test writes as the workers would.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "data/dataset.h"
+#include "master/checkpoint.h"
+#include "master/checkpoint_policy.h"
+#include "master/log.h"
+#include "master/run_summary.h"
+#include "master/validation.h"
+#include "monitoring/exporter.h"
+#include "nn/metrics.h"
+#include "nn/mlp.h"
+#include "shm/segment.h"
+
+namespace shmtrain::master {
+namespace {
+
+namespace fs = std::filesystem;
+
+const ModelSpec kSpec{{1, 5, 1}};  // 16 parameters
+
+// A directory of its own under the system's temporary one, removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    static std::atomic<int> n{0};
+    path_ = fs::temp_directory_path() /
+            ("shmtrain-run-units-" + std::to_string(getpid()) + "-" + std::to_string(n++));
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string File(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+// The layout of a run of kSpec on the parabola's 50 rows.
+shm::Header Layout(Mode mode, int workers, uint32_t states, int64_t eval_every = 0) {
+  shm::Header h{};
+  shm::RunConfig& c = h.config;
+  c.mode = static_cast<uint32_t>(mode);
+  c.num_layers = 3;
+  c.layers[0] = 1;
+  c.layers[1] = 5;
+  c.layers[2] = 1;
+  c.workers = static_cast<uint32_t>(workers);
+  c.param_count = kSpec.ParamCount();
+  c.rows = 50;
+  c.features = 1;
+  c.total_steps = 10;
+  c.optim.lr = 0.01;
+  c.optim.num_states = states;
+  c.barrier_timeout_s = 5;
+  c.master_pid = getpid();
+  c.fault_rank = -1;
+  c.fault_step = -1;
+  c.eval_every = eval_every;
+  c.snapshots = 2;
+  h.stop_eval = shm::kNoStop;
+  h.creator_pid = getpid();
+  h.creator_start_time = shm::ProcessStartTime(getpid());
+  shm::ComputeLayout(&h);
+  return h;
+}
+
+shm::Segment MakeSegment(const shm::Header& layout) {
+  shm::Segment seg;
+  const Status s = shm::Segment::Create(shm::MakeSegmentName(), layout, &seg);
+  EXPECT_TRUE(s.ok()) << s.message();
+  return seg;
+}
+
+std::vector<float> Filled(float first) {
+  std::vector<float> v(kSpec.ParamCount());
+  for (size_t i = 0; i < v.size(); ++i) v[i] = first + static_cast<float>(i);
+  return v;
+}
+
+// The steps a schedule checkpoints at when the run's progress takes these values in turn.
+std::vector<int64_t> CheckpointedSteps(CheckpointSchedule schedule,
+                                       const std::vector<int64_t>& progress) {
+  std::vector<int64_t> steps;
+  for (int64_t p : progress) {
+    if (!schedule.Due(p)) continue;
+    steps.push_back(p);
+    schedule.Advance(p);
+  }
+  return steps;
+}
+
+std::vector<int64_t> Range(int64_t from, int64_t to) {
+  std::vector<int64_t> v;
+  for (int64_t i = from; i <= to; ++i) v.push_back(i);
+  return v;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The checkpoint schedule.
+
+TEST(CheckpointSchedule, SyncEveryMultipleBelowTheLastStep) {
+  EXPECT_EQ(CheckpointedSteps({3, Mode::kSync, 0, 10}, Range(0, 10)),
+            (std::vector<int64_t>{3, 6, 9}));
+  // The run's last step is never one: the run ends there anyway.
+  EXPECT_EQ(CheckpointedSteps({5, Mode::kSync, 0, 10}, Range(0, 10)), (std::vector<int64_t>{5}));
+}
+
+TEST(CheckpointSchedule, SyncIsDueOnlyAtTheStepTheRanksPauseBefore) {
+  CheckpointSchedule s(4, Mode::kSync, 0, 100);
+  EXPECT_FALSE(s.Due(3));
+  EXPECT_TRUE(s.Due(4));
+  EXPECT_FALSE(s.Due(5)) << "sync ranks pause at 4: progress cannot pass it unseen";
+}
+
+TEST(CheckpointSchedule, AResumedRunStartsAtTheNextMultipleAboveItsFirstStep) {
+  EXPECT_EQ(CheckpointSchedule(3, Mode::kSync, 4, 10).next(), 6);
+  EXPECT_EQ(CheckpointSchedule(3, Mode::kSync, 6, 10).next(), 9)
+      << "the step resumed from is not checkpointed again";
+  EXPECT_EQ(CheckpointedSteps({3, Mode::kSync, 6, 20}, Range(6, 20)),
+            (std::vector<int64_t>{9, 12, 15, 18}));
+}
+
+TEST(CheckpointSchedule, AsyncCheckpointsOnceProgressPassedEachMultiple) {
+  // Async progress jumps: the checkpoint is taken where it is seen, and the next one is the
+  // next multiple above that.
+  EXPECT_EQ(CheckpointedSteps({5, Mode::kAsync, 0, 20}, {0, 2, 5, 7, 8, 13, 14, 19, 20, 25}),
+            (std::vector<int64_t>{5, 13, 19}));
+  EXPECT_EQ(CheckpointedSteps({5, Mode::kAsync, 0, 20}, {0, 12, 13, 14, 15}),
+            (std::vector<int64_t>{12, 15}));
+}
+
+TEST(CheckpointSchedule, NoneWithoutCheckpointEvery) {
+  for (Mode mode : {Mode::kSync, Mode::kAsync}) {
+    CheckpointSchedule s(0, mode, 0, 100);
+    EXPECT_EQ(s.next(), INT64_MAX);
+    EXPECT_EQ(CheckpointedSteps(s, Range(0, 100)), std::vector<int64_t>{});
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The checkpoint policy: writes, failures, copies out of the segment, resume.
+
+class CheckpointPolicyTest : public ::testing::Test {
+ protected:
+  CheckpointConfig Config(const std::string& path, int64_t every = 0, Mode mode = Mode::kSync) {
+    CheckpointConfig c;
+    c.path = path;
+    c.every = every;
+    c.mode = mode;
+    c.first_step = 2;
+    c.total_steps = 10;
+    c.fingerprint = 0xF1F2;
+    c.optimizer = "opt A";
+    return c;
+  }
+  // Parameters filled from `first`, and K state vectors from -first, -first - 1, ...
+  Checkpoint State(int64_t step, float first, int states) {
+    Checkpoint c;
+    c.step = step;
+    c.params = Filled(first);
+    for (int k = 0; k < states; ++k) c.states.push_back(Filled(-first - static_cast<float>(k)));
+    return c;
+  }
+
+  TempDir dir_;
+  Logger log_{LogFormat::kJson, false};
+  monitoring::SupervisorStats stats_{2};
+};
+
+TEST_F(CheckpointPolicyTest, AWrittenCheckpointHoldsTheStateAndTheRun) {
+  const std::string path = dir_.File("c.bin");
+  CheckpointPolicy policy(Config(path), log_, stats_);
+  EXPECT_EQ(policy.last_written(), 2);
+  ASSERT_TRUE(policy.Write(State(6, 1.5f, 2)).ok());
+  EXPECT_EQ(policy.last_written(), 6);
+  EXPECT_EQ(stats_.checkpoint_failures(), 0u);
+  Checkpoint back;
+  ASSERT_TRUE(LoadCheckpoint(path, &back).ok());
+  EXPECT_EQ(back.step, 6);
+  EXPECT_EQ(back.mode, Mode::kSync);
+  EXPECT_EQ(back.fingerprint, 0xF1F2u);
+  EXPECT_EQ(back.params, Filled(1.5f));
+  EXPECT_EQ(back.states, (std::vector<std::vector<float>>{Filled(-1.5f), Filled(-2.5f)}));
+}
+
+TEST_F(CheckpointPolicyTest, FailedWritesAreCountedAndLoggedAndTheRunGoesOn) {
+  const std::string sub = dir_.File("gone");
+  const std::string path = sub + "/c.bin";
+  CheckpointPolicy policy(Config(path), log_, stats_);
+  testing::internal::CaptureStdout();
+  const Status first = policy.Write(State(4, 1, 0));
+  const Status second = policy.Write(State(6, 1, 0));
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_FALSE(first.ok());
+  EXPECT_FALSE(second.ok());
+  EXPECT_EQ(stats_.checkpoint_failures(), 2u);
+  EXPECT_EQ(policy.last_written(), 2) << "a failed checkpoint is not the last written";
+  EXPECT_NE(out.find("\"event\":\"checkpoint_failed\""), std::string::npos) << out;
+  EXPECT_NE(out.find("\"step\":6"), std::string::npos) << out;
+  // The directory is back: the next one is written, and the failures stay counted.
+  fs::create_directory(sub);
+  EXPECT_TRUE(policy.Write(State(8, 1, 0)).ok());
+  EXPECT_EQ(policy.last_written(), 8);
+  EXPECT_EQ(stats_.checkpoint_failures(), 2u);
+}
+
+TEST_F(CheckpointPolicyTest, NonFiniteStateIsNeverWritten) {
+  const std::string path = dir_.File("c.bin");
+  CheckpointPolicy policy(Config(path), log_, stats_);
+  ASSERT_TRUE(policy.Write(State(4, 1, 2)).ok());
+  Checkpoint bad_params = State(6, 2, 2);
+  bad_params.params[3] = NAN;
+  Checkpoint bad_state = State(6, 2, 2);
+  bad_state.states[1][5] = INFINITY;
+  testing::internal::CaptureStdout();
+  const Status s1 = policy.Write(bad_params);
+  const Status s2 = policy.Write(bad_state);
+  testing::internal::GetCapturedStdout();
+  EXPECT_EQ(s1.code(), Status::Code::kDiverged);
+  EXPECT_EQ(s2.code(), Status::Code::kDiverged) << "the optimizer state is checked too";
+  EXPECT_EQ(stats_.checkpoint_failures(), 2u);
+  Checkpoint back;
+  ASSERT_TRUE(LoadCheckpoint(path, &back).ok());
+  EXPECT_EQ(back.step, 4) << "the last finite checkpoint stays";
+}
+
+TEST_F(CheckpointPolicyTest, SyncCopiesStepStateOnceEveryRankPausedThenReleases) {
+  shm::Segment seg = MakeSegment(Layout(Mode::kSync, 2, 2));
+  ASSERT_TRUE(seg.valid());
+  // Step 4 reads buffer 0; buffer 1 holds something else.
+  const std::vector<float> w = Filled(10), v = Filled(-10), m = Filled(-20);
+  std::copy(w.begin(), w.end(), seg.params(4));
+  std::copy(v.begin(), v.end(), seg.state(0, 4));
+  std::copy(m.begin(), m.end(), seg.state(1, 4));
+  std::fill(seg.params(5), seg.params(5) + w.size(), 99.f);
+  std::fill(seg.state(0, 5), seg.state(0, 5) + w.size(), 99.f);
+  std::fill(seg.state(1, 5), seg.state(1, 5) + w.size(), 99.f);
+  const std::string path = dir_.File("c.bin");
+  CheckpointPolicy policy(Config(path, 4), log_, stats_);
+  ASSERT_EQ(policy.schedule().next(), 4);
+  seg.block(0)->phase = 8;  // paused before step 4
+  seg.block(1)->phase = 7;  // still in step 3's update
+  policy.Tick(seg, 4);
+  EXPECT_FALSE(fs::exists(path)) << "rank 1 was not paused yet";
+  EXPECT_EQ(seg.header()->released_step, 0);
+  seg.block(1)->phase = 8;
+  testing::internal::CaptureStdout();
+  policy.Tick(seg, 4);
+  testing::internal::GetCapturedStdout();
+  EXPECT_EQ(seg.header()->released_step, 4) << "the ranks are released";
+  EXPECT_EQ(policy.schedule().next(), 8);
+  EXPECT_EQ(policy.last_written(), 4);
+  Checkpoint back;
+  ASSERT_TRUE(LoadCheckpoint(path, &back).ok());
+  EXPECT_EQ(back.step, 4);
+  EXPECT_EQ(back.params, w);
+  EXPECT_EQ(back.states, (std::vector<std::vector<float>>{v, m}));
+}
+
+TEST_F(CheckpointPolicyTest, AsyncCopiesTheParametersAtTheVersionItSees) {
+  shm::Segment seg = MakeSegment(Layout(Mode::kAsync, 2, 0));
+  ASSERT_TRUE(seg.valid());
+  const std::vector<float> w = Filled(3);
+  std::copy(w.begin(), w.end(), seg.params(0));
+  seg.header()->param_version = 7;
+  const std::string path = dir_.File("c.bin");
+  CheckpointPolicy policy(Config(path, 5, Mode::kAsync), log_, stats_);
+  testing::internal::CaptureStdout();
+  policy.Tick(seg, 7);
+  testing::internal::GetCapturedStdout();
+  EXPECT_EQ(policy.schedule().next(), 10);
+  Checkpoint back;
+  ASSERT_TRUE(LoadCheckpoint(path, &back).ok());
+  EXPECT_EQ(back.step, 7);
+  EXPECT_EQ(back.mode, Mode::kAsync);
+  EXPECT_EQ(back.params, w);
+  EXPECT_TRUE(back.states.empty());
+}
+
+TEST_F(CheckpointPolicyTest, StopCheckpointOnlyWithACheckpointPath) {
+  shm::Segment seg = MakeSegment(Layout(Mode::kSync, 1, 0));
+  ASSERT_TRUE(seg.valid());
+  seg.block(0)->phase = 7;  // step 3 done, step 4's gradient computed
+  CheckpointPolicy none(Config(""), log_, stats_);
+  EXPECT_TRUE(none.WriteOnStop(seg).ok());
+  EXPECT_EQ(none.last_written(), 2);
+  const std::string path = dir_.File("c.bin");
+  CheckpointPolicy policy(Config(path), log_, stats_);
+  testing::internal::CaptureStdout();
+  ASSERT_TRUE(policy.WriteOnStop(seg).ok());
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_NE(out.find("\"event\":\"checkpoint_on_stop\""), std::string::npos) << out;
+  Checkpoint back;
+  ASSERT_TRUE(LoadCheckpoint(path, &back).ok());
+  EXPECT_EQ(back.step, 3);
+}
+
+TEST_F(CheckpointPolicyTest, ResumeRestoresTheStateAndTheProtocolWords) {
+  const shm::Header layout = Layout(Mode::kSync, 3, 2);
+  const std::string path = dir_.File("c.bin");
+  CheckpointPolicy policy(Config(path), log_, stats_);
+  ASSERT_TRUE(policy.Write(State(5, 7, 2)).ok());
+  Checkpoint c;
+  ASSERT_TRUE(LoadResume(path, Mode::kSync, 0xF1F2, "opt A", layout, 10, &c).ok());
+  shm::Segment seg = MakeSegment(layout);
+  ASSERT_TRUE(seg.valid());
+  ResumeInto(c, &seg);
+  // Step 5 reads buffer 1: the state is there, and CopyStepState gives it back.
+  EXPECT_EQ(std::vector<float>(seg.params(5), seg.params(5) + 16), Filled(7));
+  EXPECT_EQ(std::vector<float>(seg.state(0, 5), seg.state(0, 5) + 16), Filled(-7));
+  EXPECT_EQ(std::vector<float>(seg.state(1, 5), seg.state(1, 5) + 16), Filled(-8));
+  const Checkpoint again = CopyStepState(seg, 5);
+  EXPECT_EQ(again.params, c.params);
+  EXPECT_EQ(again.states, c.states);
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(seg.block(r)->phase, 10u) << "rank " << r;
+  EXPECT_EQ(seg.header()->released_step, 5);
+  EXPECT_EQ(seg.header()->param_version, 0u);
+}
+
+TEST_F(CheckpointPolicyTest, ResumeRefusesAnotherRunsCheckpoint) {
+  const std::string path = dir_.File("c.bin");
+  CheckpointPolicy policy(Config(path), log_, stats_);
+  ASSERT_TRUE(policy.Write(State(5, 7, 2)).ok());
+  Checkpoint c;
+  const shm::Header layout = Layout(Mode::kSync, 3, 2);
+  EXPECT_EQ(LoadResume(path, Mode::kSync, 0xBAD, "opt A", layout, 10, &c).code(), Status::Code::kUsage);
+  const Status other = LoadResume(path, Mode::kSync, 0xF1F2, "opt B", layout, 10, &c);
+  EXPECT_EQ(other.code(), Status::Code::kUsage);
+  EXPECT_NE(other.message().find("was written with opt A; this run uses opt B"), std::string::npos)
+      << other.message();
+  EXPECT_EQ(LoadResume(path, Mode::kAsync, 0xF1F2, "opt A", layout, 10, &c).code(), Status::Code::kUsage);
+  EXPECT_EQ(LoadResume(path, Mode::kSync, 0xF1F2, "opt A", Layout(Mode::kSync, 3, 0), 10, &c).code(),
+            Status::Code::kUsage)
+      << "a run without optimizer state cannot take one";
+  EXPECT_EQ(LoadResume(path, Mode::kSync, 0xF1F2, "opt A", Layout(Mode::kSync, 3, 1), 10, &c).code(),
+            Status::Code::kUsage)
+      << "nor one with another number of state vectors";
+  const Status past = LoadResume(path, Mode::kSync, 0xF1F2, "opt A", layout, 5, &c);
+  EXPECT_EQ(past.code(), Status::Code::kUsage);
+  EXPECT_NE(past.message().find("the run has only 5"), std::string::npos) << past.message();
+  EXPECT_EQ(LoadResume(dir_.File("none.bin"), Mode::kSync, 0xF1F2, "opt A", layout, 10, &c).code(),
+            Status::Code::kData);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The validation protocol, sync: snapshots published by the "ranks" (the test).
+
+class ValidationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    val_ = data::MakeParabola(50);
+    good_.resize(kSpec.ParamCount());
+    nn::InitParams(kSpec, Init::kTorch, 1, good_.data());
+    bad_.assign(kSpec.ParamCount(), 100.f);
+  }
+  // Every rank has copied `params` into snapshot k.
+  static void Publish(shm::Segment& seg, int64_t k, const std::vector<float>& params) {
+    std::copy(params.begin(), params.end(), seg.snapshot(k));
+    for (uint32_t r = 0; r < seg.header()->config.workers; ++r) seg.block(r)->snap_eval = k;
+  }
+  double Loss(const std::vector<float>& p) const {
+    return nn::Evaluate(kSpec, p.data(), val_.x.data(), val_.y.data(), val_.rows).loss;
+  }
+
+  data::Dataset val_;
+  std::vector<float> good_, bad_;
+  Logger log_{LogFormat::kJson, false};
+  monitoring::SupervisorStats stats_{2};
+};
+
+TEST_F(ValidationTest, WithoutEarlyStopASnapshotIsAckedOnceCopied) {
+  shm::Segment seg = MakeSegment(Layout(Mode::kSync, 2, 0, 2));
+  ASSERT_TRUE(seg.valid());
+  testing::internal::CaptureStdout();
+  ValidationProtocol v({.eval_every = 2, .first_step = 2, .total_steps = 10}, kSpec, val_, seg,
+                       log_, stats_);
+  EXPECT_EQ(seg.header()->eval_ack, 1) << "a run resumed at step 2 has passed eval 1";
+  EXPECT_TRUE(v.wants_fast_poll());
+  seg.block(0)->snap_eval = 2;
+  v.Poll();
+  EXPECT_EQ(seg.header()->eval_ack, 1) << "rank 1 has not copied its slice yet";
+  Publish(seg, 2, good_);
+  v.Poll();
+  EXPECT_EQ(seg.header()->eval_ack, 2);
+  std::vector<float> params = bad_;
+  const nn::Metrics m = v.Finish(6, &params);
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_EQ(params, bad_) << "without --early-stop the last parameters are kept";
+  EXPECT_DOUBLE_EQ(m.loss, Loss(bad_));
+  EXPECT_NE(out.find("\"event\":\"validation\",\"step\":4"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"event\":\"validation\",\"step\":6"), std::string::npos) << out;
+  EXPECT_EQ(stats_.validations(), 2u);
+  EXPECT_FALSE(v.stop_requested());
+}
+
+TEST_F(ValidationTest, EarlyStopNamesEvalKPlus2BeforeAckingKAndKeepsTheBest) {
+  shm::Segment seg = MakeSegment(Layout(Mode::kSync, 2, 0, 2));
+  ASSERT_TRUE(seg.valid());
+  testing::internal::CaptureStdout();
+  ValidationProtocol v({.eval_every = 2, .early_stop = 1, .total_steps = 10}, kSpec, val_, seg,
+                       log_, stats_);
+  Publish(seg, 1, good_);
+  v.Poll();
+  Publish(seg, 2, bad_);  // no better: with patience 1, eval 2 decides
+  v.Poll();
+  std::vector<float> params = bad_;
+  const nn::Metrics m = v.Finish(6, &params);
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_TRUE(v.stop_requested());
+  EXPECT_EQ(seg.header()->stop_eval, 4) << "the ranks stop right before step (2 + 2) * 2";
+  EXPECT_EQ(seg.header()->eval_ack, 2) << "acked once evaluated";
+  EXPECT_EQ(v.best_step(), 2);
+  EXPECT_EQ(params, good_) << "the model kept is the best evaluated";
+  EXPECT_DOUBLE_EQ(m.loss, Loss(good_));
+  EXPECT_NE(out.find("\"event\":\"early_stop\""), std::string::npos) << out;
+  EXPECT_NE(out.find("\"event\":\"early_stop_model\",\"best_step\":2"), std::string::npos) << out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The run summary.
+
+RunSummary SyncSummary() {
+  RunSummary s;
+  s.mode = Mode::kSync;
+  s.workers = 2;
+  s.end_step = 2000;
+  s.final_loss = 0.0123456789;
+  s.wall_s = 1.5;
+  s.samples = 100000;
+  s.step1_end_ns = 1'000'000'000;
+  s.last_end_ns = 1'000'000'000 + 1999 * 12'500;  // 12.5 us per step after the first
+  s.restarts = 3;
+  s.recoveries = {0.5, 0.1, 0.25};
+  return s;
+}
+
+TEST(RunSummary, SyncText) {
+  EXPECT_EQ(SummaryText(SyncSummary()),
+            "done: 2000 steps, final loss 0.0123456789, 1.500 s, 66667 samples/s, 2 workers, "
+            "12.50 us/step");
+}
+
+TEST(RunSummary, SyncJsonFieldsInOrder) {
+  EXPECT_EQ(SummaryJson(SyncSummary()).Done(),
+            "{\"event\":\"summary\",\"steps\":2000,\"final_loss\":0.0123456789,\"wall_s\":1.5,"
+            "\"samples_per_s\":66666.6667,\"workers\":2,\"us_per_step\":12.5,"
+            "\"mode\":\"sync\",\"first_step\":0,\"restarts\":3,\"torn_updates\":0,"
+            "\"recoveries\":3,\"recovery_median_s\":0.25,\"recovery_max_s\":0.5}");
+}
+
+TEST(RunSummary, EarlyStopAndValidation) {
+  RunSummary s = SyncSummary();
+  s.workers = 1;
+  s.recoveries.clear();
+  s.early_stop = true;
+  s.stopped_early = true;
+  s.best_step = 1200;
+  s.val_rows = 360;
+  s.classification = true;
+  s.val.loss = 0.21;
+  s.val.accuracy = 0.94432;
+  EXPECT_EQ(SummaryText(s),
+            "done: 2000 steps, final loss 0.0123456789 (stopped early; model of step 1200), "
+            "val loss 0.21, val accuracy 0.9443, 1.500 s, 66667 samples/s, 1 worker, "
+            "12.50 us/step");
+  const std::string j = SummaryJson(s).Done();
+  EXPECT_NE(j.find("\"recovery_median_s\":null,\"recovery_max_s\":null,\"stopped_early\":true,"
+                   "\"best_step\":1200,\"val_loss\":0.21,\"val_accuracy\":0.94432}"),
+            std::string::npos)
+      << j;
+  s.stopped_early = false;
+  s.classification = false;
+  s.val.rmse = 0.5;
+  EXPECT_NE(SummaryText(s).find("(model of step 1200), val loss 0.21, val rmse 0.5, "),
+            std::string::npos)
+      << SummaryText(s);
+}
+
+TEST(RunSummary, Async) {
+  RunSummary s;
+  s.mode = Mode::kAsync;
+  s.rule = AsyncRule::kDcAsgdA;
+  s.workers = 3;
+  s.first_step = 100;
+  s.end_step = 1100;
+  s.final_loss = 0.5;
+  s.wall_s = 2;
+  s.samples = 8000;
+  s.dropped = 3;
+  s.staleness_sum = 1650;
+  s.worker_updates = {400, 350, 250};
+  s.param_version = 1100;
+  EXPECT_DOUBLE_EQ(UsPerStep(s), 2000.0) << "wall time over the 1000 updates this run applied";
+  EXPECT_EQ(SummaryText(s),
+            "done: 1100 updates, final loss 0.5 (dc-asgd-a, mean staleness 1.50, 3 dropped), "
+            "2.000 s, 4000 samples/s, 3 workers, 2000.00 us/step");
+  const std::string j = SummaryJson(s).Done();
+  EXPECT_NE(j.find("\"rule\":\"dc-asgd-a\",\"updates\":1100,\"param_version\":1100,"
+                   "\"worker_updates\":[400,350,250],\"dropped\":3,\"mean_staleness\":1.5}"),
+            std::string::npos)
+      << j;
+}
+
+TEST(RunSummary, SyncUsPerStepNeedsTwoSteps) {
+  RunSummary s = SyncSummary();
+  s.end_step = 1;
+  EXPECT_TRUE(std::isnan(UsPerStep(s)));
+  EXPECT_NE(SummaryJson(s).Done().find("\"us_per_step\":null"), std::string::npos);
+  s = SyncSummary();
+  s.step1_end_ns = 0;  // never recorded
+  EXPECT_TRUE(std::isnan(UsPerStep(s)));
+}
+
+}  // namespace
+}  // namespace shmtrain::master
