@@ -32,6 +32,7 @@
 #include "monitoring/exporter.h"
 #include "nn/metrics.h"
 #include "nn/optimizer.h"
+#include "nn/schedule.h"
 #include "nn/mlp.h"
 #include "shm/futex.h"
 #include "shm/segment.h"
@@ -250,8 +251,14 @@ class LossLog {
       if (tag < static_cast<uint64_t>(next_ + 1)) return;  // not written yet
       if (tag == static_cast<uint64_t>(next_ + 1)) {
         const int64_t step = next_ * c.log_every;
-        log_.Line("step " + std::to_string(step) + " loss " + Fmt("%.9g", rec.loss),
-                  JsonLine("step").Int("step", step).Num("loss", rec.loss));
+        // The rate of the step: in JSON always; in text when the schedule changes it, so a
+        // constant-rate run's lines stay "step S loss L".
+        const double lr = nn::LearningRate(c.optim, step);
+        const bool varies = c.optim.schedule != static_cast<uint32_t>(Schedule::kConstant) ||
+                            c.optim.warmup_steps > 0;
+        log_.Line("step " + std::to_string(step) + " loss " + Fmt("%.9g", rec.loss) +
+                      (varies ? " lr " + Fmt("%.6g", lr) : std::string()),
+                  JsonLine("step").Int("step", step).Num("loss", rec.loss).Num("lr", lr));
       }
       ++next_;  // a record overwritten before we read it is skipped
     }
@@ -417,8 +424,11 @@ class ProgressLine {
     // The loss of the latest step (sync) or update (async), as the metrics endpoint shows it,
     // whatever --log-every is; "?" until the first one.
     const double loss = shm::LoadRelaxed(seg_.header()->last_loss);
+    const auto& optim = seg_.header()->config.optim;
+    const double lr = nn::LearningRate(optim, std::min(progress, std::max<int64_t>(total_ - 1, 0)));
     log_.Progress("step " + std::to_string(progress) + "/" + std::to_string(total_) +
-                  "  loss " + (progress > first_ ? Fmt("%.6g", loss) : std::string("?")) + "  " +
+                  "  loss " + (progress > first_ ? Fmt("%.6g", loss) : std::string("?")) +
+                  "  lr " + Fmt("%.4g", lr) + "  " +
                   Fmt("%.0f", rate) + " samples/s  ETA " +
                   (std::isfinite(eta) ? Fmt("%.1f", eta) + "s" : "?"));
   }

@@ -36,6 +36,12 @@ void ReadWorkerCounters(const shm::Segment& seg, RunSummary* s) {
     s->staleness_sum += shm::LoadRelaxed(seg.block(r)->staleness_sum);
     s->worker_updates.push_back(shm::LoadRelaxed(seg.block(r)->commit) / 2);
   }
+  s->compute_ns = s->reduce_ns = s->barrier_ns = 0;
+  for (uint32_t r = 0; r < h->config.workers; ++r) {
+    s->compute_ns += shm::LoadRelaxed(seg.block(r)->compute_ns_total);
+    s->reduce_ns += shm::LoadRelaxed(seg.block(r)->reduce_ns_total);
+    s->barrier_ns += shm::LoadRelaxed(seg.block(r)->barrier_wait_ns_total);
+  }
   s->param_version = static_cast<int64_t>(shm::LoadAcquire(h->param_version));
   s->step1_end_ns = shm::LoadRelaxed(h->step1_end_ns);
   s->last_end_ns = shm::LoadRelaxed(h->last_end_ns);
@@ -46,6 +52,29 @@ double UsPerStep(const RunSummary& s) {
   if (s.mode != Mode::kSync) return s.wall_s * 1e6 / steps_run;
   const int64_t s1 = s.step1_end_ns, sl = s.last_end_ns;
   return steps_run > 1 && s1 > 0 && sl >= s1 ? (sl - s1) / 1e3 / (steps_run - 1) : NAN;
+}
+
+StepSplit SplitPerStep(const RunSummary& s) {
+  StepSplit split;
+  const int64_t steps_run = s.end_step - s.first_step;
+  if (s.mode != Mode::kSync || steps_run < 1 || s.workers < 1) return split;
+  const double per = 1e-3 / static_cast<double>(steps_run) / s.workers;
+  split.compute_us = static_cast<double>(s.compute_ns) * per;
+  split.reduce_us = static_cast<double>(s.reduce_ns) * per;
+  split.barrier_us = static_cast<double>(s.barrier_ns) * per;
+  return split;
+}
+
+std::string SplitText(const RunSummary& s) {
+  const StepSplit p = SplitPerStep(s);
+  if (std::isnan(p.compute_us)) return "";
+  const double all = p.compute_us + p.reduce_us + p.barrier_us;
+  auto part = [&](const char* name, double us) {
+    return std::string(name) + " " + Fmt("%.0f", us) + " us (" +
+           Fmt("%.0f", all > 0 ? 100 * us / all : 0.0) + "%)";
+  };
+  return "time per step and worker: " + part("compute", p.compute_us) + ", " +
+         part("reduce+update", p.reduce_us) + ", " + part("barrier wait", p.barrier_us);
 }
 
 std::string SummaryText(const RunSummary& s) {
@@ -102,10 +131,20 @@ JsonLine SummaryJson(const RunSummary& s) {
     j.Num("val_loss", s.val.loss);
     s.classification ? j.Num("val_accuracy", s.val.accuracy) : j.Num("val_rmse", s.val.rmse);
   }
+  if (s.mode == Mode::kSync) {
+    const StepSplit p = SplitPerStep(s);
+    j.Num("step_compute_us", p.compute_us)
+        .Num("step_reduce_us", p.reduce_us)
+        .Num("step_barrier_us", p.barrier_us);
+  }
   return j;
 }
 
 void LogSummary(const RunSummary& s, Logger& log) {
+  // Text mode: on stderr with the other diagnostics, so stdout stays the loss log and `done:`.
+  // JSON mode: the summary's step_*_us fields.
+  const std::string split = SplitText(s);
+  if (!log.json() && !split.empty()) log.Info(split, JsonLine("step_time"));
   log.Line(SummaryText(s), SummaryJson(s));
 }
 

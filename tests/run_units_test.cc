@@ -444,6 +444,11 @@ RunSummary SyncSummary() {
   s.last_end_ns = 1'000'000'000 + 1999 * 12'500;  // 12.5 us per step after the first
   s.restarts = 3;
   s.recoveries = {0.5, 0.1, 0.25};
+  // Per step and worker: compute 8 us, reduce+update 1 us, barrier wait 1 us (2000 steps, 2
+  // workers).
+  s.compute_ns = 2000 * 2 * 8000;
+  s.reduce_ns = 2000 * 2 * 1000;
+  s.barrier_ns = 2000 * 2 * 1000;
   return s;
 }
 
@@ -458,7 +463,20 @@ TEST(RunSummary, SyncJsonFieldsInOrder) {
             "{\"event\":\"summary\",\"steps\":2000,\"final_loss\":0.0123456789,\"wall_s\":1.5,"
             "\"samples_per_s\":66666.6667,\"workers\":2,\"us_per_step\":12.5,"
             "\"mode\":\"sync\",\"first_step\":0,\"restarts\":3,\"torn_updates\":0,"
-            "\"recoveries\":3,\"recovery_median_s\":0.25,\"recovery_max_s\":0.5}");
+            "\"recoveries\":3,\"recovery_median_s\":0.25,\"recovery_max_s\":0.5,"
+            "\"step_compute_us\":8,\"step_reduce_us\":1,\"step_barrier_us\":1}");
+}
+
+TEST(RunSummary, StepSplitPerWorkerAndStep) {
+  EXPECT_EQ(SplitText(SyncSummary()),
+            "time per step and worker: compute 8 us (80%), reduce+update 1 us (10%), "
+            "barrier wait 1 us (10%)");
+  RunSummary resumed = SyncSummary();
+  resumed.first_step = 1000;  // half the steps ran: twice the time per step
+  EXPECT_EQ(SplitPerStep(resumed).compute_us, 16);
+  RunSummary async = SyncSummary();
+  async.mode = Mode::kAsync;
+  EXPECT_EQ(SplitText(async), "");
 }
 
 TEST(RunSummary, EarlyStopAndValidation) {
@@ -478,7 +496,8 @@ TEST(RunSummary, EarlyStopAndValidation) {
             "12.50 us/step");
   const std::string j = SummaryJson(s).Done();
   EXPECT_NE(j.find("\"recovery_median_s\":null,\"recovery_max_s\":null,\"stopped_early\":true,"
-                   "\"best_step\":1200,\"val_loss\":0.21,\"val_accuracy\":0.94432}"),
+                   "\"best_step\":1200,\"val_loss\":0.21,\"val_accuracy\":0.94432,"
+                   "\"step_compute_us\":16,"),
             std::string::npos)
       << j;
   s.stopped_early = false;
