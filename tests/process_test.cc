@@ -29,6 +29,7 @@
 #include "master/model_file.h"
 #include "shmtrain/model_spec.h"
 #include "tests/proc_util.h"
+#include "tests/reference.h"
 
 namespace shmtrain {
 namespace {
@@ -38,35 +39,33 @@ using test::Clock;
 using test::ProcResult;
 using test::Subprocess;
 using test::TempDir;
+// Runs of the binary (tests/reference.h): argv with a metrics port of its own, exit and
+// segment checks, saved models, the run timeout.
+using test::ExpectExit;
+using test::ExpectNoSegments;
+using test::kRunTimeout;
+using test::LoadSaved;
+using test::Shmtrain;
+// The independent reference (tests/reference.h) and the sync runs judged against it.
+using test::InitialParams;
+using test::kRefTol;
+using test::MaxScaledDiff;
+using test::RefOptions;
+using test::RefTrain;
+using test::SyncRun;
+using test::TrainAgainstReference;
 
-constexpr const char* kMasterBin = SHMTRAIN_BIN;
 constexpr const char* kWorkerBin = SHMTRAIN_WORKER_BIN;
 constexpr const char* kDigitsCsv = SHMTRAIN_DIGITS;
 
-// Generous bounds for whole runs: a healthy run takes well under a second here, but sanitizer
-// builds under ctest -j2 are several times slower. A hang still fails, it only fails later.
-constexpr milliseconds kRunTimeout{60'000};
 constexpr milliseconds kEventTimeout{20'000};
 // After a run ends, how long its workers may take to disappear from the process table.
 constexpr milliseconds kReapGrace{200};
-
 
 // The example's script (master/cli.cc): 1-5-1 tanh, mse, 50 points, lr 0.01, 2000 steps.
 constexpr int64_t kExampleRows = 50;
 constexpr int64_t kExampleSteps = 2000;
 constexpr double kExampleLr = 0.01;
-
-// Every run serves metrics on a port of its own (0: any free one), so tests running side by
-// side never fight over the default 9464.
-std::vector<std::string> Shmtrain(std::vector<std::string> args) {
-  if (!args.empty() && args[0] == "train") {
-    args.insert(args.begin() + 1, "--metrics-addr=127.0.0.1:0");
-  } else if (args.size() >= 2 && args[0] == "example" && args[1] == "parabola") {
-    args.insert(args.begin() + 2, "--metrics-addr=127.0.0.1:0");
-  }
-  args.insert(args.begin(), kMasterBin);
-  return args;
-}
 
 // A run long enough (minutes) to be stopped or broken while it trains.
 std::vector<std::string> LongRun(int workers) {
@@ -79,274 +78,12 @@ bool Contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
 }
 
-// Nothing of this master's may remain in /dev/shm.
-void ExpectNoSegments(pid_t master_pid) {
-  EXPECT_EQ(test::SegmentsOf(master_pid), std::vector<std::string>())
-      << "segments left behind by master " << master_pid;
-}
-
 // Every worker pid must be gone (not even a zombie) shortly after its master ended.
 void ExpectPidsGone(const std::vector<pid_t>& pids) {
   for (size_t r = 0; r < pids.size(); ++r) {
     EXPECT_TRUE(test::WaitPidGone(pids[r], kReapGrace))
         << "worker " << r << " (pid " << pids[r] << ") outlived its master";
   }
-}
-
-void ExpectExit(const ProcResult& r, int code) {
-  EXPECT_TRUE(r.exited && r.exit_code == code)
-      << "expected exit " << code << ", got " << r.Describe();
-}
-
-Model LoadSaved(const std::string& path) {
-  Model m;
-  const Status s = LoadModel(path, &m);
-  EXPECT_TRUE(s.ok()) << path << ": " << s.message();
-  return m;
-}
-
-// ---------------------------------------------------------------------------------------------
-// An independent reference: full-batch training written from the formulas of README.md
-// ("Model", "Optimiser") with plain loops in double precision. It shares no arithmetic with
-// the product (nn/ is not used), so a wrong forward pass, loss, backward pass or update rule
-// in the product shows up as a difference, not as the same mistake twice.
-//
-// Parameter layout (include/shmtrain/model_spec.h): layer by layer, the weights W (out x in,
-// column-major: W[i + j * out] carries input j to output i), then the biases b (out).
-
-double Act(Activation f, double z) {
-  switch (f) {
-    case Activation::kTanh:
-      return std::tanh(z);
-    case Activation::kRelu:
-      return z > 0 ? z : 0.0;
-    case Activation::kSigmoid:
-      return 1.0 / (1.0 + std::exp(-z));
-    case Activation::kIdentity:
-      return z;
-  }
-  ADD_FAILURE() << "unknown activation";
-  return NAN;
-}
-
-// f'(z), from z.
-double ActDerivative(Activation f, double z) {
-  switch (f) {
-    case Activation::kTanh: {
-      const double t = std::tanh(z);
-      return 1.0 - t * t;
-    }
-    case Activation::kRelu:
-      return z > 0 ? 1.0 : 0.0;
-    case Activation::kSigmoid: {
-      const double s = 1.0 / (1.0 + std::exp(-z));
-      return s * (1.0 - s);
-    }
-    case Activation::kIdentity:
-      return 1.0;
-  }
-  ADD_FAILURE() << "unknown activation";
-  return NAN;
-}
-
-// The training set in double: x row-major (rows x features), y the target (mse) or the class
-// index (xent).
-struct RefData {
-  int64_t rows = 0;
-  int features = 0;
-  std::vector<double> x;
-  std::vector<double> y;
-};
-
-RefData ToRefData(const data::Dataset& d) {
-  RefData r;
-  r.rows = d.rows;
-  r.features = static_cast<int>(d.features);
-  r.x.assign(d.x.begin(), d.x.end());
-  r.y.assign(d.y.begin(), d.y.end());
-  return r;
-}
-
-// The mean over the samples of the gradient of the per-sample loss (mse: the sum over the
-// outputs of (yhat - y)^2; xent: -log softmax(yhat)[y]), by backpropagation, one sample at a
-// time. Returns the mean loss.
-double RefGradient(const ModelSpec& spec, const std::vector<double>& w, const RefData& d,
-                   std::vector<double>* grad) {
-  const size_t layers = spec.layers.size() - 1;
-  std::vector<size_t> offset(layers + 1, 0);
-  for (size_t l = 0; l < layers; ++l) {
-    offset[l + 1] = offset[l] + static_cast<size_t>(spec.layers[l + 1]) * (spec.layers[l] + 1);
-  }
-  grad->assign(w.size(), 0.0);
-  double loss = 0;
-  // a[l]: the input of layer l (a[0] the sample); z[l]: its pre-activation.
-  std::vector<std::vector<double>> a(layers + 1), z(layers);
-  for (int64_t s = 0; s < d.rows; ++s) {
-    a[0].assign(d.x.begin() + s * d.features, d.x.begin() + (s + 1) * d.features);
-    for (size_t l = 0; l < layers; ++l) {
-      const int in = spec.layers[l];
-      const int out = spec.layers[l + 1];
-      const double* W = w.data() + offset[l];
-      const double* b = W + static_cast<size_t>(out) * in;
-      z[l].assign(static_cast<size_t>(out), 0.0);
-      a[l + 1].assign(static_cast<size_t>(out), 0.0);
-      for (int i = 0; i < out; ++i) {
-        double sum = b[i];
-        for (int j = 0; j < in; ++j) sum += W[i + j * out] * a[l][j];
-        z[l][i] = sum;
-        a[l + 1][i] = l + 1 < layers ? Act(spec.activation, sum) : sum;  // linear output
-      }
-    }
-    // delta = dLoss/dz of the output layer.
-    const std::vector<double>& yhat = z[layers - 1];
-    const int k = spec.outputs();
-    std::vector<double> delta(static_cast<size_t>(k));
-    if (spec.loss == Loss::kMse) {
-      for (int i = 0; i < k; ++i) {
-        const double e = yhat[i] - d.y[s];
-        loss += e * e;
-        delta[i] = 2 * e;
-      }
-    } else {
-      const int label = static_cast<int>(d.y[s]);
-      const double m = *std::max_element(yhat.begin(), yhat.end());
-      double sum = 0;
-      for (int i = 0; i < k; ++i) sum += std::exp(yhat[i] - m);
-      const double log_sum = m + std::log(sum);
-      loss += log_sum - yhat[label];
-      for (int i = 0; i < k; ++i) delta[i] = std::exp(yhat[i] - log_sum) - (i == label ? 1 : 0);
-    }
-    for (size_t l = layers; l-- > 0;) {
-      const int in = spec.layers[l];
-      const int out = spec.layers[l + 1];
-      const double* W = w.data() + offset[l];
-      double* gW = grad->data() + offset[l];
-      double* gb = gW + static_cast<size_t>(out) * in;
-      for (int i = 0; i < out; ++i) {
-        for (int j = 0; j < in; ++j) gW[i + j * out] += delta[i] * a[l][j];
-        gb[i] += delta[i];
-      }
-      if (l == 0) break;
-      std::vector<double> below(static_cast<size_t>(in), 0.0);
-      for (int j = 0; j < in; ++j) {
-        double sum = 0;
-        for (int i = 0; i < out; ++i) sum += W[i + j * out] * delta[i];
-        below[j] = sum * ActDerivative(spec.activation, z[l - 1][j]);
-      }
-      delta.swap(below);
-    }
-  }
-  for (double& g : *grad) g /= static_cast<double>(d.rows);
-  return loss / static_cast<double>(d.rows);
-}
-
-// `steps` full-batch steps of SGD with momentum in PyTorch's form (v <- M v + g,
-// w <- w - lr v, v starting at 0) from the initial parameters w0.
-std::vector<double> RefTrain(const ModelSpec& spec, const std::vector<float>& w0, const RefData& d,
-                             double lr, double momentum, int64_t steps) {
-  std::vector<double> w(w0.begin(), w0.end());
-  std::vector<double> v(w.size(), 0.0), g;
-  for (int64_t t = 0; t < steps; ++t) {
-    RefGradient(spec, w, d, &g);
-    for (size_t i = 0; i < w.size(); ++i) {
-      v[i] = momentum * v[i] + g[i];
-      w[i] -= lr * v[i];
-    }
-  }
-  return w;
-}
-
-// How far the product's parameters a are from the reference's b: max_i |a_i - b_i| over
-// max_i |b_i|. Against the largest parameter, not each one's own size: rounding errors are of
-// the order of 2^-24 times the magnitudes in the computation, and a parameter that ends near
-// 0 is computed from large ones.
-double MaxScaledDiff(const std::vector<float>& got, const std::vector<double>& want) {
-  if (got.size() != want.size() || want.empty()) return INFINITY;
-  double worst = 0;
-  double scale = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double d = std::fabs(static_cast<double>(got[i]) - want[i]);
-    worst = std::max(worst, std::isnan(d) ? INFINITY : d);
-    scale = std::max(scale, std::fabs(want[i]));
-  }
-  return worst / scale;
-}
-
-// The product computes in float, the reference in double. Each step rounds every parameter to
-// float (2^-24 ~ 6e-8 relative) and computes the gradient from rounded values; gradient descent
-// damps most of what it perturbs, so the errors add up like a random walk, about
-// sqrt(T) * 2^-24 ~ 3e-6 after the example's 2000 steps, not like the worst case T * 2^-24
-// ~ 1e-4. Measured, every run below, every P and momentum 0.9 included, stays under 1e-6.
-// 1e-5 is ten times that, and still ten times below what a real mistake costs: one step too
-// few, or a learning rate 0.1% off, moves these runs by 1e-4 or more.
-constexpr double kRefTol = 1e-5;
-
-// A sync training run through the real binary, and its reference.
-struct SyncRun {
-  std::string example;  // "parabola" or "blobs"
-  int64_t rows = 50;
-  int features = 1;  // blobs only
-  ModelSpec spec;
-  std::string init = "normal";
-  uint64_t seed = 1;
-  double lr = 0.01;
-  double momentum = 0;
-  int64_t steps = 1;
-  int workers = 1;
-
-  std::vector<std::string> Argv(double run_lr, int64_t run_steps, const std::string& save) const {
-    std::string layers;
-    for (int n : spec.layers) layers += (layers.empty() ? "" : ",") + std::to_string(n);
-    std::vector<std::string> a = {
-        "train", "--example", example, "--rows", std::to_string(rows), "--layers", layers,
-        "--activation", ToString(spec.activation), "--loss", spec.loss == Loss::kXent ? "xent" : "mse",
-        "--init", init, "--seed", std::to_string(seed), "--lr", Fmt17(run_lr), "--momentum",
-        Fmt17(momentum), "--steps", std::to_string(run_steps), "--workers", std::to_string(workers),
-        "--log-every", "0", "--save", save};
-    if (example == "blobs") a.insert(a.begin() + 5, {"--features", std::to_string(features)});
-    return Shmtrain(a);
-  }
-
-  RefData Data() const {
-    return ToRefData(example == "blobs" ? data::MakeBlobs(rows, features, spec.outputs(), seed)
-                                        : data::MakeParabola(rows));
-  }
-
-  static std::string Fmt17(double x) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%.17g", x);
-    return buf;
-  }
-};
-
-// The initial parameters of a run, read from the product: the same run for one step at a
-// learning rate of 1e-30, whose update (below 1e-25 for gradients below 1e5) is less than half
-// a float ulp of any initial value above 1e-18, so the saved model holds the initial values
-// unchanged (a zero-initialised bias becomes ~1e-30, which no comparison here can see).
-std::vector<float> InitialParams(const SyncRun& run, const TempDir& dir) {
-  const std::string file = dir.File("init.model");
-  const ProcResult r = test::RunProcess(run.Argv(1e-30, 1, file), kRunTimeout);
-  ExpectExit(r, 0);
-  ExpectNoSegments(r.pid);
-  return LoadSaved(file).params;
-}
-
-// Trains `run` through the binary and returns the MaxScaledDiff of the saved
-// parameters from the reference started at the same initial parameters.
-double TrainAgainstReference(const SyncRun& run, const TempDir& dir) {
-  const std::vector<float> w0 = InitialParams(run, dir);
-  if (::testing::Test::HasFailure()) return INFINITY;
-  EXPECT_EQ(w0.size(), run.spec.ParamCount());
-  const std::vector<double> want = RefTrain(run.spec, w0, run.Data(), run.lr, run.momentum, run.steps);
-  const std::string file = dir.File("trained.model");
-  const ProcResult r = test::RunProcess(run.Argv(run.lr, run.steps, file), kRunTimeout);
-  ExpectExit(r, 0);
-  ExpectNoSegments(r.pid);
-  const Model m = LoadSaved(file);
-  EXPECT_EQ(m.spec.layers, run.spec.layers);
-  EXPECT_EQ(m.spec.activation, run.spec.activation);
-  EXPECT_EQ(m.spec.loss, run.spec.loss);
-  return MaxScaledDiff(m.params, want);
 }
 
 ModelSpec ExampleSpec() {
@@ -365,7 +102,7 @@ SyncRun ExampleRun(int workers) {
   run.spec = ExampleSpec();
   run.init = "normal";
   run.seed = 1;
-  run.lr = kExampleLr;
+  run.opt.lr = kExampleLr;
   run.steps = kExampleSteps;
   run.workers = workers;
   return run;
@@ -446,8 +183,8 @@ class ProcessTest : public ::testing::Test {
 
 // ---------------------------------------------------------------------------------------------
 // 1. Sync data parallelism is exact and its maths is right: the example's script trained by P
-// workers ends where full-batch training by the independent reference above ends, from the
-// same initial parameters, to float rounding.
+// workers ends where full-batch training by the independent reference (tests/reference.h)
+// ends, from the same initial parameters, to float rounding.
 
 class EquivalenceTest : public ProcessTest, public ::testing::WithParamInterface<int> {};
 
@@ -500,8 +237,8 @@ TEST_F(ProcessTest, SameSeedSameBitsMinibatch) {
 
 TEST_F(ProcessTest, MomentumMatchesReference) {
   SyncRun run = ExampleRun(2);
-  run.momentum = 0.9;
-  run.lr = 0.005;
+  run.opt.momentum = 0.9;
+  run.opt.lr = 0.005;
   run.steps = 500;
   const double rel = TrainAgainstReference(run, dir_);
   std::printf("[ momentum ] P=2: max scaled difference %.3g\n", rel);
@@ -509,8 +246,10 @@ TEST_F(ProcessTest, MomentumMatchesReference) {
   EXPECT_LE(rel, kRefTol);
   // Momentum must change the trajectory: the product's result is far from plain SGD's.
   const Model m = LoadSaved(dir_.File("trained.model"));
+  RefOptions plain_opt = run.opt;
+  plain_opt.momentum = 0;
   const std::vector<double> plain =
-      RefTrain(run.spec, InitialParams(run, dir_), run.Data(), run.lr, /*momentum=*/0, run.steps);
+      RefTrain(run.spec, InitialParams(run, dir_), run.Data(), plain_opt, run.steps);
   EXPECT_GT(MaxScaledDiff(m.params, plain), 1e-2);
 }
 
@@ -537,7 +276,7 @@ SyncRun GridRun(const char* example, std::vector<int> layers, Activation act, Lo
   run.spec.loss = loss;
   run.init = init;
   run.seed = 3;
-  run.lr = lr;
+  run.opt.lr = lr;
   run.steps = 300;
   run.workers = workers;
   return run;
@@ -567,7 +306,7 @@ INSTANTIATE_TEST_SUITE_P(
         GridCase{"ReluXentMomentum", [] {
                    SyncRun r = GridRun("blobs", {5, 7, 6, 4}, Activation::kRelu, Loss::kXent,
                                        "he", 0.05, 2);
-                   r.momentum = 0.5;
+                   r.opt.momentum = 0.5;
                    return r;
                  }()}),
     [](const auto& info) { return std::string(info.param.name); });
