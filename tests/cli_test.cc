@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "nn/mlp.h"
@@ -146,6 +147,94 @@ const std::vector<UsageCase>& UsageCases() {
       {"UnknownExample", {"example", "circle"}, "example: unknown example 'circle'"},
       {"ExampleRejectsTrainFlags", {"example", "parabola", "--lr", "0.5"},
        "unknown flag --lr for 'example'"},
+      // Optimizers (issue 11): each hyper-parameter's limits, named with the value given.
+      {"Beta1One", Parabola({"--lr", "0.1", "--optimizer", "adam", "--beta1", "1"}),
+       "--beta1: must be in [0, 1), got 1"},
+      {"Beta1Negative", Parabola({"--lr", "0.1", "--optimizer", "adam", "--beta1", "-0.1"}),
+       "--beta1: must be in [0, 1), got -0.1"},
+      {"Beta2One", Parabola({"--lr", "0.1", "--optimizer", "adamw", "--beta2", "1"}),
+       "--beta2: must be in [0, 1), got 1"},
+      {"EpsZero", Parabola({"--lr", "0.1", "--optimizer", "adam", "--eps", "0"}),
+       "--eps: must be a finite number > 0, got 0"},
+      {"MomentumOne", Parabola({"--lr", "0.1", "--momentum", "1"}),
+       "--momentum: must be in [0, 1), got 1"},
+      {"WeightDecayNegative", Parabola({"--lr", "0.1", "--weight-decay", "-1"}),
+       "--weight-decay: must be a finite number >= 0, got -1"},
+      {"WeightDecayNegativeAdamw",
+       Parabola({"--lr", "0.1", "--optimizer", "adamw", "--weight-decay", "-1"}),
+       "--weight-decay: must be a finite number >= 0, got -1"},
+      {"ClipNormZero", Parabola({"--lr", "0.1", "--clip-norm", "0"}),
+       "--clip-norm: must be a finite number > 0, got 0"},
+      {"ClipNormNegative", Parabola({"--lr", "0.1", "--clip-norm", "-1"}),
+       "--clip-norm: must be a finite number > 0, got -1"},
+      // The warmup must be shorter than the run: both numbers named (Parabola runs 10 steps;
+      // 200 rows in batches of 32 are 7 steps an epoch).
+      {"WarmupAsLongAsTheRun", Parabola({"--lr", "0.1", "--warmup-steps", "10"}),
+       "--warmup-steps: 10 must be shorter than the run (10 steps)"},
+      {"WarmupLongerThanTheRun", Parabola({"--lr", "0.1", "--warmup-steps", "11"}),
+       "--warmup-steps: 11 must be shorter than the run (10 steps)"},
+      {"WarmupLongerThanTheEpochs",
+       {"train", "--example", "parabola", "--rows", "200", "--batch", "32", "--epochs", "1",
+        "--layers", "1,5,1", "--lr", "0.1", "--no-metrics", "--warmup-steps", "7"},
+       "--warmup-steps: 7 must be shorter than the run (7 steps)"},
+      // Schedules: each flag with its schedule only, and each schedule with what it needs.
+      {"StepEveryWithoutStepSchedule", Parabola({"--lr", "0.1", "--lr-step-every", "5"}),
+       "--lr-step-every: applies to --lr-schedule step only"},
+      {"StepEveryWithCosine",
+       Parabola({"--lr", "0.1", "--lr-schedule", "cosine", "--lr-step-every", "5"}),
+       "--lr-step-every: applies to --lr-schedule step only"},
+      {"StepScheduleWithoutStepEvery", Parabola({"--lr", "0.1", "--lr-schedule", "step"}),
+       "--lr-schedule step: needs --lr-step-every"},
+      {"GammaWithCosine", Parabola({"--lr", "0.1", "--lr-schedule", "cosine", "--lr-gamma",
+                                    "0.5"}),
+       "--lr-gamma: applies to --lr-schedule step or exponential"},
+      {"GammaWithConstant", Parabola({"--lr", "0.1", "--lr-gamma", "0.5"}),
+       "--lr-gamma: applies to --lr-schedule step or exponential"},
+      {"ExponentialWithoutGamma", Parabola({"--lr", "0.1", "--lr-schedule", "exponential"}),
+       "--lr-schedule exponential: needs --lr-gamma"},
+      {"GammaZero",
+       Parabola({"--lr", "0.1", "--lr-schedule", "exponential", "--lr-gamma", "0"}),
+       "--lr-gamma: must be in (0, 1], got 0"},
+      {"GammaAboveOne",
+       Parabola({"--lr", "0.1", "--lr-schedule", "step", "--lr-step-every", "2", "--lr-gamma",
+                 "1.5"}),
+       "--lr-gamma: must be in (0, 1], got 1.5"},
+      {"LrMinWithConstant", Parabola({"--lr", "0.1", "--lr-min", "0.01"}),
+       "--lr-min: applies to --lr-schedule cosine only"},
+      {"LrMinWithStep", Parabola({"--lr", "0.1", "--lr-schedule", "step", "--lr-step-every", "2",
+                                  "--lr-min", "0.01"}),
+       "--lr-min: applies to --lr-schedule cosine only"},
+      {"LrMinEqualToLr", Parabola({"--lr", "0.1", "--lr-schedule", "cosine", "--lr-min", "0.1"}),
+       "--lr-min: 0.1 must be below --lr (0.1)"},
+      {"LrMinAboveLr", Parabola({"--lr", "0.1", "--lr-schedule", "cosine", "--lr-min", "0.2"}),
+       "--lr-min: 0.2 must be below --lr (0.1)"},
+      {"UnknownSchedule", Parabola({"--lr", "0.1", "--lr-schedule", "linear"}),
+       "--lr-schedule: unknown value 'linear' (known: constant, step, cosine, exponential)"},
+      // Hyper-parameters of another optimizer, and the checks between them.
+      {"NesterovWithoutMomentum", Parabola({"--lr", "0.1", "--nesterov"}),
+       "--nesterov: needs --momentum"},
+      {"NesterovWithZeroMomentum", Parabola({"--lr", "0.1", "--momentum", "0", "--nesterov"}),
+       "--nesterov: needs --momentum"},
+      {"Beta1WithSgd", Parabola({"--lr", "0.1", "--beta1", "0.9"}),
+       "--beta1: applies to --optimizer adam or adamw, not sgd"},
+      {"EpsWithExplicitSgd", Parabola({"--lr", "0.1", "--optimizer", "sgd", "--eps", "1e-6"}),
+       "--eps: applies to --optimizer adam or adamw, not sgd"},
+      {"MomentumWithAdam", Parabola({"--lr", "0.1", "--optimizer", "adam", "--momentum", "0.9"}),
+       "--momentum: applies to --optimizer sgd, not adam"},
+      {"NesterovWithAdamw", Parabola({"--lr", "0.1", "--optimizer", "adamw", "--nesterov"}),
+       "--nesterov: applies to --optimizer sgd, not adamw"},
+      {"UnknownOptimizer", Parabola({"--lr", "0.1", "--optimizer", "rmsprop"}),
+       "--optimizer: unknown 'rmsprop' (known: sgd, adam, adamw)"},
+      {"RepeatedNesterov", Parabola({"--lr", "0.1", "--momentum", "0.9", "--nesterov",
+                                     "--nesterov"}),
+       "--nesterov: given more than once"},
+      // Async mode: no optimizer state (adam, adamw, momentum), with a reason.
+      {"AdamInAsync", Parabola({"--lr", "0.1", "--mode", "async", "--optimizer", "adam"}),
+       "--optimizer adam: not available in async mode"},
+      {"AdamwInAsync", Parabola({"--lr", "0.1", "--mode", "async", "--optimizer", "adamw"}),
+       "--optimizer adamw: not available in async mode"},
+      {"MomentumInAsync", Parabola({"--lr", "0.1", "--mode", "async", "--momentum", "0.9"}),
+       "--momentum: not available in async mode"},
       // Timeouts: the heartbeat deadline must be shorter than the barrier's.
       {"HeartbeatNotShorterThanDefaultBarrier", Parabola({"--lr", "0.1", "--heartbeat-timeout",
                                                           "2m"}),
@@ -203,7 +292,28 @@ INSTANTIATE_TEST_SUITE_P(
         OkCase{"SimulateWorkerList",
                {"simulate", "--workers", "1,2,4", "--compare", "--example", "parabola",
                 "--layers", "1,5,1", "--lr", "0.01", "--steps", "20"}},
-        OkCase{"Version", {"--version"}}),
+        OkCase{"Version", {"--version"}},
+        // Issue 11: every optimizer, schedule and limit at its edge runs.
+        OkCase{"SgdNesterovDecayClip",
+               Parabola({"--lr", "0.1", "--workers", "2", "--momentum", "0.99", "--nesterov",
+                         "--weight-decay", "0", "--clip-norm", "1e-3"})},
+        OkCase{"AdamEveryHyperParameter",
+               Parabola({"--lr", "0.01", "--workers", "2", "--optimizer", "adam", "--beta1", "0",
+                         "--beta2", "0.5", "--eps", "1e-12", "--weight-decay", "0.1"})},
+        OkCase{"AdamwDefaultDecay", Parabola({"--lr", "0.01", "--optimizer", "adamw"})},
+        OkCase{"CosineWarmupToTheLastStep",
+               Parabola({"--lr", "0.1", "--lr-schedule", "cosine", "--lr-min", "0.099",
+                         "--warmup-steps", "9"})},
+        OkCase{"StepWithDefaultGamma",
+               Parabola({"--lr", "0.1", "--lr-schedule", "step", "--lr-step-every", "1"})},
+        OkCase{"ExponentialGammaOne",
+               Parabola({"--lr", "0.1", "--lr-schedule", "exponential", "--lr-gamma", "1"})},
+        OkCase{"ExplicitConstantWithWarmup",
+               Parabola({"--lr", "0.1", "--lr-schedule", "constant", "--warmup-steps", "1"})},
+        OkCase{"AsyncSgdWithDecayClipAndSchedule",
+               Parabola({"--lr", "0.01", "--mode", "async", "--workers", "2", "--optimizer",
+                         "sgd", "--weight-decay", "0.01", "--clip-norm", "1", "--lr-schedule",
+                         "cosine", "--warmup-steps", "2"})}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // `--metrics-addr [::1]:0` is parsed (brackets keep the address's colons apart from the
@@ -295,16 +405,19 @@ TEST(Help, EveryFlagStatesItsDefaultOrThatItIsRequired) {
   }
 }
 
+// The entry of `flag` among a help text's entries ("" if none).
+std::string EntryOf(const std::vector<std::string>& entries, const std::string& flag) {
+  for (const std::string& e : entries) {
+    if (e.rfind("  " + flag + " ", 0) == 0) return e;
+  }
+  return "";
+}
+
 TEST(Help, TrainListsEveryFlagWithLimits) {
   const ProcResult r = Shmtrain({"train", "--help"});
   ASSERT_EQ(r.exit_code, 0);
   const std::vector<std::string> entries = FlagEntries(r.out);
-  auto entry = [&](const std::string& flag) {
-    for (const std::string& e : entries) {
-      if (e.rfind("  " + flag + " ", 0) == 0) return e;
-    }
-    return std::string();
-  };
+  auto entry = [&](const std::string& flag) { return EntryOf(entries, flag); };
   const std::vector<std::pair<std::string, std::string>> want = {
       {"--workers", "1..256 (default 1)"},
       {"--barrier-timeout", "100ms..86400s (default 120s)"},
@@ -319,6 +432,36 @@ TEST(Help, TrainListsEveryFlagWithLimits) {
   };
   for (const auto& [flag, text] : want) {
     EXPECT_TRUE(Contains(entry(flag), text)) << flag << " lacks \"" << text << "\": " << entry(flag);
+  }
+}
+
+// Issue 11: every optimizer, schedule and clipping flag is listed with its limits, its default
+// (or what requires it) and, for a hyper-parameter, the optimizers that have it.
+TEST(Help, TrainListsTheOptimizerFlags) {
+  const ProcResult r = Shmtrain({"train", "--help"});
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  const std::vector<std::string> entries = FlagEntries(r.out);
+  const std::vector<std::pair<std::string, std::vector<std::string>>> want = {
+      {"--optimizer", {"sgd, adam, adamw", "(default sgd"}},
+      {"--momentum", {"[0, 1)", "(default 0", "[sgd]"}},
+      {"--nesterov", {"needs --momentum > 0", "(default off)", "[sgd]"}},
+      {"--beta1", {"[0, 1)", "(default 0.9)", "[adam or adamw]"}},
+      {"--beta2", {"[0, 1)", "(default 0.999)", "[adam or adamw]"}},
+      {"--eps", {"> 0", "(default 1e-8)", "[adam or adamw]"}},
+      {"--weight-decay", {">= 0", "(default 0; adamw: 0.01)"}},
+      {"--clip-norm", {"> 0", "(default: off)"}},
+      {"--lr-schedule", {"constant|step|cosine|exponential", "(default constant)"}},
+      {"--lr-step-every", {">= 1", "(required by step)"}},
+      {"--lr-gamma", {"(0, 1]", "default 0.1 for step", "required by exponential"}},
+      {"--lr-min", {"cosine", ">= 0 and < --lr", "(default 0)"}},
+      {"--warmup-steps", {">= 0", "fewer than the run's", "(default 0)"}},
+  };
+  for (const auto& [flag, texts] : want) {
+    const std::string e = EntryOf(entries, flag);
+    EXPECT_FALSE(e.empty()) << flag << " is not listed:\n" << r.out;
+    for (const std::string& text : texts) {
+      EXPECT_TRUE(Contains(e, text)) << flag << " lacks \"" << text << "\": " << e;
+    }
   }
 }
 

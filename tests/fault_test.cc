@@ -26,6 +26,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -59,7 +60,36 @@ constexpr int64_t kShortSteps = 3000;
 constexpr int64_t kLongSteps = 20000;
 constexpr int kSyncWorkers = 3;
 
-std::vector<std::string> SyncRun(int64_t steps, const std::vector<std::string>& extra = {}) {
+// The flags that choose a sync run's minibatch and update rule (everything of issue 11 that
+// shapes the trajectory). Most tests use momentum SGD on minibatches of 32.
+using Rule = std::vector<std::string>;
+
+Rule MomentumSgd() {
+  return {"--batch", "32", "--momentum", "0.9"};
+}
+
+// `optimizer` with every other part of issue 11 at once, on minibatches of 16: weight decay
+// 0.01, a linear warmup of `warmup` steps, then a cosine schedule over the rest of the run,
+// and the global gradient norm clipped to 0.5. With Adam, 0.5 scales about 40% of the 3000
+// steps' gradients (every one of the first 250, then about one in three; step 100's norm is
+// 0.84), and every step makes each rank wait for the others' norm shares (fault point 8).
+Rule Everything(const std::vector<std::string>& optimizer, int64_t warmup = 100) {
+  Rule r = {"--batch",       "16",     "--weight-decay", "0.01",
+            "--lr-schedule", "cosine", "--warmup-steps", std::to_string(warmup),
+            "--clip-norm",   "0.5"};
+  r.insert(r.end(), optimizer.begin(), optimizer.end());
+  return r;
+}
+
+Rule AdamEverything(int64_t warmup = 100) {
+  return Everything({"--optimizer", "adam"}, warmup);
+}
+Rule NesterovEverything() {
+  return Everything({"--momentum", "0.9", "--nesterov"});
+}
+
+std::vector<std::string> SyncRun(int64_t steps, const std::vector<std::string>& extra = {},
+                                 const Rule& rule = MomentumSgd()) {
   std::vector<std::string> a = {kMasterBin,     "train",
                                 "--no-metrics", "--no-progress",
                                 "--log-format", "json",
@@ -67,10 +97,9 @@ std::vector<std::string> SyncRun(int64_t steps, const std::vector<std::string>& 
                                 "--rows",       "200",
                                 "--layers",     "1,16,1",
                                 "--lr",         "0.01",
-                                "--batch",      "32",
-                                "--momentum",   "0.9",
                                 "--workers",    std::to_string(kSyncWorkers),
                                 "--steps",      std::to_string(steps)};
+  a.insert(a.end(), rule.begin(), rule.end());
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
 }
@@ -246,14 +275,15 @@ struct Reference {
   double wall_s = NAN;
 };
 
-const Reference& SyncReference(int64_t steps) {
-  static auto* cache = new std::map<int64_t, Reference>();
-  auto it = cache->find(steps);
+const Reference& SyncReference(int64_t steps, const Rule& rule = MomentumSgd()) {
+  static auto* cache = new std::map<std::pair<int64_t, Rule>, Reference>();
+  const auto key = std::make_pair(steps, rule);
+  auto it = cache->find(key);
   if (it != cache->end()) return it->second;
   Reference ref;
   TempDir dir;
   const std::string path = dir.File("reference.model");
-  const ProcResult r = test::RunProcess(SyncRun(steps, {"--save", path}), kRunTimeout);
+  const ProcResult r = test::RunProcess(SyncRun(steps, {"--save", path}, rule), kRunTimeout);
   ExpectExit(r, 0);
   ExpectNothingLeft(r);
   if (r.exited && r.exit_code == 0) {
@@ -266,7 +296,7 @@ const Reference& SyncReference(int64_t steps) {
     static const auto* failed = new Reference();  // not cached: the caller fails
     return *failed;
   }
-  return cache->emplace(steps, ref).first->second;
+  return cache->emplace(key, ref).first->second;
 }
 
 // ---- a run the test watches and disturbs while it trains.
@@ -397,20 +427,25 @@ std::function<bool(const std::string&)> IsEvent(const std::string& kind) {
 // ---------------------------------------------------------------------------------------------
 // 1. A worker that dies at any point of a sync step (exit code 20 at the step's start,
 // SIGKILL before the gradient, with half its gradient slot NaN, after publishing the
-// gradient, with half its parameter slice NaN, after publishing the update) is replaced in
+// gradient, with half its parameter slice and of its optimizer state NaN, after publishing the
+// update, and with --clip-norm after publishing its share of the gradient norm) is replaced in
 // place; the run redoes only that phase and ends with the fault-free run's bits.
 
-TEST(FaultTest, SyncExactAtEveryFaultPoint) {
-  const Reference& ref = SyncReference(kShortSteps);
+// Runs `rule` for kShortSteps with rank 1 dying at each of `points` in step 100, and expects
+// one restart at step 100 and the bits of the same run without faults.
+void ExpectExactAtFaultPoints(const Rule& rule, const std::vector<int>& points) {
+  const Reference& ref = SyncReference(kShortSteps, rule);
   ASSERT_FALSE(ref.model.empty());
   TempDir dir;
-  for (int point = 1; point <= 6; ++point) {
+  for (const int point : points) {
     SCOPED_TRACE("--fault-point " + std::to_string(point));
     const std::string model = dir.File("point" + std::to_string(point) + ".model");
-    const ProcResult r = test::RunProcess(
-        SyncRun(kShortSteps, {"--fault-rank", "1", "--fault-step", "100", "--fault-point",
-                              std::to_string(point), "--save", model}),
-        kRunTimeout);
+    const ProcResult r =
+        test::RunProcess(SyncRun(kShortSteps,
+                                 {"--fault-rank", "1", "--fault-step", "100", "--fault-point",
+                                  std::to_string(point), "--save", model},
+                                 rule),
+                         kRunTimeout);
     ExpectNothingLeft(r);
     const ::testing::AssertionResult ok = ExitedWith(r, 0);
     EXPECT_TRUE(ok);
@@ -426,10 +461,42 @@ TEST(FaultTest, SyncExactAtEveryFaultPoint) {
     EXPECT_EQ(restarts[0].at("incarnation"), "1");
     // Point 6 dies after publishing the end of step 100: the others may finish step 100 first.
     const int64_t step = std::stoll(restarts[0].at("step"));
-    EXPECT_TRUE(step == 100 || step == 101) << "restart at step " << step;
+    EXPECT_TRUE(step == 100 || (point == 6 && step == 101)) << "restart at step " << step;
     EXPECT_EQ(WorkerPids(r.out).size(), static_cast<size_t>(kSyncWorkers + 1));
     EXPECT_TRUE(SameBytes(test::ReadWholeFile(model), ref.model));
   }
+}
+
+TEST(FaultTest, SyncExactAtEveryFaultPoint) {
+  ExpectExactAtFaultPoints(MomentumSgd(), {1, 2, 3, 4, 5, 6});
+}
+
+// The same with Adam (two state vectors, bias correction by step), a cosine schedule after a
+// warmup, weight decay and clipping active at the faulty step, and the point that exists only
+// with clipping: the rank dies between publishing its norm share and reading the others'.
+TEST(FaultTest, AdamCosineWarmupClipExactAtEveryFaultPoint) {
+  ExpectExactAtFaultPoints(AdamEverything(), {1, 2, 3, 4, 5, 6, 8});
+}
+
+TEST(FaultTest, NesterovCosineWarmupClipExactAtEveryFaultPoint) {
+  ExpectExactAtFaultPoints(NesterovEverything(), {2, 3, 4, 5, 6, 8});
+}
+
+// Without --clip-norm there is no norm exchange, so fault point 8 never fires: the run has no
+// restart and the fault-free bits.
+TEST(FaultTest, NormFaultPointNeedsClipping) {
+  const Reference& ref = SyncReference(kShortSteps);
+  ASSERT_FALSE(ref.model.empty());
+  TempDir dir;
+  const std::string model = dir.File("m.model");
+  const ProcResult r = test::RunProcess(
+      SyncRun(kShortSteps,
+              {"--fault-rank", "1", "--fault-step", "100", "--fault-point", "8", "--save", model}),
+      kRunTimeout);
+  ExpectNothingLeft(r);
+  ASSERT_TRUE(ExitedWith(r, 0));
+  EXPECT_EQ(Num(SummaryOf(r), "restarts"), 0) << r.out;
+  EXPECT_TRUE(SameBytes(test::ReadWholeFile(model), ref.model));
 }
 
 // Rank 0 dies right after publishing the end of the run's first or of its last step (fault
@@ -897,25 +964,64 @@ TEST(FaultTest, MasterKilledLeavesNoWorkers) {
 // after a SIGINT (which writes a checkpoint of where it stopped), `--resume` continues to the
 // same bits as a run that never stopped.
 
+// What KillMasterPastCheckpoint left: the dead master's pid and its checkpoint's step.
+struct KilledRun {
+  pid_t master = -1;
+  int64_t step = -1;
+};
+
+// Runs argv, a sync run with --checkpoint ckpt --checkpoint-every `every`, and SIGKILLs its
+// master as soon as it reports its first checkpoint; expects the workers gone with it and ckpt
+// at the step of the last checkpoint it reported.
+void KillMasterPastCheckpoint(const std::vector<std::string>& argv, const std::string& ckpt,
+                              int64_t every, KilledRun* killed) {
+  LiveRun run(argv);
+  ASSERT_GT(run.master(), 0);
+  ASSERT_TRUE(run.Until(IsEvent("checkpoint"), kEventTimeout)) << Clip(run.err());
+  ASSERT_TRUE(run.SignalMaster(SIGKILL));
+  const ProcResult dead = run.Wait(kRunTimeout);
+  EXPECT_EQ(dead.term_signal, SIGKILL) << dead.Describe();
+  for (pid_t w : WorkerPids(dead.out)) EXPECT_TRUE(test::WaitPidGone(w, kReapGrace)) << w;
+  const auto checkpoints = Events(dead.out, "checkpoint");
+  ASSERT_FALSE(checkpoints.empty());
+  EXPECT_EQ(checkpoints.front().at("step"), std::to_string(every));
+  EXPECT_EQ(checkpoints.back().at("path"), ckpt);
+  const int64_t step = std::stoll(checkpoints.back().at("step"));
+  EXPECT_EQ(CheckpointStep(ckpt), step);
+  killed->master = dead.pid;
+  killed->step = step;
+}
+
+// Runs argv, a sync run with --checkpoint ckpt --checkpoint-every N, and stops its master with
+// SIGINT a little after its first checkpoint; expects exit 130, nothing left, and ckpt written
+// at the step where it stopped (*step).
+void StopMasterBetweenCheckpoints(const std::vector<std::string>& argv, const std::string& ckpt,
+                                  int64_t* step) {
+  LiveRun run(argv);
+  ASSERT_GT(run.master(), 0);
+  ASSERT_TRUE(run.Until(IsEvent("checkpoint"), kEventTimeout)) << Clip(run.err());
+  ASSERT_TRUE(run.Pause(milliseconds{7}));  // somewhere between two checkpoints
+  ASSERT_TRUE(run.SignalMaster(SIGINT));
+  const ProcResult stopped = run.Wait(kRunTimeout);
+  ExpectNothingLeft(stopped);
+  ASSERT_TRUE(ExitedWith(stopped, 130));
+  const auto on_stop = Events(stopped.out, "checkpoint_on_stop");
+  ASSERT_EQ(on_stop.size(), 1u) << stopped.out;
+  EXPECT_EQ(on_stop[0].at("path"), ckpt);
+  *step = std::stoll(on_stop[0].at("step"));
+  EXPECT_EQ(CheckpointStep(ckpt), *step);
+}
+
 TEST(FaultTest, ResumeIsExact) {
   TempDir dir;
   [&] {  // a failed ASSERT ends this part only
     SCOPED_TRACE("master SIGKILLed");
     const std::string ckpt = dir.File("killed.ckpt");
     const std::vector<std::string> opts = {"--checkpoint", ckpt, "--checkpoint-every", "1000"};
-    LiveRun run(SyncRun(2'000'000, opts));
-    ASSERT_GT(run.master(), 0);
-    ASSERT_TRUE(run.Until(IsEvent("checkpoint"), kEventTimeout)) << Clip(run.err());
-    ASSERT_TRUE(run.SignalMaster(SIGKILL));
-    const ProcResult dead = run.Wait(kRunTimeout);
-    EXPECT_EQ(dead.term_signal, SIGKILL) << dead.Describe();
-    for (pid_t w : WorkerPids(dead.out)) EXPECT_TRUE(test::WaitPidGone(w, kReapGrace)) << w;
-    const auto checkpoints = Events(dead.out, "checkpoint");
-    ASSERT_FALSE(checkpoints.empty());
-    EXPECT_EQ(checkpoints.front().at("step"), "1000");
-    EXPECT_EQ(checkpoints.back().at("path"), ckpt);
-    const int64_t step = std::stoll(checkpoints.back().at("step"));
-    EXPECT_EQ(CheckpointStep(ckpt), step);
+    KilledRun killed;
+    ASSERT_NO_FATAL_FAILURE(
+        KillMasterPastCheckpoint(SyncRun(2'000'000, opts), ckpt, 1000, &killed));
+    const int64_t step = killed.step;
 
     const int64_t total = step + 2500;
     const std::string model = dir.File("resumed.model");
@@ -926,7 +1032,7 @@ TEST(FaultTest, ResumeIsExact) {
     ASSERT_TRUE(ExitedWith(r, 0));
     EXPECT_EQ(Num(SummaryOf(r), "first_step"), step);
     // The resumed run (or another) reclaimed the killed master's segment.
-    EXPECT_EQ(test::SegmentsOf(dead.pid), std::vector<std::string>());
+    EXPECT_EQ(test::SegmentsOf(killed.master), std::vector<std::string>());
     const Reference& ref = SyncReference(total);
     ASSERT_FALSE(ref.model.empty());
     EXPECT_TRUE(SameBytes(test::ReadWholeFile(model), ref.model));
@@ -934,19 +1040,9 @@ TEST(FaultTest, ResumeIsExact) {
   [&] {  // a failed ASSERT ends this part only
     SCOPED_TRACE("master stopped by SIGINT");
     const std::string ckpt = dir.File("stopped.ckpt");
-    LiveRun run(SyncRun(2'000'000, {"--checkpoint", ckpt, "--checkpoint-every", "1000"}));
-    ASSERT_GT(run.master(), 0);
-    ASSERT_TRUE(run.Until(IsEvent("checkpoint"), kEventTimeout)) << Clip(run.err());
-    ASSERT_TRUE(run.Pause(milliseconds{7}));  // somewhere between two checkpoints
-    ASSERT_TRUE(run.SignalMaster(SIGINT));
-    const ProcResult stopped = run.Wait(kRunTimeout);
-    ExpectNothingLeft(stopped);
-    ASSERT_TRUE(ExitedWith(stopped, 130));
-    const auto on_stop = Events(stopped.out, "checkpoint_on_stop");
-    ASSERT_EQ(on_stop.size(), 1u) << stopped.out;
-    EXPECT_EQ(on_stop[0].at("path"), ckpt);
-    const int64_t step = std::stoll(on_stop[0].at("step"));
-    EXPECT_EQ(CheckpointStep(ckpt), step);
+    int64_t step = -1;
+    ASSERT_NO_FATAL_FAILURE(StopMasterBetweenCheckpoints(
+        SyncRun(2'000'000, {"--checkpoint", ckpt, "--checkpoint-every", "1000"}), ckpt, &step));
     std::printf("[ resume ] SIGINT checkpoint at step %lld\n", static_cast<long long>(step));
 
     const int64_t total = step + 1500;
@@ -960,6 +1056,46 @@ TEST(FaultTest, ResumeIsExact) {
     ASSERT_FALSE(ref.model.empty());
     EXPECT_TRUE(SameBytes(test::ReadWholeFile(model), ref.model));
   }();
+}
+
+// 8b. The same with Adam, a cosine schedule, warmup, clipping and weight decay: the checkpoint
+// carries both of Adam's state vectors, and the resumed run continues the warmup, the cosine
+// (whose horizon is the run's length, so both runs have the same --steps) and Adam's bias
+// correction from the checkpoint's step. The first checkpoint (step 1000) is inside the
+// warmup of 1500 steps; where the kill or the stop lands is up to the machine.
+
+TEST(FaultTest, ResumeIsExactWithAdamCosineWarmupClip) {
+  const Rule rule = AdamEverything(1500);
+  constexpr int64_t kEvery = 1000;
+  const Reference& ref = SyncReference(kLongSteps, rule);
+  ASSERT_FALSE(ref.model.empty());
+  TempDir dir;
+  for (const bool kill : {true, false}) {
+    SCOPED_TRACE(kill ? "master SIGKILLed" : "master stopped by SIGINT");
+    const std::string ckpt = dir.File(kill ? "killed.ckpt" : "stopped.ckpt");
+    const std::vector<std::string> opts = {"--checkpoint", ckpt, "--checkpoint-every",
+                                           std::to_string(kEvery)};
+    int64_t step = -1;
+    if (kill) {
+      KilledRun killed;
+      KillMasterPastCheckpoint(SyncRun(kLongSteps, opts, rule), ckpt, kEvery, &killed);
+      step = killed.step;
+    } else {
+      StopMasterBetweenCheckpoints(SyncRun(kLongSteps, opts, rule), ckpt, &step);
+    }
+    if (::testing::Test::HasFatalFailure()) return;
+    std::printf("[ resume adam ] %s at step %lld\n", kill ? "SIGKILL, checkpoint" : "SIGINT",
+                static_cast<long long>(step));
+
+    const std::string model = dir.File(kill ? "killed.model" : "stopped.model");
+    std::vector<std::string> resume = opts;
+    resume.insert(resume.end(), {"--resume", ckpt, "--save", model});
+    const ProcResult r = test::RunProcess(SyncRun(kLongSteps, resume, rule), kRunTimeout);
+    ExpectNothingLeft(r);
+    ASSERT_TRUE(ExitedWith(r, 0));
+    EXPECT_EQ(Num(SummaryOf(r), "first_step"), step);
+    EXPECT_TRUE(SameBytes(test::ReadWholeFile(model), ref.model));
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1017,6 +1153,182 @@ TEST(FaultTest, DamagedCheckpointsAreRefused) {
   const Reference& ref = SyncReference(kShortSteps);
   ASSERT_FALSE(ref.model.empty());
   EXPECT_TRUE(SameBytes(test::ReadWholeFile(model), ref.model));
+}
+
+// 9b. A checkpoint written with other optimizer settings (optimizer, one of its
+// hyper-parameters, weight decay, schedule, warmup or clipping) is refused before anything
+// starts: exit 2, a message naming what the checkpoint was written with and what this run
+// uses, no worker, no segment and no model. Resumed with its own settings, it is accepted.
+
+// The message's two descriptions: what the checkpoint was written with, and what the run uses.
+std::pair<std::string, std::string> WrittenWithAndUses(const std::string& err) {
+  const std::string written = "was written with ";
+  const std::string uses = "; this run uses ";
+  const size_t w = err.find(written);
+  const size_t u = err.find(uses);
+  if (w == std::string::npos || u == std::string::npos || u < w) return {};
+  const size_t end = err.find(". Resume", u);
+  return {err.substr(w + written.size(), u - w - written.size()),
+          err.substr(u + uses.size(),
+                     end == std::string::npos ? std::string::npos : end - u - uses.size())};
+}
+
+TEST(FaultTest, CheckpointOfOtherOptimizerSettingsIsRefused) {
+  struct Side {
+    Rule flags;         // after --batch 16
+    std::string says;   // in its description
+    std::string lacks;  // not in its description ("" for no such check)
+  };
+  struct Case {
+    const char* name;
+    Side written, resumed;
+  };
+  const Case cases[] = {
+      {"sgd with momentum, then adam",
+       {{"--momentum", "0.9"}, "sgd (momentum 0.9", "adam"},
+       {{"--optimizer", "adam"}, "adam (beta1 0.9, beta2 0.999", "sgd"}},
+      {"adam, then adamw",
+       {{"--optimizer", "adam"}, "adam (", "adamw"},
+       {{"--optimizer", "adamw"}, "adamw (", ""}},
+      {"cosine, then constant",
+       {{"--lr-schedule", "cosine"}, "cosine schedule", ""},
+       {{}, "sgd (", "cosine"}},
+      {"--clip-norm 1, then none",
+       {{"--clip-norm", "1"}, "clip-norm 1", ""},
+       {{}, "sgd (", "clip-norm"}},
+      {"no clipping, then --clip-norm 1",
+       {{}, "sgd (", "clip-norm"},
+       {{"--clip-norm", "1"}, "clip-norm 1", ""}},
+      {"--beta2 0.99, then the default",
+       {{"--optimizer", "adam", "--beta2", "0.99"}, "beta2 0.99,", ""},
+       {{"--optimizer", "adam"}, "beta2 0.999,", ""}},
+      {"nesterov, then plain momentum",
+       {{"--momentum", "0.9", "--nesterov"}, "nesterov", ""},
+       {{"--momentum", "0.9"}, "momentum 0.9", "nesterov"}},
+      {"adamw's default weight decay, then 0.1",
+       {{"--optimizer", "adamw"}, "weight decay 0.01", ""},
+       {{"--optimizer", "adamw", "--weight-decay", "0.1"}, "weight decay 0.1", ""}},
+      {"a warmup, then none", {{"--warmup-steps", "50"}, "warmup 50", ""}, {{}, "sgd (", "warmup"}},
+      {"step every 100, then every 50",
+       {{"--lr-schedule", "step", "--lr-step-every", "100"}, "every 100", ""},
+       {{"--lr-schedule", "step", "--lr-step-every", "50"}, "every 50", ""}},
+  };
+  constexpr int64_t kSteps = 300;
+  TempDir dir;
+  int n = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto rule = [](const Side& side) {
+      Rule r = {"--batch", "16"};
+      r.insert(r.end(), side.flags.begin(), side.flags.end());
+      return r;
+    };
+    const std::string ckpt = dir.File("c" + std::to_string(++n) + ".ckpt");
+    const ProcResult w = test::RunProcess(
+        SyncRun(kSteps, {"--checkpoint", ckpt, "--checkpoint-every", "100"}, rule(c.written)),
+        kRunTimeout);
+    ExpectNothingLeft(w);
+    if (!ExitedWith(w, 0)) {
+      ADD_FAILURE() << "the run writing the checkpoint failed: " << Clip(w.Describe());
+      continue;
+    }
+    EXPECT_EQ(CheckpointStep(ckpt), 200);
+
+    const std::string model = dir.File("c" + std::to_string(n) + ".model");
+    const ProcResult r = test::RunProcess(
+        SyncRun(kSteps, {"--resume", ckpt, "--save", model}, rule(c.resumed)), kRunTimeout);
+    ExpectExit(r, 2);
+    EXPECT_TRUE(Contains(r.err, ckpt)) << r.err;
+    const auto [written, uses] = WrittenWithAndUses(r.err);
+    EXPECT_FALSE(written.empty() || uses.empty())
+        << "no \"was written with ...; this run uses ...\" in stderr:\n"
+        << r.err;
+    EXPECT_TRUE(Contains(written, c.written.says)) << "\"" << c.written.says << "\": " << r.err;
+    EXPECT_TRUE(Contains(uses, c.resumed.says)) << "\"" << c.resumed.says << "\": " << r.err;
+    if (!c.written.lacks.empty()) {
+      EXPECT_FALSE(Contains(written, c.written.lacks)) << r.err;
+    }
+    if (!c.resumed.lacks.empty()) {
+      EXPECT_FALSE(Contains(uses, c.resumed.lacks)) << r.err;
+    }
+    EXPECT_FALSE(test::FileExists(model)) << "a refused run wrote its model";
+    EXPECT_TRUE(WorkerPids(r.out).empty()) << "workers were started:\n" << r.out;
+    ExpectNothingLeft(r);
+
+    // With the settings it was written with, the checkpoint resumes.
+    const ProcResult ok = test::RunProcess(
+        SyncRun(kSteps, {"--resume", ckpt, "--save", model}, rule(c.written)), kRunTimeout);
+    ExpectNothingLeft(ok);
+    if (!ExitedWith(ok, 0)) {
+      ADD_FAILURE() << "resumed with its own settings: " << Clip(ok.Describe());
+      continue;
+    }
+    EXPECT_EQ(Num(SummaryOf(ok), "first_step"), 200);
+    EXPECT_TRUE(test::FileExists(model));
+  }
+}
+
+// 9c. A run may be extended from its checkpoint (another --steps) when its schedule does not
+// depend on the run's length, to the bits of a run that had the longer length from the start;
+// with cosine, whose horizon is the run's length, the checkpoint belongs to another run and is
+// refused (exit 2, no worker, no segment, no model).
+
+TEST(FaultTest, AnotherLengthResumesUnlessTheScheduleSpansTheRun) {
+  constexpr int64_t kWritten = 300;
+  constexpr int64_t kLonger = 600;
+  const std::vector<std::pair<const char*, Rule>> schedules = {
+      {"constant", {"--lr-schedule", "constant"}},
+      {"step", {"--lr-schedule", "step", "--lr-step-every", "100"}},
+      {"cosine", {"--lr-schedule", "cosine"}},
+  };
+  TempDir dir;
+  for (const auto& [name, schedule] : schedules) {
+    SCOPED_TRACE(std::string("--lr-schedule ") + name);
+    // Adam with warmup, clipping and weight decay (the cases of a schedule that spans the run
+    // aside, the resumed run must match the longer reference to the bit).
+    Rule rule = {"--batch", "16",          "--optimizer", "adam",           "--warmup-steps",
+                 "50",      "--clip-norm", "0.5",         "--weight-decay", "0.01"};
+    rule.insert(rule.end(), schedule.begin(), schedule.end());
+    const std::string ckpt = dir.File(std::string(name) + ".ckpt");
+    const ProcResult w = test::RunProcess(
+        SyncRun(kWritten, {"--checkpoint", ckpt, "--checkpoint-every", "100"}, rule), kRunTimeout);
+    ExpectNothingLeft(w);
+    if (!ExitedWith(w, 0)) {
+      ADD_FAILURE() << "the run writing the checkpoint failed: " << Clip(w.Describe());
+      continue;
+    }
+    ASSERT_EQ(CheckpointStep(ckpt), 200);
+
+    const std::string model = dir.File(std::string(name) + ".model");
+    const ProcResult r =
+        test::RunProcess(SyncRun(kLonger, {"--resume", ckpt, "--save", model}, rule), kRunTimeout);
+    ExpectNothingLeft(r);
+    if (std::string(name) == "cosine") {
+      ExpectExit(r, 2);
+      EXPECT_TRUE(Contains(r.err, ckpt)) << r.err;
+      EXPECT_FALSE(test::FileExists(model)) << "a refused run wrote its model";
+      EXPECT_TRUE(WorkerPids(r.out).empty()) << "workers were started:\n" << r.out;
+      // The same length resumes, to the bits of the run that never stopped.
+      const ProcResult same = test::RunProcess(
+          SyncRun(kWritten, {"--resume", ckpt, "--save", model}, rule), kRunTimeout);
+      ExpectNothingLeft(same);
+      if (!ExitedWith(same, 0)) {
+        ADD_FAILURE() << "cosine resumed with its own length: " << Clip(same.Describe());
+        continue;
+      }
+      EXPECT_EQ(Num(SummaryOf(same), "first_step"), 200);
+      const Reference& ref = SyncReference(kWritten, rule);
+      EXPECT_TRUE(SameBytes(test::ReadWholeFile(model), ref.model));
+      continue;
+    }
+    if (!ExitedWith(r, 0)) {
+      ADD_FAILURE() << "extending the run was refused: " << Clip(r.Describe());
+      continue;
+    }
+    EXPECT_EQ(Num(SummaryOf(r), "first_step"), 200);
+    const Reference& ref = SyncReference(kLonger, rule);
+    EXPECT_TRUE(SameBytes(test::ReadWholeFile(model), ref.model));
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
