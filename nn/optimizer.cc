@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "nn/schedule.h"
@@ -24,9 +25,14 @@ Status Bad(const std::string& flag, const std::string& what) {
   return Status::Usage(flag + ": " + what);
 }
 
+// The shortest decimal that reads back as x: "0.01", not "0.010000000000000000208", yet
+// 0.01 and 0.01000001 stay apart, so two different settings never describe alike.
 std::string Num(double x) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", x);
+  for (int digits = 6; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, x);
+    if (std::strtod(buf, nullptr) == x) break;
+  }
   return buf;
 }
 
@@ -228,7 +234,8 @@ std::string Describe(const OptimConfig& c) {
   } else if (sched == Schedule::kExponential) {
     s += ", exponential schedule (x" + Num(c.gamma) + " per step)";
   } else if (sched == Schedule::kCosine) {
-    s += ", cosine schedule to " + Num(c.lr_min);
+    s += ", cosine schedule to " + Num(c.lr_min) + " over " + std::to_string(c.total_steps) +
+         " steps";
   }
   if (c.warmup_steps > 0) s += ", warmup " + std::to_string(c.warmup_steps) + " steps";
   if (c.clip_norm > 0) s += ", clip-norm " + Num(c.clip_norm);

@@ -1306,6 +1306,10 @@ TEST(FaultTest, AnotherLengthResumesUnlessTheScheduleSpansTheRun) {
     if (std::string(name) == "cosine") {
       ExpectExit(r, 2);
       EXPECT_TRUE(Contains(r.err, ckpt)) << r.err;
+      // The message names the difference: the cosine's horizon is the run's length.
+      EXPECT_TRUE(Contains(r.err, "over " + std::to_string(kWritten) + " steps") &&
+                  Contains(r.err, "over " + std::to_string(kLonger) + " steps"))
+          << r.err;
       EXPECT_FALSE(test::FileExists(model)) << "a refused run wrote its model";
       EXPECT_TRUE(WorkerPids(r.out).empty()) << "workers were started:\n" << r.out;
       // The same length resumes, to the bits of the run that never stopped.

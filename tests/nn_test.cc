@@ -898,6 +898,27 @@ TEST(OptimizerTest, ResolvedConfigsDifferInEveryHyperParameter) {
   EXPECT_NE(base, bytes(Config("adamw", {}, 0.1, 0.0)));
 }
 
+// Checkpoint refusals name the settings by Describe: different settings, different words.
+TEST(OptimizerTest, DescribeIsShortAndTellsSettingsApart) {
+  const std::string a = Describe(Config("adam", {}, 0.01));
+  EXPECT_EQ(a, "adam (beta1 0.9, beta2 0.999, eps 1e-08, weight decay 0), lr 0.01");
+  EXPECT_NE(a, Describe(Config("adam", {}, 0.01000001)));
+  EXPECT_EQ(Describe(Config("sgd", {{"--momentum", 0.9}, {"--nesterov", 1}}, 0.1)),
+            "sgd (momentum 0.9, nesterov, weight decay 0), lr 0.1");
+  TrainOptions o;
+  o.lr = 0.1;
+  o.lr_schedule = Schedule::kCosine;
+  o.lr_min = 0.001;
+  o.warmup_steps = 10;
+  o.clip_norm = 1;
+  OptimConfig c300, c400;
+  ASSERT_TRUE(ResolveOptim(o, 300, &c300).ok());
+  ASSERT_TRUE(ResolveOptim(o, 400, &c400).ok());
+  EXPECT_EQ(Describe(c300), "sgd (momentum 0, weight decay 0), lr 0.1, cosine schedule to 0.001 "
+                            "over 300 steps, warmup 10 steps, clip-norm 1");
+  EXPECT_NE(Describe(c300), Describe(c400));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Learning-rate schedules (nn/schedule.h)
 
