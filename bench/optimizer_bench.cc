@@ -191,6 +191,8 @@ void Scaling(const Model& m, int runs) {
               m2.samples_per_s, m1.samples_per_s, scale >= 1.8 ? " (target >= 1.8: met)" : " (target >= 1.8: MISSED)");
   std::printf("  P=2 runs: %s samples/s; spread max/min %.3f%s\n", list.c_str(), spread,
               spread <= 1.15 ? " (target <= 1.15: met)" : " (target <= 1.15: MISSED)");
+  std::printf("  P=1 runs: spread max/min %.3f (the machine's own run-to-run swing, no barrier)\n",
+              s1.back().samples_per_s / s1.front().samples_per_s);
   std::printf("  phase split per step, P=1 median run: %s\n", Split(m1).c_str());
   std::printf("  phase split per step, P=2 median run: %s\n", Split(m2).c_str());
   std::printf("  phase split per step, P=2 slowest run: %s\n", Split(s2.front()).c_str());
