@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
+
 namespace {
 
 constexpr int kBatch = 128;
@@ -79,15 +81,6 @@ struct RunResult {
 };
 
 // Value of a numeric field "key":<number> of a JSON line; exits if the field is absent.
-double NumberField(const std::string& line, const std::string& key) {
-  const size_t p = line.find("\"" + key + "\":");
-  if (p == std::string::npos) {
-    std::fprintf(stderr, "bench: no \"%s\" in %s", key.c_str(), line.c_str());
-    std::exit(1);
-  }
-  return std::atof(line.c_str() + p + key.size() + 3);
-}
-
 // Value of a string field "key":"value" of a JSON line ("" if absent).
 std::string StringField(const std::string& line, const std::string& key) {
   const std::string tag = "\"" + key + "\":\"";
@@ -106,19 +99,9 @@ RunResult Run(const Config& c, int steps) {
          " --example blobs --rows 8192 --features 784 --layers " + kLayers +
          " --loss xent --init he --lr 0.01 --batch " + std::to_string(kBatch) + " --steps " +
          std::to_string(steps) + " --log-every 0 --log-format json --no-progress --no-metrics";
-  FILE* f = popen(cmd.c_str(), "r");
-  if (f == nullptr) std::abort();
-  char line[8192];
-  std::string summary, segment;
-  while (std::fgets(line, sizeof line, f)) {
-    const std::string s(line);
-    if (s.find("\"summary\"") != std::string::npos) summary = s;
-    if (s.find("\"segment\"") != std::string::npos) segment = s;
-  }
-  if (pclose(f) != 0 || summary.empty() || segment.empty()) {
-    std::fprintf(stderr, "bench: %s failed\n", cmd.c_str());
-    std::exit(1);
-  }
+  const auto events = shmtrain::bench::RunEvents(cmd, {"summary", "segment"});
+  const std::string& summary = events.at("summary");
+  const std::string& segment = events.at("segment");
   if (StringField(summary, "mode") != c.mode ||
       (!c.rule.empty() && StringField(summary, "rule") != c.rule)) {
     std::fprintf(stderr, "bench: %s reported another mode or rule: %s", cmd.c_str(),
@@ -126,10 +109,10 @@ RunResult Run(const Config& c, int steps) {
     std::exit(1);
   }
   RunResult r;
-  r.wall_s = NumberField(summary, "wall_s");
-  r.steps = NumberField(summary, "steps");
-  r.us_per_step = NumberField(summary, "us_per_step");
-  r.params = NumberField(segment, "params");
+  r.wall_s = shmtrain::bench::NumberField(summary, "wall_s");
+  r.steps = shmtrain::bench::NumberField(summary, "steps");
+  r.us_per_step = shmtrain::bench::NumberField(summary, "us_per_step");
+  r.params = shmtrain::bench::NumberField(segment, "params");
   return r;
 }
 

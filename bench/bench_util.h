@@ -12,7 +12,10 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -116,6 +119,37 @@ class LineReader {
   bool eof_ = false;
   std::string buf_;
 };
+
+// Value of a number field "key":X of a JSON line; exits naming the key when it is absent.
+inline double NumberField(const std::string& line, const std::string& key) {
+  const size_t p = line.find("\"" + key + "\":");
+  if (p == std::string::npos) {
+    std::fprintf(stderr, "bench: no \"%s\" in %s", key.c_str(), line.c_str());
+    std::exit(1);
+  }
+  return std::atof(line.c_str() + p + key.size() + 3);
+}
+
+// Runs the shell command `cmd` (a --log-format json run of shmtrain) and returns the last line
+// of each of the JSON `events` it printed, by event name. Exits naming the command when it
+// fails or one of the events never came.
+inline std::map<std::string, std::string> RunEvents(const std::string& cmd,
+                                                    const std::vector<std::string>& events) {
+  FILE* f = popen(cmd.c_str(), "r");
+  if (f == nullptr) std::abort();
+  std::map<std::string, std::string> last;
+  char line[8192];
+  while (std::fgets(line, sizeof line, f)) {
+    for (const std::string& e : events) {
+      if (std::strstr(line, ("\"event\":\"" + e + "\"").c_str()) != nullptr) last[e] = line;
+    }
+  }
+  if (pclose(f) != 0 || last.size() != events.size()) {
+    std::fprintf(stderr, "bench: %s failed\n", cmd.c_str());
+    std::exit(1);
+  }
+  return last;
+}
 
 inline double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());

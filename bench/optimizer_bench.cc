@@ -26,12 +26,13 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
+
 namespace {
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using shmtrain::bench::Median;
+using shmtrain::bench::NumberField;
+using shmtrain::bench::RunEvents;
 
 // Bytes per second of a = b + s*c over n floats, best of `passes`, counting the three streams.
 double TriadBandwidth(size_t n, int passes) {
@@ -75,39 +76,19 @@ struct Result {
   double compute_us = 0, reduce_us = 0, barrier_us = 0;  // per step, mean over workers
 };
 
-double Field(const std::string& json, const char* key) {
-  const std::string k = std::string("\"") + key + "\":";
-  const size_t p = json.find(k);
-  if (p == std::string::npos) {
-    std::fprintf(stderr, "bench: no %s in the summary: %s\n", key, json.c_str());
-    std::exit(1);
-  }
-  return std::atof(json.c_str() + p + k.size());
-}
-
 Result Run(const std::string& layers, int workers, const std::string& opt, int64_t steps) {
   const std::string cmd = std::string(SHMTRAIN_BIN) +
                           " train --example blobs --features 784 --rows 20000 --loss xent"
                           " --layers " + layers + " --batch 128 --lr 0.01 --steps " +
                           std::to_string(steps) + " --workers " + std::to_string(workers) + " " +
                           opt + " --log-format json --log-every 0 --no-progress --no-metrics";
-  FILE* f = popen(cmd.c_str(), "r");
-  if (f == nullptr) std::abort();
-  char line[8192];
-  std::string summary;
-  while (std::fgets(line, sizeof line, f)) {
-    if (std::string(line).find("\"summary\"") != std::string::npos) summary = line;
-  }
-  if (pclose(f) != 0 || summary.empty()) {
-    std::fprintf(stderr, "bench: %s failed\n", cmd.c_str());
-    std::exit(1);
-  }
+  const std::string summary = RunEvents(cmd, {"summary"}).at("summary");
   Result r;
-  r.us_per_step = Field(summary, "us_per_step");
-  r.samples_per_s = Field(summary, "samples_per_s");
-  r.compute_us = Field(summary, "step_compute_us");
-  r.reduce_us = Field(summary, "step_reduce_us");
-  r.barrier_us = Field(summary, "step_barrier_us");
+  r.us_per_step = NumberField(summary, "us_per_step");
+  r.samples_per_s = NumberField(summary, "samples_per_s");
+  r.compute_us = NumberField(summary, "step_compute_us");
+  r.reduce_us = NumberField(summary, "step_reduce_us");
+  r.barrier_us = NumberField(summary, "step_barrier_us");
   return r;
 }
 

@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
+
 namespace {
 
 long Futex(uint32_t* w, int op, uint32_t v) {
@@ -94,22 +96,9 @@ double Median(std::vector<double> v) {
 std::pair<double, double> RunExample(int workers) {
   const std::string cmd = std::string(SHMTRAIN_BIN) + " example parabola --workers " +
                           std::to_string(workers) + " --log-format json --no-progress --no-metrics";
-  FILE* f = popen(cmd.c_str(), "r");
-  if (f == nullptr) std::abort();
-  char line[4096];
-  std::string summary;
-  while (std::fgets(line, sizeof line, f)) {
-    if (std::string(line).find("\"summary\"") != std::string::npos) summary = line;
-  }
-  if (pclose(f) != 0 || summary.empty()) {
-    std::fprintf(stderr, "bench: %s failed\n", cmd.c_str());
-    std::exit(1);
-  }
-  auto field = [&](const char* key) {
-    const size_t p = summary.find(std::string("\"") + key + "\":");
-    return std::atof(summary.c_str() + p + std::string(key).size() + 3);
-  };
-  return {field("us_per_step"), field("wall_s")};
+  const std::string summary = shmtrain::bench::RunEvents(cmd, {"summary"}).at("summary");
+  return {shmtrain::bench::NumberField(summary, "us_per_step"),
+          shmtrain::bench::NumberField(summary, "wall_s")};
 }
 
 }  // namespace

@@ -242,6 +242,29 @@ std::string Describe(const OptimConfig& c) {
   return s;
 }
 
+// Eight independent partial sums: one running sum is a chain of dependent additions that GCC
+// may not reorder (no -ffast-math), which made this pass cost a fifth of an async update of a
+// million parameters; the lanes vectorise.
+double ScaleAndSquaredNorm(float* g, int64_t n, float inv) {
+  constexpr int kLanes = 8;
+  double part[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int k = 0; k < kLanes; ++k) {
+      const float x = g[i + k] * inv;
+      g[i + k] = x;
+      part[k] += static_cast<double>(x) * x;
+    }
+  }
+  double sq = 0;
+  for (; i < n; ++i) {
+    g[i] *= inv;
+    sq += static_cast<double>(g[i]) * g[i];
+  }
+  for (const double p : part) sq += p;
+  return sq;
+}
+
 void Update(const OptimConfig& c, const UpdateArgs& a) {
   FindOptimizer(c.optimizer)->update(c.hyper, a);
 }

@@ -91,6 +91,11 @@ Status ResolveOptim(const TrainOptions& o, int64_t total_steps, OptimConfig* out
 // 1000 steps, warmup 100, clip-norm 1": for logs and for checkpoint mismatch messages.
 std::string Describe(const OptimConfig& c);
 
+// Scales g by `inv` (1 / the minibatch's rows) and returns the squared norm of the result,
+// non-finite if any element is: the mean gradient and its share of |g|^2 for clipping, the
+// divergence check and the metrics, in both loops.
+double ScaleAndSquaredNorm(float* g, int64_t n, float inv);
+
 // Applies c's optimizer to one slice (the sync update phase and the tests).
 void Update(const OptimConfig& c, const UpdateArgs& a);
 

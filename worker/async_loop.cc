@@ -41,6 +41,7 @@
 
 #include "data/batch_plan.h"
 #include "nn/mlp.h"
+#include "nn/optimizer.h"
 #include "nn/schedule.h"
 #include "nn/update.h"
 #include "shm/barrier.h"
@@ -58,30 +59,6 @@ constexpr double kLossEmaWeight = 0.1;
 // The gradient norm metric is published every few updates (the sum of squares is always
 // taken, for the divergence check).
 constexpr int64_t kGradNormEvery = 8;
-
-// Scales g by `inv` and returns the squared norm of the result (non-finite if any element
-// is). Eight independent partial sums: one running sum is a chain of dependent additions that
-// GCC may not reorder (no -ffast-math), which made this pass cost a fifth of an update of a
-// million parameters; the lanes vectorise.
-double ScaleAndSquaredNorm(float* g, int64_t n, float inv) {
-  constexpr int kLanes = 8;
-  double part[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int k = 0; k < kLanes; ++k) {
-      const float x = g[i + k] * inv;
-      g[i + k] = x;
-      part[k] += static_cast<double>(x) * x;
-    }
-  }
-  double sq = 0;
-  for (; i < n; ++i) {
-    g[i] *= inv;
-    sq += static_cast<double>(g[i]) * g[i];
-  }
-  for (const double p : part) sq += p;
-  return sq;
-}
 
 // The gradient of the regularised loss, clipped, as the sync loop forms it (clip first, then
 // weight decay): g <- coef * g + wd * w_bak, with coef = C / (|g| + 1e-6) when that is below 1
@@ -207,7 +184,7 @@ int RunAsync(const shm::Segment& seg, int rank, uint32_t incarnation) {
         nn::LossAndGrad<float>(spec, w_bak.data(), bx.data(), by.data(), rows, grad.data(), ws) /
         static_cast<double>(rows);
     const float inv = 1.0f / static_cast<float>(rows);
-    const double sq = ScaleAndSquaredNorm(grad.data(), n, inv);
+    const double sq = nn::ScaleAndSquaredNorm(grad.data(), n, inv);
     shm::StoreRelaxed<uint64_t>(self->batches, static_cast<uint64_t>(b + 1));
     shm::AddRelaxed<uint64_t>(self->samples_total, static_cast<uint64_t>(rows));
     if (!std::isfinite(loss) || !std::isfinite(sq)) {

@@ -29,9 +29,7 @@ constexpr int64_t kChunk = 2048;
 
 // out[j] = (sum over q of slot q's gradient[i0 + j], in rank order) * inv, for j < k; returns
 // the squared norm of out (non-finite if any element is). Float sums of P terms: one rounding
-// per term, like the reference's; the order is fixed, so every run gives the same bits. Eight
-// partial sums for the norm: one running sum is a chain of dependent additions that GCC may
-// not reorder (no -ffast-math); the lanes vectorise.
+// per term, like the reference's; the order is fixed, so every run gives the same bits.
 double ReduceChunk(const shm::Segment& seg, int P, int64_t i0, int64_t k, float inv, float* out) {
   const float* __restrict g0 = seg.grad(0) + i0;
   for (int64_t j = 0; j < k; ++j) out[j] = g0[j];
@@ -39,23 +37,7 @@ double ReduceChunk(const shm::Segment& seg, int P, int64_t i0, int64_t k, float 
     const float* __restrict g = seg.grad(q) + i0;
     for (int64_t j = 0; j < k; ++j) out[j] += g[j];
   }
-  constexpr int kLanes = 8;
-  double part[kLanes] = {};
-  int64_t j = 0;
-  for (; j + kLanes <= k; j += kLanes) {
-    for (int l = 0; l < kLanes; ++l) {
-      const float x = out[j + l] * inv;
-      out[j + l] = x;
-      part[l] += static_cast<double>(x) * x;
-    }
-  }
-  double sq = 0;
-  for (; j < k; ++j) {
-    out[j] *= inv;
-    sq += static_cast<double>(out[j]) * out[j];
-  }
-  for (const double p : part) sq += p;
-  return sq;
+  return nn::ScaleAndSquaredNorm(out, k, inv);
 }
 
 // One rank of the sync loop: its slice of the vector, its buffers, the two phases of a step.
