@@ -51,12 +51,12 @@ void Update(const double* hp, const UpdateArgs& a) {
 }
 
 std::vector<HyperParam> Params() {
-  return {{"--beta1", "B1", "adam/adamw: decay of the gradient's running mean, in [0, 1) (default 0.9)",
+  return {{"--beta1", "B1", "decay of the gradient's running mean, in [0, 1) (default 0.9)",
            0.9, 0, 1, false, true},
           {"--beta2", "B2",
-           "adam/adamw: decay of the squared gradient's running mean, in [0, 1) (default 0.999)",
+           "decay of the squared gradient's running mean, in [0, 1) (default 0.999)",
            0.999, 0, 1, false, true},
-          {"--eps", "E", "adam/adamw: added to the denominator, > 0 (default 1e-8)", 1e-8, 0,
+          {"--eps", "E", "added to the denominator, > 0 (default 1e-8)", 1e-8, 0,
            HUGE_VAL, true, true}};
 }
 
