@@ -80,8 +80,14 @@ Status CheckHyper(const OptimizerDef& d, const TrainOptions& o) {
   const std::string why = d.check ? d.check(hyper) : "";
   if (!why.empty()) return Status::Usage(why);
   if (o.mode == Mode::kAsync && d.states(hyper) > 0) {
-    const char* flag = std::string_view(d.name) == "sgd" ? "--momentum" : "--optimizer";
-    return Bad(std::string(flag) + (flag[2] == 'o' ? std::string(" ") + d.name : ""),
+    // Name what made it keep state: the optimizer, when it does with its defaults; else the
+    // hyper-parameter given (sgd: --momentum).
+    double defaults[kMaxHyper] = {};
+    for (size_t i = 0; i < d.params.size(); ++i) defaults[i] = d.params[i].default_value;
+    const std::string flag = d.states(defaults) > 0 || o.hyper.empty()
+                                 ? std::string("--optimizer ") + d.name
+                                 : o.hyper.begin()->first;
+    return Bad(flag,
                std::string("not available in async mode: there each worker applies its own "
                            "gradient at once by a DC-ASGD rule (--rule), and ") +
                    d.name +

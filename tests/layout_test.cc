@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "shm/layout.h"
 #include "shm/segment.h"
+#include "tests/parabola_layout.h"
 #include "shmtrain/model_spec.h"
 #include "shmtrain/status.h"
 
@@ -158,27 +159,7 @@ TEST(Layout, PinsEveryField) {
 #undef PIN
 
 Header MakeProto(int workers, uint32_t states) {
-  Header h{};
-  RunConfig& c = h.config;
-  c.num_layers = 3;
-  c.layers[0] = 1;
-  c.layers[1] = 5;
-  c.layers[2] = 1;
-  c.workers = static_cast<uint32_t>(workers);
-  c.param_count = ModelSpec{{1, 5, 1}}.ParamCount();
-  c.rows = 50;
-  c.features = 1;
-  c.total_steps = 10;
-  c.optim.lr = 0.01;
-  c.optim.num_states = states;
-  c.barrier_timeout_s = 5;
-  c.master_pid = getpid();
-  c.fault_rank = -1;
-  c.fault_step = -1;
-  c.fault_incarnations = 0;
-  h.creator_pid = getpid();
-  ComputeLayout(&h);
-  return h;
+  return test::ParabolaLayout(Mode::kSync, workers, states);
 }
 
 TEST(Layout, RegionsAreAlignedAndDisjoint) {

@@ -21,6 +21,7 @@
 #include "nn/metrics.h"
 #include "nn/mlp.h"
 #include "shm/segment.h"
+#include "tests/parabola_layout.h"
 
 namespace shmtrain::master {
 namespace {
@@ -50,31 +51,7 @@ class TempDir {
 
 // The layout of a run of kSpec on the parabola's 50 rows.
 shm::Header Layout(Mode mode, int workers, uint32_t states, int64_t eval_every = 0) {
-  shm::Header h{};
-  shm::RunConfig& c = h.config;
-  c.mode = static_cast<uint32_t>(mode);
-  c.num_layers = 3;
-  c.layers[0] = 1;
-  c.layers[1] = 5;
-  c.layers[2] = 1;
-  c.workers = static_cast<uint32_t>(workers);
-  c.param_count = kSpec.ParamCount();
-  c.rows = 50;
-  c.features = 1;
-  c.total_steps = 10;
-  c.optim.lr = 0.01;
-  c.optim.num_states = states;
-  c.barrier_timeout_s = 5;
-  c.master_pid = getpid();
-  c.fault_rank = -1;
-  c.fault_step = -1;
-  c.eval_every = eval_every;
-  c.snapshots = 2;
-  h.stop_eval = shm::kNoStop;
-  h.creator_pid = getpid();
-  h.creator_start_time = shm::ProcessStartTime(getpid());
-  shm::ComputeLayout(&h);
-  return h;
+  return test::ParabolaLayout(mode, workers, states, eval_every);
 }
 
 shm::Segment MakeSegment(const shm::Header& layout) {

@@ -77,7 +77,7 @@ class SyncRank {
   void Gradient(int64_t t);
   int ReduceAndUpdate(int64_t t);
   // The optimizer over [i0, i0 + k) of the slice, from the mean gradient g.
-  void UpdateChunk(int64_t t, int64_t i0, int64_t k, const float* g) const;
+  void UpdateChunk(int64_t t, double lr, int64_t i0, int64_t k, const float* g) const;
   int Diverged(int64_t t) const {
     shm::RecordDivergence(h_, t);
     return kWorkerDiverged;
@@ -179,7 +179,7 @@ void SyncRank::Gradient(int64_t t) {
   if (Fault(FaultPoint::kAtBarrier1, t)) DieNow();
 }
 
-void SyncRank::UpdateChunk(int64_t t, int64_t i0, int64_t k, const float* g) const {
+void SyncRank::UpdateChunk(int64_t t, double lr, int64_t i0, int64_t k, const float* g) const {
   nn::UpdateArgs a;
   a.n = k;
   a.w_in = seg_.params(t) + i0;
@@ -189,7 +189,7 @@ void SyncRank::UpdateChunk(int64_t t, int64_t i0, int64_t k, const float* g) con
     a.s_out[s] = seg_.state(s, t + 1) + i0;
   }
   a.g = g;
-  a.lr = nn::LearningRate(c_.optim, t);
+  a.lr = lr;
   a.weight_decay = c_.optim.weight_decay;
   a.t = t;
   opt_->update(c_.optim.hyper, a);
@@ -216,6 +216,7 @@ int SyncRank::ReduceAndUpdate(int64_t t) {
   if (!std::isfinite(loss_sum_)) return Diverged(t);
   const float inv = static_cast<float>(1.0 / static_cast<double>(samples_));
   const bool clip = c_.optim.clip_norm > 0;
+  const double lr = nn::LearningRate(c_.optim, t);  // once per step, not per chunk
   if (Fault(FaultPoint::kMidUpdate, t) && hi_ > lo_) {
     const int64_t half = (hi_ - lo_) / 2;
     std::fill(seg_.params(t + 1) + lo_, seg_.params(t + 1) + lo_ + half, NAN);
@@ -231,7 +232,7 @@ int SyncRank::ReduceAndUpdate(int64_t t) {
     const double part = ReduceChunk(seg_, P_, i0, k, inv, g);
     if (!std::isfinite(part)) return Diverged(t);
     sq += part;
-    if (!clip) UpdateChunk(t, i0, k, g);
+    if (!clip) UpdateChunk(t, lr, i0, k, g);
   }
   if (clip) {
     // The global norm: every rank's share, summed in rank order after all have published.
@@ -253,7 +254,7 @@ int SyncRank::ReduceAndUpdate(int64_t t) {
         for (int64_t j = 0; j < k; ++j) scaled_[j] = g[j] * f;
         g = scaled_.data();
       }
-      UpdateChunk(t, i0, k, g);
+      UpdateChunk(t, lr, i0, k, g);
     }
     shm::AddRelaxed<uint64_t>(self_->reduce_ns_total, static_cast<uint64_t>(shm::MonotonicNs() - t2));
   } else {
