@@ -57,6 +57,9 @@ class SupervisorStats {
     std::atomic<uint64_t> sum_ns{0};
     void Observe(double seconds);
   };
+  // Several hosts: one cross-host combine of a step's sums (master/combiner.h) took `seconds`.
+  void ObserveCombine(double seconds) { combine_.Observe(seconds); }
+  const Histogram& combine() const { return combine_; }
   // A checkpoint that could not be written (the run goes on; the next one is tried).
   void AddCheckpointFailure() { checkpoint_failures_.fetch_add(1, std::memory_order_relaxed); }
   uint64_t checkpoint_failures() const {
@@ -83,6 +86,7 @@ class SupervisorStats {
   std::atomic<uint64_t> torn_{0};
   Histogram recovery_;
   Histogram checkpoint_;
+  Histogram combine_;
   std::atomic<double> last_checkpoint_unix_{0};
   std::atomic<uint64_t> checkpoint_failures_{0};
   std::atomic<uint64_t> validations_{0};

@@ -171,12 +171,23 @@ struct TrainOptions {
   int64_t checkpoint_every = 0;
   std::string resume_path;
 
+  // Several hosts (master/hosts.h): a run under mpirun is one of host_count host masters, the
+  // one of MPI rank host_index; host_local is its rank among the host masters on this machine
+  // (the metrics port rule, monitoring/exporter.h). Set by the master from MPI, never by flags.
+  // host_timeout_s: how long a host master waits for another host's sum of a step before it
+  // ends the job (--host-timeout, default 60; 0.1..86400).
+  int host_index = 0;
+  int host_count = 1;
+  int host_local = 0;
+  double host_timeout_s = 60;
+
   // Test hooks (not shown in --help): worker `fault_rank` dies at `fault_point`
   // (worker/fault.h) of step/batch `fault_step` while its incarnation < fault_incarnations.
   int fault_rank = -1;
   int64_t fault_step = -1;
   int fault_point = 1;  // kExit
   int fault_incarnations = 1;
+  int fault_host = 0;  // the host whose worker fault_rank dies (several hosts)
   // Test hook (not shown in --help): the master throws std::bad_alloc from its run loop once
   // the run has reached this step (-1 = off), to prove that any exception is cleaned up after.
   int64_t fault_master_throw = -1;
