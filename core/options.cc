@@ -235,6 +235,10 @@ Status TrainOptions::Validate() const {
     return Bad("--barrier-timeout", "must be between 100ms and 86400s, got " +
                                         Seconds(barrier_timeout_s));
   }
+  if (!(host_timeout_s >= 0.1 && host_timeout_s <= 86400)) {
+    return Bad("--host-timeout", "must be between 100ms and 86400s, got " +
+                                     Seconds(host_timeout_s));
+  }
   if (Status st = CheckAsyncRule(*this); !st.ok()) return st;
   if (Status st = nn::CheckOptimizerOptions(*this); !st.ok()) return st;
   if (Status st = CheckHeldOut(*this); !st.ok()) return st;

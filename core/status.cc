@@ -31,6 +31,7 @@ int Status::exit_code() const {
     case Code::kInterrupted: return kExitInterrupted;
     case Code::kInternal: return kExitInternal;
     case Code::kDiverged: return kExitDiverged;
+    case Code::kHostLost: return kExitHostLost;
   }
   return kExitInternal;
 }

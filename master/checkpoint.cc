@@ -45,6 +45,9 @@ uint64_t RunFingerprint(const TrainOptions& o, const OptimConfig& optim, const d
   h.Add<int64_t>(o.batch);
   h.Add<uint64_t>(o.seed);
   h.Add<int32_t>(o.workers);
+  // Several hosts split each batch over hosts x workers (hashed only then: single-host
+  // checkpoints keep their fingerprints).
+  if (o.host_count > 1) h.Add<int32_t>(o.host_count);
   h.Add<uint32_t>(static_cast<uint32_t>(o.rule));
   h.Add<double>(o.LambdaOrDefault());
   h.Add<double>(o.ms_decay);

@@ -384,7 +384,12 @@ std::vector<Flag> FaultFlags(TrainOptions* o) {
        ""},
       {"--fault-master-throw", "T", "test hook",
        Int<int64_t>(&o->fault_master_throw, -1, kBig), ""},
-      {"--fault-point", "K", "test hook", Int<int>(&o->fault_point, 0, 8), ""},
+      {"--fault-point", "K", "test hook", Int<int>(&o->fault_point, 0, 10), ""},
+      {"--fault-host", "H", "test hook", Int<int>(&o->fault_host, 0, 255), ""},
+      {"--host-timeout", "D",
+       "several hosts (mpirun): end the job when another host's sum of a step has not arrived "
+       "within D, 100ms..86400s (default 60s)",
+       Duration(&o->host_timeout_s), kFault},
   };
 }
 

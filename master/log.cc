@@ -79,7 +79,19 @@ JsonLine& JsonLine::Raw(std::string_view key, std::string_view json) {
 Logger::Logger(LogFormat format, bool progress)
     : format_(format), live_(progress && isatty(STDERR_FILENO)) {}
 
+void Logger::SetSecondary(std::string who) {
+  who_ = std::move(who);
+  live_ = false;
+}
+
+void Logger::Always(const JsonLine& json) {
+  if (format_ != LogFormat::kJson) return;
+  std::fputs((json.Done() + "\n").c_str(), stdout);
+  std::fflush(stdout);
+}
+
 void Logger::Line(const std::string& text, const JsonLine& json) {
+  if (secondary()) return;
   ClearProgress();
   const std::string s = (format_ == LogFormat::kJson ? json.Done() : text) + "\n";
   std::fputs(s.c_str(), stdout);
@@ -87,6 +99,7 @@ void Logger::Line(const std::string& text, const JsonLine& json) {
 }
 
 void Logger::Info(const std::string& text, const JsonLine& json) {
+  if (secondary()) return;
   if (format_ == LogFormat::kJson) {
     JsonOnly(json);
     return;
@@ -97,9 +110,7 @@ void Logger::Info(const std::string& text, const JsonLine& json) {
 }
 
 void Logger::JsonOnly(const JsonLine& json) {
-  if (format_ != LogFormat::kJson) return;
-  std::fputs((json.Done() + "\n").c_str(), stdout);
-  std::fflush(stdout);
+  if (!secondary()) Always(json);
 }
 
 void Logger::Progress(const std::string& text) {
@@ -118,9 +129,10 @@ void Logger::ClearProgress() {
 
 void Logger::Error(const std::string& msg) {
   ClearProgress();
-  std::fprintf(stderr, "shmtrain: error: %s\n", msg.c_str());
+  const std::string full = secondary() ? who_ + ": " + msg : msg;
+  std::fprintf(stderr, "shmtrain: error: %s\n", full.c_str());
   std::fflush(stderr);
-  if (format_ == LogFormat::kJson) JsonOnly(JsonLine("error").Str("message", msg));
+  Always(JsonLine("error").Str("message", full));
 }
 
 }  // namespace shmtrain::master

@@ -52,10 +52,20 @@ class Logger {
   // "shmtrain: error: ..." on stderr (and a JSON "error" event in json mode).
   void Error(const std::string& msg);
 
+  // Several hosts: this logger serves a host master other than host 0, named `who` ("host 1
+  // (node-b)"). It prints only errors (prefixed with who) and Always() events: host 0 prints
+  // the run's log and summary.
+  void SetSecondary(std::string who);
+  bool secondary() const { return !who_.empty(); }
+  // A JSON event printed by every host master in json mode (e.g. "host": where its segment
+  // and workers are).
+  void Always(const JsonLine& json);
+
  private:
   LogFormat format_;
   bool live_;
   bool live_shown_ = false;
+  std::string who_;  // empty on host 0 and in single-host runs
 };
 
 }  // namespace shmtrain::master

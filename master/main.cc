@@ -27,6 +27,28 @@ shmtrain::Status FromException(std::exception_ptr e) {
   return shmtrain::Status::Internal("internal error: " + shmtrain::master::DescribeException(e));
 }
 
+// Several hosts (master/hosts.h): this process's place among the host masters, into the
+// options; refuses what several hosts cannot do.
+shmtrain::Status JoinTheHosts(int* argc, char*** argv, shmtrain::TrainOptions* o,
+                              std::unique_ptr<shmtrain::master::Hosts>* hosts,
+                              shmtrain::master::Logger& log) {
+  using shmtrain::Status;
+  if (Status s = shmtrain::master::JoinHosts(argc, argv, hosts); !s.ok()) return s;
+  const auto& h = **hosts;
+  o->host_index = h.index();
+  o->host_count = h.count();
+  o->host_local = h.local();
+  o->host_local_count = h.local_count();
+  if (h.index() != 0) log.SetSecondary(h.Describe(h.index()));
+  if (h.count() > 1 && o->mode == shmtrain::Mode::kAsync) {
+    return Status::Usage("--mode async runs on one host only: under mpirun with " +
+                         std::to_string(h.count()) +
+                         " host masters, use --mode sync (README \"Several hosts\" tells why "
+                         "and how async across hosts would work)");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -97,11 +119,17 @@ int main(int argc, char** argv) {
   master::InstallSignalHandlers();
 
   master::Logger log(cmd.train.log_format, cmd.train.progress);
+  std::unique_ptr<master::Hosts> hosts;
+  if (Status s = JoinTheHosts(&argc, &argv, &cmd.train, &hosts, log); !s.ok()) {
+    log.Error(s.message());
+    if (hosts) hosts->AbortJob(s.exit_code());
+    return s.exit_code();
+  }
   master::ProcessLauncher launcher(master::DefaultWorkerPath());
   std::unique_ptr<monitoring::Exporter> exporter;
   Status s;
   try {
-    s = master::RunTrain(cmd.train, log, launcher, &exporter);
+    s = master::RunTrain(cmd.train, log, launcher, *hosts, &exporter);
   } catch (...) {
     s = FromException(std::current_exception());
   }
@@ -112,7 +140,13 @@ int main(int argc, char** argv) {
   }
   // The workers are reaped and the segment removed by now. Ending here rather than returning
   // skips the metrics server's shutdown, which would wait out civetweb's 2 s poll quantum;
-  // the kernel closes its socket.
+  // the kernel closes its socket. Several hosts: a failure here ends the job on every host
+  // with this code (a stop signal came to every host master already, from mpirun).
   std::fflush(nullptr);
+  if (code == kExitOk) {
+    hosts->Finish();
+  } else if (hosts->count() > 1 && s.code() != Status::Code::kInterrupted) {
+    hosts->AbortJob(code);
+  }
   std::_Exit(code);
 }

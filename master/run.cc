@@ -17,11 +17,13 @@
 #include <thread>
 #include <vector>
 
+#include "core/crc32.h"
 #include "data/batch_plan.h"
 #include "data/dataset.h"
 #include "data/preprocess.h"
 #include "master/checkpoint.h"
 #include "master/checkpoint_policy.h"
+#include "master/combiner.h"
 #include "master/model_file.h"
 #include "master/output_path.h"
 #include "master/run_summary.h"
@@ -67,6 +69,8 @@ shm::Header MakeHeader(const TrainOptions& o, const OptimConfig& optim, int64_t 
   c.num_layers = static_cast<uint32_t>(o.model.layers.size());
   std::copy(o.model.layers.begin(), o.model.layers.end(), c.layers);
   c.workers = static_cast<uint32_t>(o.workers);
+  c.hosts = static_cast<uint32_t>(o.host_count);
+  c.host_index = static_cast<uint32_t>(o.host_index);
   c.param_count = o.model.ParamCount();
   c.rows = rows;
   c.features = features;
@@ -77,10 +81,12 @@ shm::Header MakeHeader(const TrainOptions& o, const OptimConfig& optim, int64_t 
   c.optim = optim;
   c.barrier_timeout_s = o.barrier_timeout_s;
   // Spinning pays only while every worker has a core of its own.
-  c.spin_ns =
-      o.workers <= static_cast<int>(std::thread::hardware_concurrency()) ? 50'000 : 0;
+  c.spin_ns = o.workers * o.host_local_count <=
+                      static_cast<int>(std::thread::hardware_concurrency())
+                  ? 50'000
+                  : 0;
   c.master_pid = getpid();
-  c.fault_rank = o.fault_rank;
+  c.fault_rank = o.host_index == o.fault_host ? o.fault_rank : -1;
   c.fault_step = o.fault_step;
   c.fault_point = static_cast<uint32_t>(o.fault_point);
   c.fault_incarnations = static_cast<uint32_t>(o.fault_incarnations);
@@ -362,6 +368,7 @@ void FillSegment(const TrainOptions& o, const data::Dataset& d, const Checkpoint
   std::copy(d.x.begin(), d.x.end(), seg->x());
   std::copy(d.y.begin(), d.y.end(), seg->y());
   seg->header()->config.first_step = resume.step;
+  seg->header()->combined_step = resume.step - 1;
   if (o.resume_path.empty()) {
     nn::InitParams(o.model, o.init, o.seed, seg->params(0));
   } else {
@@ -440,6 +447,48 @@ class ProgressLine {
   int64_t next_ns_;
 };
 
+// This host's share of the run's outputs: only host 0 writes the model and checkpoints (every
+// host holds the same parameters at every step), so the others neither pause for checkpoints
+// nor check output paths they will not write.
+TrainOptions ForThisHost(const TrainOptions& opts) {
+  TrainOptions o = opts;
+  if (o.host_index != 0) {
+    o.save_path.clear();
+    o.checkpoint_path.clear();
+    o.checkpoint_every = 0;
+  }
+  return o;
+}
+
+// Several hosts: every host must start the same run (options, data, validation and length)
+// from the same state, or their sums would mix different models. Returns kUsage naming a host
+// that differs, kHostLost when one does not answer. In json mode every host names its segment
+// and pid (the "host" event), so that an operator (or a test) can find its workers.
+Status AgreeWithHosts(const TrainOptions& o, Hosts& hosts, uint64_t fingerprint,
+                      const RunData& rd, const shm::Segment& seg,
+                      const monitoring::Exporter* exporter, Logger& log) {
+  if (hosts.count() == 1) return Status::Ok();
+  log.Always(JsonLine("host")
+                 .Int("host", hosts.index())
+                 .Int("hosts", hosts.count())
+                 .Str("name", hosts.Describe(hosts.index()))
+                 .Int("pid", getpid())
+                 .Str("segment", seg.name())
+                 .Str("metrics", exporter ? exporter->address() : ""));
+  const shm::RunConfig& c = seg.header()->config;
+  const int64_t n = static_cast<int64_t>(c.param_count);
+  uint32_t state = Crc32(seg.params(c.first_step), static_cast<size_t>(n) * sizeof(float));
+  for (int k = 0; k < seg.num_states(); ++k) {
+    state = Crc32(seg.state(k, c.first_step), static_cast<size_t>(n) * sizeof(float), state);
+  }
+  state = Crc32(rd.val.x.data(), rd.val.x.size() * sizeof(float), state);
+  state = Crc32(rd.val.y.data(), rd.val.y.size() * sizeof(float), state);
+  const int64_t words[] = {static_cast<int64_t>(fingerprint), c.total_steps, c.first_step,
+                           o.eval_every,  o.early_stop, static_cast<int64_t>(state)};
+  const uint64_t identity = (static_cast<uint64_t>(Crc32(words, sizeof words)) << 32) ^ fingerprint;
+  return hosts.Agree(identity, o.host_timeout_s);
+}
+
 // A run whose segment exists and is filled: the units the run loop composes.
 struct RunParts {
   const TrainOptions& o;
@@ -450,6 +499,7 @@ struct RunParts {
   CheckpointPolicy& checkpoints;
   ValidationProtocol& validation;
   LossLog& losses;
+  Combiner* combiner;  // several hosts only
   int64_t first_step;
   int64_t total_steps;
   int64_t t_start;  // just before the workers start
@@ -471,6 +521,7 @@ Status Supervise(RunParts& run) {
       throw std::bad_alloc();  // test hook: any exception must end in the normal cleanup
     }
     failure = run.sup.Tick(run.validation.wants_fast_poll() ? 1 : kPollMs);
+    if (failure.ok() && run.combiner != nullptr) failure = run.combiner->status();
     run.losses.Drain();
     run.validation.Poll();
     if (!failure.ok()) break;
@@ -540,6 +591,11 @@ Status Finish(RunParts& run) {
   summary.val = val;
   summary.final_loss = nn::Evaluate(o.model, params.data(), d.x.data(), d.y.data(), d.rows).loss;
   ReadWorkerCounters(run.seg, &summary);
+  if (o.host_count > 1) {
+    // The rows of every host's workers: each step is the whole global batch, split over them.
+    summary.hosts = o.host_count;
+    summary.samples = static_cast<uint64_t>((end_step - run.first_step) * (o.batch > 0 ? o.batch : d.rows));
+  }
   run.seg.Unlink();
   g_segment_path[0] = '\0';
 
@@ -561,13 +617,18 @@ Status Finish(RunParts& run) {
 
 }  // namespace
 
-Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
+Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher, Hosts& hosts,
                 std::unique_ptr<monitoring::Exporter>* exporter_out) {
+  const TrainOptions o = ForThisHost(opts);
   if (Status s = CheckOutputPaths(o); !s.ok()) return s;
   // The endpoint next: a taken port fails the run before anything exists to clean up.
   std::unique_ptr<monitoring::Exporter>& exporter = *exporter_out;
   if (o.metrics) {
-    if (Status s = monitoring::Exporter::Start(o.metrics_addr, &exporter); !s.ok()) return s;
+    std::string addr;
+    if (Status s = monitoring::HostMetricsAddress(o.metrics_addr, o.host_local, &addr); !s.ok()) {
+      return s;
+    }
+    if (Status s = monitoring::Exporter::Start(addr, &exporter); !s.ok()) return s;
     InstallSignalHandlers();  // the server's library has just set SIGPIPE to SIG_IGN
   }
   RunData rd;
@@ -601,6 +662,9 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
   if (exporter) exporter->Attach(&seg, &stats, o);
   const DetachOnExit detach(exporter.get());
   LogSegment(o, rd, seg, exporter.get(), log);
+  if (Status s = AgreeWithHosts(o, hosts, fingerprint, rd, seg, exporter.get(), log); !s.ok()) {
+    return s;
+  }
 
   CheckpointPolicy checkpoints({.path = o.checkpoint_path,
                                 .every = o.checkpoint_every,
@@ -619,7 +683,10 @@ Status RunTrain(const TrainOptions& o, Logger& log, Launcher& launcher,
   const int64_t t_start = shm::MonotonicNs();
   Supervisor sup(seg, launcher, log, stats, SupervisorOptionsFor(o));
   LossLog losses(seg, log);
-  RunParts run{o, rd, log, seg, sup, checkpoints, validation, losses, first, total_steps, t_start};
+  std::unique_ptr<Combiner> combiner;
+  if (hosts.count() > 1) combiner = std::make_unique<Combiner>(seg, hosts, stats, o.host_timeout_s);
+  RunParts run{o,      rd,         log,          seg,   sup,        checkpoints,
+               validation, losses, combiner.get(), first, total_steps, t_start};
   if (Status failure = Supervise(run); !failure.ok()) return Abandon(run, std::move(failure));
   return Finish(run);
 }

@@ -17,6 +17,7 @@
 
 #include "data/dataset.h"
 #include "data/preprocess.h"
+#include "master/hosts.h"
 #include "master/launcher.h"
 #include "master/log.h"
 #include "monitoring/exporter.h"
@@ -47,10 +48,11 @@ Status PrepareData(const TrainOptions& opts, RunData* out);
 // How to read the data files named by the options (format, label column, header) for `task`.
 data::LoadOptions LoadOptionsFor(const TrainOptions& opts, Task task);
 
-// Runs a training to its end. On failure, every worker is gone and the segment removed
-// before this returns. The metrics endpoint, if any, is left in *exporter: stopping it costs
-// civetweb's 2 s poll quantum, so the caller lets the process's exit close it instead.
-Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher,
+// Runs a training to its end: this host's part of it when hosts.count() > 1 (opts.host_* must
+// match hosts). On failure, every worker is gone and the segment removed before this returns.
+// The metrics endpoint, if any, is left in *exporter: stopping it costs civetweb's 2 s poll
+// quantum, so the caller lets the process's exit close it instead.
+Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher, Hosts& hosts,
                 std::unique_ptr<monitoring::Exporter>* exporter);
 
 }  // namespace shmtrain::master

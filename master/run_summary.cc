@@ -96,6 +96,7 @@ std::string SummaryText(const RunSummary& s) {
   }
   return text + ", " + Fmt("%.3f", s.wall_s) + " s, " + Fmt("%.0f", SamplesPerSecond(s)) +
          " samples/s, " + std::to_string(s.workers) + " worker" + (s.workers == 1 ? "" : "s") +
+         (s.hosts > 1 ? " on each of " + std::to_string(s.hosts) + " hosts" : "") +
          ", " + Fmt("%.2f", UsPerStep(s)) + " us/step";
 }
 
@@ -108,6 +109,7 @@ JsonLine SummaryJson(const RunSummary& s) {
       .Num("wall_s", s.wall_s)
       .Num("samples_per_s", SamplesPerSecond(s))
       .Int("workers", s.workers)
+      .Int("hosts", s.hosts)
       .Num("us_per_step", UsPerStep(s))
       .Str("mode", ToString(s.mode))
       .Int("first_step", s.first_step)

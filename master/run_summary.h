@@ -23,7 +23,8 @@ namespace shmtrain::master {
 struct RunSummary {
   Mode mode = Mode::kSync;
   AsyncRule rule = AsyncRule::kAsgd;  // async only
-  int workers = 1;
+  int workers = 1;  // per host
+  int hosts = 1;
   int64_t first_step = 0;  // 0, or the resumed checkpoint's step
   int64_t end_step = 0;    // where training ended: total_steps, or earlier after an early stop
   double final_loss = 0;   // the kept parameters' loss over the whole training set

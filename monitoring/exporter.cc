@@ -313,6 +313,15 @@ class RunCollector final : public prometheus::Collectable {
   std::string rule_;
 };
 
+Status HostMetricsAddress(const std::string& addr, int host_local, std::string* out) {
+  std::string why;
+  const std::optional<HostPort> hp = ParseHostPort(addr, &why);
+  if (!hp) return Status::Usage("--metrics-addr " + addr + ": " + why);
+  const int port = hp->port == 0 ? 0 : hp->port + host_local;
+  *out = (hp->ipv6 ? "[" + hp->host + "]" : hp->host) + ":" + std::to_string(port);
+  return Status::Ok();
+}
+
 Exporter::~Exporter() = default;
 
 Status Exporter::Start(const std::string& addr, std::unique_ptr<Exporter>* out) {

@@ -94,6 +94,13 @@ class SupervisorStats {
   std::atomic<double> val_metric_{0};
 };
 
+// The address host master `host_local` (its rank among the host masters on this machine,
+// TrainOptions::host_local) listens on, given --metrics-addr "HOST:PORT": "HOST:(PORT +
+// host_local)", so that the host masters sharing a machine never fight over a port. Port 0
+// stays 0 (each picks any free port). kUsage naming --metrics-addr when the address is
+// malformed or the port would pass 65535; kInternal for a negative host_local.
+Status HostMetricsAddress(const std::string& addr, int host_local, std::string* out);
+
 class RunCollector;
 
 class Exporter {

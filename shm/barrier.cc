@@ -78,6 +78,35 @@ PhaseBarrier::Result PhaseBarrier::WaitNorms(int64_t step, int64_t deadline_ns, 
   return r;
 }
 
+void PhaseBarrier::PublishHostSum(int64_t step) {
+  std::atomic_ref<int64_t>(self_->host_sum_step).store(step);  // seq_cst, as Arrive's phase
+  if (!HostSumsComplete(blocks_, workers_, step)) return;
+  Word(h_->wake_seq).fetch_add(1);
+  if (Word(h_->waiters).load() > 0) FutexWake(&h_->wake_seq, INT_MAX);
+}
+
+PhaseBarrier::Result PhaseBarrier::WaitCombined(int64_t step, int64_t deadline_ns) {
+  return WaitUntil([&] { return std::atomic_ref<int64_t>(h_->combined_step).load() >= step; },
+                   deadline_ns);
+}
+
+bool HostSumsComplete(const WorkerBlock* blocks, int workers, int64_t step) {
+  for (int r = 0; r < workers; ++r) {
+    if (std::atomic_ref<int64_t>(const_cast<int64_t&>(blocks[r].host_sum_step)).load() < step) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void PublishCombined(Header* header, int64_t step, int64_t samples, double loss_sum) {
+  header->combined_samples = samples;
+  header->combined_loss = loss_sum;
+  std::atomic_ref<int64_t>(header->combined_step).store(step);
+  Word(header->wake_seq).fetch_add(1);
+  if (Word(header->waiters).load() > 0) FutexWake(&header->wake_seq, INT_MAX);
+}
+
 template <class Done>
 PhaseBarrier::Result PhaseBarrier::WaitUntil(Done complete, int64_t deadline_ns) {
   if (complete()) {

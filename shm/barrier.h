@@ -48,6 +48,12 @@ class PhaseBarrier {
   // *sq = the shares summed in rank order (every rank adds the same numbers in the same
   // order, so all get the same bits).
   Result WaitNorms(int64_t step, int64_t deadline_ns, double* sq);
+  // Several hosts: this rank's slice of the host sum HS of `step` is written; wakes the waiters
+  // (the master's combiner) when every rank's is.
+  void PublishHostSum(int64_t step);
+  // Several hosts: waits until the combiner has published GS of `step` (Header.combined_step
+  // >= step), same rules as Wait().
+  Result WaitCombined(int64_t step, int64_t deadline_ns);
   // Wait time accumulated by Wait(), in ns.
   uint64_t waited_ns() const { return waited_ns_; }
 
@@ -73,6 +79,10 @@ void ReleaseCheckpoint(Header* header, int64_t step);
 // stored before the ack that lets ranks past the eval it names.
 void AckEval(Header* header, int64_t k);
 void RequestStop(Header* header, int64_t stop_eval);
+// Master side, several hosts: every rank has written its slice of HS for `step`.
+bool HostSumsComplete(const WorkerBlock* blocks, int workers, int64_t step);
+// Master side, several hosts: GS and the totals of `step` are written; lets the ranks update.
+void PublishCombined(Header* header, int64_t step, int64_t samples, double loss_sum);
 // The current abort epoch (a worker records it when it starts).
 uint32_t LoadAbortEpoch(const Header& header);
 

@@ -10,6 +10,9 @@
 //   S[k]0, S[k]1 float[n]    optimizer state k < K, double-buffered like W (K = 0..4 by the
 //                            optimizer: sgd with momentum 1, adam 2; nn/optimizer.h)
 //   Slot[P]                  SlotHeader + float[n] gradient  (rank r writes slot r)
+//   HS, GS  float[n]         several hosts only (hosts > 1): HS this host's sum of the slots
+//                            (rank r writes its slice), GS the sum over every host's HS, in
+//                            host order (the master's combiner writes it, master/combiner.h)
 //   E[R]    float[n]         sync validation snapshots, a ring (only when eval_every > 0)
 //
 // Why offsets and not pointers: each process maps the segment at its own address, so a
@@ -31,6 +34,9 @@
 //   WorkerBlock[r]                  rank r (its current incarnation) writes; master and peers
 //                                   read. The master writes pid/incarnation before a spawn.
 //   Slot[r]                         rank r writes in phase 1; every rank reads in phase 2.
+//   HS slice r, hostsum_step         rank r, after its slice of the step's host sum is in HS.
+//   GS, combined_*                   the master's combiner, once every host's HS of the step
+//                                    arrived; combined_step published last (seq_cst).
 //   E[k%R]                          sync: each rank copies its slice of W[t%2] at eval step t
 //                                   = k * eval_every; the master copies it out, then acks k.
 //   Header.eval_ack, stop_eval      master only; workers read.
@@ -53,7 +59,7 @@ namespace shmtrain::shm {
 // "SHMTRAIN" read as a little-endian 64-bit integer.
 inline constexpr uint64_t kMagic = 0x4E494152544D4853ull;
 // Bump on every change to any struct in this file or to the meaning of a field.
-inline constexpr uint32_t kAbiVersion = 8;
+inline constexpr uint32_t kAbiVersion = 9;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr int kMaxLayers = 64;
 inline constexpr int kMaxWorkers = 256;
@@ -95,6 +101,11 @@ struct RunConfig {
   uint32_t num_layers;  // entries used in layers[]
   int32_t layers[kMaxLayers];
   uint32_t workers;   // P
+  // Several hosts (master/hosts.h): this segment serves host `host_index` of `hosts`; its rank
+  // r is worker host_index * P + r of hosts * P for the split of the data, and the update
+  // waits for the combiner's GS. hosts = 1: a single-host run, no HS and no GS.
+  uint32_t hosts;
+  uint32_t host_index;
   uint32_t reserved0;
   uint64_t param_count;
   int64_t rows;
@@ -168,6 +179,8 @@ struct alignas(kCacheLine) Header {
   uint64_t slot_stride;  // bytes from one slot to the next
   uint64_t snapshot_offset;  // 0 when eval_every == 0
   uint64_t snapshot_stride;  // bytes from one snapshot to the next
+  uint64_t host_sum_offset;    // HS; 0 when hosts == 1
+  uint64_t global_sum_offset;  // GS; 0 when hosts == 1
 
   RunConfig config;
 
@@ -194,6 +207,14 @@ struct alignas(kCacheLine) Header {
   // kNoStop. Any worker lowers it (RecordDivergence) and then exits kWorkerDiverged; the
   // master reads it to name the step.
   int64_t diverged_step;
+
+  // Several hosts: GS holds the sum of step combined_step over every host, of
+  // combined_samples rows whose losses sum to combined_loss (the same bits on every host).
+  // The combiner writes GS and the totals, then combined_step (seq_cst) and wakes the waiters.
+  // Initially first_step - 1.
+  alignas(kCacheLine) int64_t combined_step;
+  int64_t combined_samples;
+  double combined_loss;
 
   // ---- latest values for the metrics (double bits, relaxed): sync, rank 0 after each step;
   // async, any worker after an update.
@@ -243,6 +264,9 @@ struct alignas(kCacheLine) WorkerBlock {
   // first. Initially -1.
   double grad_sq;
   int64_t grad_sq_step;
+  // Several hosts: the last step whose slice of HS this rank has written (seq_cst, waking the
+  // combiner when it completes the set). Initially -1.
+  int64_t host_sum_step;
   // Durations (relaxed counters): every barrier wait (sync); every step as rank 0 sees it
   // (sync) or every update of this rank (async).
   alignas(kCacheLine) uint64_t barrier_wait_hist[kDurationBuckets];

@@ -69,6 +69,9 @@ void ComputeLayout(Header* h) {
   h->snapshot_offset = c.eval_every > 0 ? off : 0;
   h->snapshot_stride = vec;
   if (c.eval_every > 0) off += vec * static_cast<uint64_t>(c.snapshots);
+  h->host_sum_offset = c.hosts > 1 ? off : 0;
+  h->global_sum_offset = c.hosts > 1 ? off + vec : 0;
+  if (c.hosts > 1) off += 2 * vec;
   h->total_size = off;
 }
 
@@ -176,7 +179,8 @@ int Segment::Validate(const Header& h, uint64_t mapped_size, std::string* why) {
   const RunConfig& c = h.config;
   if (c.workers < 1 || c.workers > static_cast<uint32_t>(kMaxWorkers) || c.num_layers < 2 ||
       c.num_layers > static_cast<uint32_t>(kMaxLayers) || c.rows < 0 || c.features < 1 ||
-      c.param_count != ParamCountOf(c) || c.optim.num_states > static_cast<uint32_t>(kMaxStates)) {
+      c.param_count != ParamCountOf(c) || c.optim.num_states > static_cast<uint32_t>(kMaxStates) ||
+      c.hosts < 1 || c.host_index >= c.hosts) {
     *why = "run configuration is inconsistent";
     return kWorkerBadLayout;
   }
@@ -224,7 +228,10 @@ Status Segment::Create(const std::string& name, const Header& proto, Segment* ou
   s.size_ = size;
   s.owner_ = true;
   std::memcpy(s.base_, &proto, sizeof(Header));
-  for (uint32_t r = 0; r < proto.config.workers; ++r) s.block(static_cast<int>(r))->grad_sq_step = -1;
+  for (uint32_t r = 0; r < proto.config.workers; ++r) {
+    s.block(static_cast<int>(r))->grad_sq_step = -1;
+    s.block(static_cast<int>(r))->host_sum_step = -1;
+  }
   *out = std::move(s);
   return Status::Ok();
 }

@@ -96,6 +96,9 @@ class Segment {
     const uint64_t slot = static_cast<uint64_t>(k % h->config.snapshots);
     return At<float>(h->snapshot_offset + slot * h->snapshot_stride);
   }
+  // Several hosts: this host's sum of the slots (HS) and every host's (GS); null otherwise.
+  float* host_sum() const { return OptionalAt(header()->host_sum_offset); }
+  float* global_sum() const { return OptionalAt(header()->global_sum_offset); }
   SlotHeader* slot(int rank) const {
     return At<SlotHeader>(header()->slots_offset + header()->slot_stride * rank);
   }
@@ -108,6 +111,7 @@ class Segment {
   T* At(uint64_t offset) const {
     return reinterpret_cast<T*>(base_ + offset);
   }
+  float* OptionalAt(uint64_t offset) const { return offset ? At<float>(offset) : nullptr; }
   void Release();
 
   std::string name_;

@@ -28,6 +28,8 @@ enum class FaultPoint : uint32_t {
   kMidApply = 7,        // async: half of the shared parameters updated (a torn update)
   kAtNorm = 8,          // sync with --clip-norm: this rank's norm share published, before
                         // waiting for the others'
+  kMidHostSum = 9,      // several hosts: half of this rank's slice of the host sum written
+  kAtHostSum = 10,      // several hosts: host-sum slice published, before waiting for GS
 };
 
 // Whether the hook fires here for this rank, step and incarnation.

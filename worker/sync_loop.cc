@@ -27,17 +27,16 @@ constexpr int64_t kSliceAlign = shm::kCacheLine / sizeof(float);
 // slots, the parameters and the optimizer state through memory once.
 constexpr int64_t kChunk = 2048;
 
-// out[j] = (sum over q of slot q's gradient[i0 + j], in rank order) * inv, for j < k; returns
-// the squared norm of out (non-finite if any element is). Float sums of P terms: one rounding
-// per term, like the reference's; the order is fixed, so every run gives the same bits.
-double ReduceChunk(const shm::Segment& seg, int P, int64_t i0, int64_t k, float inv, float* out) {
+// out[j] = sum over q of slot q's gradient[i0 + j], in rank order, for j < k. Float sums of P
+// terms: one rounding per term, like the reference's; the order is fixed, so every run gives
+// the same bits.
+void SumChunk(const shm::Segment& seg, int P, int64_t i0, int64_t k, float* __restrict out) {
   const float* __restrict g0 = seg.grad(0) + i0;
   for (int64_t j = 0; j < k; ++j) out[j] = g0[j];
   for (int q = 1; q < P; ++q) {
     const float* __restrict g = seg.grad(q) + i0;
     for (int64_t j = 0; j < k; ++j) out[j] += g[j];
   }
-  return nn::ScaleAndSquaredNorm(out, k, inv);
 }
 
 // One rank of the sync loop: its slice of the vector, its buffers, the two phases of a step.
@@ -50,6 +49,8 @@ class SyncRank {
         spec_(SpecOf(c_)),
         P_(static_cast<int>(c_.workers)),
         rank_(rank),
+        global_rank_(static_cast<int>(c_.host_index) * P_ + rank),
+        world_(static_cast<int>(c_.hosts) * P_),
         incarnation_(incarnation),
         n_(static_cast<int64_t>(c_.param_count)),
         self_(seg.block(rank)),
@@ -78,6 +79,12 @@ class SyncRank {
   int ReduceAndUpdate(int64_t t);
   // The optimizer over [i0, i0 + k) of the slice, from the mean gradient g.
   void UpdateChunk(int64_t t, double lr, int64_t i0, int64_t k, const float* g) const;
+  // The step's mean gradient over [i0, i0 + k) into out, from this host's slots (one host) or
+  // from GS (several); returns its squared norm (non-finite if any element is).
+  double MeanChunk(int64_t i0, int64_t k, float inv, float* out) const;
+  // Several hosts: this rank's slice of the host sum into HS, then the wait for the combiner's
+  // GS of step t and its totals (samples_, loss_sum_ become every host's).
+  int CombineAcrossHosts(int64_t t);
   int Diverged(int64_t t) const {
     shm::RecordDivergence(h_, t);
     return kWorkerDiverged;
@@ -92,6 +99,9 @@ class SyncRank {
   const ModelSpec spec_;
   const int P_;
   const int rank_;
+  // The rank among every host's workers, and their number: the split of each step's batch.
+  const int global_rank_;
+  const int world_;
   const uint32_t incarnation_;
   const int64_t n_;
   shm::WorkerBlock* self_;
@@ -147,12 +157,12 @@ void SyncRank::Gradient(int64_t t) {
   const float* y;
   int64_t rows;
   if (c_.batch == 0) {
-    const auto r = data::BatchPlan::ShareOf(c_.rows, rank_, P_);
+    const auto r = data::BatchPlan::ShareOf(c_.rows, global_rank_, world_);
     x = seg_.x() + r.begin * features;
     y = seg_.y() + r.begin;
     rows = r.end - r.begin;
   } else {
-    plan_.Share(t, rank_, P_, &idx_);
+    plan_.Share(t, global_rank_, world_, &idx_);
     rows = static_cast<int64_t>(idx_.size());
     bx_.resize(static_cast<size_t>(rows * features));
     by_.resize(static_cast<size_t>(rows));
@@ -195,12 +205,47 @@ void SyncRank::UpdateChunk(int64_t t, double lr, int64_t i0, int64_t k, const fl
   opt_->update(c_.optim.hyper, a);
 }
 
+double SyncRank::MeanChunk(int64_t i0, int64_t k, float inv, float* out) const {
+  if (c_.hosts == 1) {
+    SumChunk(seg_, P_, i0, k, out);
+  } else {
+    std::copy(seg_.global_sum() + i0, seg_.global_sum() + i0 + k, out);
+  }
+  return nn::ScaleAndSquaredNorm(out, k, inv);
+}
+
+// A replacement whose predecessor published the slice skips the sum: the combiner may be
+// reading HS, and the sum is the same bits anyway. A slice half-written by a dead predecessor
+// is not published, so it is written again whole.
+int SyncRank::CombineAcrossHosts(int64_t t) {
+  float* hs = seg_.host_sum();
+  if (std::atomic_ref<int64_t>(self_->host_sum_step).load() < t) {
+    if (Fault(FaultPoint::kMidHostSum, t) && hi_ > lo_) {
+      std::fill(hs + lo_, hs + lo_ + (hi_ - lo_) / 2, NAN);
+      DieNow();
+    }
+    for (int64_t i0 = lo_; i0 < hi_; i0 += kChunk) SumChunk(seg_, P_, i0, std::min(kChunk, hi_ - i0), hs + i0);
+  }
+  barrier_.PublishHostSum(t);
+  if (Fault(FaultPoint::kAtHostSum, t)) DieNow();
+  const auto r = barrier_.WaitCombined(t, Deadline());
+  if (r != shm::PhaseBarrier::Result::kOk) return ExitFor(r);
+  samples_ = h_->combined_samples;
+  loss_sum_ = h_->combined_loss;
+  return kWorkerOk;
+}
+
 // Phase 2: reduce this rank's slice over all slots in rank order, clip, apply the optimizer.
 // Divergence: every rank sums the same loss, and each checks its slice of the mean gradient
 // before the optimizer writes its part of it. Only buffers of step t+1 are ever written, so
 // W[t%2] stays the last finite parameters whatever the check finds, and the master names t.
 int SyncRank::ReduceAndUpdate(int64_t t) {
   const int64_t t1 = shm::MonotonicNs();
+  // Reduce time excludes waits (several hosts: for GS), which count as barrier wait.
+  const uint64_t w1 = barrier_.waited_ns();
+  auto busy_since_t1 = [&] {
+    return static_cast<uint64_t>(shm::MonotonicNs() - t1) - (barrier_.waited_ns() - w1);
+  };
   samples_ = 0;
   loss_sum_ = 0;
   for (int q = 0; q < P_; ++q) {
@@ -212,6 +257,9 @@ int SyncRank::ReduceAndUpdate(int64_t t) {
     }
     samples_ += s->samples;
     loss_sum_ += s->loss_sum;
+  }
+  if (c_.hosts > 1) {
+    if (const int e = CombineAcrossHosts(t); e != kWorkerOk) return e;
   }
   if (!std::isfinite(loss_sum_)) return Diverged(t);
   const float inv = static_cast<float>(1.0 / static_cast<double>(samples_));
@@ -229,7 +277,7 @@ int SyncRank::ReduceAndUpdate(int64_t t) {
   for (int64_t i0 = lo_; i0 < hi_; i0 += kChunk) {
     const int64_t k = std::min(kChunk, hi_ - i0);
     float* g = clip ? gbuf_.data() + (i0 - lo_) : gbuf_.data();
-    const double part = ReduceChunk(seg_, P_, i0, k, inv, g);
+    const double part = MeanChunk(i0, k, inv, g);
     if (!std::isfinite(part)) return Diverged(t);
     sq += part;
     if (!clip) UpdateChunk(t, lr, i0, k, g);
@@ -238,7 +286,7 @@ int SyncRank::ReduceAndUpdate(int64_t t) {
     // The global norm: every rank's share, summed in rank order after all have published.
     barrier_.PublishNorm(t, sq);
     if (Fault(FaultPoint::kAtNorm, t)) DieNow();
-    shm::AddRelaxed<uint64_t>(self_->reduce_ns_total, static_cast<uint64_t>(shm::MonotonicNs() - t1));
+    shm::AddRelaxed<uint64_t>(self_->reduce_ns_total, busy_since_t1());
     double total = 0;
     const auto r = barrier_.WaitNorms(t, Deadline(), &total);
     if (r != shm::PhaseBarrier::Result::kOk) return ExitFor(r);
@@ -260,7 +308,7 @@ int SyncRank::ReduceAndUpdate(int64_t t) {
   } else {
     shm::StoreRelaxed(self_->grad_sq, sq);
     shm::StoreRelaxed(self_->grad_sq_step, t);
-    shm::AddRelaxed<uint64_t>(self_->reduce_ns_total, static_cast<uint64_t>(shm::MonotonicNs() - t1));
+    shm::AddRelaxed<uint64_t>(self_->reduce_ns_total, busy_since_t1());
   }
   if (rank_ == 0 && c_.log_every > 0 && t % c_.log_every == 0) {
     const int64_t k = t / c_.log_every;

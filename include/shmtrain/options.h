@@ -179,6 +179,7 @@ struct TrainOptions {
   int host_index = 0;
   int host_count = 1;
   int host_local = 0;
+  int host_local_count = 1;  // host masters on this machine (all share its cores)
   double host_timeout_s = 60;
 
   // Test hooks (not shown in --help): worker `fault_rank` dies at `fault_point`

@@ -18,6 +18,7 @@ enum ExitCode : int {
   kExitWorkerFailed = 3, // a worker died or timed out and the run was abandoned
   kExitResource = 4,     // shared memory, processes or files could not be had
   kExitDiverged = 5,     // the loss or the gradient became non-finite (NaN or infinite)
+  kExitHostLost = 6,     // several hosts: another host's master failed or stopped answering
   kExitInterrupted = 130,  // SIGINT (128 + 2); any other stop signal n exits 128 + n
   kExitTerminated = 143,   // SIGTERM (128 + 15)
 };
@@ -46,7 +47,7 @@ const char* WorkerExitName(int code);
 class Status {
  public:
   enum class Code {
-    kOk, kUsage, kData, kResource, kWorkerFailed, kInterrupted, kInternal, kDiverged
+    kOk, kUsage, kData, kResource, kWorkerFailed, kInterrupted, kInternal, kDiverged, kHostLost
   };
 
   Status() = default;
@@ -60,6 +61,7 @@ class Status {
   static Status Interrupted(std::string msg) { return Status(Code::kInterrupted, std::move(msg)); }
   static Status Internal(std::string msg) { return Status(Code::kInternal, std::move(msg)); }
   static Status Diverged(std::string msg) { return Status(Code::kDiverged, std::move(msg)); }
+  static Status HostLost(std::string msg) { return Status(Code::kHostLost, std::move(msg)); }
 
   bool ok() const { return code_ == Code::kOk; }
   Code code() const { return code_; }

@@ -1,0 +1,58 @@
+// The cross-host combine of sync mode: a thread of the host master.
+//
+// Each step t, every rank writes its slice of this host's sum of the slots into HS and
+// publishes host_sum_step = t (worker/sync_loop.cc). The combiner waits for the whole HS,
+// adds this host's totals (rows, loss) from the slot headers, exchanges HS with the other host
+// masters through Hosts::Combine (the sum over hosts in host order, into GS), and publishes
+// combined_step = t; the ranks then scale GS and apply the update, so every host applies the
+// same update to the same bits.
+//
+// Failure model: a worker death only delays the combine (the replacement publishes its slice
+// again), and the other hosts wait for it in Combine, up to --host-timeout. A host that sends
+// nothing for that long is lost: status() turns kHostLost naming it, and the run loop ends the
+// run and the job. The combiner never blocks the run loop: it waits on the workers in slices
+// and stops when asked (Stop(), or the destructor).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+
+#include "master/hosts.h"
+#include "monitoring/exporter.h"
+#include "shm/segment.h"
+#include "shmtrain/status.h"
+
+namespace shmtrain::master {
+
+class Combiner {
+ public:
+  // Combines steps first_step .. total_steps - 1 of seg's run; starts at once.
+  Combiner(const shm::Segment& seg, Hosts& hosts, monitoring::SupervisorStats& stats,
+           double host_timeout_s);
+  ~Combiner();  // Stop()
+  Combiner(const Combiner&) = delete;
+  Combiner& operator=(const Combiner&) = delete;
+
+  // Ends the thread (a combine in progress ends at its next poll) and joins it.
+  void Stop();
+  // Ok while all is well; not ok once another host is lost or the exchange failed.
+  Status status() const;
+
+ private:
+  void Loop();
+  // Waits until every rank has published its slice of HS for step t; false when stopped.
+  bool WaitHostSums(int64_t t);
+
+  const shm::Segment& seg_;
+  Hosts& hosts_;
+  monitoring::SupervisorStats& stats_;
+  const int64_t timeout_ns_;
+  std::atomic<bool> stop_{false};
+  mutable std::mutex mu_;
+  Status status_;
+  std::thread thread_;
+};
+
+}  // namespace shmtrain::master

@@ -1,0 +1,57 @@
+#include "master/hosts.h"
+
+#include <cstdlib>
+#include <string>
+
+namespace shmtrain::master {
+
+#ifdef SHMTRAIN_MPI
+Status JoinMpiHosts(int* argc, char*** argv, std::unique_ptr<Hosts>* out);  // mpi_hosts.cc
+#endif
+
+namespace {
+
+// The job's size as mpirun tells its ranks (Open MPI; PMIx for launchers that speak it).
+int LaunchedRanks() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE"}) {
+    if (const char* v = std::getenv(var)) return std::atoi(v);
+  }
+  return 0;
+}
+
+class SingleHost final : public Hosts {
+ public:
+  int count() const override { return 1; }
+  int index() const override { return 0; }
+  int local() const override { return 0; }
+  int local_count() const override { return 1; }
+  std::string Describe(int host) const override { return "host " + std::to_string(host); }
+  Status Agree(uint64_t, double) override { return Status::Ok(); }
+  Status Combine(const float*, float*, int64_t, StepTotals*, int64_t,
+                 const std::function<bool()>&) override {
+    return Status::Internal("a single host has nothing to combine");
+  }
+  void Finish() override {}
+  [[noreturn]] void AbortJob(int code) override { std::_Exit(code); }
+};
+
+}  // namespace
+
+Status JoinHosts(int* argc, char*** argv, std::unique_ptr<Hosts>* out) {
+  const int ranks = LaunchedRanks();
+#ifdef SHMTRAIN_MPI
+  if (ranks > 0) return JoinMpiHosts(argc, argv, out);
+#else
+  (void)argc;
+  (void)argv;
+  if (ranks > 1) {
+    return Status::Usage("started by mpirun with " + std::to_string(ranks) +
+                         " ranks, but this shmtrain was built without MPI (install "
+                         "libopenmpi-dev and build again; README \"Several hosts\")");
+  }
+#endif
+  *out = std::make_unique<SingleHost>();
+  return Status::Ok();
+}
+
+}  // namespace shmtrain::master

@@ -1,0 +1,62 @@
+// The transport between host masters: the one seam through which several hosts talk.
+//
+// A run under mpirun is H host masters, one MPI rank each; every host master owns its segment
+// and its workers exactly as a single-host run does, and the workers never touch MPI (a worker
+// death stays a local event). The host masters exchange three things, all through this
+// interface:
+//   - at start, an identity (the run's fingerprint and its starting state) that must agree,
+//     so that every host computes the same steps from the same bits;
+//   - every sync step, the host sums of the gradient (master/combiner.h) and the step's
+//     totals, combined in host order so that every host gets the same bits;
+//   - at a failure, the end of the whole job (Open MPI 4.1 cannot shrink a communicator
+//     after a rank dies, so a lost host master ends the job; README "Several hosts").
+// Without mpirun, or built without MPI, there is one host and nothing is exchanged.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "shmtrain/status.h"
+
+namespace shmtrain::master {
+
+// What a host contributes to a step besides its gradient sum.
+struct StepTotals {
+  int64_t step = 0;
+  int64_t samples = 0;
+  double loss_sum = 0;
+};
+
+class Hosts {
+ public:
+  virtual ~Hosts() = default;
+  virtual int count() const = 0;
+  virtual int index() const = 0;
+  // This host master's rank among those on the same machine, and their number.
+  virtual int local() const = 0;
+  virtual int local_count() const = 0;
+  // "host 1 (node-b)": how messages name a host.
+  virtual std::string Describe(int host) const = 0;
+
+  // Every host's identity must equal host 0's: kUsage naming the first that differs. Waits at
+  // most timeout_s for the others (kHostLost naming one that did not answer).
+  virtual Status Agree(uint64_t identity, double timeout_s) = 0;
+  // One step's combine. in: this host's sum of n floats; out: the sum of every host's, added in
+  // host order (the same bits on every host); totals: this host's in, every host's summed in
+  // host order out. Ends early, kHostLost naming the host, when a host's part has not arrived
+  // by deadline_ns (CLOCK_MONOTONIC), or kInterrupted when stop() turns true.
+  virtual Status Combine(const float* in, float* out, int64_t n, StepTotals* totals,
+                         int64_t deadline_ns, const std::function<bool()>& stop) = 0;
+  // The run ended well on this host: leave the job (MPI_Finalize).
+  virtual void Finish() = 0;
+  // Ends the job on every host with `code`; call after this host has cleaned up.
+  [[noreturn]] virtual void AbortJob(int code) = 0;
+};
+
+// The hosts of this process: MPI's when started by mpirun with more than one rank (a build
+// without MPI refuses that with kUsage), else the single host. Call once, before any thread.
+Status JoinHosts(int* argc, char*** argv, std::unique_ptr<Hosts>* out);
+
+}  // namespace shmtrain::master
