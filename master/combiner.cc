@@ -1,6 +1,7 @@
 #include "master/combiner.h"
 
 #include <atomic>
+#include <chrono>
 #include <string>
 
 #include "shm/barrier.h"
@@ -20,13 +21,21 @@ Combiner::Combiner(const shm::Segment& seg, Hosts& hosts, monitoring::Supervisor
       hosts_(hosts),
       stats_(stats),
       timeout_ns_(static_cast<int64_t>(host_timeout_s * 1e9)),
-      thread_([this] { Loop(); }) {}
+      thread_([this] {
+        Loop();
+        ended_.set_value();
+      }) {}
 
 Combiner::~Combiner() { Stop(); }
 
 void Combiner::Stop() {
   stop_.store(true);
-  if (thread_.joinable()) thread_.join();
+  if (!thread_.joinable()) return;
+  if (ended_future_.wait_for(std::chrono::milliseconds(kStopGraceMs)) == std::future_status::ready) {
+    thread_.join();
+  } else {
+    thread_.detach();
+  }
 }
 
 Status Combiner::status() const {

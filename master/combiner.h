@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <future>
 #include <mutex>
 #include <thread>
 
@@ -35,8 +36,11 @@ class Combiner {
   Combiner(const Combiner&) = delete;
   Combiner& operator=(const Combiner&) = delete;
 
-  // Ends the thread (a combine in progress ends at its next poll) and joins it.
+  // Ends the thread (a combine in progress ends at its next poll) and joins it. A thread that
+  // has not ended within kStopGraceMs is stuck inside MPI (Open MPI's TCP transport can block
+  // for good once a peer has died): it is detached, and the process's exit ends it.
   void Stop();
+  static constexpr int kStopGraceMs = 250;
   // Ok while all is well; not ok once another host is lost or the exchange failed.
   Status status() const;
 
@@ -52,6 +56,8 @@ class Combiner {
   std::atomic<bool> stop_{false};
   mutable std::mutex mu_;
   Status status_;
+  std::promise<void> ended_;
+  std::future<void> ended_future_ = ended_.get_future();
   std::thread thread_;
 };
 

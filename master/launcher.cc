@@ -5,6 +5,7 @@
 #include <boost/process/args.hpp>
 #include <boost/process/child.hpp>
 #include <boost/process/exe.hpp>
+#include <boost/process/extend.hpp>
 #include <boost/process/io.hpp>
 #include <climits>
 #include <system_error>
@@ -19,9 +20,12 @@ Status ProcessLauncher::Spawn(const std::string& segment, int rank, uint32_t inc
     return Status::Resource("worker executable " + path_ + " is missing or not executable");
   }
   std::error_code ec;
+  // Each worker leads a process group of its own: a signal sent to the master's group (a
+  // terminal's Ctrl-C, mpirun's orted ending a job) reaches the master alone, which stops its
+  // workers itself (abort word, then SIGKILL) instead of finding them dead and replacing them.
   bp::child c(bp::exe = path_,
               bp::args = {segment, std::to_string(rank), std::to_string(incarnation)},
-              bp::std_in.close(), ec);
+              bp::std_in.close(), bp::extend::on_exec_setup = [](auto&) { setpgid(0, 0); }, ec);
   if (ec) {
     return Status::Resource("cannot start worker " + std::to_string(rank) + " (" + path_ +
                             "): " + ec.message());

@@ -38,6 +38,7 @@ constexpr int kNameBytes = 64;
 // this long between tests so that a slow peer does not cost a core.
 constexpr int64_t kSpinNs = 200'000;
 constexpr long kSleepNs = 20'000;
+constexpr int64_t kStalledNs = 500'000'000;
 
 std::string MpiError(int code) {
   char text[MPI_MAX_ERROR_STRING];
@@ -121,6 +122,7 @@ Status MpiHosts::Join(int* argc, char*** argv) {
 Status MpiHosts::WaitAll(std::vector<Pending>* pending, int64_t deadline_ns,
                          const std::function<bool()>& stop, const std::string& what) {
   const int64_t spin_until = shm::MonotonicNs() + kSpinNs;
+  int64_t last_poll = shm::MonotonicNs();
   for (;;) {
     bool all_done = true;
     for (Pending& p : *pending) {
@@ -135,6 +137,10 @@ Status MpiHosts::WaitAll(std::vector<Pending>* pending, int64_t deadline_ns,
     if (all_done) return Status::Ok();
     if (stop()) return Status::Interrupted(what + ": stopped");
     const int64_t now = shm::MonotonicNs();
+    // A gap between two polls means this process itself did not run (stopped, or starved):
+    // that time is not the other hosts' fault, so the deadline moves by it.
+    if (now - last_poll > kStalledNs) deadline_ns += now - last_poll;
+    last_poll = now;
     if (now >= deadline_ns) {
       for (const Pending& p : *pending) {
         if (p.request != MPI_REQUEST_NULL && p.receive) {

@@ -513,9 +513,13 @@ Status Supervise(RunParts& run) {
   Status failure = run.sup.StartAll();
   while (failure.ok()) {
     if (g_stop_signal != 0) {
-      return Status::Interrupted("stopped by " + SignalName(g_stop_signal) + " at step " +
-                                 std::to_string(Progress(run.seg)) + " of " +
-                                 std::to_string(run.total_steps));
+      const bool from_mpirun = run.o.host_count > 1 && g_stop_signal == SIGTERM;
+      return Status::Interrupted(
+          "stopped by " + SignalName(g_stop_signal) + " at step " +
+          std::to_string(Progress(run.seg)) + " of " + std::to_string(run.total_steps) +
+          (from_mpirun ? " (mpirun ends the job this way when another host master has failed: "
+                         "its message, or that host's, names it)"
+                       : ""));
     }
     if (run.o.fault_master_throw >= 0 && Progress(run.seg) >= run.o.fault_master_throw) {
       throw std::bad_alloc();  // test hook: any exception must end in the normal cleanup
@@ -546,7 +550,11 @@ Status Abandon(RunParts& run, Status failure) {
   if (failure.code() == Status::Code::kInterrupted) {
     (void)run.checkpoints.WriteOnStop(run.seg);  // a failure is logged and counted
   }
-  return failure;  // the segment is removed as it goes out of scope
+  // The name goes now, not when the segment goes out of scope: under mpirun a process the
+  // job is ending has a grace period before its SIGKILL, and the combiner's stop may use it.
+  run.seg.Unlink();
+  g_segment_path[0] = '\0';
+  return failure;
 }
 
 // What the summary reports besides the model's losses and the workers' counters. After the

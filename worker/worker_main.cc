@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 
 #include "shm/futex.h"
 #include "shm/segment.h"
@@ -19,6 +20,22 @@
 #include "worker/sync_loop.h"
 
 namespace {
+
+// The master's death (PR_SET_PDEATHSIG delivers kMasterDied): a SIGKILLed master cannot remove
+// its segment, so its workers do, on their way out. The kernel sends the signal as the master's
+// spawning thread exits, with si_pid = the master (while its other threads may still be
+// exiting, so getppid() cannot tell); a stray signal from anyone else ends this worker alone,
+// like a kill (it is then replaced).
+constexpr int kMasterDied = SIGUSR2;
+char g_segment_file[300];  // "/dev/shm/<name>"
+pid_t g_master = 0;
+
+void OnMasterDied(int, siginfo_t* info, void*) {
+  if (info != nullptr && info->si_pid == g_master && g_segment_file[0] != '\0') {
+    unlink(g_segment_file);  // async-signal-safe
+  }
+  _exit(shmtrain::kWorkerOrphaned);
+}
 
 bool ParseInt(const char* s, long long* out) {
   char* end = nullptr;
@@ -32,9 +49,19 @@ bool ParseInt(const char* s, long long* out) {
 int main(int argc, char** argv) {
   using namespace shmtrain;
   const pid_t parent = getppid();
-  // A dead master must never leave workers behind: the kernel kills us when it dies. The
-  // parent may have died before prctl took effect, hence the re-check after attaching.
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // A dead master must never leave workers behind, nor its segment: the kernel signals us
+  // when it dies (OnMasterDied). The parent may have died before prctl took effect, hence the
+  // re-check after attaching.
+  g_master = parent;
+  if (argc > 1 && std::string_view(argv[1]).starts_with("/shmtrain-")) {
+    std::snprintf(g_segment_file, sizeof g_segment_file, "/dev/shm%s", argv[1]);
+  }
+  struct sigaction sa = {};
+  sa.sa_sigaction = OnMasterDied;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  sigaction(kMasterDied, &sa, nullptr);
+  prctl(PR_SET_PDEATHSIG, kMasterDied);
 
   long long rank = -1, incarnation = -1;
   if (argc != 4 || !ParseInt(argv[2], &rank) || !ParseInt(argv[3], &incarnation)) {
@@ -57,8 +84,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "shmtrain-worker[%lld]: incarnation %lld is stale\n", rank, incarnation);
     return kWorkerBadRank;
   }
-  if (parent != static_cast<pid_t>(c.master_pid) || getppid() != parent) {
-    return kWorkerOrphaned;
+  if (parent != static_cast<pid_t>(c.master_pid)) return kWorkerOrphaned;
+  if (getppid() != parent) {  // died before prctl: as if its signal had come
+    siginfo_t info = {};
+    info.si_pid = parent;
+    OnMasterDied(kMasterDied, &info, nullptr);
   }
   Eigen::setNbThreads(1);
   shm::StoreRelaxed<int64_t>(self->pid, getpid());
