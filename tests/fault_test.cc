@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,11 +27,14 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "tests/proc_util.h"
+#include "tests/parabola_layout.h"
+#include "shm/segment.h"
 
 namespace shmtrain {
 namespace {
@@ -888,54 +892,59 @@ TEST(FaultTest, SlowCrashLoopWithoutProgressGivesUp) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 7. A SIGKILLed master takes its workers with it (PR_SET_PDEATHSIG) at once. Its segment
-// stays, and the next run reclaims it; `shmtrain cleanup` leaves a live run's segment alone.
+// 7. A SIGKILLed master takes its workers with it (PR_SET_PDEATHSIG) at once, and they remove
+// its segment on their way out. A segment whose creator died with no worker to remove it (a
+// crash before the workers started, a power loss) is reclaimed by the next run;
+// `shmtrain cleanup` leaves a live run's segment alone.
 
-TEST(FaultTest, MasterKilledLeavesNoWorkers) {
-  bool reclaimed_by_next_run = false;
-  // Another test's run (ctest -j2) may reclaim the stale segment first; then try again.
-  for (int attempt = 1; attempt <= 3 && !reclaimed_by_next_run; ++attempt) {
-    SCOPED_TRACE("attempt " + std::to_string(attempt));
-    LiveRun run(SyncRun(100'000'000));
-    ASSERT_GT(run.master(), 0);
-    ASSERT_TRUE(run.Until(IsEvent("step"), kEventTimeout)) << Clip(run.err());
-    const std::string segment = run.segment();
-    ASSERT_FALSE(segment.empty());
-    std::vector<pid_t> workers;
-    for (int r = 0; r < kSyncWorkers; ++r) {
-      workers.push_back(run.worker(r));
-      EXPECT_TRUE(IsWorkerProcess(run.worker(r))) << "rank " << r << " pid " << run.worker(r);
-    }
-
-    ASSERT_TRUE(run.SignalMaster(SIGKILL));
-    const Clock::time_point killed = Clock::now();
-    bool all_gone = true;
-    for (pid_t w : workers) all_gone &= test::WaitPidGone(w, milliseconds{5000});
-    const Clock::duration took = Clock::now() - killed;
-    std::printf("[ master killed ] every worker gone after %lld ms\n", Ms(took));
-    EXPECT_TRUE(all_gone);
-    EXPECT_LT(took, milliseconds{1000});
-
-    const ProcResult dead = run.Wait(kRunTimeout);
-    EXPECT_EQ(dead.term_signal, SIGKILL) << dead.Describe();
-    // The killed master could not remove its segment.
-    const std::vector<std::string> left = test::SegmentsOf(dead.pid);
-    if (left.empty()) {
-      std::printf("[ master killed ] %s was reclaimed by another run; again\n", segment.c_str());
-      continue;
-    }
-    ASSERT_EQ(left, std::vector<std::string>{segment.substr(1)});
-
-    const ProcResult next = test::RunProcess(SyncRun(50), kRunTimeout);
-    ExpectNothingLeft(next);
-    ASSERT_TRUE(ExitedWith(next, 0));
-    for (const auto& ev : Events(next.out, "stale_segment_removed")) {
-      reclaimed_by_next_run |= ev.at("name") == segment.substr(1);
-    }
-    EXPECT_EQ(test::SegmentsOf(dead.pid), std::vector<std::string>())
-        << "the next run did not reclaim " << segment;
+TEST(FaultTest, MasterKilledLeavesNoWorkersNorSegment) {
+  LiveRun run(SyncRun(100'000'000));
+  ASSERT_GT(run.master(), 0);
+  ASSERT_TRUE(run.Until(IsEvent("step"), kEventTimeout)) << Clip(run.err());
+  const std::string segment = run.segment();
+  ASSERT_FALSE(segment.empty());
+  std::vector<pid_t> workers;
+  for (int r = 0; r < kSyncWorkers; ++r) {
+    workers.push_back(run.worker(r));
+    EXPECT_TRUE(IsWorkerProcess(run.worker(r))) << "rank " << r << " pid " << run.worker(r);
   }
-  EXPECT_TRUE(reclaimed_by_next_run) << "no stale_segment_removed event named the segment";
+
+  ASSERT_TRUE(run.SignalMaster(SIGKILL));
+  const Clock::time_point killed = Clock::now();
+  bool all_gone = true;
+  for (pid_t w : workers) all_gone &= test::WaitPidGone(w, milliseconds{5000});
+  while (test::FileExists("/dev/shm" + segment) && Clock::now() - killed < milliseconds{5000}) {
+    std::this_thread::sleep_for(milliseconds{5});
+  }
+  const Clock::duration took = Clock::now() - killed;
+  std::printf("[ master killed ] every worker and the segment gone after %lld ms\n", Ms(took));
+  EXPECT_TRUE(all_gone);
+  EXPECT_FALSE(test::FileExists("/dev/shm" + segment)) << "the workers left " << segment;
+  EXPECT_LT(took, milliseconds{1000});
+  const ProcResult dead = run.Wait(kRunTimeout);
+  EXPECT_EQ(dead.term_signal, SIGKILL) << dead.Describe();
+}
+
+TEST(FaultTest, StaleSegmentReclaimedLiveOneLeftAlone) {
+  // A segment whose creator is gone: a child creates one and ends without removing it.
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    shm::Header proto = test::ParabolaLayout(Mode::kSync, 1, 0);
+    shm::ComputeLayout(&proto);
+    shm::Segment seg;
+    if (!shm::Segment::Create(shm::MakeSegmentName(), proto, &seg).ok()) _exit(1);
+    _exit(0);  // no destructor: the name stays
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  const std::vector<std::string> left = test::SegmentsOf(child);
+  ASSERT_EQ(left.size(), 1u);
+  const ProcResult next = test::RunProcess(SyncRun(50), kRunTimeout);
+  ExpectNothingLeft(next);
+  ASSERT_TRUE(ExitedWith(next, 0));
+  EXPECT_EQ(test::SegmentsOf(child), std::vector<std::string>()) << "not reclaimed: " << left[0];
 
   // `cleanup` on a live run: listed as live, left in place, the run trains on.
   LiveRun live(SyncRun(100'000'000));

@@ -36,13 +36,13 @@ namespace {
   } while (0)
 
 TEST(Layout, PinsEveryField) {
-  EXPECT_EQ(kAbiVersion, 8u);
+  EXPECT_EQ(kAbiVersion, 9u);
   EXPECT_EQ(std::memcmp(&kMagic, "SHMTRAIN", 8), 0);
   EXPECT_EQ(kLossRing, 4096);
   EXPECT_EQ(kMaxLayers, 64);
   EXPECT_EQ(kStalenessBuckets, 12);
   EXPECT_EQ(kDurationBuckets, 20);
-  EXPECT_EQ(sizeof(Header), 66816u);
+  EXPECT_EQ(sizeof(Header), 66880u);
   PIN(Header, magic, 0, 8);
   PIN(Header, abi_version, 8, 4);
   PIN(Header, header_size, 12, 4);
@@ -62,7 +62,9 @@ TEST(Layout, PinsEveryField) {
   PIN(Header, slot_stride, 168, 8);
   PIN(Header, snapshot_offset, 176, 8);
   PIN(Header, snapshot_stride, 184, 8);
-  PIN(Header, config, 192, 592);
+  PIN(Header, host_sum_offset, 192, 8);
+  PIN(Header, global_sum_offset, 200, 8);
+  PIN(Header, config, 208, 600);
   PIN(Header, abort_epoch, 832, 4);
   PIN(Header, wake_seq, 896, 4);
   PIN(Header, waiters, 900, 4);
@@ -72,44 +74,49 @@ TEST(Layout, PinsEveryField) {
   PIN(Header, eval_ack, 1088, 8);
   PIN(Header, stop_eval, 1096, 8);
   PIN(Header, diverged_step, 1104, 8);
-  PIN(Header, last_loss, 1152, 8);
-  PIN(Header, last_grad_norm, 1160, 8);
-  PIN(Header, step1_end_ns, 1216, 8);
-  PIN(Header, last_end_ns, 1224, 8);
-  PIN(Header, loss_ring, 1232, 65536);
-  EXPECT_EQ(sizeof(RunConfig), 592u);
+  PIN(Header, combined_step, 1152, 8);
+  PIN(Header, combined_samples, 1160, 8);
+  PIN(Header, combined_loss, 1168, 8);
+  PIN(Header, last_loss, 1216, 8);
+  PIN(Header, last_grad_norm, 1224, 8);
+  PIN(Header, step1_end_ns, 1280, 8);
+  PIN(Header, last_end_ns, 1288, 8);
+  PIN(Header, loss_ring, 1296, 65536);
+  EXPECT_EQ(sizeof(RunConfig), 600u);
   PIN(RunConfig, mode, 0, 4);
   PIN(RunConfig, activation, 4, 4);
   PIN(RunConfig, loss, 8, 4);
   PIN(RunConfig, num_layers, 12, 4);
   PIN(RunConfig, layers, 16, 256);
   PIN(RunConfig, workers, 272, 4);
-  PIN(RunConfig, reserved0, 276, 4);
-  PIN(RunConfig, param_count, 280, 8);
-  PIN(RunConfig, rows, 288, 8);
-  PIN(RunConfig, features, 296, 8);
-  PIN(RunConfig, batch, 304, 8);
-  PIN(RunConfig, total_steps, 312, 8);
-  PIN(RunConfig, log_every, 320, 8);
-  PIN(RunConfig, seed, 328, 8);
-  PIN(RunConfig, barrier_timeout_s, 336, 8);
-  PIN(RunConfig, spin_ns, 344, 8);
-  PIN(RunConfig, master_pid, 352, 8);
-  PIN(RunConfig, fault_rank, 360, 4);
-  PIN(RunConfig, fault_point, 364, 4);
-  PIN(RunConfig, fault_step, 368, 8);
-  PIN(RunConfig, rule, 376, 4);
-  PIN(RunConfig, fault_incarnations, 380, 4);
-  PIN(RunConfig, lambda, 384, 8);
-  PIN(RunConfig, ms_decay, 392, 8);
-  PIN(RunConfig, epsilon, 400, 8);
-  PIN(RunConfig, max_staleness, 408, 8);
-  PIN(RunConfig, checkpoint_every, 416, 8);
-  PIN(RunConfig, first_step, 424, 8);
-  PIN(RunConfig, eval_every, 432, 8);
-  PIN(RunConfig, snapshots, 440, 8);
-  PIN(RunConfig, optim, 448, 144);
-  EXPECT_EQ(sizeof(WorkerBlock), 704u);
+  PIN(RunConfig, hosts, 276, 4);
+  PIN(RunConfig, host_index, 280, 4);
+  PIN(RunConfig, reserved0, 284, 4);
+  PIN(RunConfig, param_count, 288, 8);
+  PIN(RunConfig, rows, 296, 8);
+  PIN(RunConfig, features, 304, 8);
+  PIN(RunConfig, batch, 312, 8);
+  PIN(RunConfig, total_steps, 320, 8);
+  PIN(RunConfig, log_every, 328, 8);
+  PIN(RunConfig, seed, 336, 8);
+  PIN(RunConfig, barrier_timeout_s, 344, 8);
+  PIN(RunConfig, spin_ns, 352, 8);
+  PIN(RunConfig, master_pid, 360, 8);
+  PIN(RunConfig, fault_rank, 368, 4);
+  PIN(RunConfig, fault_point, 372, 4);
+  PIN(RunConfig, fault_step, 376, 8);
+  PIN(RunConfig, rule, 384, 4);
+  PIN(RunConfig, fault_incarnations, 388, 4);
+  PIN(RunConfig, lambda, 392, 8);
+  PIN(RunConfig, ms_decay, 400, 8);
+  PIN(RunConfig, epsilon, 408, 8);
+  PIN(RunConfig, max_staleness, 416, 8);
+  PIN(RunConfig, checkpoint_every, 424, 8);
+  PIN(RunConfig, first_step, 432, 8);
+  PIN(RunConfig, eval_every, 440, 8);
+  PIN(RunConfig, snapshots, 448, 8);
+  PIN(RunConfig, optim, 456, 144);
+  EXPECT_EQ(sizeof(WorkerBlock), 768u);
   PIN(WorkerBlock, phase, 0, 8);
   PIN(WorkerBlock, heartbeat_ns, 8, 8);
   PIN(WorkerBlock, pid, 16, 8);
@@ -130,9 +137,10 @@ TEST(Layout, PinsEveryField) {
   PIN(WorkerBlock, batches, 296, 8);
   PIN(WorkerBlock, grad_sq, 304, 8);
   PIN(WorkerBlock, grad_sq_step, 312, 8);
-  PIN(WorkerBlock, barrier_wait_hist, 320, 160);
-  PIN(WorkerBlock, step_duration_hist, 480, 160);
-  PIN(WorkerBlock, step_duration_ns_total, 640, 8);
+  PIN(WorkerBlock, host_sum_step, 320, 8);
+  PIN(WorkerBlock, barrier_wait_hist, 384, 160);
+  PIN(WorkerBlock, step_duration_hist, 544, 160);
+  PIN(WorkerBlock, step_duration_ns_total, 704, 8);
   EXPECT_EQ(sizeof(SlotHeader), 64u);
   PIN(SlotHeader, step, 0, 8);
   PIN(SlotHeader, samples, 8, 8);
@@ -155,6 +163,7 @@ TEST(Layout, PinsEveryField) {
   PIN(LossRecord, tag, 0, 8);
   PIN(LossRecord, loss, 8, 8);
 }
+
 
 #undef PIN
 

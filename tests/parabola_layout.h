@@ -24,6 +24,7 @@ inline shm::Header ParabolaLayout(Mode mode, int workers, uint32_t states,
   c.layers[1] = 5;
   c.layers[2] = 1;
   c.workers = static_cast<uint32_t>(workers);
+  c.hosts = 1;
   c.param_count = ModelSpec{{1, 5, 1}}.ParamCount();
   c.rows = 50;
   c.features = 1;
