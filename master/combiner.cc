@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <string>
 
 #include "shm/barrier.h"
@@ -41,6 +42,13 @@ void Combiner::Stop() {
 Status Combiner::status() const {
   std::lock_guard<std::mutex> lock(mu_);
   return status_;
+}
+
+double Combiner::MeanUs() const {
+  const auto& h = stats_.combine();
+  uint64_t count = 0;
+  for (const auto& c : h.counts) count += c.load(std::memory_order_relaxed);
+  return count == 0 ? NAN : static_cast<double>(h.sum_ns.load(std::memory_order_relaxed)) * 1e-3 / count;
 }
 
 // The same protocol as a rank's barrier wait (shm/barrier.h): count as a waiter, read the

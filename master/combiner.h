@@ -41,6 +41,8 @@ class Combiner {
   // for good once a peer has died): it is detached, and the process's exit ends it.
   void Stop();
   static constexpr int kStopGraceMs = 250;
+  // The mean time of a combine so far, in microseconds (NaN before the first).
+  double MeanUs() const;
   // Ok while all is well; not ok once another host is lost or the exchange failed.
   Status status() const;
 

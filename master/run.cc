@@ -602,6 +602,7 @@ Status Finish(RunParts& run) {
   if (o.host_count > 1) {
     // The rows of every host's workers: each step is the whole global batch, split over them.
     summary.hosts = o.host_count;
+    summary.combine_us = run.combiner->MeanUs();
     summary.samples = static_cast<uint64_t>((end_step - run.first_step) * (o.batch > 0 ? o.batch : d.rows));
   }
   run.seg.Unlink();

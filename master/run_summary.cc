@@ -138,6 +138,7 @@ JsonLine SummaryJson(const RunSummary& s) {
     j.Num("step_compute_us", p.compute_us)
         .Num("step_reduce_us", p.reduce_us)
         .Num("step_barrier_us", p.barrier_us);
+    if (s.hosts > 1) j.Num("step_combine_us", s.combine_us);
   }
   return j;
 }

@@ -54,6 +54,8 @@ struct RunSummary {
   // Where the time went, summed over the ranks: computing gradients (async: whole updates),
   // the reduce + update phase (sync), and waiting at barriers (sync).
   uint64_t compute_ns = 0, reduce_ns = 0, barrier_ns = 0;
+  // Several hosts: the cross-host combine's mean time per step (master/combiner.h), in us.
+  double combine_us = NAN;
 };
 
 // Sync: the mean per worker and step of each phase, in microseconds.

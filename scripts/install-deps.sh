@@ -4,9 +4,11 @@
 # the user already has: apt-get runs with --no-remove, so an install that would remove anything
 # stops with an error and changes nothing.
 set -euo pipefail
-# python3 runs monitoring/check_assets.py and bench/digits_wall.py.
+# python3 runs monitoring/check_assets.py and bench/digits_wall.py. Open MPI (openmpi-bin for
+# mpirun, libopenmpi-dev to build with it) gives several hosts; the build works without it.
 packages=(cmake g++ make python3 libboost-dev libboost-filesystem-dev libeigen3-dev
-          libcli11-dev zlib1g-dev libgtest-dev prometheus-cpp-dev prometheus)
+          libcli11-dev zlib1g-dev libgtest-dev prometheus-cpp-dev prometheus
+          openmpi-bin libopenmpi-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
