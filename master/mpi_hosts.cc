@@ -14,6 +14,7 @@
 // Threads: MPI is initialised MPI_THREAD_SERIALIZED. The main thread calls Agree() and
 // AbortJob()/Finish(); the combiner thread calls Combine() only between them.
 #include <mpi.h>
+#include <sched.h>
 #include <time.h>
 
 #include <algorithm>
@@ -34,10 +35,12 @@ constexpr int kTagPart = 1;    // step 1: a part of a host's sum, to the host th
 constexpr int kTagTotals = 2;  // step 1: a host's StepTotals, to every other host
 constexpr int kTagSum = 3;     // step 2: a reduced part, to every other host
 constexpr int kNameBytes = 64;
-// Polling: spin this long on MPI_Test (the answer is usually microseconds away), then sleep
-// this long between tests so that a slow peer does not cost a core.
-constexpr int64_t kSpinNs = 200'000;
-constexpr long kSleepNs = 20'000;
+// Polling: MPI over TCP moves a large message only while someone calls into MPI, so the wait
+// keeps testing, yielding the core between tests (others on it run first), for as long as a
+// combine of a large model takes; past that, a slow peer costs no core: it sleeps this long
+// between tests. A sleep under load can last a scheduler tick, which is why it is not the rule.
+constexpr int64_t kSpinNs = 50'000'000;
+constexpr long kSleepNs = 50'000;
 constexpr int64_t kStalledNs = 500'000'000;
 
 std::string MpiError(int code) {
@@ -150,7 +153,9 @@ Status MpiHosts::WaitAll(std::vector<Pending>* pending, int64_t deadline_ns,
       }
       return Status::HostLost(what + ": a send to another host did not complete by the deadline");
     }
-    if (now >= spin_until) {
+    if (now < spin_until) {
+      sched_yield();
+    } else {
       const timespec nap{0, kSleepNs};
       nanosleep(&nap, nullptr);
     }
