@@ -151,6 +151,24 @@ inline std::map<std::string, std::string> RunEvents(const std::string& cmd,
   return last;
 }
 
+// A sync run's summary event (--log-format json): throughput and the per-step phase split
+// (mean over workers), and with several hosts the combine's time per step.
+struct SyncSummary {
+  double us_per_step = 0, samples_per_s = 0;
+  double compute_us = 0, reduce_us = 0, barrier_us = 0;
+  double combine_us = 0;  // several hosts only
+};
+inline SyncSummary ParseSyncSummary(const std::string& line, bool hosts) {
+  SyncSummary r;
+  r.us_per_step = NumberField(line, "us_per_step");
+  r.samples_per_s = NumberField(line, "samples_per_s");
+  r.compute_us = NumberField(line, "step_compute_us");
+  r.reduce_us = NumberField(line, "step_reduce_us");
+  r.barrier_us = NumberField(line, "step_barrier_us");
+  if (hosts) r.combine_us = NumberField(line, "step_combine_us");
+  return r;
+}
+
 inline double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();

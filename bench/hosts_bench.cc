@@ -19,7 +19,6 @@
 namespace {
 
 using shmtrain::bench::Median;
-using shmtrain::bench::NumberField;
 using shmtrain::bench::RunEvents;
 
 const std::string kMpirun = std::string(MPIRUN_BIN) +
@@ -28,10 +27,7 @@ const std::string kMpirun = std::string(MPIRUN_BIN) +
 constexpr int64_t kParams = 1068810;  // 784-1024-256-10
 constexpr int kBatch = 128;
 
-struct Run {
-  double samples_per_s = 0, us_per_step = 0, compute_us = 0, reduce_us = 0, barrier_us = 0;
-  double combine_us = 0;
-};
+using Run = shmtrain::bench::SyncSummary;
 
 Run Train(int hosts, int workers, int64_t steps) {
   std::string cmd = std::string(SHMTRAIN_BIN) +
@@ -40,15 +36,8 @@ Run Train(int hosts, int workers, int64_t steps) {
                     std::to_string(steps) + " --workers " + std::to_string(workers) +
                     " --log-format json --log-every 0 --no-progress --no-metrics";
   if (hosts > 1) cmd = kMpirun + " -np " + std::to_string(hosts) + " " + cmd;
-  const std::string s = RunEvents(cmd + " 2>/dev/null", {"summary"}).at("summary");
-  Run r;
-  r.samples_per_s = NumberField(s, "samples_per_s");
-  r.us_per_step = NumberField(s, "us_per_step");
-  r.compute_us = NumberField(s, "step_compute_us");
-  r.reduce_us = NumberField(s, "step_reduce_us");
-  r.barrier_us = NumberField(s, "step_barrier_us");
-  if (hosts > 1) r.combine_us = NumberField(s, "step_combine_us");
-  return r;
+  return shmtrain::bench::ParseSyncSummary(RunEvents(cmd + " 2>/dev/null", {"summary"}).at("summary"),
+                                           hosts > 1);
 }
 
 double Field(const std::string& line, const std::string& key) {

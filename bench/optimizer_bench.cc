@@ -31,7 +31,6 @@
 namespace {
 
 using shmtrain::bench::Median;
-using shmtrain::bench::NumberField;
 using shmtrain::bench::RunEvents;
 
 // Bytes per second of a = b + s*c over n floats, best of `passes`, counting the three streams.
@@ -71,10 +70,7 @@ double ParallelBandwidth(int procs, size_t n, int passes) {
   return sum;
 }
 
-struct Result {
-  double us_per_step = 0, samples_per_s = 0;
-  double compute_us = 0, reduce_us = 0, barrier_us = 0;  // per step, mean over workers
-};
+using Result = shmtrain::bench::SyncSummary;
 
 Result Run(const std::string& layers, int workers, const std::string& opt, int64_t steps) {
   const std::string cmd = std::string(SHMTRAIN_BIN) +
@@ -82,14 +78,7 @@ Result Run(const std::string& layers, int workers, const std::string& opt, int64
                           " --layers " + layers + " --batch 128 --lr 0.01 --steps " +
                           std::to_string(steps) + " --workers " + std::to_string(workers) + " " +
                           opt + " --log-format json --log-every 0 --no-progress --no-metrics";
-  const std::string summary = RunEvents(cmd, {"summary"}).at("summary");
-  Result r;
-  r.us_per_step = NumberField(summary, "us_per_step");
-  r.samples_per_s = NumberField(summary, "samples_per_s");
-  r.compute_us = NumberField(summary, "step_compute_us");
-  r.reduce_us = NumberField(summary, "step_reduce_us");
-  r.barrier_us = NumberField(summary, "step_barrier_us");
-  return r;
+  return shmtrain::bench::ParseSyncSummary(RunEvents(cmd, {"summary"}).at("summary"), false);
 }
 
 int64_t ParamCount(const std::vector<int>& l) {
