@@ -1,6 +1,7 @@
 // The master's Prometheus endpoint.
 //
-// Only the master listens. Every value is read from the segment (and from the supervisor's
+// Only the master listens (under mpirun, each host master: its own endpoint, every series
+// labelled with its host index). Every value is read from the segment (and from the supervisor's
 // few atomics) at scrape time by a custom Collectable: a scrape never waits for training, the
 // workers never know about it, and counters stay monotonic when a worker is replaced because
 // they live in the rank's block, which outlives its incarnations.
@@ -94,6 +95,13 @@ class SupervisorStats {
   std::atomic<double> val_metric_{0};
 };
 
+// The address host master `host_local` (its rank among the host masters on this machine,
+// TrainOptions::host_local) listens on, given --metrics-addr "HOST:PORT": "HOST:(PORT +
+// host_local)", so that the host masters sharing a machine never fight over a port. Port 0
+// stays 0 (each picks any free port). kUsage naming --metrics-addr when the address is
+// malformed or the port would pass 65535; kInternal for a negative host_local.
+Status HostMetricsAddress(const std::string& addr, int host_local, std::string* out);
+
 class RunCollector;
 
 class Exporter {
@@ -105,7 +113,8 @@ class Exporter {
   // The address actually bound, e.g. "127.0.0.1:43567".
   const std::string& address() const { return address_; }
 
-  // Serves this run's metrics from now on. seg and stats must outlive the exporter.
+  // Serves this run's metrics from now on, every series labelled host="<opts.host_index>".
+  // seg and stats must outlive the exporter.
   void Attach(const shm::Segment* seg, const SupervisorStats* stats, const TrainOptions& opts);
   // Stops reading the segment (a scrape in progress finishes first); later scrapes see no
   // run metrics. Call before the segment is unmapped.
