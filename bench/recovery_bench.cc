@@ -112,7 +112,7 @@ double Ms(Clock::duration d) {
 int64_t ScrapeSteps(const std::string& addr, milliseconds timeout) {
   const std::string raw = HttpGet(addr, "/metrics", timeout);
   if (raw.rfind("HTTP/1.1 200", 0) != 0) return -1;
-  const std::string tag = "\nshmtrain_steps_total ";
+  const std::string tag = "\nshmtrain_steps_total{host=\"0\"} ";
   const size_t p = raw.find(tag);
   if (p == std::string::npos) return -1;
   return static_cast<int64_t>(std::strtod(raw.c_str() + p + tag.size(), nullptr));

@@ -4,10 +4,12 @@
   python3 monitoring/check_assets.py [--scrape FILE]
 
 1. grafana-dashboard.json: valid JSON, schemaVersion pinned to 39, uid/title "shmtrain", a
-   `datasource` template variable (type datasource, query prometheus), and for every panel: a
+   `datasource` template variable (type datasource, query prometheus), a `host` template
+   variable (a multi-select query of label_values(..., host) with All), and for every panel: a
    supported type, a description, a known unit in fieldConfig.defaults.unit, the datasource
    {"type": "prometheus", "uid": "${datasource}"} (on the panel and on each target), a gridPos
-   inside the 24-column grid that overlaps no other panel, a unique id.
+   inside the 24-column grid that overlaps no other panel, a unique id, and in every target's
+   expression the host filter host=~"$host" on every shmtrain_ series selector.
 2. alerts.yml: every alert has `for:`, a severity label, a summary and a description.
 3. Extracts every metric name (identifiers starting with shmtrain_) from the dashboard's
    expressions (panel targets and template variable queries) and from the `expr:` of
@@ -16,7 +18,8 @@
 4. README.md documents every exporter metric and every alert.
 5. With --scrape FILE (a text exposition captured from a running exporter, e.g.
    `curl -s http://127.0.0.1:9464/metrics > scrape.txt`): every referenced metric exists in
-   the scrape (for a histogram: its _bucket, _sum and _count series) with the expected type.
+   the scrape (for a histogram: its _bucket, _sum and _count series) with the expected type,
+   and every shmtrain_ sample carries the host label.
 
 Exits 0 when everything passes, 1 listing every failure otherwise, 2 on a usage or I/O error.
 """
@@ -30,8 +33,11 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 # The metrics the shmtrain exporter serves: name -> (type, labels, mode that exports it or None).
+# Every series also carries HOST_LABEL (the host index of the master that serves it).
+HOST_LABEL = "host"
 METRICS = {
     "shmtrain_build_info": ("gauge", ("version", "mode", "rule"), None),
+    "shmtrain_hosts": ("gauge", (), None),
     "shmtrain_workers": ("gauge", (), None),
     "shmtrain_worker_up": ("gauge", ("worker",), None),
     "shmtrain_steps_total": ("counter", (), None),
@@ -54,6 +60,7 @@ METRICS = {
     "shmtrain_checkpoint_duration_seconds": ("histogram", (), None),
     "shmtrain_checkpoint_last_success_timestamp_seconds": ("gauge", (), None),
     "shmtrain_checkpoint_failures_total": ("counter", (), None),
+    "shmtrain_host_combine_seconds": ("histogram", (), None),
     # Only once a run with held-out data has validated (absent otherwise: not on the dashboard).
     "shmtrain_validation_loss": ("gauge", (), None),
     "shmtrain_validation_accuracy": ("gauge", (), None),
@@ -87,6 +94,10 @@ METRIC_RE = re.compile(r"(?<![A-Za-z0-9_:])shmtrain_[A-Za-z0-9_:]*")
 STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
 GROUPING_RE = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
 LABELS_RE = re.compile(r"\{[^}]*\}")
+# A shmtrain_ series selector: the metric name and its label matchers, if any.
+SELECTOR_RE = re.compile(r'(?<![A-Za-z0-9_:"])(shmtrain_[A-Za-z0-9_:]*)(\s*\{[^}]*\})?')
+HOST_FILTER_RE = re.compile(r'[{,]\s*host\s*=~\s*"\$host"\s*[,}]')
+HOST_QUERY_RE = re.compile(r"^\s*label_values\(\s*shmtrain_[A-Za-z0-9_:]*(\{[^}]*\})?\s*,\s*host\s*\)\s*$")
 
 
 def metric_tokens(expr):
@@ -97,6 +108,14 @@ def metric_tokens(expr):
     text = GROUPING_RE.sub("()", text)
     text = LABELS_RE.sub("{}", text)
     return METRIC_RE.findall(text)
+
+
+def unfiltered_selectors(expr):
+    """The shmtrain_ series selectors of a PromQL expression without the host=~"$host"
+    filter (comments ignored)."""
+    text = re.sub(r"#[^\n]*", "", expr)
+    return [m.group(0).strip() for m in SELECTOR_RE.finditer(text)
+            if not HOST_FILTER_RE.search(m.group(2) or "")]
 
 
 class Report:
@@ -162,6 +181,7 @@ def check_dashboard(path, rep):
         if v.get("type") != "datasource" or v.get("query") != "prometheus":
             rep.fail(f"{name}: variable 'datasource' must have type 'datasource' and query "
                      f"'prometheus' (found type {v.get('type')!r}, query {v.get('query')!r})")
+    check_host_variable(name, variables, rep)
     for v in variables:
         if not isinstance(v, dict) or v.get("type") != "query":
             continue
@@ -247,7 +267,28 @@ def check_dashboard(path, rep):
                 rep.fail(f"{label}: target {ref} has no expr")
                 continue
             exprs.append((f"dashboard panel {title!r}", expr))
+            for sel in unfiltered_selectors(expr):
+                rep.fail(f'{label}: target {ref}: {sel} lacks the host filter host=~"$host"')
     return exprs
+
+
+def check_host_variable(name, variables, rep):
+    """The `host` template variable: a multi-select query of the host label values, with All."""
+    host_vars = [v for v in variables if isinstance(v, dict) and v.get("name") == HOST_LABEL]
+    if len(host_vars) != 1:
+        rep.fail(f"{name}: expected exactly one template variable named 'host', "
+                 f"found {len(host_vars)}")
+        return
+    v = host_vars[0]
+    q = v.get("query")
+    if isinstance(q, dict):
+        q = q.get("query")
+    if v.get("type") != "query" or not isinstance(q, str) or not HOST_QUERY_RE.match(q):
+        rep.fail(f"{name}: variable 'host' must be a query of label_values(shmtrain_..., host) "
+                 f"(found type {v.get('type')!r}, query {q!r})")
+    if v.get("multi") is not True or v.get("includeAll") is not True:
+        rep.fail(f"{name}: variable 'host' must be multi-select with All (found multi "
+                 f"{v.get('multi')!r}, includeAll {v.get('includeAll')!r})")
 
 
 # ------------------------------------------------------------------------------ alerts.yml
@@ -373,8 +414,9 @@ def check_catalog(found, rep):
 
 
 def parse_scrape(path):
-    """(sample names, {name: type} from # TYPE lines, build_info mode or None)."""
-    samples, types, mode = set(), {}, None
+    """(sample names, {name: type} from # TYPE lines, build_info mode or None, shmtrain_ sample
+    lines without the host label)."""
+    samples, types, mode, unlabelled = set(), {}, None, []
     for raw in read_text(path).splitlines():
         line = raw.strip()
         if not line:
@@ -388,16 +430,21 @@ def parse_scrape(path):
         if not m:
             continue
         samples.add(m.group(1))
+        if (m.group(1).startswith("shmtrain_")
+                and not re.search(r'[{,]' + HOST_LABEL + r'="[^"]*"', line)):
+            unlabelled.append(line)
         if m.group(1) == "shmtrain_build_info":
             mm = re.search(r'\bmode="([^"]*)"', line)
             if mm:
                 mode = mm.group(1)
-    return samples, types, mode
+    return samples, types, mode, unlabelled
 
 
 def check_scrape(path, found, rep):
-    samples, types, mode = parse_scrape(path)
+    samples, types, mode, unlabelled = parse_scrape(path)
     name = os.path.basename(path)
+    for line in unlabelled:
+        rep.fail(f"{name}: sample without the {HOST_LABEL} label: {line}")
     if not any(s.startswith("shmtrain_") for s in samples):
         rep.fail(f"{name}: no shmtrain_ samples at all: is this a scrape of the shmtrain "
                  f"exporter?")
@@ -459,7 +506,7 @@ def main():
     histograms = {n for n, (t, _, _) in METRICS.items() if t == "histogram"}
     scrape_types = {}
     if args.scrape:
-        _, scrape_types, _ = parse_scrape(args.scrape)
+        _, scrape_types, _, _ = parse_scrape(args.scrape)
         histograms |= {n for n, t in scrape_types.items() if t in ("histogram", "summary")}
     found = fold_metrics(dash_exprs + alert_exprs, rep, histograms)
     check_catalog(found, rep)

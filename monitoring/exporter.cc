@@ -6,6 +6,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -50,16 +51,9 @@ namespace {
 using prometheus::ClientMetric;
 using prometheus::MetricFamily;
 using prometheus::MetricType;
+using Labels = std::vector<ClientMetric::Label>;
 
-MetricFamily Family(const char* name, const char* help, MetricType type) {
-  MetricFamily f;
-  f.name = name;
-  f.help = help;
-  f.type = type;
-  return f;
-}
-
-ClientMetric Value(double v, MetricType type, std::vector<ClientMetric::Label> labels = {}) {
+ClientMetric Value(double v, MetricType type, Labels labels = {}) {
   ClientMetric m;
   m.label = std::move(labels);
   if (type == MetricType::Counter) {
@@ -72,8 +66,8 @@ ClientMetric Value(double v, MetricType type, std::vector<ClientMetric::Label> l
 
 // A histogram from per-bucket (non-cumulative) counts and bounds; the last count is +Inf's.
 template <class Bound>
-ClientMetric Histogram(const uint64_t* counts, const Bound* bounds, int buckets, double sum,
-                       std::vector<ClientMetric::Label> labels = {}) {
+ClientMetric HistogramMetric(const uint64_t* counts, const Bound* bounds, int buckets, double sum,
+                             Labels labels = {}) {
   ClientMetric m;
   m.label = std::move(labels);
   uint64_t cum = 0;
@@ -90,13 +84,74 @@ ClientMetric Histogram(const uint64_t* counts, const Bound* bounds, int buckets,
   return m;
 }
 
+// The families of one scrape, built in order. Take() labels every series with the host.
+class Families {
+ public:
+  explicit Families(int workers) : workers_(workers) {}
+
+  // A new family, to fill with series; the reference holds until the next Add.
+  MetricFamily& Add(const char* name, const char* help, MetricType type) {
+    MetricFamily f;
+    f.name = name;
+    f.help = help;
+    f.type = type;
+    out_.push_back(std::move(f));
+    return out_.back();
+  }
+  void Gauge(const char* name, const char* help, double v) {
+    Add(name, help, MetricType::Gauge).metric.push_back(Value(v, MetricType::Gauge));
+  }
+  void Counter(const char* name, const char* help, double v) {
+    Add(name, help, MetricType::Counter).metric.push_back(Value(v, MetricType::Counter));
+  }
+  // One series per worker, labelled worker="0".."P-1"; value(r) gives rank r's value.
+  template <class F>
+  void PerWorker(const char* name, const char* help, MetricType type, F value) {
+    MetricFamily& f = Add(name, help, type);
+    for (int r = 0; r < workers_; ++r) {
+      f.metric.push_back(Value(value(r), type, {{"worker", std::to_string(r)}}));
+    }
+  }
+  // A duration histogram of the master's (SupervisorStats), over shm::kDurationBounds.
+  void MasterHistogram(const char* name, const char* help, const SupervisorStats::Histogram& hist) {
+    uint64_t counts[shm::kDurationBuckets];
+    for (int k = 0; k < shm::kDurationBuckets; ++k) {
+      counts[k] = hist.counts[k].load(std::memory_order_relaxed);
+    }
+    Add(name, help, MetricType::Histogram)
+        .metric.push_back(HistogramMetric(counts, shm::kDurationBounds, shm::kDurationBuckets,
+                                          hist.sum_ns.load(std::memory_order_relaxed) * 1e-9));
+  }
+
+  // The families, every series labelled host="<host>" (labels kept in name order; the
+  // serializer appends a bucket's le).
+  std::vector<MetricFamily> Take(const std::string& host) {
+    for (MetricFamily& f : out_) {
+      for (ClientMetric& m : f.metric) {
+        const auto at = std::find_if(m.label.begin(), m.label.end(),
+                                     [](const ClientMetric::Label& l) { return l.name > "host"; });
+        m.label.insert(at, ClientMetric::Label{"host", host});
+      }
+    }
+    return std::move(out_);
+  }
+
+ private:
+  int workers_;
+  std::vector<MetricFamily> out_;
+};
+
 }  // namespace
 
 class RunCollector final : public prometheus::Collectable {
  public:
   RunCollector(const shm::Segment* seg, const SupervisorStats* stats, const TrainOptions& o)
-      : seg_(seg), stats_(stats), mode_(ToString(o.mode)),
-        rule_(o.mode == Mode::kAsync ? ToString(o.rule) : "none") {}
+      : seg_(seg),
+        stats_(stats),
+        mode_(ToString(o.mode)),
+        rule_(o.mode == Mode::kAsync ? ToString(o.rule) : "none"),
+        host_(std::to_string(o.host_index)),
+        hosts_(o.host_count) {}
 
   void Detach() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -106,123 +161,112 @@ class RunCollector final : public prometheus::Collectable {
   std::vector<MetricFamily> Collect() const override {
     std::lock_guard<std::mutex> lock(mu_);
     if (seg_ == nullptr) return {};
+    Families f(static_cast<int>(seg_->header()->config.workers));
+    CollectRun(&f);
+    CollectWorkers(&f);
+    CollectSupervisor(&f);
+    return f.Take(host_);
+  }
+
+ private:
+  int workers() const { return static_cast<int>(seg_->header()->config.workers); }
+
+  // Updates applied: sync steps completed by every worker, or the async parameter version.
+  uint64_t Progress() const {
+    const shm::Header* h = seg_->header();
+    if (static_cast<Mode>(h->config.mode) != Mode::kSync) {
+      return shm::LoadAcquire(h->param_version);
+    }
+    uint64_t lo = UINT64_MAX;
+    for (int r = 0; r < workers(); ++r) lo = std::min(lo, shm::LoadPhase(*seg_->block(r)) / 2);
+    return lo;
+  }
+
+  // The run as a whole: what it is, how far it got, how its steps go.
+  void CollectRun(Families* f) const {
     using shm::LoadRelaxed;
     const shm::Header* h = seg_->header();
     const shm::RunConfig& c = h->config;
-    const int P = static_cast<int>(c.workers);
-    const bool sync = static_cast<Mode>(c.mode) == Mode::kSync;
-    std::vector<MetricFamily> out;
+    const int P = workers();
+    f->Add("shmtrain_build_info", "Version, mode and async rule of this run (always 1).",
+           MetricType::Gauge)
+        .metric.push_back(Value(1, MetricType::Gauge,
+                                {{"mode", mode_}, {"rule", rule_}, {"version", SHMTRAIN_VERSION}}));
+    f->Gauge("shmtrain_hosts",
+             "Host masters of this run (1 without mpirun); this one's index is the host label.",
+             hosts_);
+    f->Gauge("shmtrain_workers", "Worker processes of this run (P).", P);
+    const uint64_t progress = Progress();
+    f->Counter("shmtrain_steps_total",
+               "Updates applied: sync steps completed by every worker, or async updates.",
+               static_cast<double>(progress));
+    f->Gauge("shmtrain_target_steps", "Updates this run will apply in all.",
+             static_cast<double>(c.total_steps));
+    f->Gauge("shmtrain_loss", "Loss of the latest minibatch (mean per sample).",
+             LoadRelaxed(h->last_loss));
+    f->Gauge("shmtrain_learning_rate",
+             "Learning rate of the current step or update (the schedule's, warmup included).",
+             nn::LearningRate(
+                 c.optim, std::min<int64_t>(progress, std::max<int64_t>(c.total_steps - 1, 0))));
+    f->Gauge("shmtrain_grad_norm", "L2 norm of the latest (mean) gradient.",
+             LoadRelaxed(h->last_grad_norm));
 
-    auto gauge = [&](const char* name, const char* help, double v) {
-      MetricFamily f = Family(name, help, MetricType::Gauge);
-      f.metric.push_back(Value(v, MetricType::Gauge));
-      out.push_back(std::move(f));
-    };
-    auto per_worker = [&](const char* name, const char* help, MetricType type, auto value) {
-      MetricFamily f = Family(name, help, type);
-      for (int r = 0; r < P; ++r) {
-        f.metric.push_back(Value(value(r), type, {{"worker", std::to_string(r)}}));
-      }
-      out.push_back(std::move(f));
-    };
-
-    MetricFamily info = Family("shmtrain_build_info",
-                               "Version, mode and async rule of this run (always 1).",
-                               MetricType::Gauge);
-    info.metric.push_back(Value(1, MetricType::Gauge, {{"mode", mode_},
-                                                       {"rule", rule_},
-                                                       {"version", SHMTRAIN_VERSION}}));
-    out.push_back(std::move(info));
-    gauge("shmtrain_workers", "Worker processes of this run (P).", P);
-    per_worker("shmtrain_worker_up", "1 while the worker process runs and has attached.",
-               MetricType::Gauge, [&](int r) {
-                 return stats_->up(r) && shm::LoadAcquire(seg_->block(r)->attached) ? 1.0 : 0.0;
-               });
-
-    uint64_t progress;
-    if (sync) {
-      uint64_t lo = UINT64_MAX;
-      for (int r = 0; r < P; ++r) lo = std::min(lo, shm::LoadPhase(*seg_->block(r)) / 2);
-      progress = lo;
-    } else {
-      progress = shm::LoadAcquire(h->param_version);
+    uint64_t dur[shm::kDurationBuckets] = {};
+    uint64_t stale[shm::kStalenessBuckets] = {};
+    double dur_sum = 0, stale_sum = 0;
+    uint64_t dropped = 0;
+    for (int r = 0; r < P; ++r) {
+      const shm::WorkerBlock* b = seg_->block(r);
+      for (int k = 0; k < shm::kDurationBuckets; ++k)
+        dur[k] += LoadRelaxed(b->step_duration_hist[k]);
+      for (int k = 0; k < shm::kStalenessBuckets; ++k)
+        stale[k] += LoadRelaxed(b->staleness_hist[k]);
+      dur_sum += LoadRelaxed(b->step_duration_ns_total) * 1e-9;
+      stale_sum += static_cast<double>(LoadRelaxed(b->staleness_sum));
+      dropped += LoadRelaxed(b->dropped_total);
     }
-    MetricFamily steps = Family("shmtrain_steps_total",
-                                "Updates applied: sync steps completed by every worker, or async "
-                                "updates.",
-                                MetricType::Counter);
-    steps.metric.push_back(Value(static_cast<double>(progress), MetricType::Counter));
-    out.push_back(std::move(steps));
-    gauge("shmtrain_target_steps", "Updates this run will apply in all.",
-          static_cast<double>(c.total_steps));
-    per_worker("shmtrain_samples_total", "Samples whose gradient the worker computed.",
-               MetricType::Counter,
-               [&](int r) { return static_cast<double>(LoadRelaxed(seg_->block(r)->samples_total)); });
-    gauge("shmtrain_loss", "Loss of the latest minibatch (mean per sample).",
-          LoadRelaxed(h->last_loss));
-    gauge("shmtrain_learning_rate",
-          "Learning rate of the current step or update (the schedule's, warmup included).",
-          nn::LearningRate(c.optim, std::min<int64_t>(progress, std::max<int64_t>(c.total_steps - 1, 0))));
-    gauge("shmtrain_grad_norm", "L2 norm of the latest (mean) gradient.",
-          LoadRelaxed(h->last_grad_norm));
+    f->Add("shmtrain_step_duration_seconds",
+           "Time per step (sync, as rank 0 sees it) or per update (async).", MetricType::Histogram)
+        .metric.push_back(
+            HistogramMetric(dur, shm::kDurationBounds, shm::kDurationBuckets, dur_sum));
+    f->Add("shmtrain_update_staleness",
+           "Async: versions applied by others between a worker's read and its update (tau).",
+           MetricType::Histogram)
+        .metric.push_back(
+            HistogramMetric(stale, shm::kStalenessBounds, shm::kStalenessBuckets, stale_sum));
+    f->Gauge("shmtrain_param_version", "Async: the global parameter version (updates applied).",
+             static_cast<double>(shm::LoadAcquire(h->param_version)));
+    f->Counter("shmtrain_dropped_gradients_total",
+               "Async: gradients dropped as older than --max-staleness.",
+               static_cast<double>(dropped));
+  }
 
-    MetricFamily dur = Family("shmtrain_step_duration_seconds",
-                              "Time per step (sync, as rank 0 sees it) or per update (async).",
-                              MetricType::Histogram);
-    {
-      uint64_t counts[shm::kDurationBuckets] = {};
-      double sum = 0;
-      for (int r = 0; r < P; ++r) {
-        const shm::WorkerBlock* b = seg_->block(r);
-        for (int k = 0; k < shm::kDurationBuckets; ++k) counts[k] += LoadRelaxed(b->step_duration_hist[k]);
-        sum += LoadRelaxed(b->step_duration_ns_total) * 1e-9;
-      }
-      dur.metric.push_back(Histogram(counts, shm::kDurationBounds, shm::kDurationBuckets, sum));
-    }
-    out.push_back(std::move(dur));
-
-    MetricFamily wait = Family("shmtrain_barrier_wait_seconds",
-                               "Time each sync barrier wait took, by worker.",
-                               MetricType::Histogram);
+  // Per worker: liveness, work done, where its time goes, restarts.
+  void CollectWorkers(Families* f) const {
+    using shm::LoadRelaxed;
+    const int P = workers();
+    f->PerWorker("shmtrain_worker_up", "1 while the worker process runs and has attached.",
+                 MetricType::Gauge, [&](int r) {
+                   return stats_->up(r) && shm::LoadAcquire(seg_->block(r)->attached) ? 1.0 : 0.0;
+                 });
+    f->PerWorker("shmtrain_samples_total", "Samples whose gradient the worker computed.",
+                 MetricType::Counter, [&](int r) {
+                   return static_cast<double>(LoadRelaxed(seg_->block(r)->samples_total));
+                 });
+    MetricFamily& wait =
+        f->Add("shmtrain_barrier_wait_seconds", "Time each sync barrier wait took, by worker.",
+               MetricType::Histogram);
     for (int r = 0; r < P; ++r) {
       const shm::WorkerBlock* b = seg_->block(r);
       uint64_t counts[shm::kDurationBuckets];
       for (int k = 0; k < shm::kDurationBuckets; ++k) counts[k] = LoadRelaxed(b->barrier_wait_hist[k]);
-      wait.metric.push_back(Histogram(counts, shm::kDurationBounds, shm::kDurationBuckets,
-                                      LoadRelaxed(b->barrier_wait_ns_total) * 1e-9,
-                                      {{"worker", std::to_string(r)}}));
+      wait.metric.push_back(HistogramMetric(counts, shm::kDurationBounds, shm::kDurationBuckets,
+                                            LoadRelaxed(b->barrier_wait_ns_total) * 1e-9,
+                                            {{"worker", std::to_string(r)}}));
     }
-    out.push_back(std::move(wait));
-
-    MetricFamily stale = Family("shmtrain_update_staleness",
-                                "Async: versions applied by others between a worker's read and "
-                                "its update (tau).",
-                                MetricType::Histogram);
-    {
-      uint64_t counts[shm::kStalenessBuckets] = {};
-      double sum = 0;
-      for (int r = 0; r < P; ++r) {
-        const shm::WorkerBlock* b = seg_->block(r);
-        for (int k = 0; k < shm::kStalenessBuckets; ++k) counts[k] += LoadRelaxed(b->staleness_hist[k]);
-        sum += static_cast<double>(LoadRelaxed(b->staleness_sum));
-      }
-      stale.metric.push_back(Histogram(counts, shm::kStalenessBounds, shm::kStalenessBuckets, sum));
-    }
-    out.push_back(std::move(stale));
-
-    gauge("shmtrain_param_version", "Async: the global parameter version (updates applied).",
-          static_cast<double>(shm::LoadAcquire(h->param_version)));
-    uint64_t dropped = 0;
-    for (int r = 0; r < P; ++r) dropped += LoadRelaxed(seg_->block(r)->dropped_total);
-    MetricFamily drop = Family("shmtrain_dropped_gradients_total",
-                               "Async: gradients dropped as older than --max-staleness.",
-                               MetricType::Counter);
-    drop.metric.push_back(Value(static_cast<double>(dropped), MetricType::Counter));
-    out.push_back(std::move(drop));
-
-    MetricFamily restarts = Family("shmtrain_worker_restarts_total",
-                                   "Workers replaced by the supervisor, by worker and reason.",
-                                   MetricType::Counter);
+    MetricFamily& restarts =
+        f->Add("shmtrain_worker_restarts_total",
+               "Workers replaced by the supervisor, by worker and reason.", MetricType::Counter);
     for (int r = 0; r < P; ++r) {
       for (RestartReason why : {RestartReason::kCrash, RestartReason::kHang, RestartReason::kChaos,
                                 RestartReason::kPeerHang}) {
@@ -231,79 +275,63 @@ class RunCollector final : public prometheus::Collectable {
                                         {{"reason", ToString(why)}, {"worker", std::to_string(r)}}));
       }
     }
-    out.push_back(std::move(restarts));
-
-    auto master_histogram = [&](const char* name, const char* help,
-                                const SupervisorStats::Histogram& hist) {
-      MetricFamily f = Family(name, help, MetricType::Histogram);
-      uint64_t counts[shm::kDurationBuckets];
-      for (int k = 0; k < shm::kDurationBuckets; ++k) {
-        counts[k] = hist.counts[k].load(std::memory_order_relaxed);
-      }
-      f.metric.push_back(Histogram(counts, shm::kDurationBounds, shm::kDurationBuckets,
-                                   hist.sum_ns.load(std::memory_order_relaxed) * 1e-9));
-      out.push_back(std::move(f));
-    };
-    master_histogram("shmtrain_recovery_duration_seconds",
-                     "Time from a worker's death to the run making progress again.",
-                     stats_->recovery());
-    MetricFamily torn = Family("shmtrain_torn_updates_total",
-                               "Async: updates a worker was killed in the middle of applying (settled when "
-                               "the run's workers have all finished).",
-                               MetricType::Counter);
-    torn.metric.push_back(Value(static_cast<double>(stats_->torn_updates()), MetricType::Counter));
-    out.push_back(std::move(torn));
-    master_histogram("shmtrain_checkpoint_duration_seconds",
-                     "Time to copy and durably write a checkpoint.", stats_->checkpoint());
-    gauge("shmtrain_checkpoint_last_success_timestamp_seconds",
-          "Unix time of the last checkpoint written (0: none yet).",
-          stats_->last_checkpoint_unix());
-    MetricFamily ck_fail = Family("shmtrain_checkpoint_failures_total",
-                                  "Checkpoints that could not be written (the run goes on and "
-                                  "tries again at the next one).",
-                                  MetricType::Counter);
-    ck_fail.metric.push_back(
-        Value(static_cast<double>(stats_->checkpoint_failures()), MetricType::Counter));
-    out.push_back(std::move(ck_fail));
-
-    // Validation gauges appear with the first evaluation (none without held-out data).
-    if (stats_->validations() > 0) {
-      gauge("shmtrain_validation_loss", "Mean loss on the held-out rows at the latest evaluation.",
-            stats_->val_loss());
-      if (static_cast<Loss>(c.loss) == Loss::kXent) {
-        gauge("shmtrain_validation_accuracy",
-              "Fraction of held-out rows classified right at the latest evaluation.",
-              stats_->val_metric());
-      } else {
-        gauge("shmtrain_validation_rmse", "RMSE on the held-out rows at the latest evaluation.",
-              stats_->val_metric());
-      }
-    }
-
     const int64_t now = shm::MonotonicNs();
-    per_worker("shmtrain_worker_heartbeat_age_seconds",
-               "Seconds since the worker last refreshed its heartbeat (0 before it started).",
-               MetricType::Gauge, [&](int r) {
-                 const int64_t hb = LoadRelaxed(seg_->block(r)->heartbeat_ns);
-                 return hb > 0 ? std::max<int64_t>(0, now - hb) * 1e-9 : 0.0;
-               });
+    f->PerWorker("shmtrain_worker_heartbeat_age_seconds",
+                 "Seconds since the worker last refreshed its heartbeat (0 before it started).",
+                 MetricType::Gauge, [&](int r) {
+                   const int64_t hb = LoadRelaxed(seg_->block(r)->heartbeat_ns);
+                   return hb > 0 ? std::max<int64_t>(0, now - hb) * 1e-9 : 0.0;
+                 });
     // Where a sync step's time goes: compute (the gradient), reduce (the reduce + update
     // phase) and the barrier waits (shmtrain_barrier_wait_seconds) add up to the wall time.
-    per_worker("shmtrain_worker_compute_seconds_total",
-               "Seconds the worker spent computing gradients (sync) or whole updates (async).",
-               MetricType::Counter, [&](int r) {
-                 return LoadRelaxed(seg_->block(r)->compute_ns_total) * 1e-9;
-               });
-    per_worker("shmtrain_worker_reduce_seconds_total",
-               "Sync: seconds the worker spent reducing its slice of the gradients over every "
-               "worker and applying the optimizer to it.",
-               MetricType::Counter, [&](int r) {
-                 return LoadRelaxed(seg_->block(r)->reduce_ns_total) * 1e-9;
-               });
-    return out;
+    f->PerWorker("shmtrain_worker_compute_seconds_total",
+                 "Seconds the worker spent computing gradients (sync) or whole updates (async).",
+                 MetricType::Counter,
+                 [&](int r) { return LoadRelaxed(seg_->block(r)->compute_ns_total) * 1e-9; });
+    f->PerWorker("shmtrain_worker_reduce_seconds_total",
+                 "Sync: seconds the worker spent reducing its slice of the gradients over every "
+                 "worker and applying the optimizer to it.",
+                 MetricType::Counter,
+                 [&](int r) { return LoadRelaxed(seg_->block(r)->reduce_ns_total) * 1e-9; });
   }
 
- private:
+  // What only the master knows: recoveries, torn updates, checkpoints, the cross-host
+  // combine, validation.
+  void CollectSupervisor(Families* f) const {
+    f->MasterHistogram("shmtrain_recovery_duration_seconds",
+                       "Time from a worker's death to the run making progress again.",
+                       stats_->recovery());
+    f->Counter("shmtrain_torn_updates_total",
+               "Async: updates a worker was killed in the middle of applying (settled when the "
+               "run's workers have all finished).",
+               static_cast<double>(stats_->torn_updates()));
+    f->MasterHistogram("shmtrain_checkpoint_duration_seconds",
+                       "Time to copy and durably write a checkpoint.", stats_->checkpoint());
+    f->Gauge("shmtrain_checkpoint_last_success_timestamp_seconds",
+             "Unix time of the last checkpoint written (0: none yet).",
+             stats_->last_checkpoint_unix());
+    f->Counter("shmtrain_checkpoint_failures_total",
+               "Checkpoints that could not be written (the run goes on and tries again at the "
+               "next one).",
+               static_cast<double>(stats_->checkpoint_failures()));
+    f->MasterHistogram("shmtrain_host_combine_seconds",
+                       "Time of the cross-host combine of one step on this host: the exchange of "
+                       "host sums between host masters, per step (empty with one host).",
+                       stats_->combine());
+    // Validation gauges appear with the first evaluation (none without held-out data).
+    if (stats_->validations() == 0) return;
+    f->Gauge("shmtrain_validation_loss", "Mean loss on the held-out rows at the latest evaluation.",
+             stats_->val_loss());
+    if (static_cast<Loss>(seg_->header()->config.loss) == Loss::kXent) {
+      f->Gauge("shmtrain_validation_accuracy",
+               "Fraction of held-out rows classified right at the latest evaluation.",
+               stats_->val_metric());
+    } else {
+      f->Gauge("shmtrain_validation_rmse", "RMSE on the held-out rows at the latest evaluation.",
+               stats_->val_metric());
+    }
+  }
+
   // Held by a scrape while it reads the segment, and by Detach(): never by the run loop
   // otherwise, so training never waits for a scrape.
   mutable std::mutex mu_;
@@ -311,13 +339,25 @@ class RunCollector final : public prometheus::Collectable {
   const SupervisorStats* stats_;
   std::string mode_;
   std::string rule_;
+  std::string host_;
+  int hosts_;
 };
 
 Status HostMetricsAddress(const std::string& addr, int host_local, std::string* out) {
   std::string why;
   const std::optional<HostPort> hp = ParseHostPort(addr, &why);
   if (!hp) return Status::Usage("--metrics-addr " + addr + ": " + why);
+  if (host_local < 0) {
+    return Status::Internal("host-local rank " + std::to_string(host_local) + " is negative");
+  }
   const int port = hp->port == 0 ? 0 : hp->port + host_local;
+  if (port > 65535) {
+    return Status::Usage("--metrics-addr " + addr + ": host master " + std::to_string(host_local) +
+                         " of this machine would listen on port " + std::to_string(port) +
+                         ", above 65535 (each host master on a machine "
+                         "listens on the base port plus its rank among them there); choose a "
+                         "lower base port, or port 0 for any free port");
+  }
   *out = (hp->ipv6 ? "[" + hp->host + "]" : hp->host) + ":" + std::to_string(port);
   return Status::Ok();
 }

@@ -1,6 +1,7 @@
 // The master's Prometheus endpoint.
 //
-// Only the master listens. Every value is read from the segment (and from the supervisor's
+// Only the master listens (under mpirun, each host master: its own endpoint, every series
+// labelled with its host index). Every value is read from the segment (and from the supervisor's
 // few atomics) at scrape time by a custom Collectable: a scrape never waits for training, the
 // workers never know about it, and counters stay monotonic when a worker is replaced because
 // they live in the rank's block, which outlives its incarnations.
@@ -112,7 +113,8 @@ class Exporter {
   // The address actually bound, e.g. "127.0.0.1:43567".
   const std::string& address() const { return address_; }
 
-  // Serves this run's metrics from now on. seg and stats must outlive the exporter.
+  // Serves this run's metrics from now on, every series labelled host="<opts.host_index>".
+  // seg and stats must outlive the exporter.
   void Attach(const shm::Segment* seg, const SupervisorStats* stats, const TrainOptions& opts);
   // Stops reading the segment (a scrape in progress finishes first); later scrapes see no
   // run metrics. Call before the segment is unmapped.

@@ -63,6 +63,14 @@ constexpr milliseconds kPrometheusFirstSample{30'000};
 constexpr milliseconds kPrometheusStop{15'000};
 
 constexpr int kWorkers = 3;
+// A run without mpirun is host 0 of 1: every series it serves carries host="0".
+constexpr const char* kHost = "0";
+// The series prometheus-cpp serves about its own HTTP endpoint, from a registry of its own that
+// the exporter cannot reach: they are the only ones without the host label (Prometheus gives
+// them one from the target's labels; monitoring/prometheus.yml).
+const std::set<std::string> kExposerSeries = {
+    "exposer_transferred_bytes_total", "exposer_scrapes_total", "exposer_request_latencies",
+    "exposer_request_latencies_count", "exposer_request_latencies_sum"};
 
 bool Contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
@@ -354,9 +362,10 @@ struct Scrape {
     }
     return out;
   }
-  // The value of the one sample named `name` with exactly these labels.
+  // The value of the one sample named `name` with exactly these labels and host="0".
   std::optional<double> Value(const std::string& name,
-                              const std::map<std::string, std::string>& labels = {}) const {
+                              std::map<std::string, std::string> labels = {}) const {
+    labels.emplace("host", kHost);
     for (const Sample& s : samples) {
       if (s.name == name && s.labels == labels) return s.value;
     }
@@ -491,7 +500,22 @@ bool IsMonotonic(const Scrape& s, const std::string& name) {
   return it->second == "counter" || (it->second == "histogram" && family != name);
 }
 
-// Scrapes http://addr/metrics and parses it (fatal failure on any error).
+// Every sample line carries host="<host>", but prometheus-cpp's own (kExposerSeries), which
+// the exporter cannot label.
+void ExpectHostLabel(const Scrape& s, const std::string& host) {
+  int labelled = 0;
+  for (const Sample& x : s.samples) {
+    if (kExposerSeries.count(x.name) != 0) continue;
+    const auto it = x.labels.find("host");
+    EXPECT_TRUE(it != x.labels.end() && it->second == host)
+        << SeriesKey(x.name, x.labels) << " lacks host=\"" << host << "\"";
+    labelled += it != x.labels.end() ? 1 : 0;
+  }
+  EXPECT_GT(labelled, 100) << "too few samples were checked for the host label";
+}
+
+// Scrapes http://addr/metrics and parses it (fatal failure on any error); every sample must
+// carry host="0".
 void ScrapeMetrics(const std::string& addr, Scrape* out) {
   std::string error;
   const std::optional<HttpResponse> r = HttpGet(addr, "/metrics", kScrapeTimeout, &error);
@@ -502,6 +526,7 @@ void ScrapeMetrics(const std::string& addr, Scrape* out) {
       << "no text/plain Content-Type";
   const std::string parse_error = ParseExposition(r->body, out);
   ASSERT_EQ(parse_error, "") << "malformed exposition:\n" << r->body;
+  ExpectHostLabel(*out, kHost);
 }
 
 // Every histogram series is consistent: buckets cumulative in le, +Inf present and equal to
@@ -541,7 +566,7 @@ void ExpectHistogramsConsistent(const Scrape& s) {
 }
 
 // The "worker" label values of the samples named `name`, sorted; each sample must carry no
-// label but worker (and, when given, `also`, e.g. reason or le).
+// label but host and worker (and, when given, `also`, e.g. reason or le).
 std::vector<std::string> WorkerValues(const Scrape& s, const std::string& name,
                                       const std::set<std::string>& also = {}) {
   std::vector<std::string> workers;
@@ -549,7 +574,7 @@ std::vector<std::string> WorkerValues(const Scrape& s, const std::string& name,
     std::set<std::string> keys;
     for (const auto& [k, v] : x->labels) keys.insert(k);
     std::set<std::string> want = also;
-    want.insert("worker");
+    want.insert({"host", "worker"});
     EXPECT_EQ(keys, want) << "labels of " << SeriesKey(name, x->labels);
     const auto it = x->labels.find("worker");
     if (it != x->labels.end()) workers.push_back(it->second);
@@ -580,7 +605,8 @@ void ExpectWorkerLabels(const Scrape& s, int workers) {
     for (const Sample* x : s.Named("shmtrain_worker_restarts_total")) {
       std::set<std::string> keys;
       for (const auto& [k, v] : x->labels) keys.insert(k);
-      EXPECT_EQ(keys, (std::set<std::string>{"reason", "worker"})) << SeriesKey(x->name, x->labels);
+      EXPECT_EQ(keys, (std::set<std::string>{"host", "reason", "worker"}))
+          << SeriesKey(x->name, x->labels);
       const auto r = x->labels.find("reason");
       const auto w = x->labels.find("worker");
       EXPECT_TRUE(r != x->labels.end() && (r->second == "crash" || r->second == "hang" ||
@@ -803,6 +829,46 @@ TEST_F(MetricsTest, WorkerLabelsAreExactly0ToPMinus1AndExistBeforeTheFirstStep) 
     ExpectWorkerLabels(mid, kWorkers);
   }
   t.Stop();
+}
+
+// Several hosts (mpirun): every series names its host master, the run's host count is a gauge,
+// and the cross-host combine time a histogram. A run without mpirun is host 0 of 1: every
+// sample line is labelled host="0" (ScrapeMetrics checks every scrape of every test), and the
+// combine histogram is served from the start, empty, with the buckets of the other duration
+// histograms.
+TEST_F(MetricsTest, SeriesNameTheirHostAndTheHostFamiliesAreServed) {
+  for (const std::string mode : {"sync", "async"}) {
+    SCOPED_TRACE("mode " + mode);
+    Trainer t(mode);
+    ASSERT_NO_FATAL_FAILURE(t.WaitFor("metrics"));
+    ASSERT_NO_FATAL_FAILURE(t.WaitFor("step"));
+    Scrape s;
+    ASSERT_NO_FATAL_FAILURE(ScrapeMetrics(t.address(), &s));
+    int lines = 0;
+    for (const std::string& line : test::SplitLines(s.text)) {
+      if (line.empty() || line[0] == '#' || line.rfind("exposer_", 0) == 0) continue;
+      ++lines;
+      EXPECT_TRUE(Contains(line, "{host=\"0\"") || Contains(line, ",host=\"0\""))
+          << "sample line without host=\"0\": " << line;
+    }
+    EXPECT_GT(lines, 100);
+
+    EXPECT_EQ(s.types["shmtrain_hosts"], "gauge");
+    EXPECT_EQ(s.Value("shmtrain_hosts"), std::optional<double>(1));
+    EXPECT_TRUE(Contains(s.text, "# HELP shmtrain_hosts Host masters of this run"));
+
+    const std::string combine = "shmtrain_host_combine_seconds";
+    EXPECT_EQ(s.types[combine], "histogram");
+    const std::string help = " Time of the cross-host combine of one step on this host";
+    EXPECT_TRUE(Contains(s.text, "# HELP " + combine + help)) << s.text;
+    EXPECT_EQ(s.Value(combine + "_count"), std::optional<double>(0)) << "one host combines nothing";
+    EXPECT_EQ(s.Value(combine + "_sum"), std::optional<double>(0));
+    const size_t buckets = s.Named(combine + "_bucket").size();
+    EXPECT_EQ(buckets, s.Named("shmtrain_recovery_duration_seconds_bucket").size());
+    EXPECT_GT(buckets, 1u);
+    EXPECT_EQ(s.Value(combine + "_bucket", {{"le", "+Inf"}}), std::optional<double>(0));
+    t.Stop();
+  }
 }
 
 // The validation gauges: absent without held-out data, served once a run has validated
@@ -1132,6 +1198,9 @@ TEST_F(MetricsTest, RealPrometheusScrapesTheTrainer) {
   const int port = PickFreePort();
   ASSERT_GT(port, 0) << "no free loopback port";
   const std::string prom_addr = "127.0.0.1:" + std::to_string(port);
+  // As monitoring/prometheus.yml: honor_labels, and a host label on the target, which only the
+  // series without one take (up, exposer_*). A value the trainer does not serve ("9") tells
+  // the two apart.
   const std::string config = dir_.Write("prometheus.yml",
                                         "global:\n"
                                         "  scrape_interval: 1s\n"
@@ -1139,8 +1208,10 @@ TEST_F(MetricsTest, RealPrometheusScrapesTheTrainer) {
                                         "  evaluation_interval: 1s\n"
                                         "scrape_configs:\n"
                                         "  - job_name: shmtrain\n"
+                                        "    honor_labels: true\n"
                                         "    static_configs:\n"
-                                        "      - targets: [\"" +
+                                        "      - labels: {host: \"9\"}\n"
+                                        "        targets: [\"" +
                                             target + "\"]\n");
   TempDir tsdb;
   Subprocess prom({kPrometheusBin, "--config.file=" + config, "--storage.tsdb.path=" + tsdb.path(),
@@ -1182,6 +1253,7 @@ TEST_F(MetricsTest, RealPrometheusScrapesTheTrainer) {
     EXPECT_EQ(res[0].metric["__name__"], "shmtrain_steps_total");
     EXPECT_EQ(res[0].metric["job"], "shmtrain");
     EXPECT_EQ(res[0].metric["instance"], target);
+    EXPECT_EQ(res[0].metric["host"], kHost);
     first = ToDouble(res[0].value);
     first_at = Clock::now();
     ASSERT_TRUE(std::isfinite(first)) << res[0].value;
@@ -1212,6 +1284,7 @@ TEST_F(MetricsTest, RealPrometheusScrapesTheTrainer) {
     EXPECT_EQ(s.metric["__name__"], "shmtrain_worker_up");
     EXPECT_EQ(s.metric["job"], "shmtrain");
     EXPECT_EQ(s.metric["instance"], target);
+    EXPECT_EQ(s.metric["host"], kHost);
   }
   std::sort(workers.begin(), workers.end());
   EXPECT_EQ(workers, Ranks(kWorkers));
@@ -1219,6 +1292,20 @@ TEST_F(MetricsTest, RealPrometheusScrapesTheTrainer) {
   ASSERT_NO_FATAL_FAILURE(PromQuery(prom_addr, "up{job=\"shmtrain\"}", &res));
   ASSERT_EQ(res.size(), 1u);
   EXPECT_EQ(res[0].value, "1") << "Prometheus sees the target down";
+  EXPECT_EQ(res[0].metric["host"], "9") << "up takes the target's host label";
+  ASSERT_NO_FATAL_FAILURE(PromQuery(prom_addr, "exposer_scrapes_total", &res));
+  ASSERT_EQ(res.size(), 1u);
+  EXPECT_EQ(res[0].metric["host"], "9") << "prometheus-cpp's own series take the target's";
+
+  // The host families, as the dashboard and the alerts query them.
+  ASSERT_NO_FATAL_FAILURE(PromQuery(prom_addr, "shmtrain_hosts", &res));
+  ASSERT_EQ(res.size(), 1u);
+  EXPECT_EQ(res[0].value, "1");
+  EXPECT_EQ(res[0].metric["host"], kHost);
+  ASSERT_NO_FATAL_FAILURE(
+      PromQuery(prom_addr, "count by (host) (shmtrain_host_combine_seconds_bucket)", &res));
+  ASSERT_EQ(res.size(), 1u) << "the combine histogram is not in Prometheus by host";
+  EXPECT_EQ(res[0].metric["host"], kHost);
 
   // Prometheus first (SIGTERM; Wait SIGKILLs it past the deadline), then the trainer.
   prom.Signal(SIGTERM);

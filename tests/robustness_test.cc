@@ -214,7 +214,8 @@ TEST(OutputPaths, PredictQuotesClassNamesAsCsvFields) {
 // ---------------------------------------------------------------------------------------------
 // A checkpoint that fails mid-run.
 
-// The value of an unlabelled sample `name` in a scrape of http://addr/metrics, or NaN.
+// The value of the sample `name` (labelled with its host only, host="0") in a scrape of
+// http://addr/metrics, or NaN.
 double ScrapeValue(const std::string& addr, const std::string& name) {
   const ProcResult r = test::RunProcess(
       {"/usr/bin/env", "python3", "-c",
@@ -223,8 +224,9 @@ double ScrapeValue(const std::string& addr, const std::string& name) {
        ".read().decode())",
        addr},
       milliseconds(20'000));
+  const std::string tag = name + "{host=\"0\"} ";
   for (const std::string& l : test::SplitLines(r.out)) {
-    if (l.rfind(name + " ", 0) == 0) return std::stod(l.substr(name.size() + 1));
+    if (l.rfind(tag, 0) == 0) return std::stod(l.substr(tag.size()));
   }
   return NAN;
 }

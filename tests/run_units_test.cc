@@ -2,12 +2,17 @@
 // checkpoint policy (schedule, copies, writes, failures, resume), the validation protocol
 // (acks, early stop, the model kept) and the run summary's lines. A unit that needs the
 // segment gets a real one, which the test writes as the workers would.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cmath>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -518,6 +523,139 @@ TEST(RunSummary, SyncUsPerStepNeedsTwoSteps) {
   s = SyncSummary();
   s.step1_end_ns = 0;  // never recorded
   EXPECT_TRUE(std::isnan(UsPerStep(s)));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Several hosts: the metrics port of each host master on a machine, and the host label.
+
+TEST(HostMetricsAddress, BasePortPlusTheHostLocalRank) {
+  const struct {
+    const char* addr;
+    int host_local;
+    const char* want;
+  } cases[] = {
+      {"127.0.0.1:9464", 0, "127.0.0.1:9464"},
+      {"127.0.0.1:9464", 3, "127.0.0.1:9467"},
+      {"0.0.0.0:9464", 1, "0.0.0.0:9465"},
+      {"localhost:9464", 2, "localhost:9466"},
+      {"[::1]:9464", 1, "[::1]:9465"},
+      {"127.0.0.1:65530", 5, "127.0.0.1:65535"},
+      {"127.0.0.1:65535", 0, "127.0.0.1:65535"},
+      {"127.0.0.1:0", 0, "127.0.0.1:0"},
+      {"127.0.0.1:0", 7, "127.0.0.1:0"},  // port 0: every host master takes any free port
+      {"[::]:0", 1, "[::]:0"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(std::string(c.addr) + " host_local " + std::to_string(c.host_local));
+    std::string out = "unset";
+    const Status s = monitoring::HostMetricsAddress(c.addr, c.host_local, &out);
+    ASSERT_TRUE(s.ok()) << s.message();
+    EXPECT_EQ(out, c.want);
+  }
+}
+
+TEST(HostMetricsAddress, APortAbove65535OrAMalformedAddressIsAUsageErrorNamingTheFlag) {
+  const struct {
+    const char* addr;
+    int host_local;
+    const char* says;
+  } cases[] = {
+      {"127.0.0.1:65535", 1, "would listen on port 65536, above 65535"},
+      {"127.0.0.1:65530", 6, "would listen on port 65536, above 65535"},
+      {"[::1]:65000", 600, "would listen on port 65600, above 65535"},
+      {"nonsense", 0, "expected HOST:PORT"},
+      {"127.0.0.1:", 1, "port must be a number 0..65535"},
+      {"127.0.0.1:99999", 0, "port must be a number 0..65535"},
+      {"127.0.0.1:http", 0, "port must be a number 0..65535"},
+      {"::1:9464", 0, "an IPv6 address goes in brackets"},
+      {"[::1]9464", 0, "expected [IPV6]:PORT"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(std::string(c.addr) + " host_local " + std::to_string(c.host_local));
+    std::string out = "unset";
+    const Status s = monitoring::HostMetricsAddress(c.addr, c.host_local, &out);
+    EXPECT_EQ(s.code(), Status::Code::kUsage);
+    EXPECT_EQ(s.message().rfind(std::string("--metrics-addr ") + c.addr + ": ", 0), 0u)
+        << s.message();
+    EXPECT_NE(s.message().find(c.says), std::string::npos) << s.message();
+    EXPECT_EQ(out, "unset") << "an error leaves *out alone";
+  }
+  std::string out;
+  EXPECT_EQ(monitoring::HostMetricsAddress("127.0.0.1:9464", -1, &out).code(),
+            Status::Code::kInternal);
+}
+
+// GET http://addr/metrics (HTTP/1.0: the body ends with the connection), each socket call
+// bounded by 5 s; "" on any failure.
+std::string ScrapeOnce(const std::string& addr) {
+  const size_t colon = addr.rfind(':');
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(std::stoi(addr.substr(colon + 1))));
+  if (inet_pton(AF_INET, addr.substr(0, colon).c_str(), &sa.sin_addr) != 1) return "";
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return "";
+  const timeval tv{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  std::string raw;
+  const std::string req = "GET /metrics HTTP/1.0\r\nHost: " + addr + "\r\n\r\n";
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) == 0 &&
+      send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size())) {
+    char buf[65536];
+    ssize_t n;
+    while ((n = recv(fd, buf, sizeof buf, 0)) > 0) raw.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  const size_t body = raw.find("\r\n\r\n");
+  return raw.rfind("HTTP/1.", 0) == 0 && body != std::string::npos ? raw.substr(body + 4) : "";
+}
+
+// The exporter of host master 2 of 3: every series it serves says host="2" (a label taken from
+// the options, not a constant), shmtrain_hosts is 3, and the combine histogram counts the
+// combines the run loop observed.
+TEST(MetricsHostLabel, EverySeriesNamesTheHostIndexOfItsHostMaster) {
+  shm::Segment seg = MakeSegment(Layout(Mode::kSync, 2, 0));
+  monitoring::SupervisorStats stats(2);
+  stats.ObserveCombine(0.003);  // in the bucket le="0.005"
+  stats.ObserveCombine(0.2);    // in the bucket le="0.25"
+  TrainOptions opts;
+  opts.workers = 2;
+  opts.host_index = 2;
+  opts.host_count = 3;
+  opts.host_local = 1;
+  std::unique_ptr<monitoring::Exporter> exporter;
+  const Status started = monitoring::Exporter::Start("127.0.0.1:0", &exporter);
+  ASSERT_TRUE(started.ok()) << started.message();
+  exporter->Attach(&seg, &stats, opts);
+  const std::string text = ScrapeOnce(exporter->address());
+  exporter->Detach();
+  ASSERT_NE(text, "") << "no answer from " << exporter->address();
+
+  int samples = 0;
+  std::string line;
+  for (size_t pos = 0; pos < text.size(); pos += line.size() + 1) {
+    line = text.substr(pos, text.find('\n', pos) - pos);
+    if (line.empty() || line[0] == '#' || line.rfind("exposer_", 0) == 0) continue;
+    ++samples;
+    EXPECT_TRUE(line.find("{host=\"2\"") != std::string::npos ||
+                line.find(",host=\"2\"") != std::string::npos)
+        << line;
+  }
+  EXPECT_GT(samples, 100);
+  for (const char* want : {
+           "\nshmtrain_hosts{host=\"2\"} 3\n",
+           "\nshmtrain_workers{host=\"2\"} 2\n",
+           "\nshmtrain_worker_up{host=\"2\",worker=\"1\"} 0\n",
+           "\nshmtrain_host_combine_seconds_count{host=\"2\"} 2\n",
+           "\nshmtrain_host_combine_seconds_sum{host=\"2\"} 0.203",
+           "\nshmtrain_host_combine_seconds_bucket{host=\"2\",le=\"0.0025\"} 0\n",
+           "\nshmtrain_host_combine_seconds_bucket{host=\"2\",le=\"0.005\"} 1\n",
+           "\nshmtrain_host_combine_seconds_bucket{host=\"2\",le=\"0.25\"} 2\n",
+           "\nshmtrain_host_combine_seconds_bucket{host=\"2\",le=\"+Inf\"} 2\n",
+       }) {
+    EXPECT_NE(text.find(want), std::string::npos) << "no '" << want << "' in\n" << text;
+  }
 }
 
 }  // namespace
