@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <mutex>
 #include <string>
 
 #include "shm/barrier.h"
@@ -16,36 +17,57 @@ constexpr int64_t kSliceNs = 20'000'000;
 
 }  // namespace
 
-Combiner::Combiner(const shm::Segment& seg, Hosts& hosts, monitoring::SupervisorStats& stats,
+struct Combiner::Body {
+  Body(const shm::Segment& seg, Hosts& hosts, monitoring::SupervisorStats& stats, int64_t timeout_ns)
+      : seg(seg), hosts(hosts), stats(stats), timeout_ns(timeout_ns) {}
+  void Loop();
+  // Waits until every rank has published its slice of HS for step t; false when stopped.
+  bool WaitHostSums(int64_t t);
+  void Fail(Status s) {
+    std::lock_guard<std::mutex> lock(mu);
+    status = std::move(s);
+  }
+
+  const shm::Segment& seg;
+  Hosts& hosts;
+  monitoring::SupervisorStats& stats;
+  const int64_t timeout_ns;
+  std::atomic<bool> stop{false};
+  std::promise<void> ended;
+  mutable std::mutex mu;
+  Status status;
+};
+
+Combiner::Combiner(shm::Segment& seg, Hosts& hosts, monitoring::SupervisorStats& stats,
                    double host_timeout_s)
     : seg_(seg),
-      hosts_(hosts),
-      stats_(stats),
-      timeout_ns_(static_cast<int64_t>(host_timeout_s * 1e9)),
-      thread_([this] {
-        Loop();
-        ended_.set_value();
+      body_(std::make_shared<Body>(seg, hosts, stats, static_cast<int64_t>(host_timeout_s * 1e9))),
+      ended_(body_->ended.get_future()),
+      thread_([body = body_] {
+        body->Loop();
+        body->ended.set_value();
       }) {}
 
 Combiner::~Combiner() { Stop(); }
 
 void Combiner::Stop() {
-  stop_.store(true);
+  body_->stop.store(true);
   if (!thread_.joinable()) return;
-  if (ended_future_.wait_for(std::chrono::milliseconds(kStopGraceMs)) == std::future_status::ready) {
+  if (ended_.wait_for(std::chrono::milliseconds(kStopGraceMs)) == std::future_status::ready) {
     thread_.join();
   } else {
+    seg_.LeaveMapped();
     thread_.detach();
   }
 }
 
 Status Combiner::status() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return status_;
+  std::lock_guard<std::mutex> lock(body_->mu);
+  return body_->status;
 }
 
 double Combiner::MeanUs() const {
-  const auto& h = stats_.combine();
+  const auto& h = body_->stats.combine();
   uint64_t count = 0;
   for (const auto& c : h.counts) count += c.load(std::memory_order_relaxed);
   return count == 0 ? NAN : static_cast<double>(h.sum_ns.load(std::memory_order_relaxed)) * 1e-3 / count;
@@ -53,49 +75,49 @@ double Combiner::MeanUs() const {
 
 // The same protocol as a rank's barrier wait (shm/barrier.h): count as a waiter, read the
 // futex word, check, sleep only while the word is unchanged. Ranks that complete HS bump it.
-bool Combiner::WaitHostSums(int64_t t) {
-  shm::Header* h = seg_.header();
+bool Combiner::Body::WaitHostSums(int64_t t) {
+  shm::Header* h = seg.header();
   const int P = static_cast<int>(h->config.workers);
   std::atomic_ref<uint32_t> waiters(h->waiters), wake(h->wake_seq);
   for (;;) {
     waiters.fetch_add(1);
     const uint32_t seq = wake.load();
-    const bool done = shm::HostSumsComplete(seg_.block(0), P, t);
-    if (!done && !stop_.load()) {
+    const bool done = shm::HostSumsComplete(seg.block(0), P, t);
+    if (!done && !stop.load()) {
       shm::FutexWaitUntil(&h->wake_seq, seq, shm::MonotonicNs() + kSliceNs);
     }
     waiters.fetch_sub(1);
     if (done) return true;
-    if (stop_.load()) return false;
+    if (stop.load()) return false;
   }
 }
 
-void Combiner::Loop() {
-  shm::Header* h = seg_.header();
+void Combiner::Body::Loop() {
+  shm::Header* h = seg.header();
   const shm::RunConfig& c = h->config;
   const int P = static_cast<int>(c.workers);
   const int64_t n = static_cast<int64_t>(c.param_count);
-  auto stop = [this] { return stop_.load(); };
+  auto stopped = [this] { return stop.load(); };
   for (int64_t t = c.first_step; t < c.total_steps; ++t) {
     if (!WaitHostSums(t)) return;
     // The slots hold step t until every rank has applied it, which waits for this combine.
     StepTotals totals{t, 0, 0};
     for (int q = 0; q < P; ++q) {
-      totals.samples += seg_.slot(q)->samples;
-      totals.loss_sum += seg_.slot(q)->loss_sum;
+      totals.samples += seg.slot(q)->samples;
+      totals.loss_sum += seg.slot(q)->loss_sum;
     }
     const int64_t t0 = shm::MonotonicNs();
-    Status s = hosts_.Combine(seg_.host_sum(), seg_.global_sum(), n, &totals, t0 + timeout_ns_, stop);
-    if (s.code() == Status::Code::kInterrupted) return;
+    Status s = hosts.Combine(seg.host_sum(), seg.global_sum(), n, &totals, t0 + timeout_ns, stopped);
+    // Stopped (the run is over): nothing else may be touched, the stats may be gone.
+    if (stopped()) return;
     if (!s.ok()) {
-      std::lock_guard<std::mutex> lock(mu_);
-      status_ = s.code() == Status::Code::kHostLost
-                    ? Status::HostLost(s.message() + " (--host-timeout " +
-                                       std::to_string(timeout_ns_ / 1'000'000) + " ms)")
-                    : s;
+      Fail(s.code() == Status::Code::kHostLost
+               ? Status::HostLost(s.message() + " (--host-timeout " +
+                                  std::to_string(timeout_ns / 1'000'000) + " ms)")
+               : s);
       return;
     }
-    stats_.ObserveCombine(static_cast<double>(shm::MonotonicNs() - t0) * 1e-9);
+    stats.ObserveCombine(static_cast<double>(shm::MonotonicNs() - t0) * 1e-9);
     shm::PublishCombined(h, t, totals.samples, totals.loss_sum);
   }
 }

@@ -14,10 +14,9 @@
 // and stops when asked (Stop(), or the destructor).
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <future>
-#include <mutex>
+#include <memory>
 #include <thread>
 
 #include "master/hosts.h"
@@ -30,7 +29,7 @@ namespace shmtrain::master {
 class Combiner {
  public:
   // Combines steps first_step .. total_steps - 1 of seg's run; starts at once.
-  Combiner(const shm::Segment& seg, Hosts& hosts, monitoring::SupervisorStats& stats,
+  Combiner(shm::Segment& seg, Hosts& hosts, monitoring::SupervisorStats& stats,
            double host_timeout_s);
   ~Combiner();  // Stop()
   Combiner(const Combiner&) = delete;
@@ -38,7 +37,9 @@ class Combiner {
 
   // Ends the thread (a combine in progress ends at its next poll) and joins it. A thread that
   // has not ended within kStopGraceMs is stuck inside MPI (Open MPI's TCP transport can block
-  // for good once a peer has died): it is detached, and the process's exit ends it.
+  // for good once a peer has died): it is detached, with what it uses kept alive (its state,
+  // shared with it; the segment's mapping, left mapped) until the process exits, which follows
+  // at once: the run is over and its segment's name already removed.
   void Stop();
   static constexpr int kStopGraceMs = 250;
   // The mean time of a combine so far, in microseconds (NaN before the first).
@@ -47,19 +48,10 @@ class Combiner {
   Status status() const;
 
  private:
-  void Loop();
-  // Waits until every rank has published its slice of HS for step t; false when stopped.
-  bool WaitHostSums(int64_t t);
-
-  const shm::Segment& seg_;
-  Hosts& hosts_;
-  monitoring::SupervisorStats& stats_;
-  const int64_t timeout_ns_;
-  std::atomic<bool> stop_{false};
-  mutable std::mutex mu_;
-  Status status_;
-  std::promise<void> ended_;
-  std::future<void> ended_future_ = ended_.get_future();
+  struct Body;  // everything the thread touches
+  shm::Segment& seg_;
+  std::shared_ptr<Body> body_;
+  std::future<void> ended_;
   std::thread thread_;
 };
 

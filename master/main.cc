@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
   int code = kExitOk;
   if (!s.ok()) {
     log.Error(s.message());
-    code = s.code() == Status::Code::kInterrupted ? 128 + master::g_stop_signal : s.exit_code();
+    code = s.code() == Status::Code::kInterrupted ? 128 + master::g_stop_signal.load() : s.exit_code();
   }
   // The workers are reaped and the segment removed by now. Ending here rather than returning
   // skips the metrics server's shutdown, which would wait out civetweb's 2 s poll quantum;

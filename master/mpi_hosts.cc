@@ -178,9 +178,10 @@ Status MpiHosts::Agree(uint64_t identity, double timeout_s) {
   }
   for (int h = 1; h < count_; ++h) {
     if (all[static_cast<size_t>(h)] != all[0]) {
-      return Status::Usage(Describe(h) + " does not run the same training as host 0: its options, "
-                           "data or resumed checkpoint differ (every host must be given the same "
-                           "flags and the same files)");
+      return Status::Usage("the host masters do not run the same training: " + Describe(h) +
+                           " differs from " + Describe(0) + " in its options, data or resumed "
+                           "checkpoint (every host must be given the same flags and the same "
+                           "files)");
     }
   }
   return Status::Ok();

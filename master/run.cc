@@ -41,7 +41,7 @@
 
 namespace shmtrain::master {
 
-volatile std::sig_atomic_t g_stop_signal = 0;
+std::atomic<int> g_stop_signal{0};
 char g_segment_path[256] = "";
 
 namespace {
@@ -512,13 +512,15 @@ Status Supervise(RunParts& run) {
   ProgressLine progress_line(run.seg, run.log, run.first_step, run.total_steps, run.t_start);
   Status failure = run.sup.StartAll();
   while (failure.ok()) {
-    if (g_stop_signal != 0) {
-      const bool from_mpirun = run.o.host_count > 1 && g_stop_signal == SIGTERM;
+    if (g_stop_signal.load() != 0) {
+      const int sig = g_stop_signal.load();
+      const bool from_mpirun = run.o.host_count > 1 && sig == SIGTERM;
       return Status::Interrupted(
-          "stopped by " + SignalName(g_stop_signal) + " at step " +
-          std::to_string(Progress(run.seg)) + " of " + std::to_string(run.total_steps) +
-          (from_mpirun ? " (mpirun ends the job this way when another host master has failed: "
-                         "its message, or that host's, names it)"
+          "stopped by " + SignalName(sig) + " at step " + std::to_string(Progress(run.seg)) +
+          " of " + std::to_string(run.total_steps) +
+          (from_mpirun ? " (under mpirun, SIGTERM comes from mpirun: it ends the job this way "
+                         "when it is interrupted or when another host master has failed; its "
+                         "message, or that host's, tells which)"
                        : ""));
     }
     if (run.o.fault_master_throw >= 0 && Progress(run.seg) >= run.o.fault_master_throw) {
@@ -545,15 +547,16 @@ Status Supervise(RunParts& run) {
 
 // The run must end: every worker is stopped; stopped by a signal, the state is checkpointed.
 Status Abandon(RunParts& run, Status failure) {
+  // The name goes first (the mapping stays for the checkpoint): under mpirun a process the
+  // job is ending has a grace period of about a second before its SIGKILL, and stopping the
+  // workers may take that long.
+  run.seg.Unlink();
+  g_segment_path[0] = '\0';
   run.sup.AbortAll();
   run.log.ClearProgress();
   if (failure.code() == Status::Code::kInterrupted) {
     (void)run.checkpoints.WriteOnStop(run.seg);  // a failure is logged and counted
   }
-  // The name goes now, not when the segment goes out of scope: under mpirun a process the
-  // job is ending has a grace period before its SIGKILL, and the combiner's stop may use it.
-  run.seg.Unlink();
-  g_segment_path[0] = '\0';
   return failure;
 }
 

@@ -12,6 +12,7 @@
 // gives the workers a bounded time to leave before it kills them.
 #pragma once
 
+#include <atomic>
 #include <csignal>
 #include <memory>
 
@@ -27,8 +28,11 @@
 namespace shmtrain::master {
 
 // The signal that asked the run to stop (SIGINT, SIGTERM, SIGHUP, ...), 0 if none. Set by
-// main's handler; the run loop stops the workers, checkpoints and exits 128 + the signal.
-extern volatile std::sig_atomic_t g_stop_signal;
+// main's handler (on whichever thread the kernel picks: MPI's own threads among them, hence an
+// atomic, lock-free and so async-signal-safe); the run loop stops the workers, checkpoints and
+// exits 128 + the signal.
+extern std::atomic<int> g_stop_signal;
+static_assert(std::atomic<int>::is_always_lock_free, "stored from a signal handler");
 
 // "/dev/shm/<name>" of the segment while this process owns one, else "". Written by the run
 // loop before any worker starts and cleared before the segment goes; read by main's last-resort

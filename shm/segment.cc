@@ -277,6 +277,12 @@ void Segment::Unlink() {
   owner_ = false;
 }
 
+void Segment::LeaveMapped() {
+  Unlink();
+  base_ = nullptr;
+  size_ = 0;
+}
+
 void Segment::Release() {
   if (base_ != nullptr) munmap(base_, size_);
   Unlink();

@@ -69,6 +69,9 @@ class Segment {
 
   // Removes the name now (the mapping stays valid until destruction).
   void Unlink();
+  // Removes the name and gives up the mapping without unmapping it: a thread that cannot be
+  // stopped may still touch it, and the process is about to exit.
+  void LeaveMapped();
 
   bool valid() const { return base_ != nullptr; }
   const std::string& name() const { return name_; }
