@@ -40,10 +40,17 @@ namespace shmtrain {
 namespace {
 
 using std::chrono::milliseconds;
+using test::CheckpointStep;
+using test::Clip;
 using test::Clock;
+using test::Events;
+using test::ExitedWith;
 using test::JsonField;
+using test::Num;
 using test::ProcResult;
+using test::SameBytes;
 using test::Subprocess;
+using test::SummaryOf;
 using test::TempDir;
 
 constexpr const char* kMasterBin = SHMTRAIN_BIN;
@@ -139,50 +146,11 @@ long long Ms(Clock::duration d) {
   return std::chrono::duration_cast<milliseconds>(d).count();
 }
 
-// s, or its beginning and end when it is long: a crash-looping run writes thousands of lines,
-// and its master's message comes last.
-std::string Clip(const std::string& s, size_t keep = 1500) {
-  if (s.size() <= 2 * keep) return s;
-  return s.substr(0, keep) + "\n... (" + std::to_string(s.size() - 2 * keep) +
-         " characters left out) ...\n" + s.substr(s.size() - keep);
-}
-
-::testing::AssertionResult ExitedWith(const ProcResult& r, int code) {
-  if (r.exited && r.exit_code == code) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure()
-         << "expected exit " << code << ", got " << Clip(r.Describe());
-}
-
 void ExpectExit(const ProcResult& r, int code) {
   EXPECT_TRUE(ExitedWith(r, code));
 }
 
 // ---- reading what a run printed.
-
-// The summary line. It holds one JSON array (worker_updates in async mode), so it is not a
-// flat object: read its numbers with Num().
-std::string SummaryOf(const ProcResult& r) {
-  std::string found;
-  for (const std::string& line : test::SplitLines(r.out)) {
-    if (Contains(line, "\"event\":\"summary\"")) found = line;
-  }
-  if (found.empty()) {
-    ADD_FAILURE() << "no summary in stdout:\n" << Clip(r.out) << "\nstderr:\n" << Clip(r.err);
-  }
-  return found;
-}
-
-double Num(const std::string& summary, const std::string& key) {
-  const std::string k = "\"" + key + "\":";
-  const size_t p = summary.find(k);
-  if (p == std::string::npos) {
-    ADD_FAILURE() << key << " missing in summary " << summary;
-    return NAN;
-  }
-  const std::string rest = summary.substr(p + k.size());
-  if (rest.rfind("null", 0) == 0) return NAN;
-  return std::strtod(rest.c_str(), nullptr);
-}
 
 std::vector<long> WorkerUpdates(const std::string& summary) {
   std::vector<long> v;
@@ -200,17 +168,6 @@ std::vector<long> WorkerUpdates(const std::string& summary) {
     if (i < summary.size() && summary[i] == ',') ++i;
   }
   return v;
-}
-
-// The flat events of one kind, in order.
-std::vector<std::map<std::string, std::string>> Events(const std::string& out,
-                                                       const std::string& kind) {
-  std::vector<std::map<std::string, std::string>> found;
-  for (const std::string& line : test::SplitLines(out)) {
-    auto ev = test::ParseFlatJson(line);
-    if (ev && ev->count("event") == 1 && ev->at("event") == kind) found.push_back(*ev);
-  }
-  return found;
 }
 
 // Every worker pid a run announced (worker_started events), replacements included.
@@ -241,16 +198,6 @@ bool IsWorkerProcess(pid_t pid) {
          exe.st_dev == want.st_dev && exe.st_ino == want.st_ino;
 }
 
-::testing::AssertionResult SameBytes(const std::string& got, const std::string& want) {
-  if (got.empty()) return ::testing::AssertionFailure() << "the model file is empty or missing";
-  if (got == want) return ::testing::AssertionSuccess();
-  size_t i = 0;
-  while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;
-  return ::testing::AssertionFailure()
-         << "the model differs from the fault-free run's (" << got.size() << " vs " << want.size()
-         << " bytes, first difference at byte " << i << ")";
-}
-
 // The worker_restart events whose reason is not `want`, counted by rank and reason ("" if
 // none).
 std::string OtherReasons(const std::vector<std::map<std::string, std::string>>& restarts,
@@ -262,14 +209,6 @@ std::string OtherReasons(const std::vector<std::map<std::string, std::string>>& 
   std::string s;
   for (const auto& [what, n] : other) s += what + " x" + std::to_string(n) + "; ";
   return s;
-}
-
-// A checkpoint's step: an i64 at offset 16 (master/checkpoint.h).
-int64_t CheckpointStep(const std::string& path) {
-  const std::string b = test::ReadWholeFile(path);
-  int64_t step = -1;
-  if (b.size() >= 24) std::memcpy(&step, b.data() + 16, sizeof step);
-  return step;
 }
 
 // ---- fault-free references, run once per test process.

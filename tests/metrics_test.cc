@@ -41,9 +41,18 @@ namespace {
 
 using std::chrono::milliseconds;
 using test::Clock;
+using test::ConnectTcp;
+using test::Fd;
+using test::HttpGet;
+using test::HttpResponse;
+using test::ParseSampleLine;
 using test::ProcResult;
+using test::RunShell;
+using test::Sample;
+using test::SeriesKey;
 using test::Subprocess;
 using test::TempDir;
+using test::ToolFound;
 
 constexpr const char* kMasterBin = SHMTRAIN_BIN;
 constexpr const char* kPrometheusBin = PROMETHEUS_BIN;
@@ -97,210 +106,8 @@ void ExpectNoSegments(pid_t master_pid) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Loopback TCP and a tiny HTTP/1.1 GET client. Every step (connect, send, receive) runs under
-// one deadline; nothing blocks without a bound.
+// Loopback TCP (the HTTP/1.1 GET client, HttpGet, and ConnectTcp are in tests/proc_util.h).
 
-class Fd {
- public:
-  explicit Fd(int fd = -1) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
-// "127.0.0.1:PORT" -> a sockaddr; false when it is not an IPv4 address and a port.
-bool ParseAddress(const std::string& addr, sockaddr_in* out) {
-  const size_t colon = addr.rfind(':');
-  if (colon == std::string::npos) return false;
-  const std::string host = addr.substr(0, colon);
-  const std::string port = addr.substr(colon + 1);
-  if (port.empty() || port.size() > 5 ||
-      !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-    return false;
-  }
-  const int p = std::atoi(port.c_str());
-  if (p <= 0 || p > 65535) return false;
-  *out = sockaddr_in{};
-  out->sin_family = AF_INET;
-  out->sin_port = htons(static_cast<uint16_t>(p));
-  return inet_pton(AF_INET, host.c_str(), &out->sin_addr) == 1;
-}
-
-// Waits until fd is ready for `events` or the deadline passes.
-bool PollUntil(int fd, short events, Clock::time_point deadline) {
-  for (;;) {
-    pollfd p{fd, events, 0};
-    const int n = poll(&p, 1, static_cast<int>(Left(deadline).count()));
-    if (n > 0) return true;
-    if (n == 0) return false;
-    if (errno != EINTR) return false;
-  }
-}
-
-// A non-blocking TCP connection to addr, established before the deadline; -1 (and *error)
-// otherwise.
-int ConnectTcp(const std::string& addr, Clock::time_point deadline, std::string* error) {
-  sockaddr_in sa{};
-  if (!ParseAddress(addr, &sa)) {
-    *error = "not an IPv4 HOST:PORT: '" + addr + "'";
-    return -1;
-  }
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    *error = std::string("socket: ") + std::strerror(errno);
-    return -1;
-  }
-  if (connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) != 0) {
-    if (errno != EINPROGRESS) {
-      *error = "connect " + addr + ": " + std::strerror(errno);
-      close(fd);
-      return -1;
-    }
-    if (!PollUntil(fd, POLLOUT, deadline)) {
-      *error = "connect " + addr + ": timed out";
-      close(fd);
-      return -1;
-    }
-    int soerr = 0;
-    socklen_t len = sizeof soerr;
-    getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len);
-    if (soerr != 0) {
-      *error = "connect " + addr + ": " + std::strerror(soerr);
-      close(fd);
-      return -1;
-    }
-  }
-  return fd;
-}
-
-struct HttpResponse {
-  int status = 0;
-  std::map<std::string, std::string> headers;  // names in lower case
-  std::string body;
-};
-
-std::string Lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-// Decodes a chunked transfer-coded body; false when it is malformed or incomplete.
-bool Dechunk(const std::string& in, std::string* out) {
-  size_t pos = 0;
-  for (;;) {
-    const size_t eol = in.find("\r\n", pos);
-    if (eol == std::string::npos) return false;
-    const std::string size_text = in.substr(pos, eol - pos);
-    char* end = nullptr;
-    const unsigned long size = std::strtoul(size_text.c_str(), &end, 16);
-    if (size_text.empty() || (end != nullptr && *end != '\0' && *end != ';')) return false;
-    pos = eol + 2;
-    if (size == 0) return true;
-    if (in.size() < pos + size + 2 || in.compare(pos + size, 2, "\r\n") != 0) return false;
-    out->append(in, pos, size);
-    pos += size + 2;
-  }
-}
-
-// GET http://addr/target with "Connection: close": the whole response, read to EOF, before
-// the timeout; nullopt and *error otherwise (also for a malformed response).
-std::optional<HttpResponse> HttpGet(const std::string& addr, const std::string& target,
-                                    milliseconds timeout, std::string* error) {
-  const Clock::time_point deadline = Clock::now() + timeout;
-  Fd fd(ConnectTcp(addr, deadline, error));
-  if (fd.get() < 0) return std::nullopt;
-  const std::string request = "GET " + target + " HTTP/1.1\r\nHost: " + addr +
-                              "\r\nUser-Agent: shmtrain-metrics-test\r\nAccept: */*\r\n"
-                              "Connection: close\r\n\r\n";
-  size_t sent = 0;
-  while (sent < request.size()) {
-    const ssize_t n = send(fd.get(), request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
-    if (n > 0) {
-      sent += static_cast<size_t>(n);
-    } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-      if (!PollUntil(fd.get(), POLLOUT, deadline)) {
-        *error = "GET " + addr + target + ": send timed out";
-        return std::nullopt;
-      }
-    } else {
-      *error = "GET " + addr + target + ": send: " + std::strerror(errno);
-      return std::nullopt;
-    }
-  }
-  std::string raw;
-  char buf[65536];
-  for (;;) {
-    const ssize_t n = recv(fd.get(), buf, sizeof buf, 0);
-    if (n > 0) {
-      raw.append(buf, static_cast<size_t>(n));
-    } else if (n == 0) {
-      break;
-    } else if (errno == EAGAIN || errno == EINTR) {
-      if (!PollUntil(fd.get(), POLLIN, deadline)) {
-        *error = "GET " + addr + target + ": no complete response within " +
-                 std::to_string(timeout.count()) + " ms (" + std::to_string(raw.size()) +
-                 " bytes received)";
-        return std::nullopt;
-      }
-    } else {
-      *error = "GET " + addr + target + ": recv: " + std::strerror(errno);
-      return std::nullopt;
-    }
-  }
-  const size_t head_end = raw.find("\r\n\r\n");
-  if (head_end == std::string::npos) {
-    *error = "GET " + addr + target + ": no header end in " + std::to_string(raw.size()) + " bytes";
-    return std::nullopt;
-  }
-  HttpResponse r;
-  const std::string head = raw.substr(0, head_end);
-  const size_t first_eol = std::min(head.find("\r\n"), head.size());
-  const std::string status_line = head.substr(0, first_eol);
-  if (status_line.rfind("HTTP/1.", 0) != 0 || status_line.size() < 12 || status_line[8] != ' ') {
-    *error = "GET " + addr + target + ": bad status line '" + status_line + "'";
-    return std::nullopt;
-  }
-  r.status = std::atoi(status_line.c_str() + 9);
-  size_t pos = first_eol;
-  while (pos < head.size()) {
-    pos += 2;
-    const size_t eol = std::min(head.find("\r\n", pos), head.size());
-    const std::string line = head.substr(pos, eol - pos);
-    const size_t colon = line.find(':');
-    if (colon == std::string::npos) {
-      *error = "GET " + addr + target + ": bad header line '" + line + "'";
-      return std::nullopt;
-    }
-    std::string value = line.substr(colon + 1);
-    value.erase(0, value.find_first_not_of(" \t"));
-    r.headers[Lower(line.substr(0, colon))] = value;
-    pos = eol;
-  }
-  const std::string rest = raw.substr(head_end + 4);
-  if (Lower(r.headers["transfer-encoding"]) == "chunked") {
-    if (!Dechunk(rest, &r.body)) {
-      *error = "GET " + addr + target + ": malformed chunked body";
-      return std::nullopt;
-    }
-  } else if (r.headers.count("content-length") != 0) {
-    const size_t want = std::strtoul(r.headers["content-length"].c_str(), nullptr, 10);
-    if (rest.size() != want) {
-      *error = "GET " + addr + target + ": Content-Length " + std::to_string(want) + " but " +
-               std::to_string(rest.size()) + " bytes of body";
-      return std::nullopt;
-    }
-    r.body = rest;
-  } else {
-    r.body = rest;
-  }
-  return r;
-}
 
 // A free loopback port: bound (port 0) and released again. Another process could take it
 // before it is used; on a test machine that is rare enough.
@@ -343,12 +150,6 @@ class Listener {
 // The text exposition format (version 0.0.4), parsed strictly enough that a malformed line
 // fails the test.
 
-struct Sample {
-  std::string name;
-  std::map<std::string, std::string> labels;
-  double value = 0;
-};
-
 struct Scrape {
   std::string text;
   std::map<std::string, std::string> types;  // family name -> counter, gauge, histogram, ...
@@ -372,80 +173,6 @@ struct Scrape {
     return std::nullopt;
   }
 };
-
-std::string SeriesKey(const std::string& name, const std::map<std::string, std::string>& labels) {
-  std::string key = name + "{";
-  bool first = true;
-  for (const auto& [k, v] : labels) {
-    key += (first ? "" : ",") + k + "=\"" + v + "\"";
-    first = false;
-  }
-  return key + "}";
-}
-
-bool IsNameChar(char c, bool first) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':' ||
-         (!first && c >= '0' && c <= '9');
-}
-
-// Parses one sample line: name[{k="v",...}] value [timestamp].
-bool ParseSampleLine(const std::string& line, Sample* s) {
-  size_t i = 0;
-  while (i < line.size() && IsNameChar(line[i], i == 0)) ++i;
-  if (i == 0) return false;
-  s->name = line.substr(0, i);
-  if (i < line.size() && line[i] == '{') {
-    ++i;
-    for (;;) {
-      if (i < line.size() && line[i] == '}') {
-        ++i;
-        break;
-      }
-      const size_t k0 = i;
-      while (i < line.size() && IsNameChar(line[i], i == k0) && line[i] != ':') ++i;
-      if (i == k0 || i + 1 >= line.size() || line[i] != '=' || line[i + 1] != '"') return false;
-      const std::string key = line.substr(k0, i - k0);
-      i += 2;
-      std::string value;
-      for (;;) {
-        if (i >= line.size()) return false;
-        const char c = line[i++];
-        if (c == '"') break;
-        if (c != '\\') {
-          value += c;
-          continue;
-        }
-        if (i >= line.size()) return false;
-        const char e = line[i++];
-        if (e == 'n') {
-          value += '\n';
-        } else if (e == '\\' || e == '"') {
-          value += e;
-        } else {
-          return false;
-        }
-      }
-      if (!s->labels.emplace(key, value).second) return false;  // duplicate label
-      if (i < line.size() && line[i] == ',') ++i;
-    }
-  }
-  if (i >= line.size() || line[i] != ' ') return false;
-  ++i;
-  const size_t v_end = std::min(line.find(' ', i), line.size());
-  const std::string v = line.substr(i, v_end - i);
-  if (v.empty()) return false;
-  char* end = nullptr;
-  s->value = std::strtod(v.c_str(), &end);  // also reads NaN, +Inf and -Inf
-  if (end != v.c_str() + v.size()) return false;
-  if (v_end < line.size()) {  // an optional integer timestamp
-    const std::string ts = line.substr(v_end + 1);
-    if (ts.empty() || !std::all_of(ts.begin() + (ts[0] == '-' ? 1 : 0), ts.end(),
-                                   [](char c) { return c >= '0' && c <= '9'; })) {
-      return false;
-    }
-  }
-  return true;
-}
 
 // Parses an exposition; "" when it is well formed, else what is wrong with which line.
 std::string ParseExposition(const std::string& text, Scrape* out) {
@@ -726,18 +453,6 @@ class Trainer {
   int steps_seen_ = 0;
   std::vector<std::string> events_;
 };
-
-// Runs a shell command line with positional arguments ($0, $1, ...): the children of
-// proc_util have stdin on /dev/null, so redirections happen in the shell.
-ProcResult RunShell(const std::string& script, const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {"/bin/sh", "-c", script};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return test::RunProcess(argv, kToolTimeout);
-}
-
-bool ToolFound(const char* path) {
-  return Contains(path, "/") && !Contains(path, "NOTFOUND") && access(path, X_OK) == 0;
-}
 
 class MetricsTest : public ::testing::Test {
  protected:

@@ -1,15 +1,20 @@
 #include "tests/proc_util.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -31,8 +36,10 @@ constexpr milliseconds kDrainGrace{2000};
 // How long the destructor gives a child to end after SIGTERM before it SIGKILLs it.
 constexpr milliseconds kTermGrace{2000};
 
+// Rounded up: a poll for the truncated time would return early, and the last millisecond
+// before every deadline would be spent polling with a timeout of 0.
 milliseconds Left(Clock::time_point deadline) {
-  const auto d = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+  const auto d = std::chrono::ceil<milliseconds>(deadline - Clock::now());
   return std::max(d, milliseconds{0});
 }
 
@@ -492,6 +499,357 @@ std::string ReadWholeFile(const std::string& path) {
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+// ---------------------------------------------------------------------------------------------
+// What a run printed and wrote.
+
+std::string Clip(const std::string& s, size_t keep) {
+  if (s.size() <= 2 * keep) return s;
+  return s.substr(0, keep) + "\n... (" + std::to_string(s.size() - 2 * keep) +
+         " characters left out) ...\n" + s.substr(s.size() - keep);
+}
+
+::testing::AssertionResult ExitedWith(const ProcResult& r, int code) {
+  if (r.exited && r.exit_code == code) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << "expected exit " << code << ", got " << Clip(r.Describe())
+         << "\nstdout (last 2000 bytes):\n"
+         << r.out.substr(r.out.size() > 2000 ? r.out.size() - 2000 : 0);
+}
+
+std::string SummaryOf(const ProcResult& r) {
+  std::string found;
+  for (const std::string& line : SplitLines(r.out)) {
+    if (line.find("\"event\":\"summary\"") != std::string::npos) found = line;
+  }
+  if (found.empty()) {
+    ADD_FAILURE() << "no summary in stdout:\n" << Clip(r.out) << "\nstderr:\n" << Clip(r.err);
+  }
+  return found;
+}
+
+double Num(const std::string& summary, const std::string& key) {
+  const std::string k = "\"" + key + "\":";
+  const size_t p = summary.find(k);
+  if (p == std::string::npos) {
+    ADD_FAILURE() << key << " missing in summary " << summary;
+    return NAN;
+  }
+  const std::string rest = summary.substr(p + k.size());
+  if (rest.rfind("null", 0) == 0) return NAN;
+  return std::strtod(rest.c_str(), nullptr);
+}
+
+std::vector<std::map<std::string, std::string>> Events(const std::string& out,
+                                                       const std::string& kind) {
+  std::vector<std::map<std::string, std::string>> found;
+  for (const std::string& line : SplitLines(out)) {
+    auto ev = ParseFlatJson(line);
+    if (ev && ev->count("event") == 1 && ev->at("event") == kind) found.push_back(*ev);
+  }
+  return found;
+}
+
+::testing::AssertionResult SameBytes(const std::string& got, const std::string& want) {
+  if (got.empty()) return ::testing::AssertionFailure() << "the file is empty or missing";
+  if (got == want) return ::testing::AssertionSuccess();
+  size_t i = 0;
+  while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;
+  return ::testing::AssertionFailure()
+         << "the bytes differ from the expected ones (" << got.size() << " vs " << want.size()
+         << " bytes, first difference at byte " << i << ")";
+}
+
+int64_t CheckpointStep(const std::string& path) {
+  const std::string b = ReadWholeFile(path);
+  int64_t step = -1;
+  if (b.size() >= 24) std::memcpy(&step, b.data() + 16, sizeof step);
+  return step;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loopback TCP and HTTP.
+
+Fd::~Fd() {
+  if (fd_ >= 0) close(fd_);
+}
+
+namespace {
+
+// "127.0.0.1:PORT" -> a sockaddr; false when it is not an IPv4 address and a port.
+bool ParseAddress(const std::string& addr, sockaddr_in* out) {
+  const size_t colon = addr.rfind(':');
+  if (colon == std::string::npos) return false;
+  const std::string host = addr.substr(0, colon);
+  const std::string port = addr.substr(colon + 1);
+  if (port.empty() || port.size() > 5 ||
+      !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return false;
+  }
+  const int p = std::atoi(port.c_str());
+  if (p <= 0 || p > 65535) return false;
+  *out = sockaddr_in{};
+  out->sin_family = AF_INET;
+  out->sin_port = htons(static_cast<uint16_t>(p));
+  return inet_pton(AF_INET, host.c_str(), &out->sin_addr) == 1;
+}
+
+// Waits until fd is ready for `events` or the deadline passes.
+bool PollUntil(int fd, short events, Clock::time_point deadline) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    const int n = poll(&p, 1, static_cast<int>(Left(deadline).count()));
+    if (n > 0) return true;
+    if (n == 0) return false;
+    if (errno != EINTR) return false;
+  }
+}
+
+std::string Lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// Decodes a chunked transfer-coded body; false when it is malformed or incomplete.
+bool Dechunk(const std::string& in, std::string* out) {
+  size_t pos = 0;
+  for (;;) {
+    const size_t eol = in.find("\r\n", pos);
+    if (eol == std::string::npos) return false;
+    const std::string size_text = in.substr(pos, eol - pos);
+    char* end = nullptr;
+    const unsigned long size = std::strtoul(size_text.c_str(), &end, 16);
+    if (size_text.empty() || (end != nullptr && *end != '\0' && *end != ';')) return false;
+    pos = eol + 2;
+    if (size == 0) return true;
+    if (in.size() < pos + size + 2 || in.compare(pos + size, 2, "\r\n") != 0) return false;
+    out->append(in, pos, size);
+    pos += size + 2;
+  }
+}
+
+}  // namespace
+
+int ConnectTcp(const std::string& addr, Clock::time_point deadline, std::string* error) {
+  sockaddr_in sa{};
+  if (!ParseAddress(addr, &sa)) {
+    *error = "not an IPv4 HOST:PORT: '" + addr + "'";
+    return -1;
+  }
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    *error = std::string("socket: ") + std::strerror(errno);
+    return -1;
+  }
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) != 0) {
+    if (errno != EINPROGRESS) {
+      *error = "connect " + addr + ": " + std::strerror(errno);
+      close(fd);
+      return -1;
+    }
+    if (!PollUntil(fd, POLLOUT, deadline)) {
+      *error = "connect " + addr + ": timed out";
+      close(fd);
+      return -1;
+    }
+    int soerr = 0;
+    socklen_t len = sizeof soerr;
+    getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len);
+    if (soerr != 0) {
+      *error = "connect " + addr + ": " + std::strerror(soerr);
+      close(fd);
+      return -1;
+    }
+  }
+  return fd;
+}
+
+std::optional<HttpResponse> HttpGet(const std::string& addr, const std::string& target,
+                                    milliseconds timeout, std::string* error) {
+  const Clock::time_point deadline = Clock::now() + timeout;
+  Fd fd(ConnectTcp(addr, deadline, error));
+  if (fd.get() < 0) return std::nullopt;
+  const std::string request = "GET " + target + " HTTP/1.1\r\nHost: " + addr +
+                              "\r\nUser-Agent: shmtrain-metrics-test\r\nAccept: */*\r\n"
+                              "Connection: close\r\n\r\n";
+  size_t sent = 0;
+  while (sent < request.size()) {
+    const ssize_t n = send(fd.get(), request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+    if (n > 0) {
+      sent += static_cast<size_t>(n);
+    } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      if (!PollUntil(fd.get(), POLLOUT, deadline)) {
+        *error = "GET " + addr + target + ": send timed out";
+        return std::nullopt;
+      }
+    } else {
+      *error = "GET " + addr + target + ": send: " + std::strerror(errno);
+      return std::nullopt;
+    }
+  }
+  std::string raw;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = recv(fd.get(), buf, sizeof buf, 0);
+    if (n > 0) {
+      raw.append(buf, static_cast<size_t>(n));
+    } else if (n == 0) {
+      break;
+    } else if (errno == EAGAIN || errno == EINTR) {
+      if (!PollUntil(fd.get(), POLLIN, deadline)) {
+        *error = "GET " + addr + target + ": no complete response within " +
+                 std::to_string(timeout.count()) + " ms (" + std::to_string(raw.size()) +
+                 " bytes received)";
+        return std::nullopt;
+      }
+    } else {
+      *error = "GET " + addr + target + ": recv: " + std::strerror(errno);
+      return std::nullopt;
+    }
+  }
+  const size_t head_end = raw.find("\r\n\r\n");
+  if (head_end == std::string::npos) {
+    *error = "GET " + addr + target + ": no header end in " + std::to_string(raw.size()) + " bytes";
+    return std::nullopt;
+  }
+  HttpResponse r;
+  const std::string head = raw.substr(0, head_end);
+  const size_t first_eol = std::min(head.find("\r\n"), head.size());
+  const std::string status_line = head.substr(0, first_eol);
+  if (status_line.rfind("HTTP/1.", 0) != 0 || status_line.size() < 12 || status_line[8] != ' ') {
+    *error = "GET " + addr + target + ": bad status line '" + status_line + "'";
+    return std::nullopt;
+  }
+  r.status = std::atoi(status_line.c_str() + 9);
+  size_t pos = first_eol;
+  while (pos < head.size()) {
+    pos += 2;
+    const size_t eol = std::min(head.find("\r\n", pos), head.size());
+    const std::string line = head.substr(pos, eol - pos);
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) {
+      *error = "GET " + addr + target + ": bad header line '" + line + "'";
+      return std::nullopt;
+    }
+    std::string value = line.substr(colon + 1);
+    value.erase(0, value.find_first_not_of(" \t"));
+    r.headers[Lower(line.substr(0, colon))] = value;
+    pos = eol;
+  }
+  const std::string rest = raw.substr(head_end + 4);
+  if (Lower(r.headers["transfer-encoding"]) == "chunked") {
+    if (!Dechunk(rest, &r.body)) {
+      *error = "GET " + addr + target + ": malformed chunked body";
+      return std::nullopt;
+    }
+  } else if (r.headers.count("content-length") != 0) {
+    const size_t want = std::strtoul(r.headers["content-length"].c_str(), nullptr, 10);
+    if (rest.size() != want) {
+      *error = "GET " + addr + target + ": Content-Length " + std::to_string(want) + " but " +
+               std::to_string(rest.size()) + " bytes of body";
+      return std::nullopt;
+    }
+    r.body = rest;
+  } else {
+    r.body = rest;
+  }
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The exposition format.
+
+namespace {
+
+bool IsNameChar(char c, bool first) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':' ||
+         (!first && c >= '0' && c <= '9');
+}
+
+}  // namespace
+
+std::string SeriesKey(const std::string& name, const std::map<std::string, std::string>& labels) {
+  std::string key = name + "{";
+  bool first = true;
+  for (const auto& [k, v] : labels) {
+    key += (first ? "" : ",") + k + "=\"" + v + "\"";
+    first = false;
+  }
+  return key + "}";
+}
+
+bool ParseSampleLine(const std::string& line, Sample* s) {
+  size_t i = 0;
+  while (i < line.size() && IsNameChar(line[i], i == 0)) ++i;
+  if (i == 0) return false;
+  s->name = line.substr(0, i);
+  if (i < line.size() && line[i] == '{') {
+    ++i;
+    for (;;) {
+      if (i < line.size() && line[i] == '}') {
+        ++i;
+        break;
+      }
+      const size_t k0 = i;
+      while (i < line.size() && IsNameChar(line[i], i == k0) && line[i] != ':') ++i;
+      if (i == k0 || i + 1 >= line.size() || line[i] != '=' || line[i + 1] != '"') return false;
+      const std::string key = line.substr(k0, i - k0);
+      i += 2;
+      std::string value;
+      for (;;) {
+        if (i >= line.size()) return false;
+        const char c = line[i++];
+        if (c == '"') break;
+        if (c != '\\') {
+          value += c;
+          continue;
+        }
+        if (i >= line.size()) return false;
+        const char e = line[i++];
+        if (e == 'n') {
+          value += '\n';
+        } else if (e == '\\' || e == '"') {
+          value += e;
+        } else {
+          return false;
+        }
+      }
+      if (!s->labels.emplace(key, value).second) return false;  // duplicate label
+      if (i < line.size() && line[i] == ',') ++i;
+    }
+  }
+  if (i >= line.size() || line[i] != ' ') return false;
+  ++i;
+  const size_t v_end = std::min(line.find(' ', i), line.size());
+  const std::string v = line.substr(i, v_end - i);
+  if (v.empty()) return false;
+  char* end = nullptr;
+  s->value = std::strtod(v.c_str(), &end);  // also reads NaN, +Inf and -Inf
+  if (end != v.c_str() + v.size()) return false;
+  if (v_end < line.size()) {  // an optional integer timestamp
+    const std::string ts = line.substr(v_end + 1);
+    if (ts.empty() || !std::all_of(ts.begin() + (ts[0] == '-' ? 1 : 0), ts.end(),
+                                   [](char c) { return c >= '0' && c <= '9'; })) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Other tools.
+
+ProcResult RunShell(const std::string& script, const std::vector<std::string>& args,
+                    milliseconds timeout) {
+  std::vector<std::string> argv = {"/bin/sh", "-c", script};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunProcess(argv, timeout);
+}
+
+bool ToolFound(const char* path) {
+  return std::string(path).find('/') != std::string::npos &&
+         std::string(path).find("NOTFOUND") == std::string::npos && access(path, X_OK) == 0;
 }
 
 }  // namespace shmtrain::test

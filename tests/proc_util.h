@@ -11,10 +11,14 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "gtest/gtest.h"
 
 namespace shmtrain::test {
 
@@ -131,5 +135,91 @@ class TempDir {
 bool FileExists(const std::string& path);
 // The bytes of a file; fails the current test and returns "" if it cannot be read.
 std::string ReadWholeFile(const std::string& path);
+
+// ---------------------------------------------------------------------------------------------
+// What a run printed and wrote.
+
+// s, or its beginning and end when it is long: a crash-looping run writes thousands of lines,
+// and its master's message comes last.
+std::string Clip(const std::string& s, size_t keep = 1500);
+
+// Success when r exited with `code`; else how it ended, with its stderr (clipped) and the last
+// 2000 bytes of its stdout.
+::testing::AssertionResult ExitedWith(const ProcResult& r, int code);
+
+// The json-mode summary line (the last one in r.out). It holds one JSON array (worker_updates
+// in async mode), so it is not a flat object: read its numbers with Num(). Adds a failure and
+// returns "" when there is none.
+std::string SummaryOf(const ProcResult& r);
+// The number `key` of a summary line (NAN for null; a failure and NAN when missing).
+double Num(const std::string& summary, const std::string& key);
+
+// The flat json-mode events of one kind in `out`, in order.
+std::vector<std::map<std::string, std::string>> Events(const std::string& out,
+                                                       const std::string& kind);
+
+// Success when `got` (a file's bytes) equals `want`; else the sizes and the first difference.
+::testing::AssertionResult SameBytes(const std::string& got, const std::string& want);
+
+// A checkpoint file's step: an i64 at offset 16 (master/checkpoint.h); -1 if unreadable.
+int64_t CheckpointStep(const std::string& path);
+
+// ---------------------------------------------------------------------------------------------
+// Loopback TCP and a tiny HTTP/1.1 GET client (a run's metrics endpoint). Every step (connect,
+// send, receive) runs under one deadline; nothing blocks without a bound.
+
+// Owns a file descriptor (-1: none) and closes it.
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  ~Fd();
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// A non-blocking TCP connection to addr ("127.0.0.1:PORT"), established before the deadline;
+// -1 (and *error) otherwise.
+int ConnectTcp(const std::string& addr, Clock::time_point deadline, std::string* error);
+
+struct HttpResponse {
+  int status = 0;
+  std::map<std::string, std::string> headers;  // names in lower case
+  std::string body;
+};
+
+// GET http://addr/target with "Connection: close": the whole response, read to EOF, before
+// the timeout; nullopt and *error otherwise (also for a malformed response).
+std::optional<HttpResponse> HttpGet(const std::string& addr, const std::string& target,
+                                    milliseconds timeout, std::string* error);
+
+// ---------------------------------------------------------------------------------------------
+// Prometheus' text exposition format (version 0.0.4).
+
+struct Sample {
+  std::string name;
+  std::map<std::string, std::string> labels;
+  double value = 0;
+};
+
+// name{k="v",...} with the labels in key order: one series.
+std::string SeriesKey(const std::string& name, const std::map<std::string, std::string>& labels);
+
+// Parses one sample line strictly: name[{k="v",...}] value [timestamp].
+bool ParseSampleLine(const std::string& line, Sample* s);
+
+// ---------------------------------------------------------------------------------------------
+// Other tools.
+
+// Runs a shell command line with positional arguments ($0, $1, ...): the children of
+// proc_util have stdin on /dev/null, so redirections happen in the shell.
+ProcResult RunShell(const std::string& script, const std::vector<std::string>& args,
+                    milliseconds timeout = milliseconds{60'000});
+
+// Whether path (a tool CMake looked for) names an executable: not empty, not *-NOTFOUND.
+bool ToolFound(const char* path);
 
 }  // namespace shmtrain::test

@@ -33,6 +33,7 @@ namespace {
 
 using std::chrono::milliseconds;
 using test::Clock;
+using test::ExitedWith;
 using test::ProcResult;
 using test::TempDir;
 
@@ -77,14 +78,6 @@ ProcResult Shm(const std::vector<std::string>& args) {
   EXPECT_EQ(test::SegmentsOf(r.pid), std::vector<std::string>())
       << "segments left behind by pid " << r.pid;
   return r;
-}
-
-::testing::AssertionResult ExitedWith(const ProcResult& r, int code) {
-  if (r.exited && r.exit_code == code) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "expected exit " << code << ", got " << r.Describe()
-                                       << "\nstdout (last 2000 bytes):\n"
-                                       << r.out.substr(r.out.size() > 2000 ? r.out.size() - 2000
-                                                                           : 0);
 }
 
 // ---------------------------------------------------------------------------------------------
