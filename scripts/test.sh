@@ -16,7 +16,7 @@ run() {  # run <build dir> <cmake args...>
 [[ $what == all || $what == plain ]] && run build
 # Sanitizer builds skip the benchmarks. halt_on_error makes a report fail the test.
 export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
-export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp
+export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 [[ $what == all || $what == asan ]] && run build-asan -DSHMTRAIN_SANITIZE=address -DSHMTRAIN_BENCH=OFF
 [[ $what == all || $what == tsan ]] && run build-tsan -DSHMTRAIN_SANITIZE=thread -DSHMTRAIN_BENCH=OFF
 echo "all test configurations passed ($what)"

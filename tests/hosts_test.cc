@@ -1031,8 +1031,8 @@ TEST_F(HostsTest, HostsGivenDifferentDataAreRefused) {
   const ProcResult r = job.Wait(kJobTimeout);
   ExpectJobGone(job, Clock::now(), milliseconds{2'000});
   EXPECT_TRUE(ExitedWith(r, 2));
-  EXPECT_TRUE(Contains(r.err, "host 1 (") &&
-              Contains(r.err, "does not run the same training as host 0"))
+  EXPECT_TRUE(Contains(r.err, "do not run the same training: host 1 (") &&
+              Contains(r.err, "differs from host 0 ("))
       << Clip(r.err);
   EXPECT_EQ(Events(r.out, "host").size(), 2u) << "both masters should have got that far:\n"
                                               << Clip(r.out);
