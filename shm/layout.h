@@ -11,8 +11,10 @@
 //                            optimizer: sgd with momentum 1, adam 2; nn/optimizer.h)
 //   Slot[P]                  SlotHeader + float[n] gradient  (rank r writes slot r)
 //   HS, GS  float[n]         several hosts only (hosts > 1): HS this host's sum of the slots
-//                            (rank r writes its slice), GS the sum over every host's HS, in
-//                            host order (the master's combiner writes it, master/combiner.h)
+//                            (rank r writes its slice; with P = 1 HS is slot 0's gradient
+//                            itself, not a region of its own), GS the sum over every host's
+//                            HS, in host order (the master's combiner writes it,
+//                            master/combiner.h)
 //   E[R]    float[n]         sync validation snapshots, a ring (only when eval_every > 0)
 //
 // Why offsets and not pointers: each process maps the segment at its own address, so a

@@ -69,9 +69,16 @@ void ComputeLayout(Header* h) {
   h->snapshot_offset = c.eval_every > 0 ? off : 0;
   h->snapshot_stride = vec;
   if (c.eval_every > 0) off += vec * static_cast<uint64_t>(c.snapshots);
-  h->host_sum_offset = c.hosts > 1 ? off : 0;
-  h->global_sum_offset = c.hosts > 1 ? off + vec : 0;
-  if (c.hosts > 1) off += 2 * vec;
+  // With one worker per host the host's sum is that worker's gradient: HS is slot 0's.
+  if (c.hosts > 1) {
+    h->host_sum_offset = c.workers == 1 ? h->slots_offset + sizeof(SlotHeader) : off;
+    if (c.workers > 1) off += vec;
+    h->global_sum_offset = off;
+    off += vec;
+  } else {
+    h->host_sum_offset = 0;
+    h->global_sum_offset = 0;
+  }
   h->total_size = off;
 }
 

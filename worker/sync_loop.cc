@@ -219,7 +219,8 @@ double SyncRank::MeanChunk(int64_t i0, int64_t k, float inv, float* out) const {
 // is not published, so it is written again whole.
 int SyncRank::CombineAcrossHosts(int64_t t) {
   float* hs = seg_.host_sum();
-  if (std::atomic_ref<int64_t>(self_->host_sum_step).load() < t) {
+  // P = 1: HS is this rank's slot (shm/layout.h), already whole.
+  if (P_ > 1 && std::atomic_ref<int64_t>(self_->host_sum_step).load() < t) {
     if (Fault(FaultPoint::kMidHostSum, t) && hi_ > lo_) {
       std::fill(hs + lo_, hs + lo_ + (hi_ - lo_) / 2, NAN);
       DieNow();
