@@ -49,6 +49,46 @@ shmtrain::Status JoinTheHosts(int* argc, char*** argv, shmtrain::TrainOptions* o
   return Status::Ok();
 }
 
+// `shmtrain train`: this host's part of the run (the whole run on one host), then the exit.
+[[noreturn]] void TrainAndExit(shmtrain::TrainOptions& o, int* argc, char*** argv) {
+  using namespace shmtrain;
+  // Stop signals only raise a flag: the run loop stops the workers, removes the segment and
+  // exits 128 + n. Installed before the data is loaded, so no signal finds a segment unowned.
+  master::InstallSignalHandlers();
+
+  master::Logger log(o.log_format, o.progress);
+  std::unique_ptr<master::Hosts> hosts;
+  if (Status s = JoinTheHosts(argc, argv, &o, &hosts, log); !s.ok()) {
+    log.Error(s.message());
+    if (hosts) hosts->AbortJob(s.exit_code());
+    std::_Exit(s.exit_code());
+  }
+  master::ProcessLauncher launcher(master::DefaultWorkerPath());
+  std::unique_ptr<monitoring::Exporter> exporter;
+  Status s;
+  try {
+    s = master::RunTrain(o, log, launcher, *hosts, &exporter);
+  } catch (...) {
+    s = FromException(std::current_exception());
+  }
+  int code = kExitOk;
+  if (!s.ok()) {
+    log.Error(s.message());
+    code = s.code() == Status::Code::kInterrupted ? 128 + master::g_stop_signal.load() : s.exit_code();
+  }
+  // The workers are reaped and the segment removed by now. Ending here rather than returning
+  // skips the metrics server's shutdown, which would wait out civetweb's 2 s poll quantum;
+  // the kernel closes its socket. Several hosts: a failure here ends the job on every host
+  // with this code (a stop signal came to every host master already, from mpirun).
+  std::fflush(nullptr);
+  if (code == kExitOk) {
+    hosts->Finish();
+  } else if (hosts->count() > 1 && s.code() != Status::Code::kInterrupted) {
+    hosts->AbortJob(code);
+  }
+  std::_Exit(code);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -114,39 +154,5 @@ int main(int argc, char** argv) {
       return s.exit_code();
     }
   }
-  // Stop signals only raise a flag: the run loop stops the workers, removes the segment and
-  // exits 128 + n. Installed before the data is loaded, so no signal finds a segment unowned.
-  master::InstallSignalHandlers();
-
-  master::Logger log(cmd.train.log_format, cmd.train.progress);
-  std::unique_ptr<master::Hosts> hosts;
-  if (Status s = JoinTheHosts(&argc, &argv, &cmd.train, &hosts, log); !s.ok()) {
-    log.Error(s.message());
-    if (hosts) hosts->AbortJob(s.exit_code());
-    return s.exit_code();
-  }
-  master::ProcessLauncher launcher(master::DefaultWorkerPath());
-  std::unique_ptr<monitoring::Exporter> exporter;
-  Status s;
-  try {
-    s = master::RunTrain(cmd.train, log, launcher, *hosts, &exporter);
-  } catch (...) {
-    s = FromException(std::current_exception());
-  }
-  int code = kExitOk;
-  if (!s.ok()) {
-    log.Error(s.message());
-    code = s.code() == Status::Code::kInterrupted ? 128 + master::g_stop_signal.load() : s.exit_code();
-  }
-  // The workers are reaped and the segment removed by now. Ending here rather than returning
-  // skips the metrics server's shutdown, which would wait out civetweb's 2 s poll quantum;
-  // the kernel closes its socket. Several hosts: a failure here ends the job on every host
-  // with this code (a stop signal came to every host master already, from mpirun).
-  std::fflush(nullptr);
-  if (code == kExitOk) {
-    hosts->Finish();
-  } else if (hosts->count() > 1 && s.code() != Status::Code::kInterrupted) {
-    hosts->AbortJob(code);
-  }
-  std::_Exit(code);
+  TrainAndExit(cmd.train, &argc, &argv);
 }
