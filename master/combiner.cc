@@ -5,6 +5,7 @@
 #include <cmath>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "shm/barrier.h"
 #include "shm/futex.h"
@@ -17,9 +18,19 @@ constexpr int64_t kSliceNs = 20'000'000;
 
 }  // namespace
 
+// The thread's view of the segment is plain pointers into the mapping, taken once: the Segment
+// object itself may change under a detached thread (Segment::LeaveMapped), the mapping not.
 struct Combiner::Body {
   Body(const shm::Segment& seg, Hosts& hosts, monitoring::SupervisorStats& stats, int64_t timeout_ns)
-      : seg(seg), hosts(hosts), stats(stats), timeout_ns(timeout_ns) {}
+      : h(seg.header()),
+        blocks(seg.block(0)),
+        host_sum(seg.host_sum()),
+        global_sum(seg.global_sum()),
+        hosts(hosts),
+        stats(stats),
+        timeout_ns(timeout_ns) {
+    for (uint32_t q = 0; q < h->config.workers; ++q) slots.push_back(seg.slot(static_cast<int>(q)));
+  }
   void Loop();
   // Waits until every rank has published its slice of HS for step t; false when stopped.
   bool WaitHostSums(int64_t t);
@@ -28,7 +39,11 @@ struct Combiner::Body {
     status = std::move(s);
   }
 
-  const shm::Segment& seg;
+  shm::Header* const h;
+  const shm::WorkerBlock* const blocks;
+  const float* const host_sum;
+  float* const global_sum;
+  std::vector<const shm::SlotHeader*> slots;
   Hosts& hosts;
   monitoring::SupervisorStats& stats;
   const int64_t timeout_ns;
@@ -76,13 +91,12 @@ double Combiner::MeanUs() const {
 // The same protocol as a rank's barrier wait (shm/barrier.h): count as a waiter, read the
 // futex word, check, sleep only while the word is unchanged. Ranks that complete HS bump it.
 bool Combiner::Body::WaitHostSums(int64_t t) {
-  shm::Header* h = seg.header();
   const int P = static_cast<int>(h->config.workers);
   std::atomic_ref<uint32_t> waiters(h->waiters), wake(h->wake_seq);
   for (;;) {
     waiters.fetch_add(1);
     const uint32_t seq = wake.load();
-    const bool done = shm::HostSumsComplete(seg.block(0), P, t);
+    const bool done = shm::HostSumsComplete(blocks, P, t);
     if (!done && !stop.load()) {
       shm::FutexWaitUntil(&h->wake_seq, seq, shm::MonotonicNs() + kSliceNs);
     }
@@ -93,21 +107,19 @@ bool Combiner::Body::WaitHostSums(int64_t t) {
 }
 
 void Combiner::Body::Loop() {
-  shm::Header* h = seg.header();
   const shm::RunConfig& c = h->config;
-  const int P = static_cast<int>(c.workers);
   const int64_t n = static_cast<int64_t>(c.param_count);
   auto stopped = [this] { return stop.load(); };
   for (int64_t t = c.first_step; t < c.total_steps; ++t) {
     if (!WaitHostSums(t)) return;
     // The slots hold step t until every rank has applied it, which waits for this combine.
     StepTotals totals{t, 0, 0};
-    for (int q = 0; q < P; ++q) {
-      totals.samples += seg.slot(q)->samples;
-      totals.loss_sum += seg.slot(q)->loss_sum;
+    for (const shm::SlotHeader* slot : slots) {
+      totals.samples += slot->samples;
+      totals.loss_sum += slot->loss_sum;
     }
     const int64_t t0 = shm::MonotonicNs();
-    Status s = hosts.Combine(seg.host_sum(), seg.global_sum(), n, &totals, t0 + timeout_ns, stopped);
+    Status s = hosts.Combine(host_sum, global_sum, n, &totals, t0 + timeout_ns, stopped);
     // Stopped (the run is over): nothing else may be touched, the stats may be gone.
     if (stopped()) return;
     if (!s.ok()) {
