@@ -65,12 +65,24 @@ Status CheckApplies(const TrainOptions& o) {
   if (o.Given("--features") && o.example != "blobs") {
     return Bad("--features", "applies to --example blobs only");
   }
-  const bool libsvm = o.format == DataFormat::kLibsvm;
-  for (const char* f : {"--format", "--label-col", "--header", "--delimiter"}) {
+  const bool text = o.format == DataFormat::kAuto || o.format == DataFormat::kCsv;
+  for (const char* f : {"--format", "--label-col", "--header", "--delimiter", "--labels",
+                        "--npz-x", "--npz-y"}) {
     if (o.Given(f) && !file) return Bad(f, "applies to --data FILE only, not to a built-in example");
-    if (o.Given(f) && libsvm && std::string_view(f) != "--format") {
-      return Bad(f, "applies to CSV files only, not to --format libsvm");
+  }
+  for (const char* f : {"--label-col", "--header", "--delimiter"}) {
+    if (o.Given(f) && !text) {
+      return Bad(f, std::string("applies to CSV files only, not to --format ") +
+                        ToString(o.format));
     }
+  }
+  const bool arrays = o.format != DataFormat::kCsv && o.format != DataFormat::kLibsvm;
+  if (o.Given("--labels") && !arrays) {
+    return Bad("--labels", std::string("applies to IDX and NumPy data, not to --format ") +
+                               ToString(o.format) + " (whose labels are in the file)");
+  }
+  for (const char* f : {"--val-labels", "--val-npz-x", "--val-npz-y"}) {
+    if (o.Given(f) && o.val_data_path.empty()) return Bad(f, "applies with --val-data FILE only");
   }
   return Status::Ok();
 }
@@ -286,7 +298,21 @@ std::optional<DataFormat> ParseDataFormat(std::string_view s) {
   if (s == "auto") return DataFormat::kAuto;
   if (s == "csv") return DataFormat::kCsv;
   if (s == "libsvm" || s == "svmlight") return DataFormat::kLibsvm;
+  if (s == "idx") return DataFormat::kIdx;
+  if (s == "npy") return DataFormat::kNpy;
+  if (s == "npz") return DataFormat::kNpz;
   return std::nullopt;
+}
+const char* ToString(DataFormat f) {
+  switch (f) {
+    case DataFormat::kAuto: return "auto";
+    case DataFormat::kCsv: return "csv";
+    case DataFormat::kLibsvm: return "libsvm";
+    case DataFormat::kIdx: return "idx";
+    case DataFormat::kNpy: return "npy";
+    case DataFormat::kNpz: return "npz";
+  }
+  return "?";
 }
 const char* ToString(Task t) { return t == Task::kClassification ? "classification" : "regression"; }
 const char* ToString(Mode m) { return m == Mode::kSync ? "sync" : "async"; }

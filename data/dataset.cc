@@ -1,5 +1,6 @@
 #include "data/dataset.h"
 
+#include "data/arrays.h"
 #include "nn/rng.h"
 
 #include <fcntl.h>
@@ -483,10 +484,6 @@ Status TakeLabel(const std::string& path, const PendingLabel& l, bool classify,
   return Status::Ok();
 }
 
-bool EndsWith(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // Whether the first data line of `text` reads as LIBSVM: "<label> <int>:<...>".
 bool LooksLikeLibsvm(std::string_view text) {
   while (!text.empty()) {
@@ -831,6 +828,22 @@ ClassMap ClassMap::Build(const std::vector<std::string_view>& labels) {
   return m;
 }
 
+ClassMap ClassMap::FromValues(std::vector<double> values) {
+  ClassMap m;
+  for (double& v : values) v = v == 0 ? 0.0 : v;  // -0 and 0 are one class
+  std::sort(values.begin(), values.end());
+  values.erase(std::unique(values.begin(), values.end()), values.end());
+  for (double v : values) m.names.push_back(NumberName(v));
+  m.values = std::move(values);
+  return m;
+}
+
+int ClassMap::FindValue(double v) const {
+  if (!numeric) return Find(NumberName(v));
+  const auto it = std::lower_bound(values.begin(), values.end(), v);
+  return it != values.end() && *it == v ? static_cast<int>(it - values.begin()) : -1;
+}
+
 Status LoadFile(const std::string& path, const LoadOptions& opts, Dataset* out) {
   // Option errors first: they do not depend on the file.
   if (opts.label_col < -1) {
@@ -842,6 +855,13 @@ Status LoadFile(const std::string& path, const LoadOptions& opts, Dataset* out) 
     return Status::Data(At(path) + "delimiter " + Quote(std::string_view(&opts.delimiter, 1)) +
                         " is not supported (use ',', ';' or tab)");
   }
+  DataFormat format = opts.format == DataFormat::kAuto ? DetectFormat(path) : opts.format;
+  if (IsArrayFormat(format)) return LoadArrays(path, format, opts, out);
+  if (!opts.labels_path.empty()) {
+    return Status::Data(At(path) + "--labels applies to IDX and NumPy data; this file is " +
+                        (format == DataFormat::kLibsvm ? "LIBSVM" : "CSV") +
+                        ", whose labels are in the file");
+  }
   std::string buf;
   if (Status s = ReadFile(path, &buf); !s.ok()) return s;
   if (buf.empty()) return Status::Data(At(path) + "file is empty");
@@ -849,11 +869,8 @@ Status LoadFile(const std::string& path, const LoadOptions& opts, Dataset* out) 
   std::string_view text(buf);
   // A UTF-8 byte order mark (spreadsheet exports write one) is not part of the first cell.
   if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);
-  DataFormat format = opts.format;
   if (format == DataFormat::kAuto) {
-    const bool by_name =
-        EndsWith(path, ".svm") || EndsWith(path, ".libsvm") || EndsWith(path, ".svmlight");
-    format = by_name || LooksLikeLibsvm(text) ? DataFormat::kLibsvm : DataFormat::kCsv;
+    format = LooksLikeLibsvm(text) ? DataFormat::kLibsvm : DataFormat::kCsv;
   }
   return format == DataFormat::kLibsvm ? LoadLibsvm(path, text, opts, out)
                                        : LoadCsv(path, text, opts, out);

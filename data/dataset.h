@@ -33,6 +33,10 @@ struct ClassMap {
   std::string List(int most = 12) const;
   // The map of these labels (each a trimmed cell): numeric if every one is a finite number.
   static ClassMap Build(const std::vector<std::string_view>& labels);
+  // The numeric map of these finite values: the same map as Build() of their texts.
+  static ClassMap FromValues(std::vector<double> values);
+  // The class of a finite value, or -1 (a text map compares the value's shortest text).
+  int FindValue(double v) const;
 };
 
 struct Dataset {
@@ -47,9 +51,16 @@ struct Dataset {
 };
 
 struct LoadOptions {
-  // kAuto: LIBSVM when the name ends in .svm, .libsvm or .svmlight, or when the first data
-  // line looks like "<label> <index>:<value>"; otherwise CSV.
+  // kAuto: by name (.npy, .npz; IDX: "-idx<N>-ubyte" or .idx, with or without .gz; LIBSVM:
+  // .svm, .libsvm, .svmlight), then by content (the NPY, zip and IDX magic numbers, gzip;
+  // a first data line like "<label> <index>:<value>" is LIBSVM); otherwise CSV.
   DataFormat format = DataFormat::kAuto;
+  // IDX and NumPy (data/arrays.h): the file of the labels (IDX, .npy, or an .npz whose y_key
+  // array they are); empty: the y_key array of the data's own .npz.
+  std::string labels_path;
+  // The arrays of an .npz: the features and the labels.
+  std::string x_key = "x";
+  std::string y_key = "y";
   // CSV: the label column, 0-based (-1 = last; other negatives are errors), or, when
   // label_name is set, the column with that name in the header line.
   int label_col = -1;

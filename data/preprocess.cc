@@ -1,7 +1,9 @@
 #include "data/preprocess.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "nn/rng.h"
 
@@ -14,25 +16,34 @@ Normalizer Normalizer::Fit(const Dataset& train, Normalize kind) {
   n.offset.assign(f, 0.0f);
   n.scale.assign(f, 1.0f);
   if (kind == Normalize::kNone || train.rows == 0) return n;
+  // Row by row, every column at once: the memory is read in order (a column at a time strides
+  // over it). Each column's sums still add its rows in order, so the results are the same.
+  std::vector<double> lo(f, INFINITY), hi(f, -INFINITY), sum(f, 0.0), sq(f, 0.0);
+  for (int64_t i = 0; i < train.rows; ++i) {
+    const float* row = &train.x[i * f];
+    for (int j = 0; j < f; ++j) {
+      const double v = row[j];
+      lo[j] = std::min(lo[j], v);
+      hi[j] = std::max(hi[j], v);
+      sum[j] += v;
+    }
+  }
+  std::vector<double> mean(f);
+  for (int j = 0; j < f; ++j) mean[j] = sum[j] / train.rows;
+  for (int64_t i = 0; i < train.rows; ++i) {
+    const float* row = &train.x[i * f];
+    for (int j = 0; j < f; ++j) {
+      const double dv = row[j] - mean[j];
+      sq[j] += dv * dv;
+    }
+  }
   for (int j = 0; j < f; ++j) {
-    double lo = INFINITY, hi = -INFINITY, sum = 0, sq = 0;
-    for (int64_t i = 0; i < train.rows; ++i) {
-      const double v = train.x[i * f + j];
-      lo = std::min(lo, v);
-      hi = std::max(hi, v);
-      sum += v;
-    }
-    const double mean = sum / train.rows;
-    for (int64_t i = 0; i < train.rows; ++i) {
-      const double dv = train.x[i * f + j] - mean;
-      sq += dv * dv;
-    }
-    const double sd = std::sqrt(sq / train.rows);
+    const double sd = std::sqrt(sq[j] / train.rows);
     if (kind == Normalize::kMinMax) {
-      n.offset[j] = static_cast<float>(lo);
-      n.scale[j] = hi > lo ? static_cast<float>(1.0 / (hi - lo)) : 1.0f;
+      n.offset[j] = static_cast<float>(lo[j]);
+      n.scale[j] = hi[j] > lo[j] ? static_cast<float>(1.0 / (hi[j] - lo[j])) : 1.0f;
     } else {
-      n.offset[j] = static_cast<float>(mean);
+      n.offset[j] = static_cast<float>(mean[j]);
       n.scale[j] = sd > 0 ? static_cast<float>(1.0 / sd) : 1.0f;
     }
   }
@@ -50,31 +61,45 @@ void Normalizer::Apply(Dataset* d) const {
   }
 }
 
-Status SplitValidation(const Dataset& all, double frac, uint64_t seed, Dataset* train,
-                       Dataset* val) {
+Status SplitValidation(Dataset all, double frac, uint64_t seed, Dataset* train, Dataset* val) {
   const int64_t n_val = static_cast<int64_t>(std::llround(frac * static_cast<double>(all.rows)));
   if (frac > 0 && (n_val < 1 || n_val >= all.rows)) {
     return Status::Usage("--val-split: " + std::to_string(frac) + " of " +
                          std::to_string(all.rows) + " rows leaves " +
                          (n_val < 1 ? "no held-out row" : "no training row"));
   }
-  std::vector<char> is_val(all.rows, 0);
+  Dataset va;
+  va.features = all.features;
+  va.classes = all.classes;
   if (n_val > 0) {
+    std::vector<char> is_val(all.rows, 0);
     nn::Rng rng(nn::MixSeed(seed, kSplitStream));
     std::vector<int64_t> perm;
     nn::Permutation(all.rows, rng, &perm);
     for (int64_t k = 0; k < n_val; ++k) is_val[perm[k]] = 1;
+    // The training rows are compacted in place (row t <= i), so the split never holds a
+    // second copy of the data: the master's peak stays the data plus the held-out rows.
+    const int64_t f = all.features;
+    const bool labels = !all.y.empty();  // rows without labels (predict)
+    va.x.reserve(static_cast<size_t>(n_val * f));
+    int64_t t = 0;
+    for (int64_t i = 0; i < all.rows; ++i) {
+      const auto row = all.x.begin() + i * f;
+      if (is_val[i]) {
+        va.x.insert(va.x.end(), row, row + f);
+        if (labels) va.y.push_back(all.y[i]);
+        ++va.rows;
+        continue;
+      }
+      if (t != i) std::copy(row, row + f, all.x.begin() + t * f);
+      if (labels) all.y[t] = all.y[i];
+      ++t;
+    }
+    all.rows = t;
+    all.x.resize(static_cast<size_t>(t * f));
+    if (labels) all.y.resize(static_cast<size_t>(t));
   }
-  Dataset tr, va;
-  tr.features = va.features = all.features;
-  tr.classes = va.classes = all.classes;
-  for (int64_t i = 0; i < all.rows; ++i) {
-    Dataset& d = is_val[i] ? va : tr;
-    d.x.insert(d.x.end(), all.x.begin() + i * all.features, all.x.begin() + (i + 1) * all.features);
-    if (!all.y.empty()) d.y.push_back(all.y[i]);  // rows without labels (predict)
-    ++d.rows;
-  }
-  *train = std::move(tr);
+  *train = std::move(all);
   *val = std::move(va);
   return Status::Ok();
 }

@@ -31,7 +31,7 @@ struct Normalizer {
 // nn::Rng(nn::MixSeed(seed, kSplitStream)), into *val; the rest stay in *train. Both keep the
 // rows' original order. frac = 0: *val is empty. kUsage when a side would be empty.
 inline constexpr uint64_t kSplitStream = 0x53504C4954ull;  // "SPLIT"
-Status SplitValidation(const Dataset& all, double frac, uint64_t seed, Dataset* train,
-                       Dataset* val);
+// `all` is taken by value: a caller that moves it in has its rows split without a copy.
+Status SplitValidation(Dataset all, double frac, uint64_t seed, Dataset* train, Dataset* val);
 
 }  // namespace shmtrain::data

@@ -191,16 +191,23 @@ std::vector<Flag> DataFlags(TrainOptions* o) {
       {"--mode", "sync|async", "how workers combine gradients (default sync)",
        Enum<Mode>(&o->mode, ParseMode, "sync, async"), kWorkers},
       {"--data", "FILE",
-       "training data: CSV (numeric features, a label column) or LIBSVM (required, or --example)",
+       "training data: CSV (numeric features, a label column), LIBSVM, IDX (.gz too) or NumPy "
+       ".npy/.npz (required, or --example)",
        Str(&o->data_path), kData},
+      {"--labels", "FILE",
+       "the labels of IDX or .npy data: an IDX, .npy or .npz file (default: an .npz's own)",
+       Str(&o->labels_path), kData},
+      {"--npz-x", "NAME", "the features' array in an .npz (default x)", Str(&o->npz_x), kData},
+      {"--npz-y", "NAME", "the labels' array in an .npz (default y)", Str(&o->npz_y), kData},
       {"--example", "parabola|blobs", "a built-in dataset instead of --data (default: none)",
        Str(&o->example), kData},
       {"--rows", "N", "rows of the built-in example, 1..10000000 (default 50)",
        Int<int64_t>(&o->example_rows, 1, 10'000'000), kData},
       {"--features", "F", "features of the blobs example, 1..100000 (default 16)",
        Int<int>(&o->example_features, 1, 100000), kData},
-      {"--format", "auto|csv|libsvm", "data file format (default auto: by name, then by content)",
-       Enum<DataFormat>(&o->format, ParseDataFormat, "auto, csv, libsvm"), kData},
+      {"--format", "auto|csv|libsvm|idx|npy|npz",
+       "data file format (default auto: by name, then by content)",
+       Enum<DataFormat>(&o->format, ParseDataFormat, "auto, csv, libsvm, idx, npy, npz"), kData},
       {"--label-col", "K|NAME",
        "label column of a CSV: 0-based index -1..1000000 (-1 = the last), or its name in the "
        "header (default -1)",
@@ -328,6 +335,12 @@ std::vector<Flag> OutputFlags(TrainOptions* o) {
        Num(&o->val_split), kVal},
       {"--val-data", "FILE", "held-out rows from a file of their own, not with --val-split "
        "(default: none)", Str(&o->val_data_path), kVal},
+      {"--val-labels", "FILE", "the labels of IDX or .npy --val-data (default: an .npz's own)",
+       Str(&o->val_labels_path), kVal},
+      {"--val-npz-x", "NAME", "the held-out features' array in an .npz (default x)",
+       Str(&o->val_npz_x), kVal},
+      {"--val-npz-y", "NAME", "the held-out labels' array in an .npz (default y)",
+       Str(&o->val_npz_y), kVal},
       {"--eval-every", "N", "validate every N >= 1 steps (default: every epoch)",
        Int<int64_t>(&o->eval_every, 1, kBig), kVal},
       {"--early-stop", "PATIENCE",
@@ -523,16 +536,17 @@ constexpr const char* kSimulateUsage =
     "with sequential SGD as the baseline.\n";
 
 constexpr const char* kEvalUsage =
-    "usage: shmtrain eval --model FILE --data FILE [--format auto|csv|libsvm]\n"
-    "         [--label-col K|NAME] [--header auto|yes|no] [--delimiter ,|;|tab]\n"
+    "usage: shmtrain eval --model FILE --data FILE [--labels FILE] [--npz-x NAME] [--npz-y NAME]\n"
+    "         [--format auto|csv|libsvm|idx|npy|npz] [--label-col K|NAME] [--header auto|yes|no]\n"
+    "         [--delimiter ,|;|tab]\n"
     "         [--val-split F [--seed S]] [--log-format text|json]\n"
     "\n"
     "Prints the model's mean loss and its accuracy (classification) or RMSE (regression)\n"
     "on the data, scaled with the model's own statistics.\n";
 
 constexpr const char* kPredictUsage =
-    "usage: shmtrain predict --model FILE --data FILE [--out FILE]\n"
-    "         [--format auto|csv|libsvm] [--label-col K|NAME] [--header auto|yes|no]\n"
+    "usage: shmtrain predict --model FILE --data FILE [--npz-x NAME] [--out FILE]\n"
+    "         [--format auto|csv|libsvm|idx|npy|npz] [--label-col K|NAME] [--header auto|yes|no]\n"
     "         [--delimiter ,|;|tab] [--val-split F [--seed S]]\n"
     "\n"
     "Writes one CSV line per row of the data: the predicted class and the probability of\n"
@@ -632,12 +646,15 @@ struct Cli {
     predict = add("predict", kPredictUsage);
     for (CLI::App* app : {eval, predict}) {
       const bool is_predict = app == predict;
-      for (const char* name : {"--data", "--format", "--label-col", "--header", "--delimiter",
-                               "--log-format"}) {
+      for (const char* name : {"--data", "--labels", "--npz-x", "--npz-y", "--format",
+                               "--label-col", "--header", "--delimiter", "--log-format"}) {
+        if (is_predict && (name == std::string_view("--labels") || name == std::string_view("--npz-y"))) {
+          continue;  // predict reads no labels
+        }
         Flag f = Find(flags, name);
         if (f.name == "--data") {
-          f.help = is_predict ? "data to predict: CSV or LIBSVM (required)"
-                              : "data to evaluate: CSV or LIBSVM (required)";
+          f.help = std::string("data to ") + (is_predict ? "predict" : "evaluate") +
+                   ": CSV, LIBSVM, IDX or NumPy (required)";
         }
         Register(app, f);
       }
@@ -739,12 +756,17 @@ Status FinishEvalOrPredict(const CLI::App* app, Command* out) {
   if (o.Given("--seed") && o.val_split == 0) {
     return Status::Usage("--seed: applies with --val-split F only (the seed of that split)");
   }
-  if (o.format == DataFormat::kLibsvm) {
+  if (o.format != DataFormat::kAuto && o.format != DataFormat::kCsv) {
     for (const char* f : {"--label-col", "--header", "--delimiter"}) {
       if (o.Given(f)) {
-        return Status::Usage(std::string(f) + ": applies to CSV files only, not to --format libsvm");
+        return Status::Usage(std::string(f) + ": applies to CSV files only, not to --format " +
+                             ToString(o.format));
       }
     }
+  }
+  if (o.Given("--labels") && (o.format == DataFormat::kCsv || o.format == DataFormat::kLibsvm)) {
+    return Status::Usage(std::string("--labels: applies to IDX and NumPy data, not to --format ") +
+                         ToString(o.format) + " (whose labels are in the file)");
   }
   out->kind = predict ? Command::Kind::kPredict : Command::Kind::kEval;
   return Status::Ok();

@@ -39,7 +39,7 @@ Status LoadFor(const Command& cmd, const Model& m, bool labels, data::Dataset* o
   if (Status s = data::LoadFile(o.data_path, lo, &all); !s.ok()) return s;
   if (o.val_split > 0) {
     data::Dataset train;
-    if (Status s = data::SplitValidation(all, o.val_split, o.seed, &train, out); !s.ok()) return s;
+    if (Status s = data::SplitValidation(std::move(all), o.val_split, o.seed, &train, out); !s.ok()) return s;
   } else {
     *out = std::move(all);
   }

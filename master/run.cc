@@ -184,6 +184,9 @@ data::LoadOptions LoadOptionsFor(const TrainOptions& o, Task task) {
   lo.label_name = o.label_name;
   lo.header = o.header;
   lo.delimiter = o.delimiter;
+  lo.labels_path = o.labels_path;
+  lo.x_key = o.npz_x;
+  lo.y_key = o.npz_y;
   lo.task = task;
   return lo;
 }
@@ -292,7 +295,7 @@ Status CheckShmSpace(uint64_t need) {
 Status PrepareData(const TrainOptions& o, RunData* rd) {
   data::Dataset all;
   if (Status s = LoadData(o, &all); !s.ok()) return s;
-  if (Status s = data::SplitValidation(all, o.val_split, o.seed, &rd->train, &rd->val); !s.ok()) {
+  if (Status s = data::SplitValidation(std::move(all), o.val_split, o.seed, &rd->train, &rd->val); !s.ok()) {
     return s;
   }
   if (Status s = CheckAgainstData(o, rd->train); !s.ok()) return s;
@@ -300,6 +303,9 @@ Status PrepareData(const TrainOptions& o, RunData* rd) {
     // The held-out file: same format options, the training data's classes and width.
     data::LoadOptions lo = LoadOptionsFor(o, TaskOf(o.model.loss));
     lo.features = rd->train.features;
+    lo.labels_path = o.val_labels_path;
+    lo.x_key = o.val_npz_x;
+    lo.y_key = o.val_npz_y;
     if (lo.task == Task::kClassification) lo.classes = &rd->train.classes;
     if (Status s = data::LoadFile(o.val_data_path, lo, &rd->val); !s.ok()) return s;
   }
@@ -316,14 +322,19 @@ namespace {
 Status CheckOutputPaths(const TrainOptions& o) {
   if (Status s = CheckOutputPath("--save", o.save_path,
                                  {{"--data", o.data_path},
+                                  {"--labels", o.labels_path},
                                   {"--val-data", o.val_data_path},
+                                  {"--val-labels", o.val_labels_path},
                                   {"--resume", o.resume_path},
                                   {"--checkpoint", o.checkpoint_path}});
       !s.ok()) {
     return s;
   }
   return CheckOutputPath("--checkpoint", o.checkpoint_path,
-                         {{"--data", o.data_path}, {"--val-data", o.val_data_path}});
+                         {{"--data", o.data_path},
+                          {"--labels", o.labels_path},
+                          {"--val-data", o.val_data_path},
+                          {"--val-labels", o.val_labels_path}});
 }
 
 // Segments left by runs whose master died (SIGKILL, power loss) are ours to reclaim.
@@ -363,10 +374,15 @@ class DetachOnExit {
 
 // A fresh segment, before any worker starts: the training rows, and the state the run starts
 // from (initial parameters, or the resumed checkpoint's state and protocol words).
-void FillSegment(const TrainOptions& o, const data::Dataset& d, const Checkpoint& resume,
+// Copies the training rows into the segment and frees the master's own copy of them: from
+// here on the segment holds the only one (the run reads them there), so a large dataset is in
+// memory once, not twice, for the whole run.
+void FillSegment(const TrainOptions& o, data::Dataset* d, const Checkpoint& resume,
                  shm::Segment* seg) {
-  std::copy(d.x.begin(), d.x.end(), seg->x());
-  std::copy(d.y.begin(), d.y.end(), seg->y());
+  std::copy(d->x.begin(), d->x.end(), seg->x());
+  std::copy(d->y.begin(), d->y.end(), seg->y());
+  std::vector<float>().swap(d->x);
+  std::vector<float>().swap(d->y);
   seg->header()->config.first_step = resume.step;
   seg->header()->combined_step = resume.step - 1;
   if (o.resume_path.empty()) {
@@ -600,7 +616,7 @@ Status Finish(RunParts& run) {
   const nn::Metrics val = run.validation.Finish(end_step, &params);  // may stop early, too
   RunSummary summary = SummaryOf(run, end_step, (t_end - run.t_start) / 1e9);
   summary.val = val;
-  summary.final_loss = nn::Evaluate(o.model, params.data(), d.x.data(), d.y.data(), d.rows).loss;
+  summary.final_loss = nn::Evaluate(o.model, params.data(), run.seg.x(), run.seg.y(), d.rows).loss;
   ReadWorkerCounters(run.seg, &summary);
   if (o.host_count > 1) {
     // The rows of every host's workers: each step is the whole global batch, split over them.
@@ -669,7 +685,7 @@ Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher, Hosts
   shm::Segment seg;
   if (Status s = shm::Segment::Create(shm::MakeSegmentName(), proto, &seg); !s.ok()) return s;
   const SegmentPathForHandlers segment_path_for_handlers(seg.name());
-  FillSegment(o, rd.train, resume, &seg);
+  FillSegment(o, &rd.train, resume, &seg);
   monitoring::SupervisorStats stats(o.workers);
   if (exporter) exporter->Attach(&seg, &stats, o);
   const DetachOnExit detach(exporter.get());

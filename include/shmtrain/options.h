@@ -22,7 +22,7 @@ namespace shmtrain {
 enum class Mode : uint32_t { kSync = 0, kAsync = 1 };  // stored in the segment: append only
 enum class LogFormat { kText, kJson };
 enum class HeaderMode { kAuto, kYes, kNo };
-enum class DataFormat { kAuto, kCsv, kLibsvm };
+enum class DataFormat { kAuto, kCsv, kLibsvm, kIdx, kNpy, kNpz };
 // Async update rule (values stored in the segment: append only). See nn/update.h.
 enum class AsyncRule : uint32_t { kAsgd = 0, kDcAsgdC = 1, kDcAsgdA = 2 };
 // Feature scaling, fitted on the training rows only (values stored in files: append only).
@@ -49,6 +49,7 @@ const char* ToString(Mode m);
 const char* ToString(AsyncRule r);
 const char* ToString(Normalize n);
 const char* ToString(Task t);
+const char* ToString(DataFormat f);
 inline Task TaskOf(Loss l) { return l == Loss::kXent ? Task::kClassification : Task::kRegression; }
 
 struct TrainOptions {
@@ -66,6 +67,12 @@ struct TrainOptions {
   int example_features = 16;
   // File format of data_path and val_data_path (default: by name, then by content).
   DataFormat format = DataFormat::kAuto;
+  // IDX and NumPy data: the labels' own file (IDX, .npy, or an .npz's npz_y array); empty:
+  // an .npz's own npz_y array. The held-out file's likewise.
+  std::string labels_path;
+  std::string val_labels_path;
+  // The arrays of an .npz: features and labels, for --data and for --val-data.
+  std::string npz_x = "x", npz_y = "y", val_npz_x = "x", val_npz_y = "y";
   // Label column of a CSV file, 0-based; -1 (default) is the last column. label_name: the
   // column with this name in the header line instead.
   int label_col = -1;

@@ -1,0 +1,211 @@
+#include "data/arrays.h"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <memory>
+
+#include "data/array_file.h"
+#include "data/byte_stream.h"
+
+namespace shmtrain::data {
+namespace {
+
+bool EndsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+bool IsIdxMagic(const std::string& b) {
+  if (b.size() < 4 || b[0] != 0 || b[1] != 0 || b[3] < 1) return false;
+  const unsigned char t = static_cast<unsigned char>(b[2]);
+  return t == 0x08 || t == 0x09 || t == 0x0B || t == 0x0C || t == 0x0D || t == 0x0E;
+}
+
+DataFormat ByName(std::string_view name) {
+  if (EndsWith(name, ".gz")) name.remove_suffix(3);
+  if (EndsWith(name, ".npy")) return DataFormat::kNpy;
+  if (EndsWith(name, ".npz")) return DataFormat::kNpz;
+  if (EndsWith(name, ".idx")) return DataFormat::kIdx;
+  if (name.size() >= 10 && EndsWith(name, "-ubyte") &&
+      name.substr(name.size() - 10, 3) == "idx") {
+    return DataFormat::kIdx;  // the MNIST family's names: train-images-idx3-ubyte
+  }
+  if (EndsWith(name, ".svm") || EndsWith(name, ".libsvm") || EndsWith(name, ".svmlight")) {
+    return DataFormat::kLibsvm;
+  }
+  return DataFormat::kAuto;
+}
+
+// An array of `path` in `format`: the file itself, or the .npz member `key`.
+Status OpenArray(const std::string& path, DataFormat format, const std::string& key,
+                 ArrayReader* r) {
+  std::unique_ptr<ByteSource> src;
+  if (format != DataFormat::kNpz) {
+    if (Status s = OpenFile(path, &src); !s.ok()) return s;
+    return format == DataFormat::kIdx ? ReadIdxHeader(std::move(src), r)
+                                      : ReadNpyHeader(std::move(src), r);
+  }
+  std::vector<std::string> members;
+  if (Status s = ListZip(path, &members); !s.ok()) return s;
+  if (std::find(members.begin(), members.end(), key + ".npy") == members.end()) {
+    std::string have;
+    for (const std::string& m : members) {
+      have += (have.empty() ? "" : ", ") + (EndsWith(m, ".npy") ? m.substr(0, m.size() - 4) : m);
+    }
+    return Status::Data(path + ": the archive has no array '" + key + "' (its arrays: " +
+                        (have.empty() ? "none" : have) + "; choose with --npz-x / --npz-y)");
+  }
+  if (Status s = OpenZipMember(path, key + ".npy", &src); !s.ok()) return s;
+  return ReadNpyHeader(std::move(src), r);
+}
+
+// The labels' array: their own file, or the .npz's y array.
+Status OpenLabels(const std::string& path, DataFormat format, const LoadOptions& opts,
+                  ArrayReader* r, std::string* name) {
+  if (opts.labels_path.empty() && format != DataFormat::kNpz) {
+    return Status::Data(path + ": " + (format == DataFormat::kIdx ? "IDX" : ".npy") +
+                        " data keeps its labels in a file of their own: give it with --labels "
+                        "(--val-labels for --val-data)");
+  }
+  *name = opts.labels_path.empty() ? path : opts.labels_path;
+  const DataFormat lf = opts.labels_path.empty() ? format : DetectFormat(opts.labels_path);
+  if (!IsArrayFormat(lf)) {
+    return Status::Data(*name + ": labels must be an IDX or NumPy (.npy, .npz) file");
+  }
+  return OpenArray(*name, lf, opts.y_key, r);
+}
+
+// Rows and features of the features array: the first dimension, and the product of the rest.
+Status ShapeOf(const std::string& path, const ArrayHeader& h, int64_t* rows, int* features) {
+  if (h.shape.empty()) return Status::Data(path + ": " + h.Describe() + " has no rows (a 0-d array)");
+  int64_t f = 1;
+  for (size_t d = 1; d < h.shape.size(); ++d) f *= h.shape[d];
+  if (h.shape[0] < 1 || f < 1) return Status::Data(path + ": " + h.Describe() + " is empty");
+  if (f > INT_MAX) {
+    return Status::Data(path + ": " + h.Describe() + " has " + std::to_string(f) +
+                        " features per row, more than the supported " + std::to_string(INT_MAX));
+  }
+  *rows = h.shape[0];
+  *features = static_cast<int>(f);
+  return Status::Ok();
+}
+
+Status CheckLabelShape(const std::string& name, const ArrayHeader& h, const std::string& path,
+                       int64_t rows) {
+  const bool column = h.shape.size() == 1 || (h.shape.size() == 2 && h.shape[1] == 1);
+  if (!column) {
+    return Status::Data(name + ": labels must be one per row, of shape (n,) or (n, 1); this is a " +
+                        h.Describe());
+  }
+  if (h.shape[0] != rows) {
+    return Status::Data(name + ": count mismatch: " + std::to_string(h.shape[0]) +
+                        " labels, but " + path + " has " + std::to_string(rows) + " rows");
+  }
+  return Status::Ok();
+}
+
+// Classes (through opts.classes, or a map of these values) or regression targets into ds->y.
+Status Targets(const std::string& name, const LoadOptions& opts, const std::vector<double>& v,
+               Dataset* ds) {
+  ds->y.resize(v.size());
+  if (opts.task != Task::kClassification) {
+    static const double kFloatOverflow = std::ldexp(1.0, 128) - std::ldexp(1.0, 103);
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (std::fabs(v[i]) >= kFloatOverflow) {
+        return Status::Data(name + ": label " + std::to_string(i) + ": value is too large for a 32-bit float");
+      }
+      ds->y[i] = static_cast<float>(v[i]);
+    }
+    return Status::Ok();
+  }
+  ClassMap built;
+  if (opts.classes == nullptr) {
+    built = ClassMap::FromValues(v);
+    if (built.size() < 2) {
+      return Status::Data(name + ": classification needs at least 2 classes, the labels have " +
+                          std::to_string(built.size()) +
+                          (built.size() == 1 ? " ('" + built.names[0] + "')" : ""));
+    }
+  }
+  const ClassMap& map = opts.classes ? *opts.classes : built;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const int k = map.FindValue(v[i]);
+    if (k < 0) {
+      return Status::Data(name + ": label " + std::to_string(i) + " (0-based) is " +
+                          ClassMap::FromValues({v[i]}).names[0] + ", not one of the model's " +
+                          std::to_string(map.size()) + " classes (" + map.List() + ")");
+    }
+    ds->y[i] = static_cast<float>(k);
+  }
+  ds->classes = map;
+  return Status::Ok();
+}
+
+// Opens the labels' array and checks its shape against the rows, before any data is read.
+Status OpenLabelsFor(const std::string& path, DataFormat format, const LoadOptions& opts,
+                     int64_t rows, ArrayReader* r) {
+  std::string name;
+  if (Status s = OpenLabels(path, format, opts, r, &name); !s.ok()) return s;
+  return CheckLabelShape(r->src->name(), r->header, path, rows);
+}
+
+Status ReadLabels(const LoadOptions& opts, ArrayReader& r, Dataset* ds) {
+  std::vector<double> v(static_cast<size_t>(ds->rows));
+  const ElementName where = [](int64_t i) { return "label " + std::to_string(i) + " (0-based)"; };
+  if (Status s = ReadDoubles(r, ds->rows, v.data(), where); !s.ok()) return s;
+  if (Status s = ExpectEnd(*r.src, "the labels"); !s.ok()) return s;
+  return Targets(r.src->name(), opts, v, ds);
+}
+
+}  // namespace
+
+bool IsArrayFormat(DataFormat f) {
+  return f == DataFormat::kIdx || f == DataFormat::kNpy || f == DataFormat::kNpz;
+}
+
+DataFormat DetectFormat(const std::string& path) {
+  if (const DataFormat f = ByName(path); f != DataFormat::kAuto) return f;
+  const std::string head = PeekFile(path, 6);
+  if (head.rfind("PK\x03\x04", 0) == 0 || head.rfind("PK\x05\x06", 0) == 0) return DataFormat::kNpz;
+  if (head.rfind("\x93NUMPY", 0) == 0) return DataFormat::kNpy;
+  if (IsIdxMagic(head)) return DataFormat::kIdx;
+  if (head.rfind("\x1f\x8b", 0) == 0) {
+    // gzip: the array formats are the ones read compressed; IDX's header says what is wrong.
+    return PeekContent(path, 6).rfind("\x93NUMPY", 0) == 0 ? DataFormat::kNpy : DataFormat::kIdx;
+  }
+  return DataFormat::kAuto;
+}
+
+Status LoadArrays(const std::string& path, DataFormat format, const LoadOptions& opts,
+                  Dataset* out) {
+  ArrayReader x;
+  if (Status s = OpenArray(path, format, opts.x_key, &x); !s.ok()) return s;
+  Dataset ds;
+  if (Status s = ShapeOf(x.src->name(), x.header, &ds.rows, &ds.features); !s.ok()) return s;
+  if (opts.features > 0 && ds.features != opts.features) {
+    return Status::Data(x.src->name() + ": rows have " + std::to_string(ds.features) +
+                        " features (" + x.header.Describe() + "), the model takes " +
+                        std::to_string(opts.features));
+  }
+  ArrayReader y;
+  if (!opts.no_labels) {
+    if (Status s = OpenLabelsFor(path, format, opts, ds.rows, &y); !s.ok()) return s;
+  }
+  if (opts.check_size) {
+    if (Status s = opts.check_size(ds.rows, ds.features); !s.ok()) return s;
+  }
+  const int64_t f = ds.features;
+  ds.x.resize(static_cast<size_t>(ds.rows) * static_cast<size_t>(f));
+  const ElementName where = [f](int64_t i) {
+    return "row " + std::to_string(i / f) + ", feature " + std::to_string(i % f) + " (0-based)";
+  };
+  if (Status s = ReadFloats(x, ds.rows * f, ds.x.data(), where); !s.ok()) return s;
+  if (Status s = ExpectEnd(*x.src, "the " + x.header.Describe()); !s.ok()) return s;
+  if (!opts.no_labels) {
+    if (Status s = ReadLabels(opts, y, &ds); !s.ok()) return s;
+  }
+  *out = std::move(ds);
+  return Status::Ok();
+}
+
+}  // namespace shmtrain::data

@@ -1,0 +1,24 @@
+// Datasets from array files: IDX and NumPy (.npy, .npz). The features are one array whose
+// first dimension is the rows (every further dimension is flattened: (n, 28, 28) is n rows
+// of 784 features); the labels are another, of shape (n,) or (n, 1), from the file
+// LoadOptions::labels_path names or from the .npz's own y_key array.
+#pragma once
+
+#include <string>
+
+#include "data/dataset.h"
+
+namespace shmtrain::data {
+
+bool IsArrayFormat(DataFormat f);
+
+// The format by the file's name, then by its first bytes: kIdx, kNpy, kNpz or kLibsvm when
+// they tell; kAuto when the file is text that its content must tell apart (CSV or LIBSVM).
+DataFormat DetectFormat(const std::string& path);
+
+// Loads `path` in `format` (kIdx, kNpy or kNpz) with the labels opts asks for. Every failure
+// is Status::Data naming the file and what is wrong; a count mismatch names both files.
+Status LoadArrays(const std::string& path, DataFormat format, const LoadOptions& opts,
+                  Dataset* out);
+
+}  // namespace shmtrain::data

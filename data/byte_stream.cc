@@ -1,0 +1,364 @@
+#include "data/byte_stream.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <utility>
+
+namespace shmtrain::data {
+namespace {
+
+constexpr size_t kBlock = size_t{1} << 18;  // bytes read from the file at a time
+
+Status Damaged(const std::string& name, const std::string& what) {
+  return Status::Data(name + ": " + what);
+}
+
+// An open file descriptor, closed on scope exit.
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+  void reset(int fd) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = fd;
+  }
+
+ private:
+  int fd_;
+};
+
+Status OpenFd(const std::string& path, Fd* fd) {
+  const int f = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (f < 0) return Status::Data(path + ": cannot open file: " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(f, &st) == 0 && S_ISDIR(st.st_mode)) {
+    ::close(f);
+    return Status::Data(path + ": is a directory, not a data file");
+  }
+  fd->reset(f);
+  return Status::Ok();
+}
+
+// pread of exactly n bytes at `off`; false at a short read.
+bool PreadAll(int fd, void* buf, size_t n, uint64_t off) {
+  char* p = static_cast<char*>(buf);
+  while (n > 0) {
+    const ssize_t r = ::pread(fd, p, n, static_cast<off_t>(off));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<size_t>(r);
+    off += static_cast<uint64_t>(r);
+  }
+  return true;
+}
+
+class GzFile final : public ByteSource {
+ public:
+  GzFile(std::string path, gzFile gz) : ByteSource(std::move(path)), gz_(gz) {}
+  ~GzFile() override { gzclose(gz_); }
+
+  Status Read(void* buf, size_t n, size_t* got) override {
+    *got = 0;
+    char* p = static_cast<char*>(buf);
+    while (*got < n) {
+      const unsigned want = static_cast<unsigned>(std::min<size_t>(n - *got, INT_MAX / 2));
+      const int r = gzread(gz_, p + *got, want);
+      if (r < 0) {
+        int code = 0;
+        const char* why = gzerror(gz_, &code);
+        if (code == Z_ERRNO) return Damaged(name(), std::string("cannot read file: ") + std::strerror(errno));
+        return Damaged(name(), std::string("damaged gzip data: ") + why);
+      }
+      if (r == 0) break;
+      *got += static_cast<size_t>(r);
+    }
+    return Status::Ok();
+  }
+
+ private:
+  gzFile gz_;
+};
+
+uint16_t U16(const unsigned char* p) { return static_cast<uint16_t>(p[0] | p[1] << 8); }
+uint32_t U32(const unsigned char* p) {
+  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 |
+         static_cast<uint32_t>(p[2]) << 16 | static_cast<uint32_t>(p[3]) << 24;
+}
+uint64_t U64(const unsigned char* p) { return U32(p) | static_cast<uint64_t>(U32(p + 4)) << 32; }
+
+// One member as the central directory describes it.
+struct ZipEntry {
+  std::string name;
+  uint16_t flags = 0, method = 0;
+  uint32_t crc = 0;
+  uint64_t csize = 0, usize = 0, local_offset = 0;
+};
+
+// Where the central directory is: the end record, or its zip64 form when a field overflowed.
+Status FindCentralDirectory(const std::string& path, int fd, uint64_t size, uint64_t* offset,
+                            uint64_t* count) {
+  const std::string bad = "not a valid zip archive (.npz): ";
+  const size_t tail = static_cast<size_t>(std::min<uint64_t>(size, 22 + 65535));
+  std::vector<unsigned char> t(tail);
+  if (tail < 22 || !PreadAll(fd, t.data(), tail, size - tail)) {
+    return Damaged(path, bad + "too short for a zip end record");
+  }
+  size_t e = tail - 22 + 1;
+  do {
+    --e;
+  } while (e > 0 && U32(&t[e]) != 0x06054b50);
+  if (U32(&t[e]) != 0x06054b50) return Damaged(path, bad + "no end record (truncated?)");
+  *count = U16(&t[e + 10]);
+  *offset = U32(&t[e + 16]);
+  if (*count == 0xFFFF || *offset == 0xFFFFFFFF) {
+    const uint64_t eocd = size - tail + e;
+    unsigned char loc[20], z[56];
+    if (eocd < 20 || !PreadAll(fd, loc, 20, eocd - 20) || U32(loc) != 0x07064b50 ||
+        !PreadAll(fd, z, 56, U64(loc + 8)) || U32(z) != 0x06064b50) {
+      return Damaged(path, bad + "its zip64 end record is missing or damaged");
+    }
+    *count = U64(z + 32);
+    *offset = U64(z + 48);
+  }
+  if (*offset >= size) return Damaged(path, bad + "the central directory lies past the end");
+  return Status::Ok();
+}
+
+// Applies a zip64 extra field (id 1) to the fields that overflowed, in the order the
+// specification lists them.
+void ApplyZip64(const unsigned char* extra, size_t len, ZipEntry* e, bool usize_ff,
+                bool csize_ff, bool offset_ff) {
+  for (size_t i = 0; i + 4 <= len;) {
+    const uint16_t id = U16(extra + i), n = U16(extra + i + 2);
+    const unsigned char* f = extra + i + 4;
+    if (id == 1 && i + 4 + n <= len) {
+      size_t k = 0;
+      if (usize_ff && k + 8 <= n) e->usize = U64(f + k), k += 8;
+      if (csize_ff && k + 8 <= n) e->csize = U64(f + k), k += 8;
+      if (offset_ff && k + 8 <= n) e->local_offset = U64(f + k), k += 8;
+    }
+    i += 4 + n;
+  }
+}
+
+Status ReadDirectory(const std::string& path, int fd, std::vector<ZipEntry>* out) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return Damaged(path, std::string("cannot stat: ") + std::strerror(errno));
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  uint64_t off = 0, count = 0;
+  if (Status s = FindCentralDirectory(path, fd, size, &off, &count); !s.ok()) return s;
+  for (uint64_t i = 0; i < count; ++i) {
+    unsigned char h[46];
+    if (!PreadAll(fd, h, 46, off) || U32(h) != 0x02014b50) {
+      return Damaged(path, "not a valid zip archive (.npz): central directory entry " +
+                               std::to_string(i + 1) + " is damaged");
+    }
+    const size_t nlen = U16(h + 28), xlen = U16(h + 30), clen = U16(h + 32);
+    std::vector<unsigned char> var(nlen + xlen);
+    if (!PreadAll(fd, var.data(), var.size(), off + 46)) {
+      return Damaged(path, "not a valid zip archive (.npz): the central directory is truncated");
+    }
+    ZipEntry e;
+    e.name.assign(var.begin(), var.begin() + static_cast<std::ptrdiff_t>(nlen));
+    e.flags = U16(h + 8);
+    e.method = U16(h + 10);
+    e.crc = U32(h + 16);
+    e.csize = U32(h + 20);
+    e.usize = U32(h + 24);
+    e.local_offset = U32(h + 42);
+    ApplyZip64(var.data() + nlen, xlen, &e, e.usize == 0xFFFFFFFF, e.csize == 0xFFFFFFFF,
+               e.local_offset == 0xFFFFFFFF);
+    out->push_back(std::move(e));
+    off += 46 + nlen + xlen + clen;
+  }
+  return Status::Ok();
+}
+
+// A member's bytes: stored, or raw deflate; the CRC-32 and size are checked at its end.
+class ZipMember final : public ByteSource {
+ public:
+  ZipMember(std::string name, int fd, const ZipEntry& e, uint64_t data_offset)
+      : ByteSource(std::move(name)), fd_(fd), entry_(e), next_(data_offset),
+        left_(e.csize) {}
+  ~ZipMember() override {
+    if (inflating_) inflateEnd(&z_);
+  }
+
+  Status Start() {
+    if (entry_.method != 8) return Status::Ok();
+    std::memset(&z_, 0, sizeof z_);
+    if (inflateInit2(&z_, -MAX_WBITS) != Z_OK) return Damaged(name(), "cannot start zlib");
+    inflating_ = true;
+    in_.resize(kBlock);
+    return Status::Ok();
+  }
+
+  Status Read(void* buf, size_t n, size_t* got) override {
+    *got = 0;
+    if (done_) return Status::Ok();
+    Status s = entry_.method == 8 ? Inflate(buf, n, got) : Stored(buf, n, got);
+    if (!s.ok()) return s;
+    crc_ = crc32_z(crc_, static_cast<const Bytef*>(buf), *got);
+    total_ += *got;
+    if (*got < n || (entry_.method == 0 && left_ == 0)) return Finish();
+    return Status::Ok();
+  }
+
+ private:
+  Status Stored(void* buf, size_t n, size_t* got) {
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(n, left_));
+    if (!PreadAll(fd_.get(), buf, want, next_)) return Damaged(name(), "the archive is truncated");
+    next_ += want;
+    left_ -= want;
+    *got = want;
+    return Status::Ok();
+  }
+
+  Status Inflate(void* buf, size_t n, size_t* got) {
+    z_.next_out = static_cast<Bytef*>(buf);
+    z_.avail_out = static_cast<uInt>(std::min<size_t>(n, UINT_MAX));
+    while (z_.avail_out > 0 && !ended_) {
+      if (z_.avail_in == 0 && left_ > 0) {
+        const size_t want = static_cast<size_t>(std::min<uint64_t>(in_.size(), left_));
+        if (!PreadAll(fd_.get(), in_.data(), want, next_)) {
+          return Damaged(name(), "the archive is truncated");
+        }
+        next_ += want;
+        left_ -= want;
+        z_.next_in = in_.data();
+        z_.avail_in = static_cast<uInt>(want);
+      }
+      const int r = inflate(&z_, Z_NO_FLUSH);
+      if (r == Z_STREAM_END) {
+        ended_ = true;
+      } else if (r != Z_OK) {
+        return Damaged(name(), std::string("damaged compressed data: ") +
+                                   (z_.msg ? z_.msg : "the deflate stream ends early"));
+      }
+    }
+    *got = static_cast<size_t>(z_.next_out - static_cast<Bytef*>(buf));
+    return Status::Ok();
+  }
+
+  Status Finish() {
+    done_ = true;
+    if (total_ != entry_.usize || crc_ != entry_.crc) {
+      return Damaged(name(), "damaged: its bytes do not match the archive's CRC-32 and size");
+    }
+    return Status::Ok();
+  }
+
+  Fd fd_;
+  ZipEntry entry_;
+  uint64_t next_, left_;
+  z_stream z_{};
+  bool inflating_ = false, ended_ = false, done_ = false;
+  std::vector<Bytef> in_;
+  uLong crc_ = crc32_z(0, nullptr, 0);
+  uint64_t total_ = 0;
+};
+
+}  // namespace
+
+Status ReadExact(ByteSource& src, void* buf, size_t n, const std::string& what) {
+  size_t got = 0;
+  if (Status s = src.Read(buf, n, &got); !s.ok()) return s;
+  if (got < n) {
+    return Status::Data(src.name() + ": truncated: " + what + " needs " + std::to_string(n) +
+                        " bytes, the file has only " + std::to_string(got) + " more");
+  }
+  return Status::Ok();
+}
+
+Status ExpectEnd(ByteSource& src, const std::string& what) {
+  char c;
+  size_t got = 0;
+  if (Status s = src.Read(&c, 1, &got); !s.ok()) return s;
+  if (got != 0) {
+    return Status::Data(src.name() + ": " + what +
+                        " is followed by more bytes (the file is longer than its header says)");
+  }
+  return Status::Ok();
+}
+
+Status OpenFile(const std::string& path, std::unique_ptr<ByteSource>* out) {
+  Fd fd;
+  if (Status s = OpenFd(path, &fd); !s.ok()) return s;
+  gzFile gz = gzdopen(fd.get(), "rb");
+  if (gz == nullptr) return Status::Data(path + ": cannot open file: out of memory");
+  fd.release();  // gzclose closes it
+  gzbuffer(gz, kBlock);
+  *out = std::make_unique<GzFile>(path, gz);
+  return Status::Ok();
+}
+
+Status ListZip(const std::string& path, std::vector<std::string>* names) {
+  Fd fd;
+  if (Status s = OpenFd(path, &fd); !s.ok()) return s;
+  std::vector<ZipEntry> entries;
+  if (Status s = ReadDirectory(path, fd.get(), &entries); !s.ok()) return s;
+  names->clear();
+  for (const ZipEntry& e : entries) names->push_back(e.name);
+  return Status::Ok();
+}
+
+Status OpenZipMember(const std::string& path, const std::string& member,
+                     std::unique_ptr<ByteSource>* out) {
+  Fd fd;
+  if (Status s = OpenFd(path, &fd); !s.ok()) return s;
+  std::vector<ZipEntry> entries;
+  if (Status s = ReadDirectory(path, fd.get(), &entries); !s.ok()) return s;
+  const auto it = std::find_if(entries.begin(), entries.end(),
+                               [&](const ZipEntry& e) { return e.name == member; });
+  if (it == entries.end()) return Status::Data(path + ": the archive has no member '" + member + "'");
+  const std::string name = path + " (" + member + ")";
+  if (it->flags & 1) return Damaged(name, "is encrypted, which is not supported");
+  if (it->method != 0 && it->method != 8) {
+    return Damaged(name, "compression method " + std::to_string(it->method) +
+                             " is not supported (stored or deflate, as numpy writes)");
+  }
+  unsigned char h[30];
+  if (!PreadAll(fd.get(), h, 30, it->local_offset) || U32(h) != 0x04034b50) {
+    return Damaged(name, "its local zip header is missing or damaged");
+  }
+  const uint64_t data = it->local_offset + 30 + U16(h + 26) + U16(h + 28);
+  auto m = std::make_unique<ZipMember>(name, fd.release(), *it, data);
+  if (Status s = m->Start(); !s.ok()) return s;
+  *out = std::move(m);
+  return Status::Ok();
+}
+
+std::string PeekFile(const std::string& path, size_t n) {
+  Fd fd;
+  if (!OpenFd(path, &fd).ok()) return "";
+  std::string s(n, '\0');
+  const ssize_t r = ::pread(fd.get(), s.data(), n, 0);
+  s.resize(r > 0 ? static_cast<size_t>(r) : 0);
+  return s;
+}
+
+std::string PeekContent(const std::string& path, size_t n) {
+  std::unique_ptr<ByteSource> src;
+  if (!OpenFile(path, &src).ok()) return "";
+  std::string s(n, '\0');
+  size_t got = 0;
+  if (!src->Read(s.data(), n, &got).ok()) got = 0;
+  s.resize(got);
+  return s;
+}
+
+}  // namespace shmtrain::data

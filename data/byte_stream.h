@@ -1,0 +1,58 @@
+// Where the bytes of an array file come from: a file read through zlib (gzip, or a plain file,
+// which gzread passes through unchanged), or one member of a zip archive (an .npz: stored or
+// deflated). The array readers (data/array_file.h) see only this seam, so a format is
+// independent of how its bytes are packed, and every source reads in blocks: no source holds
+// a whole file in memory.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shmtrain/status.h"
+
+namespace shmtrain::data {
+
+class ByteSource {
+ public:
+  virtual ~ByteSource() = default;
+  // Reads up to n bytes into buf; *got < n only at the end of the stream. A read error, or
+  // a compressed stream found damaged, is Status::Data naming the source.
+  virtual Status Read(void* buf, size_t n, size_t* got) = 0;
+  // For messages: the path, or "path (array 'x')" for a member of an archive.
+  const std::string& name() const { return name_; }
+
+ protected:
+  explicit ByteSource(std::string name) : name_(std::move(name)) {}
+
+ private:
+  std::string name_;
+};
+
+// Reads exactly n bytes, else Status::Data "<name>: truncated: <what> needs N bytes, the file
+// has only M more".
+Status ReadExact(ByteSource& src, void* buf, size_t n, const std::string& what);
+// Status::Data "<name>: <what> is followed by more bytes (the file is longer than its header
+// says)" unless the source is at its end.
+Status ExpectEnd(ByteSource& src, const std::string& what);
+
+// A file, decompressed when it is gzip.
+Status OpenFile(const std::string& path, std::unique_ptr<ByteSource>* out);
+
+// The names of the members of a zip archive, in the archive's order.
+Status ListZip(const std::string& path, std::vector<std::string>* names);
+// The member `member` of a zip archive (methods stored and deflate, zip64 sizes as numpy
+// writes them); its CRC-32 and size are checked when its end is read. Status::Data when the
+// archive has no such member.
+Status OpenZipMember(const std::string& path, const std::string& member,
+                     std::unique_ptr<ByteSource>* out);
+
+// The first bytes of a file as stored (not decompressed), for telling formats apart; fewer
+// when the file is shorter. Empty when it cannot be read (the loader then says why).
+std::string PeekFile(const std::string& path, size_t n);
+// The first bytes of a file after gzip decompression (the same as PeekFile for a plain file).
+std::string PeekContent(const std::string& path, size_t n);
+
+}  // namespace shmtrain::data
