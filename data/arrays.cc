@@ -56,7 +56,12 @@ Status OpenArray(const std::string& path, DataFormat format, const std::string& 
                         (have.empty() ? "none" : have) + "; choose with --npz-x / --npz-y)");
   }
   if (Status s = OpenZipMember(path, key + ".npy", &src); !s.ok()) return s;
-  return ReadNpyHeader(std::move(src), r);
+  Status header = ReadNpyHeader(std::move(src), r);
+  if (!header.ok()) {
+    // A damaged member reads as whatever its bytes became; its CRC says what really happened.
+    if (Status s = CheckZipMember(path, key + ".npy"); !s.ok()) return s;
+  }
+  return header;
 }
 
 // The labels' array: their own file, or the .npz's y array.

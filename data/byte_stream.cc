@@ -342,6 +342,16 @@ Status OpenZipMember(const std::string& path, const std::string& member,
   return Status::Ok();
 }
 
+Status CheckZipMember(const std::string& path, const std::string& member) {
+  std::unique_ptr<ByteSource> src;
+  if (Status s = OpenZipMember(path, member, &src); !s.ok()) return s;
+  std::vector<char> buf(kBlock);
+  for (size_t got = buf.size(); got == buf.size();) {
+    if (Status s = src->Read(buf.data(), buf.size(), &got); !s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
 std::string PeekFile(const std::string& path, size_t n) {
   Fd fd;
   if (!OpenFd(path, &fd).ok()) return "";

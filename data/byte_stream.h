@@ -49,6 +49,9 @@ Status ListZip(const std::string& path, std::vector<std::string>* names);
 Status OpenZipMember(const std::string& path, const std::string& member,
                      std::unique_ptr<ByteSource>* out);
 
+// Reads the member `member` to its end: Status::Data when its CRC-32 or size is wrong.
+Status CheckZipMember(const std::string& path, const std::string& member);
+
 // The first bytes of a file as stored (not decompressed), for telling formats apart; fewer
 // when the file is shorter. Empty when it cannot be read (the loader then says why).
 std::string PeekFile(const std::string& path, size_t n);

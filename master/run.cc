@@ -702,13 +702,14 @@ Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher, Hosts
                                 .fingerprint = fingerprint,
                                 .optimizer = optimizer},
                                log, stats);
+  const int64_t t_start = shm::MonotonicNs();  // the clock of the summary and the events
   ValidationProtocol validation({.eval_every = eval_every,
                                  .early_stop = o.early_stop,
                                  .first_step = first,
                                  .total_steps = total_steps,
-                                 .steps_per_epoch = o.StepsPerEpoch(rd.train.rows)},
+                                 .steps_per_epoch = o.StepsPerEpoch(rd.train.rows),
+                                 .t_start_ns = t_start},
                                 o.model, rd.val, seg, log, stats);
-  const int64_t t_start = shm::MonotonicNs();
   Supervisor sup(seg, launcher, log, stats, SupervisorOptionsFor(o));
   LossLog losses(seg, log);
   std::unique_ptr<Combiner> combiner;

@@ -7,6 +7,7 @@
 #include "master/segment_reads.h"
 #include "master/supervisor.h"
 #include "shm/barrier.h"
+#include "shm/futex.h"
 #include "shmtrain/options.h"
 
 namespace shmtrain::master {
@@ -52,7 +53,10 @@ void ValidationProtocol::SnapshotsToEvaluator() {
     int64_t step = 0;
     std::vector<float> w = CopyParamsAsync(seg_, &step);
     // The run may have reached its end meanwhile: the final evaluation covers that.
-    if (step < total) evaluator_->Submit(next_eval_, step, std::move(w));
+    if (step < total) {
+      taken_ns_[step] = shm::MonotonicNs();
+      evaluator_->Submit(next_eval_, step, std::move(w));
+    }
     next_eval_ = step / every + 1;
     return;
   }
@@ -64,6 +68,7 @@ void ValidationProtocol::SnapshotsToEvaluator() {
     const float* e = seg_.snapshot(next_eval_);
     std::vector<float> w(e, e + seg_.header()->config.param_count);
     if (!ack_after_eval_) shm::AckEval(seg_.header(), next_eval_);
+    taken_ns_[next_eval_ * every] = shm::MonotonicNs();
     evaluator_->Submit(next_eval_, next_eval_ * every, std::move(w));
     ++next_eval_;
   }
@@ -71,7 +76,9 @@ void ValidationProtocol::SnapshotsToEvaluator() {
 
 void ValidationProtocol::HandleResults(std::vector<Evaluator::Result> results) {
   for (Evaluator::Result& r : results) {
-    LogValidation(r.step, r.metrics);
+    const auto taken = taken_ns_.find(r.step);
+    LogValidation(r.step, r.metrics, taken != taken_ns_.end() ? taken->second : shm::MonotonicNs());
+    if (taken != taken_ns_.end()) taken_ns_.erase(taken);
     if (best_.Observe(r.step, r.metrics, std::move(r.params)) && !stop_requested_) {
       RequestEarlyStop(r.index);
     }
@@ -98,7 +105,10 @@ void ValidationProtocol::RequestEarlyStop(int64_t k) {
       JsonLine("early_stop").Int("best_step", best_.step()).Num("best_val_loss", best_.loss()));
 }
 
-void ValidationProtocol::LogValidation(int64_t step, const nn::Metrics& m) {
+// taken_ns: when the evaluated parameters were taken from the segment; the event's elapsed_s
+// counts from the run's start to then (time-to-accuracy, bench/fashion_bench.cc), not to the
+// end of the evaluation, which runs beside the training.
+void ValidationProtocol::LogValidation(int64_t step, const nn::Metrics& m, int64_t taken_ns) {
   const bool xent = spec_.loss == Loss::kXent;
   const int64_t per_epoch = plan_.steps_per_epoch;
   const double epoch = static_cast<double>(step) / per_epoch;
@@ -109,6 +119,7 @@ void ValidationProtocol::LogValidation(int64_t step, const nn::Metrics& m) {
   JsonLine j("validation");
   j.Int("step", step).Num("epoch", epoch).Num("val_loss", m.loss);
   xent ? j.Num("val_accuracy", m.accuracy) : j.Num("val_rmse", m.rmse);
+  j.Num("elapsed_s", (taken_ns - plan_.t_start_ns) / 1e9);
   log_.Line("validation at step " + std::to_string(step) + " (epoch " + epoch_text +
                 "): val loss " + Fmt("%.6g", m.loss) +
                 (xent ? ", val accuracy " + Fmt("%.4f", m.accuracy)
@@ -117,10 +128,11 @@ void ValidationProtocol::LogValidation(int64_t step, const nn::Metrics& m) {
 }
 
 nn::Metrics ValidationProtocol::Finish(int64_t end_step, std::vector<float>* params) {
+  const int64_t end_ns = shm::MonotonicNs();
   if (evaluator_) HandleResults(evaluator_->Finish());
   nn::Metrics m = nn::Evaluate(spec_, params->data(), val_.x.data(), val_.y.data(), val_.rows);
   if (!evaluator_) return m;
-  LogValidation(end_step, m);
+  LogValidation(end_step, m, end_ns);
   best_.Observe(end_step, m, {});
   // With --early-stop the model kept is the one with the best validation loss.
   if (plan_.early_stop > 0 && best_.step() != end_step) {

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -45,6 +46,7 @@ struct ValidationPlan {
   int64_t first_step = 0;       // the step the run starts from
   int64_t total_steps = 0;      // the run's last step
   int64_t steps_per_epoch = 1;  // for the epoch the log lines name
+  int64_t t_start_ns = 0;       // the run's start (MonotonicNs), for the events' elapsed_s
 };
 
 class ValidationProtocol {
@@ -78,7 +80,10 @@ class ValidationProtocol {
   void SnapshotsToEvaluator();
   void HandleResults(std::vector<Evaluator::Result> results);
   void RequestEarlyStop(int64_t k);
-  void LogValidation(int64_t step, const nn::Metrics& m);
+  void LogValidation(int64_t step, const nn::Metrics& m, int64_t taken_ns);
+
+  // step -> MonotonicNs() when its parameters were taken for evaluation.
+  std::map<int64_t, int64_t> taken_ns_;
 
   ValidationPlan plan_;
   const ModelSpec& spec_;

@@ -1,0 +1,254 @@
+// IDX and NumPy data (data/arrays.h) and Fashion-MNIST from its Debian package.
+//
+// The array files are written by numpy itself (tests/make_arrays.py, run with Debian's
+// python3 and python3-numpy), so the loaders are held to the files numpy really writes:
+// np.save, np.savez (zip64 local headers), np.savez_compressed (deflate), Fortran order, big-
+// endian and object arrays. Fashion-MNIST is read where the package puts it; without the
+// package these tests fail with a message naming it, never skip.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "data/dataset.h"
+#include "gtest/gtest.h"
+#include "tests/proc_util.h"
+
+namespace shmtrain {
+namespace {
+
+using std::chrono::milliseconds;
+using test::ExitedWith;
+using test::ProcResult;
+
+constexpr const char* kBin = SHMTRAIN_BIN;
+constexpr const char* kPython = NUMPY_PYTHON;
+constexpr const char* kMakeArrays = MAKE_ARRAYS_PY;
+const std::string kFashion = "/usr/share/datasets/fashion-mnist/";
+constexpr milliseconds kRunTimeout{600'000};  // TSan trains Fashion-MNIST slowly
+
+bool Has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// The arrays, written once for the whole file: "same" (the first 1000 training images in every
+// form) and "bad" (files to refuse).
+class Arrays : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new test::TempDir();
+    ASSERT_TRUE(test::FileExists(kFashion + "train-images-idx3-ubyte.gz"))
+        << "Fashion-MNIST is not installed: apt-get install dataset-fashion-mnist (or run "
+           "scripts/install-deps.sh)";
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{"same", Same(""), "1000"}, {"bad", Bad("")}}) {
+      std::vector<std::string> argv = {kPython, kMakeArrays};
+      argv.insert(argv.end(), args.begin(), args.end());
+      const ProcResult r = test::RunProcess(argv, milliseconds{120'000});
+      ASSERT_TRUE(ExitedWith(r, 0)) << "tests/make_arrays.py needs Debian's python3-numpy "
+                                       "(scripts/install-deps.sh installs it)";
+    }
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  static std::string Same(const std::string& name) { return dir_->File("same/" + name); }
+  static std::string Bad(const std::string& name) { return dir_->File("bad/" + name); }
+
+  static test::TempDir* dir_;
+};
+test::TempDir* Arrays::dir_ = nullptr;
+
+data::LoadOptions Classify(const std::string& labels = "", const std::string& x = "x",
+                           const std::string& y = "y") {
+  data::LoadOptions o;
+  o.task = Task::kClassification;
+  o.labels_path = labels;
+  o.x_key = x;
+  o.y_key = y;
+  return o;
+}
+
+// ---- the loaders ----
+
+TEST_F(Arrays, EveryFormatLoadsTheSameDataset) {
+  data::Dataset ref;
+  ASSERT_TRUE(data::LoadFile(Same("x-idx3-ubyte"), Classify(Same("y-idx1-ubyte")), &ref).ok());
+  ASSERT_EQ(ref.rows, 1000);
+  ASSERT_EQ(ref.features, 784);
+  ASSERT_EQ(ref.classes.List(), "0, 1, 2, 3, 4, 5, 6, 7, 8, 9");
+  struct Case {
+    std::string data;
+    data::LoadOptions opts;
+  };
+  const std::vector<Case> cases = {
+      {Same("x-idx3-ubyte.gz"), Classify(Same("y.npy"))},       // gzip IDX, .npy labels
+      {Same("xf32.idx"), Classify(Same("y-idx1-ubyte"))},      // big-endian float32 IDX
+      {Same("x.npy"), Classify(Same("y.npy"))},                // uint8 (n, 28, 28)
+      {Same("xf32.npy"), Classify(Same("yi64.npy"))},          // float32 (n, 784), int64 (n, 1)
+      {Same("xf64.npy"), Classify(Same("y-idx1-ubyte"))},      // float64
+      {Same("xy.npz"), Classify()},                            // np.savez: x and y
+      {Same("xyc.npz"), Classify("", "images", "labels")},     // np.savez_compressed
+      {Same("x.npy"), Classify(Same("xyc.npz"), "x", "labels")},  // labels from an .npz
+      {Same("xy.csv"), Classify()},                            // CSV: header, label last
+  };
+  for (const Case& c : cases) {
+    data::Dataset d;
+    const Status s = data::LoadFile(c.data, c.opts, &d);
+    ASSERT_TRUE(s.ok()) << c.data << ": " << s.message();
+    EXPECT_EQ(d.rows, ref.rows) << c.data;
+    EXPECT_EQ(d.features, ref.features) << c.data;
+    EXPECT_TRUE(d.x == ref.x) << c.data << ": features differ";
+    EXPECT_TRUE(d.y == ref.y) << c.data << ": labels differ";
+    EXPECT_EQ(d.classes.names, ref.classes.names) << c.data;
+  }
+}
+
+TEST_F(Arrays, RegressionTargetsAndPredictData) {
+  data::LoadOptions reg;
+  reg.labels_path = Same("y.npy");
+  data::Dataset d;
+  ASSERT_TRUE(data::LoadFile(Same("x.npy"), reg, &d).ok());
+  data::Dataset c;
+  ASSERT_TRUE(data::LoadFile(Same("x.npy"), Classify(Same("y.npy")), &c).ok());
+  EXPECT_TRUE(d.y == c.y) << "labels 0..9 are their own class indices and values";
+  EXPECT_EQ(d.classes.size(), 0);
+  data::LoadOptions predict;
+  predict.no_labels = true;  // predict: no labels needed
+  data::Dataset p;
+  ASSERT_TRUE(data::LoadFile(Same("x-idx3-ubyte"), predict, &p).ok());
+  EXPECT_EQ(p.rows, 1000);
+  EXPECT_TRUE(p.y.empty());
+}
+
+// Each refused file: the message starts with the file it is about and says what is wrong.
+TEST_F(Arrays, BadFilesNameTheFileAndTheFault) {
+  struct Case {
+    std::string data, labels, x = "x", y = "y";
+    std::string file;  // the file the message must start with
+    std::string what;
+  };
+  const std::vector<Case> cases = {
+      {"magic-idx3-ubyte", "y4-idx1-ubyte", "x", "y", "magic-idx3-ubyte", "wrong magic number 0x00000703"},
+      {"short-idx3-ubyte", "y4-idx1-ubyte", "x", "y", "short-idx3-ubyte", "truncated"},
+      {"cut-idx3-ubyte.gz", "y4-idx1-ubyte", "x", "y", "cut-idx3-ubyte.gz", "truncated"},
+      {"x4-idx3-ubyte", "y3-idx1-ubyte", "x", "y", "y3-idx1-ubyte", "count mismatch: 3 labels, but"},
+      {"x4-idx3-ubyte", "", "x", "y", "x4-idx3-ubyte", "--labels"},
+      {"fortran.npy", "y4.npy", "x", "y", "fortran.npy", "Fortran order"},
+      {"bigendian.npy", "y4.npy", "x", "y", "bigendian.npy", "big-endian"},
+      {"object.npy", "y4.npy", "x", "y", "object.npy", "object array"},
+      {"text.npy", "y4.npy", "x", "y", "text.npy", "holds text"},
+      {"complex.npy", "y4.npy", "x", "y", "complex.npy", "dtype '<c8' is not supported"},
+      {"structured.npy", "y4.npy", "x", "y", "structured.npy", "structured dtypes"},
+      {"nan.npy", "y4.npy", "x", "y", "nan.npy", "row 1, feature 1 (0-based): value nan is not finite"},
+      {"x4.npy", "y3.npy", "x", "y", "y3.npy", "count mismatch: 3 labels, but"},
+      {"x4.npy", "y2d.npy", "x", "y", "y2d.npy", "shape (n,) or (n, 1)"},
+      {"truncated.npy", "y4.npy", "x", "y", "truncated.npy", "truncated"},
+      {"longer.npy", "y4.npy", "x", "y", "longer.npy", "followed by more bytes"},
+      {"notnpy.npy", "y4.npy", "x", "y", "notnpy.npy", "no \\x93NUMPY magic"},
+      {"noy.npz", "", "x", "y", "noy.npz", "no array 'y' (its arrays: x, labels"},
+      {"noy.npz", "", "images", "y", "noy.npz", "no array 'images'"},
+      {"damaged.npz", "", "x", "y", "damaged.npz (x.npy)", "CRC-32"},
+      {"cut.npz", "", "x", "y", "cut.npz", "not a valid zip archive"},
+  };
+  for (const Case& c : cases) {
+    data::Dataset d;
+    const Status s = data::LoadFile(Bad(c.data), Classify(c.labels.empty() ? "" : Bad(c.labels), c.x, c.y), &d);
+    ASSERT_FALSE(s.ok()) << c.data << " was accepted";
+    EXPECT_EQ(s.code(), Status::Code::kData) << s.message();
+    EXPECT_EQ(s.message().rfind(Bad(c.file), 0), 0u) << "does not start with " << c.file << ": " << s.message();
+    EXPECT_TRUE(Has(s.message(), c.what)) << "no '" << c.what << "' in: " << s.message();
+  }
+}
+
+// ---- the command line ----
+
+std::vector<std::string> Cmd(std::vector<std::string> args) {
+  if (args[0] == "train") args.insert(args.begin() + 1, {"--no-metrics", "--no-progress"});
+  args.insert(args.begin(), kBin);
+  return args;
+}
+
+ProcResult Shm(const std::vector<std::string>& args) {
+  const ProcResult r = test::RunProcess(Cmd(args), kRunTimeout);
+  EXPECT_EQ(test::SegmentsOf(r.pid), std::vector<std::string>()) << "segments left by " << r.pid;
+  return r;
+}
+
+// The acceptance run: Fashion-MNIST from the package's IDX files, sync P = 2, 3 epochs, to
+// >= 85% test accuracy (measured 86.4%); eval of the saved model on the test files agrees.
+TEST_F(Arrays, FashionMnistFromIdxReaches85Percent) {
+  const std::string model = dir_->File("fashion.bin");
+  const ProcResult r = Shm(
+      {"train", "--workers", "2", "--data", kFashion + "train-images-idx3-ubyte.gz", "--labels",
+       kFashion + "train-labels-idx1-ubyte.gz", "--val-data", kFashion + "t10k-images-idx3-ubyte.gz",
+       "--val-labels", kFashion + "t10k-labels-idx1-ubyte.gz", "--layers", "784,64,10",
+       "--activation", "relu", "--loss", "xent", "--normalize", "standard", "--batch", "128",
+       "--lr", "0.01", "--momentum", "0.9", "--epochs", "3", "--log-every", "0",
+       "--log-format", "json", "--save", model});
+  ASSERT_TRUE(ExitedWith(r, 0));
+  const std::string s = test::SummaryOf(r);
+  EXPECT_GE(test::Num(s, "val_accuracy"), 0.85) << s;
+  const ProcResult e = Shm({"eval", "--model", model, "--data", kFashion + "t10k-images-idx3-ubyte.gz",
+                            "--labels", kFashion + "t10k-labels-idx1-ubyte.gz", "--log-format", "json"});
+  ASSERT_TRUE(ExitedWith(e, 0));
+  EXPECT_EQ(test::JsonField(test::SplitLines(e.out).back(), "accuracy"),
+            test::JsonField(s, "val_accuracy")) << e.out << "\n" << s;
+}
+
+// The same arrays as IDX, .npy, .npz (stored and deflated) and CSV train byte-identical models.
+TEST_F(Arrays, EveryFormatTrainsTheSameModel) {
+  const std::vector<std::vector<std::string>> inputs = {
+      {"--data", Same("x-idx3-ubyte"), "--labels", Same("y-idx1-ubyte")},
+      {"--data", Same("x-idx3-ubyte.gz"), "--labels", Same("y-idx1-ubyte")},
+      {"--data", Same("x.npy"), "--labels", Same("y.npy")},
+      {"--data", Same("xf64.npy"), "--labels", Same("yi64.npy")},
+      {"--data", Same("xy.npz")},
+      {"--data", Same("xyc.npz"), "--npz-x", "images", "--npz-y", "labels"},
+      {"--data", Same("xy.csv")},
+  };
+  std::string first;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const std::string model = dir_->File("m" + std::to_string(i) + ".bin");
+    std::vector<std::string> a = {"train", "--workers", "2", "--layers", "784,16,10", "--activation",
+                                  "relu", "--loss", "xent", "--normalize", "minmax", "--batch", "100",
+                                  "--lr", "0.05", "--momentum", "0.9", "--epochs", "2",
+                                  "--log-every", "0", "--save", model};
+    a.insert(a.end(), inputs[i].begin(), inputs[i].end());
+    ASSERT_TRUE(ExitedWith(Shm(a), 0)) << inputs[i][1];
+    const std::string bytes = test::ReadWholeFile(model);
+    if (i == 0) first = bytes;
+    EXPECT_TRUE(!bytes.empty() && bytes == first) << inputs[i][1] << " trained another model";
+  }
+}
+
+// Refusals through the CLI: exit 2, the file named, nothing left behind.
+TEST_F(Arrays, BadFilesExitTwoNamingTheFile) {
+  const std::vector<std::vector<std::string>> cases = {
+      {"--data", Bad("magic-idx3-ubyte"), "--labels", Bad("y4-idx1-ubyte")},
+      {"--data", Bad("short-idx3-ubyte"), "--labels", Bad("y4-idx1-ubyte")},
+      {"--data", Bad("x4-idx3-ubyte"), "--labels", Bad("y3-idx1-ubyte")},
+      {"--data", Bad("fortran.npy"), "--labels", Bad("y4.npy")},
+      {"--data", Bad("object.npy"), "--labels", Bad("y4.npy")},
+      {"--data", Bad("damaged.npz")},
+  };
+  for (const std::vector<std::string>& c : cases) {
+    std::vector<std::string> a = {"train", "--layers", "4,2", "--loss", "xent", "--lr", "0.1",
+                                  "--epochs", "1"};
+    a.insert(a.end(), c.begin(), c.end());
+    const ProcResult r = Shm(a);
+    EXPECT_TRUE(ExitedWith(r, 2)) << c[1];
+    const std::string named = c.size() > 2 && Has(c[3], "y3") ? c[3] : c[1];
+    EXPECT_TRUE(Has(r.err, named)) << r.err;
+  }
+  const ProcResult csv = Shm({"train", "--layers", "784,2", "--loss", "xent", "--lr", "0.1",
+                              "--epochs", "1", "--data", Same("xy.csv"), "--labels", Same("y.npy")});
+  EXPECT_TRUE(ExitedWith(csv, 2));
+  EXPECT_TRUE(Has(csv.err, "--labels applies to IDX and NumPy data")) << csv.err;
+  const ProcResult val = Shm({"train", "--layers", "784,2", "--loss", "xent", "--lr", "0.1",
+                              "--epochs", "1", "--data", Same("xy.npz"), "--val-labels", Same("y.npy")});
+  EXPECT_TRUE(ExitedWith(val, 2));
+  EXPECT_TRUE(Has(val.err, "--val-labels: applies with --val-data FILE only")) << val.err;
+}
+
+}  // namespace
+}  // namespace shmtrain
