@@ -8,7 +8,7 @@ set -euo pipefail
 # mpirun, libopenmpi-dev to build with it) gives several hosts; the build works without it.
 packages=(cmake g++ make python3 libboost-dev libboost-filesystem-dev libeigen3-dev
           libcli11-dev zlib1g-dev libgtest-dev prometheus-cpp-dev prometheus
-          openmpi-bin libopenmpi-dev)
+          openmpi-bin libopenmpi-dev dataset-fashion-mnist python3-numpy)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
