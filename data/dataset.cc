@@ -856,7 +856,19 @@ Status LoadFile(const std::string& path, const LoadOptions& opts, Dataset* out) 
                         " is not supported (use ',', ';' or tab)");
   }
   DataFormat format = opts.format == DataFormat::kAuto ? DetectFormat(path) : opts.format;
-  if (IsArrayFormat(format)) return LoadArrays(path, format, opts, out);
+  if (IsArrayFormat(format)) {
+    const char* csv_flag = opts.label_col != -1          ? "--label-col"
+                           : !opts.label_name.empty()     ? "--label-col"
+                           : opts.header != HeaderMode::kAuto ? "--header"
+                           : opts.delimiter != 0          ? "--delimiter"
+                                                          : nullptr;
+    if (csv_flag != nullptr) {
+      return Status::Data(At(path) + csv_flag + " applies to CSV files; this is " +
+                          (format == DataFormat::kIdx ? "IDX" : "NumPy") +
+                          " data, whose labels come from --labels or the .npz's --npz-y array");
+    }
+    return LoadArrays(path, format, opts, out);
+  }
   if (!opts.labels_path.empty()) {
     return Status::Data(At(path) + "--labels applies to IDX and NumPy data; this file is " +
                         (format == DataFormat::kLibsvm ? "LIBSVM" : "CSV") +

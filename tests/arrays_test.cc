@@ -244,6 +244,11 @@ TEST_F(Arrays, BadFilesExitTwoNamingTheFile) {
                               "--epochs", "1", "--data", Same("xy.csv"), "--labels", Same("y.npy")});
   EXPECT_TRUE(ExitedWith(csv, 2));
   EXPECT_TRUE(Has(csv.err, "--labels applies to IDX and NumPy data")) << csv.err;
+  const ProcResult col = Shm({"train", "--layers", "784,2", "--loss", "xent", "--lr", "0.1",
+                              "--epochs", "1", "--data", Same("x.npy"), "--labels", Same("y.npy"),
+                              "--label-col", "3"});
+  EXPECT_TRUE(ExitedWith(col, 2));
+  EXPECT_TRUE(Has(col.err, "--label-col applies to CSV files; this is NumPy data")) << col.err;
   const ProcResult val = Shm({"train", "--layers", "784,2", "--loss", "xent", "--lr", "0.1",
                               "--epochs", "1", "--data", Same("xy.npz"), "--val-labels", Same("y.npy")});
   EXPECT_TRUE(ExitedWith(val, 2));
