@@ -491,6 +491,7 @@ constexpr const char* kMainHelp =
     "  train             train a model (shmtrain train --help)\n"
     "  eval              a saved model's loss and accuracy/RMSE on a data file\n"
     "  predict           a saved model's predictions for the rows of a data file\n"
+    "  export            a saved model as NumPy arrays (.npz) for PyTorch and other tools\n"
     "  simulate          compare async update rules in a deterministic simulation\n"
     "  cleanup           remove shared memory left by runs whose master died\n"
     "  example parabola  the built-in example: a 1-5-1 tanh net fits y = x^2 on 50 points\n"
@@ -553,6 +554,16 @@ constexpr const char* kPredictUsage =
     "each class (header: class,p_<class>,...), or the predicted value (header: value). A CSV\n"
     "row may have the model's inputs only, or those and a label column, which is skipped.\n";
 
+constexpr const char* kExportUsage =
+    "usage: shmtrain export --model FILE --out FILE.npz\n"
+    "\n"
+    "Writes the model as a NumPy .npz archive (numpy.load reads it, no allow_pickle needed):\n"
+    "the weights and biases named as PyTorch's nn.Sequential(Linear, activation, ...,\n"
+    "Linear) names its state dict (0.weight out x in, 0.bias, 2.weight, ...), the input\n"
+    "scaling (input.offset, input.scale: x' = (x - offset) * scale), the class labels\n"
+    "(classes) and the model's layers, activation and loss. README.md, \"Using a model in\n"
+    "PyTorch\", shows how to load it.\n";
+
 constexpr const char* kCleanupUsage =
     "usage: shmtrain cleanup [--dry-run]\n"
     "\n"
@@ -584,6 +595,7 @@ struct Cli {
   CLI::App* simulate = nullptr;
   CLI::App* eval = nullptr;
   CLI::App* predict = nullptr;
+  CLI::App* export_cmd = nullptr;
   CLI::App* cleanup = nullptr;
   CLI::App* help = nullptr;
   CLI::Option* version = nullptr;
@@ -672,6 +684,13 @@ struct Cli {
                        Str(&out->out_path), kOut});
       }
     }
+
+    export_cmd = add("export", kExportUsage);
+    Register(export_cmd, {"--model", "FILE",
+                          "a model file written by shmtrain train --save (required)",
+                          Str(&out->model_path), kData});
+    Register(export_cmd, {"--out", "FILE", "the .npz archive to write, whole or not at all "
+                          "(required)", Str(&out->out_path), kOut});
 
     cleanup = add("cleanup", kCleanupUsage);
     Register(cleanup, {"--dry-run", "", "list only; remove nothing (default: remove the stale)",
@@ -772,6 +791,16 @@ Status FinishEvalOrPredict(const CLI::App* app, Command* out) {
   return Status::Ok();
 }
 
+// `export`'s own checks once its flags are parsed.
+Status FinishExport(const CLI::App* app, Command* out) {
+  if (Status s = Leftover(app, "export"); !s.ok()) return s;
+  if (Status s = CollectGiven(app, &out->train); !s.ok()) return s;
+  if (out->model_path.empty()) return Status::Usage("--model is required (FILE, for export)");
+  if (out->out_path.empty()) return Status::Usage("--out is required (FILE.npz, for export)");
+  out->kind = Command::Kind::kExport;
+  return Status::Ok();
+}
+
 // The seed script's settings for `example parabola`; only the example's own flags may change
 // them.
 void SetExampleDefaults(TrainOptions* o) {
@@ -863,6 +892,8 @@ Status ParseCommandLine(const std::vector<std::string>& args, Command* out) {
     return FinishSimulate(cli.simulate, out);
   } else if (cli.eval->parsed() || cli.predict->parsed()) {
     return FinishEvalOrPredict(cli.predict->parsed() ? cli.predict : cli.eval, out);
+  } else if (cli.export_cmd->parsed()) {
+    return FinishExport(cli.export_cmd, out);
   } else if (cli.cleanup->parsed()) {
     if (Status s = Leftover(cli.cleanup, "cleanup"); !s.ok()) return s;
     if (Status s = CollectGiven(cli.cleanup, &o); !s.ok()) return s;

@@ -11,15 +11,15 @@ namespace shmtrain::master {
 
 // What the command line asks for.
 struct Command {
-  enum class Kind { kHelp, kVersion, kTrain, kSimulate, kCleanup, kEval, kPredict } kind =
-      Kind::kHelp;
+  enum class Kind { kHelp, kVersion, kTrain, kSimulate, kCleanup, kEval, kPredict, kExport };
+  Kind kind = Kind::kHelp;
   std::string help_text;  // for kHelp: what to print (stdout, exit 0)
   TrainOptions train;
   // simulate: the worker counts to simulate, and whether to compare every rule.
   std::vector<int> sim_workers;
   bool compare = false;
   // eval/predict: the model file, and where predictions go (empty: stdout). The data and
-  // its format flags are in `train`.
+  // its format flags are in `train`. export: the model file and the .npz to write.
   std::string model_path;
   std::string out_path;
   // cleanup: list only, remove nothing.

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "master/cli.h"
+#include "master/export.h"
 #include "master/launcher.h"
 #include "master/log.h"
 #include "master/predict.h"
@@ -89,6 +90,19 @@ shmtrain::Status JoinTheHosts(int* argc, char*** argv, shmtrain::TrainOptions* o
   std::_Exit(code);
 }
 
+// `shmtrain export`: its exit code.
+int ExportCommand(const shmtrain::master::Command& cmd) {
+  shmtrain::master::Logger log(cmd.train.log_format, false);
+  shmtrain::Status s;
+  try {
+    s = shmtrain::master::RunExport(cmd, log);
+  } catch (...) {
+    s = FromException(std::current_exception());
+  }
+  if (!s.ok()) log.Error(s.message());
+  return s.exit_code();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -142,6 +156,8 @@ int main(int argc, char** argv) {
       if (!s.ok()) log.Error(s.message());
       return s.exit_code();
     }
+    case master::Command::Kind::kExport:
+      return ExportCommand(cmd);
     case master::Command::Kind::kSimulate: {
       master::Logger log(cmd.train.log_format, false);
       Status s;

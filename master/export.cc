@@ -1,0 +1,112 @@
+#include "master/export.h"
+
+#include <cstdint>
+#include <cstdlib>
+
+#include "master/output_path.h"
+
+namespace shmtrain::master {
+namespace {
+
+// Layer l's weight as nn.Linear holds it: row-major out x in. The parameter vector keeps it
+// column-major (include/shmtrain/model_spec.h), W(i, j) at i + j*out, so it is transposed.
+std::vector<float> RowMajorWeight(const float* w, int in, int out) {
+  std::vector<float> t(static_cast<size_t>(in) * out);
+  for (int i = 0; i < out; ++i) {
+    for (int j = 0; j < in; ++j) {
+      t[static_cast<size_t>(i) * in + j] = w[static_cast<size_t>(j) * out + i];
+    }
+  }
+  return t;
+}
+
+// "{2l}.weight" and "{2l}.bias" for every layer: the odd indices are the activation modules,
+// which have no parameters.
+void AppendLayers(const Model& m, std::vector<data::NpyArray>* out) {
+  const std::vector<int>& sizes = m.spec.layers;
+  const float* p = m.params.data();
+  for (size_t l = 0; l + 1 < sizes.size(); ++l) {
+    const int in = sizes[l], n = sizes[l + 1];
+    const std::string module = std::to_string(2 * l);
+    out->push_back(data::NpyArray::Float32(module + ".weight", {n, in}, RowMajorWeight(p, in, n)));
+    p += static_cast<size_t>(in) * n;
+    out->push_back(data::NpyArray::Float32(module + ".bias", {n}, std::vector<float>(p, p + n)));
+    p += n;
+  }
+}
+
+// Output k's label: the class values, or their text.
+Status AppendClasses(const Model& m, const std::string& path, std::vector<data::NpyArray>* out) {
+  if (m.spec.loss != Loss::kXent) return Status::Ok();
+  const int64_t k = m.classes.size();
+  if (m.classes.numeric) {
+    out->push_back(data::NpyArray::Float64("classes", {k}, m.classes.values));
+    return Status::Ok();
+  }
+  data::NpyArray a;
+  if (Status s = data::NpyUnicode("classes", {k}, m.classes.names, path, &a); !s.ok()) {
+    return Status::Data(s.message() +
+                        "; NumPy text arrays hold Unicode, so text labels must be "
+                        "UTF-8 to export (save the training data as UTF-8 and train again)");
+  }
+  out->push_back(std::move(a));
+  return Status::Ok();
+}
+
+// A 0-d text array (ASCII names from model_spec.h: never fails).
+data::NpyArray Text(const std::string& name, const std::string& value) {
+  data::NpyArray a;
+  const Status s = data::NpyUnicode(name, {}, {value}, "", &a);
+  if (!s.ok()) std::abort();  // a name of ours that is not UTF-8: a bug
+  return a;
+}
+
+}  // namespace
+
+Status ExportArrays(const Model& m, const std::string& path, std::vector<data::NpyArray>* out) {
+  std::vector<data::NpyArray> a;
+  AppendLayers(m, &a);
+  const int64_t f = m.spec.inputs();
+  // The decoded model always holds F offsets and scales (0 and 1 without normalisation).
+  if (m.norm.offset.size() != static_cast<size_t>(f) ||
+      m.norm.scale.size() != static_cast<size_t>(f)) {
+    return Status::Internal(path + ": the model's scaling has " +
+                            std::to_string(m.norm.offset.size()) + " features, expected " +
+                            std::to_string(f));
+  }
+  a.push_back(data::NpyArray::Float32("input.offset", {f}, m.norm.offset));
+  a.push_back(data::NpyArray::Float32("input.scale", {f}, m.norm.scale));
+  if (Status s = AppendClasses(m, path, &a); !s.ok()) return s;
+  const std::vector<int64_t> layers(m.spec.layers.begin(), m.spec.layers.end());
+  a.push_back(data::NpyArray::Int64("layers", {static_cast<int64_t>(layers.size())}, layers));
+  a.push_back(Text("activation", ToString(m.spec.activation)));
+  a.push_back(Text("loss", ToString(m.spec.loss)));
+  *out = std::move(a);
+  return Status::Ok();
+}
+
+Status RunExport(const Command& cmd, Logger& log) {
+  // Before the model is read: --out must be writable and must not overwrite the model.
+  if (Status s = CheckOutputPath("--out", cmd.out_path, {{"--model", cmd.model_path}}); !s.ok()) {
+    return s;
+  }
+  Model m;
+  if (Status s = LoadModel(cmd.model_path, &m); !s.ok()) return s;
+  std::vector<data::NpyArray> arrays;
+  // Messages about the arrays name the model: what is wrong is in it.
+  if (Status s = ExportArrays(m, cmd.model_path, &arrays); !s.ok()) return s;
+  std::string bytes;
+  if (Status s = data::EncodeNpz(arrays, cmd.out_path, &bytes); !s.ok()) return s;
+  if (Status s = WriteFileDurably(cmd.out_path, bytes); !s.ok()) return s;
+  log.Info("export: " + cmd.model_path + " -> " + cmd.out_path + " (" +
+               std::to_string(arrays.size()) + " arrays, " + std::to_string(bytes.size()) +
+               " bytes)",
+           JsonLine("export")
+               .Str("model", cmd.model_path)
+               .Str("out", cmd.out_path)
+               .Int("arrays", static_cast<int64_t>(arrays.size()))
+               .Int("bytes", static_cast<int64_t>(bytes.size())));
+  return Status::Ok();
+}
+
+}  // namespace shmtrain::master

@@ -1,0 +1,40 @@
+// `shmtrain export`: a saved model as a NumPy .npz archive (data/npz_writer.h) for other tools.
+//
+// The arrays are named as PyTorch names the state dict of
+//   nn.Sequential(nn.Linear(n0, n1), act, nn.Linear(n1, n2), act, ..., nn.Linear(nL-1, nL))
+// (act: nn.Tanh, nn.ReLU, nn.Sigmoid or nn.Identity, after every hidden layer; the output
+// layer is linear), so layer l's parameters are "{2l}.weight" (float32, out x in, row-major:
+// nn.Linear's weight) and "{2l}.bias" (float32, out). Beside them:
+//   "input.offset", "input.scale"  float32 (F): features are used as (x - offset) * scale
+//                                  (offset 0 and scale 1 for a model without normalisation,
+//                                  so the code that uses them is the same for every model)
+//   "classes"     classification only: output k is classes[k]; float64 when the labels are
+//                 numbers, else a '<U' text array
+//   "layers"      int64 (L): the layer sizes, inputs first
+//   "activation"  0-d '<U': "tanh", "relu", "sigmoid" or "identity"
+//   "loss"        0-d '<U': "xent" (the outputs are logits: softmax gives the probabilities
+//                 predict prints) or "mse"
+// README.md, "Using a model in PyTorch", shows the lines that load it.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "data/npz_writer.h"
+#include "master/cli.h"
+#include "master/log.h"
+#include "master/model_file.h"
+#include "shmtrain/status.h"
+
+namespace shmtrain::master {
+
+// The arrays above for model `m`, in that order (layers first). `path` (the model's) is for
+// messages only. kData when a text class label is not UTF-8.
+Status ExportArrays(const Model& m, const std::string& path, std::vector<data::NpyArray>* out);
+
+// Reads cmd.model_path and writes its arrays to cmd.out_path, durably (whole or not at all).
+// --out must not be the model file. Errors: kUsage for a bad --out, kData for a model file
+// that cannot be read or is damaged (both exit 2), kResource when the file cannot be written.
+Status RunExport(const Command& cmd, Logger& log);
+
+}  // namespace shmtrain::master
