@@ -34,6 +34,8 @@ using test::TempDir;
 constexpr const char* kBin = SHMTRAIN_BIN;
 constexpr const char* kPython = PYTHON3_BIN;
 constexpr const char* kScript = NPZ_FORWARD_PY;
+constexpr const char* kNumpyPython = NUMPY_PYTHON;  // Debian's python3, with python3-numpy
+constexpr const char* kNumpyScript = NPZ_NUMPY_FORWARD_PY;
 // Runs take well under a second; sanitizer builds under ctest -j2 are many times slower.
 constexpr milliseconds kTimeout{120'000};
 
@@ -399,6 +401,32 @@ TEST_F(ExportCommand, ArraysPredictWhatPredictDoes) {
     }
     EXPECT_EQ(pred[0], "value");
     for (size_t i = 0; i < rows; ++i) {
+      const double want = ToDouble(pred[i + 1]);
+      EXPECT_NEAR(ToDouble(mine[i]), want, 1e-5 * std::max(1.0, std::fabs(want))) << "row " << i;
+    }
+  }
+}
+
+// The same with numpy itself: np.load reads the export without pickle, and the README's
+// recipe (the state-dict arrays, the input scaling, the classes) predicts what predict does.
+TEST_F(ExportCommand, NumpyLoadsItAndPredictsWhatPredictDoes) {
+  for (const Case& c : Cases()) {
+    SCOPED_TRACE(c.name);
+    const std::string data = TrainAndExport(c);
+    std::vector<std::string> pargs = {"predict", "--model", Model(c), "--data", data};
+    if (c.xent) pargs.insert(pargs.end(), {"--label-col", "kind"});
+    const ProcResult p = Shm(pargs);
+    ASSERT_TRUE(ExitedWith(p, 0));
+    const ProcResult np = test::RunProcess({kNumpyPython, kNumpyScript, Npz(c), data}, kTimeout);
+    ASSERT_TRUE(ExitedWith(np, 0)) << "needs Debian's python3-numpy (scripts/install-deps.sh)";
+    const std::vector<std::string> pred = test::SplitLines(p.out);
+    const std::vector<std::string> mine = test::SplitLines(np.out);
+    ASSERT_EQ(pred.size(), mine.size() + 1);
+    if (c.xent) {
+      ExpectSameClasses(c, pred, mine);
+      continue;
+    }
+    for (size_t i = 0; i < mine.size(); ++i) {
       const double want = ToDouble(pred[i + 1]);
       EXPECT_NEAR(ToDouble(mine[i]), want, 1e-5 * std::max(1.0, std::fabs(want))) << "row " << i;
     }
