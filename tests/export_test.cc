@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <random>
 #include <set>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -326,7 +327,7 @@ std::vector<Case> Cases() {
 }
 
 class ExportCommand : public ::testing::Test {
- protected:
+ public:
   // Trains c into dir_/<name>.bin; returns the data path.
   std::string Train(const Case& c) {
     const std::string data = dir_.Write(c.name + ".csv", c.csv);
@@ -380,18 +381,43 @@ void ExpectSameClasses(const Case& c, const std::vector<std::string>& pred,
   EXPECT_LE(near_ties, 2) << c.name;
 }
 
+// Trains and exports every case, and checks that `forward(npz, data)` (the stdout lines of a
+// forward pass over the data's rows) predicts what `shmtrain predict` does: the classes (see
+// ExpectSameClasses), or the values to 1e-5.
+void ExpectPredictionsOfEveryCase(
+    ExportCommand* t, const std::function<std::vector<std::string>(const std::string& npz,
+                                                                   const std::string& data)>& forward);
+
 // The acceptance test: the exported arrays, applied by the script's own forward pass, give
 // the same predictions as `shmtrain predict`.
 TEST_F(ExportCommand, ArraysPredictWhatPredictDoes) {
+  ExpectPredictionsOfEveryCase(this, [](const std::string& npz, const std::string& data) {
+    return test::SplitLines(Py({"forward", npz, data}));
+  });
+}
+
+// The same with numpy itself: np.load reads the export without pickle, and the README's
+// recipe (the state-dict arrays, the input scaling, the classes) predicts what predict does.
+TEST_F(ExportCommand, NumpyLoadsItAndPredictsWhatPredictDoes) {
+  ExpectPredictionsOfEveryCase(this, [](const std::string& npz, const std::string& data) {
+    const ProcResult np = test::RunProcess({kNumpyPython, kNumpyScript, npz, data}, kTimeout);
+    EXPECT_TRUE(ExitedWith(np, 0)) << "needs Debian's python3-numpy (scripts/install-deps.sh)";
+    return test::SplitLines(np.out);
+  });
+}
+
+void ExpectPredictionsOfEveryCase(
+    ExportCommand* t, const std::function<std::vector<std::string>(const std::string& npz,
+                                                                   const std::string& data)>& forward) {
   for (const Case& c : Cases()) {
     SCOPED_TRACE(c.name);
-    const std::string data = TrainAndExport(c);
-    std::vector<std::string> pargs = {"predict", "--model", Model(c), "--data", data};
+    const std::string data = t->TrainAndExport(c);
+    std::vector<std::string> pargs = {"predict", "--model", t->Model(c), "--data", data};
     if (c.xent) pargs.insert(pargs.end(), {"--label-col", "kind"});
     const ProcResult p = Shm(pargs);
     ASSERT_TRUE(ExitedWith(p, 0));
     const std::vector<std::string> pred = test::SplitLines(p.out);
-    const std::vector<std::string> mine = test::SplitLines(Py({"forward", Npz(c), data}));
+    const std::vector<std::string> mine = forward(t->Npz(c), data);
     const size_t rows = test::SplitLines(c.csv).size() - 1;
     ASSERT_EQ(pred.size(), rows + 1) << p.out.substr(0, 500);
     ASSERT_EQ(mine.size(), rows);
@@ -401,32 +427,6 @@ TEST_F(ExportCommand, ArraysPredictWhatPredictDoes) {
     }
     EXPECT_EQ(pred[0], "value");
     for (size_t i = 0; i < rows; ++i) {
-      const double want = ToDouble(pred[i + 1]);
-      EXPECT_NEAR(ToDouble(mine[i]), want, 1e-5 * std::max(1.0, std::fabs(want))) << "row " << i;
-    }
-  }
-}
-
-// The same with numpy itself: np.load reads the export without pickle, and the README's
-// recipe (the state-dict arrays, the input scaling, the classes) predicts what predict does.
-TEST_F(ExportCommand, NumpyLoadsItAndPredictsWhatPredictDoes) {
-  for (const Case& c : Cases()) {
-    SCOPED_TRACE(c.name);
-    const std::string data = TrainAndExport(c);
-    std::vector<std::string> pargs = {"predict", "--model", Model(c), "--data", data};
-    if (c.xent) pargs.insert(pargs.end(), {"--label-col", "kind"});
-    const ProcResult p = Shm(pargs);
-    ASSERT_TRUE(ExitedWith(p, 0));
-    const ProcResult np = test::RunProcess({kNumpyPython, kNumpyScript, Npz(c), data}, kTimeout);
-    ASSERT_TRUE(ExitedWith(np, 0)) << "needs Debian's python3-numpy (scripts/install-deps.sh)";
-    const std::vector<std::string> pred = test::SplitLines(p.out);
-    const std::vector<std::string> mine = test::SplitLines(np.out);
-    ASSERT_EQ(pred.size(), mine.size() + 1);
-    if (c.xent) {
-      ExpectSameClasses(c, pred, mine);
-      continue;
-    }
-    for (size_t i = 0; i < mine.size(); ++i) {
       const double want = ToDouble(pred[i + 1]);
       EXPECT_NEAR(ToDouble(mine[i]), want, 1e-5 * std::max(1.0, std::fabs(want))) << "row " << i;
     }
