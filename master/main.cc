@@ -1,5 +1,4 @@
 // shmtrain: the master process and the command line.
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -133,7 +132,7 @@ int main(int argc, char** argv) {
           continue;
         }
         ++stale;
-        const bool removed = !cmd.dry_run && shm_unlink(("/" + s.name).c_str()) == 0;
+        const bool removed = !cmd.dry_run && shm::RemoveSegment(s.name);
         std::printf("%s  /dev/shm/%s  %llu bytes  (%s)\n",
                     cmd.dry_run ? "stale  " : (removed ? "removed" : "failed "), s.name.c_str(),
                     static_cast<unsigned long long>(s.bytes), s.why.c_str());

@@ -139,7 +139,7 @@ uint64_t MemAvailable() {
 
 uint64_t ShmFree() {
   struct statvfs vfs {};
-  if (statvfs("/dev/shm", &vfs) != 0) return UINT64_MAX;  // let shm_open say what is wrong
+  if (statvfs("/dev/shm", &vfs) != 0) return UINT64_MAX;  // let the segment's creation say what is wrong
   return static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
 }
 
@@ -281,7 +281,7 @@ class LossLog {
 
 Status CheckShmSpace(uint64_t need) {
   struct statvfs vfs {};
-  if (statvfs("/dev/shm", &vfs) != 0) return Status::Ok();  // let shm_open say what is wrong
+  if (statvfs("/dev/shm", &vfs) != 0) return Status::Ok();  // let the segment's creation say what is wrong
   const uint64_t avail = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
   if (need > avail) {
     return Status::Resource("the run needs a shared memory segment of " + Bytes(need) +

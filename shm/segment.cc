@@ -3,14 +3,19 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <boost/interprocess/exceptions.hpp>
+#include <boost/interprocess/mapped_region.hpp>
+#include <boost/interprocess/permissions.hpp>
+#include <boost/interprocess/shared_memory_object.hpp>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <mutex>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <utility>
@@ -20,9 +25,61 @@
 namespace shmtrain::shm {
 namespace {
 
+namespace bip = boost::interprocess;
+
 uint64_t AlignUp(uint64_t v) { return (v + kCacheLine - 1) / kCacheLine * kCacheLine; }
 
 std::string Errno(int e) { return std::strerror(e); }
+
+// Boost.Interprocess reports failures by throwing; at this seam they become the same reasons
+// as the system calls' (strerror of the errno), or Boost's own text for its library errors.
+std::string Reason(const bip::interprocess_exception& e) {
+  return e.get_native_error() != 0 ? Errno(e.get_native_error()) : e.what();
+}
+
+// Names are passed to Boost exactly as shm_open takes them: Boost adds the leading '/' only
+// when it is missing (ipcdetail::add_leading_slash), so /dev/shm sees the same name either way.
+std::optional<bip::shared_memory_object> OpenShm(const std::string& name, bip::mode_t mode,
+                                                 std::string* why) {
+  try {
+    return bip::shared_memory_object(bip::open_only, name.c_str(), mode);
+  } catch (const bip::interprocess_exception& e) {
+    *why = Reason(e);
+    return std::nullopt;
+  }
+}
+
+// Maps `size` bytes of shm (0: all of it); null with the reason in *why on failure.
+std::unique_ptr<bip::mapped_region> Map(const bip::shared_memory_object& shm, bip::mode_t mode,
+                                        uint64_t size, std::string* why) {
+  try {
+    return std::make_unique<bip::mapped_region>(shm, mode, 0, static_cast<std::size_t>(size));
+  } catch (const bip::interprocess_exception& e) {
+    *why = Reason(e);
+    return nullptr;
+  }
+}
+
+// Size of the object behind shm; 0 if it cannot be read.
+uint64_t SizeOf(const bip::shared_memory_object& shm) {
+  bip::offset_t size = 0;
+  return shm.get_size(size) && size > 0 ? static_cast<uint64_t>(size) : 0;
+}
+
+// Mappings given up by Segment::LeaveMapped. A detached thread may still read them, so they
+// must never be unmapped: their owners live behind a pointer that is never deleted, which
+// also keeps them reachable (a leak checker sees them in use, not lost). Never throws: it
+// runs in a destructor's path (Combiner::Stop).
+void KeepMappedUntilExit(std::unique_ptr<bip::mapped_region> region) noexcept {
+  static std::mutex mu;
+  static auto* const kept = new std::vector<std::unique_ptr<bip::mapped_region>>;
+  std::lock_guard<std::mutex> lock(mu);
+  try {
+    kept->push_back(std::move(region));  // on bad_alloc, region still owns the mapping
+  } catch (...) {
+    region.release();  // unreachable then, but mapped all the same
+  }
+}
 
 uint64_t ParamCountOf(const RunConfig& c) {
   uint64_t n = 0;
@@ -108,6 +165,27 @@ uint64_t ProcessStartTime(pid_t pid) {
   return std::strtoull(field.c_str(), nullptr, 10);
 }
 
+namespace {
+
+// Reads the size and, when the header is readable, the creator of segment info->name into
+// *info. Returns whether *start_time was read too. Opens read-only and maps the header only.
+bool ReadCreator(SegmentInfo* info, uint64_t* start_time) {
+  std::string why;
+  const auto shm = OpenShm("/" + info->name, bip::read_only, &why);
+  if (!shm) return false;
+  info->bytes = SizeOf(*shm);
+  if (info->bytes < sizeof(Header)) return false;
+  const auto region = Map(*shm, bip::read_only, sizeof(Header), &why);
+  if (region == nullptr) return false;
+  const auto* h = static_cast<const Header*>(region->get_address());
+  if (h->magic != kMagic) return false;
+  info->creator_pid = h->creator_pid;
+  *start_time = h->creator_start_time;
+  return true;
+}
+
+}  // namespace
+
 std::vector<SegmentInfo> ListSegments() {
   std::vector<SegmentInfo> out;
   const std::string prefix = SegmentPrefixForUser();
@@ -121,25 +199,7 @@ std::vector<SegmentInfo> ListSegments() {
     // The creator: from the header when it is readable, else from the name's pid field.
     info.creator_pid = std::strtoll(name.c_str() + prefix.size(), nullptr, 10);
     uint64_t start_time = 0;
-    bool have_start = false;
-    const int fd = shm_open(("/" + name).c_str(), O_RDONLY, 0);
-    if (fd >= 0) {
-      struct stat st {};
-      if (fstat(fd, &st) == 0) info.bytes = static_cast<uint64_t>(st.st_size);
-      if (info.bytes >= sizeof(Header)) {
-        void* p = mmap(nullptr, sizeof(Header), PROT_READ, MAP_SHARED, fd, 0);
-        if (p != MAP_FAILED) {
-          const auto* h = static_cast<const Header*>(p);
-          if (h->magic == kMagic) {
-            info.creator_pid = h->creator_pid;
-            start_time = h->creator_start_time;
-            have_start = true;
-          }
-          munmap(p, sizeof(Header));
-        }
-      }
-      close(fd);
-    }
+    const bool have_start = ReadCreator(&info, &start_time);
     const pid_t pid = static_cast<pid_t>(info.creator_pid);
     const bool exists = pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
     if (!exists) {
@@ -158,9 +218,13 @@ std::vector<SegmentInfo> ListSegments() {
 std::vector<SegmentInfo> ReclaimStaleSegments() {
   std::vector<SegmentInfo> removed;
   for (SegmentInfo& s : ListSegments()) {
-    if (!s.live && shm_unlink(("/" + s.name).c_str()) == 0) removed.push_back(std::move(s));
+    if (!s.live && RemoveSegment(s.name)) removed.push_back(std::move(s));
   }
   return removed;
+}
+
+bool RemoveSegment(const std::string& name) {
+  return bip::shared_memory_object::remove(name.c_str());
 }
 
 int Segment::Validate(const Header& h, uint64_t mapped_size, std::string* why) {
@@ -207,33 +271,37 @@ int Segment::Validate(const Header& h, uint64_t mapped_size, std::string* why) {
 
 Status Segment::Create(const std::string& name, const Header& proto, Segment* out) {
   const uint64_t size = proto.total_size;
-  // O_EXCL: never adopt someone else's segment. Mode 0600 is set again with fchmod because
-  // the umask may have cleared bits of it, and nobody else may read our parameters.
-  const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
-  if (fd < 0) {
-    const int e = errno;
-    return Status::Resource("cannot create shared memory segment " + name + ": " + Errno(e));
+  // create_only is O_CREAT | O_EXCL: never adopt someone else's segment, and on a clash leave
+  // it alone. Mode 0600 is set again with fchmod because the umask may have cleared bits of
+  // it, and nobody else may read our parameters.
+  std::optional<bip::shared_memory_object> shm;
+  try {
+    shm.emplace(bip::create_only, name.c_str(), bip::read_write, bip::permissions(0600));
+  } catch (const bip::interprocess_exception& e) {
+    return Status::Resource("cannot create shared memory segment " + name + ": " + Reason(e));
   }
-  auto fail = [&](const std::string& what, int e) {
-    close(fd);
-    shm_unlink(name.c_str());
+  // From here the name is ours: every failure removes it.
+  auto fail = [&](const std::string& what, const std::string& reason) {
+    RemoveSegment(name);
     return Status::Resource(what + " (segment " + name + ", " + std::to_string(size) +
-                            " bytes): " + Errno(e));
+                            " bytes): " + reason);
   };
-  if (fchmod(fd, 0600) != 0) return fail("cannot set the segment's mode", errno);
-  if (ftruncate(fd, static_cast<off_t>(size)) != 0) return fail("cannot size the segment", errno);
+  const int fd = shm->get_mapping_handle().handle;
+  if (fchmod(fd, 0600) != 0) return fail("cannot set the segment's mode", Errno(errno));
+  try {
+    shm->truncate(static_cast<bip::offset_t>(size));
+  } catch (const bip::interprocess_exception& e) {
+    return fail("cannot size the segment", Reason(e));
+  }
   // Reserve every page now: on tmpfs a later page fault past the free space is a SIGBUS.
   if (const int e = posix_fallocate(fd, 0, static_cast<off_t>(size)); e != 0) {
-    return fail("cannot reserve space in /dev/shm", e);
+    return fail("cannot reserve space in /dev/shm", Errno(e));
   }
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) return fail("cannot map the segment", errno);
-  close(fd);
+  std::string why;
+  auto region = Map(*shm, bip::read_write, size, &why);
+  if (region == nullptr) return fail("cannot map the segment", why);
   Segment s;
-  s.name_ = name;
-  s.base_ = static_cast<char*>(p);
-  s.size_ = size;
-  s.owner_ = true;
+  s.Adopt(name, std::move(region), /*owner=*/true);
   std::memcpy(s.base_, &proto, sizeof(Header));
   for (uint32_t r = 0; r < proto.config.workers; ++r) {
     s.block(static_cast<int>(r))->grad_sq_step = -1;
@@ -244,58 +312,63 @@ Status Segment::Create(const std::string& name, const Header& proto, Segment* ou
 }
 
 int Segment::Attach(const std::string& name, Segment* out, std::string* why) {
-  const int fd = shm_open(name.c_str(), O_RDWR, 0);
-  if (fd < 0) {
-    *why = "cannot open segment " + name + ": " + Errno(errno);
+  std::string reason;
+  const auto shm = OpenShm(name, bip::read_write, &reason);
+  if (!shm) {
+    *why = "cannot open segment " + name + ": " + reason;
     return kWorkerNoSegment;
   }
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || st.st_size <= 0) {
+  const uint64_t size = SizeOf(*shm);
+  if (size == 0) {
     *why = "cannot size segment " + name;
-    close(fd);
     return kWorkerNoSegment;
   }
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (p == MAP_FAILED) {
-    *why = "cannot map segment " + name + ": " + Errno(errno);
+  auto region = Map(*shm, bip::read_write, size, &reason);
+  if (region == nullptr) {
+    *why = "cannot map segment " + name + ": " + reason;
     return kWorkerNoSegment;
   }
   // A header smaller than the mapping is read through a zero-filled copy, never out of bounds.
+  // On a refusal the region's destructor unmaps.
   Header h{};
-  std::memcpy(&h, p, std::min<uint64_t>(size, sizeof(Header)));
+  std::memcpy(&h, region->get_address(), std::min<uint64_t>(size, sizeof(Header)));
   const int code = Validate(h, size, why);
-  if (code != kWorkerOk) {
-    munmap(p, size);
-    return code;
-  }
+  if (code != kWorkerOk) return code;
   Segment s;
-  s.name_ = name;
-  s.base_ = static_cast<char*>(p);
-  s.size_ = size;
-  s.owner_ = false;
+  s.Adopt(name, std::move(region), /*owner=*/false);
   *out = std::move(s);
   return kWorkerOk;
 }
 
+void Segment::Adopt(const std::string& name, std::unique_ptr<bip::mapped_region> region,
+                    bool owner) {
+  name_ = name;
+  base_ = static_cast<char*>(region->get_address());
+  size_ = region->get_size();
+  region_ = std::move(region);
+  owner_ = owner;
+}
+
 void Segment::Unlink() {
-  if (owner_ && !name_.empty()) shm_unlink(name_.c_str());
+  if (owner_ && !name_.empty()) RemoveSegment(name_);
   owner_ = false;
 }
 
 void Segment::LeaveMapped() {
   Unlink();
+  if (region_ != nullptr) KeepMappedUntilExit(std::move(region_));
   base_ = nullptr;
   size_ = 0;
 }
 
 void Segment::Release() {
-  if (base_ != nullptr) munmap(base_, size_);
+  region_.reset();  // unmaps
   Unlink();
   base_ = nullptr;
   size_ = 0;
 }
+
+Segment::Segment() = default;
 
 Segment::~Segment() { Release(); }
 
@@ -305,6 +378,7 @@ Segment& Segment::operator=(Segment&& o) noexcept {
   if (this != &o) {
     Release();
     name_ = std::move(o.name_);
+    region_ = std::move(o.region_);
     base_ = std::exchange(o.base_, nullptr);
     size_ = std::exchange(o.size_, 0);
     owner_ = std::exchange(o.owner_, false);

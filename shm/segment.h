@@ -9,11 +9,17 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "shm/layout.h"
 #include "shmtrain/status.h"
+
+// Declared only: the segment's users need not see Boost.Interprocess (shm/segment.cc does).
+namespace boost::interprocess {
+class mapped_region;
+}  // namespace boost::interprocess
 
 namespace shmtrain::shm {
 
@@ -44,10 +50,14 @@ std::vector<SegmentInfo> ListSegments();
 // Removes this user's stale segments (creator gone); never touches a live run's. Returns
 // what it removed.
 std::vector<SegmentInfo> ReclaimStaleSegments();
+// Removes the name of segment `name` (as MakeSegmentName or SegmentInfo spells it, with or
+// without the leading '/'); mappings of it stay valid. False if it could not be removed.
+bool RemoveSegment(const std::string& name);
 
 class Segment {
  public:
-  Segment() = default;
+  // Out of line, like the destructor and the moves: they need mapped_region complete.
+  Segment();
   ~Segment();
   Segment(const Segment&) = delete;
   Segment& operator=(const Segment&) = delete;
@@ -115,10 +125,16 @@ class Segment {
     return reinterpret_cast<T*>(base_ + offset);
   }
   float* OptionalAt(uint64_t offset) const { return offset ? At<float>(offset) : nullptr; }
+  // Takes the mapping of segment `name`; `owner` removes the name on destruction.
+  void Adopt(const std::string& name, std::unique_ptr<boost::interprocess::mapped_region> region,
+             bool owner);
   void Release();
 
   std::string name_;
-  char* base_ = nullptr;
+  // The mapping; its destructor unmaps. Held by pointer so that a Segment moves without
+  // remapping and LeaveMapped can hand it to an owner that is never destroyed.
+  std::unique_ptr<boost::interprocess::mapped_region> region_;
+  char* base_ = nullptr;  // region_'s address, kept here for the inline accessors
   uint64_t size_ = 0;
   bool owner_ = false;
 };

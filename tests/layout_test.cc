@@ -5,9 +5,11 @@
 #include <spawn.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstddef>
 #include <cstring>
 #include <string>
@@ -297,12 +299,87 @@ TEST(Segment, CreateIsExclusiveAndPrivate) {
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   EXPECT_EQ(st.st_uid, getuid());
   EXPECT_EQ(static_cast<uint64_t>(st.st_size), s.size());
+  // A clash is refused with the system's reason and leaves the existing segment as it was:
+  // its name, size and bytes (a differently laid out proto would rewrite the header).
+  s.header()->creator_pid = 4242;
+  const std::string before = Bytes(s);
   Segment again;
-  const Status dup = Segment::Create(name, MakeProto(1, 0), &again);
+  const Status dup = Segment::Create(name, MakeProto(3, 2), &again);
   EXPECT_FALSE(dup.ok());
-  EXPECT_NE(dup.message().find(name), std::string::npos) << dup.message();
+  EXPECT_FALSE(again.valid());
+  EXPECT_NE(dup.message().find("cannot create shared memory segment " + name + ": " +
+                               std::strerror(EEXIST)),
+            std::string::npos)
+      << dup.message();
+  ASSERT_EQ(stat(("/dev/shm" + name).c_str(), &st), 0) << "a refused create removed " << name;
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), s.size());
+  EXPECT_TRUE(Bytes(s) == before) << "a refused create wrote into the existing segment";
   s = Segment();  // destruction unlinks
   EXPECT_NE(stat(("/dev/shm" + name).c_str(), &st), 0);
+}
+
+// posix_fallocate makes a /dev/shm too small for the segment an error at creation (not a
+// SIGBUS mid-run), with a message that says so. The size asked for exceeds the whole of
+// /dev/shm, which tmpfs refuses before reserving a page: other runs never see it full.
+TEST(Segment, BiggerThanDevShmFailsAtCreation) {
+  struct statvfs vfs {};
+  ASSERT_EQ(statvfs("/dev/shm", &vfs), 0);
+  if (vfs.f_blocks == 0) GTEST_SKIP() << "/dev/shm has no size limit";
+  Header proto = MakeProto(1, 0);
+  proto.total_size = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize + (uint64_t{1} << 20);
+  const std::string name = MakeSegmentName();
+  Segment s;
+  const Status st = Segment::Create(name, proto, &s);
+  EXPECT_FALSE(st.ok());
+  EXPECT_FALSE(s.valid());
+  EXPECT_NE(
+      st.message().find("cannot reserve space in /dev/shm (segment " + name + ", " +
+                        std::to_string(proto.total_size) + " bytes): " + std::strerror(ENOSPC)),
+      std::string::npos)
+      << st.message();
+  struct stat file {};
+  EXPECT_NE(stat(("/dev/shm" + name).c_str(), &file), 0) << "a failed create left " << name;
+}
+
+// The stale check reads the creator from the header of a read-only mapping; RemoveSegment
+// takes names as ListSegments spells them (no leading '/') and as MakeSegmentName does.
+TEST(Segment, ListedWithItsCreatorAndRemovedByName) {
+  for (const bool slash : {false, true}) {
+    Segment s;
+    const std::string name = MakeSegmentName();
+    Header proto = MakeProto(1, 0);
+    proto.creator_pid = getpid();
+    proto.creator_start_time = ProcessStartTime(getpid());
+    ASSERT_TRUE(Segment::Create(name, proto, &s).ok());
+    bool listed = false;
+    for (const SegmentInfo& info : ListSegments()) {
+      if ("/" + info.name != name) continue;
+      listed = true;
+      EXPECT_EQ(info.bytes, s.size());
+      EXPECT_EQ(info.creator_pid, getpid());
+      EXPECT_TRUE(info.live) << info.why;
+    }
+    EXPECT_TRUE(listed) << name;
+    EXPECT_TRUE(RemoveSegment(slash ? name : name.substr(1))) << name;
+    struct stat st {};
+    EXPECT_NE(stat(("/dev/shm" + name).c_str(), &st), 0) << name;
+    EXPECT_FALSE(RemoveSegment(name)) << "removed twice: " << name;
+    EXPECT_EQ(s.header()->creator_pid, getpid()) << "the mapping outlives the name";
+  }
+}
+
+// A thread that cannot be stopped may still read a segment the master gives up on its way out.
+TEST(Segment, LeaveMappedRemovesTheNameButNeverUnmaps) {
+  Segment s;
+  const std::string name = MakeSegmentName();
+  ASSERT_TRUE(Segment::Create(name, MakeProto(1, 0), &s).ok());
+  const Header* h = s.header();
+  s.LeaveMapped();
+  EXPECT_FALSE(s.valid());
+  struct stat st {};
+  EXPECT_NE(stat(("/dev/shm" + name).c_str(), &st), 0) << name;
+  s = Segment();  // neither the move nor the destructor may unmap it now
+  EXPECT_EQ(std::memcmp(&h->magic, &kMagic, sizeof kMagic), 0);
 }
 
 TEST(Segment, NamesAreUniqueAndOurs) {
