@@ -1,5 +1,6 @@
 // Async mode: the update rules against hand-computed values, then real async runs (accounting,
-// convergence against sync, staleness limits) and the simulator's rule comparison on digits.
+// convergence against sync, staleness limits) and the simulator's rule comparison on fashion8
+// (tests/real_data.h).
 #include <signal.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "nn/update.h"
 #include "shm/layout.h"
 #include "tests/proc_util.h"
+#include "tests/real_data.h"
 
 namespace shmtrain {
 namespace {
@@ -108,7 +110,6 @@ TEST(Staleness, Buckets) {
 // ---- real runs.
 
 const std::string kBin = SHMTRAIN_BIN;
-const std::string kDigits = SHMTRAIN_DIGITS;
 
 ProcResult Shmtrain(std::vector<std::string> args, int timeout_ms = 120000) {
   if (args[0] == "train") args.insert(args.begin() + 1, "--metrics-addr=127.0.0.1:0");
@@ -472,19 +473,25 @@ TEST(AsyncRun, BadFlags) {
   }
 }
 
-bool HaveDigits() { return test::FileExists(kDigits); }
-
-std::vector<std::string> DigitsArgs() {
-  return {"--data", kDigits, "--normalize", "minmax", "--val-split", "0.2", "--seed", "1",
+// The fashion8 run of the tests below, on `data` (test::SmallFashionCsv()).
+std::vector<std::string> Fashion8Args(const std::string& data) {
+  return {"--data", data, "--normalize", "minmax", "--val-split", "0.2", "--seed", "1",
           "--layers", "64,128,10", "--activation", "tanh", "--loss", "xent", "--init", "xavier",
           "--lr", "0.2", "--batch", "32", "--steps", "3000"};
 }
 
-TEST(Simulate, DelayCompensationBeatsAsgdOnDigits) {
-  if (!HaveDigits()) GTEST_SKIP() << kDigits << " not found";
+// Held-out errors, measured (simulate is deterministic: the same in every run of a build):
+// sgd/1 0.220; asgd/8 0.415, dc-asgd-a/8 0.267 (1.22 x sgd); asgd/16 0.822 (chance is 0.9: it
+// diverges, a training loss of 62), dc-asgd-a/16 0.337 (asgd/16 is 2.44 x that). The diverging
+// runs' figures depend on the build's floating point: in the ASan build asgd/8 0.457, asgd/16
+// 0.716, dc-asgd-a/16 0.348 (2.06 x), hence 1.5 x below. With --lr 1e-9 every rule ends at
+// 0.922 and the two comparisons between rules fail.
+TEST(Simulate, DelayCompensationBeatsAsgdOnFashion8) {
+  const std::string fashion8 = test::SmallFashionCsv();
+  ASSERT_FALSE(fashion8.empty()) << "no data set: the failure above says why";
   std::vector<std::string> args = {"simulate", "--compare", "--workers", "8,16", "--log-format",
                                    "json"};
-  const std::vector<std::string> d = DigitsArgs();
+  const std::vector<std::string> d = Fashion8Args(fashion8);
   args.insert(args.end(), d.begin(), d.end());
   const ProcResult r = Shmtrain(args, 300000);
   ASSERT_EQ(r.exit_code, 0) << r.Describe();
@@ -498,8 +505,8 @@ TEST(Simulate, DelayCompensationBeatsAsgdOnDigits) {
   const double sgd = err["sgd/1"];
   EXPECT_LE(err["dc-asgd-a/8"], 1.5 * sgd) << r.out;
   EXPECT_LT(err["dc-asgd-a/8"], err["asgd/8"]) << r.out;
-  EXPECT_GT(err["asgd/16"], 3 * err["dc-asgd-a/16"]) << r.out;
-  EXPECT_GT(err["asgd/16"], 0.2) << "ASGD at M=16 should be far off: " << r.out;
+  EXPECT_GT(err["asgd/16"], 1.5 * err["dc-asgd-a/16"]) << r.out;
+  EXPECT_GT(err["asgd/16"], 0.5) << "ASGD at M=16 should be far off: " << r.out;
 }
 
 TEST(Simulate, IsDeterministic) {
@@ -511,16 +518,20 @@ TEST(Simulate, IsDeterministic) {
   EXPECT_EQ(a.out, b.out);
 }
 
-TEST(AsyncRun, RealAsyncOnDigitsReaches95Percent) {
-  if (!HaveDigits()) GTEST_SKIP() << kDigits << " not found";
+// Held-out accuracy, measured: 0.758..0.802 in 13 runs, 0.772..0.780 in 7 more under ASan and
+// TSan (async varies with the scheduling; the same command in sync mode: 0.780), 0.078 with
+// --lr 1e-9; bound 0.72.
+TEST(AsyncRun, RealAsyncOnFashion8Reaches72Percent) {
+  const std::string fashion8 = test::SmallFashionCsv();
+  ASSERT_FALSE(fashion8.empty()) << "no data set: the failure above says why";
   std::vector<std::string> args = {"train", "--mode", "async", "--workers", "2", "--log-format",
                                    "json"};
-  const std::vector<std::string> d = DigitsArgs();
+  const std::vector<std::string> d = Fashion8Args(fashion8);
   args.insert(args.end(), d.begin(), d.end());
   const ProcResult r = Shmtrain(args);
   ASSERT_EQ(r.exit_code, 0) << r.Describe();
   const std::string s = Summary(r);
-  EXPECT_GE(Num(s, "val_accuracy"), 0.95) << s;
+  EXPECT_GE(Num(s, "val_accuracy"), 0.72) << s;
   EXPECT_EQ(Num(s, "param_version"), 3000);
 }
 

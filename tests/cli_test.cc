@@ -1,7 +1,7 @@
 // The command line (master/cli.cc on CLI11, limits in core/options.cc): every usage error exits
 // 2 with "shmtrain: error: " and a message naming the flag; repeated flags and flags that do
 // not apply are refused; help lines state defaults and limits; the heartbeat deadline follows
-// the barrier deadline; the default initialisation (torch) and what it buys on digits.
+// the barrier deadline; the default initialisation (torch) and what it reaches on fashion8.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +13,7 @@
 #include "shmtrain/model_spec.h"
 #include "shmtrain/options.h"
 #include "tests/proc_util.h"
+#include "tests/real_data.h"
 
 namespace shmtrain {
 namespace {
@@ -20,7 +21,6 @@ namespace {
 using test::ProcResult;
 
 constexpr const char* kBin = SHMTRAIN_BIN;
-constexpr const char* kDigits = SHMTRAIN_DIGITS;
 constexpr test::milliseconds kTimeout{60'000};
 
 ProcResult Shmtrain(std::vector<std::string> args) {
@@ -562,15 +562,18 @@ TEST(Init, ExampleParabolaKeepsNormal) {
   EXPECT_NE(FinalLossLine(ex), FinalLossLine(torch));
 }
 
-// README ("Model"): with the default initialisation, digits at 64-128-10 tanh, xent, lr 0.2,
-// batch 32, 3000 steps, minmax, 20% held out reaches about 97% held-out accuracy (N(0, 1):
-// about 94%, its tanh units saturate).
-TEST(Init, DigitsReachesTheReadmeAccuracyWithTheDefault) {
-  if (!test::FileExists(kDigits)) GTEST_SKIP() << "no digits data at " << kDigits;
-  const ProcResult r = Shmtrain({"train", "--workers", "2", "--data", kDigits, "--normalize", "minmax",
-                            "--val-split", "0.2", "--layers", "64,128,10", "--activation", "tanh",
-                            "--loss", "xent", "--lr", "0.2", "--batch", "32", "--steps", "3000",
-                            "--no-metrics", "--log-every", "0", "--log-format", "json"});
+// The README's run ("Model": 64-128-10 tanh, xent, lr 0.2, batch 32, 3000 steps, minmax, 20%
+// held out; on UCI digits about 97% held-out accuracy) with the default initialisation, on
+// fashion8 (tests/real_data.h). Measured: 0.777 in every run (sync, the default seed);
+// 0.730..0.777 over seeds 1..6; N(0, 1) 0.772, xavier 0.780; --lr 1e-9 0.045. Bound 0.72.
+TEST(Init, Fashion8TrainsWithTheDefault) {
+  const std::string fashion8 = test::SmallFashionCsv();
+  ASSERT_FALSE(fashion8.empty()) << "no data set: the failure above says why";
+  const ProcResult r =
+      Shmtrain({"train", "--workers", "2", "--data", fashion8, "--normalize", "minmax",
+                "--val-split", "0.2", "--layers", "64,128,10", "--activation", "tanh", "--loss",
+                "xent", "--lr", "0.2", "--batch", "32", "--steps", "3000", "--no-metrics",
+                "--log-every", "0", "--log-format", "json"});
   ASSERT_EQ(r.exit_code, 0) << r.Describe();
   double acc = -1;
   for (const std::string& line : test::SplitLines(r.out)) {
@@ -578,7 +581,7 @@ TEST(Init, DigitsReachesTheReadmeAccuracyWithTheDefault) {
       acc = std::stod(test::JsonField(line, "val_accuracy").value_or("-1"));
     }
   }
-  EXPECT_GE(acc, 0.96) << r.out;
+  EXPECT_GE(acc, 0.72) << r.out;
 }
 
 }  // namespace

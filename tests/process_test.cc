@@ -29,6 +29,7 @@
 #include "master/model_file.h"
 #include "shmtrain/model_spec.h"
 #include "tests/proc_util.h"
+#include "tests/real_data.h"
 #include "tests/reference.h"
 
 namespace shmtrain {
@@ -56,7 +57,6 @@ using test::SyncRun;
 using test::TrainAgainstReference;
 
 constexpr const char* kWorkerBin = SHMTRAIN_WORKER_BIN;
-constexpr const char* kDigitsCsv = SHMTRAIN_DIGITS;
 
 constexpr milliseconds kEventTimeout{20'000};
 // After a run ends, how long its workers may take to disappear from the process table.
@@ -661,17 +661,19 @@ TEST(LogTest, JsonLogIsFlatObjectsEndingWithSummary) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 10. A real classification problem trains: digits (64 features 0..16, 10 classes) with two
-// workers. With N(0, 1) initialisation the unscaled inputs saturate tanh, so this uses xavier
-// initialisation; lr 0.05 gives a final loss of 0.06..0.12 across seeds 1..12, so 0.3 leaves
-// a wide margin. 870 steps take well under a second.
+// 10. A real classification problem trains: fashion8 (tests/real_data.h: 64 features 0..16,
+// 10 classes) with two workers. With N(0, 1) initialisation the unscaled inputs saturate tanh,
+// so this uses xavier initialisation. The final loss (over the whole training set) with lr 0.05:
+// measured 0.647 in every run at the default seed (0.896 in the ASan build, whose floating
+// point differs), 0.647..1.048 across seeds 1..12 (ASan: 0.608..0.997 over seeds 2..8), 3.07
+// with --lr 1e-9 (a uniform guess is ln 10 = 2.30); bound 1.2. 870 steps take well under a
+// second.
 
-TEST(DigitsTest, ConvergesWithTwoWorkers) {
-  if (!test::FileExists(kDigitsCsv)) {
-    GTEST_SKIP() << kDigitsCsv << " is absent; the digits test needs the shared data folder";
-  }
+TEST(Fashion8Test, ConvergesWithTwoWorkers) {
+  const std::string fashion8 = test::SmallFashionCsv();
+  ASSERT_FALSE(fashion8.empty()) << "no data set: the failure above says why";
   const ProcResult r =
-      test::RunProcess(Shmtrain({"train", "--data", kDigitsCsv, "--layers", "64,32,10", "--loss",
+      test::RunProcess(Shmtrain({"train", "--data", fashion8, "--layers", "64,32,10", "--loss",
                                  "xent", "--init", "xavier", "--lr", "0.05", "--epochs", "30",
                                  "--batch", "64", "--workers", "2", "--log-format", "json"}),
                        kRunTimeout);
@@ -682,8 +684,8 @@ TEST(DigitsTest, ConvergesWithTwoWorkers) {
   ASSERT_EQ(test::JsonField(lines.back(), "event"), "summary") << lines.back();
   EXPECT_EQ(test::JsonField(lines.back(), "steps"), "870");  // 30 epochs of ceil(1797 / 64)
   const double final_loss = std::stod(*test::JsonField(lines.back(), "final_loss"));
-  std::printf("[ digits ] final loss %.4g\n", final_loss);
-  EXPECT_LT(final_loss, 0.3);
+  std::printf("[ fashion8 ] final loss %.4g\n", final_loss);
+  EXPECT_LT(final_loss, 1.2);
 }
 
 // ---------------------------------------------------------------------------------------------

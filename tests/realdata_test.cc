@@ -6,9 +6,10 @@
 // segment named for its pid. Training runs never serve metrics (--no-metrics), so tests running
 // side by side never clash on a port, and never draw the live progress line.
 //
-// The digits tests need ../shared/data/digits.csv (1797 rows: 64 pixels 0..16, then the label
-// 0..9; no header). It is read where it is, never copied into the project; without it those
-// tests are skipped with a message. Every other data set is generated here, deterministically.
+// The real-data tests train on "fashion8" (tests/real_data.h: 1797 Fashion-MNIST images shrunk
+// to 8x8 counts 0..16, then the label 0..9; no header), made from the Debian package
+// dataset-fashion-mnist into the build directory; without the package they fail, never skip.
+// Every other data set is generated here, deterministically.
 #include <sys/statvfs.h>
 
 #include <algorithm>
@@ -27,6 +28,7 @@
 
 #include "gtest/gtest.h"
 #include "tests/proc_util.h"
+#include "tests/real_data.h"
 
 namespace shmtrain {
 namespace {
@@ -38,23 +40,13 @@ using test::ProcResult;
 using test::TempDir;
 
 constexpr const char* kBin = SHMTRAIN_BIN;
-constexpr const char* kDigits = SHMTRAIN_DIGITS;
 
 // Whole runs take well under a second here; sanitizer builds under ctest -j2 are many times
 // slower. A hang still fails, only later.
 constexpr milliseconds kRunTimeout{120'000};
 
-// digits.csv: rows, and the rows --val-split 0.2 holds out (llround(0.2 * 1797)).
-constexpr int kDigitsRows = 1797;
-constexpr int kDigitsHeldOut = 359;
-
-#define REQUIRE_DIGITS()                                                                    \
-  do {                                                                                      \
-    if (!test::FileExists(kDigits)) {                                                       \
-      GTEST_SKIP() << "the digits data set is not at " << kDigits                           \
-                   << " (../shared/data/digits.csv beside the project); digits test skipped"; \
-    }                                                                                       \
-  } while (0)
+using test::kFashion8HeldOut;
+using test::kFashion8Rows;
 
 // ---------------------------------------------------------------------------------------------
 // Running the CLI.
@@ -306,9 +298,9 @@ void ExpectWellFormedClasses(const Predictions& p) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The digits run of the acceptance test (and others): the brief's command line.
+// The fashion8 run of the acceptance test (and others): the brief's command line.
 
-std::vector<std::string> DigitsTrain(const std::string& data, std::vector<std::string> extra) {
+std::vector<std::string> Fashion8Train(const std::string& data, std::vector<std::string> extra) {
   std::vector<std::string> a = {"train",  "--workers",        "2",     "--mode",    "sync",
                                 "--data", data,               "--task", "classification",
                                 "--layers", "64,64,10",       "--init", "xavier",
@@ -325,22 +317,24 @@ class RealData : public ::testing::Test {
 };
 
 // ---------------------------------------------------------------------------------------------
-// 1. Digits: sync P=2, 30 epochs with a 20% held-out split, reach 97% held-out accuracy; one
+// 1. Fashion8: sync P=2, 30 epochs with a 20% held-out split, reach 70% held-out accuracy; one
 // validation per epoch; eval of the saved model on the same split agrees exactly; predict on
-// that split agrees with eval row by row.
+// that split agrees with eval row by row. Measured: 0.735 in every run (sync is deterministic);
+// 0.724..0.786 over seeds 1..10; 0.195 with --lr 1e-9; chance is 0.1.
 
-TEST_F(RealData, DigitsAcceptance) {
-  REQUIRE_DIGITS();
+TEST_F(RealData, Fashion8Acceptance) {
+  const std::string fashion8 = test::SmallFashionCsv();
+  ASSERT_FALSE(fashion8.empty()) << "no data set: the failure above says why";
   const std::string model = dir_.File("model.bin");
-  const ProcResult r = Shm(DigitsTrain(
-      kDigits, {"--val-split", "0.2", "--epochs", "30", "--save", model}));
+  const ProcResult r =
+      Shm(Fashion8Train(fashion8, {"--val-split", "0.2", "--epochs", "30", "--save", model}));
   ASSERT_TRUE(ExitedWith(r, 0));
   const std::string s = OneEvent(r, "summary");
   ASSERT_FALSE(s.empty());
-  const int64_t per_epoch = (kDigitsRows - kDigitsHeldOut + 31) / 32;  // 1438 rows: 45 steps
+  const int64_t per_epoch = (kFashion8Rows - kFashion8HeldOut + 31) / 32;  // 1438 rows: 45 steps
   const int64_t total = 30 * per_epoch;
   EXPECT_EQ(Num(s, "steps"), total) << s;
-  EXPECT_GE(Num(s, "val_accuracy"), 0.97) << s;
+  EXPECT_GE(Num(s, "val_accuracy"), 0.70) << s;
 
   // One validation per epoch, at its end; the last at the final step.
   const std::vector<Validation> v = Validations(r.out);
@@ -356,11 +350,11 @@ TEST_F(RealData, DigitsAcceptance) {
   ASSERT_TRUE(test::FileExists(model));
 
   // eval on the same split: the same rows, the same numbers.
-  const ProcResult e = Shm({"eval", "--model", model, "--data", kDigits, "--val-split", "0.2",
+  const ProcResult e = Shm({"eval", "--model", model, "--data", fashion8, "--val-split", "0.2",
                             "--seed", "7", "--log-format", "json"});
   ASSERT_TRUE(ExitedWith(e, 0));
   const std::string ev = OneEvent(e, "eval");
-  EXPECT_EQ(Num(ev, "rows"), kDigitsHeldOut) << ev;
+  EXPECT_EQ(Num(ev, "rows"), kFashion8HeldOut) << ev;
   EXPECT_EQ(Str(ev, "accuracy"), Str(s, "val_accuracy")) << ev << "\n" << s;
   EXPECT_LE(RelDiff(Num(ev, "loss"), Num(s, "val_loss")), 1e-6) << ev << "\n" << s;
   EXPECT_EQ(OneEvent(e, "model").empty(), false);
@@ -371,17 +365,17 @@ TEST_F(RealData, DigitsAcceptance) {
   // a row's float sums may round differently at another position in the batch.
   const std::string split_out = dir_.File("split.csv");
   const std::string full_out = dir_.File("full.csv");
-  ASSERT_TRUE(ExitedWith(Shm({"predict", "--model", model, "--data", kDigits, "--val-split",
-                              "0.2", "--seed", "7", "--out", split_out}),
+  ASSERT_TRUE(ExitedWith(Shm({"predict", "--model", model, "--data", fashion8, "--val-split", "0.2",
+                              "--seed", "7", "--out", split_out}),
                          0));
-  ASSERT_TRUE(ExitedWith(Shm({"predict", "--model", model, "--data", kDigits, "--out", full_out}),
-                         0));
+  ASSERT_TRUE(
+      ExitedWith(Shm({"predict", "--model", model, "--data", fashion8, "--out", full_out}), 0));
   const Predictions split = ParsePredictions(test::ReadWholeFile(split_out));
   const Predictions full = ParsePredictions(test::ReadWholeFile(full_out));
   ExpectWellFormedClasses(split);
-  ASSERT_EQ(split.probs.size(), static_cast<size_t>(kDigitsHeldOut));
-  const std::vector<std::string> digits = Lines(test::ReadWholeFile(kDigits));
-  ASSERT_EQ(full.probs.size(), digits.size());
+  ASSERT_EQ(split.probs.size(), static_cast<size_t>(kFashion8HeldOut));
+  const std::vector<std::string> rows = Lines(test::ReadWholeFile(fashion8));
+  ASSERT_EQ(full.probs.size(), rows.size());
   auto close = [](const std::vector<double>& a, const std::vector<double>& b) {
     for (size_t j = 0; j < a.size(); ++j) {
       if (std::fabs(a[j] - b[j]) > 2e-5 * std::fabs(b[j]) + 1e-12) return false;
@@ -392,39 +386,41 @@ TEST_F(RealData, DigitsAcceptance) {
   for (size_t i = 0; i < split.probs.size(); ++i) {
     std::set<std::string> labels;
     for (size_t k = 0; k < full.probs.size(); ++k) {
-      if (close(split.probs[i], full.probs[k])) labels.insert(LastCell(digits[k]));
+      if (close(split.probs[i], full.probs[k])) labels.insert(LastCell(rows[k]));
     }
     ASSERT_EQ(labels.size(), 1u) << "held-out prediction " << i << " matches rows of "
                                  << labels.size() << " labels: " << split.lines[i];
     correct += split.cls[i] == *labels.begin();
   }
-  EXPECT_EQ(correct, static_cast<int>(std::lround(Num(ev, "accuracy") * kDigitsHeldOut)))
+  EXPECT_EQ(correct, static_cast<int>(std::lround(Num(ev, "accuracy") * kFashion8HeldOut)))
       << "predict's held-out classes disagree with eval's accuracy " << Str(ev, "accuracy");
 }
 
 // ---------------------------------------------------------------------------------------------
-// 2. Predict round trip on a held-out file: train on digits' first 1497 rows validating on the
-// last 300 (--val-data); eval and predict on those 300 agree with training and with each other;
-// a file of the 64 features alone predicts the same bytes.
+// 2. Predict round trip on a held-out file: train on fashion8's first 1497 rows validating on
+// the last 300 (--val-data); eval and predict on those 300 agree with training and with each
+// other; a file of the 64 features alone predicts the same bytes. Held-out accuracy: measured
+// 0.733 in every run, 0.693..0.783 over seeds 1..5, 0.157 with --lr 1e-9; bound 0.65.
 
 TEST_F(RealData, PredictRoundTripOnHeldOutFile) {
-  REQUIRE_DIGITS();
-  const std::vector<std::string> digits = Lines(test::ReadWholeFile(kDigits));
-  ASSERT_EQ(digits.size(), static_cast<size_t>(kDigitsRows));
+  const std::string fashion8 = test::SmallFashionCsv();
+  ASSERT_FALSE(fashion8.empty()) << "no data set: the failure above says why";
+  const std::vector<std::string> rows = Lines(test::ReadWholeFile(fashion8));
+  ASSERT_EQ(rows.size(), static_cast<size_t>(kFashion8Rows));
   constexpr size_t kTest = 300;
-  const size_t n_train = digits.size() - kTest;
-  const std::string train = dir_.Write("train.csv", Join(digits, 0, n_train));
-  const std::string test_csv = dir_.Write("test.csv", Join(digits, n_train, digits.size()));
+  const size_t n_train = rows.size() - kTest;
+  const std::string train = dir_.Write("train.csv", Join(rows, 0, n_train));
+  const std::string test_csv = dir_.Write("test.csv", Join(rows, n_train, rows.size()));
   std::string features_only;
-  for (size_t i = n_train; i < digits.size(); ++i) features_only += WithoutLastCell(digits[i]) + "\n";
+  for (size_t i = n_train; i < rows.size(); ++i) features_only += WithoutLastCell(rows[i]) + "\n";
   const std::string test_x = dir_.Write("test_x.csv", features_only);
   const std::string model = dir_.File("model.bin");
 
   const ProcResult r =
-      Shm(DigitsTrain(train, {"--val-data", test_csv, "--epochs", "15", "--save", model}));
+      Shm(Fashion8Train(train, {"--val-data", test_csv, "--epochs", "15", "--save", model}));
   ASSERT_TRUE(ExitedWith(r, 0));
   const std::string s = OneEvent(r, "summary");
-  EXPECT_GE(Num(s, "val_accuracy"), 0.9) << s;
+  EXPECT_GE(Num(s, "val_accuracy"), 0.65) << s;
 
   const ProcResult e =
       Shm({"eval", "--model", model, "--data", test_csv, "--log-format", "json"});
@@ -444,7 +440,7 @@ TEST_F(RealData, PredictRoundTripOnHeldOutFile) {
   ASSERT_EQ(p.cls.size(), kTest);
   ExpectWellFormedClasses(p);
   int correct = 0;
-  for (size_t i = 0; i < kTest; ++i) correct += p.cls[i] == LastCell(digits[n_train + i]);
+  for (size_t i = 0; i < kTest; ++i) correct += p.cls[i] == LastCell(rows[n_train + i]);
   const double acc = Num(ev, "accuracy");
   EXPECT_EQ(correct, static_cast<int>(std::lround(acc * kTest)))
       << "predict's classes give " << correct << "/" << kTest << ", eval says " << acc;
@@ -525,16 +521,19 @@ TEST_F(RealData, RegressionFitsSmoothFunction) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 4. The same rows as CSV and as LIBSVM (zero pixels left out) train to the same bits.
+// 4. The same rows as CSV and as LIBSVM (zero pixels left out) train to the same bits. The
+// accuracy bound only shows that the run trained: measured 0.625 in every run, 0.600..0.675 over
+// seeds 1..6, 0.150 with --lr 1e-9; bound 0.5.
 
 TEST_F(RealData, LibsvmAndCsvTrainIdentically) {
-  REQUIRE_DIGITS();
-  const std::vector<std::string> digits = Lines(test::ReadWholeFile(kDigits));
-  ASSERT_GE(digits.size(), 600u);
+  const std::string fashion8 = test::SmallFashionCsv();
+  ASSERT_FALSE(fashion8.empty()) << "no data set: the failure above says why";
+  const std::vector<std::string> rows = Lines(test::ReadWholeFile(fashion8));
+  ASSERT_GE(rows.size(), 600u);
   std::string csv, svm;
   for (size_t i = 0; i < 600; ++i) {
-    csv += digits[i] + "\n";
-    const std::vector<std::string> cells = SplitCells(digits[i]);
+    csv += rows[i] + "\n";
+    const std::vector<std::string> cells = SplitCells(rows[i]);
     std::string line = cells.back();
     for (size_t j = 0; j + 1 < cells.size(); ++j) {
       if (cells[j] != "0") line += " " + std::to_string(j + 1) + ":" + cells[j];
@@ -562,7 +561,7 @@ TEST_F(RealData, LibsvmAndCsvTrainIdentically) {
   const std::string sa = OneEvent(runs[0], "summary"), sb = OneEvent(runs[1], "summary");
   EXPECT_EQ(Str(sa, "val_accuracy"), Str(sb, "val_accuracy"));
   EXPECT_EQ(Str(sa, "val_loss"), Str(sb, "val_loss"));
-  EXPECT_EQ(Num(sa, "val_accuracy") > 0.7, true) << sa;
+  EXPECT_EQ(Num(sa, "val_accuracy") > 0.5, true) << sa;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -612,12 +611,13 @@ TEST_F(RealData, LabelColumnByNameWithTextClasses) {
 // step (k + 2) * eval_every when eval k decides).
 
 TEST_F(RealData, EarlyStopKeepsBestModel) {
-  REQUIRE_DIGITS();
+  const std::string fashion8 = test::SmallFashionCsv();
+  ASSERT_FALSE(fashion8.empty()) << "no data set: the failure above says why";
   constexpr int64_t kPatience = 3, kEpoch = 45;
   const std::string model = dir_.File("es.bin");
-  const ProcResult r = Shm(DigitsTrain(kDigits, {"--val-split", "0.2", "--epochs", "300",
-                                                 "--early-stop", std::to_string(kPatience),
-                                                 "--log-every", "0", "--save", model}));
+  const ProcResult r = Shm(
+      Fashion8Train(fashion8, {"--val-split", "0.2", "--epochs", "300", "--early-stop",
+                               std::to_string(kPatience), "--log-every", "0", "--save", model}));
   ASSERT_TRUE(ExitedWith(r, 0));
   const std::string s = OneEvent(r, "summary");
   const int64_t total = 300 * kEpoch;
@@ -655,7 +655,7 @@ TEST_F(RealData, EarlyStopKeepsBestModel) {
   EXPECT_EQ(after, 2) << "validations after the decision";
 
   // The saved model is that validation's model.
-  const ProcResult e = Shm({"eval", "--model", model, "--data", kDigits, "--val-split", "0.2",
+  const ProcResult e = Shm({"eval", "--model", model, "--data", fashion8, "--val-split", "0.2",
                             "--seed", "7", "--log-format", "json"});
   ASSERT_TRUE(ExitedWith(e, 0));
   const std::string ev = OneEvent(e, "eval");
@@ -667,15 +667,16 @@ TEST_F(RealData, EarlyStopKeepsBestModel) {
 // A sync run is deterministic, early stopping included: the same command must stop at the
 // same step with the same model. Validating every step makes the evaluator the slow side.
 TEST_F(RealData, EarlyStopSyncIsReproducible) {
-  REQUIRE_DIGITS();
+  const std::string fashion8 = test::SmallFashionCsv();
+  ASSERT_FALSE(fashion8.empty()) << "no data set: the failure above says why";
   std::string first_model;
   std::string first_summary;
   for (int i = 0; i < 3; ++i) {
     SCOPED_TRACE("run " + std::to_string(i));
     const std::string model = dir_.File("es" + std::to_string(i) + ".bin");
     const ProcResult r =
-        Shm(DigitsTrain(kDigits, {"--val-split", "0.2", "--epochs", "300", "--eval-every", "1",
-                                  "--early-stop", "3", "--log-every", "0", "--save", model}));
+        Shm(Fashion8Train(fashion8, {"--val-split", "0.2", "--epochs", "300", "--eval-every", "1",
+                                     "--early-stop", "3", "--log-every", "0", "--save", model}));
     ASSERT_TRUE(ExitedWith(r, 0));
     const std::string s = OneEvent(r, "summary");
     EXPECT_EQ(Str(s, "stopped_early"), "true") << s;
@@ -758,12 +759,13 @@ TEST_F(RealData, EarlyStopAsync) {
 // 7. --eval-every N validates at every multiple of N below the total, then at the end.
 
 TEST_F(RealData, EvalEveryCountsValidations) {
-  REQUIRE_DIGITS();
+  const std::string fashion8 = test::SmallFashionCsv();
+  ASSERT_FALSE(fashion8.empty()) << "no data set: the failure above says why";
   for (const int64_t total : {int64_t{100}, int64_t{98}}) {  // 98: the total is a multiple of 7
     SCOPED_TRACE("--steps " + std::to_string(total));
     const ProcResult r =
-        Shm(DigitsTrain(kDigits, {"--val-split", "0.2", "--steps", std::to_string(total),
-                                  "--eval-every", "7", "--log-every", "0"}));
+        Shm(Fashion8Train(fashion8, {"--val-split", "0.2", "--steps", std::to_string(total),
+                                     "--eval-every", "7", "--log-every", "0"}));
     ASSERT_TRUE(ExitedWith(r, 0));
     const std::vector<Validation> v = Validations(r.out);
     const int64_t below = (total - 1) / 7;
@@ -777,9 +779,10 @@ TEST_F(RealData, EvalEveryCountsValidations) {
 // Async validates when it can (the master samples the shared parameters), but every line is
 // of its own step, before the end, and the final one is at the last update.
 TEST_F(RealData, AsyncValidationStepsAreDistinct) {
-  REQUIRE_DIGITS();
-  std::vector<std::string> a = DigitsTrain(
-      kDigits, {"--val-split", "0.2", "--steps", "2000", "--eval-every", "20", "--log-every", "0"});
+  const std::string fashion8 = test::SmallFashionCsv();
+  ASSERT_FALSE(fashion8.empty()) << "no data set: the failure above says why";
+  std::vector<std::string> a = Fashion8Train(fashion8, {"--val-split", "0.2", "--steps", "2000",
+                                                        "--eval-every", "20", "--log-every", "0"});
   a[4] = "async";
   const ProcResult r = Shm(a);
   ASSERT_TRUE(ExitedWith(r, 0));
@@ -799,9 +802,10 @@ TEST_F(RealData, AsyncValidationStepsAreDistinct) {
 // ends with the clean run's validations and the clean run's model, bit for bit.
 
 TEST_F(RealData, WorkerDeathDuringValidatingRunIsExact) {
-  REQUIRE_DIGITS();
+  const std::string fashion8 = test::SmallFashionCsv();
+  ASSERT_FALSE(fashion8.empty()) << "no data set: the failure above says why";
   auto run = [&](const std::string& model, std::vector<std::string> fault) {
-    std::vector<std::string> a = {"train", "--workers", "2", "--mode", "sync", "--data", kDigits,
+    std::vector<std::string> a = {"train", "--workers", "2", "--mode", "sync", "--data", fashion8,
                                   "--task", "classification", "--layers", "64,32,10",
                                   "--normalize", "minmax", "--val-split", "0.2", "--seed", "7",
                                   "--lr", "0.2", "--batch", "32", "--steps", "200",
