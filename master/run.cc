@@ -210,12 +210,8 @@ Status LoadData(const TrainOptions& o, data::Dataset* d) {
     d->classes = data::ClassMap::Build({names.begin(), names.end()});
     return Status::Ok();
   }
-  // The whole file is read into memory before it is parsed.
-  struct stat st {};
-  if (::stat(o.data_path.c_str(), &st) == 0 && mem > 0 && static_cast<uint64_t>(st.st_size) > mem) {
-    return Status::Resource(o.data_path + ": the file is " + Bytes(static_cast<double>(st.st_size)) +
-                            ", more than the " + Bytes(mem) + " of memory available");
-  }
+  // Files are read a block at a time: only the rows' floats must fit, which check_size
+  // judges once the shape is known, before a row is stored.
   data::LoadOptions lo = LoadOptionsFor(o, TaskOf(o.model.loss));
   // LIBSVM rows are as wide as the model's input (absent indices are 0); a CSV's columns
   // say its width, checked against the model afterwards.

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -14,12 +15,19 @@
 #include <fstream>
 #include <limits>
 #include <numeric>
+#include <optional>
+#include <random>
 #include <string>
+#include <system_error>
+#include <thread>
 #include <vector>
 
 #include "data/batch_plan.h"
 #include "data/dataset.h"
+#include "data/line_blocks.h"
 #include "data/preprocess.h"
+#include "data/text_cells.h"
+#include "data/text_load.h"
 #include "gtest/gtest.h"
 
 namespace shmtrain::data {
@@ -900,6 +908,377 @@ TEST_F(CsvTest, WrongDelimiterHints) {
   ExpectError("1,\"2;3\"\n", Delim(',', Opts(-1, HeaderMode::kNo)), "1:2: ",
               "cell '2;3' is not a number" + kNumericTargets);
   ExpectError("x,y\n1\t,\tz\n", {}, "2:2: ", "cell 'z' is not a number" + kNumericTargets);
+}
+
+// ---- The fast path, blocks and threads ----
+//
+// Rows are parsed on a fast path that hands anything unusual to the general one, in blocks of
+// whole lines, and in two threads per block: none of it may change a value or a message.
+
+// What std::from_chars then a cast to float gives (the loader's reference), or nullopt where
+// from_chars does not read the whole text as a finite double.
+std::optional<float> ReferenceFloat(std::string_view s, double* as_double = nullptr) {
+  if (s.size() >= 2 && s[0] == '+' && s[1] != '-' && s[1] != '+') s.remove_prefix(1);
+  double v = 0;
+  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size() || !std::isfinite(v)) return std::nullopt;
+  if (as_double) *as_double = v;
+  return static_cast<float>(v);
+}
+
+// FastDecimal on `s` as a loader sees it (the cell's end, the line's end, readable bytes
+// after): whether it took the cell, with the value and the bytes it read.
+bool Fast(const std::string& s, double* v, size_t* used = nullptr) {
+  const std::string line = s + ",\n" + std::string(16, '\0');
+  const char* p = line.data();
+  if (!text::FastDecimal(&p, v)) return false;
+  if (used) *used = static_cast<size_t>(p - line.data());
+  return true;
+}
+
+uint32_t Bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+uint64_t Bits(double d) {
+  uint64_t b;
+  std::memcpy(&b, &d, 8);
+  return b;
+}
+
+TEST(FastDecimalTest, TakesCommonNumbersBitForBit) {
+  for (const char* s : {"0", "-0", "+5", "255", "007", "0.1", "-0.125", ".5", "5.", "-.5", "1e5",
+                        "1.5E-3", "2.5e+2", "9007199254740992", "0.0000000000000001",
+                        "1234567", "12345678", "-9999999", "1e22", "1e-22", "0e999", "-0.0"}) {
+    double fast = 0, ref = 0;
+    ASSERT_TRUE(Fast(s, &fast)) << s << " should take the fast path";
+    size_t used = 0;
+    Fast(s, &fast, &used);
+    EXPECT_EQ(used, std::strlen(s)) << s;
+    const std::optional<float> want = ReferenceFloat(s, &ref);
+    ASSERT_TRUE(want.has_value()) << s;
+    EXPECT_EQ(Bits(fast), Bits(ref)) << s;
+    EXPECT_EQ(Bits(static_cast<float>(fast)), Bits(*want)) << s;
+  }
+}
+
+TEST(FastDecimalTest, LeavesTheRestToParseCell) {
+  // Too many digits, a mantissa beyond 2^53, a power of ten beyond 10^22, or not a number at
+  // all: the general parser's (which reads these as before or names the error).
+  for (const char* s : {"123456789012345678", "9007199254740993", "3.4028235e38", "1e23",
+                        "1e-23", "1e", "1e+", ".", "-", "+", "", "+-5", "-+5", "--5", "nan",
+                        "inf", "-inf", "x", "e5", ".e5", "1e00001", "00000000000000000001",
+                        "0.0000000000000000000001"}) {
+    double v = 0;
+    EXPECT_FALSE(Fast(s, &v)) << s;
+  }
+  // It stops where the number does: what follows is the caller's to check.
+  double v = 0;
+  size_t used = 0;
+  ASSERT_TRUE(Fast("12x", &v, &used));
+  EXPECT_EQ(used, 2u);
+  ASSERT_TRUE(Fast("0x1", &v, &used));
+  EXPECT_EQ(used, 1u);
+}
+
+TEST(FastDecimalTest, RandomNumeralsMatchFromChars) {
+  std::mt19937_64 rng(20240611);
+  auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint64_t>(n)); };
+  int taken = 0;
+  for (int i = 0; i < 300000; ++i) {
+    std::string s;
+    if (pick(4) == 0) s += pick(2) ? '-' : '+';
+    const int digits = 1 + pick(19);
+    const int point = pick(3) == 0 ? -1 : pick(digits + 1);
+    for (int d = 0; d < digits; ++d) {
+      if (d == point) s += '.';
+      s += static_cast<char>('0' + (d == 0 && pick(3) ? 1 + pick(9) : pick(10)));
+    }
+    if (point == digits) s += '.';
+    if (pick(3) == 0) s += (pick(2) ? "e" : "E") + std::to_string(pick(61) - 30);
+    double fast = 0, ref = 0;
+    if (!Fast(s, &fast)) continue;
+    ++taken;
+    const std::optional<float> want = ReferenceFloat(s, &ref);
+    ASSERT_TRUE(want.has_value()) << s;
+    ASSERT_EQ(Bits(fast), Bits(ref)) << s;
+    ASSERT_EQ(Bits(static_cast<float>(fast)), Bits(*want)) << s;
+  }
+  EXPECT_GT(taken, 100000);  // the test exercised the fast path
+}
+
+// The same numbers read by the fast path (plain cells) and by the general one (quoted cells,
+// which only the general path reads): the same bits.
+TEST_F(CsvTest, FastAndGeneralPathsGiveTheSameBits) {
+  const std::vector<std::string> cells = {
+      "0.1", "-0", "+5", "1e5", "007", "123456789012345678", "3.4028235e38", ".5", "5.", "255",
+      "-1e-400", "0.30000000000000004", "16777217", "1.17549435e-38", "7e-46", "-2.5E-2"};
+  std::string plain, quoted;
+  for (size_t i = 0; i < cells.size(); ++i) {
+    plain += cells[i] + (i % 4 == 3 ? "\n" : ",");
+    quoted += "\"" + cells[i] + "\"" + (i % 4 == 3 ? "\n" : ",");
+  }
+  const Dataset a = Load(plain), b = Load(quoted);
+  EXPECT_EQ(a.rows, 4);
+  ExpectSameDataset(a, b);
+  // And as the reference reads them.
+  for (size_t i = 0; i < cells.size(); ++i) {
+    const float got = i % 4 == 3 ? a.y[i / 4] : a.x[i / 4 * 3 + i % 4];
+    const std::optional<float> want = ReferenceFloat(cells[i]);
+    if (want) {
+      EXPECT_EQ(Bits(got), Bits(*want)) << cells[i];
+    }
+  }
+}
+
+// Like ExpectSameDataset, and for datasets without targets too (predict data).
+void ExpectSameBits(const Dataset& a, const Dataset& b) {
+  auto bits = [](const std::vector<float>& v) {
+    std::vector<uint32_t> out(v.size());
+    for (size_t i = 0; i < v.size(); ++i) out[i] = Bits(v[i]);
+    return out;
+  };
+  EXPECT_EQ(a.rows, b.rows);
+  EXPECT_EQ(a.features, b.features);
+  EXPECT_EQ(bits(a.x), bits(b.x));
+  EXPECT_EQ(bits(a.y), bits(b.y));
+  EXPECT_EQ(a.classes.numeric, b.classes.numeric);
+  EXPECT_EQ(a.classes.names, b.classes.names);
+  EXPECT_EQ(a.classes.values, b.classes.values);
+}
+
+// Loads `path` through LoadText with every block size from 1 to past the file's size, in one
+// thread and in two (every block split), and expects what LoadFile gives: the same dataset, or
+// the same status.
+class BlocksTest : public CsvTest {
+ protected:
+  void ExpectSameEverySplit(const std::string& content, const LoadOptions& opts,
+                            const std::string& name = "data.csv") {
+    const std::string path = Write(content, name);
+    Dataset want;
+    const Status want_s = LoadFile(path, opts, &want);
+    for (size_t block = 1; block <= content.size() + 2; ++block) {
+      for (int threads : {1, 2}) {
+        TextTuning t;
+        t.block_bytes = block;
+        t.threads = threads;
+        t.min_split_bytes = 2;
+        Dataset got;
+        const Status s = LoadText(path, opts, t, &got);
+        const std::string where = "block " + std::to_string(block) + ", threads " +
+                                  std::to_string(threads) + ", file:\n" + content;
+        ASSERT_EQ(s.code(), want_s.code()) << s.message() << "\n" << where;
+        ASSERT_EQ(s.message(), want_s.message()) << where;
+        if (s.ok()) ExpectSameBits(got, want);
+        if (HasFailure()) {
+          ADD_FAILURE() << where;
+          return;
+        }
+      }
+    }
+  }
+};
+
+TEST_F(BlocksTest, GoodFilesAnyBlockAnyThreads) {
+  // Rows longer than small blocks, CRLF (split between \r and \n at some block size), blank
+  // lines, a byte order mark, no final newline, quoted cells, slow-path numbers, pads.
+  const std::string rows =
+      "a,b,y\r\n1,2.5,3\r\n\r\n-4e2,\"5\",6\r\n 7 ,\t8\t,9\r\n1e-400,0.1,12345678901234567890\r\n";
+  ExpectSameEverySplit(rows, {});
+  ExpectSameEverySplit("\xEF\xBB\xBF" "1;2;3\n\n4;5;6", {});
+  ExpectSameEverySplit("x1,x2,c\n1,2,cat\n3,4,\"dog\"\n5,6, cat \n7,8,\"say \"\"hi\"\"\"\n9,0,dog",
+                       Classify());
+  ExpectSameEverySplit("c,x\n3,1\n1,2\n2.0,3\n-0,4\n0,5\n", Classify(0));
+  LoadOptions named = Classify();
+  named.label_name = "c";
+  ExpectSameEverySplit("x,c,z\n1,a,2\n3,b,4\n", named);
+  ExpectSameEverySplit("1,2,3\n4,5,6\n", NoLabels(2));
+  ExpectSameEverySplit("1 1:2 3:4\r\n# c\n\n0 2:1\n-1 1:1e-3", {}, "d.svm");
+}
+
+TEST_F(BlocksTest, ErrorsAnyBlockAnyThreads) {
+  ExpectSameEverySplit("a,b,y\n1,2,3\n4,5,6\n7,x,9\n1,2,3\n", {});
+  ExpectSameEverySplit("a,b,y\n1,2,3\n4,5\n7,8,9\n", {});
+  ExpectSameEverySplit("a,b,y\r\n1,2,3\r\n4,5,6\r\n7,8,\r\n", {});
+  ExpectSameEverySplit("a,b,y\n1,2,3\n4,\"5,6\n7,8,9\n", {});
+  ExpectSameEverySplit("a,b,y\n1,2,3\n4,5,nan\n7,8,9", Classify());
+  ExpectSameEverySplit("1;2;3\n4;5;6\n7;8,5;9\n", {});  // the decimal-comma hint
+  LoadOptions given = Classify();
+  const ClassMap map = ClassMap::Build({"a", "b"});
+  given.classes = &map;
+  ExpectSameEverySplit("x,c\n1,a\n2,b\n3,z\n4,a\n5,y\n", given);
+  ExpectSameEverySplit("1 1:2\n0 2:1\n1 1:1 1:2\n", {}, "d.svm");
+  ExpectSameEverySplit("x,y\n1,2\n3,4\r5\n", {});
+}
+
+// Only the '\r' of a "\r\n" ends a line; one anywhere else is a byte of its cell.
+TEST_F(CsvTest, CarriageReturnInsideALineIsText) {
+  ExpectError("x,y\n1,2\r3\n", {}, "2:2: ", "cell '2\\x0d3' is not a number" + kNumericTargets);
+  ExpectError("x,y,z\n1\r,2,3\n", {}, "2:1: ", "cell '1\\x0d' is not a number");
+  ExpectError("x,y,z\n1,2 \r,3\n", {}, "2:2: ", "cell '2 \\x0d' is not a number");
+  ExpectError("x,y\n1,2\r\r\n", {}, "2:2: ", "cell '2\\x0d' is not a number" + kNumericTargets);
+  Dataset ds = Load("x,c\n1,a\rb\n2,a\r\n", Classify());
+  EXPECT_EQ(ds.classes.names, (std::vector<std::string>{"a", "a\rb"}));
+}
+
+// A file of `rows` rows "i,i+1,...,label" in blocks of 64 bytes split between two threads, with
+// the errors at the given lines: the first by line number is reported, with its line:column.
+TEST_F(CsvTest, FirstErrorByLineWhateverThreadFindsIt) {
+  auto file = [](int rows, const std::vector<int>& bad_lines) {
+    std::string s = "a,b,c,y\n";
+    for (int line = 2; line < rows + 2; ++line) {
+      const bool bad = std::find(bad_lines.begin(), bad_lines.end(), line) != bad_lines.end();
+      s += std::to_string(line) + "," + (bad ? "oops" : "0.5") + ",7,1\n";
+    }
+    return s;
+  };
+  for (size_t block : {size_t{64}, size_t{200}, size_t{1} << 20}) {
+    TextTuning t;
+    t.block_bytes = block;
+    t.threads = 2;
+    t.min_split_bytes = 2;
+    // One block of ~1.2 KB split in two: the second half's error alone, then both.
+    for (const std::vector<int>& bad : {std::vector<int>{60}, {10, 60}, {59, 60}, {3}}) {
+      const std::string path = Write(file(80, bad));
+      Dataset ds;
+      const Status s = LoadText(path, {}, t, &ds);
+      EXPECT_EQ(s.message(), path + ":" + std::to_string(bad[0]) +
+                                 ":2: cell 'oops' is not a number")
+          << "block " << block;
+    }
+  }
+}
+
+// The class that is not in the model's map, first seen in a later block or the second thread's
+// part, is named at its first row.
+TEST_F(CsvTest, MissingClassNamedAtItsFirstRowAcrossBlocks) {
+  std::string s = "x,c\n";
+  for (int i = 0; i < 200; ++i) s += std::to_string(i) + "," + (i == 150 ? "z" : i == 120 ? "y" : i % 2 ? "a" : "b") + "\n";
+  s += "7,z\n";
+  const std::string path = Write(s);
+  LoadOptions o = Classify();
+  const ClassMap map = ClassMap::Build({"a", "b"});
+  o.classes = &map;
+  for (size_t block : {size_t{32}, size_t{500}, size_t{1} << 20}) {
+    for (int threads : {1, 2}) {
+      TextTuning t;
+      t.block_bytes = block;
+      t.threads = threads;
+      t.min_split_bytes = 2;
+      Dataset ds;
+      const Status s2 = LoadText(path, o, t, &ds);
+      EXPECT_EQ(s2.message(), path + ":122:2: label 'y' is not one of the model's 2 classes (a, b)")
+          << "block " << block << ", threads " << threads;
+    }
+  }
+  // The classes built from the file: the same map and indices however it was read.
+  o.classes = nullptr;
+  TextTuning small;
+  small.block_bytes = 40;
+  small.threads = 2;
+  small.min_split_bytes = 2;
+  Dataset whole, parts;
+  ASSERT_TRUE(LoadFile(path, o, &whole).ok());
+  ASSERT_TRUE(LoadText(path, o, small, &parts).ok());
+  EXPECT_EQ(whole.classes.names, (std::vector<std::string>{"a", "b", "y", "z"}));
+  ExpectSameDataset(parts, whole);
+}
+
+// Larger than one block of the default size, through LoadFile as the master calls it: every
+// value in place, and an error on the last line found there.
+TEST_F(CsvTest, FileLargerThanADefaultBlock) {
+  const int rows = 420000;  // about 20 MB
+  std::string s = "label";
+  for (int j = 0; j < 12; ++j) s += ",p" + std::to_string(j);
+  s += "\n";
+  for (int i = 0; i < rows; ++i) {
+    s += std::to_string(i % 10);
+    for (int j = 0; j < 12; ++j) s += "," + std::to_string((i * 13 + j * 7) % 256);
+    s += "\n";
+  }
+  ASSERT_GT(s.size(), TextTuning{}.block_bytes);
+  LoadOptions o = Classify(0);
+  const Dataset ds = Load(s, o);
+  ASSERT_EQ(ds.rows, rows);
+  ASSERT_EQ(ds.features, 12);
+  bool same = true;
+  for (int i = 0; i < rows && same; ++i) {
+    same = ds.y[i] == static_cast<float>(i % 10);
+    for (int j = 0; j < 12 && same; ++j) same = ds.x[i * 12 + j] == static_cast<float>((i * 13 + j * 7) % 256);
+    if (!same) ADD_FAILURE() << "row " << i << " differs";
+  }
+  s += "1,2,3,4,5,6,7,8,9,10,11,12\n";  // 12 cells: one short
+  ExpectError(s, o, std::to_string(rows + 2) + ": ",
+              "row has 12 cells, expected 13 (as on line 1)");
+}
+
+// A pipe is read whole (it cannot be read twice) and loads as the file does.
+TEST_F(CsvTest, PipeLoadsAsAFile) {
+  const std::string content = "a,b,y\n1,2,3\n4,5,6";
+  const std::string fifo = dir_ + "/fifo.csv";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  std::thread writer([&] {
+    std::ofstream f(fifo, std::ios::binary);
+    f << content;
+  });
+  std::vector<std::pair<int64_t, int>> calls;
+  LoadOptions o;
+  o.check_size = [&](int64_t r, int f) {
+    calls.emplace_back(r, f);
+    return Status::Ok();
+  };
+  Dataset ds;
+  const Status s = LoadFile(fifo, o, &ds);
+  writer.join();
+  ASSERT_TRUE(s.ok()) << s.message();
+  ExpectSameDataset(ds, Load(content));
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0], (std::pair<int64_t, int>{3, 2}));  // 3 lines
+}
+
+TEST_F(CsvTest, CheckSizeBoundIsTheLinesOrTheBytes) {
+  std::vector<int64_t> bounds;
+  LoadOptions o;
+  o.check_size = [&](int64_t r, int) {
+    bounds.push_back(r);
+    return Status::Ok();
+  };
+  // Long rows: the lines bound it (3; the bytes, 14 / (2 * 2 - 1) + 1 = 5).
+  Load("a,y\n1000000,2\n", o);
+  // Blank lines: the bytes bound it, 8 / 3 + 1 = 3 (the lines, 6).
+  Load("1,2\n\n\n\n\n", o);
+  // A byte order mark is not counted (11 / 3 + 1 would be 4).
+  Load("\xEF\xBB\xBF" "1,2\n\n\n\n\n", o);
+  EXPECT_EQ(bounds, (std::vector<int64_t>{3, 3, 3}));
+}
+
+TEST(LineBlocksTest, WholeLinesEachEndingInNewline) {
+  char tmpl[] = "/tmp/line_blocks.XXXXXX";
+  const int fd = mkstemp(tmpl);
+  ASSERT_GE(fd, 0);
+  const std::string content = "\xEF\xBB\xBF" "ab\ncdefghij\r\n\nklmnopqrstuvwxyz\nend";
+  ASSERT_EQ(write(fd, content.data(), content.size()), static_cast<ssize_t>(content.size()));
+  close(fd);
+  for (size_t block : {size_t{1}, size_t{3}, size_t{5}, size_t{100}}) {
+    LineBlocks src(tmpl, block);
+    ASSERT_TRUE(src.Open().ok());
+    EXPECT_FALSE(src.file_empty());
+    int64_t bytes = 0, newlines = 0;
+    ASSERT_TRUE(src.Measure(&bytes, &newlines).ok());
+    EXPECT_EQ(bytes, static_cast<int64_t>(content.size()) - 3);
+    EXPECT_EQ(newlines, 4);
+    std::string all;
+    for (bool more = true; more;) {
+      const std::string_view b = src.block();
+      ASSERT_FALSE(b.empty());
+      EXPECT_EQ(b.back(), '\n') << "block " << block;
+      all += b;
+      ASSERT_TRUE(src.Next(&more).ok());
+    }
+    EXPECT_EQ(all, content.substr(3) + "\n") << "block " << block;
+  }
+  unlink(tmpl);
 }
 
 // ---- LIBSVM ----

@@ -1,0 +1,159 @@
+#include "data/line_blocks.h"
+
+#include <fcntl.h>
+#include <string.h>  // memrchr (GNU)
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+namespace shmtrain::data {
+namespace {
+
+constexpr char kBom[] = "\xEF\xBB\xBF";
+
+}  // namespace
+
+int64_t CountNewlines(const char* p, size_t n) {
+  // 16 bytes a lane each, counted in bytes for up to 255 rounds: SSE2 compares and adds them
+  // at once (std::count widens every byte to 64 bits first, several times slower).
+  typedef unsigned char Bytes __attribute__((vector_size(16)));
+  int64_t total = 0;
+  size_t i = 0;
+  while (n - i >= 16) {
+    Bytes acc = {};
+    for (int r = 0; r < 255 && n - i >= 16; ++r, i += 16) {
+      Bytes v;
+      std::memcpy(&v, p + i, 16);
+      acc -= reinterpret_cast<Bytes>(v == '\n');  // a match is all ones: -1
+    }
+    for (int l = 0; l < 16; ++l) total += acc[l];
+  }
+  for (; i < n; ++i) total += p[i] == '\n';
+  return total;
+}
+
+LineBlocks::LineBlocks(std::string path, size_t block_bytes)
+    : path_(std::move(path)), block_bytes_(std::max<size_t>(block_bytes, 1)) {}
+
+LineBlocks::~LineBlocks() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Status LineBlocks::ReadError() const {
+  return Status::Data(path_ + ": cannot read file: " + std::strerror(errno));
+}
+
+Status LineBlocks::Open() {
+  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) return Status::Data(path_ + ": cannot open file: " + std::strerror(errno));
+  struct stat st {};
+  size_t first = size_t{1} << 16;
+  if (::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode)) {
+    regular_ = true;
+    // +1: the end of the file is seen without another block.
+    first = std::min(block_bytes_, static_cast<size_t>(st.st_size) + 1);
+  }
+  if (Status s = Fill(std::max<size_t>(first, 3)); !s.ok()) return s;  // 3: a whole BOM
+  // A pipe is one block: Measure could not read it again.
+  while (!regular_ && !eof_) {
+    if (Status s = Fill(std::max(cap_, first)); !s.ok()) return s;
+  }
+  // A UTF-8 byte order mark (spreadsheet exports write one) is not part of the first cell.
+  if (data_ >= 3 && std::memcmp(buf_.get(), kBom, 3) == 0) bom_ = 3;
+  begin_ = end_ = bom_;
+  return CutAtLine();
+}
+
+Status LineBlocks::Fill(size_t want) {
+  // +1: room for the '\n' a last line may get.
+  if (cap_ < data_ + want + 1 + kPadding) {
+    const size_t cap = std::max(data_ + want + 1 + kPadding, cap_ + cap_ / 2);
+    std::unique_ptr<char[]> grown(new char[cap]);
+    if (data_ > 0) std::memcpy(grown.get(), buf_.get(), data_);  // buf_ is null at first
+    buf_ = std::move(grown);
+    cap_ = cap;
+  }
+  for (size_t got = 0; got < want && !eof_;) {
+    const ssize_t n = ::read(fd_, buf_.get() + data_, want - got);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ReadError();
+    }
+    if (n == 0) eof_ = true;
+    data_ += static_cast<size_t>(n);
+    got += static_cast<size_t>(n);
+    raw_bytes_ += n;
+  }
+  ZeroPadding();
+  return Status::Ok();
+}
+
+Status LineBlocks::CutAtLine() {
+  for (;;) {
+    if (eof_) {
+      if (data_ > end_ && buf_[data_ - 1] != '\n') {
+        buf_[data_++] = '\n';  // Fill kept room for it
+        added_newline_ = true;
+        ZeroPadding();
+      }
+      end_ = data_;
+      return Status::Ok();
+    }
+    if (const void* nl = memrchr(buf_.get() + end_, '\n', data_ - end_)) {
+      end_ = static_cast<size_t>(static_cast<const char*>(nl) - buf_.get()) + 1;
+      return Status::Ok();
+    }
+    // No whole line after the block yet (one longer than a block): read on until it ends.
+    if (Status s = Fill(std::max(block_bytes_, data_ - begin_)); !s.ok()) return s;
+  }
+}
+
+Status LineBlocks::Extend() {
+  if (eof_ && end_ == data_) return Status::Ok();
+  if (end_ == data_) {
+    if (Status s = Fill(block_bytes_); !s.ok()) return s;
+  }
+  return CutAtLine();
+}
+
+Status LineBlocks::Next(bool* more) {
+  // What follows the block (a line in part) moves to the front of the buffer.
+  std::memmove(buf_.get(), buf_.get() + end_, data_ - end_);
+  data_ -= end_;
+  begin_ = end_ = 0;
+  if (!eof_) {
+    if (Status s = Fill(block_bytes_); !s.ok()) return s;
+  }
+  if (Status s = CutAtLine(); !s.ok()) return s;
+  *more = end_ > begin_;
+  return Status::Ok();
+}
+
+Status LineBlocks::Measure(int64_t* bytes, int64_t* newlines) const {
+  if (!regular_) {
+    *bytes = raw_bytes_ - static_cast<int64_t>(bom_);
+    *newlines = CountNewlines(buf_.get(), data_) - (added_newline_ ? 1 : 0);
+    return Status::Ok();
+  }
+  std::vector<char> tmp(size_t{1} << 20);
+  int64_t total = 0, lines = 0;
+  for (;;) {
+    const ssize_t n = ::pread(fd_, tmp.data(), tmp.size(), total);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ReadError();
+    }
+    if (n == 0) break;
+    total += n;
+    lines += CountNewlines(tmp.data(), static_cast<size_t>(n));
+  }
+  *bytes = total - static_cast<int64_t>(bom_);
+  *newlines = lines;
+  return Status::Ok();
+}
+
+}  // namespace shmtrain::data
