@@ -1,5 +1,7 @@
 #include "data/arrays.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -21,7 +23,9 @@ bool IsIdxMagic(const std::string& b) {
   return t == 0x08 || t == 0x09 || t == 0x0B || t == 0x0C || t == 0x0D || t == 0x0E;
 }
 
-DataFormat ByName(std::string_view name) {
+}  // namespace
+
+DataFormat FormatByName(std::string_view name) {
   if (EndsWith(name, ".gz")) name.remove_suffix(3);
   if (EndsWith(name, ".npy")) return DataFormat::kNpy;
   if (EndsWith(name, ".npz")) return DataFormat::kNpz;
@@ -35,6 +39,8 @@ DataFormat ByName(std::string_view name) {
   }
   return DataFormat::kAuto;
 }
+
+namespace {
 
 // An array of `path` in `format`: the file itself, or the .npz member `key`.
 Status OpenArray(const std::string& path, DataFormat format, const std::string& key,
@@ -169,7 +175,10 @@ bool IsArrayFormat(DataFormat f) {
 }
 
 DataFormat DetectFormat(const std::string& path) {
-  if (const DataFormat f = ByName(path); f != DataFormat::kAuto) return f;
+  if (const DataFormat f = FormatByName(path); f != DataFormat::kAuto) return f;
+  // Only a regular file is peeked at: a pipe's bytes would be gone for the loader.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return DataFormat::kAuto;
   const std::string head = PeekFile(path, 6);
   if (head.rfind("PK\x03\x04", 0) == 0 || head.rfind("PK\x05\x06", 0) == 0) return DataFormat::kNpz;
   if (head.rfind("\x93NUMPY", 0) == 0) return DataFormat::kNpy;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "data/dataset.h"
 
@@ -12,7 +13,11 @@ namespace shmtrain::data {
 
 bool IsArrayFormat(DataFormat f);
 
-// The format by the file's name, then by its first bytes: kIdx, kNpy, kNpz or kLibsvm when
+// The format the name says (.npy, .npz, IDX names, .svm/.libsvm/.svmlight), else kAuto.
+DataFormat FormatByName(std::string_view name);
+
+// The format by the file's name, then by its first bytes (a regular file only: a pipe is
+// never read ahead): kIdx, kNpy, kNpz or kLibsvm when
 // they tell; kAuto when the file is text that its content must tell apart (CSV or LIBSVM).
 DataFormat DetectFormat(const std::string& path);
 

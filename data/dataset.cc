@@ -164,7 +164,7 @@ Status LoadText(const std::string& path, const LoadOptions& opts, const TextTuni
   }
   DataFormat format = opts.format;
   if (format == DataFormat::kAuto) {
-    const bool by_name = DetectFormat(path) == DataFormat::kLibsvm;  // .svm, .libsvm, .svmlight
+    const bool by_name = FormatByName(path) == DataFormat::kLibsvm;  // .svm, .libsvm, .svmlight
     format = by_name || LooksLikeLibsvm(src.block()) ? DataFormat::kLibsvm : DataFormat::kCsv;
   }
   return format == DataFormat::kLibsvm ? LoadLibsvm(path, &src, opts, out)
