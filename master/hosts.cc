@@ -26,7 +26,10 @@ class SingleHost final : public Hosts {
   int local() const override { return 0; }
   int local_count() const override { return 1; }
   std::string Describe(int host) const override { return "host " + std::to_string(host); }
-  Status Agree(uint64_t, double) override { return Status::Ok(); }
+  Status Agree(const Status& here, uint64_t, double, const std::function<bool()>&) override {
+    return here;
+  }
+  bool failed_together() const override { return false; }
   Status Combine(const float*, float*, int64_t, StepTotals*, int64_t,
                  const std::function<bool()>&) override {
     return Status::Internal("a single host has nothing to combine");

@@ -40,9 +40,18 @@ class Hosts {
   // "host 1 (node-b)": how messages name a host.
   virtual std::string Describe(int host) const = 0;
 
-  // Every host's identity must equal host 0's: kUsage naming the first that differs. Waits at
-  // most timeout_s for the others (kHostLost naming one that did not answer).
-  virtual Status Agree(uint64_t identity, double timeout_s) = 0;
+  // The start of the run, on every host at once. `here` is this host's start (its checks, its
+  // data, its segment): every host brings it, failed or not, so that one host's failed start
+  // ends every host's start. Returns `here` when it failed; else, when another host's start
+  // failed, a status of that host's exit code naming it (its own message says why); else
+  // kUsage naming the first host whose identity differs from host 0's. Waits at most
+  // timeout_s for the others (kHostLost naming one that did not answer), kInterrupted when
+  // stop() turns true. After a failed start every host knows: failed_together() is true.
+  virtual Status Agree(const Status& here, uint64_t identity, double timeout_s,
+                       const std::function<bool()>& stop) = 0;
+  // Every host learned from Agree that the start failed: each leaves the job by itself
+  // (Finish, then its exit code), with no abort to race its clean-up.
+  virtual bool failed_together() const = 0;
   // One step's combine. in: this host's sum of n floats; out: the sum of every host's, added in
   // host order (the same bits on every host); totals: this host's in, every host's summed in
   // host order out. Ends early, kHostLost naming the host, when a host's part has not arrived

@@ -79,9 +79,10 @@ shmtrain::Status JoinTheHosts(int* argc, char*** argv, shmtrain::TrainOptions* o
   // The workers are reaped and the segment removed by now. Ending here rather than returning
   // skips the metrics server's shutdown, which would wait out civetweb's 2 s poll quantum;
   // the kernel closes its socket. Several hosts: a failure here ends the job on every host
-  // with this code (a stop signal came to every host master already, from mpirun).
+  // with this code (a stop signal came to every host master already, from mpirun), unless
+  // every host learned at the start that the run cannot start: then each leaves on its own.
   std::fflush(nullptr);
-  if (code == kExitOk) {
+  if (code == kExitOk || hosts->failed_together()) {
     hosts->Finish();
   } else if (hosts->count() > 1 && s.code() != Status::Code::kInterrupted) {
     hosts->AbortJob(code);

@@ -62,7 +62,9 @@ class MpiHosts final : public Hosts {
   std::string Describe(int host) const override {
     return "host " + std::to_string(host) + " (" + names_[static_cast<size_t>(host)] + ")";
   }
-  Status Agree(uint64_t identity, double timeout_s) override;
+  Status Agree(const Status& here, uint64_t identity, double timeout_s,
+               const std::function<bool()>& stop) override;
+  bool failed_together() const override { return failed_together_; }
   Status Combine(const float* in, float* out, int64_t n, StepTotals* totals, int64_t deadline_ns,
                  const std::function<bool()>& stop) override;
   [[noreturn]] void AbortJob(int code) override {
@@ -88,6 +90,7 @@ class MpiHosts final : public Hosts {
   std::vector<std::string> names_;
   std::vector<float> parts_;  // step 1: the other hosts' parts of this host's part
   std::vector<StepTotals> totals_;
+  bool failed_together_ = false;
 };
 
 Status MpiHosts::Join(int* argc, char*** argv) {
@@ -162,22 +165,44 @@ Status MpiHosts::WaitAll(std::vector<Pending>* pending, int64_t deadline_ns,
   }
 }
 
-Status MpiHosts::Agree(uint64_t identity, double timeout_s) {
-  std::vector<uint64_t> all(static_cast<size_t>(count_));
+// Another host's failed start, as this host's status: the same exit code, so that the job's
+// code does not depend on which host mpirun hears from first.
+Status OtherHostFailed(int exit_code, const std::string& host) {
+  const std::string msg = host + " could not start the run (its message says why); this host "
+                          "removed its segment and leaves the job";
+  switch (exit_code) {
+    case kExitUsage: return Status::Usage(msg);
+    case kExitResource: return Status::Resource(msg);
+    case kExitInternal: return Status::Internal(msg);
+    default: return Status::HostLost(msg + " (exit " + std::to_string(exit_code) + ")");
+  }
+}
+
+Status MpiHosts::Agree(const Status& here, uint64_t identity, double timeout_s,
+                       const std::function<bool()>& stop) {
+  // Two words a host: its start's exit code (0 = started) and its identity.
+  const uint64_t mine[2] = {static_cast<uint64_t>(here.exit_code()), here.ok() ? identity : 0};
+  std::vector<uint64_t> all(2 * static_cast<size_t>(count_));
   std::vector<Pending> pending(1);
   pending[0].peer = 0;
   pending[0].receive = true;
-  MPI_Iallgather(&identity, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, comm_,
-                 &pending[0].request);
+  MPI_Iallgather(mine, 2, MPI_UINT64_T, all.data(), 2, MPI_UINT64_T, comm_, &pending[0].request);
   const int64_t deadline = shm::MonotonicNs() + static_cast<int64_t>(timeout_s * 1e9);
-  if (Status s = WaitAll(&pending, deadline, [] { return false; }, "the start of the run");
-      !s.ok()) {
+  if (Status s = WaitAll(&pending, deadline, stop, "the start of the run"); !s.ok()) {
+    if (s.code() == Status::Code::kInterrupted) return s;
     return Status::HostLost("the start of the run: not every host master answered within " +
                             std::to_string(static_cast<int64_t>(timeout_s)) + "s (" +
                             s.message() + ")");
   }
+  for (int h = 0; h < count_; ++h) {
+    const uint64_t code = all[2 * static_cast<size_t>(h)];
+    if (code == 0) continue;
+    failed_together_ = true;
+    return here.ok() ? OtherHostFailed(static_cast<int>(code), Describe(h)) : here;
+  }
   for (int h = 1; h < count_; ++h) {
-    if (all[static_cast<size_t>(h)] != all[0]) {
+    if (all[2 * static_cast<size_t>(h) + 1] != all[1]) {
+      failed_together_ = true;
       return Status::Usage("the host masters do not run the same training: " + Describe(h) +
                            " differs from " + Describe(0) + " in its options, data or resumed "
                            "checkpoint (every host must be given the same flags and the same "

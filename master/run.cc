@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -472,14 +473,71 @@ TrainOptions ForThisHost(const TrainOptions& opts) {
   return o;
 }
 
-// Several hosts: every host must start the same run (options, data, validation and length)
-// from the same state, or their sums would mix different models. Returns kUsage naming a host
-// that differs, kHostLost when one does not answer. In json mode every host names its segment
-// and pid (the "host" event), so that an operator (or a test) can find its workers.
-Status AgreeWithHosts(const TrainOptions& o, Hosts& hosts, uint64_t fingerprint,
-                      const RunData& rd, const shm::Segment& seg,
+// This host's start: the checks, the data, the resumed checkpoint and the segment, made and
+// filled. Its members are what the run loop's units are built from; destroying it removes the
+// segment, so a start that fails anywhere leaves nothing behind.
+struct Start {
+  RunData rd;
+  int64_t total_steps = 0;
+  int64_t eval_every = 0;
+  OptimConfig optim;
+  uint64_t fingerprint = 0;
+  std::string optimizer;
+  Checkpoint resume;
+  shm::Segment seg;
+  std::optional<SegmentPathForHandlers> seg_path;  // set once seg exists
+};
+
+Status StartHere(const TrainOptions& o, Logger& log,
+                 std::unique_ptr<monitoring::Exporter>* exporter, Start* st) {
+  if (Status s = CheckOutputPaths(o); !s.ok()) return s;
+  // The endpoint next: a taken port fails the run before anything exists to clean up.
+  if (o.metrics) {
+    std::string addr;
+    if (Status s = monitoring::HostMetricsAddress(o.metrics_addr, o.host_local, &addr); !s.ok()) {
+      return s;
+    }
+    if (Status s = monitoring::Exporter::Start(addr, exporter); !s.ok()) return s;
+    InstallSignalHandlers();  // the server's library has just set SIGPIPE to SIG_IGN
+  }
+  if (Status s = PrepareData(o, &st->rd); !s.ok()) return s;
+  ReclaimStale(log);
+  const data::Dataset& d = st->rd.train;
+  st->total_steps = o.TotalSteps(d.rows);
+  st->eval_every = EvalEvery(o, d.rows);
+  if (Status s = nn::ResolveOptim(o, st->total_steps, &st->optim); !s.ok()) return s;
+  const shm::Header proto =
+      MakeHeader(o, st->optim, d.rows, d.features, st->total_steps, st->eval_every);
+  if (Status s = CheckShmSpace(proto.total_size); !s.ok()) return s;
+  // Resuming: the checkpoint must come from this very run (same options and data).
+  st->fingerprint = RunFingerprint(o, st->optim, d);
+  st->optimizer = nn::Describe(st->optim);
+  if (!o.resume_path.empty()) {
+    if (Status s = LoadResume(o.resume_path, o.mode, st->fingerprint, st->optimizer, proto,
+                              st->total_steps, &st->resume);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (Status s = shm::Segment::Create(shm::MakeSegmentName(), proto, &st->seg); !s.ok()) return s;
+  st->seg_path.emplace(st->seg.name());
+  FillSegment(o, &st->rd.train, st->resume, &st->seg);
+  return Status::Ok();
+}
+
+// Several hosts: every host brings its start to one exchange, failed or not, so that a host
+// whose start failed (a missing file, a taken port) ends every host's start the same way: each
+// removes its segment and leaves the job (README "Several hosts"). The started hosts must start
+// the same run (options, data, validation and length) from the same state, or their sums would
+// mix different models: kUsage naming a host that differs, kHostLost when one does not answer.
+// In json mode every started host names its segment and pid (the "host" event), so that an
+// operator (or a test) can find its workers.
+Status AgreeWithHosts(const Status& here, const TrainOptions& o, Hosts& hosts, const Start& st,
                       const monitoring::Exporter* exporter, Logger& log) {
-  if (hosts.count() == 1) return Status::Ok();
+  if (hosts.count() == 1) return here;
+  auto stop = [] { return g_stop_signal.load() != 0; };
+  if (!here.ok()) return hosts.Agree(here, 0, o.host_timeout_s, stop);
+  const shm::Segment& seg = st.seg;
   log.Always(JsonLine("host")
                  .Int("host", hosts.index())
                  .Int("hosts", hosts.count())
@@ -493,12 +551,13 @@ Status AgreeWithHosts(const TrainOptions& o, Hosts& hosts, uint64_t fingerprint,
   for (int k = 0; k < seg.num_states(); ++k) {
     state = Crc32(seg.state(k, c.first_step), static_cast<size_t>(n) * sizeof(float), state);
   }
-  state = Crc32(rd.val.x.data(), rd.val.x.size() * sizeof(float), state);
-  state = Crc32(rd.val.y.data(), rd.val.y.size() * sizeof(float), state);
-  const int64_t words[] = {static_cast<int64_t>(fingerprint), c.total_steps, c.first_step,
+  state = Crc32(st.rd.val.x.data(), st.rd.val.x.size() * sizeof(float), state);
+  state = Crc32(st.rd.val.y.data(), st.rd.val.y.size() * sizeof(float), state);
+  const int64_t words[] = {static_cast<int64_t>(st.fingerprint), c.total_steps, c.first_step,
                            o.eval_every,  o.early_stop, static_cast<int64_t>(state)};
-  const uint64_t identity = (static_cast<uint64_t>(Crc32(words, sizeof words)) << 32) ^ fingerprint;
-  return hosts.Agree(identity, o.host_timeout_s);
+  const uint64_t identity =
+      (static_cast<uint64_t>(Crc32(words, sizeof words)) << 32) ^ st.fingerprint;
+  return hosts.Agree(here, identity, o.host_timeout_s, stop);
 }
 
 // A run whose segment exists and is filled: the units the run loop composes.
@@ -644,51 +703,21 @@ Status Finish(RunParts& run) {
 Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher, Hosts& hosts,
                 std::unique_ptr<monitoring::Exporter>* exporter_out) {
   const TrainOptions o = ForThisHost(opts);
-  if (Status s = CheckOutputPaths(o); !s.ok()) return s;
-  // The endpoint next: a taken port fails the run before anything exists to clean up.
   std::unique_ptr<monitoring::Exporter>& exporter = *exporter_out;
-  if (o.metrics) {
-    std::string addr;
-    if (Status s = monitoring::HostMetricsAddress(o.metrics_addr, o.host_local, &addr); !s.ok()) {
-      return s;
-    }
-    if (Status s = monitoring::Exporter::Start(addr, &exporter); !s.ok()) return s;
-    InstallSignalHandlers();  // the server's library has just set SIGPIPE to SIG_IGN
-  }
-  RunData rd;
-  if (Status s = PrepareData(o, &rd); !s.ok()) return s;
-  ReclaimStale(log);
-  const int64_t total_steps = o.TotalSteps(rd.train.rows);
-  const int64_t eval_every = EvalEvery(o, rd.train.rows);
-  OptimConfig optim;
-  if (Status s = nn::ResolveOptim(o, total_steps, &optim); !s.ok()) return s;
-  const shm::Header proto =
-      MakeHeader(o, optim, rd.train.rows, rd.train.features, total_steps, eval_every);
-  if (Status s = CheckShmSpace(proto.total_size); !s.ok()) return s;
-  // Resuming: the checkpoint must come from this very run (same options and data).
-  const uint64_t fingerprint = RunFingerprint(o, optim, rd.train);
-  const std::string optimizer = nn::Describe(optim);
-  Checkpoint resume;
-  if (!o.resume_path.empty()) {
-    if (Status s = LoadResume(o.resume_path, o.mode, fingerprint, optimizer, proto, total_steps,
-                              &resume);
-        !s.ok()) {
-      return s;
-    }
-  }
-  const int64_t first = resume.step;
-
-  shm::Segment seg;
-  if (Status s = shm::Segment::Create(shm::MakeSegmentName(), proto, &seg); !s.ok()) return s;
-  const SegmentPathForHandlers segment_path_for_handlers(seg.name());
-  FillSegment(o, &rd.train, resume, &seg);
+  Start st;
+  const Status started = StartHere(o, log, &exporter, &st);
+  if (Status s = AgreeWithHosts(started, o, hosts, st, exporter.get(), log); !s.ok()) return s;
+  const RunData& rd = st.rd;
+  shm::Segment& seg = st.seg;
+  const int64_t first = st.resume.step;
+  const int64_t total_steps = st.total_steps;
+  const int64_t eval_every = st.eval_every;
+  const uint64_t fingerprint = st.fingerprint;
+  const std::string& optimizer = st.optimizer;
   monitoring::SupervisorStats stats(o.workers);
   if (exporter) exporter->Attach(&seg, &stats, o);
   const DetachOnExit detach(exporter.get());
   LogSegment(o, rd, seg, exporter.get(), log);
-  if (Status s = AgreeWithHosts(o, hosts, fingerprint, rd, seg, exporter.get(), log); !s.ok()) {
-    return s;
-  }
 
   CheckpointPolicy checkpoints({.path = o.checkpoint_path,
                                 .every = o.checkpoint_every,

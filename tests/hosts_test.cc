@@ -35,6 +35,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <ostream>
@@ -1045,6 +1046,52 @@ TEST_F(HostsTest, HostsGivenDifferentDataAreRefused) {
   const ProcResult ok = same.Wait(kJobTimeout);
   ExpectJobGone(same, Clock::now(), milliseconds{2'000});
   EXPECT_TRUE(ExitedWith(ok, 0));
+}
+
+// A host whose start fails (a data file it cannot read, a metrics port already taken) ends the
+// job with its exit code and its message, and no host leaves a segment, a worker or a process:
+// the hosts that did start learn of it at the start's exchange and remove their segments.
+void ExpectNothingLeftAfterAFailedStart(MpiJob& job, const std::string& why) {
+  const ProcResult r = job.Wait(kJobTimeout);
+  ExpectJobGone(job, Clock::now(), milliseconds{2'000});
+  EXPECT_TRUE(ExitedWith(r, 2)) << SummaryOf(r);
+  EXPECT_TRUE(Contains(r.err, why)) << Clip(r.err);
+  EXPECT_TRUE(Contains(r.err, "could not start the run")) << "the started host said nothing:\n"
+                                                          << Clip(r.err);
+  EXPECT_TRUE(Events(r.out, "worker_started").empty()) << Clip(r.out);
+  EXPECT_GE(job.masters().size(), 2u) << "the test did not see the host masters";
+}
+
+TEST_F(HostsTest, AHostWhoseDataIsMissingLeavesNoSegmentOnAnyHost) {
+  TempDir dir;
+  const std::string a = dir.Write("a.csv", "x1,x2,label\n0,1,0\n1,0,1\n1,1,0\n0,0,1\n");
+  auto argv = [&](const std::string& data) {
+    return WithoutMetrics({kMasterBin, "train", "--data", data, "--layers", "2,4,2", "--loss",
+                           "xent", "--lr", "0.1", "--workers", "2", "--steps", "100",
+                           "--log-format", "json", "--no-progress"});
+  };
+  MpiJob job({{1, argv(a)}, {1, argv(dir.path() + "/missing.csv")}});
+  ExpectNothingLeftAfterAFailedStart(job, "missing.csv");
+}
+
+TEST_F(HostsTest, AHostWhoseMetricsPortIsTakenLeavesNoSegmentOnAnyHost) {
+  const int base = PickFreePortPair();
+  ASSERT_GT(base, 0);
+  // Host 1 listens on base + 1: taken here for the job's life.
+  const int taken = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(taken, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sa.sin_port = htons(static_cast<uint16_t>(base + 1));
+  ASSERT_EQ(bind(taken, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0) << strerror(errno);
+  ASSERT_EQ(listen(taken, 1), 0);
+  {
+    MpiJob job(2, Train({"--workers", "2", "--steps", "100", "--metrics-addr",
+                         "127.0.0.1:" + std::to_string(base)}));
+    ExpectNothingLeftAfterAFailedStart(job, std::to_string(base + 1));
+  }
+  close(taken);
 }
 
 }  // namespace
