@@ -1,22 +1,43 @@
 #!/usr/bin/env bash
-# Builds and runs every test in three configurations: the normal build, ASan+UBSan and TSan.
-# Usage: scripts/test.sh [all|plain|asan|tsan]   (default: all)
+# Builds and runs the tests in three configurations, each with what it can find
+# (tests/CMakeLists.txt labels every test executable):
+#   plain  the normal build: every test, the benchmarks built;
+#   asan   ASan+UBSan: parsers, model files, checkpoints, every process and fault path;
+#   tsan   TSan: the master's threads (CSV loader, validation evaluator, metrics exporter,
+#          cross-host combiner);
+# then fuzzes every parser for a short fixed time (scripts/fuzz.sh; any finding fails).
+# Usage: scripts/test.sh [all|plain|asan|tsan|fuzz]   (default: all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
 jobs=$(nproc)
 
-run() {  # run <build dir> <cmake args...>
-  local dir=$1; shift
+# run <build dir> <label or ""> <targets or ""> <cmake args...>
+run() {
+  local dir=$1 label=$2 targets=$3; shift 3
+  local t0=$SECONDS
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
-  cmake --build "$dir" -j"$jobs"
-  ctest --test-dir "$dir" --output-on-failure -j2 --timeout 600
+  if [ -n "$targets" ]; then
+    # shellcheck disable=SC2086
+    cmake --build "$dir" -j"$jobs" --target $targets
+  else
+    cmake --build "$dir" -j"$jobs"
+  fi
+  local t1=$SECONDS
+  ctest --test-dir "$dir" --output-on-failure -j2 --timeout 600 ${label:+-L "$label"}
+  echo "test.sh: $dir: built in $((t1 - t0)) s, tested in $((SECONDS - t1)) s"
 }
 
-[[ $what == all || $what == plain ]] && run build
+sanitized="shmtrain shmtrain-worker unit_tests realdata_tests metrics_tests"
+[[ $what == all || $what == plain ]] && run build "" "" -DCMAKE_BUILD_TYPE=Release
 # Sanitizer builds skip the benchmarks. halt_on_error makes a report fail the test.
 export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
-[[ $what == all || $what == asan ]] && run build-asan -DSHMTRAIN_SANITIZE=address -DSHMTRAIN_BENCH=OFF
-[[ $what == all || $what == tsan ]] && run build-tsan -DSHMTRAIN_SANITIZE=thread -DSHMTRAIN_BENCH=OFF
+[[ $what == all || $what == asan ]] &&
+  run build-asan asan "$sanitized cli_tests" -DSHMTRAIN_SANITIZE=address -DSHMTRAIN_BENCH=OFF
+[[ $what == all || $what == tsan ]] &&
+  run build-tsan tsan "$sanitized hosts_tests" -DSHMTRAIN_SANITIZE=thread -DSHMTRAIN_BENCH=OFF
+if [[ $what == all || $what == fuzz ]] && [ -f scripts/fuzz.sh ]; then
+  bash scripts/fuzz.sh
+fi
 echo "all test configurations passed ($what)"
