@@ -154,7 +154,7 @@ Status Supervisor::Tick(int timeout_ms) {
   });
   pending_.erase(moved, pending_.end());
   CheckHangs(now);
-  MaybeChaos(now);
+  MaybeChaos(now, progress);
   return Status::Ok();
 }
 
@@ -325,8 +325,11 @@ std::string Supervisor::Who(const std::deque<Restart>& failures) {
   return who;
 }
 
-void Supervisor::MaybeChaos(int64_t now) {
-  if (opts_.chaos_every_ns <= 0 || now < next_chaos_ns_) return;
+void Supervisor::MaybeChaos(int64_t now, int64_t progress) {
+  // A kill also waits for the run to move past where the previous one found it: kills never
+  // come faster than the run recovers from them, so on a loaded machine chaos slows a run
+  // down but never stalls it (a replacement still starting would be killed again and again).
+  if (opts_.chaos_every_ns <= 0 || now < next_chaos_ns_ || progress <= chaos_progress_) return;
   next_chaos_ns_ =
       now + static_cast<int64_t>((0.5 + chaos_rng_.Uniform()) * opts_.chaos_every_ns);
   std::vector<int> live;
@@ -339,6 +342,7 @@ void Supervisor::MaybeChaos(int64_t now) {
   Child& c = kids_[live[chaos_rng_.Below(live.size())]];
   c.kill_reason = "chaos";
   kill(c.pid, SIGKILL);
+  chaos_progress_ = progress;
 }
 
 void Supervisor::Reconcile() {

@@ -18,7 +18,8 @@
 //    replaced; the victim is restarted without counting against the crash-loop budget.
 //  - A worker that exits kWorkerDiverged ends the run at once (Status::Diverged).
 //  - Chaos (chaos_every > 0): the supervisor itself SIGKILLs a random worker at random
-//    moments (uniform in [0.5, 1.5] x chaos_every apart), for demos and soak tests.
+//    moments (uniform in [0.5, 1.5] x chaos_every apart, and never twice at one value of
+//    Progress(): the run always moves between two kills), for demos and soak tests.
 // The supervisor never blocks on anything a worker holds: every wait is a bounded poll(), and
 // waitpid() only after the child has exited or been SIGKILLed.
 #pragma once
@@ -113,7 +114,7 @@ class Supervisor {
   // Barrier timeout: SIGKILLs (as "hang") every running rank whose heartbeat is older than
   // about the barrier timeout; returns them as "worker a, worker b" ("" if none).
   std::string KillSilent(int64_t now);
-  void MaybeChaos(int64_t now);
+  void MaybeChaos(int64_t now, int64_t progress);
   void KillAll();
 
   shm::Segment& seg_;
@@ -137,6 +138,7 @@ class Supervisor {
   std::vector<int> interrupted_ranks_;  // their ranks
   nn::Rng chaos_rng_;
   int64_t next_chaos_ns_ = 0;
+  int64_t chaos_progress_ = -1;  // Progress() at the last chaos kill
 };
 
 }  // namespace shmtrain::master

@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <atomic>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,12 +21,15 @@
 #include "data/dataset.h"
 #include "master/checkpoint.h"
 #include "master/checkpoint_policy.h"
+#include "master/launcher.h"
 #include "master/log.h"
 #include "master/run_summary.h"
+#include "master/supervisor.h"
 #include "master/validation.h"
 #include "monitoring/exporter.h"
 #include "nn/metrics.h"
 #include "nn/mlp.h"
+#include "shm/futex.h"
 #include "shm/segment.h"
 #include "tests/parabola_layout.h"
 
@@ -656,6 +661,57 @@ TEST(MetricsHostLabel, EverySeriesNamesTheHostIndexOfItsHostMaster) {
        }) {
     EXPECT_NE(text.find(want), std::string::npos) << "no '" << want << "' in\n" << text;
   }
+}
+
+// A worker that never moves the run: a real process (so that a SIGKILL, the reaping and the
+// replacement are real) that only sleeps.
+class SleeperLauncher final : public Launcher {
+ public:
+  Status Spawn(const std::string&, int, uint32_t, pid_t* pid) override {
+    char sleep_bin[] = "/bin/sleep";
+    char secs[] = "600";
+    char* argv[] = {sleep_bin, secs, nullptr};
+    if (posix_spawn(pid, sleep_bin, nullptr, nullptr, argv, environ) != 0) {
+      return Status::Resource("cannot start /bin/sleep");
+    }
+    ++spawned;
+    return Status::Ok();
+  }
+  int spawned = 0;
+};
+
+// Chaos never kills twice while the run stands still: on a machine so loaded that no
+// replacement gets as far as one update between two kills, kills at every interval would stall
+// the run for ever. Here nothing moves the run: one kill, however many intervals pass, and the
+// next only once the run has moved.
+TEST(SupervisorChaos, KillsOnlyOnceWhileTheRunStandsStill) {
+  shm::Segment seg = MakeSegment(Layout(Mode::kAsync, 2, 0));
+  SleeperLauncher launcher;
+  Logger log(LogFormat::kJson, false);
+  monitoring::SupervisorStats stats(2);
+  SupervisorOptions opts;
+  opts.heartbeat_timeout_ns = 3'600'000'000'000;
+  opts.chaos_every_ns = 1'000'000;  // 1 ms
+  Supervisor sup(seg, launcher, log, stats, opts);
+  ASSERT_TRUE(sup.StartAll().ok());
+  // Ticks until `done`, for 30 s at most (a loaded machine is slow to reap and restart).
+  auto tick_until = [&](const std::function<bool()>& done) {
+    const int64_t until = shm::MonotonicNs() + 30'000'000'000;
+    while (!done() && shm::MonotonicNs() < until) ASSERT_TRUE(sup.Tick(1).ok());
+  };
+  // Ticks over at least 100 chaos intervals, and 100 ticks.
+  auto tick_on = [&] {
+    const int64_t until = shm::MonotonicNs() + 100 * opts.chaos_every_ns;
+    for (int n = 0; n < 100 || shm::MonotonicNs() < until; ++n) ASSERT_TRUE(sup.Tick(1).ok());
+  };
+  tick_until([&] { return sup.restarts() >= 1; });
+  tick_on();
+  EXPECT_EQ(sup.restarts(), 1) << "chaos killed again while the run had not moved";
+  EXPECT_EQ(launcher.spawned, 3);
+  shm::StoreRelease<uint64_t>(seg.header()->param_version, 1);  // the run moves one update
+  tick_until([&] { return sup.restarts() >= 2; });
+  tick_on();
+  EXPECT_EQ(sup.restarts(), 2) << "chaos should kill once more after the run moved";
 }
 
 }  // namespace
