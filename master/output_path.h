@@ -15,12 +15,15 @@ struct NamedPath {
   std::string path;
 };
 
-// Checks that `path` (named by `flag`, e.g. "--save") can be written by WriteFileDurably:
-//  - it is not a directory;
-//  - its directory exists, is a directory, and a file can be created in it (probed with a
-//    temporary file, removed at once: this also catches read-only file systems, which
-//    access() misses for root);
-//  - it is not the same file as any of `inputs` (same device and inode, or the same path).
+// Checks that `path` (named by `flag`, e.g. "--save") can be written by WriteFileDurably.
+// Its symbolic links are followed (master/model_file.h, ResolveOutput); what they lead to is:
+//  - a regular file or nothing yet: its directory must exist, be a directory, and let a file
+//    be created in it (probed with a temporary file, removed at once: this also catches
+//    read-only file systems, which access() misses for root); and it must not be the same
+//    file as any of `inputs` (same device and inode, or the same path);
+//  - a FIFO or a character device: it must be writable (it is written in place);
+//  - /dev/stdout, /dev/fd/N: the descriptor must be open for writing;
+//  - anything else (a directory, a block device, a socket) is refused: never replaced.
 // An empty path is fine (no output). Failures are Status::Usage (exit 2) naming the flag,
 // the path and what is wrong.
 Status CheckOutputPath(const std::string& flag, const std::string& path,

@@ -3,14 +3,17 @@
 #include "master/model_file.h"
 
 #include <dirent.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace shmtrain {
@@ -399,6 +402,46 @@ TEST_F(ModelFileDirTest, SaveIntoMissingDirectory) {
   EXPECT_EQ(s.code(), Status::Code::kResource);
   EXPECT_EQ(s.message(), "cannot write " + path + ": No such file or directory");
   EXPECT_TRUE(Entries().empty());
+}
+
+// A FIFO with no reader: the write waits for one up to its deadline, then fails naming the
+// FIFO, which stays a FIFO; nothing is left beside it.
+TEST_F(ModelFileDirTest, FifoWithoutReaderFailsAtItsDeadline) {
+  const std::string fifo = dir_ + "/out.fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  const Status s = WriteFileDurably(fifo, "bytes\n", 300);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::steady_clock::now() - t0)
+                      .count();
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), Status::Code::kResource);
+  EXPECT_EQ(s.message(), "cannot write " + fifo + ": no process opened the FIFO " + fifo +
+                             " for reading within 0.3 s; start its reader first");
+  EXPECT_GE(ms, 300);
+  EXPECT_LT(ms, 5000);
+  struct stat st {};
+  ASSERT_EQ(lstat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  EXPECT_EQ(Entries(), std::vector<std::string>{"out.fifo"});
+}
+
+// A reader that comes late, within the deadline, gets every byte.
+TEST_F(ModelFileDirTest, FifoReaderThatComesLateGetsTheBytes) {
+  const std::string fifo = dir_ + "/out.fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const std::string bytes(1 << 20, 'x');  // more than a pipe holds: the writes must block
+  std::string got;
+  std::thread reader([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    got = ReadAll(fifo);
+  });
+  const Status s = WriteFileDurably(fifo, bytes, 10'000);
+  reader.join();
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(got.size(), bytes.size());
+  EXPECT_TRUE(got == bytes);
+  EXPECT_EQ(Entries(), std::vector<std::string>{"out.fifo"});
 }
 
 }  // namespace
