@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -40,7 +41,55 @@ class Reader {
   size_t pos_ = 0;
 };
 
+// The first non-finite value of the decoded model, described for a message; "" if none.
+std::string FirstNonFinite(const Model& m) {
+  for (size_t i = 0; i < m.params.size(); ++i) {
+    if (!std::isfinite(m.params[i])) {
+      return "parameter " + std::to_string(i) + " of " + std::to_string(m.params.size()) +
+             " is " + NonFiniteName(m.params[i]) + ": " + ParamName(m.spec, i);
+    }
+  }
+  for (size_t j = 0; j < m.norm.offset.size(); ++j) {
+    if (!std::isfinite(m.norm.offset[j])) {
+      return "the input offset of feature " + std::to_string(j) + " is " +
+             NonFiniteName(m.norm.offset[j]);
+    }
+    if (!std::isfinite(m.norm.scale[j])) {
+      return "the input scale of feature " + std::to_string(j) + " is " +
+             NonFiniteName(m.norm.scale[j]);
+    }
+  }
+  return "";
+}
+
 }  // namespace
+
+std::string NonFiniteName(float v) {
+  if (std::isnan(v)) return "NaN";
+  return v > 0 ? "+Inf" : "-Inf";
+}
+
+std::string ParamName(const ModelSpec& spec, size_t index) {
+  size_t at = index;
+  for (size_t l = 0; l + 1 < spec.layers.size(); ++l) {
+    const size_t in = static_cast<size_t>(spec.layers[l]);
+    const size_t out = static_cast<size_t>(spec.layers[l + 1]);
+    const std::string layer = "layer " + std::to_string(l);
+    const std::string module = std::to_string(2 * l);
+    if (at < in * out) {  // W_l(i, j) at i + j*out
+      const std::string row = std::to_string(at % out), col = std::to_string(at / out);
+      return layer + " weight row " + row + ", column " + col + " (" + module + ".weight[" +
+             row + ", " + col + "] in an export)";
+    }
+    at -= in * out;
+    if (at < out) {
+      return layer + " bias " + std::to_string(at) + " (" + module + ".bias[" +
+             std::to_string(at) + "] in an export)";
+    }
+    at -= out;
+  }
+  return "past the last layer";
+}
 
 std::string EncodeModel(const Model& m) {
   std::string s(kModelMagic, sizeof kModelMagic);
@@ -156,6 +205,9 @@ Status DecodeModel(const std::string& bytes, const std::string& path, Model* out
   uint32_t crc = 0;
   std::memcpy(&crc, bytes.data() + body, sizeof crc);
   if (crc != Crc32(bytes.data(), body)) return bad("checksum mismatch (the file is damaged)");
+  // A valid checksum only says the bytes are the ones written: no shmtrain run saves a
+  // non-finite model, and one would predict NaN for every row.
+  if (const std::string what = FirstNonFinite(m); !what.empty()) return bad(what);
   *out = std::move(m);
   return Status::Ok();
 }

@@ -37,8 +37,16 @@ struct Model {
 
 // The file's bytes.
 std::string EncodeModel(const Model& m);
-// Parses bytes read from `path` (the name is only for messages). kData on any damage.
+// Parses bytes read from `path` (the name is only for messages). kData on any damage, and on
+// a parameter or an input scaling that is not finite (naming the first, with ParamName).
 Status DecodeModel(const std::string& bytes, const std::string& path, Model* out);
+
+// The name of parameter `index` in spec's layout (include/shmtrain/model_spec.h), for
+// messages: "layer 1 weight row 2, column 0 (2.weight[2, 0] in an export)" or "layer 0 bias
+// 3 (0.bias[3] in an export)"; layers, rows (output units) and columns (inputs) count from 0.
+std::string ParamName(const ModelSpec& spec, size_t index);
+// "NaN", "+Inf" or "-Inf" for a non-finite value, for messages.
+std::string NonFiniteName(float v);
 
 // Where the bytes written to an output path go, its symbolic links followed to the end.
 struct OutputTarget {

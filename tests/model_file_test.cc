@@ -7,10 +7,12 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -321,6 +323,39 @@ TEST(ModelFileTest, NumericClassesOutOfOrderRefused) {
   ExpectRefused(EncodeModel(m), "class values out of order");
   m.classes.names = {"1", "1.0"};
   ExpectRefused(EncodeModel(m), "class values out of order");
+}
+
+// A valid checksum says only that the bytes are the ones written: a model whose parameters or
+// scaling are not finite (NaN, Inf) would predict NaN for every row, and is refused, naming
+// the first bad value and where it sits in the layers.
+TEST(ModelFileTest, NonFiniteValuesAreRefusedNamingTheFirst) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  // Classifier(): 3-4-2, so W0 is 4 x 3 (0..11, column-major), b0 12..15, W1 2 x 4 (16..23),
+  // b1 24..25.
+  Model m = Classifier();
+  m.params[7] = nan;  // W0(3, 1)
+  m.params[20] = inf;
+  ExpectRefused(EncodeModel(m), "parameter 7 of 26 is NaN: layer 0 weight row 3, column 1 "
+                                "(0.weight[3, 1] in an export)");
+  m = Classifier();
+  m.params[20] = -inf;  // W1(0, 2)
+  ExpectRefused(EncodeModel(m), "parameter 20 of 26 is -Inf: layer 1 weight row 0, column 2 "
+                                "(2.weight[0, 2] in an export)");
+  m = Classifier();
+  m.params[25] = inf;
+  ExpectRefused(EncodeModel(m),
+                "parameter 25 of 26 is +Inf: layer 1 bias 1 (2.bias[1] in an export)");
+  m = Classifier();
+  m.params[13] = nan;
+  ExpectRefused(EncodeModel(m),
+                "parameter 13 of 26 is NaN: layer 0 bias 1 (0.bias[1] in an export)");
+  m = Classifier();
+  m.norm.scale[2] = inf;
+  ExpectRefused(EncodeModel(m), "the input scale of feature 2 is +Inf");
+  m = Classifier();
+  m.norm.offset[1] = nan;
+  ExpectRefused(EncodeModel(m), "the input offset of feature 1 is NaN");
 }
 
 // A fresh directory under $TMPDIR (or /tmp), removed afterwards.

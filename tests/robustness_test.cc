@@ -6,6 +6,7 @@
 //    a bad one is exit 2 at once, never after the training it would lose. A symlink's target
 //    gets the bytes (the link stays); FIFOs, character devices and /dev/stdout are written in
 //    place, never replaced; block devices and sockets are refused.
+//  - A model file or checkpoint with a valid checksum but non-finite values is refused.
 //  - A checkpoint that fails mid-run is logged, counted on the metrics endpoint and retried;
 //    the run goes on.
 //  - Divergence (a non-finite loss or gradient) ends the run with exit 5 naming the step, and
@@ -30,12 +31,15 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "core/crc32.h"
 #include "gtest/gtest.h"
 #include "tests/proc_util.h"
 #include "tests/real_data.h"
@@ -647,6 +651,111 @@ TEST(OutputKinds, SocketsAndBlockDevicesAreRefusedUpFront) {
     EXPECT_EQ(LStat(c.path).st_mode, before.st_mode) << c.path << " was replaced";
   }
   close(s);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Non-finite values behind a valid checksum.
+
+// `bytes` with the float at byte offset `at` set to v and the trailing CRC-32 recomputed:
+// damage that no checksum catches.
+std::string WithFloat(std::string bytes, size_t at, float v) {
+  EXPECT_LE(at + 4 + 4, bytes.size());
+  std::memcpy(bytes.data() + at, &v, sizeof v);
+  const uint32_t crc = Crc32(bytes.data(), bytes.size() - 4);
+  std::memcpy(bytes.data() + bytes.size() - 4, &crc, sizeof crc);
+  return bytes;
+}
+
+TEST(NonFinite, ModelFilesAreRefusedByEvalPredictAndExport) {
+  TempDir dir;
+  const Predictable p = MakePredictable(dir);
+  const std::string labelled = dir.Write("xy.csv", "x,y\n0.1,0.01\n0.2,0.04\n-0.5,0.25\n");
+  const std::string bytes = test::ReadWholeFile(p.model);
+  const size_t params = bytes.size() - 4 - 16 * sizeof(float);  // the parameters come last
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  struct Case {
+    std::string path, what;
+  };
+  // 1-5-1: W0 (5 x 1) at 0..4, b0 at 5..9, W1 (1 x 5) at 10..14, b1 at 15.
+  const Case cases[] = {
+      {dir.Write("nan.bin", WithFloat(bytes, params + 7 * 4, nan)),
+       "parameter 7 of 16 is NaN: layer 0 bias 2 (0.bias[2] in an export)"},
+      {dir.Write("inf.bin", WithFloat(bytes, params + 12 * 4, inf)),
+       "parameter 12 of 16 is +Inf: layer 1 weight row 0, column 2 (2.weight[0, 2] in an "
+       "export)"},
+  };
+  const std::string out = dir.File("out");
+  for (const Case& c : cases) {
+    const std::vector<std::vector<std::string>> commands = {
+        {kBin, "eval", "--model", c.path, "--data", labelled},
+        {kBin, "predict", "--model", c.path, "--data", p.data, "--out", out},
+        {kBin, "predict", "--model", c.path, "--data", p.data},
+        {kBin, "export", "--model", c.path, "--out", out}};
+    for (const auto& argv : commands) {
+      const ProcResult r = test::RunProcess(argv, kRunTimeout);
+      EXPECT_TRUE(test::ExitedWith(r, 2)) << argv[1] << " " << c.path;
+      EXPECT_NE(r.err.find(c.path + ": not a usable model file: " + c.what), std::string::npos)
+          << argv[1] << ": " << r.err;
+      EXPECT_EQ(r.out, "") << argv[1] << " printed results of a broken model";
+      EXPECT_FALSE(test::FileExists(out)) << argv[1] << " wrote an output";
+    }
+  }
+}
+
+TEST(NonFinite, CheckpointsAreRefusedByResume) {
+  TempDir dir;
+  const std::string ck = dir.File("ck.bin");
+  const std::vector<std::string> run = {
+      kBin,          "train",   "--example", "parabola", "--layers", "1,5,1",    "--lr",
+      "0.01",        "--steps", "300",       "--workers", "2",       "--momentum", "0.9",
+      "--no-metrics"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = run;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  ASSERT_TRUE(test::ExitedWith(
+      test::RunProcess(with({"--checkpoint", ck, "--checkpoint-every", "100"}), kRunTimeout), 0));
+  ASSERT_EQ(test::CheckpointStep(ck), 200);
+  const std::string bytes = test::ReadWholeFile(ck);
+  // Header (master/checkpoint.h): 48 bytes, the optimizer's m at 44, n at 32, K at 40; then
+  // the optimizer's name, W[n], S[K][n].
+  uint32_t m = 0, k = 0;
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data() + 32, 8);
+  std::memcpy(&k, bytes.data() + 40, 4);
+  std::memcpy(&m, bytes.data() + 44, 4);
+  ASSERT_EQ(n, 16u);
+  ASSERT_EQ(k, 1u) << "momentum keeps one state vector";
+  const size_t w = 48 + m, s0 = w + n * 4;
+  struct Case {
+    std::string path, what;
+  };
+  const Case cases[] = {
+      {dir.Write("nan.ckpt",
+                 WithFloat(bytes, w + 3 * 4, std::numeric_limits<float>::quiet_NaN())),
+       "not a usable checkpoint: parameter 3 of 16 is NaN"},
+      {dir.Write("inf.ckpt",
+                 WithFloat(bytes, s0 + 9 * 4, -std::numeric_limits<float>::infinity())),
+       "not a usable checkpoint: optimizer state 0 of 1 (sgd), entry 9 of 16, is -Inf"},
+  };
+  const std::string model = dir.File("never.bin");
+  for (const Case& c : cases) {
+    const ProcResult r = test::RunProcess(
+        with({"--resume", c.path, "--checkpoint", c.path, "--save", model, "--log-format",
+              "json"}),
+        kRunTimeout);
+    EXPECT_TRUE(test::ExitedWith(r, 2)) << c.path;
+    EXPECT_NE(r.err.find(c.path + ": " + c.what), std::string::npos) << r.err;
+    EXPECT_TRUE(WorkerPids(r.out).empty()) << "workers were started:\n" << r.out;
+    EXPECT_FALSE(test::FileExists(model));
+    EXPECT_TRUE(test::SegmentsOf(r.pid).empty());
+  }
+  // The untouched checkpoint resumes with the same options.
+  EXPECT_TRUE(test::ExitedWith(
+      test::RunProcess(with({"--resume", ck, "--save", model}), kRunTimeout), 0));
+  EXPECT_TRUE(test::FileExists(model));
 }
 
 }  // namespace
