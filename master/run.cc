@@ -314,8 +314,9 @@ Status PrepareData(const TrainOptions& o, RunData* rd) {
 
 namespace {
 
-// Output paths first: a finished run must not be lost to a path that could never be written.
-Status CheckOutputPaths(const TrainOptions& o) {
+// Output paths first: a finished run must not be lost to a path that could never be written,
+// nor to another run writing the same one (they stay locked until the run ends).
+Status CheckOutputPaths(const TrainOptions& o, OutputLock (&locks)[2]) {
   if (Status s = CheckOutputPath("--save", o.save_path,
                                  {{"--data", o.data_path},
                                   {"--labels", o.labels_path},
@@ -326,11 +327,16 @@ Status CheckOutputPaths(const TrainOptions& o) {
       !s.ok()) {
     return s;
   }
-  return CheckOutputPath("--checkpoint", o.checkpoint_path,
-                         {{"--data", o.data_path},
-                          {"--labels", o.labels_path},
-                          {"--val-data", o.val_data_path},
-                          {"--val-labels", o.val_labels_path}});
+  if (Status s = CheckOutputPath("--checkpoint", o.checkpoint_path,
+                                 {{"--data", o.data_path},
+                                  {"--labels", o.labels_path},
+                                  {"--val-data", o.val_data_path},
+                                  {"--val-labels", o.val_labels_path}});
+      !s.ok()) {
+    return s;
+  }
+  if (Status s = OutputLock::Acquire("--save", o.save_path, &locks[0]); !s.ok()) return s;
+  return OutputLock::Acquire("--checkpoint", o.checkpoint_path, &locks[1]);
 }
 
 // Segments left by runs whose master died (SIGKILL, power loss) are ours to reclaim.
@@ -644,7 +650,8 @@ Status Finish(RunParts& run) {
 Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher, Hosts& hosts,
                 std::unique_ptr<monitoring::Exporter>* exporter_out) {
   const TrainOptions o = ForThisHost(opts);
-  if (Status s = CheckOutputPaths(o); !s.ok()) return s;
+  OutputLock output_locks[2];  // --save, --checkpoint
+  if (Status s = CheckOutputPaths(o, output_locks); !s.ok()) return s;
   // The endpoint next: a taken port fails the run before anything exists to clean up.
   std::unique_ptr<monitoring::Exporter>& exporter = *exporter_out;
   if (o.metrics) {

@@ -6,6 +6,8 @@
 //    a bad one is exit 2 at once, never after the training it would lose. A symlink's target
 //    gets the bytes (the link stays); FIFOs, character devices and /dev/stdout are written in
 //    place, never replaced; block devices and sockets are refused.
+//  - Two runs never write the same output: the second is refused, naming the first's pid; a
+//    killed run's lock does not outlive it.
 //  - A model file or checkpoint with a valid checksum but non-finite values is refused.
 //  - A checkpoint that fails mid-run is logged, counted on the metrics endpoint and retried;
 //    the run goes on.
@@ -756,6 +758,69 @@ TEST(NonFinite, CheckpointsAreRefusedByResume) {
   EXPECT_TRUE(test::ExitedWith(
       test::RunProcess(with({"--resume", ck, "--save", model}), kRunTimeout), 0));
   EXPECT_TRUE(test::FileExists(model));
+}
+
+// ---------------------------------------------------------------------------------------------
+// One writer per output.
+
+TEST(OutputLocks, ASecondRunOnTheSameOutputIsRefusedNamingTheFirst) {
+  TempDir dir;
+  const std::string ck = dir.File("ck.bin"), link = dir.File("link.bin");
+  ASSERT_EQ(symlink(ck.c_str(), link.c_str()), 0);
+  Subprocess first(LongRun({"--checkpoint", ck, "--log-every", "1000"}));
+  ASSERT_FALSE(WaitForEvent(first, "step", kRunTimeout).empty()) << first.err();
+  const std::string holder = "another shmtrain run (pid " + std::to_string(first.pid()) + ")";
+  // The same file as a checkpoint, as a model, and through a symlink.
+  const std::vector<std::vector<std::string>> seconds = {
+      {"--checkpoint", ck}, {"--save", ck}, {"--checkpoint", link}};
+  for (const auto& flags : seconds) {
+    const ProcResult r = test::RunProcess(LongRun(flags), milliseconds(30'000));
+    EXPECT_TRUE(test::ExitedWith(r, 2)) << flags[0] << " " << flags[1];
+    EXPECT_NE(r.err.find(flags[0] + " " + flags[1] + ": " + holder), std::string::npos) << r.err;
+    EXPECT_TRUE(WorkerPids(r.out).empty()) << "workers were started:\n" << r.out;
+    EXPECT_TRUE(test::SegmentsOf(r.pid).empty());
+  }
+  ASSERT_TRUE(first.running()) << "the refused runs disturbed the first";
+  // The first run goes on and writes its checkpoint when it is stopped; the lock goes with it.
+  ASSERT_TRUE(first.Signal(SIGTERM));
+  const ProcResult r = first.Wait(kRunTimeout);
+  EXPECT_TRUE(test::ExitedWith(r, 143));
+  EXPECT_GT(test::CheckpointStep(ck), 0);
+  EXPECT_FALSE(test::FileExists(ck + ".lock")) << "the lock file outlived its run";
+  ExpectCleanedUp(r);
+  // One run resuming from and checkpointing to the same file is one writer.
+  Subprocess again(LongRun({"--resume", ck, "--checkpoint", ck, "--log-every", "1000"}));
+  const std::string segment = WaitForEvent(again, "segment", kRunTimeout);
+  ASSERT_FALSE(segment.empty()) << again.err();
+  EXPECT_EQ(test::JsonField(segment, "first_step"), std::to_string(test::CheckpointStep(ck)));
+  ASSERT_FALSE(WaitForEvent(again, "worker_started", kRunTimeout).empty()) << again.err();
+  ASSERT_TRUE(again.Signal(SIGTERM));
+  EXPECT_TRUE(test::ExitedWith(again.Wait(kRunTimeout), 143));
+}
+
+TEST(OutputLocks, AKilledRunsLockDoesNotOutliveIt) {
+  TempDir dir;
+  const std::string model = dir.File("m.bin");
+  Subprocess first(LongRun({"--save", model, "--log-every", "1000"}));
+  ASSERT_FALSE(WaitForEvent(first, "step", kRunTimeout).empty()) << first.err();
+  EXPECT_EQ(test::ReadWholeFile(model + ".lock"), std::to_string(first.pid()) + "\n");
+  ASSERT_TRUE(first.Signal(SIGKILL));
+  const ProcResult killed = first.Wait(kRunTimeout);
+  ASSERT_EQ(killed.term_signal, SIGKILL) << killed.Describe();
+  // The file stays (nobody removed it), but the kernel released its lock with the process.
+  EXPECT_TRUE(test::FileExists(model + ".lock"));
+  const ProcResult r = test::RunProcess(
+      {kBin, "train", "--example", "parabola", "--layers", "1,5,1", "--lr", "0.01", "--steps",
+       "100", "--no-metrics", "--save", model},
+      kRunTimeout);
+  EXPECT_TRUE(test::ExitedWith(r, 0));
+  EXPECT_EQ(test::ReadWholeFile(model).substr(0, 8), "SHMTMODL");
+  EXPECT_FALSE(test::FileExists(model + ".lock"));
+  // The killed master's workers see it gone and leave; its segment was reclaimed by the run.
+  for (const pid_t w : WorkerPids(killed.out)) {
+    EXPECT_TRUE(test::WaitPidGone(w, milliseconds(5000))) << "worker " << w << " left behind";
+  }
+  for (const std::string& name : test::SegmentsOf(killed.pid)) shm_unlink(name.c_str());
 }
 
 }  // namespace
