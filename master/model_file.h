@@ -56,9 +56,9 @@ struct OutputTarget {
     kFd,      // one of this process's descriptors (/dev/stdout, /dev/fd/N): written to `fd`
   };
   Kind kind = Kind::kFile;
-  std::string path;     // kFile: the final target (never a symlink); kStream: the node
-  bool fifo = false;    // kStream: a FIFO (else a character device)
-  int fd = -1;          // kFd
+  std::string path;   // kFile: the final target (never a symlink); kStream: the node
+  bool fifo = false;  // kStream: a FIFO (else a character device)
+  int fd = -1;        // kFd
 };
 // Follows the symbolic links of `path` (up to 40) to what its bytes would go to. A directory,
 // a block device, a socket, or a descriptor not open for writing is kUsage with a message that

@@ -129,7 +129,9 @@ Status OutputLock::Acquire(const std::string& flag, const std::string& path, Out
   const std::string lock = t.path + ".lock";
   for (int attempt = 0; attempt < 100; ++attempt) {
     const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (fd < 0) return bad("cannot create the lock file " + lock + " (" + std::strerror(errno) + ")");
+    if (fd < 0) {
+      return bad("cannot create the lock file " + lock + " (" + std::strerror(errno) + ")");
+    }
     struct flock fl {};
     fl.l_type = F_WRLCK;
     fl.l_whence = SEEK_SET;

@@ -639,7 +639,9 @@ TEST(OutputKinds, SocketsAndBlockDevicesAreRefusedUpFront) {
   std::vector<Case> cases = {{sock, "is a socket"}};
   // A block device node (the first loop device; root only): refused without being opened.
   const std::string blk = dir.File("blk");
-  if (mknod(blk.c_str(), S_IFBLK | 0600, makedev(7, 0)) == 0) cases.push_back({blk, "is a block device"});
+  if (mknod(blk.c_str(), S_IFBLK | 0600, makedev(7, 0)) == 0) {
+    cases.push_back({blk, "is a block device"});
+  }
   for (const Case& c : cases) {
     const struct stat before = LStat(c.path);
     const ProcResult r = Predict(p, c.path);
