@@ -1,5 +1,6 @@
 #include "master/checkpoint.h"
 
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -27,6 +28,32 @@ class Hasher {
  private:
   uint64_t h_ = 0xCBF29CE484222325ull;
 };
+
+// The index of the first non-finite value of v, or v.size().
+size_t FirstNonFinite(const std::vector<float>& v) {
+  size_t i = 0;
+  while (i < v.size() && std::isfinite(v[i])) ++i;
+  return i;
+}
+
+// The first non-finite float of the checkpoint, described for a message; "" if none. The
+// checkpoint holds no model spec, so parameters are named by their index (the layout is
+// include/shmtrain/model_spec.h's).
+std::string FirstNonFinite(const Checkpoint& c) {
+  const std::string of = " of " + std::to_string(c.params.size());
+  if (const size_t i = FirstNonFinite(c.params); i < c.params.size()) {
+    return "parameter " + std::to_string(i) + of + " is " + NonFiniteName(c.params[i]);
+  }
+  const std::string optimizer = c.optimizer.substr(0, c.optimizer.find(' '));
+  for (size_t k = 0; k < c.states.size(); ++k) {
+    if (const size_t i = FirstNonFinite(c.states[k]); i < c.states[k].size()) {
+      return "optimizer state " + std::to_string(k) + " of " + std::to_string(c.states.size()) +
+             " (" + optimizer + "), entry " + std::to_string(i) + of + ", is " +
+             NonFiniteName(c.states[k][i]);
+    }
+  }
+  return "";
+}
 
 }  // namespace
 
@@ -132,6 +159,9 @@ Status LoadCheckpoint(const std::string& path, Checkpoint* out) {
   for (uint32_t i = 0; i < k; ++i) {
     std::memcpy(c.states[i].data(), v + (1 + i) * n * sizeof(float), n * sizeof(float));
   }
+  // No run writes a non-finite checkpoint (CheckpointPolicy refuses to); one with a valid
+  // checksum was made by hand, and would only diverge at once after resuming.
+  if (const std::string what = FirstNonFinite(c); !what.empty()) return bad(what);
   *out = std::move(c);
   return Status::Ok();
 }

@@ -3,6 +3,7 @@
 // Format version 2 (little-endian; README.md, "Checkpoints"):
 //   char[8] "SHMTCKPT" | u32 version | u32 mode | i64 step | u64 run fingerprint |
 //   u64 n | u32 K | u32 m | char[m] optimizer | f32 W[n] | f32 S[K][n] | u32 CRC-32 of all before
+// A file whose parameters or optimizer state are not all finite is refused at load.
 // K is the number of optimizer state vectors (nn/optimizer.h: 0 for plain SGD, 1 for momentum,
 // 2 for Adam); "optimizer" is nn::Describe of the run's OptimConfig, kept to name what differs
 // when a run with other settings tries to resume it. The fingerprint hashes everything that
@@ -42,7 +43,7 @@ uint64_t RunFingerprint(const TrainOptions& o, const OptimConfig& optim,
 
 Status SaveCheckpoint(const std::string& path, const Checkpoint& c);
 // kData with a message naming the file on any damage (short, bad magic or version, sizes,
-// checksum).
+// checksum), and when a parameter or an optimizer state value is not finite (naming the first).
 Status LoadCheckpoint(const std::string& path, Checkpoint* out);
 
 }  // namespace shmtrain

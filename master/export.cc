@@ -90,6 +90,8 @@ Status RunExport(const Command& cmd, Logger& log) {
   if (Status s = CheckOutputPath("--out", cmd.out_path, {{"--model", cmd.model_path}}); !s.ok()) {
     return s;
   }
+  OutputLock out_lock;
+  if (Status s = OutputLock::Acquire("--out", cmd.out_path, &out_lock); !s.ok()) return s;
   Model m;
   if (Status s = LoadModel(cmd.model_path, &m); !s.ok()) return s;
   std::vector<data::NpyArray> arrays;

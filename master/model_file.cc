@@ -1,10 +1,16 @@
 #include "master/model_file.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <charconv>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -35,7 +41,55 @@ class Reader {
   size_t pos_ = 0;
 };
 
+// The first non-finite value of the decoded model, described for a message; "" if none.
+std::string FirstNonFinite(const Model& m) {
+  for (size_t i = 0; i < m.params.size(); ++i) {
+    if (!std::isfinite(m.params[i])) {
+      return "parameter " + std::to_string(i) + " of " + std::to_string(m.params.size()) +
+             " is " + NonFiniteName(m.params[i]) + ": " + ParamName(m.spec, i);
+    }
+  }
+  for (size_t j = 0; j < m.norm.offset.size(); ++j) {
+    if (!std::isfinite(m.norm.offset[j])) {
+      return "the input offset of feature " + std::to_string(j) + " is " +
+             NonFiniteName(m.norm.offset[j]);
+    }
+    if (!std::isfinite(m.norm.scale[j])) {
+      return "the input scale of feature " + std::to_string(j) + " is " +
+             NonFiniteName(m.norm.scale[j]);
+    }
+  }
+  return "";
+}
+
 }  // namespace
+
+std::string NonFiniteName(float v) {
+  if (std::isnan(v)) return "NaN";
+  return v > 0 ? "+Inf" : "-Inf";
+}
+
+std::string ParamName(const ModelSpec& spec, size_t index) {
+  size_t at = index;
+  for (size_t l = 0; l + 1 < spec.layers.size(); ++l) {
+    const size_t in = static_cast<size_t>(spec.layers[l]);
+    const size_t out = static_cast<size_t>(spec.layers[l + 1]);
+    const std::string layer = "layer " + std::to_string(l);
+    const std::string module = std::to_string(2 * l);
+    if (at < in * out) {  // W_l(i, j) at i + j*out
+      const std::string row = std::to_string(at % out), col = std::to_string(at / out);
+      return layer + " weight row " + row + ", column " + col + " (" + module + ".weight[" +
+             row + ", " + col + "] in an export)";
+    }
+    at -= in * out;
+    if (at < out) {
+      return layer + " bias " + std::to_string(at) + " (" + module + ".bias[" +
+             std::to_string(at) + "] in an export)";
+    }
+    at -= out;
+  }
+  return "past the last layer";
+}
 
 std::string EncodeModel(const Model& m) {
   std::string s(kModelMagic, sizeof kModelMagic);
@@ -151,34 +205,170 @@ Status DecodeModel(const std::string& bytes, const std::string& path, Model* out
   uint32_t crc = 0;
   std::memcpy(&crc, bytes.data() + body, sizeof crc);
   if (crc != Crc32(bytes.data(), body)) return bad("checksum mismatch (the file is damaged)");
+  // A valid checksum only says the bytes are the ones written: no shmtrain run saves a
+  // non-finite model, and one would predict NaN for every row.
+  if (const std::string what = FirstNonFinite(m); !what.empty()) return bad(what);
   *out = std::move(m);
   return Status::Ok();
 }
 
-std::string DirOf(const std::string& path) {
-  const size_t p = path.rfind('/');
-  if (p == std::string::npos) return ".";
-  return p == 0 ? "/" : path.substr(0, p);
+namespace {
+
+constexpr int kMaxLinks = 40;  // as the kernel's own limit (ELOOP)
+
+// `target` of a symlink at `link`, as a path: relative targets are relative to the link's
+// directory.
+std::string LinkTarget(const std::string& link, const std::string& target) {
+  if (target.front() == '/') return target;
+  const std::string dir = DirOf(link);
+  if (dir == ".") return target;
+  return dir == "/" ? "/" + target : dir + "/" + target;
 }
 
-Status WriteFileDurably(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+OutputTarget FileTarget(const std::string& path) {
+  OutputTarget t;
+  t.kind = OutputTarget::Kind::kFile;
+  t.path = path;
+  return t;
+}
+
+OutputTarget StreamTarget(const std::string& path, bool fifo) {
+  OutputTarget t;
+  t.kind = OutputTarget::Kind::kStream;
+  t.path = path;
+  t.fifo = fifo;
+  return t;
+}
+
+bool SameInode(const std::string& a, const std::string& b) {
+  struct stat sa {}, sb {};
+  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
+         sa.st_ino == sb.st_ino;
+}
+
+// A link in /proc (/proc/self/fd/1, what /dev/stdout and /dev/fd/1 lead to) names an open
+// file, not a path: one of our descriptors is written as it is (at its offset, like any write
+// to stdout); another process's FIFO or character device is opened through the link.
+Status ResolveProcLink(const std::string& link, OutputTarget* out) {
+  const std::string dir = DirOf(link), name = link.substr(link.rfind('/') + 1);
+  int fd = -1;
+  const auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), fd);
+  if (ec == std::errc() && end == name.data() + name.size() && SameInode(dir, "/proc/self/fd")) {
+    const int flags = ::fcntl(fd, F_GETFL);
+    if (flags < 0) return Status::Usage("is descriptor " + name + ", which is not open");
+    if ((flags & O_ACCMODE) == O_RDONLY) {
+      return Status::Usage("is descriptor " + name + ", which is open for reading only");
+    }
+    *out = OutputTarget{};
+    out->kind = OutputTarget::Kind::kFd;
+    out->fd = fd;
+    return Status::Ok();
+  }
+  struct stat st {};
+  if (::stat(link.c_str(), &st) != 0) {
+    return Status::Usage("leads to " + link + ", which cannot be opened (" +
+                         std::strerror(errno) + ")");
+  }
+  if (!S_ISFIFO(st.st_mode) && !S_ISCHR(st.st_mode)) {
+    return Status::Usage("leads to " + link + " in /proc; name the file itself");
+  }
+  *out = StreamTarget(link, S_ISFIFO(st.st_mode));
+  return Status::Ok();
+}
+
+// What a non-link node at `node` is as an output.
+Status ResolveNode(const std::string& node, const struct stat& st, OutputTarget* out) {
+  const std::string never =
+      ": shmtrain writes regular files (replaced atomically), FIFOs and character devices "
+      "(written in place) only";
+  if (S_ISREG(st.st_mode)) {
+    *out = FileTarget(node);
+  } else if (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode)) {
+    *out = StreamTarget(node, S_ISFIFO(st.st_mode));
+  } else if (S_ISDIR(st.st_mode)) {
+    return Status::Usage("is a directory; give a file name");
+  } else if (S_ISBLK(st.st_mode)) {
+    return Status::Usage("is a block device" + never);
+  } else if (S_ISSOCK(st.st_mode)) {
+    return Status::Usage("is a socket" + never);
+  } else {
+    return Status::Usage("is neither a regular file nor a FIFO nor a character device" + never);
+  }
+  return Status::Ok();
+}
+
+// Writes all of `bytes` to fd; 0 or the errno of the failure.
+int WriteAll(int fd, const std::string& bytes) {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    done += static_cast<size_t>(w);
+  }
+  return 0;
+}
+
+int64_t NowMs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1'000'000;
+}
+
+// Opens a FIFO or character device for writing. Opening a FIFO blocks until a reader opens
+// it, possibly forever: it is opened non-blocking instead (ENXIO while there is no reader),
+// retried every 10 ms up to fifo_wait_ms. The descriptor is then made blocking again, so the
+// writes wait for a slow reader.
+int OpenStream(const OutputTarget& t, int fifo_wait_ms, int* err) {
+  const int64_t deadline = NowMs() + fifo_wait_ms;
+  for (;;) {
+    const int fd = ::open(t.path.c_str(), O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd >= 0) {
+      ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+      return fd;
+    }
+    *err = errno;
+    if (*err == EINTR) continue;
+    if (!t.fifo || *err != ENXIO || NowMs() >= deadline) return -1;
+    const timespec tick{0, 10'000'000};
+    nanosleep(&tick, nullptr);
+  }
+}
+
+Status WriteStream(const std::string& path, const OutputTarget& t, const std::string& bytes,
+                   int fifo_wait_ms) {
+  int e = 0;
+  const int fd = OpenStream(t, fifo_wait_ms, &e);
+  if (fd < 0) {
+    if (t.fifo && e == ENXIO) {
+      char wait[32];
+      std::snprintf(wait, sizeof wait, "%g s", fifo_wait_ms / 1000.0);
+      return Status::Resource("cannot write " + path + ": no process opened the FIFO " + t.path +
+                              " for reading within " + wait + "; start its reader first");
+    }
+    return Status::Resource("cannot write " + path + ": " + std::strerror(e));
+  }
+  e = WriteAll(fd, bytes);
+  ::close(fd);
+  if (e != 0) return Status::Resource("cannot write " + path + ": write: " + std::strerror(e));
+  return Status::Ok();
+}
+
+// Temporary file in the target's directory, fsync, rename over the target, fsync of the
+// directory.
+Status ReplaceFile(const std::string& path, const std::string& target, const std::string& bytes) {
+  const std::string tmp = target + ".tmp." + std::to_string(getpid());
   auto fail = [&](const std::string& what, int e) {
     unlink(tmp.c_str());
     return Status::Resource("cannot write " + path + ": " + what + ": " + std::strerror(e));
   };
   const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Status::Resource("cannot write " + path + ": " + std::strerror(errno));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t w = write(fd, bytes.data() + done, bytes.size() - done);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      const int e = errno;
-      close(fd);
-      return fail("write", e);
-    }
-    done += static_cast<size_t>(w);
+  if (const int e = WriteAll(fd, bytes); e != 0) {
+    close(fd);
+    return fail("write", e);
   }
   if (fsync(fd) != 0) {
     const int e = errno;
@@ -186,13 +376,70 @@ Status WriteFileDurably(const std::string& path, const std::string& bytes) {
     return fail("fsync", e);
   }
   close(fd);
-  if (rename(tmp.c_str(), path.c_str()) != 0) return fail("rename", errno);
-  const int dfd = open(DirOf(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (rename(tmp.c_str(), target.c_str()) != 0) return fail("rename", errno);
+  const int dfd = open(DirOf(target).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     fsync(dfd);
     close(dfd);
   }
   return Status::Ok();
+}
+
+}  // namespace
+
+std::string DirOf(const std::string& path) {
+  const size_t p = path.rfind('/');
+  if (p == std::string::npos) return ".";
+  return p == 0 ? "/" : path.substr(0, p);
+}
+
+Status ResolveOutput(const std::string& path, OutputTarget* out) {
+  std::string node = path;
+  for (int hops = 0; hops <= kMaxLinks; ++hops) {
+    struct stat st {};
+    if (::lstat(node.c_str(), &st) != 0) {
+      if (errno != ENOENT) {
+        return Status::Usage("cannot be inspected" +
+                             (node == path ? "" : " (it leads to " + node + ")") + ": " +
+                             std::strerror(errno));
+      }
+      *out = FileTarget(node);
+      return Status::Ok();
+    }
+    if (!S_ISLNK(st.st_mode)) return ResolveNode(node, st, out);
+    struct statfs fs {};
+    if (::statfs(DirOf(node).c_str(), &fs) == 0 && fs.f_type == PROC_SUPER_MAGIC) {
+      return ResolveProcLink(node, out);
+    }
+    std::string target(static_cast<size_t>(st.st_size > 0 ? st.st_size : 4096) + 1, '\0');
+    const ssize_t n = ::readlink(node.c_str(), target.data(), target.size());
+    if (n <= 0 || static_cast<size_t>(n) >= target.size()) {
+      return Status::Usage("leads to the symbolic link " + node + ", which cannot be read");
+    }
+    target.resize(static_cast<size_t>(n));
+    node = LinkTarget(node, target);
+  }
+  return Status::Usage("has more than " + std::to_string(kMaxLinks) +
+                       " levels of symbolic links (a loop?)");
+}
+
+Status WriteFileDurably(const std::string& path, const std::string& bytes, int fifo_wait_ms) {
+  OutputTarget t;
+  if (Status s = ResolveOutput(path, &t); !s.ok()) {
+    return Status::Resource("cannot write " + path + ": it " + s.message());
+  }
+  switch (t.kind) {
+    case OutputTarget::Kind::kFile:
+      return ReplaceFile(path, t.path, bytes);
+    case OutputTarget::Kind::kStream:
+      return WriteStream(path, t, bytes, fifo_wait_ms);
+    case OutputTarget::Kind::kFd:
+      if (const int e = WriteAll(t.fd, bytes); e != 0) {
+        return Status::Resource("cannot write " + path + ": write: " + std::strerror(e));
+      }
+      return Status::Ok();
+  }
+  return Status::Internal("unknown output kind");
 }
 
 Status SaveModel(const std::string& path, const Model& m) {

@@ -8,7 +8,8 @@
 //   class order, u64 n parameters, f32[n] parameters (include/shmtrain/model_spec.h layout),
 //   u32 CRC-32 of every byte before it.
 // Files are written durably: a temporary file beside the target, fsync, rename, fsync of the
-// directory, so a crash leaves the old file or the new one, never a mix.
+// directory, so a crash leaves the old file or the new one, never a mix. Outputs that are not
+// regular files (FIFOs, character devices, /dev/stdout) are written in place, never replaced.
 #pragma once
 
 #include <cstdint>
@@ -36,12 +37,48 @@ struct Model {
 
 // The file's bytes.
 std::string EncodeModel(const Model& m);
-// Parses bytes read from `path` (the name is only for messages). kData on any damage.
+// Parses bytes read from `path` (the name is only for messages). kData on any damage, and on
+// a parameter or an input scaling that is not finite (naming the first, with ParamName).
 Status DecodeModel(const std::string& bytes, const std::string& path, Model* out);
 
-// Writes `bytes` to `path` durably (see above). kResource on failure, naming the path.
-Status WriteFileDurably(const std::string& path, const std::string& bytes);
-// The directory WriteFileDurably writes in: "." for a bare name, "/" for a file at the root.
+// The name of parameter `index` in spec's layout (include/shmtrain/model_spec.h), for
+// messages: "layer 1 weight row 2, column 0 (2.weight[2, 0] in an export)" or "layer 0 bias
+// 3 (0.bias[3] in an export)"; layers, rows (output units) and columns (inputs) count from 0.
+std::string ParamName(const ModelSpec& spec, size_t index);
+// "NaN", "+Inf" or "-Inf" for a non-finite value, for messages.
+std::string NonFiniteName(float v);
+
+// Where the bytes written to an output path go, its symbolic links followed to the end.
+struct OutputTarget {
+  enum class Kind {
+    kFile,    // a regular file, or nothing yet: replaced atomically (temporary file, rename)
+    kStream,  // a FIFO or a character device: written in place, never replaced
+    kFd,      // one of this process's descriptors (/dev/stdout, /dev/fd/N): written to `fd`
+  };
+  Kind kind = Kind::kFile;
+  std::string path;   // kFile: the final target (never a symlink); kStream: the node
+  bool fifo = false;  // kStream: a FIFO (else a character device)
+  int fd = -1;        // kFd
+};
+// Follows the symbolic links of `path` (up to 40) to what its bytes would go to. A directory,
+// a block device, a socket, or a descriptor not open for writing is kUsage with a message that
+// says what it is (without the path: callers name it).
+Status ResolveOutput(const std::string& path, OutputTarget* out);
+
+// How long a write to a FIFO waits for a reader to open it before it fails.
+inline constexpr int kFifoReaderWaitMs = 10'000;
+
+// Writes `bytes` to `path`, whatever ResolveOutput finds there:
+//  - a regular file (or none, or a symlink to either, dangling or not): durably, as above,
+//    with the temporary file in the final target's directory, so the link stays a link and
+//    its target gets the bytes;
+//  - a FIFO or a character device (/dev/null, a terminal): straight into it, no temporary
+//    file and no rename; a FIFO waits up to `fifo_wait_ms` for a reader, then fails;
+//  - /dev/stdout, /dev/stderr, /dev/fd/N: straight into that descriptor.
+// kResource on failure, naming the path; nothing is left behind.
+Status WriteFileDurably(const std::string& path, const std::string& bytes,
+                        int fifo_wait_ms = kFifoReaderWaitMs);
+// The directory of a path: "." for a bare name, "/" for a file at the root.
 std::string DirOf(const std::string& path);
 
 Status SaveModel(const std::string& path, const Model& m);

@@ -92,6 +92,8 @@ Status RunPredict(const Command& cmd, Logger& log) {
       !s.ok()) {
     return s;
   }
+  OutputLock out_lock;
+  if (Status s = OutputLock::Acquire("--out", cmd.out_path, &out_lock); !s.ok()) return s;
   Model m;
   if (Status s = Load(cmd, log, &m); !s.ok()) return s;
   data::Dataset d;

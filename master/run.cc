@@ -315,8 +315,9 @@ Status PrepareData(const TrainOptions& o, RunData* rd) {
 
 namespace {
 
-// Output paths first: a finished run must not be lost to a path that could never be written.
-Status CheckOutputPaths(const TrainOptions& o) {
+// Output paths first: a finished run must not be lost to a path that could never be written,
+// nor to another run writing the same one (they stay locked until the run ends).
+Status CheckOutputPaths(const TrainOptions& o, OutputLock (&locks)[2]) {
   if (Status s = CheckOutputPath("--save", o.save_path,
                                  {{"--data", o.data_path},
                                   {"--labels", o.labels_path},
@@ -327,11 +328,16 @@ Status CheckOutputPaths(const TrainOptions& o) {
       !s.ok()) {
     return s;
   }
-  return CheckOutputPath("--checkpoint", o.checkpoint_path,
-                         {{"--data", o.data_path},
-                          {"--labels", o.labels_path},
-                          {"--val-data", o.val_data_path},
-                          {"--val-labels", o.val_labels_path}});
+  if (Status s = CheckOutputPath("--checkpoint", o.checkpoint_path,
+                                 {{"--data", o.data_path},
+                                  {"--labels", o.labels_path},
+                                  {"--val-data", o.val_data_path},
+                                  {"--val-labels", o.val_labels_path}});
+      !s.ok()) {
+    return s;
+  }
+  if (Status s = OutputLock::Acquire("--save", o.save_path, &locks[0]); !s.ok()) return s;
+  return OutputLock::Acquire("--checkpoint", o.checkpoint_path, &locks[1]);
 }
 
 // Segments left by runs whose master died (SIGKILL, power loss) are ours to reclaim.
@@ -477,6 +483,7 @@ TrainOptions ForThisHost(const TrainOptions& opts) {
 // filled. Its members are what the run loop's units are built from; destroying it removes the
 // segment, so a start that fails anywhere leaves nothing behind.
 struct Start {
+  OutputLock output_locks[2];  // --save, --checkpoint: held for the run's life
   RunData rd;
   int64_t total_steps = 0;
   int64_t eval_every = 0;
@@ -490,7 +497,7 @@ struct Start {
 
 Status StartHere(const TrainOptions& o, Logger& log,
                  std::unique_ptr<monitoring::Exporter>* exporter, Start* st) {
-  if (Status s = CheckOutputPaths(o); !s.ok()) return s;
+  if (Status s = CheckOutputPaths(o, st->output_locks); !s.ok()) return s;
   // The endpoint next: a taken port fails the run before anything exists to clean up.
   if (o.metrics) {
     std::string addr;

@@ -3,14 +3,19 @@
 #include "master/model_file.h"
 
 #include <dirent.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace shmtrain {
@@ -320,6 +325,39 @@ TEST(ModelFileTest, NumericClassesOutOfOrderRefused) {
   ExpectRefused(EncodeModel(m), "class values out of order");
 }
 
+// A valid checksum says only that the bytes are the ones written: a model whose parameters or
+// scaling are not finite (NaN, Inf) would predict NaN for every row, and is refused, naming
+// the first bad value and where it sits in the layers.
+TEST(ModelFileTest, NonFiniteValuesAreRefusedNamingTheFirst) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  // Classifier(): 3-4-2, so W0 is 4 x 3 (0..11, column-major), b0 12..15, W1 2 x 4 (16..23),
+  // b1 24..25.
+  Model m = Classifier();
+  m.params[7] = nan;  // W0(3, 1)
+  m.params[20] = inf;
+  ExpectRefused(EncodeModel(m), "parameter 7 of 26 is NaN: layer 0 weight row 3, column 1 "
+                                "(0.weight[3, 1] in an export)");
+  m = Classifier();
+  m.params[20] = -inf;  // W1(0, 2)
+  ExpectRefused(EncodeModel(m), "parameter 20 of 26 is -Inf: layer 1 weight row 0, column 2 "
+                                "(2.weight[0, 2] in an export)");
+  m = Classifier();
+  m.params[25] = inf;
+  ExpectRefused(EncodeModel(m),
+                "parameter 25 of 26 is +Inf: layer 1 bias 1 (2.bias[1] in an export)");
+  m = Classifier();
+  m.params[13] = nan;
+  ExpectRefused(EncodeModel(m),
+                "parameter 13 of 26 is NaN: layer 0 bias 1 (0.bias[1] in an export)");
+  m = Classifier();
+  m.norm.scale[2] = inf;
+  ExpectRefused(EncodeModel(m), "the input scale of feature 2 is +Inf");
+  m = Classifier();
+  m.norm.offset[1] = nan;
+  ExpectRefused(EncodeModel(m), "the input offset of feature 1 is NaN");
+}
+
 // A fresh directory under $TMPDIR (or /tmp), removed afterwards.
 class ModelFileDirTest : public ::testing::Test {
  protected:
@@ -399,6 +437,46 @@ TEST_F(ModelFileDirTest, SaveIntoMissingDirectory) {
   EXPECT_EQ(s.code(), Status::Code::kResource);
   EXPECT_EQ(s.message(), "cannot write " + path + ": No such file or directory");
   EXPECT_TRUE(Entries().empty());
+}
+
+// A FIFO with no reader: the write waits for one up to its deadline, then fails naming the
+// FIFO, which stays a FIFO; nothing is left beside it.
+TEST_F(ModelFileDirTest, FifoWithoutReaderFailsAtItsDeadline) {
+  const std::string fifo = dir_ + "/out.fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  const Status s = WriteFileDurably(fifo, "bytes\n", 300);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::steady_clock::now() - t0)
+                      .count();
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), Status::Code::kResource);
+  EXPECT_EQ(s.message(), "cannot write " + fifo + ": no process opened the FIFO " + fifo +
+                             " for reading within 0.3 s; start its reader first");
+  EXPECT_GE(ms, 300);
+  EXPECT_LT(ms, 5000);
+  struct stat st {};
+  ASSERT_EQ(lstat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  EXPECT_EQ(Entries(), std::vector<std::string>{"out.fifo"});
+}
+
+// A reader that comes late, within the deadline, gets every byte.
+TEST_F(ModelFileDirTest, FifoReaderThatComesLateGetsTheBytes) {
+  const std::string fifo = dir_ + "/out.fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const std::string bytes(1 << 20, 'x');  // more than a pipe holds: the writes must block
+  std::string got;
+  std::thread reader([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    got = ReadAll(fifo);
+  });
+  const Status s = WriteFileDurably(fifo, bytes, 10'000);
+  reader.join();
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(got.size(), bytes.size());
+  EXPECT_TRUE(got == bytes);
+  EXPECT_EQ(Entries(), std::vector<std::string>{"out.fifo"});
 }
 
 }  // namespace

@@ -3,7 +3,12 @@
 //  - Every stop signal (not only SIGINT/SIGTERM) stops the workers, writes the checkpoint,
 //    removes the segment and exits 128 + n.
 //  - Output paths (--save, --checkpoint, predict --out) are checked before anything starts:
-//    a bad one is exit 2 at once, never after the training it would lose.
+//    a bad one is exit 2 at once, never after the training it would lose. A symlink's target
+//    gets the bytes (the link stays); FIFOs, character devices and /dev/stdout are written in
+//    place, never replaced; block devices and sockets are refused.
+//  - Two runs never write the same output: the second is refused, naming the first's pid; a
+//    killed run's lock does not outlive it.
+//  - A model file or checkpoint with a valid checksum but non-finite values is refused.
 //  - A checkpoint that fails mid-run is logged, counted on the metrics endpoint and retried;
 //    the run goes on.
 //  - Divergence (a non-finite loss or gradient) ends the run with exit 5 naming the step, and
@@ -12,19 +17,31 @@
 //    workers gone, segment removed.
 //  - The live progress line (on a terminal) shows the current loss whatever --log-every is.
 //  - Early stopping names the model it keeps, and that is the one the summary reports.
+#include <fcntl.h>
 #include <poll.h>
 #include <pty.h>
 #include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "core/crc32.h"
 #include "gtest/gtest.h"
 #include "tests/proc_util.h"
 #include "tests/real_data.h"
@@ -411,6 +428,401 @@ TEST(EarlyStop, TheModelNamedIsTheModelKept) {
   EXPECT_EQ(test::JsonField(kept, "best_step"), test::JsonField(summary, "best_step")) << r.out;
   EXPECT_EQ(test::JsonField(kept, "best_val_loss"), test::JsonField(summary, "val_loss"))
       << r.out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Outputs that are not regular files: followed to their target, written in place, or refused;
+// never replaced.
+
+// A trained parabola model (1-5-1: 16 parameters), rows to predict, and what predict prints
+// for them on stdout.
+struct Predictable {
+  std::string model, data, predictions;
+};
+
+Predictable MakePredictable(const TempDir& dir) {
+  Predictable p;
+  p.model = dir.File("m.bin");
+  p.data = dir.Write("x.csv", "x\n0.1\n0.2\n-0.5\n");
+  const ProcResult t = test::RunProcess(
+      {kBin, "example", "parabola", "--no-metrics", "--save", p.model}, kRunTimeout);
+  EXPECT_TRUE(test::ExitedWith(t, 0));
+  const ProcResult r =
+      test::RunProcess({kBin, "predict", "--model", p.model, "--data", p.data}, kRunTimeout);
+  EXPECT_TRUE(test::ExitedWith(r, 0));
+  p.predictions = r.out;
+  EXPECT_EQ(test::SplitLines(p.predictions).size(), 4u) << p.predictions;
+  return p;
+}
+
+ProcResult Predict(const Predictable& p, const std::string& out) {
+  return test::RunProcess({kBin, "predict", "--model", p.model, "--data", p.data, "--out", out},
+                          kRunTimeout);
+}
+
+struct stat LStat(const std::string& path) {
+  struct stat st {};
+  EXPECT_EQ(lstat(path.c_str(), &st), 0) << path << ": " << std::strerror(errno);
+  return st;
+}
+
+std::string ReadLink(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::read_symlink(path, ec).string();
+}
+
+// The names in a directory, sorted.
+std::vector<std::string> Entries(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    names.push_back(e.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+TEST(OutputKinds, ASymlinkStaysALinkAndItsTargetGetsTheBytes) {
+  TempDir dir;
+  const Predictable p = MakePredictable(dir);
+  std::filesystem::create_directory(dir.File("real"));
+  const std::string target = dir.Write("real/p.csv", "old\n");
+  const std::string link = dir.File("p.csv");
+  // Relative: resolved from the link's directory, not the run's.
+  ASSERT_EQ(symlink("real/p.csv", link.c_str()), 0);
+  ASSERT_TRUE(test::ExitedWith(Predict(p, link), 0));
+  EXPECT_TRUE(S_ISLNK(LStat(link).st_mode)) << "the link was replaced by a file";
+  EXPECT_EQ(ReadLink(link), "real/p.csv");
+  EXPECT_TRUE(test::SameBytes(test::ReadWholeFile(target), p.predictions));
+  // A link to that link: the end of the chain gets the bytes, both links stay.
+  const std::string chain = dir.File("chain.csv");
+  ASSERT_EQ(symlink(link.c_str(), chain.c_str()), 0);
+  dir.Write("real/p.csv", "old\n");
+  ASSERT_TRUE(test::ExitedWith(Predict(p, chain), 0));
+  EXPECT_TRUE(S_ISLNK(LStat(chain).st_mode));
+  EXPECT_TRUE(S_ISLNK(LStat(link).st_mode));
+  EXPECT_TRUE(test::SameBytes(test::ReadWholeFile(target), p.predictions));
+  EXPECT_EQ(Entries(dir.File("real")), std::vector<std::string>{"p.csv"})
+      << "a temporary, probe or lock file was left beside the target";
+}
+
+TEST(OutputKinds, ADanglingSymlinkHasItsTargetCreated) {
+  TempDir dir;
+  const Predictable p = MakePredictable(dir);
+  std::filesystem::create_directory(dir.File("real"));
+  const std::string link = dir.File("p.csv");
+  ASSERT_EQ(symlink(dir.File("real/new.csv").c_str(), link.c_str()), 0);
+  ASSERT_TRUE(test::ExitedWith(Predict(p, link), 0));
+  EXPECT_TRUE(S_ISLNK(LStat(link).st_mode));
+  EXPECT_TRUE(test::SameBytes(test::ReadWholeFile(dir.File("real/new.csv")), p.predictions));
+  // A link into a directory that does not exist is refused up front, naming the directory.
+  const std::string nowhere = dir.File("nowhere.csv");
+  ASSERT_EQ(symlink(dir.File("none/x.csv").c_str(), nowhere.c_str()), 0);
+  const ProcResult r = Predict(p, nowhere);
+  EXPECT_TRUE(test::ExitedWith(r, 2));
+  EXPECT_NE(r.err.find("--out " + nowhere + ": directory " + dir.File("none") + " does not exist"),
+            std::string::npos)
+      << r.err;
+}
+
+TEST(OutputKinds, SaveAndCheckpointThroughSymlinks) {
+  TempDir dir;
+  std::filesystem::create_directory(dir.File("store"));
+  const std::string model = dir.File("m.bin"), ck = dir.File("ck.bin");
+  ASSERT_EQ(symlink("store/model.bin", model.c_str()), 0);  // dangling
+  const std::string ck_target = dir.Write("store/ck.bin", "old");
+  ASSERT_EQ(symlink(ck_target.c_str(), ck.c_str()), 0);
+  const ProcResult r = test::RunProcess(
+      {kBin, "train", "--example", "parabola", "--layers", "1,5,1", "--lr", "0.01", "--steps",
+       "300", "--no-metrics", "--save", model, "--checkpoint", ck, "--checkpoint-every", "100"},
+      kRunTimeout);
+  ASSERT_TRUE(test::ExitedWith(r, 0));
+  EXPECT_TRUE(S_ISLNK(LStat(model).st_mode)) << "--save replaced the link";
+  EXPECT_TRUE(S_ISLNK(LStat(ck).st_mode)) << "--checkpoint replaced the link";
+  EXPECT_EQ(test::ReadWholeFile(dir.File("store/model.bin")).substr(0, 8), "SHMTMODL");
+  EXPECT_EQ(test::CheckpointStep(ck_target), 200);
+  EXPECT_EQ(Entries(dir.File("store")), (std::vector<std::string>{"ck.bin", "model.bin"}));
+}
+
+TEST(OutputKinds, AFifoIsWrittenInPlaceAndStaysAFifo) {
+  TempDir dir;
+  const Predictable p = MakePredictable(dir);
+  const std::string fifo = dir.File("p.fifo");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  // The reader is there before the run (opened non-blocking: no wait for a writer), and reads
+  // until the writer has come and gone (EOF), or until 2 s after the run ended: a run that
+  // replaced the FIFO instead never comes.
+  const int fd = open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  std::string got;
+  std::atomic<bool> ended{false};
+  std::thread reader([&] {
+    auto deadline = test::Clock::time_point::max();
+    char buf[4096];
+    while (test::Clock::now() < deadline) {
+      if (ended && deadline == test::Clock::time_point::max()) {
+        deadline = test::Clock::now() + milliseconds(2000);
+      }
+      pollfd pf{fd, POLLIN, 0};
+      if (poll(&pf, 1, 100) <= 0) continue;
+      const ssize_t n = read(fd, buf, sizeof buf);
+      if (n > 0) got.append(buf, static_cast<size_t>(n));
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) break;
+    }
+  });
+  const ProcResult r = Predict(p, fifo);
+  ended = true;
+  reader.join();
+  close(fd);
+  ASSERT_TRUE(test::ExitedWith(r, 0));
+  EXPECT_TRUE(test::SameBytes(got, p.predictions));
+  EXPECT_TRUE(S_ISFIFO(LStat(fifo).st_mode)) << "the FIFO was replaced";
+  EXPECT_EQ(Entries(dir.path()), (std::vector<std::string>{"m.bin", "p.fifo", "x.csv"}));
+}
+
+TEST(OutputKinds, DevNullStaysTheNullDevice) {
+  TempDir dir;
+  const Predictable p = MakePredictable(dir);
+  // First a node of our own for the null device (root only), so that a regression replaces
+  // that one and stops here, not the machine's /dev/null.
+  const std::string node = dir.File("null");
+  if (mknod(node.c_str(), S_IFCHR | 0666, makedev(1, 3)) == 0) {
+    const struct stat own = LStat(node);
+    EXPECT_TRUE(test::ExitedWith(Predict(p, node), 0));
+    ASSERT_TRUE(S_ISCHR(LStat(node).st_mode)) << "the device node was replaced by a file";
+    ASSERT_EQ(LStat(node).st_ino, own.st_ino) << "the device node was replaced";
+  }
+  const struct stat before = LStat("/dev/null");
+  ASSERT_TRUE(S_ISCHR(before.st_mode));
+  EXPECT_TRUE(test::ExitedWith(Predict(p, "/dev/null"), 0));
+  EXPECT_TRUE(test::ExitedWith(
+      test::RunProcess({kBin, "export", "--model", p.model, "--out", "/dev/null"}, kRunTimeout),
+      0));
+  const struct stat after = LStat("/dev/null");
+  EXPECT_TRUE(S_ISCHR(after.st_mode)) << "/dev/null is no longer a character device";
+  EXPECT_EQ(after.st_rdev, before.st_rdev);
+  EXPECT_EQ(after.st_ino, before.st_ino) << "/dev/null was replaced";
+  EXPECT_EQ(after.st_mode, before.st_mode);
+}
+
+TEST(OutputKinds, DevStdoutIsTheRunsStdout) {
+  TempDir dir;
+  const Predictable p = MakePredictable(dir);
+  // /dev/stdout last: a regression that replaces these paths fails on the links in /proc
+  // first, which cannot be replaced, and stops before it reaches /dev.
+  for (const std::string out : {"/proc/self/fd/1", "/dev/fd/1", "/dev/stdout"}) {
+    const ProcResult r = Predict(p, out);
+    ASSERT_TRUE(test::ExitedWith(r, 0)) << out;
+    ASSERT_TRUE(test::SameBytes(r.out, p.predictions)) << out;
+  }
+  // stdin is open for reading only.
+  const ProcResult r = Predict(p, "/dev/stdin");
+  EXPECT_TRUE(test::ExitedWith(r, 2));
+  EXPECT_NE(r.err.find("--out /dev/stdin: is descriptor 0, which is open for reading only"),
+            std::string::npos)
+      << r.err;
+}
+
+TEST(OutputKinds, SocketsAndBlockDevicesAreRefusedUpFront) {
+  TempDir dir;
+  const Predictable p = MakePredictable(dir);
+  const std::string sock = dir.File("s.sock");
+  const int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(s, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  ASSERT_LT(sock.size(), sizeof addr.sun_path);
+  std::memcpy(addr.sun_path, sock.c_str(), sock.size() + 1);
+  ASSERT_EQ(bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0) << std::strerror(errno);
+  struct Case {
+    std::string path, what;
+  };
+  std::vector<Case> cases = {{sock, "is a socket"}};
+  // A block device node (the first loop device; root only): refused without being opened.
+  const std::string blk = dir.File("blk");
+  if (mknod(blk.c_str(), S_IFBLK | 0600, makedev(7, 0)) == 0) {
+    cases.push_back({blk, "is a block device"});
+  }
+  for (const Case& c : cases) {
+    const struct stat before = LStat(c.path);
+    const ProcResult r = Predict(p, c.path);
+    EXPECT_TRUE(test::ExitedWith(r, 2)) << c.path;
+    EXPECT_NE(r.err.find("--out " + c.path + ": " + c.what), std::string::npos) << r.err;
+    // --save is refused before any training (a run of 10^9 steps would time out).
+    const ProcResult t = test::RunProcess(LongRun({"--save", c.path}), milliseconds(30'000));
+    EXPECT_TRUE(test::ExitedWith(t, 2)) << c.path;
+    EXPECT_NE(t.err.find("--save " + c.path + ": " + c.what), std::string::npos) << t.err;
+    EXPECT_EQ(LStat(c.path).st_ino, before.st_ino) << c.path << " was replaced";
+    EXPECT_EQ(LStat(c.path).st_mode, before.st_mode) << c.path << " was replaced";
+  }
+  close(s);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Non-finite values behind a valid checksum.
+
+// `bytes` with the float at byte offset `at` set to v and the trailing CRC-32 recomputed:
+// damage that no checksum catches.
+std::string WithFloat(std::string bytes, size_t at, float v) {
+  EXPECT_LE(at + 4 + 4, bytes.size());
+  std::memcpy(bytes.data() + at, &v, sizeof v);
+  const uint32_t crc = Crc32(bytes.data(), bytes.size() - 4);
+  std::memcpy(bytes.data() + bytes.size() - 4, &crc, sizeof crc);
+  return bytes;
+}
+
+TEST(NonFinite, ModelFilesAreRefusedByEvalPredictAndExport) {
+  TempDir dir;
+  const Predictable p = MakePredictable(dir);
+  const std::string labelled = dir.Write("xy.csv", "x,y\n0.1,0.01\n0.2,0.04\n-0.5,0.25\n");
+  const std::string bytes = test::ReadWholeFile(p.model);
+  const size_t params = bytes.size() - 4 - 16 * sizeof(float);  // the parameters come last
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  struct Case {
+    std::string path, what;
+  };
+  // 1-5-1: W0 (5 x 1) at 0..4, b0 at 5..9, W1 (1 x 5) at 10..14, b1 at 15.
+  const Case cases[] = {
+      {dir.Write("nan.bin", WithFloat(bytes, params + 7 * 4, nan)),
+       "parameter 7 of 16 is NaN: layer 0 bias 2 (0.bias[2] in an export)"},
+      {dir.Write("inf.bin", WithFloat(bytes, params + 12 * 4, inf)),
+       "parameter 12 of 16 is +Inf: layer 1 weight row 0, column 2 (2.weight[0, 2] in an "
+       "export)"},
+  };
+  const std::string out = dir.File("out");
+  for (const Case& c : cases) {
+    const std::vector<std::vector<std::string>> commands = {
+        {kBin, "eval", "--model", c.path, "--data", labelled},
+        {kBin, "predict", "--model", c.path, "--data", p.data, "--out", out},
+        {kBin, "predict", "--model", c.path, "--data", p.data},
+        {kBin, "export", "--model", c.path, "--out", out}};
+    for (const auto& argv : commands) {
+      const ProcResult r = test::RunProcess(argv, kRunTimeout);
+      EXPECT_TRUE(test::ExitedWith(r, 2)) << argv[1] << " " << c.path;
+      EXPECT_NE(r.err.find(c.path + ": not a usable model file: " + c.what), std::string::npos)
+          << argv[1] << ": " << r.err;
+      EXPECT_EQ(r.out, "") << argv[1] << " printed results of a broken model";
+      EXPECT_FALSE(test::FileExists(out)) << argv[1] << " wrote an output";
+    }
+  }
+}
+
+TEST(NonFinite, CheckpointsAreRefusedByResume) {
+  TempDir dir;
+  const std::string ck = dir.File("ck.bin");
+  const std::vector<std::string> run = {
+      kBin,          "train",   "--example", "parabola", "--layers", "1,5,1",    "--lr",
+      "0.01",        "--steps", "300",       "--workers", "2",       "--momentum", "0.9",
+      "--no-metrics"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = run;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  ASSERT_TRUE(test::ExitedWith(
+      test::RunProcess(with({"--checkpoint", ck, "--checkpoint-every", "100"}), kRunTimeout), 0));
+  ASSERT_EQ(test::CheckpointStep(ck), 200);
+  const std::string bytes = test::ReadWholeFile(ck);
+  // Header (master/checkpoint.h): 48 bytes, the optimizer's m at 44, n at 32, K at 40; then
+  // the optimizer's name, W[n], S[K][n].
+  uint32_t m = 0, k = 0;
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data() + 32, 8);
+  std::memcpy(&k, bytes.data() + 40, 4);
+  std::memcpy(&m, bytes.data() + 44, 4);
+  ASSERT_EQ(n, 16u);
+  ASSERT_EQ(k, 1u) << "momentum keeps one state vector";
+  const size_t w = 48 + m, s0 = w + n * 4;
+  struct Case {
+    std::string path, what;
+  };
+  const Case cases[] = {
+      {dir.Write("nan.ckpt",
+                 WithFloat(bytes, w + 3 * 4, std::numeric_limits<float>::quiet_NaN())),
+       "not a usable checkpoint: parameter 3 of 16 is NaN"},
+      {dir.Write("inf.ckpt",
+                 WithFloat(bytes, s0 + 9 * 4, -std::numeric_limits<float>::infinity())),
+       "not a usable checkpoint: optimizer state 0 of 1 (sgd), entry 9 of 16, is -Inf"},
+  };
+  const std::string model = dir.File("never.bin");
+  for (const Case& c : cases) {
+    const ProcResult r = test::RunProcess(
+        with({"--resume", c.path, "--checkpoint", c.path, "--save", model, "--log-format",
+              "json"}),
+        kRunTimeout);
+    EXPECT_TRUE(test::ExitedWith(r, 2)) << c.path;
+    EXPECT_NE(r.err.find(c.path + ": " + c.what), std::string::npos) << r.err;
+    EXPECT_TRUE(WorkerPids(r.out).empty()) << "workers were started:\n" << r.out;
+    EXPECT_FALSE(test::FileExists(model));
+    EXPECT_TRUE(test::SegmentsOf(r.pid).empty());
+  }
+  // The untouched checkpoint resumes with the same options.
+  EXPECT_TRUE(test::ExitedWith(
+      test::RunProcess(with({"--resume", ck, "--save", model}), kRunTimeout), 0));
+  EXPECT_TRUE(test::FileExists(model));
+}
+
+// ---------------------------------------------------------------------------------------------
+// One writer per output.
+
+TEST(OutputLocks, ASecondRunOnTheSameOutputIsRefusedNamingTheFirst) {
+  TempDir dir;
+  const std::string ck = dir.File("ck.bin"), link = dir.File("link.bin");
+  ASSERT_EQ(symlink(ck.c_str(), link.c_str()), 0);
+  Subprocess first(LongRun({"--checkpoint", ck, "--log-every", "1000"}));
+  ASSERT_FALSE(WaitForEvent(first, "step", kRunTimeout).empty()) << first.err();
+  const std::string holder = "another shmtrain run (pid " + std::to_string(first.pid()) + ")";
+  // The same file as a checkpoint, as a model, and through a symlink.
+  const std::vector<std::vector<std::string>> seconds = {
+      {"--checkpoint", ck}, {"--save", ck}, {"--checkpoint", link}};
+  for (const auto& flags : seconds) {
+    const ProcResult r = test::RunProcess(LongRun(flags), milliseconds(30'000));
+    EXPECT_TRUE(test::ExitedWith(r, 2)) << flags[0] << " " << flags[1];
+    EXPECT_NE(r.err.find(flags[0] + " " + flags[1] + ": " + holder), std::string::npos) << r.err;
+    EXPECT_TRUE(WorkerPids(r.out).empty()) << "workers were started:\n" << r.out;
+    EXPECT_TRUE(test::SegmentsOf(r.pid).empty());
+  }
+  ASSERT_TRUE(first.running()) << "the refused runs disturbed the first";
+  // The first run goes on and writes its checkpoint when it is stopped; the lock goes with it.
+  ASSERT_TRUE(first.Signal(SIGTERM));
+  const ProcResult r = first.Wait(kRunTimeout);
+  EXPECT_TRUE(test::ExitedWith(r, 143));
+  EXPECT_GT(test::CheckpointStep(ck), 0);
+  EXPECT_FALSE(test::FileExists(ck + ".lock")) << "the lock file outlived its run";
+  ExpectCleanedUp(r);
+  // One run resuming from and checkpointing to the same file is one writer.
+  Subprocess again(LongRun({"--resume", ck, "--checkpoint", ck, "--log-every", "1000"}));
+  const std::string segment = WaitForEvent(again, "segment", kRunTimeout);
+  ASSERT_FALSE(segment.empty()) << again.err();
+  EXPECT_EQ(test::JsonField(segment, "first_step"), std::to_string(test::CheckpointStep(ck)));
+  ASSERT_FALSE(WaitForEvent(again, "worker_started", kRunTimeout).empty()) << again.err();
+  ASSERT_TRUE(again.Signal(SIGTERM));
+  EXPECT_TRUE(test::ExitedWith(again.Wait(kRunTimeout), 143));
+}
+
+TEST(OutputLocks, AKilledRunsLockDoesNotOutliveIt) {
+  TempDir dir;
+  const std::string model = dir.File("m.bin");
+  Subprocess first(LongRun({"--save", model, "--log-every", "1000"}));
+  ASSERT_FALSE(WaitForEvent(first, "step", kRunTimeout).empty()) << first.err();
+  EXPECT_EQ(test::ReadWholeFile(model + ".lock"), std::to_string(first.pid()) + "\n");
+  ASSERT_TRUE(first.Signal(SIGKILL));
+  const ProcResult killed = first.Wait(kRunTimeout);
+  ASSERT_EQ(killed.term_signal, SIGKILL) << killed.Describe();
+  // The file stays (nobody removed it), but the kernel released its lock with the process.
+  EXPECT_TRUE(test::FileExists(model + ".lock"));
+  const ProcResult r = test::RunProcess(
+      {kBin, "train", "--example", "parabola", "--layers", "1,5,1", "--lr", "0.01", "--steps",
+       "100", "--no-metrics", "--save", model},
+      kRunTimeout);
+  EXPECT_TRUE(test::ExitedWith(r, 0));
+  EXPECT_EQ(test::ReadWholeFile(model).substr(0, 8), "SHMTMODL");
+  EXPECT_FALSE(test::FileExists(model + ".lock"));
+  // The killed master's workers see it gone and leave; its segment was reclaimed by the run.
+  for (const pid_t w : WorkerPids(killed.out)) {
+    EXPECT_TRUE(test::WaitPidGone(w, milliseconds(5000))) << "worker " << w << " left behind";
+  }
+  for (const std::string& name : test::SegmentsOf(killed.pid)) shm_unlink(name.c_str());
 }
 
 }  // namespace
