@@ -7,6 +7,7 @@
 // package these tests fail with a message naming it, never skip.
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -120,8 +121,14 @@ TEST_F(Arrays, RegressionTargetsAndPredictData) {
   EXPECT_TRUE(p.y.empty());
 }
 
+// The size of the good gzip file the garbage follows: where the garbage starts.
+std::string GzSize(const std::string& dir) {
+  return std::to_string(std::filesystem::file_size(dir + "/x4-idx3-ubyte.gz"));
+}
+
 // Each refused file: the message starts with the file it is about and says what is wrong.
 TEST_F(Arrays, BadFilesNameTheFileAndTheFault) {
+  const auto GzSize = [] { return shmtrain::GzSize(Bad("")); };
   struct Case {
     std::string data, labels, x = "x", y = "y";
     std::string file;  // the file the message must start with
@@ -149,15 +156,44 @@ TEST_F(Arrays, BadFilesNameTheFileAndTheFault) {
       {"noy.npz", "", "images", "y", "noy.npz", "no array 'images'"},
       {"damaged.npz", "", "x", "y", "damaged.npz (x.npy)", "CRC-32"},
       {"cut.npz", "", "x", "y", "cut.npz", "not a valid zip archive"},
+      // gzip as `gzip -t` reads it: nothing after the last member, every error with its byte.
+      {"garbage-idx3-ubyte.gz", "y4-idx1-ubyte", "x", "y", "garbage-idx3-ubyte.gz",
+       "trailing garbage after the gzip stream at byte " + GzSize()},
+      {"zeros-idx3-ubyte.gz", "y4-idx1-ubyte", "x", "y", "zeros-idx3-ubyte.gz",
+       "trailing garbage after the gzip stream at byte " + GzSize()},
+      {"damaged-idx3-ubyte.gz", "y4-idx1-ubyte", "x", "y", "damaged-idx3-ubyte.gz",
+       "damaged gzip data at byte "},
+      {"cut-idx3-ubyte.gz", "y4-idx1-ubyte", "x", "y", "cut-idx3-ubyte.gz",
+       "truncated: the gzip stream ends at byte 49, inside its compressed data"},
+      // numpy reads the last of two members named alike, a zip reader often the first.
+      {"twice.npz", "", "x", "y", "twice.npz",
+       "two members named 'x.npy' (entries 1 and 3): ambiguous"},
+      // Inflation stops at the size the zip directory states, not at the deflate stream's end.
+      {"inflates.npz", "", "x", "y", "inflates.npz (x.npy)",
+       "damaged: it inflates past the 1000 bytes the archive states for it"},
   };
   for (const Case& c : cases) {
     data::Dataset d;
     const Status s = data::LoadFile(Bad(c.data), Classify(c.labels.empty() ? "" : Bad(c.labels), c.x, c.y), &d);
-    ASSERT_FALSE(s.ok()) << c.data << " was accepted";
+    if (s.ok()) {
+      ADD_FAILURE() << c.data << " was accepted";
+      continue;
+    }
     EXPECT_EQ(s.code(), Status::Code::kData) << s.message();
     EXPECT_EQ(s.message().rfind(Bad(c.file), 0), 0u) << "does not start with " << c.file << ": " << s.message();
     EXPECT_TRUE(Has(s.message(), c.what)) << "no '" << c.what << "' in: " << s.message();
+    EXPECT_FALSE(Has(s.message(), "<fd:")) << "names a descriptor, not the file: " << s.message();
   }
+}
+
+// RFC 1952 allows several gzip members one after another, and gzip reads them as one stream.
+TEST_F(Arrays, ConcatenatedGzipMembersReadAsOneStream) {
+  data::Dataset one, two;
+  ASSERT_TRUE(data::LoadFile(Bad("x4-idx3-ubyte"), Classify(Bad("y4-idx1-ubyte")), &one).ok());
+  const Status s = data::LoadFile(Bad("two-idx3-ubyte.gz"), Classify(Bad("y4-idx1-ubyte")), &two);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(two.rows, 4);
+  EXPECT_TRUE(two.x == one.x);
 }
 
 // ---- the command line ----
