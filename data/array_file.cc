@@ -33,14 +33,21 @@ const char* TypeName(ElemType t) {
   return "?";
 }
 
-// The element count of `shape`, or -1 when its bytes would not fit in 63 bits.
+// The element count of `shape`, or -1 when a dimension is negative or the bytes of its
+// nonzero dimensions' product would not fit in 63 bits: a shape that passes has no product of
+// dimensions that overflows, zero or not.
 int64_t CountOf(const std::vector<int64_t>& shape, int elem_size) {
-  int64_t n = 1;
+  int64_t bytes = elem_size;
+  bool empty = false;
   for (int64_t d : shape) {
-    if (d < 0 || (d > 0 && n > (INT64_MAX / elem_size) / d)) return -1;
-    n *= d;
+    if (d < 0) return -1;
+    if (d == 0) {
+      empty = true;
+    } else if (__builtin_mul_overflow(bytes, d, &bytes)) {
+      return -1;
+    }
   }
-  return n;
+  return empty ? 0 : bytes / elem_size;
 }
 
 // ---- NPY header: a Python dict literal, read by a small recursive-descent parser ----

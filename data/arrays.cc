@@ -90,10 +90,14 @@ Status OpenLabels(const std::string& path, DataFormat format, const LoadOptions&
 Status ShapeOf(const std::string& path, const ArrayHeader& h, int64_t* rows, int* features) {
   if (h.shape.empty()) return Status::Data(path + ": " + h.Describe() + " has no rows (a 0-d array)");
   int64_t f = 1;
-  for (size_t d = 1; d < h.shape.size(); ++d) f *= h.shape[d];
-  if (h.shape[0] < 1 || f < 1) return Status::Data(path + ": " + h.Describe() + " is empty");
-  if (f > INT_MAX) {
-    return Status::Data(path + ": " + h.Describe() + " has " + std::to_string(f) +
+  bool overflow = false;
+  for (size_t d = 1; d < h.shape.size(); ++d) overflow |= __builtin_mul_overflow(f, h.shape[d], &f);
+  if (!overflow && (h.shape[0] < 1 || f < 1)) {
+    return Status::Data(path + ": " + h.Describe() + " is empty");
+  }
+  if (overflow || f > INT_MAX) {
+    return Status::Data(path + ": " + h.Describe() + " has " +
+                        (overflow ? "more than 2^63" : std::to_string(f)) +
                         " features per row, more than the supported " + std::to_string(INT_MAX));
   }
   *rows = h.shape[0];

@@ -156,6 +156,11 @@ TEST_F(Arrays, BadFilesNameTheFileAndTheFault) {
       {"noy.npz", "", "images", "y", "noy.npz", "no array 'images'"},
       {"damaged.npz", "", "x", "y", "damaged.npz (x.npy)", "CRC-32"},
       {"cut.npz", "", "x", "y", "cut.npz", "not a valid zip archive"},
+      // Shapes whose products overflow 64 bits, with or without a zero among them.
+      {"dims62.npy", "y4.npy", "x", "y", "dims62.npy", "(4611686018427387904, 4) is too large"},
+      {"zero62.npy", "y4.npy", "x", "y", "zero62.npy", "(0, 4611686018427387904, 4) is too large"},
+      {"dims40.npy", "y4.npy", "x", "y", "dims40.npy", "is too large"},
+      {"big-idx3-ubyte", "y4-idx1-ubyte", "x", "y", "big-idx3-ubyte", "is too large"},
       // gzip as `gzip -t` reads it: nothing after the last member, every error with its byte.
       {"garbage-idx3-ubyte.gz", "y4-idx1-ubyte", "x", "y", "garbage-idx3-ubyte.gz",
        "trailing garbage after the gzip stream at byte " + GzSize()},
