@@ -5,10 +5,17 @@
 // np.save, np.savez (zip64 local headers), np.savez_compressed (deflate), Fortran order, big-
 // endian and object arrays. Fashion-MNIST is read where the package puts it; without the
 // package these tests fail with a message naming it, never skip.
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "data/dataset.h"
@@ -215,6 +222,64 @@ ProcResult Shm(const std::vector<std::string>& args) {
   return r;
 }
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;  // its shadow memory is terabytes of address space
+#else
+constexpr bool kSanitized = false;
+#endif
+
+// A refusal must cost little memory whatever the file declares: the child runs under a hard
+// address-space limit (not when sanitized), and its own peak resident size is bounded.
+constexpr rlim_t kAddressLimit = rlim_t{1} << 30;
+constexpr long kPeakKib = 200 * 1024;
+
+struct Bounded {
+  int exit_code = -1;  // -1: it did not exit (a signal, or the deadline)
+  std::string err;
+  long peak_kib = 0;  // ru_maxrss of this child alone (wait4), not of the test's other children
+};
+
+Bounded RunBounded(const std::vector<std::string>& args, const std::string& err_file) {
+  std::vector<std::string> argv = Cmd(args);
+  std::vector<char*> cargv;
+  for (std::string& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int null = open("/dev/null", O_RDWR);
+    const int err = open(err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (null < 0 || err < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(err, 2) < 0) {
+      _exit(127);
+    }
+    const rlimit as{kAddressLimit, kAddressLimit};
+    if (!kSanitized && setrlimit(RLIMIT_AS, &as) != 0) _exit(127);
+    execv(cargv[0], cargv.data());
+    _exit(127);
+  }
+  Bounded b;
+  if (pid < 0) {
+    ADD_FAILURE() << "fork failed";
+    return b;
+  }
+  const auto deadline = test::Clock::now() + kRunTimeout;
+  int status = 0;
+  rusage ru{};
+  pid_t r = 0;
+  while ((r = wait4(pid, &status, WNOHANG, &ru)) == 0 && test::Clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds{10});
+  }
+  if (r == 0) {
+    kill(pid, SIGKILL);
+    wait4(pid, &status, 0, &ru);
+    ADD_FAILURE() << args[0] << " outlived its deadline";
+  }
+  b.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  b.peak_kib = ru.ru_maxrss;
+  b.err = test::ReadWholeFile(err_file);
+  EXPECT_EQ(test::SegmentsOf(pid), std::vector<std::string>()) << "segments left by " << pid;
+  return b;
+}
+
 // The acceptance run: Fashion-MNIST from the package's IDX files, sync P = 2, 3 epochs, to
 // >= 85% test accuracy (measured 86.4%); eval of the saved model on the test files agrees.
 TEST_F(Arrays, FashionMnistFromIdxReaches85Percent) {
@@ -294,6 +359,56 @@ TEST_F(Arrays, BadFilesExitTwoNamingTheFile) {
                               "--epochs", "1", "--data", Same("xy.npz"), "--val-labels", Same("y.npy")});
   EXPECT_TRUE(ExitedWith(val, 2));
   EXPECT_TRUE(Has(val.err, "--val-labels: applies with --val-data FILE only")) << val.err;
+}
+
+// A model of 4 inputs and 2 classes, trained once, for eval and predict.
+std::string SmallModel(const test::TempDir& dir, const std::string& bad) {
+  const std::string model = dir.File("small.bin");
+  if (!test::FileExists(model)) {
+    const ProcResult r =
+        Shm({"train", "--layers", "4,2", "--loss", "xent", "--lr", "0.1", "--epochs", "1", "--data",
+             bad + "x4-idx3-ubyte", "--labels", bad + "y4-idx1-ubyte", "--save", model});
+    EXPECT_TRUE(ExitedWith(r, 0));
+  }
+  return model;
+}
+
+// Files that declare far more than they hold (or than the model takes) are refused before
+// memory is spent on the declaration: exit 2, the file and the fault named, a small peak.
+TEST_F(Arrays, DeclaredSizesAreCheckedBeforeMemoryIsSpent) {
+  const std::string model = SmallModel(*dir_, Bad(""));
+  struct Case {
+    std::vector<std::string> args;
+    std::vector<std::string> what;
+  };
+  const std::vector<Case> cases = {
+      {{"predict", "--model", model, "--data", Bad("declares8.npy")},
+       {Bad("declares8.npy") +
+        ": truncated: the data of a float32 array of shape (100000000, 4) "
+        "needs 1600000000 bytes, the file has only 64 more (it ends at byte 192)"}},
+      {{"eval", "--model", model, "--data", Bad("declares9.npy")},
+       {Bad("declares9.npy") + ": truncated: the data of a float32 array of shape (1000000000, 4) "
+                               "needs 16000000000 bytes"}},
+      {{"predict", "--model", model, "--data", Bad("declares-idx3-ubyte.gz")},
+       {Bad("declares-idx3-ubyte.gz") + ": truncated: the data of a uint8 array of shape "
+                                        "(100000000, 2, 2) needs 400000000 bytes, the rest of this",
+        "deflate yields at most 1032 bytes per byte"}},
+      // Within deflate's reach, so read: memory grows only with the megabyte that arrives.
+      {{"predict", "--model", model, "--data", Bad("rows-idx3-ubyte.gz")},
+       {Bad("rows-idx3-ubyte.gz") + ": truncated: uint8 array of shape (100000000, 2, 2)",
+        "the file ends before element 1048577"}},
+      {{"predict", "--model", model, "--data", Bad("inflates.npz")},
+       {Bad("inflates.npz") +
+        " (x.npy): damaged: it inflates past the 1000 bytes the archive states"}},
+  };
+  for (const Case& c : cases) {
+    const Bounded r = RunBounded(c.args, dir_->File("err.txt"));
+    EXPECT_EQ(r.exit_code, 2) << c.args[4] << ": " << r.err;
+    for (const std::string& w : c.what) {
+      EXPECT_TRUE(Has(r.err, w)) << "no '" << w << "' in: " << r.err;
+    }
+    EXPECT_LT(r.peak_kib, kPeakKib) << c.args[4] << " peaked at " << r.peak_kib << " KiB";
+  }
 }
 
 }  // namespace
