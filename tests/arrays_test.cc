@@ -10,10 +10,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -397,18 +399,73 @@ TEST_F(Arrays, DeclaredSizesAreCheckedBeforeMemoryIsSpent) {
       {{"predict", "--model", model, "--data", Bad("rows-idx3-ubyte.gz")},
        {Bad("rows-idx3-ubyte.gz") + ": truncated: uint8 array of shape (100000000, 2, 2)",
         "the file ends before element 1048577"}},
+      {{"train", "--layers", "4,2", "--loss", "xent", "--lr", "0.1", "--epochs", "1", "--data",
+        Bad("wide-idx2-ubyte.gz"), "--labels", Bad("y10-idx1-ubyte")},
+       {"--layers: the first size is 4 but " + Bad("wide-idx2-ubyte.gz") +
+        " has 8000000 features"}},
       {{"predict", "--model", model, "--data", Bad("inflates.npz")},
        {Bad("inflates.npz") +
         " (x.npy): damaged: it inflates past the 1000 bytes the archive states"}},
   };
   for (const Case& c : cases) {
+    const std::string& data = *(std::find(c.args.begin(), c.args.end(), "--data") + 1);
     const Bounded r = RunBounded(c.args, dir_->File("err.txt"));
-    EXPECT_EQ(r.exit_code, 2) << c.args[4] << ": " << r.err;
+    EXPECT_EQ(r.exit_code, 2) << data << ": " << r.err;
     for (const std::string& w : c.what) {
       EXPECT_TRUE(Has(r.err, w)) << "no '" << w << "' in: " << r.err;
     }
-    EXPECT_LT(r.peak_kib, kPeakKib) << c.args[4] << " peaked at " << r.peak_kib << " KiB";
+    EXPECT_LT(r.peak_kib, kPeakKib) << data << " peaked at " << r.peak_kib << " KiB";
   }
+}
+
+// MemAvailable of /proc/meminfo in bytes.
+uint64_t MemAvailableNow() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  while (f >> key >> kib) {
+    if (key == "MemAvailable:") return kib * 1024;
+    f.ignore(64, '\n');
+  }
+  return 0;
+}
+
+// An .npy file of the given dtype and shape ("n, 4") whose data is a hole: no disk spent.
+std::string SparseNpy(const test::TempDir& dir, const std::string& name, const std::string& descr,
+                      const std::string& shape, int64_t data_bytes) {
+  std::string d = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (" + shape + "), }";
+  d += std::string(63 - (10 + d.size()) % 64, ' ') + "\n";
+  const std::string header = std::string("\x93NUMPY\x01\x00", 8) +
+                             static_cast<char>(d.size() & 0xFF) + static_cast<char>(d.size() >> 8) +
+                             d;
+  const std::string path = dir.Write(name, header);
+  std::filesystem::resize_file(path, header.size() + static_cast<uint64_t>(data_bytes));
+  return path;
+}
+
+// eval and predict make train's memory check: data the machine cannot hold is refused, with
+// what it needs, before a row is read. The file is sparse: twice the memory, no disk.
+TEST_F(Arrays, EvalAndPredictRefuseDataBeyondMemory) {
+  const std::string model = SmallModel(*dir_, Bad(""));
+  const uint64_t avail = MemAvailableNow();
+  ASSERT_GT(avail, 0u);
+  const int64_t rows = static_cast<int64_t>(avail * 2 / 16 + 1);
+  const std::string path =
+      SparseNpy(*dir_, "huge.npy", "<f4", std::to_string(rows) + ", 4", rows * 16);
+  const std::string labels =
+      SparseNpy(*dir_, "huge-y.npy", "|u1", std::to_string(rows) + ",", rows);
+  for (const char* cmd : {"eval", "predict"}) {
+    std::vector<std::string> a = {cmd, "--model", model, "--data", path};
+    if (std::string(cmd) == "eval") a.insert(a.end(), {"--labels", labels});
+    const Bounded r = RunBounded(a, dir_->File("err.txt"));
+    EXPECT_EQ(r.exit_code, 4) << cmd << ": " << r.err;
+    EXPECT_TRUE(Has(r.err, path + ": the run needs about ")) << r.err;
+    EXPECT_TRUE(Has(r.err, "(" + std::to_string(rows) + " rows x 4 features)")) << r.err;
+    EXPECT_TRUE(Has(r.err, " is available")) << r.err;
+    EXPECT_LT(r.peak_kib, kPeakKib) << cmd << " peaked at " << r.peak_kib << " KiB";
+  }
+  std::filesystem::remove(path);
+  std::filesystem::remove(labels);
 }
 
 }  // namespace
