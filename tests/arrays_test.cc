@@ -468,5 +468,20 @@ TEST_F(Arrays, EvalAndPredictRefuseDataBeyondMemory) {
   std::filesystem::remove(labels);
 }
 
+// Memory the system refuses although the data fits MemAvailable (here an address-space limit)
+// is the resource error it is, exit 4, not an escaped bad_alloc.
+TEST_F(Arrays, MemoryTheSystemRefusesIsAResourceError) {
+  if (kSanitized) GTEST_SKIP() << "a sanitized build cannot run under an address-space limit";
+  const std::string model = SmallModel(*dir_, Bad(""));
+  const int64_t rows = (int64_t{3} << 30) / 2 / 16;  // 1.5 GiB of float32, over the 1 GiB limit
+  const std::string path =
+      SparseNpy(*dir_, "big.npy", "<f4", std::to_string(rows) + ", 4", rows * 16);
+  const Bounded r =
+      RunBounded({"predict", "--model", model, "--data", path}, dir_->File("err.txt"));
+  EXPECT_EQ(r.exit_code, 4) << r.err;
+  EXPECT_TRUE(Has(r.err, path + ": not enough memory to load it")) << r.err;
+  std::filesystem::remove(path);
+}
+
 }  // namespace
 }  // namespace shmtrain
