@@ -175,7 +175,9 @@ class FileSource final : public ByteSource {
       if (r == Z_STREAM_END) {
         member_done_ = true;
       } else if (r != Z_OK) {
-        return Damaged(name(), "damaged gzip data at byte " + std::to_string(Consumed()) + ": " +
+        // The byte inflation failed at: the last one it read.
+        const uint64_t at = Consumed() > 0 ? Consumed() - 1 : 0;
+        return Damaged(name(), "damaged gzip data at byte " + std::to_string(at) + ": " +
                                    (z_.msg ? z_.msg : "inflate failed"));
       }
     }
@@ -381,8 +383,10 @@ class ZipMember final : public ByteSource {
       if (r == Z_STREAM_END) {
         ended_ = true;
       } else if (r != Z_OK) {
-        return Damaged(name(), std::string("damaged compressed data: ") +
-                                   (z_.msg ? z_.msg : "the deflate stream ends early"));
+        // The byte inflation failed at: the last one it read (never before the member's data).
+        return Damaged(
+            name(), "damaged compressed data at byte " + std::to_string(next_ - z_.avail_in - 1) +
+                        " of the archive: " + (z_.msg ? z_.msg : "the deflate stream ends early"));
       }
     }
     *got = static_cast<size_t>(z_.next_out - static_cast<Bytef*>(buf));

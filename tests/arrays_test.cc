@@ -185,6 +185,8 @@ TEST_F(Arrays, BadFilesNameTheFileAndTheFault) {
       // Inflation stops at the size the zip directory states, not at the deflate stream's end.
       {"inflates.npz", "", "x", "y", "inflates.npz (x.npy)",
        "damaged: it inflates past the 1000 bytes the archive states for it"},
+      {"blocktype.npz", "", "x", "y", "blocktype.npz (x.npy)",
+       "damaged compressed data at byte 35 of the archive: invalid block type"},
   };
   for (const Case& c : cases) {
     data::Dataset d;

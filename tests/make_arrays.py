@@ -99,6 +99,8 @@ def hostile(out):
     # its NPY magic is wrong, so the reader checks the whole member.
     data = deflate_zeros(64 << 20)
     write_zip(f"{out}/inflates.npz", [zip_member(b"x.npy", 8, 0, len(data), 1000, data)])
+    # A deflated member whose first block has the reserved type 3: refused where it stands.
+    write_zip(f"{out}/blocktype.npz", [zip_member(b"x.npy", 8, 0, 8, 1000, b"\xff" * 8)])
 
 
 def gzip_cases(out, good):
