@@ -33,14 +33,21 @@ const char* TypeName(ElemType t) {
   return "?";
 }
 
-// The element count of `shape`, or -1 when its bytes would not fit in 63 bits.
+// The element count of `shape`, or -1 when a dimension is negative or the bytes of its
+// nonzero dimensions' product would not fit in 63 bits: a shape that passes has no product of
+// dimensions that overflows, zero or not.
 int64_t CountOf(const std::vector<int64_t>& shape, int elem_size) {
-  int64_t n = 1;
+  int64_t bytes = elem_size;
+  bool empty = false;
   for (int64_t d : shape) {
-    if (d < 0 || (d > 0 && n > (INT64_MAX / elem_size) / d)) return -1;
-    n *= d;
+    if (d < 0) return -1;
+    if (d == 0) {
+      empty = true;
+    } else if (__builtin_mul_overflow(bytes, d, &bytes)) {
+      return -1;
+    }
   }
-  return n;
+  return empty ? 0 : bytes / elem_size;
 }
 
 // ---- NPY header: a Python dict literal, read by a small recursive-descent parser ----
@@ -254,14 +261,31 @@ Status ConvertAny(const ByteSource& src, ElemType t, const unsigned char* raw, i
   return Bad(src, "internal error: unknown element type");
 }
 
+// Room for the next elements as they arrive: sizes count / 2^k, each about twice the last and
+// the last exactly count, so the final step copies half the array (a peak of 1.5 times it) and
+// a file that declares more than it holds costs memory only for what it holds.
+template <typename T>
+void Grow(std::vector<T>* v, int64_t count, int64_t first) {
+  const int64_t have = static_cast<int64_t>(v->size());
+  int64_t next = count;
+  while ((next + 1) / 2 > have && (next + 1) / 2 >= first) next = (next + 1) / 2;
+  v->reserve(static_cast<size_t>(next));
+  v->resize(static_cast<size_t>(next));
+}
+
 template <typename Out>
-Status ReadAs(ArrayReader& r, int64_t count, Out* out, const ElementName& where) {
+Status ReadAs(ArrayReader& r, int64_t count, std::vector<Out>* out, const ElementName& where) {
+  if (Status s = CheckDataSize(r); !s.ok()) return s;
   const int size = r.header.ElemSize();
   const bool swap = r.header.big_endian != (std::endian::native == std::endian::big);
   std::vector<unsigned char> raw(std::min<size_t>(kBlockBytes, static_cast<size_t>(count) * size + 1));
   const int64_t per_block = static_cast<int64_t>(raw.size()) / size;
+  out->clear();
+  // A size known exactly is had up front; any other only as the bytes arrive.
+  Grow(out, count, r.src->Left().exact ? count : per_block);
   for (int64_t done = 0; done < count;) {
-    const int64_t n = std::min(per_block, count - done);
+    if (done == static_cast<int64_t>(out->size())) Grow(out, count, per_block);
+    const int64_t n = std::min({per_block, count - done, static_cast<int64_t>(out->size()) - done});
     const size_t want = static_cast<size_t>(n * size);
     size_t got = 0;
     if (Status s = r.src->Read(raw.data(), want, &got); !s.ok()) return s;
@@ -271,7 +295,8 @@ Status ReadAs(ArrayReader& r, int64_t count, Out* out, const ElementName& where)
                              " bytes of data, the file ends before element " +
                              std::to_string(done + static_cast<int64_t>(got) / size + 1));
     }
-    if (Status s = ConvertAny(*r.src, r.header.type, raw.data(), n, swap, out + done, done, where);
+    if (Status s =
+            ConvertAny(*r.src, r.header.type, raw.data(), n, swap, out->data() + done, done, where);
         !s.ok()) {
       return s;
     }
@@ -362,11 +387,18 @@ Status ReadNpyHeader(std::unique_ptr<ByteSource> src, ArrayReader* out) {
   return Status::Ok();
 }
 
-Status ReadFloats(ArrayReader& r, int64_t count, float* out, const ElementName& where) {
+Status CheckDataSize(const ArrayReader& r) {
+  const uint64_t bytes = static_cast<uint64_t>(r.header.Count()) * r.header.ElemSize();
+  return ExpectAtLeast(*r.src, bytes, "the data of a " + r.header.Describe());
+}
+
+Status ReadFloats(ArrayReader& r, int64_t count, std::vector<float>* out,
+                  const ElementName& where) {
   return ReadAs(r, count, out, where);
 }
 
-Status ReadDoubles(ArrayReader& r, int64_t count, double* out, const ElementName& where) {
+Status ReadDoubles(ArrayReader& r, int64_t count, std::vector<double>* out,
+                   const ElementName& where) {
   return ReadAs(r, count, out, where);
 }
 

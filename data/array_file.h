@@ -52,10 +52,18 @@ Status ReadNpyHeader(std::unique_ptr<ByteSource> src, ArrayReader* out);
 // Says where element i is, for messages ("row 12, feature 3").
 using ElementName = std::function<std::string(int64_t i)>;
 
-// Reads the next `count` elements as float. A non-finite value, or one beyond float's range,
-// is Status::Data "<src>: <where(i)>: value ... is not finite / too large for a 32-bit float".
-Status ReadFloats(ArrayReader& r, int64_t count, float* out, const ElementName& where);
+// Status::Data "<src>: truncated: the data of a <array> needs N bytes, <why>" when the source
+// cannot yield the bytes the header declares (ByteSource::Left): checked before any of them
+// is read or allocated for.
+Status CheckDataSize(const ArrayReader& r);
+
+// Reads the next `count` elements as float into *out (resized to count); CheckDataSize first.
+// The room is had up front when the source knows its size exactly, else it grows as the bytes
+// arrive. A non-finite value, or one beyond float's range, is Status::Data "<src>: <where(i)>:
+// value ... is not finite / too large for a 32-bit float".
+Status ReadFloats(ArrayReader& r, int64_t count, std::vector<float>* out, const ElementName& where);
 // Reads the next `count` elements as double (labels; integers beyond 2^53 are refused).
-Status ReadDoubles(ArrayReader& r, int64_t count, double* out, const ElementName& where);
+Status ReadDoubles(ArrayReader& r, int64_t count, std::vector<double>* out,
+                   const ElementName& where);
 
 }  // namespace shmtrain::data

@@ -6,6 +6,7 @@
 #include <climits>
 #include <cmath>
 #include <memory>
+#include <new>
 
 #include "data/array_file.h"
 #include "data/byte_stream.h"
@@ -90,10 +91,14 @@ Status OpenLabels(const std::string& path, DataFormat format, const LoadOptions&
 Status ShapeOf(const std::string& path, const ArrayHeader& h, int64_t* rows, int* features) {
   if (h.shape.empty()) return Status::Data(path + ": " + h.Describe() + " has no rows (a 0-d array)");
   int64_t f = 1;
-  for (size_t d = 1; d < h.shape.size(); ++d) f *= h.shape[d];
-  if (h.shape[0] < 1 || f < 1) return Status::Data(path + ": " + h.Describe() + " is empty");
-  if (f > INT_MAX) {
-    return Status::Data(path + ": " + h.Describe() + " has " + std::to_string(f) +
+  bool overflow = false;
+  for (size_t d = 1; d < h.shape.size(); ++d) overflow |= __builtin_mul_overflow(f, h.shape[d], &f);
+  if (!overflow && (h.shape[0] < 1 || f < 1)) {
+    return Status::Data(path + ": " + h.Describe() + " is empty");
+  }
+  if (overflow || f > INT_MAX) {
+    return Status::Data(path + ": " + h.Describe() + " has " +
+                        (overflow ? "more than 2^63" : std::to_string(f)) +
                         " features per row, more than the supported " + std::to_string(INT_MAX));
   }
   *rows = h.shape[0];
@@ -152,18 +157,20 @@ Status Targets(const std::string& name, const LoadOptions& opts, const std::vect
   return Status::Ok();
 }
 
-// Opens the labels' array and checks its shape against the rows, before any data is read.
+// Opens the labels' array and checks its shape against the rows and its size against its
+// file, before any data is read.
 Status OpenLabelsFor(const std::string& path, DataFormat format, const LoadOptions& opts,
                      int64_t rows, ArrayReader* r) {
   std::string name;
   if (Status s = OpenLabels(path, format, opts, r, &name); !s.ok()) return s;
-  return CheckLabelShape(r->src->name(), r->header, path, rows);
+  if (Status s = CheckLabelShape(r->src->name(), r->header, path, rows); !s.ok()) return s;
+  return CheckDataSize(*r);
 }
 
 Status ReadLabels(const LoadOptions& opts, ArrayReader& r, Dataset* ds) {
-  std::vector<double> v(static_cast<size_t>(ds->rows));
+  std::vector<double> v;
   const ElementName where = [](int64_t i) { return "label " + std::to_string(i) + " (0-based)"; };
-  if (Status s = ReadDoubles(r, ds->rows, v.data(), where); !s.ok()) return s;
+  if (Status s = ReadDoubles(r, ds->rows, &v, where); !s.ok()) return s;
   if (Status s = ExpectEnd(*r.src, "the labels"); !s.ok()) return s;
   return Targets(r.src->name(), opts, v, ds);
 }
@@ -190,8 +197,10 @@ DataFormat DetectFormat(const std::string& path) {
   return DataFormat::kAuto;
 }
 
-Status LoadArrays(const std::string& path, DataFormat format, const LoadOptions& opts,
-                  Dataset* out) {
+namespace {
+
+// LoadArrays: every header, shape and declared size is checked before a row is allocated.
+Status Load(const std::string& path, DataFormat format, const LoadOptions& opts, Dataset* out) {
   ArrayReader x;
   if (Status s = OpenArray(path, format, opts.x_key, &x); !s.ok()) return s;
   Dataset ds;
@@ -201,6 +210,7 @@ Status LoadArrays(const std::string& path, DataFormat format, const LoadOptions&
                         " features (" + x.header.Describe() + "), the model takes " +
                         std::to_string(opts.features));
   }
+  if (Status s = CheckDataSize(x); !s.ok()) return s;
   ArrayReader y;
   if (!opts.no_labels) {
     if (Status s = OpenLabelsFor(path, format, opts, ds.rows, &y); !s.ok()) return s;
@@ -209,17 +219,28 @@ Status LoadArrays(const std::string& path, DataFormat format, const LoadOptions&
     if (Status s = opts.check_size(ds.rows, ds.features); !s.ok()) return s;
   }
   const int64_t f = ds.features;
-  ds.x.resize(static_cast<size_t>(ds.rows) * static_cast<size_t>(f));
   const ElementName where = [f](int64_t i) {
     return "row " + std::to_string(i / f) + ", feature " + std::to_string(i % f) + " (0-based)";
   };
-  if (Status s = ReadFloats(x, ds.rows * f, ds.x.data(), where); !s.ok()) return s;
+  if (Status s = ReadFloats(x, ds.rows * f, &ds.x, where); !s.ok()) return s;
   if (Status s = ExpectEnd(*x.src, "the " + x.header.Describe()); !s.ok()) return s;
   if (!opts.no_labels) {
     if (Status s = ReadLabels(opts, y, &ds); !s.ok()) return s;
   }
   *out = std::move(ds);
   return Status::Ok();
+}
+
+}  // namespace
+
+Status LoadArrays(const std::string& path, DataFormat format, const LoadOptions& opts,
+                  Dataset* out) {
+  try {
+    return Load(path, format, opts, out);
+  } catch (const std::bad_alloc&) {
+    // Only memory the file's own bytes justify is asked for; the machine may still lack it.
+    return Status::Resource(path + ": not enough memory to load it");
+  }
 }
 
 }  // namespace shmtrain::data

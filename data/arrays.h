@@ -22,7 +22,9 @@ DataFormat FormatByName(std::string_view name);
 DataFormat DetectFormat(const std::string& path);
 
 // Loads `path` in `format` (kIdx, kNpy or kNpz) with the labels opts asks for. Every failure
-// is Status::Data naming the file and what is wrong; a count mismatch names both files.
+// is Status::Data naming the file and what is wrong; a count mismatch names both files. No
+// declared size is trusted: each is checked against its file (data/byte_stream.h) before
+// anything is allocated for it; memory the machine lacks is Status::Resource.
 Status LoadArrays(const std::string& path, DataFormat format, const LoadOptions& opts,
                   Dataset* out);
 

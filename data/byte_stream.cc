@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <unordered_map>
 #include <utility>
 
 namespace shmtrain::data {
@@ -66,31 +67,151 @@ bool PreadAll(int fd, void* buf, size_t n, uint64_t off) {
   return true;
 }
 
-class GzFile final : public ByteSource {
+// A file read a block at a time: passed through when plain, inflated when it starts with the
+// gzip magic. zlib's gzread is not used: it skips garbage after the last member and names the
+// file "<fd:N>" in its errors.
+class FileSource final : public ByteSource {
  public:
-  GzFile(std::string path, gzFile gz) : ByteSource(std::move(path)), gz_(gz) {}
-  ~GzFile() override { gzclose(gz_); }
+  FileSource(std::string path, int fd, bool regular, uint64_t size)
+      : ByteSource(std::move(path)), fd_(fd), regular_(regular), size_(size), in_(kBlock) {}
+  ~FileSource() override {
+    if (gzip_) inflateEnd(&z_);
+  }
+
+  // Reads the first bytes: gzip or plain.
+  Status Start() {
+    z_.next_in = in_.data();
+    while (z_.avail_in < 2 && !eof_) {
+      if (Status s = Fill(); !s.ok()) return s;
+    }
+    if (z_.avail_in < 2 || in_[0] != 0x1f || in_[1] != 0x8b) return Status::Ok();
+    if (inflateInit2(&z_, 16 + MAX_WBITS) != Z_OK) return Damaged(name(), "cannot start zlib");
+    gzip_ = true;
+    return Status::Ok();
+  }
 
   Status Read(void* buf, size_t n, size_t* got) override {
     *got = 0;
-    char* p = static_cast<char*>(buf);
+    Status s =
+        gzip_ ? Inflate(static_cast<Bytef*>(buf), n, got) : Plain(static_cast<Bytef*>(buf), n, got);
+    out_ += *got;
+    return s;
+  }
+
+  Capacity Left() const override {
+    Capacity c;
+    if (!regular_) return c;
+    const uint64_t size = std::max(size_, read_);
+    if (!gzip_) {
+      c.most = size - out_;
+      c.exact = true;
+      c.why = "the file has only " + std::to_string(c.most) + " more (it ends at byte " +
+              std::to_string(size) + ")";
+      return c;
+    }
+    // Inflate may hold a few output bytes of input it has consumed: a match's unwritten rest.
+    const uint64_t rest = size - Consumed(), slack = 1u << 16;
+    c.most = rest > (UINT64_MAX - slack) / kMaxInflateRatio ? UINT64_MAX
+                                                            : rest * kMaxInflateRatio + slack;
+    c.why = "the rest of this " + std::to_string(size) + "-byte gzip file inflates to at most " +
+            std::to_string(c.most) + " (deflate yields at most " +
+            std::to_string(kMaxInflateRatio) + " bytes per byte)";
+    return c;
+  }
+
+ private:
+  // The file offset of the first byte not yet consumed.
+  uint64_t Consumed() const { return read_ - z_.avail_in; }
+
+  // Appends the file's next bytes to the unconsumed ones (at least one, unless at its end).
+  Status Fill() {
+    if (z_.avail_in > 0 && z_.next_in != in_.data()) {
+      std::memmove(in_.data(), z_.next_in, z_.avail_in);
+    }
+    z_.next_in = in_.data();
+    for (;;) {
+      const ssize_t r = ::read(fd_.get(), in_.data() + z_.avail_in, in_.size() - z_.avail_in);
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) return Damaged(name(), std::string("cannot read file: ") + std::strerror(errno));
+      eof_ = r == 0;
+      z_.avail_in += static_cast<uInt>(r);
+      read_ += static_cast<uint64_t>(r);
+      return Status::Ok();
+    }
+  }
+
+  Status Plain(Bytef* p, size_t n, size_t* got) {
     while (*got < n) {
-      const unsigned want = static_cast<unsigned>(std::min<size_t>(n - *got, INT_MAX / 2));
-      const int r = gzread(gz_, p + *got, want);
-      if (r < 0) {
-        int code = 0;
-        const char* why = gzerror(gz_, &code);
-        if (code == Z_ERRNO) return Damaged(name(), std::string("cannot read file: ") + std::strerror(errno));
-        return Damaged(name(), std::string("damaged gzip data: ") + why);
+      if (z_.avail_in == 0) {
+        if (eof_) break;
+        if (Status s = Fill(); !s.ok()) return s;
+        continue;
       }
-      if (r == 0) break;
-      *got += static_cast<size_t>(r);
+      const size_t k = std::min<size_t>(n - *got, z_.avail_in);
+      std::memcpy(p + *got, z_.next_in, k);
+      z_.next_in += k;
+      z_.avail_in -= static_cast<uInt>(k);
+      *got += k;
     }
     return Status::Ok();
   }
 
- private:
-  gzFile gz_;
+  Status Inflate(Bytef* p, size_t n, size_t* got) {
+    z_.next_out = p;
+    z_.avail_out = static_cast<uInt>(std::min<size_t>(n, UINT_MAX));
+    while (z_.avail_out > 0 && !end_) {
+      if (member_done_) {
+        if (Status s = NextMember(); !s.ok()) return s;
+        continue;
+      }
+      if (z_.avail_in == 0) {
+        if (Status s = Fill(); !s.ok()) return s;
+        if (z_.avail_in == 0) {
+          return Damaged(name(), "truncated: the gzip stream ends at byte " +
+                                     std::to_string(read_) + ", inside its compressed data");
+        }
+      }
+      const int r = inflate(&z_, Z_NO_FLUSH);
+      if (r == Z_STREAM_END) {
+        member_done_ = true;
+      } else if (r != Z_OK) {
+        // The byte inflation failed at: the last one it read.
+        const uint64_t at = Consumed() > 0 ? Consumed() - 1 : 0;
+        return Damaged(name(), "damaged gzip data at byte " + std::to_string(at) + ": " +
+                                   (z_.msg ? z_.msg : "inflate failed"));
+      }
+    }
+    *got = static_cast<size_t>(z_.next_out - p);
+    return Status::Ok();
+  }
+
+  // After a member's end: the file's end, another member (RFC 1952 allows several, and gzip
+  // reads them as one stream), or garbage, refused as `gzip -t` refuses it.
+  Status NextMember() {
+    while (z_.avail_in < 2 && !eof_) {
+      if (Status s = Fill(); !s.ok()) return s;
+    }
+    if (z_.avail_in == 0) {
+      end_ = true;
+      return Status::Ok();
+    }
+    if (z_.avail_in < 2 || z_.next_in[0] != 0x1f || z_.next_in[1] != 0x8b) {
+      return Damaged(
+          name(), "trailing garbage after the gzip stream at byte " + std::to_string(Consumed()));
+    }
+    inflateReset(&z_);
+    member_done_ = false;
+    return Status::Ok();
+  }
+
+  Fd fd_;
+  bool regular_;
+  uint64_t size_;
+  std::vector<Bytef> in_;
+  z_stream z_{};
+  bool gzip_ = false, eof_ = false, member_done_ = false, end_ = false;
+  uint64_t read_ = 0;  // file bytes read
+  uint64_t out_ = 0;   // bytes yielded
 };
 
 uint16_t U16(const unsigned char* p) { return static_cast<uint16_t>(p[0] | p[1] << 8); }
@@ -161,6 +282,7 @@ Status ReadDirectory(const std::string& path, int fd, std::vector<ZipEntry>* out
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   uint64_t off = 0, count = 0;
   if (Status s = FindCentralDirectory(path, fd, size, &off, &count); !s.ok()) return s;
+  std::unordered_map<std::string, uint64_t> seen;  // name -> entry
   for (uint64_t i = 0; i < count; ++i) {
     unsigned char h[46];
     if (!PreadAll(fd, h, 46, off) || U32(h) != 0x02014b50) {
@@ -182,6 +304,11 @@ Status ReadDirectory(const std::string& path, int fd, std::vector<ZipEntry>* out
     e.local_offset = U32(h + 42);
     ApplyZip64(var.data() + nlen, xlen, &e, e.usize == 0xFFFFFFFF, e.csize == 0xFFFFFFFF,
                e.local_offset == 0xFFFFFFFF);
+    if (const auto [at, fresh] = seen.emplace(e.name, i); !fresh) {
+      return Damaged(path, "the archive has two members named '" + e.name + "' (entries " +
+                               std::to_string(at->second + 1) + " and " + std::to_string(i + 1) +
+                               "): ambiguous, readers differ on which one counts");
+    }
     out->push_back(std::move(e));
     off += 46 + nlen + xlen + clen;
   }
@@ -218,6 +345,14 @@ class ZipMember final : public ByteSource {
     return Status::Ok();
   }
 
+  Capacity Left() const override {
+    Capacity c;
+    c.most = entry_.usize - std::min(total_, entry_.usize);
+    c.exact = entry_.method == 0;
+    c.why = "the archive states only " + std::to_string(c.most) + " more for this member";
+    return c;
+  }
+
  private:
   Status Stored(void* buf, size_t n, size_t* got) {
     const size_t want = static_cast<size_t>(std::min<uint64_t>(n, left_));
@@ -228,9 +363,11 @@ class ZipMember final : public ByteSource {
     return Status::Ok();
   }
 
+  // Inflates at most one byte past the stated size: that byte is the refusal.
   Status Inflate(void* buf, size_t n, size_t* got) {
+    const uint64_t room = entry_.usize - std::min(total_, entry_.usize);
     z_.next_out = static_cast<Bytef*>(buf);
-    z_.avail_out = static_cast<uInt>(std::min<size_t>(n, UINT_MAX));
+    z_.avail_out = static_cast<uInt>(std::min<uint64_t>(room < n ? room + 1 : n, UINT_MAX));
     while (z_.avail_out > 0 && !ended_) {
       if (z_.avail_in == 0 && left_ > 0) {
         const size_t want = static_cast<size_t>(std::min<uint64_t>(in_.size(), left_));
@@ -246,11 +383,17 @@ class ZipMember final : public ByteSource {
       if (r == Z_STREAM_END) {
         ended_ = true;
       } else if (r != Z_OK) {
-        return Damaged(name(), std::string("damaged compressed data: ") +
-                                   (z_.msg ? z_.msg : "the deflate stream ends early"));
+        // The byte inflation failed at: the last one it read (never before the member's data).
+        return Damaged(
+            name(), "damaged compressed data at byte " + std::to_string(next_ - z_.avail_in - 1) +
+                        " of the archive: " + (z_.msg ? z_.msg : "the deflate stream ends early"));
       }
     }
     *got = static_cast<size_t>(z_.next_out - static_cast<Bytef*>(buf));
+    if (*got > room) {
+      return Damaged(name(), "damaged: it inflates past the " + std::to_string(entry_.usize) +
+                                 " bytes the archive states for it");
+    }
     return Status::Ok();
   }
 
@@ -284,6 +427,13 @@ Status ReadExact(ByteSource& src, void* buf, size_t n, const std::string& what) 
   return Status::Ok();
 }
 
+Status ExpectAtLeast(const ByteSource& src, uint64_t need, const std::string& what) {
+  const Capacity left = src.Left();
+  if (need <= left.most) return Status::Ok();
+  return Status::Data(src.name() + ": truncated: " + what + " needs " + std::to_string(need) +
+                      " bytes, " + left.why);
+}
+
 Status ExpectEnd(ByteSource& src, const std::string& what) {
   char c;
   size_t got = 0;
@@ -295,14 +445,39 @@ Status ExpectEnd(ByteSource& src, const std::string& what) {
   return Status::Ok();
 }
 
+namespace {
+
+// A member's stated sizes against the archive: its data within the file, and a stored member
+// as long uncompressed as compressed.
+Status CheckExtent(const std::string& name, int fd, const ZipEntry& e, uint64_t data) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    return Damaged(name, std::string("cannot stat: ") + std::strerror(errno));
+  }
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (data > size || e.csize > size - data) {
+    return Damaged(name, "the archive is truncated: the member's " + std::to_string(e.csize) +
+                             " bytes from byte " + std::to_string(data) +
+                             " lie past its end at byte " + std::to_string(size));
+  }
+  if (e.method == 0 && e.csize != e.usize) {
+    return Damaged(name, "damaged: a stored member of " + std::to_string(e.csize) +
+                             " bytes states " + std::to_string(e.usize) + " uncompressed");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status OpenFile(const std::string& path, std::unique_ptr<ByteSource>* out) {
   Fd fd;
   if (Status s = OpenFd(path, &fd); !s.ok()) return s;
-  gzFile gz = gzdopen(fd.get(), "rb");
-  if (gz == nullptr) return Status::Data(path + ": cannot open file: out of memory");
-  fd.release();  // gzclose closes it
-  gzbuffer(gz, kBlock);
-  *out = std::make_unique<GzFile>(path, gz);
+  struct stat st {};
+  const bool regular = ::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode);
+  auto f = std::make_unique<FileSource>(path, fd.release(), regular,
+                                        regular ? static_cast<uint64_t>(st.st_size) : 0);
+  if (Status s = f->Start(); !s.ok()) return s;
+  *out = std::move(f);
   return Status::Ok();
 }
 
@@ -336,6 +511,7 @@ Status OpenZipMember(const std::string& path, const std::string& member,
     return Damaged(name, "its local zip header is missing or damaged");
   }
   const uint64_t data = it->local_offset + 30 + U16(h + 26) + U16(h + 28);
+  if (Status s = CheckExtent(name, fd.get(), *it, data); !s.ok()) return s;
   auto m = std::make_unique<ZipMember>(name, fd.release(), *it, data);
   if (Status s = m->Start(); !s.ok()) return s;
   *out = std::move(m);

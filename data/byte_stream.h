@@ -1,8 +1,11 @@
-// Where the bytes of an array file come from: a file read through zlib (gzip, or a plain file,
-// which gzread passes through unchanged), or one member of a zip archive (an .npz: stored or
-// deflated). The array readers (data/array_file.h) see only this seam, so a format is
+// Where the bytes of an array file come from: a file, plain or gzip (RFC 1952: one member or
+// several concatenated, as gzip reads them), or one member of a zip archive (an .npz: stored
+// or deflated). The array readers (data/array_file.h) see only this seam, so a format is
 // independent of how its bytes are packed, and every source reads in blocks: no source holds
 // a whole file in memory.
+//
+// No size a file declares is trusted: each source says how many bytes it can still yield at
+// most (Left), so a reader refuses a header that claims more before it allocates for it.
 #pragma once
 
 #include <cstddef>
@@ -15,12 +18,25 @@
 
 namespace shmtrain::data {
 
+// What a source can still yield: at most `most` bytes (UINT64_MAX: no bound, a pipe), exactly
+// that many when `exact`; `why` says so in a message ("the file has only 64 more bytes").
+struct Capacity {
+  uint64_t most = UINT64_MAX;
+  bool exact = false;
+  std::string why;
+};
+
+// Deflate's greatest expansion: 258 bytes from 2 bits, so at most 1032 bytes per input byte.
+constexpr uint64_t kMaxInflateRatio = 1032;
+
 class ByteSource {
  public:
   virtual ~ByteSource() = default;
   // Reads up to n bytes into buf; *got < n only at the end of the stream. A read error, or
   // a compressed stream found damaged, is Status::Data naming the source.
   virtual Status Read(void* buf, size_t n, size_t* got) = 0;
+  // The bytes still to come (see Capacity): a bound that holds whatever the file declares.
+  virtual Capacity Left() const = 0;
   // For messages: the path, or "path (array 'x')" for a member of an archive.
   const std::string& name() const { return name_; }
 
@@ -38,14 +54,23 @@ Status ReadExact(ByteSource& src, void* buf, size_t n, const std::string& what);
 // says)" unless the source is at its end.
 Status ExpectEnd(ByteSource& src, const std::string& what);
 
-// A file, decompressed when it is gzip.
+// Status::Data "<name>: truncated: <what> needs N bytes, <why>" when the source cannot yield
+// `need` more bytes (Left()), before anything is read or allocated for them.
+Status ExpectAtLeast(const ByteSource& src, uint64_t need, const std::string& what);
+
+// A file, decompressed when it starts with the gzip magic. A gzip file is checked as `gzip -t`
+// checks it: its CRC-32 and length, every member, and no byte after the last member (trailing
+// garbage is refused with its offset); a damaged stream is refused at the compressed byte where
+// inflation failed. Every message names the path.
 Status OpenFile(const std::string& path, std::unique_ptr<ByteSource>* out);
 
-// The names of the members of a zip archive, in the archive's order.
+// The names of the members of a zip archive, in the archive's order. Two members of one name
+// are refused as ambiguous (readers disagree on which one counts), naming it.
 Status ListZip(const std::string& path, std::vector<std::string>* names);
 // The member `member` of a zip archive (methods stored and deflate, zip64 sizes as numpy
-// writes them); its CRC-32 and size are checked when its end is read. Status::Data when the
-// archive has no such member.
+// writes them); its CRC-32 and size are checked when its end is read, and inflation stops,
+// refused, the moment the member exceeds the uncompressed size the directory states.
+// Status::Data when the archive has no such member, or its data lies past the archive's end.
 Status OpenZipMember(const std::string& path, const std::string& member,
                      std::unique_ptr<ByteSource>* out);
 

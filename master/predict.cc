@@ -35,6 +35,9 @@ Status LoadFor(const Command& cmd, const Model& m, bool labels, data::Dataset* o
   if (lo.task == Task::kClassification) lo.classes = &m.classes;
   lo.features = m.spec.inputs();
   lo.no_labels = !labels;
+  lo.check_size = [&](int64_t rows, int features) {
+    return CheckMemory(o.data_path, rows, features);
+  };
   data::Dataset all;
   if (Status s = data::LoadFile(o.data_path, lo, &all); !s.ok()) return s;
   if (o.val_split > 0) {

@@ -152,13 +152,35 @@ int64_t EvalEvery(const TrainOptions& o, int64_t rows) {
   return o.log_every > 0 ? o.log_every : 50;
 }
 
+// The memory check of train, eval and predict: the data as float32 with its targets (the
+// master's copy), plus the segment (whose pages are memory too; 0 outside train).
+Status FitsInMemory(const std::string& src, int64_t rows, int features, uint64_t seg,
+                    uint64_t mem_available) {
+  const double data = static_cast<double>(rows) * (features + 1.0) * sizeof(float);
+  if (mem_available == 0 || seg + data <= static_cast<double>(mem_available)) return Status::Ok();
+  const std::string shape = "(" + std::to_string(rows) + " rows x " + std::to_string(features) +
+                            " features" + (seg > 0 ? ", and the model)" : ")");
+  const std::string parts =
+      seg > 0 ? "a segment of " + Bytes(seg) + " " + shape + ", plus the master's copy of the data"
+              : "the data as 32-bit floats " + shape;
+  return Status::Resource(src + ": the run needs about " + Bytes(seg + data) + " of memory (" +
+                          parts + ") but " + Bytes(mem_available) + " is available");
+}
+
+// The model's inputs against the data's features.
+Status CheckInputs(const TrainOptions& o, const std::string& src, int features) {
+  if (o.model.inputs() == features) return Status::Ok();
+  return Status::Usage("--layers: the first size is " + std::to_string(o.model.inputs()) + " but " +
+                       src + " has " + std::to_string(features) + " feature" +
+                       (features == 1 ? "" : "s"));
+}
+
 Status CheckFits(const std::string& src, int64_t rows, int features, const TrainOptions& o,
                  uint64_t shm_free, uint64_t mem_available) {
   OptimConfig optim;  // its state vectors count towards the segment's size
   if (Status s = nn::ResolveOptim(o, INT64_MAX, &optim); !s.ok()) return s;
   const shm::Header proto = MakeHeader(o, optim, rows, features, 1, EvalEvery(o, rows));
   const uint64_t seg = proto.total_size;
-  const double data = static_cast<double>(rows) * (features + 1.0) * sizeof(float);
   const std::string shape = "(" + std::to_string(rows) + " rows x " + std::to_string(features) +
                             " features, and the model)";
   if (seg > shm_free) {
@@ -166,17 +188,14 @@ Status CheckFits(const std::string& src, int64_t rows, int features, const Train
                             " " + shape + " but /dev/shm has " + Bytes(shm_free) +
                             " free; use fewer rows or features, or enlarge /dev/shm");
   }
-  // The master holds a copy of the data besides the segment (whose pages are memory too).
-  if (mem_available > 0 && seg + data > static_cast<double>(mem_available)) {
-    return Status::Resource(src + ": the run needs about " + Bytes(seg + data) +
-                            " of memory (a segment of " + Bytes(seg) + " " + shape +
-                            ", plus the master's copy of the data) but " +
-                            Bytes(mem_available) + " is available");
-  }
-  return Status::Ok();
+  return FitsInMemory(src, rows, features, seg, mem_available);
 }
 
 }  // namespace
+
+Status CheckMemory(const std::string& src, int64_t rows, int features) {
+  return FitsInMemory(src, rows, features, 0, MemAvailable());
+}
 
 data::LoadOptions LoadOptionsFor(const TrainOptions& o, Task task) {
   data::LoadOptions lo;
@@ -218,6 +237,8 @@ Status LoadData(const TrainOptions& o, data::Dataset* d) {
   // say its width, checked against the model afterwards.
   lo.libsvm_features = o.model.inputs();
   lo.check_size = [&](int64_t rows, int features) {
+    // The width is known before a row is read: a mismatch is refused before memory is spent.
+    if (Status s = CheckInputs(o, o.data_path, features); !s.ok()) return s;
     return CheckFits(o.data_path, rows, features, o, shm_free, mem);
   };
   return data::LoadFile(o.data_path, lo, d);
@@ -225,11 +246,7 @@ Status LoadData(const TrainOptions& o, data::Dataset* d) {
 
 Status CheckAgainstData(const TrainOptions& o, const data::Dataset& d) {
   const std::string src = o.example.empty() ? o.data_path : "example " + o.example;
-  if (o.model.inputs() != d.features) {
-    return Status::Usage("--layers: the first size is " + std::to_string(o.model.inputs()) +
-                         " but " + src + " has " + std::to_string(d.features) + " feature" +
-                         (d.features == 1 ? "" : "s"));
-  }
+  if (Status s = CheckInputs(o, src, d.features); !s.ok()) return s;
   if (o.model.loss == Loss::kXent && d.classes.size() != o.model.outputs()) {
     return Status::Usage("--layers: the last size is " + std::to_string(o.model.outputs()) +
                          " but " + src + " has " + std::to_string(d.classes.size()) +

@@ -49,6 +49,12 @@ struct RunData {
 };
 Status PrepareData(const TrainOptions& opts, RunData* out);
 
+// The one check that data fits in memory, made by train, eval and predict through
+// LoadOptions::check_size before a row is read: rows x features as float32, and a target per
+// row, against MemAvailable of /proc/meminfo (unknown: nothing is refused). Train adds its
+// segment. Status::Resource naming src otherwise.
+Status CheckMemory(const std::string& src, int64_t rows, int features);
+
 // How to read the data files named by the options (format, label column, header) for `task`.
 data::LoadOptions LoadOptionsFor(const TrainOptions& opts, Task task);
 

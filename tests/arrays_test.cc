@@ -5,9 +5,19 @@
 // np.save, np.savez (zip64 local headers), np.savez_compressed (deflate), Fortran order, big-
 // endian and object arrays. Fashion-MNIST is read where the package puts it; without the
 // package these tests fail with a message naming it, never skip.
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "data/dataset.h"
@@ -120,8 +130,14 @@ TEST_F(Arrays, RegressionTargetsAndPredictData) {
   EXPECT_TRUE(p.y.empty());
 }
 
+// The size of the good gzip file the garbage follows: where the garbage starts.
+std::string GzSize(const std::string& dir) {
+  return std::to_string(std::filesystem::file_size(dir + "/x4-idx3-ubyte.gz"));
+}
+
 // Each refused file: the message starts with the file it is about and says what is wrong.
 TEST_F(Arrays, BadFilesNameTheFileAndTheFault) {
+  const auto GzSize = [] { return shmtrain::GzSize(Bad("")); };
   struct Case {
     std::string data, labels, x = "x", y = "y";
     std::string file;  // the file the message must start with
@@ -149,15 +165,51 @@ TEST_F(Arrays, BadFilesNameTheFileAndTheFault) {
       {"noy.npz", "", "images", "y", "noy.npz", "no array 'images'"},
       {"damaged.npz", "", "x", "y", "damaged.npz (x.npy)", "CRC-32"},
       {"cut.npz", "", "x", "y", "cut.npz", "not a valid zip archive"},
+      // Shapes whose products overflow 64 bits, with or without a zero among them.
+      {"dims62.npy", "y4.npy", "x", "y", "dims62.npy", "(4611686018427387904, 4) is too large"},
+      {"zero62.npy", "y4.npy", "x", "y", "zero62.npy", "(0, 4611686018427387904, 4) is too large"},
+      {"dims40.npy", "y4.npy", "x", "y", "dims40.npy", "is too large"},
+      {"big-idx3-ubyte", "y4-idx1-ubyte", "x", "y", "big-idx3-ubyte", "is too large"},
+      // gzip as `gzip -t` reads it: nothing after the last member, every error with its byte.
+      {"garbage-idx3-ubyte.gz", "y4-idx1-ubyte", "x", "y", "garbage-idx3-ubyte.gz",
+       "trailing garbage after the gzip stream at byte " + GzSize()},
+      {"zeros-idx3-ubyte.gz", "y4-idx1-ubyte", "x", "y", "zeros-idx3-ubyte.gz",
+       "trailing garbage after the gzip stream at byte " + GzSize()},
+      {"damaged-idx3-ubyte.gz", "y4-idx1-ubyte", "x", "y", "damaged-idx3-ubyte.gz",
+       "damaged gzip data at byte "},
+      {"cut-idx3-ubyte.gz", "y4-idx1-ubyte", "x", "y", "cut-idx3-ubyte.gz",
+       "truncated: the gzip stream ends at byte 49, inside its compressed data"},
+      // numpy reads the last of two members named alike, a zip reader often the first.
+      {"twice.npz", "", "x", "y", "twice.npz",
+       "two members named 'x.npy' (entries 1 and 3): ambiguous"},
+      // Inflation stops at the size the zip directory states, not at the deflate stream's end.
+      {"inflates.npz", "", "x", "y", "inflates.npz (x.npy)",
+       "damaged: it inflates past the 1000 bytes the archive states for it"},
+      {"blocktype.npz", "", "x", "y", "blocktype.npz (x.npy)",
+       "damaged compressed data at byte 35 of the archive: invalid block type"},
   };
   for (const Case& c : cases) {
     data::Dataset d;
     const Status s = data::LoadFile(Bad(c.data), Classify(c.labels.empty() ? "" : Bad(c.labels), c.x, c.y), &d);
-    ASSERT_FALSE(s.ok()) << c.data << " was accepted";
+    if (s.ok()) {
+      ADD_FAILURE() << c.data << " was accepted";
+      continue;
+    }
     EXPECT_EQ(s.code(), Status::Code::kData) << s.message();
     EXPECT_EQ(s.message().rfind(Bad(c.file), 0), 0u) << "does not start with " << c.file << ": " << s.message();
     EXPECT_TRUE(Has(s.message(), c.what)) << "no '" << c.what << "' in: " << s.message();
+    EXPECT_FALSE(Has(s.message(), "<fd:")) << "names a descriptor, not the file: " << s.message();
   }
+}
+
+// RFC 1952 allows several gzip members one after another, and gzip reads them as one stream.
+TEST_F(Arrays, ConcatenatedGzipMembersReadAsOneStream) {
+  data::Dataset one, two;
+  ASSERT_TRUE(data::LoadFile(Bad("x4-idx3-ubyte"), Classify(Bad("y4-idx1-ubyte")), &one).ok());
+  const Status s = data::LoadFile(Bad("two-idx3-ubyte.gz"), Classify(Bad("y4-idx1-ubyte")), &two);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(two.rows, 4);
+  EXPECT_TRUE(two.x == one.x);
 }
 
 // ---- the command line ----
@@ -172,6 +224,64 @@ ProcResult Shm(const std::vector<std::string>& args) {
   const ProcResult r = test::RunProcess(Cmd(args), kRunTimeout);
   EXPECT_EQ(test::SegmentsOf(r.pid), std::vector<std::string>()) << "segments left by " << r.pid;
   return r;
+}
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;  // its shadow memory is terabytes of address space
+#else
+constexpr bool kSanitized = false;
+#endif
+
+// A refusal must cost little memory whatever the file declares: the child runs under a hard
+// address-space limit (not when sanitized), and its own peak resident size is bounded.
+constexpr rlim_t kAddressLimit = rlim_t{1} << 30;
+constexpr long kPeakKib = 200 * 1024;
+
+struct Bounded {
+  int exit_code = -1;  // -1: it did not exit (a signal, or the deadline)
+  std::string err;
+  long peak_kib = 0;  // ru_maxrss of this child alone (wait4), not of the test's other children
+};
+
+Bounded RunBounded(const std::vector<std::string>& args, const std::string& err_file) {
+  std::vector<std::string> argv = Cmd(args);
+  std::vector<char*> cargv;
+  for (std::string& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int null = open("/dev/null", O_RDWR);
+    const int err = open(err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (null < 0 || err < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(err, 2) < 0) {
+      _exit(127);
+    }
+    const rlimit as{kAddressLimit, kAddressLimit};
+    if (!kSanitized && setrlimit(RLIMIT_AS, &as) != 0) _exit(127);
+    execv(cargv[0], cargv.data());
+    _exit(127);
+  }
+  Bounded b;
+  if (pid < 0) {
+    ADD_FAILURE() << "fork failed";
+    return b;
+  }
+  const auto deadline = test::Clock::now() + kRunTimeout;
+  int status = 0;
+  rusage ru{};
+  pid_t r = 0;
+  while ((r = wait4(pid, &status, WNOHANG, &ru)) == 0 && test::Clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds{10});
+  }
+  if (r == 0) {
+    kill(pid, SIGKILL);
+    wait4(pid, &status, 0, &ru);
+    ADD_FAILURE() << args[0] << " outlived its deadline";
+  }
+  b.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  b.peak_kib = ru.ru_maxrss;
+  b.err = test::ReadWholeFile(err_file);
+  EXPECT_EQ(test::SegmentsOf(pid), std::vector<std::string>()) << "segments left by " << pid;
+  return b;
 }
 
 // The acceptance run: Fashion-MNIST from the package's IDX files, sync P = 2, 3 epochs, to
@@ -253,6 +363,126 @@ TEST_F(Arrays, BadFilesExitTwoNamingTheFile) {
                               "--epochs", "1", "--data", Same("xy.npz"), "--val-labels", Same("y.npy")});
   EXPECT_TRUE(ExitedWith(val, 2));
   EXPECT_TRUE(Has(val.err, "--val-labels: applies with --val-data FILE only")) << val.err;
+}
+
+// A model of 4 inputs and 2 classes, trained once, for eval and predict.
+std::string SmallModel(const test::TempDir& dir, const std::string& bad) {
+  const std::string model = dir.File("small.bin");
+  if (!test::FileExists(model)) {
+    const ProcResult r =
+        Shm({"train", "--layers", "4,2", "--loss", "xent", "--lr", "0.1", "--epochs", "1", "--data",
+             bad + "x4-idx3-ubyte", "--labels", bad + "y4-idx1-ubyte", "--save", model});
+    EXPECT_TRUE(ExitedWith(r, 0));
+  }
+  return model;
+}
+
+// Files that declare far more than they hold (or than the model takes) are refused before
+// memory is spent on the declaration: exit 2, the file and the fault named, a small peak.
+TEST_F(Arrays, DeclaredSizesAreCheckedBeforeMemoryIsSpent) {
+  const std::string model = SmallModel(*dir_, Bad(""));
+  struct Case {
+    std::vector<std::string> args;
+    std::vector<std::string> what;
+  };
+  const std::vector<Case> cases = {
+      {{"predict", "--model", model, "--data", Bad("declares8.npy")},
+       {Bad("declares8.npy") +
+        ": truncated: the data of a float32 array of shape (100000000, 4) "
+        "needs 1600000000 bytes, the file has only 64 more (it ends at byte 192)"}},
+      {{"eval", "--model", model, "--data", Bad("declares9.npy")},
+       {Bad("declares9.npy") + ": truncated: the data of a float32 array of shape (1000000000, 4) "
+                               "needs 16000000000 bytes"}},
+      {{"predict", "--model", model, "--data", Bad("declares-idx3-ubyte.gz")},
+       {Bad("declares-idx3-ubyte.gz") + ": truncated: the data of a uint8 array of shape "
+                                        "(100000000, 2, 2) needs 400000000 bytes, the rest of this",
+        "deflate yields at most 1032 bytes per byte"}},
+      // Within deflate's reach, so read: memory grows only with the megabyte that arrives.
+      {{"predict", "--model", model, "--data", Bad("rows-idx3-ubyte.gz")},
+       {Bad("rows-idx3-ubyte.gz") + ": truncated: uint8 array of shape (100000000, 2, 2)",
+        "the file ends before element 1048577"}},
+      {{"train", "--layers", "4,2", "--loss", "xent", "--lr", "0.1", "--epochs", "1", "--data",
+        Bad("wide-idx2-ubyte.gz"), "--labels", Bad("y10-idx1-ubyte")},
+       {"--layers: the first size is 4 but " + Bad("wide-idx2-ubyte.gz") +
+        " has 8000000 features"}},
+      {{"predict", "--model", model, "--data", Bad("inflates.npz")},
+       {Bad("inflates.npz") +
+        " (x.npy): damaged: it inflates past the 1000 bytes the archive states"}},
+  };
+  for (const Case& c : cases) {
+    const std::string& data = *(std::find(c.args.begin(), c.args.end(), "--data") + 1);
+    const Bounded r = RunBounded(c.args, dir_->File("err.txt"));
+    EXPECT_EQ(r.exit_code, 2) << data << ": " << r.err;
+    for (const std::string& w : c.what) {
+      EXPECT_TRUE(Has(r.err, w)) << "no '" << w << "' in: " << r.err;
+    }
+    EXPECT_LT(r.peak_kib, kPeakKib) << data << " peaked at " << r.peak_kib << " KiB";
+  }
+}
+
+// MemAvailable of /proc/meminfo in bytes.
+uint64_t MemAvailableNow() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  while (f >> key >> kib) {
+    if (key == "MemAvailable:") return kib * 1024;
+    f.ignore(64, '\n');
+  }
+  return 0;
+}
+
+// An .npy file of the given dtype and shape ("n, 4") whose data is a hole: no disk spent.
+std::string SparseNpy(const test::TempDir& dir, const std::string& name, const std::string& descr,
+                      const std::string& shape, int64_t data_bytes) {
+  std::string d = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (" + shape + "), }";
+  d += std::string(63 - (10 + d.size()) % 64, ' ') + "\n";
+  const std::string header = std::string("\x93NUMPY\x01\x00", 8) +
+                             static_cast<char>(d.size() & 0xFF) + static_cast<char>(d.size() >> 8) +
+                             d;
+  const std::string path = dir.Write(name, header);
+  std::filesystem::resize_file(path, header.size() + static_cast<uint64_t>(data_bytes));
+  return path;
+}
+
+// eval and predict make train's memory check: data the machine cannot hold is refused, with
+// what it needs, before a row is read. The file is sparse: twice the memory, no disk.
+TEST_F(Arrays, EvalAndPredictRefuseDataBeyondMemory) {
+  const std::string model = SmallModel(*dir_, Bad(""));
+  const uint64_t avail = MemAvailableNow();
+  ASSERT_GT(avail, 0u);
+  const int64_t rows = static_cast<int64_t>(avail * 2 / 16 + 1);
+  const std::string path =
+      SparseNpy(*dir_, "huge.npy", "<f4", std::to_string(rows) + ", 4", rows * 16);
+  const std::string labels =
+      SparseNpy(*dir_, "huge-y.npy", "|u1", std::to_string(rows) + ",", rows);
+  for (const char* cmd : {"eval", "predict"}) {
+    std::vector<std::string> a = {cmd, "--model", model, "--data", path};
+    if (std::string(cmd) == "eval") a.insert(a.end(), {"--labels", labels});
+    const Bounded r = RunBounded(a, dir_->File("err.txt"));
+    EXPECT_EQ(r.exit_code, 4) << cmd << ": " << r.err;
+    EXPECT_TRUE(Has(r.err, path + ": the run needs about ")) << r.err;
+    EXPECT_TRUE(Has(r.err, "(" + std::to_string(rows) + " rows x 4 features)")) << r.err;
+    EXPECT_TRUE(Has(r.err, " is available")) << r.err;
+    EXPECT_LT(r.peak_kib, kPeakKib) << cmd << " peaked at " << r.peak_kib << " KiB";
+  }
+  std::filesystem::remove(path);
+  std::filesystem::remove(labels);
+}
+
+// Memory the system refuses although the data fits MemAvailable (here an address-space limit)
+// is the resource error it is, exit 4, not an escaped bad_alloc.
+TEST_F(Arrays, MemoryTheSystemRefusesIsAResourceError) {
+  if (kSanitized) GTEST_SKIP() << "a sanitized build cannot run under an address-space limit";
+  const std::string model = SmallModel(*dir_, Bad(""));
+  const int64_t rows = (int64_t{3} << 30) / 2 / 16;  // 1.5 GiB of float32, over the 1 GiB limit
+  const std::string path =
+      SparseNpy(*dir_, "big.npy", "<f4", std::to_string(rows) + ", 4", rows * 16);
+  const Bounded r =
+      RunBounded({"predict", "--model", model, "--data", path}, dir_->File("err.txt"));
+  EXPECT_EQ(r.exit_code, 4) << r.err;
+  EXPECT_TRUE(Has(r.err, path + ": not enough memory to load it")) << r.err;
+  std::filesystem::remove(path);
 }
 
 }  // namespace

@@ -6,12 +6,16 @@ the loaders are checked against the files numpy really writes, not against our i
                               (plain and gzip), .npy (uint8, float32, float64; int64 labels),
                               .npz (np.savez and np.savez_compressed) and CSV (header, label
                               last): one data set in every form
-  make_arrays.py bad OUT      files every loader must refuse, each named for what is wrong
+  make_arrays.py bad OUT      files every loader must refuse, each named for what is wrong;
+                              the hostile ones declare far more than they hold
 """
 import gzip
 import os
 import struct
 import sys
+import warnings
+import zipfile
+import zlib
 
 import numpy as np
 
@@ -33,6 +37,88 @@ def write_idx(path, a, compress=False):
     opener = gzip.open if compress else open
     with opener(path, "wb") as f:
         f.write(head + a.tobytes())
+
+
+def npy_header(descr, shape):
+    """An NPY 1.0 header as numpy writes it, for any shape (numpy itself cannot make the
+    array a hostile header declares)."""
+    d = "{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (descr, repr(tuple(shape)))
+    d += " " * (63 - (10 + len(d)) % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(d)) + d.encode()
+
+
+def idx_header(code, shape):
+    return struct.pack(">BBBB", 0, 0, code, len(shape)) + struct.pack(">" + "I" * len(shape), *shape)
+
+
+def deflate_zeros(n):
+    z = zlib.compressobj(9, zlib.DEFLATED, -15)
+    block = bytes(1 << 20)
+    parts = [z.compress(block) for _ in range(n >> 20)]
+    return b"".join(parts) + z.compress(bytes(n & ((1 << 20) - 1))) + z.flush()
+
+
+def zip_member(name, method, crc, csize, usize, data):
+    """A local header and data, and its central directory entry, stating the sizes given."""
+    local = struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, method, 0, 0, crc, csize, usize,
+                        len(name), 0) + name
+    central = struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, 0, method, 0, 0, crc, csize,
+                          usize, len(name), 0, 0, 0, 0, 0, 0) + name
+    return local + data, central
+
+
+def write_zip(path, members):
+    body, directory = b"", b""
+    for local, central in members:
+        directory += central[:42] + struct.pack("<I", len(body)) + central[46:]
+        body += local
+    end = struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, len(members), len(members), len(directory),
+                      len(body), 0)
+    open(path, "wb").write(body + directory + end)
+
+
+def hostile(out):
+    # Declared sizes far beyond the bytes: 192-byte .npy files of (10^8, 4) and (10^9, 4).
+    for name, rows in (("declares8.npy", 10**8), ("declares9.npy", 10**9)):
+        open(f"{out}/{name}", "wb").write(npy_header("<f4", (rows, 4)) + bytes(64))
+    # A 35-byte gzip IDX declaring 10^8 rows of 4 bytes, and not one of them.
+    open(f"{out}/declares-idx3-ubyte.gz", "wb").write(gzip.compress(idx_header(0x08, (10**8, 2, 2))))
+    # A 1 MiB gzip IDX declaring 10^8 rows of 4 bytes: the bytes that arrive are all it holds.
+    with gzip.open(f"{out}/rows-idx3-ubyte.gz", "wb") as f:
+        f.write(idx_header(0x08, (10**8, 2, 2)) + os.urandom(1 << 20))
+    # A gzip IDX of 10 rows of 8,000,000 features, all there (zeros: 78 KiB compressed).
+    with gzip.open(f"{out}/wide-idx2-ubyte.gz", "wb", compresslevel=9) as f:
+        f.write(idx_header(0x08, (10, 8_000_000)) + bytes(80_000_000))
+    write_idx(f"{out}/y10-idx1-ubyte", np.array([0, 1] * 5, dtype=np.uint8))
+    # Shapes whose products overflow 64 bits.
+    open(f"{out}/dims62.npy", "wb").write(npy_header("<f4", (2**62, 4)) + bytes(64))
+    open(f"{out}/zero62.npy", "wb").write(npy_header("<f4", (0, 2**62, 4)))
+    open(f"{out}/dims40.npy", "wb").write(npy_header("<u1", (3, 2**40, 2**40)))
+    open(f"{out}/big-idx3-ubyte", "wb").write(idx_header(0x08, (0, 2**32 - 1, 2**32 - 1)))
+    # An .npz member that inflates to 64 MiB of zeros while the directory states 1000 bytes;
+    # its NPY magic is wrong, so the reader checks the whole member.
+    data = deflate_zeros(64 << 20)
+    write_zip(f"{out}/inflates.npz", [zip_member(b"x.npy", 8, 0, len(data), 1000, data)])
+    # A deflated member whose first block has the reserved type 3: refused where it stands.
+    write_zip(f"{out}/blocktype.npz", [zip_member(b"x.npy", 8, 0, 8, 1000, b"\xff" * 8)])
+
+
+def gzip_cases(out, good):
+    gz = open(f"{out}/x4-idx3-ubyte.gz", "rb").read()
+    open(f"{out}/garbage-idx3-ubyte.gz", "wb").write(gz + b"garbage")
+    open(f"{out}/zeros-idx3-ubyte.gz", "wb").write(gz + bytes(4))
+    open(f"{out}/two-idx3-ubyte.gz", "wb").write(gzip.compress(good[:10]) + gzip.compress(good[10:]))
+    bad = bytearray(gz)
+    bad[len(bad) // 2] ^= 0xFF  # inside the deflate data (the header holds the name)
+    open(f"{out}/damaged-idx3-ubyte.gz", "wb").write(bytes(bad))
+
+
+def duplicate_npz(out, x, y):
+    warnings.simplefilter("ignore")  # zipfile warns of the duplicate this file is for
+    with zipfile.ZipFile(f"{out}/twice.npz", "w") as z:
+        for name, a in (("x.npy", x), ("y.npy", y), ("x.npy", x[:2])):
+            with z.open(name, "w") as f:
+                np.lib.format.write_array(f, a)
 
 
 def same(out, n):
@@ -92,6 +178,9 @@ def bad(out):
         f.write(good)
     gz = open(f"{out}/x4-idx3-ubyte.gz", "rb").read()
     open(f"{out}/cut-idx3-ubyte.gz", "wb").write(gz[: len(gz) - 12])
+    gzip_cases(out, good)
+    duplicate_npz(out, x, y)
+    hostile(out)
 
 
 if __name__ == "__main__":
