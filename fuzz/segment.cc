@@ -11,8 +11,7 @@
 // A header that Validate accepts must be safe to use through Segment's accessors: every
 // region they reach (blocks, X, Y, W, the optimizer states, the slots, the snapshots, HS and
 // GS), sized from the config without any wrap-around, lies inside the mapped size; the
-// snapshot ring that snapshot() takes a modulo of is not empty; and every layer has at least
-// one unit.
+// snapshot ring that snapshot() takes a modulo of is not empty; no layer has a negative size.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -39,7 +38,7 @@ u128 BytesNeeded(const Header& h, std::string* why) {
   const u128 bad = ~u128{0};
   __int128 n = 0;
   for (uint32_t l = 0; l < c.num_layers; ++l) {
-    if (c.layers[l] < 1) {
+    if (c.layers[l] < 0) {
       *why = "layer " + std::to_string(l) + " has " + std::to_string(c.layers[l]) + " units";
       return bad;
     }
