@@ -55,8 +55,9 @@ cmake --build "$build" -j"$(nproc)" --target "${build_targets[@]}" >"$build/fuzz
 scratch=$(mktemp -d /tmp/shmtrain-fuzz.XXXXXX)
 trap 'rm -rf "$scratch"' EXIT
 mkdir -p "$build/logs"
-# Leaks are findings; UBSan (built not to recover) prints the stack of its report.
-export ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=0
+# Leaks are findings; UBSan (built not to recover) prints the stack of its report. A smaller
+# quarantine than ASan's 256 MiB: freed blocks held there count against -rss_limit_mb.
+export ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=0:quarantine_size_mb=32
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 failed=0
 for t in "${targets[@]}"; do
@@ -69,7 +70,7 @@ for t in "${targets[@]}"; do
   fi
   cp -n fuzz/corpus/"$t"/* "$corpus"/ 2>/dev/null || true
   mkdir -p "$findings/$t"
-  args=(-max_total_time="$seconds" -rss_limit_mb=512 -malloc_limit_mb=256 -timeout=25
+  args=(-max_total_time="$seconds" -rss_limit_mb=512 -malloc_limit_mb=64 -timeout=25
         -print_final_stats=1 -artifact_prefix="$findings/$t/")
   [ -f "fuzz/dict/$t.dict" ] && args+=(-dict="fuzz/dict/$t.dict")
   [ "$jobs" -gt 1 ] && args+=(-fork="$jobs")
@@ -89,7 +90,7 @@ for t in "${targets[@]}"; do
   echo "  reproducer: ${repro:-none written (see $log)}"
   echo "  log: $log"
   # The report from its first line, without libFuzzer's and libc's own frames.
-  sed -n -E '/^==[0-9]+==.*ERROR|runtime error:|fuzz invariant broken|out-of-memory|^SUMMARY/,$p' "$log" |
+  sed -n -E '/^==[0-9]+==.*ERROR|runtime error:|fuzz invariant broken|out-of-memory|^SUMMARY/,/^SUMMARY/p' "$log" |
     grep -v -E 'fuzzer::|libc\.so|libc_start|_start |__sanitizer_print|pthread_kill|raise\.c|abort\.c|^MS:|^base64|NOTE: libFuzzer|Combine libFuzzer|^stat::|artifact_prefix|^$' |
     sed -E 's/ \(BuildId: [0-9a-f]+\)//' | head -14 | sed 's/^/  | /'
 done
