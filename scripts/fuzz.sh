@@ -78,8 +78,8 @@ for t in "${targets[@]}"; do
   rc=0
   "$build/fuzz/fuzz_$t" "${args[@]}" "$corpus" >"$log" 2>&1 || rc=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
-  [ -n "$execs" ] || execs=$(grep -o '^#[0-9]*' "$log" | tail -1 | tr -d '#')
-  cov=$(grep -o 'cov: [0-9]* ft: [0-9]*' "$log" | tail -1)
+  [ -n "$execs" ] || execs=$(grep -o '^#[0-9]*' "$log" | tail -1 | tr -d '#' || true)
+  cov=$(grep -o 'cov: [0-9]* ft: [0-9]*' "$log" | tail -1 || true)
   if [ $rc -eq 0 ]; then
     printf '%-11s ok   %10s execs  %s  (%ss)\n' "$t" "${execs:-?}" "${cov:-cov: ?}" "$seconds"
     continue
@@ -92,6 +92,6 @@ for t in "${targets[@]}"; do
   # The report from its first line, without libFuzzer's and libc's own frames.
   sed -n -E '/^==[0-9]+==.*ERROR|runtime error:|fuzz invariant broken|out-of-memory|^SUMMARY/,/^SUMMARY/p' "$log" |
     grep -v -E 'fuzzer::|libc\.so|libc_start|_start |__sanitizer_print|pthread_kill|raise\.c|abort\.c|^MS:|^base64|NOTE: libFuzzer|Combine libFuzzer|^stat::|artifact_prefix|^$' |
-    sed -E 's/ \(BuildId: [0-9a-f]+\)//' | head -14 | sed 's/^/  | /'
+    sed -E 's/ \(BuildId: [0-9a-f]+\)//' | head -14 | sed 's/^/  | /' || true
 done
 [ $failed -eq 0 ] || { echo "fuzz.sh: findings above" >&2; exit 1; }
