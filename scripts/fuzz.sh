@@ -89,9 +89,10 @@ for t in "${targets[@]}"; do
   printf '%-11s FAIL %10s execs  %s\n' "$t" "${execs:-?}" "${cov:-cov: ?}"
   echo "  reproducer: ${repro:-none written (see $log)}"
   echo "  log: $log"
-  # The report from its first line, without libFuzzer's and libc's own frames.
+  # The report from its first line, without the frames of libFuzzer, the sanitizers, libc and
+  # the standard library: what is left is where the code under test went wrong.
   sed -n -E '/^==[0-9]+==.*ERROR|runtime error:|fuzz invariant broken|out-of-memory|^SUMMARY/,/^SUMMARY/p' "$log" |
-    grep -v -E 'fuzzer::|libc\.so|libc_start|_start |__sanitizer_print|pthread_kill|raise\.c|abort\.c|^MS:|^base64|NOTE: libFuzzer|Combine libFuzzer|^stat::|artifact_prefix|^$' |
+    grep -v -E 'fuzzer::|__sanitizer|__asan|libc\.so|libc_start|_start |pthread_kill|raise\.c|abort\.c|/include/c\+\+/|To change the out-of-memory|^MS:|^[Bb]ase64|^0x[0-9a-f]+,|^\\[0-9]|NOTE: libFuzzer|Combine libFuzzer|^stat::|artifact_prefix|^$' |
     sed -E 's/ \(BuildId: [0-9a-f]+\)//' | head -14 | sed 's/^/  | /' || true
 done
 [ $failed -eq 0 ] || { echo "fuzz.sh: findings above" >&2; exit 1; }
