@@ -16,14 +16,16 @@
 
 namespace shmtrain::fuzz {
 
-// The input written to a file of this process in /dev/shm (tmpfs: no disk traffic), named
-// fuzz-shmtrain-<pid>-<tag><suffix> so that a loader that looks at the name sees `suffix`
-// (and never the segments' "shmtrain-<uid>-" prefix). The file is removed when this object
-// goes, so no iteration leaves anything behind.
+// The input written to a file of this process in $SHMTRAIN_FUZZ_DIR, else /dev/shm (tmpfs: no
+// disk traffic), named fuzz-shmtrain-<pid>-<tag><suffix> so that a loader that looks at the
+// name sees `suffix` (and never the segments' "shmtrain-<uid>-" prefix). The file is removed
+// when this object goes, so no iteration leaves anything behind; a process that dies on a
+// finding leaves its last one, which is why scripts/fuzz.sh gives each run a directory of its
+// own and removes it afterwards.
 class InputFile {
  public:
   InputFile(const std::string& tag, const std::string& suffix, const void* data, size_t n)
-      : path_("/dev/shm/fuzz-shmtrain-" + std::to_string(::getpid()) + "-" + tag + suffix) {
+      : path_(Dir() + "/fuzz-shmtrain-" + std::to_string(::getpid()) + "-" + tag + suffix) {
     const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) Die("cannot create the input file", path_);
     const char* p = static_cast<const char*>(data);
@@ -42,6 +44,10 @@ class InputFile {
   const std::string& path() const { return path_; }
 
  private:
+  static std::string Dir() {
+    const char* d = std::getenv("SHMTRAIN_FUZZ_DIR");
+    return d != nullptr && *d != '\0' ? d : "/dev/shm";
+  }
   [[noreturn]] static void Die(const char* what, const std::string& path) {
     std::fprintf(stderr, "fuzz: %s %s\n", what, path.c_str());
     std::abort();

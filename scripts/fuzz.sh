@@ -53,7 +53,11 @@ cmake --build "$build" -j"$(nproc)" --target "${build_targets[@]}" >"$build/fuzz
   { tail -30 "$build/fuzz-build.log"; echo "fuzz.sh: build failed ($build/fuzz-build.log)" >&2; exit 1; }
 
 scratch=$(mktemp -d /tmp/shmtrain-fuzz.XXXXXX)
-trap 'rm -rf "$scratch"' EXIT
+# The targets write their input to a file here (tmpfs); a run that dies on a finding leaves
+# its last one behind, so the whole directory goes at the end.
+export SHMTRAIN_FUZZ_DIR
+SHMTRAIN_FUZZ_DIR=$(mktemp -d /dev/shm/fuzz-shmtrain.XXXXXX)
+trap 'rm -rf "$scratch" "$SHMTRAIN_FUZZ_DIR"' EXIT
 mkdir -p "$build/logs"
 # Leaks are findings; UBSan (built not to recover) prints the stack of its report. A smaller
 # quarantine than ASan's 256 MiB: freed blocks held there count against -rss_limit_mb.
