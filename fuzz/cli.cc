@@ -1,0 +1,44 @@
+// The command line (master/cli.cc, ParseCommandLine, then TrainOptions::Validate): the input
+// is the arguments after the program's name, one per line (or separated by NUL bytes). Only
+// the parse runs: nothing is loaded or started. The flags' value parsers (integers, numbers,
+// durations, enums, the lists of --layers and --workers, host:port) are reached through it.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fuzz/fuzz_util.h"
+#include "master/cli.h"
+
+using namespace shmtrain;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  std::vector<std::string> args = {"shmtrain"};
+  std::string cur;
+  for (size_t i = 0; i < size; ++i) {
+    const char c = static_cast<char>(data[i]);
+    if (c == '\n' || c == '\0') {
+      args.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  if (!cur.empty()) args.push_back(cur);
+  // Many thousands of arguments say nothing that a few dozen do not.
+  if (args.size() > 64) return 0;
+  master::Command cmd;
+  const Status s = master::ParseCommandLine(args, &cmd);
+  SHMTRAIN_FUZZ_CHECK(s.ok() || !s.message().empty(), "a refusal without a message");
+  if (s.ok() && cmd.kind == master::Command::Kind::kTrain) {
+    // The limits include/shmtrain/options.h states, which the segment and the workers rely on.
+    const TrainOptions& o = cmd.train;
+    SHMTRAIN_FUZZ_CHECK(o.workers >= 1 && o.workers <= 256, "--workers %d accepted", o.workers);
+    SHMTRAIN_FUZZ_CHECK(o.model.layers.size() >= 2 && o.model.layers.size() <= 64,
+                        "%zu layers accepted", o.model.layers.size());
+    for (int l : o.model.layers) {
+      SHMTRAIN_FUZZ_CHECK(l >= 1 && l <= 65536, "a layer of %d units accepted", l);
+    }
+  }
+  return 0;
+}

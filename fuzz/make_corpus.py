@@ -1,0 +1,220 @@
+#!/usr/bin/python3
+"""Writes the seed corpus of the fuzz targets into fuzz/corpus/<target>/ (python3's standard
+library only, byte for byte the same on every run): a few small valid files per format and
+the edge cases a parser must take or refuse cleanly. The files are committed; run this again
+after a format changes.
+
+  fuzz/make_corpus.py [OUT]   (default: fuzz/corpus beside this script)
+"""
+import gzip
+import io
+import os
+import struct
+import sys
+import zipfile
+import zlib
+
+OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+
+
+def put(target, name, data):
+    d = os.path.join(OUT, target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode())
+
+
+def npy(descr, shape, body, version=(1, 0), order="False"):
+    shape_text = "(" + "".join(f"{s}, " if len(shape) > 1 else f"{s}," for s in shape).rstrip(" ") + ")"
+    if len(shape) > 1:
+        shape_text = "(" + ", ".join(str(s) for s in shape) + ")"
+    head = f"{{'descr': '{descr}', 'fortran_order': {order}, 'shape': {shape_text}, }}"
+    lenfmt = "<H" if version[0] == 1 else "<I"
+    pre = 6 + 2 + struct.calcsize(lenfmt)
+    pad = (64 - (pre + len(head) + 1) % 64) % 64
+    head = head + " " * pad + "\n"
+    return b"\x93NUMPY" + bytes(version) + struct.pack(lenfmt, len(head)) + head.encode() + body
+
+
+def gz(data):
+    # A fixed mtime keeps the bytes the same on every run.
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as f:
+        f.write(data)
+    return buf.getvalue()
+
+
+def npz(members, compress):
+    buf = io.BytesIO()
+    method = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
+    with zipfile.ZipFile(buf, "w", method) as z:
+        for name, data in members:
+            info = zipfile.ZipInfo(name + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = method
+            z.writestr(info, data)
+    return buf.getvalue()
+
+
+def idx(code, shape, body):
+    return struct.pack(">BBBB", 0, 0, code, len(shape)) + struct.pack(">" + "I" * len(shape), *shape) + body
+
+
+def f32(values):
+    return struct.pack("<" + "f" * len(values), *values)
+
+
+# .npy: float32 rows, uint8 images, int64 labels as a column, float64, bool, big-endian
+# one-byte types, version 2 and 3 headers, a 0-d array, an empty one, and refusals (Fortran
+# order, an object dtype, a structured dtype).
+x43 = f32([float(i) / 4 for i in range(12)])
+put("npy", "f4_4x3.npy", npy("<f4", (4, 3), x43))
+put("npy", "u1_2x2x2.npy", npy("|u1", (2, 2, 2), bytes(range(8))))
+put("npy", "i8_col.npy", npy("<i8", (4, 1), struct.pack("<4q", 0, 1, 0, 1)))
+put("npy", "f8_vec.npy", npy("<f8", (3,), struct.pack("<3d", 1.5, -2.0, 1.5)))
+put("npy", "b1_vec.npy", npy("|b1", (4,), bytes([0, 1, 1, 0])))
+put("npy", "u2_v2.npy", npy("<u2", (2, 2), struct.pack("<4H", 1, 2, 3, 4), version=(2, 0)))
+put("npy", "i4_v3.npy", npy("<i4", (2,), struct.pack("<2i", -7, 7), version=(3, 0)))
+put("npy", "scalar.npy", npy("<f4", (), f32([1.0])))
+put("npy", "empty.npy", npy("<f4", (0, 3), b""))
+put("npy", "fortran.npy", npy("<f4", (2, 2), f32([1, 2, 3, 4]), order="True"))
+put("npy", "object.npy", npy("|O", (1,), b"\0" * 8))
+put("npy", "big_f4.npy", npy(">f4", (2,), struct.pack(">2f", 1, 2)))
+
+# .npz: numpy.savez (stored) and savez_compressed (deflate), the x/y pair the loader wants,
+# other names, a damaged CRC, an empty archive.
+y4 = npy("|u1", (4,), bytes([0, 1, 0, 1]))
+put("npz", "xy_stored.npz", npz([("x", npy("<f4", (4, 3), x43)), ("y", y4)], False))
+put("npz", "xy_deflate.npz", npz([("x", npy("<f4", (4, 3), x43)), ("y", y4)], True))
+put("npz", "images_labels.npz", npz([("images", npy("|u1", (2, 2, 2), bytes(range(8)))),
+                                    ("labels", npy("|u1", (2,), bytes([3, 4])))], True))
+put("npz", "x_only.npz", npz([("x", npy("<f8", (2, 1), struct.pack("<2d", 1, 2)))], False))
+bad_crc = bytearray(npz([("x", npy("<f4", (1, 1), f32([1]))), ("y", npy("|u1", (1,), b"\1"))], False))
+bad_crc[-30] ^= 0xFF  # inside the central directory's last entry: its name or CRC
+put("npz", "damaged.npz", bytes(bad_crc))
+put("npz", "empty.npz", npz([], False))
+
+# IDX: uint8 images and labels, int8, int16, int32, float32, float64, gzip, and refusals
+# (a dimension of 0, an unknown type).
+put("idx", "u8_images-idx3-ubyte", idx(0x08, (2, 2, 2), bytes(range(8))))
+put("idx", "u8_labels-idx1-ubyte", idx(0x08, (4,), bytes([0, 1, 0, 1])))
+put("idx", "i8-idx2", idx(0x09, (2, 2), bytes([0xFF, 1, 2, 0x80])))
+put("idx", "i16-idx2", idx(0x0B, (2, 1), struct.pack(">2h", -300, 300)))
+put("idx", "i32-idx1", idx(0x0C, (3,), struct.pack(">3i", 1, 2, 3)))
+put("idx", "f32-idx2", idx(0x0D, (2, 2), struct.pack(">4f", 0.5, 1.5, -2.5, 3)))
+put("idx", "f64-idx1", idx(0x0E, (2,), struct.pack(">2d", 0, 1)))
+put("idx", "u8_images.gz", gz(idx(0x08, (2, 2, 2), bytes(range(8)))))
+put("idx", "u8_labels.gz", gz(idx(0x08, (4,), bytes([0, 1, 0, 1]))))
+put("idx", "zero_dim-idx2", idx(0x08, (0, 3), b""))
+put("idx", "bad_type-idx1", idx(0x0A, (1,), b"\0"))
+# idx_gz compresses its input itself: the same files, uncompressed.
+for name, data in [("u8_images", idx(0x08, (2, 2, 2), bytes(range(8)))),
+                   ("u8_labels", idx(0x08, (4,), bytes([0, 1, 0, 1]))),
+                   ("f32", idx(0x0D, (2, 2), struct.pack(">4f", 0.5, 1.5, -2.5, 3))),
+                   ("i16", idx(0x0B, (2, 1), struct.pack(">2h", -300, 300)))]:
+    put("idx_gz", name, data)
+
+# CSV: header and label last, no header, ';' and tab, quotes, CRLF and a byte order mark,
+# text class labels, blank lines, a ragged row, a non-number.
+put("csv", "header.csv", "a,b,label\n1,2,0\n3,4,1\n5,6,0\n")
+put("csv", "plain.csv", "0.5,1e-3,1\n-2,3.25,0\n")
+put("csv", "semicolon.csv", "x;y\n1,5;2\n3,5;4\n")
+put("csv", "tab.csv", "1\t2\t3\n4\t5\t6\n")
+put("csv", "quoted.csv", '"a,1","b"\n"1","2"\n"3",""""\n')
+put("csv", "crlf_bom.csv", "\ufeffa,b\r\n1,2\r\n\r\n3,4\r\n")
+put("csv", "text_labels.csv", "f1,f2,kind\n1,2,cat\n2,1,dog\n0,0,cat\n")
+put("csv", "ragged.csv", "1,2,3\n4,5\n")
+put("csv", "nan.csv", "1,nan\n2,inf\n")
+
+# LIBSVM: labels and index:value pairs, comments, qid, a gap in the indices, refusals
+# (descending indices, index 0).
+put("libsvm", "basic.svm", "1 1:0.5 3:2\n0 2:1\n1 1:1 2:1 3:1\n")
+put("libsvm", "comments.svm", "# a comment\n-1 qid:3 1:1 # trailing\n+1 qid:3 2:-1e3\n")
+put("libsvm", "float_labels.svm", "2.5 1:1\n-0.5 4:2\n")
+put("libsvm", "descending.svm", "1 3:1 1:1\n")
+put("libsvm", "index0.svm", "1 0:1\n")
+put("libsvm", "empty_row.svm", "1\n0 1:1\n")
+
+
+# Model files (master/model_file.h, format version 2) and checkpoints
+# (master/checkpoint.h, version 2), with their CRC-32.
+def crc(b):
+    return b + struct.pack("<I", zlib.crc32(b) & 0xFFFFFFFF)
+
+
+def model(task, layers, act, loss, norm, classes, numeric):
+    b = b"SHMTMODL" + struct.pack("<III", 2, task, len(layers))
+    b += struct.pack("<" + "i" * len(layers), *layers) + struct.pack("<III", act, loss, norm)
+    nf = layers[0] if norm else 0
+    b += struct.pack("<I", nf) + f32([0.0] * nf) + f32([1.0] * nf)
+    b += struct.pack("<II", len(classes), numeric)
+    for c in classes:
+        b += struct.pack("<I", len(c)) + c.encode()
+    n = sum(layers[i + 1] * (layers[i] + 1) for i in range(len(layers) - 1))
+    return crc(b + struct.pack("<Q", n) + f32([0.25] * n))
+
+
+put("model", "regression", model(0, [1, 5, 1], 0, 0, 0, [], 1))
+put("model", "classes_numeric", model(1, [2, 3, 2], 1, 1, 2, ["0", "1"], 1))
+put("model", "classes_text", model(1, [2, 3], 3, 1, 1, ["cat", "dog", "emu"], 0))
+put("model", "deep", model(0, [3, 2, 2, 2, 1], 2, 0, 0, [], 0))
+put("model", "truncated", model(0, [1, 5, 1], 0, 0, 0, [], 1)[:40])
+
+
+def checkpoint(mode, step, n, k, optimizer):
+    b = b"SHMTCKPT" + struct.pack("<IIqQQII", 2, mode, step, 0x1234, n, k, len(optimizer))
+    return crc(b + optimizer.encode() + f32([0.5] * (n * (1 + k))))
+
+
+put("checkpoint", "sgd", checkpoint(0, 10, 4, 0, "sgd lr 0.1"))
+put("checkpoint", "momentum", checkpoint(0, 3, 3, 1, "sgd lr 0.1 momentum 0.9"))
+put("checkpoint", "adam_async", checkpoint(1, 7, 2, 2, "adam lr 0.001"))
+put("checkpoint", "no_states", checkpoint(0, 0, 1, 0, ""))
+
+
+# The segment target: flags, the mapped size, then a RunConfig (shm/layout.h) for flag 1.
+def run_config(layers, workers=2, hosts=1, rows=10, features=None, eval_every=0, snapshots=0,
+               states=0):
+    features = layers[0] if features is None else features
+    n = sum(layers[i + 1] * (layers[i] + 1) for i in range(len(layers) - 1))
+    b = struct.pack("<IIII", 0, 0, 0, len(layers))
+    b += struct.pack("<64i", *(layers + [0] * (64 - len(layers))))
+    b += struct.pack("<IIII", workers, hosts, 0, 0)
+    b += struct.pack("<Q", n)
+    b += struct.pack("<qqqqq", rows, features, 0, 100, 10)  # rows features batch steps log
+    b += struct.pack("<Qd", 1, 120.0) + struct.pack("<qq", 0, 1)  # seed timeout spin pid
+    b += struct.pack("<iIq", -1, 0, -1) + struct.pack("<II", 0, 0)  # fault; rule
+    b += struct.pack("<dddq", 0.04, 0.95, 1e-7, -1) + struct.pack("<qq", 0, 0)
+    b += struct.pack("<qq", eval_every, snapshots)
+    b += struct.pack("<II", 0, states) + struct.pack("<8d", *([0.0] * 8))
+    b += struct.pack("<ddd", 0.1, 0.0, 0.0) + struct.pack("<II", 0, 0)
+    b += struct.pack("<qqddq", 0, 0, 0.0, 0.0, 100)
+    return b
+
+
+for name, cfg in [("small", run_config([1, 5, 1])),
+                  ("adam_eval", run_config([4, 8, 3], workers=3, eval_every=5, snapshots=2, states=2)),
+                  ("hosts", run_config([2, 2], workers=1, hosts=2)),
+                  ("no_rows", run_config([3, 1], rows=0))]:
+    put("segment", name, bytes([1 | 2 | 4]) + bytes(8) + cfg)
+put("segment", "raw_zero", bytes(9 + 64))
+
+
+# The command line: one argument per line.
+for name, args in [
+        ("train_csv", ["train", "--data", "d.csv", "--layers", "4,16,3", "--loss", "xent",
+                       "--lr", "0.1", "--epochs", "2", "--workers", "2", "--batch", "32"]),
+        ("async", ["train", "--example", "blobs", "--mode", "async", "--rule", "dc-asgd-c",
+                   "--layers", "16,8,4", "--lr", "1e-2", "--steps", "100", "--lambda", "0.1"]),
+        ("example", ["example", "parabola", "--workers", "3", "--barrier-timeout", "50ms"]),
+        ("adam_schedule", ["train", "--data", "x.npz", "--layers", "784,10", "--loss", "xent",
+                           "--optimizer", "adam", "--lr", "0.001", "--lr-schedule", "cosine",
+                           "--warmup-steps", "10", "--steps", "1000", "--normalize", "standard",
+                           "--val-split", "0.1", "--metrics-addr", "[::1]:0"]),
+        ("simulate", ["simulate", "--workers", "1,2,4", "--layers", "1,5,1", "--lr", "0.1",
+                      "--steps", "10", "--compare"]),
+        ("predict", ["predict", "--model", "m.bin", "--data", "d.csv", "--out", "p.csv",
+                     "--delimiter", "tab", "--header", "yes", "--label-col", "name"]),
+        ("help", ["help", "train"]),
+        ("cleanup", ["cleanup", "--dry-run"]),
+        ("bad_list", ["train", "--layers", "1,,2", "--lr=0.1"])]:
+    put("cli", name, "\n".join(args) + "\n")

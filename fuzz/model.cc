@@ -1,0 +1,33 @@
+// Model files (master/model_file.cc, DecodeModel): the input is the file's bytes. The CRC-32
+// guards the body, and a fuzzer cannot forge one: for half of the inputs (by a hash of the
+// bytes) the target writes the right CRC into the last four bytes, so that the decoder's
+// success path is reached too.
+//
+// A model decoded is re-encoded to exactly the bytes it came from: every byte of the format
+// means something, and EncodeModel is the format's one writer.
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "core/crc32.h"
+#include "fuzz/fuzz_util.h"
+#include "master/model_file.h"
+
+using namespace shmtrain;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  std::string bytes(reinterpret_cast<const char*>(data), size);
+  if (size >= 4 && (fuzz::Hash(data, size) & 1)) {
+    const uint32_t crc = Crc32(bytes.data(), size - 4);
+    std::memcpy(bytes.data() + size - 4, &crc, 4);
+  }
+  Model m;
+  if (!DecodeModel(bytes, "model", &m).ok()) return 0;
+  SHMTRAIN_FUZZ_CHECK(m.params.size() == m.spec.ParamCount(), "%zu parameters for layers of %zu",
+                      m.params.size(), m.spec.ParamCount());
+  const std::string again = EncodeModel(m);
+  SHMTRAIN_FUZZ_CHECK(again == bytes, "the decoded model encodes to other bytes (%zu, not %zu)",
+                      again.size(), bytes.size());
+  return 0;
+}

@@ -1,0 +1,114 @@
+// The segment header's check (shm/segment.cc, Segment::Validate): what a worker trusts before
+// it reads anything else of the segment. The input:
+//   byte 0      flags: 1 = the rest overlays the header's RunConfig and ComputeLayout fills
+//               identity and offsets (a header as the master writes it, for any config);
+//               else the rest overlays the header from its first byte. 2 = the mapped size
+//               is the header's total_size. 4 = param_count is the layers' count (computed
+//               in 64 bits as the master does).
+//   bytes 1-8   the mapped size, little-endian (unless flag 2).
+//   bytes 9-    the overlay (the rest of the header stays zero).
+//
+// A header that Validate accepts must be safe to use through Segment's accessors: every
+// region they reach (blocks, X, Y, W, the optimizer states, the slots, the snapshots, HS and
+// GS), sized from the config without any wrap-around, lies inside the mapped size; the
+// snapshot ring that snapshot() takes a modulo of is not empty; no layer has a negative size.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "fuzz/fuzz_util.h"
+#include "shm/layout.h"
+#include "shm/segment.h"
+
+using namespace shmtrain;
+using shm::Header;
+using shm::RunConfig;
+
+namespace {
+
+using u128 = unsigned __int128;
+
+// What the accessors of a segment with this header may touch, in bytes, computed without
+// wrap-around; or -1 (as u128 max) when the config is not one a worker can use at all.
+u128 BytesNeeded(const Header& h, std::string* why) {
+  const RunConfig& c = h.config;
+  const u128 bad = ~u128{0};
+  __int128 n = 0;
+  for (uint32_t l = 0; l < c.num_layers; ++l) {
+    if (c.layers[l] < 0) {
+      *why = "layer " + std::to_string(l) + " has " + std::to_string(c.layers[l]) + " units";
+      return bad;
+    }
+    if (l + 1 < c.num_layers) n += static_cast<__int128>(c.layers[l + 1]) * (c.layers[l] + 1);
+  }
+  if (n != static_cast<__int128>(c.param_count)) {
+    *why = "param_count " + std::to_string(c.param_count) + " is not the layers' count";
+    return bad;
+  }
+  if (c.rows < 0 || c.features < 0) {
+    *why = "negative rows or features";
+    return bad;
+  }
+  if (c.eval_every > 0 && c.snapshots < 1) {
+    *why = "validation snapshots every " + std::to_string(c.eval_every) + " steps in a ring of " +
+           std::to_string(c.snapshots);
+    return bad;
+  }
+  const u128 vec = static_cast<u128>(n) * sizeof(float);
+  u128 need = sizeof(Header) + static_cast<u128>(c.workers) * sizeof(shm::WorkerBlock);
+  need += static_cast<u128>(c.rows) * static_cast<u128>(c.features) * sizeof(float);
+  need += static_cast<u128>(c.rows) * sizeof(float);
+  need += 2 * vec + 2 * static_cast<u128>(c.optim.num_states) * vec;
+  need += static_cast<u128>(c.workers) * (sizeof(shm::SlotHeader) + vec);
+  if (c.eval_every > 0) need += static_cast<u128>(c.snapshots) * vec;
+  if (c.hosts > 1) need += 2 * vec;
+  return need;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < 9) return 0;
+  const uint8_t flags = data[0];
+  uint64_t mapped = 0;
+  std::memcpy(&mapped, data + 1, 8);
+  // The header is 66 KiB, most of it the loss ring, which Validate does not read.
+  auto h = std::make_unique<Header>();
+  std::memset(h.get(), 0, sizeof(Header));
+  char* base = reinterpret_cast<char*>(h.get());
+  const size_t at = (flags & 1) ? offsetof(Header, config) : 0;
+  const size_t room = offsetof(Header, abort_epoch) - at;
+  std::memcpy(base + at, data + 9, std::min(size - 9, room));
+  if (flags & 4) {
+    const RunConfig& c = h->config;
+    uint64_t n = 0;
+    for (uint32_t l = 0; l + 1 < c.num_layers && l + 1 < static_cast<uint32_t>(shm::kMaxLayers);
+         ++l) {
+      n += static_cast<uint64_t>(c.layers[l + 1]) * (static_cast<uint64_t>(c.layers[l]) + 1);
+    }
+    h->config.param_count = n;
+  }
+  if (flags & 1) shm::ComputeLayout(h.get());
+  if (flags & 2) mapped = h->total_size;
+
+  std::string why;
+  if (shm::Segment::Validate(*h, mapped, &why) != kWorkerOk) {
+    SHMTRAIN_FUZZ_CHECK(!why.empty(), "a refusal without a reason");
+    return 0;
+  }
+  std::string unusable;
+  const u128 need = BytesNeeded(*h, &unusable);
+  SHMTRAIN_FUZZ_CHECK(unusable.empty(), "Validate accepted a header a worker cannot use: %s",
+                      unusable.c_str());
+  SHMTRAIN_FUZZ_CHECK(need <= mapped,
+                      "Validate accepted a header whose regions need more than the %llu bytes "
+                      "mapped (rows %lld, features %lld, params %llu, workers %u)",
+                      static_cast<unsigned long long>(mapped),
+                      static_cast<long long>(h->config.rows),
+                      static_cast<long long>(h->config.features),
+                      static_cast<unsigned long long>(h->config.param_count), h->config.workers);
+  return 0;
+}
