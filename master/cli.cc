@@ -386,8 +386,8 @@ std::vector<Flag> FaultFlags(TrainOptions* o) {
       {"--checkpoint", "PATH", "write checkpoints here, on a stop signal and every "
        "--checkpoint-every (default: none)", Str(&o->checkpoint_path), kFault},
       {"--checkpoint-every", "N",
-       "write a checkpoint every N >= 1 steps (sync) or updates (async) (default: only on a "
-       "signal)",
+       "write a checkpoint at every multiple of N >= 1 steps (sync) or updates (async; the "
+       "workers pause for the copy) (default: only on a signal)",
        Int<int64_t>(&o->checkpoint_every, 1, kBig), kFault},
       {"--resume", "PATH", "continue the run saved in this checkpoint (default: a new run)",
        Str(&o->resume_path), kFault},

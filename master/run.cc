@@ -90,7 +90,7 @@ shm::Header MakeHeader(const TrainOptions& o, const OptimConfig& optim, int64_t 
   c.fault_step = o.fault_step;
   c.fault_point = static_cast<uint32_t>(o.fault_point);
   c.fault_incarnations = static_cast<uint32_t>(o.fault_incarnations);
-  c.checkpoint_every = o.mode == Mode::kSync ? o.checkpoint_every : 0;
+  c.checkpoint_every = o.checkpoint_every;
   c.rule = static_cast<uint32_t>(o.rule);
   c.lambda = o.LambdaOrDefault();
   c.ms_decay = o.ms_decay;

@@ -115,13 +115,20 @@ TEST(CheckpointSchedule, AResumedRunStartsAtTheNextMultipleAboveItsFirstStep) {
             (std::vector<int64_t>{9, 12, 15, 18}));
 }
 
-TEST(CheckpointSchedule, AsyncCheckpointsOnceProgressPassedEachMultiple) {
-  // Async progress jumps: the checkpoint is taken where it is seen, and the next one is the
-  // next multiple above that.
-  EXPECT_EQ(CheckpointedSteps({5, Mode::kAsync, 0, 20}, {0, 2, 5, 7, 8, 13, 14, 19, 20, 25}),
-            (std::vector<int64_t>{5, 13, 19}));
-  EXPECT_EQ(CheckpointedSteps({5, Mode::kAsync, 0, 20}, {0, 12, 13, 14, 15}),
-            (std::vector<int64_t>{12, 15}));
+TEST(CheckpointSchedule, AsyncIsDueAtEachMultipleWhateverTheVersion) {
+  // Async ranks pause before the ticket at each multiple: the policy looks at their phases,
+  // not at the version (which a death can leave behind the tickets), and takes every multiple
+  // in turn, none skipped.
+  CheckpointSchedule s(5, Mode::kAsync, 0, 20);
+  std::vector<int64_t> taken;
+  for (int64_t version : {0, 3, 4, 9, 100}) {
+    if (!s.Due(version)) continue;
+    taken.push_back(s.next());
+    s.Advance(s.next());
+  }
+  EXPECT_EQ(taken, (std::vector<int64_t>{5, 10, 15}));
+  EXPECT_FALSE(s.Due(19)) << "never at the run's last step";
+  EXPECT_EQ(CheckpointSchedule(5, Mode::kAsync, 12, 40).next(), 15) << "resumed at 12";
 }
 
 TEST(CheckpointSchedule, NoneWithoutCheckpointEvery) {
@@ -252,21 +259,33 @@ TEST_F(CheckpointPolicyTest, SyncCopiesStepStateOnceEveryRankPausedThenReleases)
   EXPECT_EQ(back.states, (std::vector<std::vector<float>>{v, m}));
 }
 
-TEST_F(CheckpointPolicyTest, AsyncCopiesTheParametersAtTheVersionItSees) {
-  shm::Segment seg = MakeSegment(Layout(Mode::kAsync, 2, 0));
+TEST_F(CheckpointPolicyTest, AsyncCopiesOnceEveryRankPausedAtOrPastTheMultipleThenReleases) {
+  shm::Segment seg = MakeSegment(Layout(Mode::kAsync, 3, 0));
   ASSERT_TRUE(seg.valid());
   const std::vector<float> w = Filled(3);
   std::copy(w.begin(), w.end(), seg.params(0));
-  seg.header()->param_version = 7;
+  seg.header()->param_version = 5;
   const std::string path = dir_.File("c.bin");
   CheckpointPolicy policy(Config(path, 5, Mode::kAsync), log_, stats_);
+  ASSERT_EQ(policy.schedule().next(), 5);
+  seg.block(0)->phase = 10;  // paused before ticket 5
+  seg.block(1)->phase = 14;  // paused before ticket 7 (a later multiple, were N 1)
+  seg.block(2)->phase = 1;   // computing a ticket below 5: may still write W
+  policy.Tick(seg, 5);
+  EXPECT_FALSE(fs::exists(path)) << "rank 2 may still apply";
+  seg.block(2)->phase = 8;  // released before 4, still below the multiple 5
+  policy.Tick(seg, 5);
+  EXPECT_FALSE(fs::exists(path)) << "a pause before 4 is not one before 5";
+  EXPECT_EQ(seg.header()->released_step, 0);
+  seg.block(2)->phase = 20;  // no ticket below total_steps (10) left
   testing::internal::CaptureStdout();
-  policy.Tick(seg, 7);
+  policy.Tick(seg, 5);
   testing::internal::GetCapturedStdout();
+  EXPECT_EQ(seg.header()->released_step, 5) << "the ranks are released";
   EXPECT_EQ(policy.schedule().next(), 10);
   Checkpoint back;
   ASSERT_TRUE(LoadCheckpoint(path, &back).ok());
-  EXPECT_EQ(back.step, 7);
+  EXPECT_EQ(back.step, 5) << "the version at the copy";
   EXPECT_EQ(back.mode, Mode::kAsync);
   EXPECT_EQ(back.params, w);
   EXPECT_TRUE(back.states.empty());
