@@ -418,6 +418,7 @@ SupervisorOptions SupervisorOptionsFor(const TrainOptions& o) {
   so.restart_window_ns = static_cast<int64_t>(o.restart_window_s * 1e9);
   so.chaos_every_ns = static_cast<int64_t>(o.chaos_every_s * 1e9);
   so.chaos_seed = o.chaos_seed;
+  so.divergence_hint = o.DivergenceHint();
   return so;
 }
 
@@ -627,9 +628,8 @@ Status Finish(RunParts& run) {
   // (an update that overflowed at the very last step): no non-finite model is ever written.
   if (!AllFinite(params)) {
     return Status::Diverged("training diverged: the parameters after step " +
-                            std::to_string(end_step) +
-                            " are not finite (NaN or infinite); the learning rate (--lr " +
-                            Fmt("%g", o.lr) + ") is probably too large; no model was saved");
+                            std::to_string(end_step) + " are not finite (NaN or infinite); " +
+                            o.DivergenceHint() + "; no model was saved");
   }
   if (!o.save_path.empty()) {
     const Model m{o.model, run.rd.norm, d.classes, std::move(params)};
