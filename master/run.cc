@@ -648,11 +648,7 @@ Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher, Hosts
   // The endpoint next: a taken port fails the run before anything exists to clean up.
   std::unique_ptr<monitoring::Exporter>& exporter = *exporter_out;
   if (o.metrics) {
-    std::string addr;
-    if (Status s = monitoring::HostMetricsAddress(o.metrics_addr, o.host_local, &addr); !s.ok()) {
-      return s;
-    }
-    if (Status s = monitoring::Exporter::Start(addr, &exporter); !s.ok()) return s;
+    if (Status s = StartHostMetrics(o.metrics_addr, o.host_local, &exporter); !s.ok()) return s;
     InstallSignalHandlers();  // the server's library has just set SIGPIPE to SIG_IGN
   }
   RunData rd;
