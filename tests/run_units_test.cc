@@ -19,6 +19,7 @@
 #include "data/dataset.h"
 #include "master/checkpoint.h"
 #include "master/checkpoint_policy.h"
+#include "master/hosts.h"
 #include "master/log.h"
 #include "master/run_summary.h"
 #include "master/validation.h"
@@ -544,6 +545,18 @@ TEST(RunSummary, SyncUsPerStepNeedsTwoSteps) {
   EXPECT_TRUE(std::isnan(UsPerStep(s)));
 }
 
+TEST(RunSummary, ATimeThatCannotBeMeasuredIsSaidNotPrintedAsNan) {
+  RunSummary s = SyncSummary();
+  s.end_step = 1;
+  const std::string text = SummaryText(s);
+  EXPECT_EQ(text.find("nan"), std::string::npos) << text;
+  EXPECT_NE(text.find(", no time per step (sync steps are timed from the end of the first to "
+                      "the end of the last: it takes 2 steps or more)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(SummaryText(SyncSummary()).find(" us/step"), std::string::npos);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Several hosts: the metrics port of each host master on a machine, and the host label.
 
@@ -602,6 +615,52 @@ TEST(HostMetricsAddress, APortAbove65535OrAMalformedAddressIsAUsageErrorNamingTh
   std::string out;
   EXPECT_EQ(monitoring::HostMetricsAddress("127.0.0.1:9464", -1, &out).code(),
             Status::Code::kInternal);
+}
+
+// A socket listening on 127.0.0.1 at a port the kernel picked; closed on destruction.
+class TakenPort {
+ public:
+  TakenPort() {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    EXPECT_EQ(listen(fd_, 1), 0);
+    EXPECT_EQ(getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len), 0);
+    port_ = ntohs(a.sin_port);
+  }
+  ~TakenPort() { close(fd_); }
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
+TEST(HostMetrics, ATakenPortOfAnotherHostMasterIsExplainedByTheGivenPortPlusItsRank) {
+  const TakenPort taken;
+  const int base = taken.port() - 1;  // host master 1 of this machine would listen on taken
+  const std::string given = "127.0.0.1:" + std::to_string(base);
+  std::unique_ptr<monitoring::Exporter> e;
+  const Status s = StartHostMetrics(given, 1, &e);
+  EXPECT_EQ(s.code(), Status::Code::kUsage);
+  EXPECT_EQ(e, nullptr);
+  EXPECT_EQ(s.message().rfind("--metrics-addr " + given + ": host master 1 of this machine "
+                              "listens on port " + std::to_string(base) + " + 1 = " +
+                              std::to_string(taken.port()) +
+                              " (under mpirun, host master k of a machine listens on the given "
+                              "port + k), and cannot listen there: the port is taken",
+                              0),
+            0u)
+      << s.message();
+  // Host master 0 listens on the port given: the message names it, no rule to explain.
+  const std::string at = "127.0.0.1:" + std::to_string(taken.port());
+  const Status own = StartHostMetrics(at, 0, &e);
+  EXPECT_EQ(own.message().rfind("--metrics-addr " + at + ": cannot listen there: the port is taken", 0),
+            0u)
+      << own.message();
 }
 
 // GET http://addr/metrics (HTTP/1.0: the body ends with the connection), each socket call

@@ -130,8 +130,8 @@ int PauseForCheckpoint(shm::Header* h, shm::WorkerBlock* self, shm::PhaseBarrier
     return kWorkerOk;
   }
   shm::StorePhase(*self, 2 * static_cast<uint64_t>(at));
-  const auto r = gate.WaitReleased(
-      at, shm::MonotonicNs() + static_cast<int64_t>(c.barrier_timeout_s * 1e9));
+  const auto r =
+      gate.WaitReleased(at, shm::MonotonicNs() + static_cast<int64_t>(c.barrier_timeout_s * 1e9));
   return r == shm::PhaseBarrier::Result::kOk ? kWorkerOk : ExitFor(r);
 }
 
