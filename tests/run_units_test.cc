@@ -269,16 +269,19 @@ TEST_F(CheckpointPolicyTest, AsyncCopiesOnceEveryRankPausedAtOrPastTheMultipleTh
   const std::string path = dir_.File("c.bin");
   CheckpointPolicy policy(Config(path, 5, Mode::kAsync), log_, stats_);
   ASSERT_EQ(policy.schedule().next(), 5);
-  seg.block(0)->phase = 10;  // paused before ticket 5
-  seg.block(1)->phase = 14;  // paused before ticket 7 (a later multiple, were N 1)
+  seg.block(0)->phase = 10;  // paused before ticket 5 (or a later one, below 10)
+  seg.block(1)->phase = 20;  // no ticket below total_steps (10) left
   seg.block(2)->phase = 1;   // computing a ticket below 5: may still write W
   policy.Tick(seg, 5);
   EXPECT_FALSE(fs::exists(path)) << "rank 2 may still apply";
-  seg.block(2)->phase = 8;  // released before 4, still below the multiple 5
+  seg.block(2)->phase = 4;  // released from a pause before 2, computing below 5
   policy.Tick(seg, 5);
-  EXPECT_FALSE(fs::exists(path)) << "a pause before 4 is not one before 5";
+  EXPECT_FALSE(fs::exists(path)) << "a pause before 2 is not one before 5";
+  seg.block(2)->phase = 11;  // odd: never an async pause
+  policy.Tick(seg, 5);
+  EXPECT_FALSE(fs::exists(path));
   EXPECT_EQ(seg.header()->released_step, 0);
-  seg.block(2)->phase = 20;  // no ticket below total_steps (10) left
+  seg.block(2)->phase = 10;
   testing::internal::CaptureStdout();
   policy.Tick(seg, 5);
   testing::internal::GetCapturedStdout();
