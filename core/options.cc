@@ -14,6 +14,13 @@ Status Bad(const std::string& flag, const std::string& what) {
   return Status::Usage(flag + ": " + what);
 }
 
+// %g: how a value the user did not type (a default) is printed.
+std::string G(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", x);
+  return buf;
+}
+
 std::string Seconds(double s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%gs", s);
@@ -23,13 +30,13 @@ std::string Seconds(double s) {
 // The async rule's own limits (whether its flags apply is CheckApplies's).
 Status CheckAsyncRule(const TrainOptions& o) {
   if (!std::isnan(o.lambda) && !(o.lambda >= 0 && std::isfinite(o.lambda))) {
-    return Bad("--lambda", "must be a finite number >= 0, got " + std::to_string(o.lambda));
+    return Bad("--lambda", "must be a finite number >= 0, got " + o.As("--lambda", G(o.lambda)));
   }
   if (!(o.ms_decay >= 0 && o.ms_decay < 1)) {
-    return Bad("--ms-decay", "must be in [0, 1), got " + std::to_string(o.ms_decay));
+    return Bad("--ms-decay", "must be in [0, 1), got " + o.As("--ms-decay", G(o.ms_decay)));
   }
   if (!(o.epsilon > 0 && std::isfinite(o.epsilon))) {
-    return Bad("--epsilon", "must be a finite number > 0, got " + std::to_string(o.epsilon));
+    return Bad("--epsilon", "must be a finite number > 0, got " + o.As("--epsilon", G(o.epsilon)));
   }
   if (o.max_staleness < -1) return Bad("--max-staleness", "must be >= 0 (or -1: never drop)");
   return Status::Ok();
@@ -139,7 +146,7 @@ std::optional<HostPort> ParseHostPort(std::string_view addr, std::string* why) {
 // Held-out data and validation: the fraction or file, and what needs them.
 Status CheckHeldOut(const TrainOptions& o) {
   if (!(o.val_split >= 0 && o.val_split < 1)) {
-    return Bad("--val-split", "must be in [0, 1), got " + std::to_string(o.val_split));
+    return Bad("--val-split", "must be in [0, 1), got " + o.As("--val-split", G(o.val_split)));
   }
   if (o.val_split > 0 && !o.val_data_path.empty()) {
     return Status::Usage("give at most one of --val-split F and --val-data FILE");
@@ -234,7 +241,7 @@ Status TrainOptions::Validate() const {
   }
   if (lr == 0 && !Given("--lr")) return Status::Usage("--lr is required (the learning rate)");
   if (!(lr > 0) || !std::isfinite(lr)) {
-    return Bad("--lr", "must be a finite number > 0, got " + std::to_string(lr));
+    return Bad("--lr", "must be a finite number > 0, got " + As("--lr", G(lr)));
   }
   if ((steps > 0) == (epochs > 0)) {
     if (steps < 0 || epochs < 0) return Status::Usage("--steps and --epochs must be >= 1");
@@ -265,6 +272,31 @@ Status TrainOptions::Validate() const {
     if (!ParseHostPort(metrics_addr, &why)) return Bad("--metrics-addr " + metrics_addr, why);
   }
   return CheckApplies(*this);
+}
+
+std::string TrainOptions::As(std::string_view flag, const std::string& otherwise) const {
+  const auto it = given.find(flag);
+  return it == given.end() ? otherwise : it->second;
+}
+
+std::string TrainOptions::DivergenceHint() const {
+  // Values as the run holds them (%g), as every divergence message has always printed them.
+  const std::string rate = "--lr " + G(lr);
+  // SGD and AdamW scale every weight by (1 - lr * wd) each step besides the gradient's move:
+  // from lr * wd >= 2 on, that alone makes the weights grow.
+  if (Given("--weight-decay") && lr * weight_decay >= 2) {
+    return "the weight decay (--weight-decay " + G(weight_decay) + ") is probably too large for " +
+           rate + ": each step scales every weight by 1 - lr x weight decay = " +
+           G(1 - lr * weight_decay) + ", which grows it";
+  }
+  // The compensation lambda * g*g*(w - w_bak) moves a stale copy by about lr * lambda * g^2
+  // times its staleness: from lr * lambda >= 1 on it outgrows the gradient itself.
+  if (mode == Mode::kAsync && rule != AsyncRule::kAsgd && Given("--lambda") && lr * lambda >= 1) {
+    return "the delay compensation (--lambda " + G(lambda) + ") is probably too large for " + rate +
+           ": lr x lambda = " + G(lr * lambda) +
+           ", so the compensation outgrows the gradient wherever a copy is stale";
+  }
+  return "the learning rate (" + rate + ") is probably too large";
 }
 
 double TrainOptions::LambdaOrDefault() const {

@@ -70,11 +70,18 @@ Checkpoint CopyAsync(const shm::Segment& seg) {
   return c;
 }
 
-// Sync: every rank has arrived at the pause before `step` (worker/sync_loop.cc).
+// Every rank has arrived at the pause before `step`. Sync (worker/sync_loop.cc): its phase is
+// exactly 2 * step. Async (worker/async_loop.cc): its phase is even and at least 2 * step,
+// i.e. it holds a ticket at or past `step` and waits before computing it, or it has no
+// ticket left below total_steps (phase 2 * total_steps): every ticket below `step` is then
+// applied (or lost with a dead rank), and nobody writes W.
 bool AllPausedBefore(const shm::Segment& seg, int64_t step) {
   const int workers = static_cast<int>(seg.header()->config.workers);
+  const bool sync = static_cast<Mode>(seg.header()->config.mode) == Mode::kSync;
+  const uint64_t at = 2 * static_cast<uint64_t>(step);
   for (int r = 0; r < workers; ++r) {
-    if (shm::LoadPhase(*seg.block(r)) != 2 * static_cast<uint64_t>(step)) return false;
+    const uint64_t phase = shm::LoadPhase(*seg.block(r));
+    if (sync ? phase != at : phase % 2 != 0 || phase < at) return false;
   }
   return true;
 }
@@ -89,8 +96,8 @@ CheckpointSchedule::CheckpointSchedule(int64_t every, Mode mode, int64_t first_s
       next_(every > 0 ? (first_step / every + 1) * every : INT64_MAX) {}
 
 bool CheckpointSchedule::Due(int64_t progress) const {
-  if (progress >= total_steps_) return false;
-  return sync_ ? progress == next_ : progress >= next_;
+  if (next_ >= total_steps_) return false;
+  return sync_ ? progress == next_ : true;
 }
 
 void CheckpointSchedule::Advance(int64_t step) {
@@ -107,16 +114,11 @@ CheckpointPolicy::CheckpointPolicy(const CheckpointConfig& config, Logger& log,
 
 void CheckpointPolicy::Tick(shm::Segment& seg, int64_t progress) {
   if (!schedule_.Due(progress)) return;
-  Checkpoint c;
-  if (config_.mode == Mode::kSync) {
-    const int64_t step = schedule_.next();
-    if (!AllPausedBefore(seg, step)) return;
-    c = CopyStepState(seg, step);
-    shm::ReleaseCheckpoint(seg.header(), step);  // the copy is taken: train on
-  } else {
-    c = CopyAsync(seg);
-  }
-  schedule_.Advance(c.step);
+  const int64_t step = schedule_.next();
+  if (!AllPausedBefore(seg, step)) return;
+  Checkpoint c = config_.mode == Mode::kSync ? CopyStepState(seg, step) : CopyAsync(seg);
+  shm::ReleaseCheckpoint(seg.header(), step);  // the copy is taken: train on
+  schedule_.Advance(step);
   Write(std::move(c));  // a failure is logged and counted; the next one is tried as planned
 }
 

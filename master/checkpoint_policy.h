@@ -3,15 +3,21 @@
 // one. The file format itself is master/checkpoint.h's.
 //
 // Contract (README.md, "Checkpoints"):
-//  - Schedule. --checkpoint-every N: one checkpoint at every multiple of N above the step the
-//    run started from and below its last step. Sync ranks pause before each such step t
-//    (worker/sync_loop.cc) until the master has copied step t's state and released them
-//    (shm::ReleaseCheckpoint); async ones never pause. After each attempt, written or not, the
-//    next one is the next multiple of N: a failure never makes the policy retry at once.
+//  - Schedule. --checkpoint-every N: one checkpoint at every multiple t of N above the step the
+//    run started from and below its last step, none skipped. Sync ranks pause before step t
+//    (worker/sync_loop.cc), async ranks before computing ticket t or any later one
+//    (worker/async_loop.cc), until the master has copied the state and released them
+//    (shm::ReleaseCheckpoint). After each attempt, written or not, the next one is the next
+//    multiple of N: a failure never makes the policy retry at once.
 //  - Copy. Sync: W[t%2] and the optimizer state of step t, which no rank can overwrite while
-//    every rank is paused before step t; the file is written after the release, so the ranks
-//    wait microseconds, not for the disk. Async: W read while the workers update it (each
-//    element is some recent value), params only (async rules keep no optimizer state).
+//    every rank is paused before step t. Async: W once every rank is paused at or past t (or
+//    has no ticket left): the updates of every ticket below t and of none above, nothing in
+//    flight; its step is the version then, t unless a death tore or lost a ticket below t
+//    (made up past the end, Supervisor::ResumeAsync). Params only (async rules keep no
+//    optimizer state). The file is written after the release, so the ranks wait for the copy
+//    and the master's next look, not for the disk, unless the next multiple comes before the
+//    write of this one ends: then they wait for it (with small N the run goes at the pace of
+//    the writes, about 15 ms each with fsync here).
 //  - Write. Durable (SaveCheckpoint). Non-finite state is never written, so the last finite
 //    checkpoint stays usable. A checkpoint that cannot be written does not end the run: it is
 //    logged (`warning: ...`, JSON `checkpoint_failed`) and counted
@@ -28,8 +34,8 @@
 // in checkpoint_policy.cc: CopyStepState, RestoreStepState, StateFitsLayout and StateFinite,
 // none of which knows which optimizer runs.
 //
-// Threads: the run loop's only. The segment is read without locks: sync copies happen while
-// every rank is paused, async copies through relaxed atomic loads.
+// Threads: the run loop's only. The segment is read without locks: copies happen while every
+// rank is paused (async ones through relaxed atomic loads, as the ranks write W).
 #pragma once
 
 #include <cstdint>
@@ -50,9 +56,10 @@ class CheckpointSchedule {
   // every: --checkpoint-every, 0 = no periodic checkpoints. first_step: the step the run
   // starts from (0, or the resumed checkpoint's). total_steps: the run's last step.
   CheckpointSchedule(int64_t every, Mode mode, int64_t first_step, int64_t total_steps);
-  // Whether a checkpoint is due at this Progress(). Sync: exactly at next() (the ranks pause
-  // there, so progress stops on it). Async: once progress has reached next() (updates run on
-  // meanwhile). Never at or after total_steps.
+  // Whether the checkpoint at next() is due at this Progress(). Sync: exactly at next() (the
+  // ranks pause there, so progress stops on it). Async: always (the ranks pause before ticket
+  // next(); the version can lag the tickets after a death); the policy then waits for the
+  // ranks' pause. Never when next() is at or after total_steps.
   bool Due(int64_t progress) const;
   // The attempt at `step` (>= next()) is made, written or failed: next() moves to the first
   // multiple of every above step.
@@ -85,8 +92,8 @@ class CheckpointPolicy {
   CheckpointPolicy& operator=(const CheckpointPolicy&) = delete;
 
   // The run loop's call after each supervision round, with Progress(seg): takes the periodic
-  // checkpoint when it is due and (sync) every rank is paused before it, releases the ranks,
-  // then writes it. A failed write is logged and counted, never returned.
+  // checkpoint when it is due and every rank is paused before it, releases the ranks, then
+  // writes it. A failed write is logged and counted, never returned.
   void Tick(shm::Segment& seg, int64_t progress);
   // On a stop signal, once no worker runs (the state is frozen; sync: W[t%2] at the lowest
   // completed step t is intact). Writes the state at Progress(seg) and logs where it went;

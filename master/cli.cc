@@ -8,6 +8,7 @@
 #include <charconv>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string_view>
@@ -55,6 +56,28 @@ Setter Num(double* out) {
     const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
     if (ec != std::errc() || p != v.data() + v.size() || !std::isfinite(x)) {
       return Expected(flag, "a finite number", v);
+    }
+    *out = x;
+    return Status::Ok();
+  };
+}
+
+// A real number the workers compute with in float32 (learning rate, optimizer and async rule
+// settings): finite, inside float32's range, and not a nonzero value that float32 makes 0
+// (--eps 1e-320 would pass "> 0" here and be 0 for the workers).
+Setter Real32(double* out) {
+  return [=](const std::string& flag, std::string_view v) {
+    double x = 0;
+    if (Status s = Num(&x)(flag, v); !s.ok()) return s;
+    if (std::fabs(x) > std::numeric_limits<float>::max()) {
+      return Status::Usage(flag + ": " + std::string(v) +
+                           " is beyond float32's range (about 3.4e38), the precision the "
+                           "workers compute in");
+    }
+    if (x != 0 && static_cast<float>(x) == 0) {
+      return Status::Usage(flag + ": " + std::string(v) +
+                           " is 0 in float32, the precision the workers compute in (its "
+                           "smallest positive number is about 1.4e-45)");
     }
     *out = x;
     return Status::Ok();
@@ -260,7 +283,8 @@ std::vector<Flag> ModelFlags(TrainOptions* o) {
 // registry, nn/optimizer.h), weight decay, clipping and the schedule.
 std::vector<Flag> OptimFlags(TrainOptions* o) {
   std::vector<Flag> f = {
-      {"--lr", "X", "(base) learning rate, a finite number > 0 (required)", Num(&o->lr), kLength},
+      {"--lr", "X", "(base) learning rate, a finite number > 0 (required)", Real32(&o->lr),
+       kLength},
       {"--steps", "N", "number of updates, >= 1 (required, or --epochs)",
        Int<int64_t>(&o->steps, 1, kBig), kLength},
       {"--epochs", "E", "passes over the data, >= 1 (required, or --steps)",
@@ -274,10 +298,10 @@ std::vector<Flag> OptimFlags(TrainOptions* o) {
       {"--weight-decay", "W",
        "L2 penalty >= 0: added to the gradient (sgd, adam), decoupled (adamw) (default 0; "
        "adamw: 0.01)",
-       Num(&o->weight_decay), kOptim},
+       Real32(&o->weight_decay), kOptim},
       {"--clip-norm", "C",
        "scale the mean gradient to global norm C > 0 when it is longer (default: off)",
-       Num(&o->clip_norm), kOptim},
+       Real32(&o->clip_norm), kOptim},
       {"--lr-schedule", "constant|step|cosine|exponential",
        "the learning rate over the run (default constant)",
        Enum<Schedule>(&o->lr_schedule, nn::ParseSchedule, "constant, step, cosine, exponential"),
@@ -285,9 +309,9 @@ std::vector<Flag> OptimFlags(TrainOptions* o) {
       {"--lr-step-every", "N", "step: multiply the rate by --lr-gamma every N >= 1 steps "
        "(required by step)", Int<int64_t>(&o->lr_step_every, 1, kBig), kSchedule},
       {"--lr-gamma", "G", "step, exponential: the factor, in (0, 1] (default 0.1 for step; "
-       "required by exponential)", Num(&o->lr_gamma), kSchedule},
+       "required by exponential)", Real32(&o->lr_gamma), kSchedule},
       {"--lr-min", "X", "cosine: the rate at the end, >= 0 and < --lr (default 0)",
-       Num(&o->lr_min), kSchedule},
+       Real32(&o->lr_min), kSchedule},
       {"--warmup-steps", "N",
        "raise the rate linearly over the first N >= 0 steps, fewer than the run's (default 0)",
        Int<int64_t>(&o->warmup_steps, 0, kBig), kSchedule},
@@ -303,7 +327,7 @@ std::vector<Flag> OptimFlags(TrainOptions* o) {
     } else {
       f.push_back({flag, p.value_name, help, [o, flag](const std::string& name, std::string_view v) {
                      double x = 0;
-                     if (Status s = Num(&x)(name, v); !s.ok()) return s;
+                     if (Status s = Real32(&x)(name, v); !s.ok()) return s;
                      o->hyper[flag] = x;
                      return Status::Ok();
                    }, kOptim});
@@ -319,11 +343,11 @@ std::vector<Flag> AsyncFlags(TrainOptions* o) {
       {"--lambda", "X",
        "DC-ASGD lambda >= 0: dc-asgd-c's constant (default 0.04), dc-asgd-a's lambda0 "
        "(default 2)",
-       Num(&o->lambda), kAsync},
+       Real32(&o->lambda), kAsync},
       {"--ms-decay", "M", "dc-asgd-a: MeanSquare decay in [0, 1) (default 0.95)",
-       Num(&o->ms_decay), kAsync},
+       Real32(&o->ms_decay), kAsync},
       {"--epsilon", "E", "dc-asgd-a: epsilon > 0 inside the square root (default 1e-7)",
-       Num(&o->epsilon), kAsync},
+       Real32(&o->epsilon), kAsync},
       {"--max-staleness", "S", "drop gradients more than S >= 0 versions old (default: never)",
        Int<int64_t>(&o->max_staleness, -1, kBig), kAsync},
   };
@@ -386,8 +410,8 @@ std::vector<Flag> FaultFlags(TrainOptions* o) {
       {"--checkpoint", "PATH", "write checkpoints here, on a stop signal and every "
        "--checkpoint-every (default: none)", Str(&o->checkpoint_path), kFault},
       {"--checkpoint-every", "N",
-       "write a checkpoint every N >= 1 steps (sync) or updates (async) (default: only on a "
-       "signal)",
+       "write a checkpoint at every multiple of N >= 1 steps (sync) or updates (async; the "
+       "workers pause for the copy) (default: only on a signal)",
        Int<int64_t>(&o->checkpoint_every, 1, kBig), kFault},
       {"--resume", "PATH", "continue the run saved in this checkpoint (default: a new run)",
        Str(&o->resume_path), kFault},
@@ -731,7 +755,7 @@ Status CollectGiven(const CLI::App* app, TrainOptions* o) {
   for (const CLI::Option* opt : app->get_options()) {
     if (opt->count() == 0 || opt == app->get_help_ptr()) continue;
     if (opt->count() > 1) return Status::Usage(opt->get_name() + ": given more than once");
-    o->given.insert(opt->get_name());
+    o->given[opt->get_name()] = opt->results().empty() ? "" : opt->results().front();
   }
   return Status::Ok();
 }

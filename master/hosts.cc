@@ -3,6 +3,9 @@
 #include <cstdlib>
 #include <string>
 
+#include "monitoring/exporter.h"
+#include "shmtrain/options.h"
+
 namespace shmtrain::master {
 
 #ifdef SHMTRAIN_MPI
@@ -39,6 +42,28 @@ class SingleHost final : public Hosts {
 };
 
 }  // namespace
+
+Status StartHostMetrics(const std::string& given, int host_local,
+                        std::unique_ptr<monitoring::Exporter>* out) {
+  std::string addr;
+  if (Status s = monitoring::HostMetricsAddress(given, host_local, &addr); !s.ok()) return s;
+  Status s = monitoring::Exporter::Start(addr, out);
+  std::string unused;
+  const std::optional<HostPort> hp = ParseHostPort(given, &unused);  // parsed just above
+  if (s.ok() || host_local == 0 || !hp || hp->port == 0) return s;
+  // The exporter names the address it tried, which the user never typed.
+  std::string why = s.message();
+  const std::string tried = "--metrics-addr " + addr + ": ";
+  if (why.rfind(tried, 0) == 0) why.erase(0, tried.size());
+  const std::string k = std::to_string(host_local);
+  // The exporter's refusals are all usage errors (the address the user chose).
+  return Status::Usage("--metrics-addr " + given + ": host master " + k +
+                       " of this machine listens on port " + std::to_string(hp->port) + " + " + k +
+                       " = " + std::to_string(hp->port + host_local) +
+                       " (under mpirun, host master k of a machine listens on the given "
+                       "port + k), and " +
+                       why);
+}
 
 Status JoinHosts(int* argc, char*** argv, std::unique_ptr<Hosts>* out) {
   const int ranks = LaunchedRanks();

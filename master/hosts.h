@@ -20,6 +20,10 @@
 
 #include "shmtrain/status.h"
 
+namespace shmtrain::monitoring {
+class Exporter;
+}
+
 namespace shmtrain::master {
 
 // What a host contributes to a step besides its gradient sum.
@@ -63,6 +67,14 @@ class Hosts {
   // Ends the job on every host with `code`; call after this host has cleaned up.
   [[noreturn]] virtual void AbortJob(int code) = 0;
 };
+
+// Starts this host master's metrics endpoint on --metrics-addr `given` with its port raised by
+// host_local, the master's rank among the host masters of its machine (port 0 stays 0;
+// monitoring::HostMetricsAddress). When that port cannot be taken and is not the given one,
+// the message says where it comes from: "--metrics-addr 127.0.0.1:9464: host master 1 of
+// this machine listens on port 9464 + 1 = 9465 (...), and cannot listen there: ...".
+Status StartHostMetrics(const std::string& given, int host_local,
+                        std::unique_ptr<monitoring::Exporter>* out);
 
 // The hosts of this process: MPI's when started by mpirun with more than one rank (a build
 // without MPI refuses that with kUsage), else the single host. Call once, before any thread.

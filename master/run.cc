@@ -91,7 +91,7 @@ shm::Header MakeHeader(const TrainOptions& o, const OptimConfig& optim, int64_t 
   c.fault_step = o.fault_step;
   c.fault_point = static_cast<uint32_t>(o.fault_point);
   c.fault_incarnations = static_cast<uint32_t>(o.fault_incarnations);
-  c.checkpoint_every = o.mode == Mode::kSync ? o.checkpoint_every : 0;
+  c.checkpoint_every = o.checkpoint_every;
   c.rule = static_cast<uint32_t>(o.rule);
   c.lambda = o.LambdaOrDefault();
   c.ms_decay = o.ms_decay;
@@ -260,10 +260,14 @@ Status CheckAgainstData(const TrainOptions& o, const data::Dataset& d) {
 }
 
 // Prints the loss records published since the last call: sync, by rank 0 for every logged
-// step; async, by whichever worker's update got a logged version number.
+// step; async, by whichever worker's update got a logged version number. A resumed run's
+// first record is that of the first logged step at or after the step it resumed from.
 class LossLog {
  public:
-  LossLog(const shm::Segment& seg, Logger& log) : seg_(seg), log_(log) {}
+  LossLog(const shm::Segment& seg, Logger& log, int64_t first_step) : seg_(seg), log_(log) {
+    const int64_t every = seg.header()->config.log_every;
+    if (every > 0) next_ = (first_step + every - 1) / every;
+  }
   void Drain() {
     const auto& c = seg_.header()->config;
     if (c.log_every <= 0) return;
@@ -442,6 +446,7 @@ SupervisorOptions SupervisorOptionsFor(const TrainOptions& o) {
   so.restart_window_ns = static_cast<int64_t>(o.restart_window_s * 1e9);
   so.chaos_every_ns = static_cast<int64_t>(o.chaos_every_s * 1e9);
   so.chaos_seed = o.chaos_seed;
+  so.divergence_hint = o.DivergenceHint();
   return so;
 }
 
@@ -517,11 +522,7 @@ Status StartHere(const TrainOptions& o, Logger& log,
   if (Status s = CheckOutputPaths(o, st->output_locks); !s.ok()) return s;
   // The endpoint next: a taken port fails the run before anything exists to clean up.
   if (o.metrics) {
-    std::string addr;
-    if (Status s = monitoring::HostMetricsAddress(o.metrics_addr, o.host_local, &addr); !s.ok()) {
-      return s;
-    }
-    if (Status s = monitoring::Exporter::Start(addr, exporter); !s.ok()) return s;
+    if (Status s = StartHostMetrics(o.metrics_addr, o.host_local, exporter); !s.ok()) return s;
     InstallSignalHandlers();  // the server's library has just set SIGPIPE to SIG_IGN
   }
   if (Status s = PrepareData(o, &st->rd); !s.ok()) return s;
@@ -710,9 +711,8 @@ Status Finish(RunParts& run) {
   // (an update that overflowed at the very last step): no non-finite model is ever written.
   if (!AllFinite(params)) {
     return Status::Diverged("training diverged: the parameters after step " +
-                            std::to_string(end_step) +
-                            " are not finite (NaN or infinite); the learning rate (--lr " +
-                            Fmt("%g", o.lr) + ") is probably too large; no model was saved");
+                            std::to_string(end_step) + " are not finite (NaN or infinite); " +
+                            o.DivergenceHint() + "; no model was saved");
   }
   if (!o.save_path.empty()) {
     const Model m{o.model, run.rd.norm, d.classes, std::move(params)};
@@ -760,7 +760,7 @@ Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher, Hosts
                                  .t_start_ns = t_start},
                                 o.model, rd.val, seg, log, stats);
   Supervisor sup(seg, launcher, log, stats, SupervisorOptionsFor(o));
-  LossLog losses(seg, log);
+  LossLog losses(seg, log, first);
   std::unique_ptr<Combiner> combiner;
   if (hosts.count() > 1) combiner = std::make_unique<Combiner>(seg, hosts, stats, o.host_timeout_s);
   RunParts run{o,      rd,         log,          seg,   sup,        checkpoints,

@@ -54,6 +54,13 @@ double UsPerStep(const RunSummary& s) {
   return steps_run > 1 && s1 > 0 && sl >= s1 ? (sl - s1) / 1e3 / (steps_run - 1) : NAN;
 }
 
+std::string UsPerStepText(const RunSummary& s) {
+  const double us = UsPerStep(s);
+  if (std::isfinite(us)) return Fmt("%.2f", us) + " us/step";
+  return "no time per step (sync steps are timed from the end of the first to the end of the "
+         "last: it takes 2 steps or more)";
+}
+
 StepSplit SplitPerStep(const RunSummary& s) {
   StepSplit split;
   const int64_t steps_run = s.end_step - s.first_step;
@@ -96,8 +103,8 @@ std::string SummaryText(const RunSummary& s) {
   }
   return text + ", " + Fmt("%.3f", s.wall_s) + " s, " + Fmt("%.0f", SamplesPerSecond(s)) +
          " samples/s, " + std::to_string(s.workers) + " worker" + (s.workers == 1 ? "" : "s") +
-         (s.hosts > 1 ? " on each of " + std::to_string(s.hosts) + " hosts" : "") +
-         ", " + Fmt("%.2f", UsPerStep(s)) + " us/step";
+         (s.hosts > 1 ? " on each of " + std::to_string(s.hosts) + " hosts" : "") + ", " +
+         UsPerStepText(s);
 }
 
 JsonLine SummaryJson(const RunSummary& s) {

@@ -71,6 +71,8 @@ void ReadWorkerCounters(const shm::Segment& seg, RunSummary* s);
 // fewer than two steps), which leaves the workers' start out. Async: the wall time over the
 // updates applied.
 double UsPerStep(const RunSummary& s);
+// "812.50 us/step", or why there is no such time (a one-step sync run): never "nan".
+std::string UsPerStepText(const RunSummary& s);
 
 // Sync: `time per step and worker: compute 812 us (84%), reduce+update 66 us (7%), barrier
 // wait 90 us (9%)`: what limits scaling. Empty for async runs.

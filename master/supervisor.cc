@@ -181,8 +181,7 @@ Status Supervisor::OnExit(int r) {
     return Status::Diverged(
         "training diverged at step " +
         (at == shm::kNoStop ? std::to_string(Progress(seg_)) : std::to_string(at)) +
-        ": the loss or gradient is not finite (NaN or infinite); the learning rate (--lr " +
-        Fmt("%g", cfg.optim.lr) + ") is probably too large");
+        ": the loss or gradient is not finite (NaN or infinite); " + opts_.divergence_hint);
   }
   const int64_t now = shm::MonotonicNs();
   const int64_t progress = Progress(seg_);

@@ -46,6 +46,8 @@ struct SupervisorOptions {
   int64_t restart_window_ns = 60'000'000'000;
   int64_t chaos_every_ns = 0;  // 0 = no chaos
   uint64_t chaos_seed = 1;
+  // What a divergence most likely comes from, naming the flag (TrainOptions::DivergenceHint).
+  std::string divergence_hint = "the learning rate is probably too large";
 };
 
 // Updates applied so far: sync steps every rank completed, or async param_version.

@@ -450,6 +450,94 @@ TEST(AsyncRun, KilledWorkerEndsTheRunCleanly) {
   EXPECT_TRUE(test::SegmentsOf(r.pid).empty());
 }
 
+// ---- checkpoints: one at each multiple kN of --checkpoint-every N below --steps, holding
+// exactly the updates of the tickets below kN (the ranks pause before ticket kN).
+
+// The steps of the periodic checkpoints the run wrote, in order (JSON "checkpoint" events).
+std::vector<int64_t> CheckpointSteps(const ProcResult& r) {
+  std::vector<int64_t> v;
+  for (const std::string& line : SplitLines(r.out)) {
+    if (JsonField(line, "event") == "checkpoint") v.push_back(std::stoll(*JsonField(line, "step")));
+  }
+  return v;
+}
+
+std::vector<std::string> AsyncParabola(int workers, int64_t steps, const std::string& ckpt,
+                                       int64_t every, std::vector<std::string> extra = {}) {
+  std::vector<std::string> a = {"train", "--mode", "async", "--rule", "asgd", "--workers",
+                                std::to_string(workers), "--example", "parabola", "--layers",
+                                "1,5,1", "--lr", "0.01", "--steps", std::to_string(steps),
+                                "--checkpoint", ckpt, "--checkpoint-every", std::to_string(every),
+                                "--log-format", "json"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+TEST(AsyncCheckpoints, OneAtEachMultipleWithExactlyThatManyUpdates) {
+  // 3 ranks, updates of a few microseconds: without the pause the master, looking every few
+  // milliseconds, would see the version jump over most multiples.
+  test::TempDir dir;
+  const std::string ckpt = dir.File("c.ckpt");
+  const ProcResult r = Shmtrain(AsyncParabola(3, 400, ckpt, 7));
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  std::vector<int64_t> want;
+  for (int64_t k = 7; k < 400; k += 7) want.push_back(k);
+  EXPECT_EQ(CheckpointSteps(r), want) << "the version at each copy is the multiple itself";
+  // The last one (step 399) resumes: the run ends with the one update still owed.
+  const ProcResult resumed = Shmtrain(AsyncParabola(3, 400, ckpt, 7, {"--resume", ckpt}));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.Describe();
+  EXPECT_EQ(Num(Summary(resumed), "first_step"), 399);
+  EXPECT_EQ(Num(Summary(resumed), "param_version"), 400);
+}
+
+TEST(AsyncCheckpoints, OneWorkerResumesToTheUninterruptedBits) {
+  // P = 1 is deterministic: a checkpoint that held W at any other update than its step (a
+  // copy taken while the rank applies) would resume to other bits.
+  test::TempDir dir;
+  const std::string ckpt = dir.File("c.ckpt"), whole = dir.File("whole.model"),
+                    resumed = dir.File("resumed.model");
+  const ProcResult r = Shmtrain(AsyncParabola(1, 300, ckpt, 40, {"--save", whole}));
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  ASSERT_EQ(CheckpointSteps(r), (std::vector<int64_t>{40, 80, 120, 160, 200, 240, 280}));
+  const ProcResult again =
+      Shmtrain(AsyncParabola(1, 300, ckpt, 40, {"--resume", ckpt, "--save", resumed}));
+  ASSERT_EQ(again.exit_code, 0) << again.Describe();
+  EXPECT_EQ(Num(Summary(again), "first_step"), 280);
+  EXPECT_EQ(test::ReadWholeFile(whole), test::ReadWholeFile(resumed));
+}
+
+TEST(AsyncCheckpoints, NoneIsSkippedWhileWorkersAreKilled) {
+  // Chaos kills land in computations, applies and pauses. Each multiple is still written once;
+  // a death can cost a ticket below the multiple (torn, or lost while claimed), made up past
+  // the end, so a checkpoint's step is the multiple less at most one per death so far.
+  test::TempDir dir;
+  const std::string ckpt = dir.File("c.ckpt");
+  const int64_t steps = 1000, every = 100;
+  std::vector<std::string> args = FrozenBlobs("async", 2, steps, {}, true);
+  const ProcResult calm = Shmtrain(args);
+  ASSERT_EQ(calm.exit_code, 0) << calm.Describe();
+  const double wall_ms = 1e3 * Num(Summary(calm), "wall_s");
+  const int every_ms = static_cast<int>(std::clamp(wall_ms / 10, 10.0, 500.0));
+  args.insert(args.end(), {"--checkpoint", ckpt, "--checkpoint-every", std::to_string(every),
+                           "--chaos-kill-every", std::to_string(every_ms) + "ms",
+                           "--chaos-seed", "3"});
+  const ProcResult r = Shmtrain(args);
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  const std::string s = Summary(r);
+  const double restarts = Num(s, "restarts");
+  std::printf("[ checkpoints under chaos ] %g restarts, %g torn\n", restarts,
+              Num(s, "torn_updates"));
+  EXPECT_GE(restarts, 1) << s;
+  const std::vector<int64_t> got = CheckpointSteps(r);
+  ASSERT_EQ(got.size(), static_cast<size_t>(steps / every - 1)) << r.out;
+  for (size_t k = 0; k < got.size(); ++k) {
+    const int64_t multiple = every * static_cast<int64_t>(k + 1);
+    EXPECT_LE(got[k], multiple);
+    EXPECT_GE(got[k], multiple - restarts) << "checkpoint " << k;
+  }
+  EXPECT_EQ(Num(s, "param_version"), steps);
+}
+
 TEST(AsyncRun, BadFlags) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--rule", "adam"}, "--rule: unknown value 'adam'"},

@@ -235,6 +235,27 @@ const std::vector<UsageCase>& UsageCases() {
        "--optimizer adamw: not available in async mode"},
       {"MomentumInAsync", Parabola({"--lr", "0.1", "--mode", "async", "--momentum", "0.9"}),
        "--momentum: not available in async mode"},
+      // Values the workers cannot hold in float32: 0 there, or beyond its range; and values
+      // quoted as the user typed them, not as a double prints.
+      {"EpsZeroInFloat32", Parabola({"--lr", "0.1", "--optimizer", "adam", "--eps", "1e-320"}),
+       "--eps: 1e-320 is 0 in float32, the precision the workers compute in"},
+      {"LrZeroInFloat32", Parabola({"--lr", "1e-50"}),
+       "--lr: 1e-50 is 0 in float32, the precision the workers compute in"},
+      {"EpsilonZeroInFloat32", Parabola({"--lr", "0.1", "--mode", "async", "--epsilon", "1e-46"}),
+       "--epsilon: 1e-46 is 0 in float32"},
+      {"WeightDecayBeyondFloat32", Parabola({"--lr", "0.1", "--weight-decay", "1e39"}),
+       "--weight-decay: 1e39 is beyond float32's range (about 3.4e38)"},
+      {"LambdaBeyondFloat32", Parabola({"--lr", "0.1", "--mode", "async", "--lambda", "-4e38"}),
+       "--lambda: -4e38 is beyond float32's range"},
+      {"LrZeroAsTyped", Parabola({"--lr", "0"}), "--lr: must be a finite number > 0, got 0\n"},
+      {"LrNegativeAsTyped", Parabola({"--lr", "-1e-3"}),
+       "--lr: must be a finite number > 0, got -1e-3\n"},
+      {"LambdaNegativeAsTyped", Parabola({"--lr", "0.1", "--mode", "async", "--lambda", "-0.5"}),
+       "--lambda: must be a finite number >= 0, got -0.5\n"},
+      {"MsDecayAsTyped", Parabola({"--lr", "0.1", "--mode", "async", "--ms-decay", "1.0"}),
+       "--ms-decay: must be in [0, 1), got 1.0\n"},
+      {"ValSplitAsTyped", Parabola({"--lr", "0.1", "--val-split", "1.50"}),
+       "--val-split: must be in [0, 1), got 1.50\n"},
       // Timeouts: the heartbeat deadline must be shorter than the barrier's.
       {"HeartbeatNotShorterThanDefaultBarrier", Parabola({"--lr", "0.1", "--heartbeat-timeout",
                                                           "2m"}),
@@ -476,6 +497,63 @@ TEST(Help, EvalAndPredictDescribeTheirOwnData) {
 
 // -------------------------------------------------------------------------------------------
 // Heartbeat deadline: min(30s, barrier / 2) by default; an explicit one must be shorter.
+
+// -------------------------------------------------------------------------------------------
+// Runs that end in a way a flag explains say which flag.
+
+TEST(Divergence, TheHintNamesTheLikelyFlag) {
+  TrainOptions o;
+  o.lr = 0.01;
+  o.given = {{"--lr", "0.01"}};
+  EXPECT_EQ(o.DivergenceHint(), "the learning rate (--lr 0.01) is probably too large");
+  o.weight_decay = 1e30;
+  o.given["--weight-decay"] = "1e30";
+  EXPECT_EQ(o.DivergenceHint(),
+            "the weight decay (--weight-decay 1e+30) is probably too large for --lr 0.01: each "
+            "step scales every weight by 1 - lr x weight decay = -1e+28, which grows it");
+  o.weight_decay = 199;  // lr x wd < 2: the decay alone shrinks the weights
+  EXPECT_EQ(o.DivergenceHint(), "the learning rate (--lr 0.01) is probably too large");
+  o.given.erase("--weight-decay");
+  o.mode = Mode::kAsync;
+  o.rule = AsyncRule::kDcAsgdC;
+  o.lambda = 1e30;
+  o.given["--lambda"] = "1e30";
+  EXPECT_EQ(o.DivergenceHint(),
+            "the delay compensation (--lambda 1e+30) is probably too large for --lr 0.01: lr x "
+            "lambda = 1e+28, so the compensation outgrows the gradient wherever a copy is stale");
+  o.lambda = 50;  // lr x lambda < 1
+  EXPECT_EQ(o.DivergenceHint(), "the learning rate (--lr 0.01) is probably too large");
+}
+
+TEST(Divergence, AWeightDecayThatGrowsTheWeightsIsNamedNotTheRate) {
+  const ProcResult r = Shmtrain(Parabola({"--lr", "0.01", "--weight-decay", "1e30"}));
+  EXPECT_TRUE(r.exited && r.exit_code == 5) << r.Describe();
+  EXPECT_TRUE(Contains(r.err, "the weight decay (--weight-decay 1e+30) is probably too large for "
+                              "--lr 0.01"))
+      << r.err;
+  EXPECT_FALSE(Contains(r.err, "learning rate")) << r.err;
+}
+
+TEST(Divergence, AHugeLambdaIsNamedNotTheRate) {
+  const ProcResult r = Shmtrain(Parabola({"--lr", "0.01", "--mode", "async", "--workers", "2",
+                                          "--rule", "dc-asgd-c", "--lambda", "1e30"}));
+  EXPECT_TRUE(r.exited && r.exit_code == 5) << r.Describe();
+  EXPECT_TRUE(Contains(r.err, "the delay compensation (--lambda 1e+30) is probably too large for "
+                              "--lr 0.01"))
+      << r.err;
+  EXPECT_FALSE(Contains(r.err, "learning rate")) << r.err;
+}
+
+TEST(Summary, OneStepPrintsNoNan) {
+  const ProcResult r = Shmtrain({"train", "--example", "parabola", "--layers", "1,5,1", "--steps",
+                                 "1", "--lr", "0.1", "--no-metrics", "--log-every", "0"});
+  ASSERT_TRUE(r.exited && r.exit_code == 0) << r.Describe();
+  EXPECT_TRUE(Contains(r.out, "done: 1 steps")) << r.out;
+  EXPECT_FALSE(Contains(r.out + r.err, "nan")) << r.out << r.err;
+  EXPECT_TRUE(Contains(r.out, "no time per step (sync steps are timed from the end of the first "
+                              "to the end of the last: it takes 2 steps or more)"))
+      << r.out;
+}
 
 TEST(Timeouts, DefaultHeartbeatFollowsTheBarrier) {
   EXPECT_EQ(TrainOptions::DefaultHeartbeatTimeout(120), 30);

@@ -21,6 +21,7 @@
 #include "data/dataset.h"
 #include "master/checkpoint.h"
 #include "master/checkpoint_policy.h"
+#include "master/hosts.h"
 #include "master/launcher.h"
 #include "master/log.h"
 #include "master/run_summary.h"
@@ -120,13 +121,20 @@ TEST(CheckpointSchedule, AResumedRunStartsAtTheNextMultipleAboveItsFirstStep) {
             (std::vector<int64_t>{9, 12, 15, 18}));
 }
 
-TEST(CheckpointSchedule, AsyncCheckpointsOnceProgressPassedEachMultiple) {
-  // Async progress jumps: the checkpoint is taken where it is seen, and the next one is the
-  // next multiple above that.
-  EXPECT_EQ(CheckpointedSteps({5, Mode::kAsync, 0, 20}, {0, 2, 5, 7, 8, 13, 14, 19, 20, 25}),
-            (std::vector<int64_t>{5, 13, 19}));
-  EXPECT_EQ(CheckpointedSteps({5, Mode::kAsync, 0, 20}, {0, 12, 13, 14, 15}),
-            (std::vector<int64_t>{12, 15}));
+TEST(CheckpointSchedule, AsyncIsDueAtEachMultipleWhateverTheVersion) {
+  // Async ranks pause before the ticket at each multiple: the policy looks at their phases,
+  // not at the version (which a death can leave behind the tickets), and takes every multiple
+  // in turn, none skipped.
+  CheckpointSchedule s(5, Mode::kAsync, 0, 20);
+  std::vector<int64_t> taken;
+  for (int64_t version : {0, 3, 4, 9, 100}) {
+    if (!s.Due(version)) continue;
+    taken.push_back(s.next());
+    s.Advance(s.next());
+  }
+  EXPECT_EQ(taken, (std::vector<int64_t>{5, 10, 15}));
+  EXPECT_FALSE(s.Due(19)) << "never at the run's last step";
+  EXPECT_EQ(CheckpointSchedule(5, Mode::kAsync, 12, 40).next(), 15) << "resumed at 12";
 }
 
 TEST(CheckpointSchedule, NoneWithoutCheckpointEvery) {
@@ -257,21 +265,36 @@ TEST_F(CheckpointPolicyTest, SyncCopiesStepStateOnceEveryRankPausedThenReleases)
   EXPECT_EQ(back.states, (std::vector<std::vector<float>>{v, m}));
 }
 
-TEST_F(CheckpointPolicyTest, AsyncCopiesTheParametersAtTheVersionItSees) {
-  shm::Segment seg = MakeSegment(Layout(Mode::kAsync, 2, 0));
+TEST_F(CheckpointPolicyTest, AsyncCopiesOnceEveryRankPausedAtOrPastTheMultipleThenReleases) {
+  shm::Segment seg = MakeSegment(Layout(Mode::kAsync, 3, 0));
   ASSERT_TRUE(seg.valid());
   const std::vector<float> w = Filled(3);
   std::copy(w.begin(), w.end(), seg.params(0));
-  seg.header()->param_version = 7;
+  seg.header()->param_version = 5;
   const std::string path = dir_.File("c.bin");
   CheckpointPolicy policy(Config(path, 5, Mode::kAsync), log_, stats_);
+  ASSERT_EQ(policy.schedule().next(), 5);
+  seg.block(0)->phase = 10;  // paused before ticket 5 (or a later one, below 10)
+  seg.block(1)->phase = 20;  // no ticket below total_steps (10) left
+  seg.block(2)->phase = 1;   // computing a ticket below 5: may still write W
+  policy.Tick(seg, 5);
+  EXPECT_FALSE(fs::exists(path)) << "rank 2 may still apply";
+  seg.block(2)->phase = 4;  // released from a pause before 2, computing below 5
+  policy.Tick(seg, 5);
+  EXPECT_FALSE(fs::exists(path)) << "a pause before 2 is not one before 5";
+  seg.block(2)->phase = 11;  // odd: never an async pause
+  policy.Tick(seg, 5);
+  EXPECT_FALSE(fs::exists(path));
+  EXPECT_EQ(seg.header()->released_step, 0);
+  seg.block(2)->phase = 10;
   testing::internal::CaptureStdout();
-  policy.Tick(seg, 7);
+  policy.Tick(seg, 5);
   testing::internal::GetCapturedStdout();
+  EXPECT_EQ(seg.header()->released_step, 5) << "the ranks are released";
   EXPECT_EQ(policy.schedule().next(), 10);
   Checkpoint back;
   ASSERT_TRUE(LoadCheckpoint(path, &back).ok());
-  EXPECT_EQ(back.step, 7);
+  EXPECT_EQ(back.step, 5) << "the version at the copy";
   EXPECT_EQ(back.mode, Mode::kAsync);
   EXPECT_EQ(back.params, w);
   EXPECT_TRUE(back.states.empty());
@@ -530,6 +553,18 @@ TEST(RunSummary, SyncUsPerStepNeedsTwoSteps) {
   EXPECT_TRUE(std::isnan(UsPerStep(s)));
 }
 
+TEST(RunSummary, ATimeThatCannotBeMeasuredIsSaidNotPrintedAsNan) {
+  RunSummary s = SyncSummary();
+  s.end_step = 1;
+  const std::string text = SummaryText(s);
+  EXPECT_EQ(text.find("nan"), std::string::npos) << text;
+  EXPECT_NE(text.find(", no time per step (sync steps are timed from the end of the first to "
+                      "the end of the last: it takes 2 steps or more)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(SummaryText(SyncSummary()).find(" us/step"), std::string::npos);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Several hosts: the metrics port of each host master on a machine, and the host label.
 
@@ -588,6 +623,52 @@ TEST(HostMetricsAddress, APortAbove65535OrAMalformedAddressIsAUsageErrorNamingTh
   std::string out;
   EXPECT_EQ(monitoring::HostMetricsAddress("127.0.0.1:9464", -1, &out).code(),
             Status::Code::kInternal);
+}
+
+// A socket listening on 127.0.0.1 at a port the kernel picked; closed on destruction.
+class TakenPort {
+ public:
+  TakenPort() {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    EXPECT_EQ(listen(fd_, 1), 0);
+    EXPECT_EQ(getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len), 0);
+    port_ = ntohs(a.sin_port);
+  }
+  ~TakenPort() { close(fd_); }
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
+TEST(HostMetrics, ATakenPortOfAnotherHostMasterIsExplainedByTheGivenPortPlusItsRank) {
+  const TakenPort taken;
+  const int base = taken.port() - 1;  // host master 1 of this machine would listen on taken
+  const std::string given = "127.0.0.1:" + std::to_string(base);
+  std::unique_ptr<monitoring::Exporter> e;
+  const Status s = StartHostMetrics(given, 1, &e);
+  EXPECT_EQ(s.code(), Status::Code::kUsage);
+  EXPECT_EQ(e, nullptr);
+  EXPECT_EQ(s.message().rfind("--metrics-addr " + given + ": host master 1 of this machine "
+                              "listens on port " + std::to_string(base) + " + 1 = " +
+                              std::to_string(taken.port()) +
+                              " (under mpirun, host master k of a machine listens on the given "
+                              "port + k), and cannot listen there: the port is taken",
+                              0),
+            0u)
+      << s.message();
+  // Host master 0 listens on the port given: the message names it, no rule to explain.
+  const std::string at = "127.0.0.1:" + std::to_string(taken.port());
+  const Status own = StartHostMetrics(at, 0, &e);
+  EXPECT_EQ(own.message().rfind("--metrics-addr " + at + ": cannot listen there: the port is taken", 0),
+            0u)
+      << own.message();
 }
 
 // GET http://addr/metrics (HTTP/1.0: the body ends with the connection), each socket call

@@ -9,6 +9,8 @@
 // The ticket a rank holds is in its block (WorkerBlock.ticket, -1 = none), so that a death
 // costs no minibatch. The rank, in order:
 //   1. claims u = claimed.fetch_add(1) (stops if u >= total_steps) and stores ticket = u;
+//      with --checkpoint-every, waits there while a checkpoint at or below u is owed
+//      (PauseForCheckpoint);
 //   2. reads param_version, snapshots W, computes the gradient of minibatch u; a non-finite
 //      loss or gradient records the ticket (RecordDivergence) and exits kWorkerDiverged
 //      without applying; a gradient too stale (--max-staleness) is dropped, counted and
@@ -114,6 +116,25 @@ void RecordUpdate(shm::Header* h, shm::WorkerBlock* self, uint64_t v_apply, uint
   shm::AddRelaxed<uint64_t>(self->compute_ns_total, static_cast<uint64_t>(shm::MonotonicNs() - t0));
 }
 
+// Checkpoints (--checkpoint-every N): ticket u is not computed before the master has copied
+// W at the multiple of N at or below u (the checkpoint "at update kN": every ticket below kN
+// applied, none above). The rank announces the pause with phase 2kN (even: holds no update in
+// flight) and waits for released_step >= kN, as a sync rank pauses before step kN. Tickets at
+// or past total_steps (owed updates, Supervisor::ResumeAsync) never pause.
+int PauseForCheckpoint(shm::Header* h, shm::WorkerBlock* self, shm::PhaseBarrier& gate,
+                       int64_t ticket) {
+  const shm::RunConfig& c = h->config;
+  if (c.checkpoint_every <= 0 || ticket >= c.total_steps) return kWorkerOk;
+  const int64_t at = ticket / c.checkpoint_every * c.checkpoint_every;
+  if (at <= c.first_step || std::atomic_ref<int64_t>(h->released_step).load() >= at) {
+    return kWorkerOk;
+  }
+  shm::StorePhase(*self, 2 * static_cast<uint64_t>(at));
+  const auto r =
+      gate.WaitReleased(at, shm::MonotonicNs() + static_cast<int64_t>(c.barrier_timeout_s * 1e9));
+  return r == shm::PhaseBarrier::Result::kOk ? kWorkerOk : ExitFor(r);
+}
+
 }  // namespace
 
 int RunAsync(const shm::Segment& seg, int rank, uint32_t incarnation) {
@@ -161,12 +182,19 @@ int RunAsync(const shm::Segment& seg, int rank, uint32_t incarnation) {
     if (getppid() != master) return kWorkerOrphaned;
     if (shm::LoadAcquire(h->stop_eval) != shm::kNoStop) return kWorkerOk;  // early stop
     if (ticket < 0) {
-      if (claimed.load(std::memory_order_relaxed) >= total) return kWorkerOk;
-      const uint64_t u = claimed.fetch_add(1, std::memory_order_relaxed);
-      if (u >= total) return kWorkerOk;
+      const uint64_t u = claimed.load(std::memory_order_relaxed) >= total
+                             ? total
+                             : claimed.fetch_add(1, std::memory_order_relaxed);
+      if (u >= total) {
+        // No ticket below total_steps is left to this rank: it writes W no more, so no
+        // checkpoint waits for it (master/checkpoint_policy.cc, AllPausedBefore).
+        shm::StorePhase(*self, 2 * total);
+        return kWorkerOk;
+      }
       ticket = static_cast<int64_t>(u);
       shm::StoreRelaxed(self->ticket, ticket);
     }
+    if (const int rc = PauseForCheckpoint(h, self, gate, ticket); rc != kWorkerOk) return rc;
     const int64_t b = static_cast<int64_t>(shm::LoadRelaxed(self->batches));
     // Fires while the ticket is held: the replacement must take it over.
     if (FaultAt(c, FaultPoint::kExit, rank, b, incarnation)) return kWorkerInjectedFault;

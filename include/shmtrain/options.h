@@ -203,11 +203,19 @@ struct TrainOptions {
   // --task as given (checked against --loss by Validate); the task itself is TaskOf(loss).
   std::optional<Task> task;
   bool loss_given = false;
-  // The flags given on the command line ("--rule", ...): Validate() refuses a flag that does
-  // not apply to the run (e.g. --rule in sync mode), which a value alone cannot tell apart
-  // from its default. Empty when the options do not come from a command line.
-  std::set<std::string, std::less<>> given;
+  // The flags given on the command line ("--rule", ...), each with its value as typed ("" for
+  // a switch): Validate() refuses a flag that does not apply to the run (e.g. --rule in sync
+  // mode), which a value alone cannot tell apart from its default, and messages quote a value
+  // as the user wrote it (1e-3, not 0.001000). Empty when the options do not come from a
+  // command line.
+  std::map<std::string, std::string, std::less<>> given;
   bool Given(std::string_view flag) const { return given.find(flag) != given.end(); }
+  // `flag`'s value as typed when it was given, else `otherwise` (how its default prints).
+  std::string As(std::string_view flag, const std::string& otherwise) const;
+  // Why a run of these options most likely diverged, naming the flag and its value:
+  // "the weight decay (--weight-decay 1e+30) is probably too large ...", else the learning
+  // rate. For the master's divergence messages.
+  std::string DivergenceHint() const;
 
   // min(30 s, barrier / 2): the heartbeat deadline the master uses when none is given.
   static double DefaultHeartbeatTimeout(double barrier_timeout_s) {
