@@ -216,6 +216,7 @@ std::string OtherReasons(const std::vector<std::map<std::string, std::string>>& 
 struct Reference {
   std::string model;  // the saved model file's bytes; empty if the run failed
   double wall_s = NAN;
+  std::map<int64_t, std::string> losses;  // the "step" events: step -> loss, as printed
 };
 
 const Reference& SyncReference(int64_t steps, const Rule& rule = MomentumSgd()) {
@@ -234,6 +235,7 @@ const Reference& SyncReference(int64_t steps, const Rule& rule = MomentumSgd()) 
     EXPECT_EQ(Num(s, "restarts"), 0) << s;
     ref.wall_s = Num(s, "wall_s");
     ref.model = test::ReadWholeFile(path);
+    for (const auto& ev : Events(r.out, "step")) ref.losses[std::stoll(ev.at("step"))] = ev.at("loss");
   }
   if (ref.model.empty()) {
     static const auto* failed = new Reference();  // not cached: the caller fails
@@ -1003,6 +1005,12 @@ TEST(FaultTest, ResumeIsExact) {
     const Reference& ref = SyncReference(total);
     ASSERT_FALSE(ref.model.empty());
     EXPECT_TRUE(SameBytes(test::ReadWholeFile(model), ref.model));
+    // The resumed run logs the losses of the uninterrupted run from where it resumed on.
+    std::map<int64_t, std::string> want(ref.losses.lower_bound(step), ref.losses.end());
+    std::map<int64_t, std::string> got;
+    for (const auto& ev : Events(r.out, "step")) got[std::stoll(ev.at("step"))] = ev.at("loss");
+    EXPECT_FALSE(want.empty());
+    EXPECT_EQ(got, want) << "the resumed run's step events differ from the uninterrupted run's";
   }();
 }
 
