@@ -764,7 +764,18 @@ TEST(FaultTest, BarrierTimeoutBlamesTheStoppedRank) {
   ASSERT_FALSE(ref.model.empty());
   TempDir dir;
   const std::string model = dir.File("m.model");
-  LiveRun run(SyncRun(kLongSteps, {"--barrier-timeout", "1s", "--save", model}));
+  // The deadlines follow how fast this machine runs a worker now: a healthy worker that is
+  // only slow (a loaded machine starts a replacement slowly, and may not run one for a
+  // while) must never look hung. A short run's whole time, start to exit, is that measure,
+  // with a margin; 1 s for the barrier (0.5 s for the heartbeat) on a quiet machine.
+  const Clock::time_point t0 = Clock::now();
+  ExpectExit(test::RunProcess(SyncRun(kShortSteps / 10), kRunTimeout), 0);
+  const double short_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double barrier_s = std::clamp(10 * short_s, 1.0, 60.0);
+  char barrier[32];
+  std::snprintf(barrier, sizeof barrier, "%.1fs", barrier_s);
+  std::printf("[ barrier ] a short run took %.3f s: --barrier-timeout %s\n", short_s, barrier);
+  LiveRun run(SyncRun(kLongSteps, {"--barrier-timeout", barrier, "--save", model}));
   ASSERT_GT(run.master(), 0);
   ASSERT_TRUE(run.Until(IsEvent("step"), kEventTimeout)) << run.Outcome();
   const pid_t victim = run.worker(1);
