@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/utf8.h"
 #include "data/text_cells.h"
 #include "data/text_load.h"
 
@@ -177,7 +178,7 @@ char DetectDelimiter(std::string_view text) {
     const size_t nl = text.find('\n');
     std::string_view line = text.substr(0, nl);
     text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    line = text::DropCr(line);
     if (!IsBlank(line)) lines[n++] = Trim(line);  // edge tabs are padding, not delimiters
   }
   if (n == 0) return ',';  // only blank lines: the load reports that
@@ -301,7 +302,7 @@ Status NamedLabel(const std::string& path, std::string_view line, int64_t line_n
     std::string own;
     if (kind == CellKind::kEscaped) name = own = Unescape(name);
     if (name == opts.label_name && *label < 0) *label = c;
-    if (c < 8) names += (c ? ", " : "") + std::string(name);
+    if (c < 8) names += (c ? ", " : "") + Printable(name);
   }
   if (*label >= 0) return Status::Ok();
   return Status::Data(At(path, line_no) + "label column '" + opts.label_name +
@@ -471,10 +472,12 @@ inline uint64_t CellEnds(const char* p, char delim) {
 }
 
 // The text of the unquoted cell [b, e) as NextCell gives it, where e is at its delimiter or
-// the line's '\n': without surrounding pads, nor the line's '\r' before its '\n'.
+// the line's '\n': without surrounding pads, nor the '\r's that end the line.
 inline std::string_view CellText(const char* b, const char* e, char delim) {
   while (b < e && IsPad(*b, delim)) ++b;
-  if (*e == '\n' && e > b && e[-1] == '\r') --e;
+  if (*e == '\n') {
+    while (e > b && e[-1] == '\r') --e;
+  }
   while (e > b && IsPad(e[-1], delim)) --e;
   return {b, static_cast<size_t>(e - b)};
 }
@@ -572,8 +575,7 @@ Status ParseLines(const std::string& path, const Shape& sh, std::string_view tex
       continue;
     }
     const char* nl = static_cast<const char*>(std::memchr(p, '\n', static_cast<size_t>(end - p)));
-    std::string_view line(p, static_cast<size_t>(nl - p));
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    const std::string_view line = text::DropCr(std::string_view(p, static_cast<size_t>(nl - p)));
     if (Status s = GeneralRow(path, sh, line, *line_no, out); !s.ok()) return s;
     p = nl + 1;
   }
@@ -681,10 +683,9 @@ Status BlockParser::ParseSplit(std::string_view first, std::string_view second,
 std::string_view FirstLine(std::string_view text, size_t* pos, int64_t* line_no) {
   while (*pos < text.size()) {
     const size_t nl = text.find('\n', *pos);  // every line of a block ends in '\n'
-    std::string_view line = text.substr(*pos, nl - *pos);
+    const std::string_view line = text::DropCr(text.substr(*pos, nl - *pos));
     *pos = nl + 1;
     ++*line_no;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (!IsBlank(line)) return line;
   }
   return {};

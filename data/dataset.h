@@ -29,7 +29,8 @@ struct ClassMap {
   int size() const { return static_cast<int>(names.size()); }
   // The class of a trimmed label cell, or -1 if it is not one of them.
   int Find(std::string_view cell) const;
-  // "a, b, c" for messages: the first `most` names, then ", ..." if there are more.
+  // "a, b, c" for messages: the first `most` names (made Printable, core/utf8.h: a label may hold
+  // any bytes), then ", ..." if there are more.
   std::string List(int most = 12) const;
   // The map of these labels (each a trimmed cell): numeric if every one is a finite number.
   static ClassMap Build(const std::vector<std::string_view>& labels);

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <system_error>
 
+#include "core/utf8.h"
+
 namespace shmtrain::data::text {
 
 std::string At(const std::string& path) {
@@ -20,20 +22,13 @@ std::string At(const std::string& path, int64_t line, int64_t col) {
 
 std::string Quote(std::string_view cell) {
   constexpr size_t kMaxShown = 40;
-  std::string s = "'";
-  for (size_t i = 0; i < cell.size() && i < kMaxShown; ++i) {
-    unsigned char c = static_cast<unsigned char>(cell[i]);
-    if (c < 0x20 || c == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      s += buf;
-    } else {
-      s += static_cast<char>(c);
-    }
+  // Cut at a character's start (back over up to 3 continuation bytes), so that the cut leaves
+  // no half of one to be shown as bytes.
+  size_t cut = std::min(cell.size(), kMaxShown);
+  for (int k = 0; k < 3 && cut < cell.size() && (static_cast<unsigned char>(cell[cut]) & 0xC0) == 0x80; ++k) {
+    --cut;
   }
-  if (cell.size() > kMaxShown) s += "...";
-  s += "'";
-  return s;
+  return "'" + Printable(cell.substr(0, cut)) + (cut < cell.size() ? "...'" : "'");
 }
 
 std::string Plural(int64_t n, const char* word) {

@@ -21,8 +21,7 @@ std::string At(const std::string& path);
 std::string At(const std::string& path, int64_t line);
 std::string At(const std::string& path, int64_t line, int64_t col);
 
-// A cell as shown in a message: quoted, cut to a readable length, control bytes escaped (a
-// binary file fed by mistake must not put raw bytes on the terminal).
+// A cell as shown in a message: quoted, cut to a readable length, made Printable (core/utf8.h).
 std::string Quote(std::string_view cell);
 
 std::string Plural(int64_t n, const char* word);
@@ -31,6 +30,11 @@ inline bool IsSpace(char c) {
   return c == ' ' || c == '\t';
 }
 std::string_view Trim(std::string_view s);
+// A line without the '\r's that end it ("\r\n" and "\r\r\n" line ends alike).
+inline std::string_view DropCr(std::string_view line) {
+  while (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  return line;
+}
 bool IsBlank(std::string_view line);
 
 enum class Cell { kOk, kEmpty, kNotNumber, kNotFinite, kTooLarge };
