@@ -10,6 +10,8 @@
 // first. A large block is split at a line between two threads; the first error by line
 // number is the one reported, since the second thread's rows and error count only when the
 // first thread's part has none.
+#include <malloc.h>
+
 #include <algorithm>
 #include <bit>
 #include <chrono>
@@ -389,6 +391,39 @@ Status CheckAndReserve(const LineBlocks& src, const LoadOptions& opts, const Sha
   return Status::Ok();
 }
 
+// The floats of a file whose size is not known until its end (a pipe): what each block adds is
+// set aside as it comes, and the pieces are put together once, at the end, each freed as it is
+// copied. One vector grown instead would be copied at each doubling, twice its size at once.
+class Pieces {
+ public:
+  // Sets aside the floats *x holds and leaves it empty, with room for as many.
+  void Keep(std::vector<float>* x) {
+    const size_t n = x->size();
+    pieces_.push_back(std::move(*x));
+    *x = std::vector<float>();
+    x->reserve(n);
+  }
+  // The pieces, then what *x holds, into *x.
+  void Join(std::vector<float>* x) {
+    if (pieces_.empty()) return;
+    size_t total = x->size();
+    for (const std::vector<float>& p : pieces_) total += p.size();
+    std::vector<float> all;
+    all.reserve(total);  // touches no page: only the copies do, as the pieces go
+    for (std::vector<float>& p : pieces_) {
+      all.insert(all.end(), p.begin(), p.end());
+      std::vector<float>().swap(p);
+      malloc_trim(0);  // its pages back to the system now, whichever heap it came from
+    }
+    all.insert(all.end(), x->begin(), x->end());
+    *x = std::move(all);
+    pieces_.clear();
+  }
+
+ private:
+  std::vector<std::vector<float>> pieces_;
+};
+
 // ---- Rows ----
 
 // Where the rows of a part of the file go.
@@ -707,7 +742,12 @@ Status LoadCsv(const std::string& path, LineBlocks* src, const LoadOptions& opts
   Dataset ds;
   ds.features = sh.features;
   LabelBook labels;
-  if (Status s = CheckAndReserve(*src, opts, sh, &ds, &labels); !s.ok()) return s;
+  // A pipe longer than a block is read once: its rows are not known before they are read.
+  // check_size sees the rows read so far after each block, and all of them at the end.
+  const bool sized = src->sized();
+  if (sized) {
+    if (Status s = CheckAndReserve(*src, opts, sh, &ds, &labels); !s.ok()) return s;
+  }
   Rows rows{&ds.x, &ds.y, &labels};
   if (!has_header) {
     if (Status s = GeneralRow(path, sh, first, line_no, &rows); !s.ok()) return s;
@@ -715,14 +755,27 @@ Status LoadCsv(const std::string& path, LineBlocks* src, const LoadOptions& opts
   TextTuning t = tuning;
   if (t.threads <= 0) t.threads = std::thread::hardware_concurrency() >= 2 ? 2 : 1;
   BlockParser parser(path, sh, t, &rows);
+  Pieces pieces;
   for (text.remove_prefix(pos);;) {
     if (Status s = parser.Parse(text, &line_no); !s.ok()) return s;
+    if (!sized) {
+      if (opts.check_size) {
+        if (Status s = opts.check_size(rows.count, sh.features); !s.ok()) return s;
+      }
+      pieces.Keep(&ds.x);
+    }
     bool more = false;
     if (Status s = src->Next(&more); !s.ok()) return s;
     if (!more) break;
     text = src->block();
   }
   parser.Finish();
+  if (!sized) {
+    if (opts.check_size) {
+      if (Status s = opts.check_size(rows.count, sh.features); !s.ok()) return s;
+    }
+    pieces.Join(&ds.x);
+  }
   ds.rows = rows.count;
   if (ds.rows == 0) return Status::Data(At(path) + "file has a header line but no data rows");
   if (sh.classify) {

@@ -85,7 +85,10 @@ struct LoadOptions {
   // column) or `features` + 1 (the label column is skipped unread); y stays empty.
   bool no_labels = false;
   // Called once the shape is known and before the rows are stored, with an upper bound of
-  // the rows and the features: a non-OK status ends the load with it (big-data refusal).
+  // the rows and the features: a non-OK status ends the load with it (big-data refusal). A
+  // CSV pipe longer than a block cannot be measured first: it is called after each block with
+  // the rows read so far, and at the end with all of them, so the load stops once they would
+  // not fit.
   std::function<Status(int64_t rows, int features)> check_size;
 };
 

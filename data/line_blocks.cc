@@ -57,17 +57,13 @@ Status LineBlocks::Open() {
   fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd_ < 0) return Status::Data(path_ + ": cannot open file: " + std::strerror(errno));
   struct stat st {};
-  size_t first = size_t{1} << 16;
+  size_t first = block_bytes_;
   if (::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode)) {
     regular_ = true;
     // +1: the end of the file is seen without another block.
     first = std::min(block_bytes_, static_cast<size_t>(st.st_size) + 1);
   }
   if (Status s = Fill(std::max<size_t>(first, 3)); !s.ok()) return s;  // 3: a whole BOM
-  // A pipe is one block: Measure could not read it again.
-  while (!regular_ && !eof_) {
-    if (Status s = Fill(std::max(cap_, first)); !s.ok()) return s;
-  }
   // A UTF-8 byte order mark (spreadsheet exports write one) is not part of the first cell.
   if (data_ >= 3 && std::memcmp(buf_.get(), kBom, 3) == 0) bom_ = 3;
   begin_ = end_ = bom_;

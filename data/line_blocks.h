@@ -23,7 +23,8 @@ inline int64_t CountNewlines(const char* p, size_t n) {
 
 // Lines end in '\n' ("\r\n" too: the loaders drop the '\r's that end a line), or, in a file
 // whose first line ends in a lone '\r' (old Mac OS, as pandas and R read it), in '\r': each
-// '\r' of such a file is read as '\n'.
+// '\r' of such a file is read as '\n'. A regular file and a pipe are read alike, a block at a
+// time; only a regular file can be measured (read twice) before its blocks are parsed.
 class LineBlocks {
  public:
   // block_bytes: how much is read at a time (a block holds more when a line is longer).
@@ -60,10 +61,11 @@ class LineBlocks {
   // Moves to the next block; *more false when the file has none.
   Status Next(bool* more);
 
+  // Whether Measure can tell the size of the whole text: a regular file (read again for it,
+  // through a small buffer), or a pipe that ended within the blocks read so far, before Next.
+  bool sized() const { return regular_ || (eof_ && !moved_); }
   // The size of the whole text (without a byte order mark) and a bound of its lines (its
-  // count of '\n', and of '\r' in a file read with '\r' line ends): a regular file is read
-  // again for it, through a small buffer. A file that is not regular (a pipe) cannot be read
-  // twice: Open reads it whole into the first block, as one block.
+  // count of '\n', and of '\r' in a file read with '\r' line ends). Only when sized().
   Status Measure(int64_t* bytes, int64_t* newlines) const;
 
  private:
