@@ -128,12 +128,21 @@ Status LoadFile(const std::string& path, const LoadOptions& opts, Dataset* out) 
     return Status::Data(At(path) + "delimiter " + Quote(std::string_view(&opts.delimiter, 1)) +
                         " is not supported (use ',', ';' or tab)");
   }
+  if (opts.decimal != 0 && opts.decimal != '.' && opts.decimal != ',') {
+    return Status::Data(At(path) + "decimal separator " + Quote(std::string_view(&opts.decimal, 1)) +
+                        " is not supported (use '.' or ',')");
+  }
+  if (opts.decimal == ',' && opts.delimiter == ',') {
+    return Status::Data(At(path) + "decimal separator ',' needs another delimiter than ',' (';' "
+                        "or tab)");
+  }
   DataFormat format = opts.format == DataFormat::kAuto ? DetectFormat(path) : opts.format;
   if (IsArrayFormat(format)) {
     const char* csv_flag = opts.label_col != -1          ? "--label-col"
                            : !opts.label_name.empty()     ? "--label-col"
                            : opts.header != HeaderMode::kAuto ? "--header"
                            : opts.delimiter != 0          ? "--delimiter"
+                           : opts.decimal != 0            ? "--decimal"
                                                           : nullptr;
     if (csv_flag != nullptr) {
       return Status::Data(At(path) + csv_flag + " applies to CSV files; this is " +

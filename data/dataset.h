@@ -71,6 +71,11 @@ struct LoadOptions {
   // one of the three found outside quotes as often on both, the most often; ties go to ',',
   // then ';'). Any other value is an error. Ignored for LIBSVM.
   char delimiter = 0;
+  // CSV decimal separator: '.' or ',' (as R's read.csv2 and pandas' decimal=','; the delimiter
+  // must then not be ','). 0 = detected: ',' when the delimiter is ';' and a cell of the first
+  // two non-blank lines is a number with a decimal comma ("1,5"), else '.'. A file has one:
+  // "1,5" reads as exactly the float "1.5" does, and with ',' a cell with '.' is refused.
+  char decimal = 0;
   Task task = Task::kRegression;
   // Classification: map the labels through this map (a label not in it is an error). Null:
   // build the map from this file's labels.

@@ -90,9 +90,9 @@ bool IsUnderflow(std::string_view s) {
 }
 
 // The label of a regression row: a number.
-Status RegressionTarget(const std::string& path, const PendingLabel& l, float* out) {
+Status RegressionTarget(const std::string& path, const PendingLabel& l, char decimal, float* out) {
   double v = 0;
-  if (Cell r = ParseCell(l.text, &v); r != Cell::kOk) {
+  if (Cell r = ParseNumber(l.text, decimal, &v); r != Cell::kOk) {
     std::string what = CellError(r, l.text);
     if (r == Cell::kNotNumber) what += " (regression needs numeric targets; use --task classification for class labels)";
     return Status::Data((l.col > 0 ? At(path, l.line, l.col) : At(path, l.line)) + what);
@@ -129,6 +129,14 @@ Cell ParseCell(std::string_view cell, double* out) {
   if (std::fabs(v) >= kFloatOverflow) return Cell::kTooLarge;
   *out = v;
   return Cell::kOk;
+}
+
+Cell ParseNumber(std::string_view cell, char decimal, double* out) {
+  if (decimal != ',' || cell.find_first_of(".,") == std::string_view::npos) return ParseCell(cell, out);
+  if (cell.find('.') != std::string_view::npos) return Cell::kNotNumber;
+  std::string dot(cell);
+  std::replace(dot.begin(), dot.end(), ',', '.');
+  return ParseCell(dot, out);
 }
 
 std::string CellError(Cell r, std::string_view cell) {
@@ -212,10 +220,10 @@ Status LabelBook::MapClasses(const std::string& path, const LoadOptions& opts, D
 }
 
 Status TakeLabel(const std::string& path, const PendingLabel& l, bool classify, LabelBook* labels,
-                 std::vector<float>* y) {
+                 std::vector<float>* y, char decimal) {
   if (!classify) {
     float v = 0;
-    if (Status s = RegressionTarget(path, l, &v); !s.ok()) return s;
+    if (Status s = RegressionTarget(path, l, decimal, &v); !s.ok()) return s;
     y->push_back(v);
     return Status::Ok();
   }

@@ -44,6 +44,10 @@ enum class Cell { kOk, kEmpty, kNotNumber, kNotFinite, kTooLarge };
 // become zero or subnormal; magnitudes that round to float infinity are kTooLarge.
 Cell ParseCell(std::string_view cell, double* out);
 
+// ParseCell with `decimal` ('.' or ',') as the decimal separator: with ',', a cell holding
+// '.' is not a number, and one with ',' reads as the same text with '.' would.
+Cell ParseNumber(std::string_view cell, char decimal, double* out);
+
 // The message for a cell that did not parse (r != kOk).
 std::string CellError(Cell r, std::string_view cell);
 
@@ -169,8 +173,9 @@ class LabelBook {
   std::vector<int32_t> rows_;
 };
 
-// A row's label: kept for the class map (classification) or parsed as the target into *y.
+// A row's label: kept for the class map (classification) or parsed as the target into *y,
+// with `decimal` as its decimal separator.
 Status TakeLabel(const std::string& path, const PendingLabel& l, bool classify, LabelBook* labels,
-                 std::vector<float>* y);
+                 std::vector<float>* y, char decimal = '.');
 
 }  // namespace shmtrain::data::text

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -884,13 +885,9 @@ TEST_F(CsvTest, WrongDelimiterHints) {
               "cell '5;2' is not a number" + semi);
   ExpectError("a;b;y\n1,5;2,0;3\n", Delim(','), "",
               "rows have 1 column; need at least one feature column besides the label" + semi);
-  // ... and with ';' (detected from the header): the cells have decimal commas.
-  ExpectError("a;b;y\n1,5;2,0;3\n", {}, "2:1: ",
-              "cell '1,5' is not a number (decimal commas are not supported: write '1.5' for "
-              "'1,5')");
-  ExpectError("a;b;y\n1;2,0;3\n", {}, "2:2: ",
-              "cell '2,0' is not a number (decimal commas are not supported: write '2.0' for "
-              "'2,0')");
+  // ... and with ';', decimal commas past the first lines (which decide the separator).
+  ExpectError("a;b;y\n1;2;3\n1;2,0;3\n", {}, "3:2: ",
+              "cell '2,0' is not a number (a decimal comma? --decimal , reads '2,0' as a number)");
   // A tab file read with ';', and a comma file read as tab-separated.
   ExpectError("a\tb\ty\n1\t2\t3\n", Delim(';'), "",
               "rows have 1 column; need at least one feature column besides the label (the line "
@@ -1108,6 +1105,7 @@ TEST_F(BlocksTest, GoodFilesAnyBlockAnyThreads) {
   ExpectSameEverySplit("x,c\r1,a\r\r2,b\r3,a", Classify());
   ExpectSameEverySplit("x,c\r\r\n1,a\r\r\n2,b\r\n3,a\r\r\r\n", Classify());
   ExpectSameEverySplit("1 1:2 3:4\r# c\r\r0 2:1\r-1 1:1e-3\r", {}, "d.svm");
+  ExpectSameEverySplit("1,5;2;3\n4;5,5;-6,25e1\n7;8;9\n", {});  // decimal commas
 }
 
 TEST_F(BlocksTest, ErrorsAnyBlockAnyThreads) {
@@ -1117,12 +1115,67 @@ TEST_F(BlocksTest, ErrorsAnyBlockAnyThreads) {
   ExpectSameEverySplit("a,b,y\n1,2,3\n4,\"5,6\n7,8,9\n", {});
   ExpectSameEverySplit("a,b,y\n1,2,3\n4,5,nan\n7,8,9", Classify());
   ExpectSameEverySplit("1;2;3\n4;5;6\n7;8,5;9\n", {});  // the decimal-comma hint
+  ExpectSameEverySplit("a;b;y\n1,5;2;3\n4;5,5;6.5\n", {});  // one decimal separator
   LoadOptions given = Classify();
   const ClassMap map = ClassMap::Build({"a", "b"});
   given.classes = &map;
   ExpectSameEverySplit("x,c\n1,a\n2,b\n3,z\n4,a\n5,y\n", given);
   ExpectSameEverySplit("1 1:2\n0 2:1\n1 1:1 1:2\n", {}, "d.svm");
   ExpectSameEverySplit("x,y\n1,2\n3,4\r5\n", {});
+}
+
+LoadOptions Decimal(char d, LoadOptions o = {}) {
+  o.decimal = d;
+  return o;
+}
+
+// A ';'-separated file with decimal commas (R's write.csv2, spreadsheets in many locales) reads
+// as the same file with decimal points, float for float; detected from its first two lines,
+// with or without a header, or given.
+TEST_F(CsvTest, DecimalCommas) {
+  const Dataset dot = Load("a,b,y\n1.5,2.0,3\n-0.25,1e3,4.5\n+0.1,7,-1.75e-2\n");
+  ExpectSameBits(Load("a;b;y\n1,5;2,0;3\n-0,25;1e3;4,5\n+0,1;7;-1,75e-2\n"), dot);
+  ExpectSameBits(Load("1,5;2,0;3\r\n-0,25;1e3;4,5\r\n+0,1;7;-1,75e-2\r\n"), dot);
+  ExpectSameBits(Load("a;b;y\n1,5;2;3\n-0,25;1e3;4,5\n+0,1;7;-1,75e-2\n"), dot);
+  // Given: past the first lines, and with tabs.
+  ExpectSameBits(Load("a;b;y\n1;2;3\n-0,25;1e3;4,5\n", Decimal(',')),
+                 Load("a,b,y\n1,2,3\n-0.25,1e3,4.5\n"));
+  ExpectSameBits(Load("a\tb\ty\n1,5\t2,0\t3\n", Decimal(',')), Load("a,b,y\n1.5,2.0,3\n"));
+  // Text class labels are text, with or without commas.
+  const Dataset c = Load("x;k\n0,5;a,b\n1,5;c\n", Decimal(',', Classify()));
+  EXPECT_EQ(c.classes.names, (std::vector<std::string>{"a,b", "c"}));
+  // One separator per file.
+  ExpectError("a;b;y\n1,5;2.5;3\n", {}, "2:2: ",
+              "cell '2.5' is not a number (the decimal separator is ',' in this file: --decimal . "
+              "reads '.')");
+  ExpectError("a;b;y\n1,5;2;3.5\n", {}, "2:3: ",
+              "cell '3.5' is not a number" + kNumericTargets +
+                  " (the decimal separator is ',' in this file: --decimal . reads '.')");
+  ExpectError("a;b;y\n1,5;2;3\n", Decimal('.'), "2:1: ",
+              "cell '1,5' is not a number (a decimal comma? --decimal , reads '1,5' as a number)");
+  ExpectError("a,b\n1,2\n", Decimal(',', Delim(',')), "",
+              "decimal separator ',' needs another delimiter than ',' (';' or tab)");
+  ExpectError("a,b\n1,2\n", Decimal('x'), "", "decimal separator 'x' is not supported (use '.' or ',')");
+}
+
+// "d,ddd" parses to exactly the double "d.ddd" does, for random numerals of every kind.
+TEST(ParseNumberTest, DecimalCommaIsBitForBitTheDecimalPoint) {
+  std::mt19937_64 rng(11);
+  for (int i = 0; i < 20000; ++i) {
+    std::string dot = std::to_string(rng() % 1000000) + "." + std::to_string(rng());
+    if (i % 3 == 0) dot = "-" + dot;
+    if (i % 5 == 0) dot += "e" + std::to_string(static_cast<int>(rng() % 60) - 30);
+    std::string comma = dot;
+    comma[comma.find('.')] = ',';
+    double a = 0, b = 0;
+    ASSERT_EQ(text::ParseCell(dot, &a), text::Cell::kOk) << dot;
+    ASSERT_EQ(text::ParseNumber(comma, ',', &b), text::Cell::kOk) << comma;
+    ASSERT_EQ(std::bit_cast<uint64_t>(a), std::bit_cast<uint64_t>(b)) << comma;
+  }
+  double v = 0;
+  EXPECT_EQ(text::ParseNumber("1.5", ',', &v), text::Cell::kNotNumber);
+  EXPECT_EQ(text::ParseNumber("1,5", '.', &v), text::Cell::kNotNumber);
+  EXPECT_EQ(text::ParseNumber("1,5,0", ',', &v), text::Cell::kNotNumber);
 }
 
 // In a file of '\n' line ends only the '\r's that end a line go; one anywhere else is a byte
