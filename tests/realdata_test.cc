@@ -1162,5 +1162,30 @@ TEST_F(RealData, JsonLogIsValidUtf8WhateverTheData) {
   EXPECT_TRUE(JsonLinesValid(dir_, e.out));
 }
 
+// A csv2 file (';' and decimal commas, as R's write.csv2 writes it) trains and evaluates as the
+// same file with decimal points does: the same floats, so the same model bytes and loss.
+TEST_F(RealData, DecimalCommaCsvTrainsAsDecimalPoints) {
+  const std::string dot = Floats20Csv(200, 5);
+  std::string csv2 = dot;
+  for (char& c : csv2) c = c == ',' ? ';' : c == '.' ? ',' : c;
+  const std::string dot_path = dir_.Write("dot.csv", dot), csv2_path = dir_.Write("csv2.csv", csv2);
+  const std::string m_dot = dir_.File("dot.bin"), m_csv2 = dir_.File("csv2.bin");
+  for (const auto& [data, model] : {std::pair{dot_path, m_dot}, std::pair{csv2_path, m_csv2}}) {
+    EXPECT_TRUE(ExitedWith(Shm({"train", "--workers", "2", "--data", data, "--layers", "20,4,3",
+                                "--loss", "xent", "--lr", "0.1", "--steps", "20", "--seed", "3",
+                                "--save", model}),
+                           0));
+  }
+  EXPECT_TRUE(test::SameBytes(test::ReadWholeFile(m_csv2), test::ReadWholeFile(m_dot)));
+  const ProcResult e_dot = Shm({"eval", "--model", m_dot, "--data", dot_path});
+  const ProcResult e_csv2 = Shm({"eval", "--model", m_dot, "--data", csv2_path, "--decimal", ","});
+  EXPECT_TRUE(ExitedWith(e_csv2, 0));
+  EXPECT_EQ(e_csv2.out, e_dot.out);
+  const ProcResult refused = Shm({"eval", "--model", m_dot, "--data", csv2_path, "--decimal", "."});
+  EXPECT_TRUE(ExitedWith(refused, 2));
+  EXPECT_TRUE(Contains(refused.err, "csv2.csv:2:1: cell '"));
+  EXPECT_TRUE(Contains(refused.err, "(a decimal comma? --decimal , reads")) << refused.err;
+}
+
 }  // namespace
 }  // namespace shmtrain
