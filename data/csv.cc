@@ -253,7 +253,6 @@ char DetectDelimiter(std::string_view text, char decimal) {
   return best ? best : most ? most : ',';
 }
 
-
 // For the message of a line that did not parse with `delim`: a hint when its unquoted cells
 // hold another delimiter, " (the line looks ';'-separated: try --delimiter ';')", or decimal
 // commas, else "". Only on the error path.
@@ -402,8 +401,9 @@ Status MakeShape(const std::string& path, std::string_view line, int64_t line_no
     return Status::Data(At(path, line_no) + "row has " + std::to_string(sh->ncols) +
                         " cells, more than the supported " + std::to_string(INT_MAX));
   }
-  *has_header = opts.header == HeaderMode::kYes ||
-                (opts.header == HeaderMode::kAuto && AutoHeader(line, sh->ncols, delim, decimal, opts));
+  *has_header =
+      opts.header == HeaderMode::kYes ||
+      (opts.header == HeaderMode::kAuto && AutoHeader(line, sh->ncols, delim, decimal, opts));
   if (Status s = LabelAndFeatures(path, line, line_no, *has_header, opts, sh); !s.ok()) return s;
   sh->no_labels = opts.no_labels;
   sh->classify = opts.task == Task::kClassification && !opts.no_labels && sh->label >= 0;
@@ -506,8 +506,8 @@ Status GeneralRow(const std::string& path, const Shape& sh, std::string_view lin
       if (sh.no_labels) continue;
       std::string own;
       if (sh.classify && kind == CellKind::kEscaped) cell = own = Unescape(cell);
-      if (Status s = text::TakeLabel(path, {cell, line_no, c + 1}, sh.classify, out->labels,
-                                     out->y, sh.decimal);
+      if (Status s = text::TakeLabel(path, {cell, line_no, c + 1}, sh.classify, out->labels, out->y,
+                                     sh.decimal);
           !s.ok()) {
         double v;
         if (sh.classify || text::ParseNumber(cell, sh.decimal, &v) != Cell::kNotNumber) return s;
@@ -792,7 +792,8 @@ Status LoadCsv(const std::string& path, LineBlocks* src, const LoadOptions& opts
   if (first.data() == nullptr) return Status::Data(At(path) + "file is empty (it has only blank lines)");
   Shape sh;
   bool has_header = false;
-  if (Status s = MakeShape(path, first, line_no, delim, decimal, opts, &sh, &has_header); !s.ok()) return s;
+  if (Status s = MakeShape(path, first, line_no, delim, decimal, opts, &sh, &has_header); !s.ok())
+    return s;
   Dataset ds;
   ds.features = sh.features;
   LabelBook labels;

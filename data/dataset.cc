@@ -129,7 +129,8 @@ Status LoadFile(const std::string& path, const LoadOptions& opts, Dataset* out) 
                         " is not supported (use ',', ';' or tab)");
   }
   if (opts.decimal != 0 && opts.decimal != '.' && opts.decimal != ',') {
-    return Status::Data(At(path) + "decimal separator " + Quote(std::string_view(&opts.decimal, 1)) +
+    return Status::Data(At(path) + "decimal separator " +
+                        Quote(std::string_view(&opts.decimal, 1)) +
                         " is not supported (use '.' or ',')");
   }
   if (opts.decimal == ',' && opts.delimiter == ',') {

@@ -32,7 +32,8 @@ int64_t CountByte(const char* p, size_t n, char c) {
     for (int r = 0; r < 255 && n - i >= 16; ++r, i += 16) {
       Bytes v;
       std::memcpy(&v, p + i, 16);
-      acc -= reinterpret_cast<Bytes>(v == static_cast<unsigned char>(c));  // a match is all ones: -1
+      acc -=
+          reinterpret_cast<Bytes>(v == static_cast<unsigned char>(c));  // a match is all ones: -1
     }
     for (int l = 0; l < 16; ++l) total += acc[l];
   }

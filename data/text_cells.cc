@@ -25,7 +25,8 @@ std::string Quote(std::string_view cell) {
   // Cut at a character's start (back over up to 3 continuation bytes), so that the cut leaves
   // no half of one to be shown as bytes.
   size_t cut = std::min(cell.size(), kMaxShown);
-  for (int k = 0; k < 3 && cut < cell.size() && (static_cast<unsigned char>(cell[cut]) & 0xC0) == 0x80; ++k) {
+  for (int k = 0;
+       k < 3 && cut < cell.size() && (static_cast<unsigned char>(cell[cut]) & 0xC0) == 0x80; ++k) {
     --cut;
   }
   return "'" + Printable(cell.substr(0, cut)) + (cut < cell.size() ? "...'" : "'");
@@ -132,7 +133,8 @@ Cell ParseCell(std::string_view cell, double* out) {
 }
 
 Cell ParseNumber(std::string_view cell, char decimal, double* out) {
-  if (decimal != ',' || cell.find_first_of(".,") == std::string_view::npos) return ParseCell(cell, out);
+  if (decimal != ',' || cell.find_first_of(".,") == std::string_view::npos)
+    return ParseCell(cell, out);
   if (cell.find('.') != std::string_view::npos) return Cell::kNotNumber;
   std::string dot(cell);
   std::replace(dot.begin(), dot.end(), ',', '.');

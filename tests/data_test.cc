@@ -1155,7 +1155,8 @@ TEST_F(CsvTest, DecimalCommas) {
               "cell '1,5' is not a number (a decimal comma? --decimal , reads '1,5' as a number)");
   ExpectError("a,b\n1,2\n", Decimal(',', Delim(',')), "",
               "decimal separator ',' needs another delimiter than ',' (';' or tab)");
-  ExpectError("a,b\n1,2\n", Decimal('x'), "", "decimal separator 'x' is not supported (use '.' or ',')");
+  ExpectError("a,b\n1,2\n", Decimal('x'), "",
+              "decimal separator 'x' is not supported (use '.' or ',')");
 }
 
 // "d,ddd" parses to exactly the double "d.ddd" does, for random numerals of every kind.
@@ -1201,8 +1202,8 @@ TEST_F(CsvTest, TrailingCarriageReturnsDropped) {
     ExpectSameDataset(ds, Load(want, Classify()));
   }
   ExpectSameDataset(Load("x,y\r\r\n1,2\r\r\n3,4\r\r\n"), Load("x,y\n1,2\n3,4\n"));
-  ExpectError("x,y\r\r\n1,2\r\r\n3,a\r\r\n", {}, "3:2: ",
-              "cell 'a' is not a number" + kNumericTargets);
+  ExpectError("x,y\r\r\n1,2\r\r\n3,a\r\r\n", {},
+              "3:2: ", "cell 'a' is not a number" + kNumericTargets);
 }
 
 // A file whose lines end in a lone '\r' (old Mac OS) reads as one with '\n' (pandas and R
@@ -1220,22 +1221,24 @@ TEST_F(CsvTest, CarriageReturnLineEnds) {
 // Text from the file in a message is escaped: control bytes (a NUL does not cut the message)
 // and bytes that are not UTF-8; UTF-8 text as it is.
 TEST_F(CsvTest, MessagesEscapeBytesThatAreNotText) {
-  ExpectError(std::string("x,y\n1,2\n3,a\0b\n", 14), {}, "3:2: ",
-              "cell 'a\\x00b' is not a number" + kNumericTargets);
-  ExpectError("x,y\n1,\xff\xfe\n", {}, "2:2: ", "cell '\\xff\\xfe' is not a number" + kNumericTargets);
-  ExpectError("x,y\n1,caf\xc3\xa9\n", {}, "2:2: ", "cell 'caf\xc3\xa9' is not a number" + kNumericTargets);
+  ExpectError(std::string("x,y\n1,2\n3,a\0b\n", 14), {},
+              "3:2: ", "cell 'a\\x00b' is not a number" + kNumericTargets);
+  ExpectError("x,y\n1,\xff\xfe\n", {},
+              "2:2: ", "cell '\\xff\\xfe' is not a number" + kNumericTargets);
+  ExpectError("x,y\n1,caf\xc3\xa9\n", {},
+              "2:2: ", "cell 'caf\xc3\xa9' is not a number" + kNumericTargets);
   // A long cell is cut before a character, not inside it.
   const std::string e = "\xc3\xa9";
   std::string cell;
   for (int i = 0; i < 25; ++i) cell += e;  // 50 bytes
-  ExpectError("x,y\n1," + cell + "\n", {}, "2:2: ",
-              "cell '" + cell.substr(0, 40) + "...' is not a number" + kNumericTargets);
-  ExpectError("x,y\n1,a" + cell + "\n", {}, "2:2: ",
-              "cell 'a" + cell.substr(0, 38) + "...' is not a number" + kNumericTargets);
+  ExpectError("x,y\n1," + cell + "\n", {},
+              "2:2: ", "cell '" + cell.substr(0, 40) + "...' is not a number" + kNumericTargets);
+  ExpectError("x,y\n1,a" + cell + "\n", {},
+              "2:2: ", "cell 'a" + cell.substr(0, 38) + "...' is not a number" + kNumericTargets);
   LoadOptions named;
   named.label_name = "z";
-  ExpectError(std::string("a\0,b\x01,c\n1,2,3\n", 18), named, "1: ",
-              "label column 'z' is not in the header (a\\x00, b\\x01, c)");
+  ExpectError(std::string("a\0,b\x01,c\n1,2,3\n", 18), named,
+              "1: ", "label column 'z' is not in the header (a\\x00, b\\x01, c)");
 }
 
 // A file of `rows` rows "i,i+1,...,label" in blocks of 64 bytes split between two threads, with

@@ -1005,9 +1005,9 @@ struct PeakRun {
   std::string out;
 };
 
-// Runs `/bin/sh -c script args...` ($0, $1, ...: a pipeline into shmtrain) to its end within timeout, in
-// a process group of its own (killed whole at the deadline). The shell waits for every process
-// of the pipeline, so wait4's usage of the shell holds the largest peak among them.
+// Runs `/bin/sh -c script args...` ($0, $1, ...: a pipeline into shmtrain) to its end within
+// timeout, in a process group of its own (killed whole at the deadline). The shell waits for every
+// process of the pipeline, so wait4's usage of the shell holds the largest peak among them.
 PeakRun RunPeak(const TempDir& dir, const std::string& script, const std::vector<std::string>& args,
                 milliseconds timeout) {
   PeakRun r;
@@ -1087,9 +1087,9 @@ std::string Floats20Csv(int rows, uint32_t seed) {
 // A model of 20 inputs and 3 classes, trained on a small file of the kind Floats20Csv writes.
 std::string Floats20Model(const TempDir& dir) {
   const std::string model = dir.File("m20.bin");
-  const ProcResult r = Shm({"train", "--workers", "1", "--data", dir.Write("small.csv", Floats20Csv(300, 1)),
-                            "--layers", "20,4,3", "--loss", "xent", "--lr", "0.1", "--steps", "5",
-                            "--save", model});
+  const ProcResult r =
+      Shm({"train", "--workers", "1", "--data", dir.Write("small.csv", Floats20Csv(300, 1)),
+           "--layers", "20,4,3", "--loss", "xent", "--lr", "0.1", "--steps", "5", "--save", model});
   EXPECT_TRUE(ExitedWith(r, 0));
   return model;
 }
@@ -1107,10 +1107,11 @@ TEST_F(RealData, PipedGarbageRefusedAtItsFirstBadLine) {
                         Case{"/dev/zero", "csv", "and a NUL byte: this is binary data"},
                         Case{"/dev/zero", "libsvm", "and a NUL byte: this is binary data"}}) {
     SCOPED_TRACE(std::string(c.source) + " as " + c.format);
-    const PeakRun r = RunPeak(dir_,
-                              "head -c 500000000 \"$0\" | \"$1\" eval --model \"$2\" --data /dev/stdin "
-                              "--format \"$3\" --log-format json",
-                              {c.source, kBin, model, c.format}, kRunTimeout);
+    const PeakRun r =
+        RunPeak(dir_,
+                "head -c 500000000 \"$0\" | \"$1\" eval --model \"$2\" --data /dev/stdin "
+                "--format \"$3\" --log-format json",
+                {c.source, kBin, model, c.format}, kRunTimeout);
     EXPECT_EQ(r.exit_code, 2) << r.err;
     EXPECT_TRUE(std::regex_search(r.err, std::regex("error: /dev/stdin:[0-9]+: "))) << r.err;
     EXPECT_TRUE(Contains(r.err, c.what)) << r.err;
@@ -1145,18 +1146,20 @@ TEST_F(RealData, JsonLogIsValidUtf8WhateverTheData) {
   csv += std::string("0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,a\0b\n", 44);
   csv += "0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,\xff\xfe\n";
   const std::string data = dir_.Write("odd.csv", csv);
-  const ProcResult r = Shm({"train", "--workers", "1", "--data", data, "--layers", "20,4,3",
-                            "--loss", "xent", "--lr", "0.1", "--steps", "5", "--log-format", "json"});
+  const ProcResult r =
+      Shm({"train", "--workers", "1", "--data", data, "--layers", "20,4,3", "--loss", "xent",
+           "--lr", "0.1", "--steps", "5", "--log-format", "json"});
   EXPECT_TRUE(ExitedWith(r, 2));
-  EXPECT_TRUE(Contains(r.err, "has 5 classes (0, 1, 2, a\\x00b, \\xff\\xfe); make it one output per class"))
+  EXPECT_TRUE(
+      Contains(r.err, "has 5 classes (0, 1, 2, a\\x00b, \\xff\\xfe); make it one output per class"))
       << r.err;
   EXPECT_TRUE(JsonLinesValid(dir_, r.out));
   // A path that is not UTF-8 goes into the JSON events as it is otherwise.
   const std::string model = Floats20Model(dir_);
   const std::string odd = dir_.File("m\xff.bin");
   ASSERT_EQ(rename(model.c_str(), odd.c_str()), 0);
-  const ProcResult e = Shm({"eval", "--model", odd, "--data", dir_.Write("f.csv", Floats20Csv(30, 4)),
-                            "--log-format", "json"});
+  const ProcResult e = Shm({"eval", "--model", odd, "--data",
+                            dir_.Write("f.csv", Floats20Csv(30, 4)), "--log-format", "json"});
   EXPECT_TRUE(ExitedWith(e, 0));
   EXPECT_EQ(Events(e.out, "model").size(), 1u) << e.out;
   EXPECT_TRUE(JsonLinesValid(dir_, e.out));
@@ -1171,10 +1174,10 @@ TEST_F(RealData, DecimalCommaCsvTrainsAsDecimalPoints) {
   const std::string dot_path = dir_.Write("dot.csv", dot), csv2_path = dir_.Write("csv2.csv", csv2);
   const std::string m_dot = dir_.File("dot.bin"), m_csv2 = dir_.File("csv2.bin");
   for (const auto& [data, model] : {std::pair{dot_path, m_dot}, std::pair{csv2_path, m_csv2}}) {
-    EXPECT_TRUE(ExitedWith(Shm({"train", "--workers", "2", "--data", data, "--layers", "20,4,3",
-                                "--loss", "xent", "--lr", "0.1", "--steps", "20", "--seed", "3",
-                                "--save", model}),
-                           0));
+    EXPECT_TRUE(
+        ExitedWith(Shm({"train", "--workers", "2", "--data", data, "--layers", "20,4,3", "--loss",
+                        "xent", "--lr", "0.1", "--steps", "20", "--seed", "3", "--save", model}),
+                   0));
   }
   EXPECT_TRUE(test::SameBytes(test::ReadWholeFile(m_csv2), test::ReadWholeFile(m_dot)));
   const ProcResult e_dot = Shm({"eval", "--model", m_dot, "--data", dot_path});
