@@ -73,11 +73,11 @@ Status CheckApplies(const TrainOptions& o) {
     return Bad("--features", "applies to --example blobs only");
   }
   const bool text = o.format == DataFormat::kAuto || o.format == DataFormat::kCsv;
-  for (const char* f : {"--format", "--label-col", "--header", "--delimiter", "--labels",
+  for (const char* f : {"--format", "--label-col", "--header", "--delimiter", "--decimal", "--labels",
                         "--npz-x", "--npz-y"}) {
     if (o.Given(f) && !file) return Bad(f, "applies to --data FILE only, not to a built-in example");
   }
-  for (const char* f : {"--label-col", "--header", "--delimiter"}) {
+  for (const char* f : {"--label-col", "--header", "--delimiter", "--decimal"}) {
     if (o.Given(f) && !text) {
       return Bad(f, std::string("applies to CSV files only, not to --format ") +
                         ToString(o.format));
@@ -100,6 +100,11 @@ std::optional<char> ParseDelimiter(std::string_view s) {
   if (s == ",") return ',';
   if (s == ";") return ';';
   if (s == "tab" || s == "\t") return '\t';
+  return std::nullopt;
+}
+
+std::optional<char> ParseDecimal(std::string_view s) {
+  if (s == "." || s == ",") return s[0];
   return std::nullopt;
 }
 

@@ -10,6 +10,8 @@
 // first. A large block is split at a line between two threads; the first error by line
 // number is the one reported, since the second thread's rows and error count only when the
 // first thread's part has none.
+#include <malloc.h>
+
 #include <algorithm>
 #include <bit>
 #include <chrono>
@@ -21,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/utf8.h"
 #include "data/text_cells.h"
 #include "data/text_load.h"
 
@@ -165,25 +168,75 @@ std::string Unescape(std::string_view cell) {
   return s;
 }
 
-// The delimiter of a CSV file from its first two non-blank lines (the header, if any, and
-// the first data line): of ',', ';' and tab, the one found outside quotes on the first line
-// as often as on the second (and at least once), the most often; ties go to ',' then ';'
-// then tab. A one-line file takes the most frequent. When none fits (a ragged file), the most
-// frequent on the first line; with none at all, ','.
-char DetectDelimiter(std::string_view text) {
-  std::string_view lines[2];
+// Whether `cell` is a number written with a decimal comma: [+-]digits,digits.
+bool IsDecimalComma(std::string_view cell) {
+  if (!cell.empty() && (cell[0] == '+' || cell[0] == '-')) cell.remove_prefix(1);
+  const size_t comma = cell.find(',');
+  if (comma == 0 || comma == std::string_view::npos || comma + 1 == cell.size()) return false;
+  for (size_t i = 0; i < cell.size(); ++i) {
+    if (i != comma && (cell[i] < '0' || cell[i] > '9')) return false;
+  }
+  return true;
+}
+
+// Whether the n lines (trimmed, not blank) split at ';' hold a number with a decimal comma and
+// no other ',' outside quotes: the decimal commas of a ';'-separated file (R's write.csv2,
+// spreadsheets in many locales).
+bool DecimalCommas(const std::string_view* lines, int n) {
+  bool found = false;
+  for (int i = 0; i < n; ++i) {
+    QuoteError err;
+    int64_t bad = 0;
+    const int64_t cells = CountCells(lines[i], ';', &err, &bad);
+    if (err != QuoteError::kNone || cells < 2) return false;
+    const char* p = lines[i].data();
+    const char* const e = p + lines[i].size();
+    for (int64_t c = 0; c < cells; ++c) {
+      CellKind kind;
+      const std::string_view cell = NextCell(&p, e, ';', &kind);
+      if (kind != CellKind::kPlain || cell.find(',') == std::string_view::npos) continue;
+      if (!IsDecimalComma(cell)) return false;
+      found = true;
+    }
+  }
+  return found;
+}
+
+// The first two non-blank lines of `text`, trimmed, into lines; returns how many there are.
+int HeadLines(std::string_view text, std::string_view lines[2]) {
   int n = 0;
   while (!text.empty() && n < 2) {
     const size_t nl = text.find('\n');
     std::string_view line = text.substr(0, nl);
     text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    line = text::DropCr(line);
     if (!IsBlank(line)) lines[n++] = Trim(line);  // edge tabs are padding, not delimiters
   }
+  return n;
+}
+
+// The decimal separator (LoadOptions::decimal) of a file with this delimiter.
+char DetectDecimal(std::string_view text, char delim, char decimal) {
+  if (decimal != 0) return decimal;
+  std::string_view lines[2];
+  const int n = HeadLines(text, lines);
+  return delim == ';' && DecimalCommas(lines, n) ? ',' : '.';
+}
+
+// The delimiter of a CSV file from its first two non-blank lines (the header, if any, and
+// the first data line): of ',', ';' and tab, the one found outside quotes on the first line
+// as often as on the second (and at least once), the most often; ties go to ',' then ';'
+// then tab. A one-line file takes the most frequent. When none fits (a ragged file), the most
+// frequent on the first line; with none at all, ','. With decimal commas (given, or ';' found
+// steadily and every ',' in a number such as "1,5" of its cells) ',' is no delimiter.
+char DetectDelimiter(std::string_view text, char decimal) {
+  std::string_view lines[2];
+  const int n = HeadLines(text, lines);
   if (n == 0) return ',';  // only blank lines: the load reports that
   char best = 0, most = 0;
   int64_t best_n = 0, most_n = 0;
   for (char d : kDelimiters) {
+    if (d == ',' && (decimal == ',' || (decimal == 0 && DecimalCommas(lines, n)))) continue;
     QuoteError err;
     int64_t cell = 0;
     const int64_t first = CountCells(lines[0], d, &err, &cell) - 1;
@@ -198,17 +251,6 @@ char DetectDelimiter(std::string_view text) {
     }
   }
   return best ? best : most ? most : ',';
-}
-
-// Whether `cell` is a number written with a decimal comma: [+-]digits,digits.
-bool IsDecimalComma(std::string_view cell) {
-  if (!cell.empty() && (cell[0] == '+' || cell[0] == '-')) cell.remove_prefix(1);
-  const size_t comma = cell.find(',');
-  if (comma == 0 || comma == std::string_view::npos || comma + 1 == cell.size()) return false;
-  for (size_t i = 0; i < cell.size(); ++i) {
-    if (i != comma && (cell[i] < '0' || cell[i] > '9')) return false;
-  }
-  return true;
 }
 
 // For the message of a line that did not parse with `delim`: a hint when its unquoted cells
@@ -240,10 +282,7 @@ std::string DelimiterHint(std::string_view line, char delim) {
     }
   }
   if (delim != ',' && cells > 1 && !decimal.empty() && all_decimal) {
-    std::string dot(decimal);
-    dot[dot.find(',')] = '.';
-    return " (decimal commas are not supported: write " + Quote(dot) + " for " + Quote(decimal) +
-           ")";
+    return " (a decimal comma? --decimal , reads " + Quote(decimal) + " as a number)";
   }
   int best = -1;
   for (int i = 0; i < 3; ++i) {
@@ -262,6 +301,7 @@ struct Shape {
   int64_t ncols = 0;     // cells per row
   int64_t ref_line = 0;  // the line that fixed it
   int64_t label = -1;    // label column, 0-based; -1: none (predict data without labels)
+  char decimal = '.';    // the decimal separator
   int features = 0;
   bool classify = false;   // the label is a class, kept for the class map
   bool no_labels = false;  // the label column is skipped unread
@@ -272,7 +312,8 @@ struct Shape {
 // data, and its error is reported as such. With text class labels (classification, predict
 // data too: a file with a label column holds the same kind of labels) the label cell does not
 // count either. A named label column implies a header line.
-bool AutoHeader(std::string_view line, int64_t ncols, char delim, const LoadOptions& opts) {
+bool AutoHeader(std::string_view line, int64_t ncols, char delim, char decimal,
+                const LoadOptions& opts) {
   if (!opts.label_name.empty()) return true;
   const bool text_labels = opts.task == Task::kClassification;
   const bool label_column_present = !opts.no_labels || opts.features <= 0 || ncols != opts.features;
@@ -284,7 +325,7 @@ bool AutoHeader(std::string_view line, int64_t ncols, char delim, const LoadOpti
     const std::string_view cell = NextCell(&p, e, delim, &kind);
     double v;
     const bool text_label = text_labels && label_column_present && c == label;
-    if (!text_label && ParseCell(cell, &v) == Cell::kNotNumber) return true;
+    if (!text_label && text::ParseNumber(cell, decimal, &v) == Cell::kNotNumber) return true;
   }
   return false;
 }
@@ -301,7 +342,7 @@ Status NamedLabel(const std::string& path, std::string_view line, int64_t line_n
     std::string own;
     if (kind == CellKind::kEscaped) name = own = Unescape(name);
     if (name == opts.label_name && *label < 0) *label = c;
-    if (c < 8) names += (c ? ", " : "") + std::string(name);
+    if (c < 8) names += (c ? ", " : "") + Printable(name);
   }
   if (*label >= 0) return Status::Ok();
   return Status::Data(At(path, line_no) + "label column '" + opts.label_name +
@@ -348,10 +389,11 @@ Status LabelAndFeatures(const std::string& path, std::string_view line, int64_t 
 // The shape from the first non-blank line, and whether that line is a header (detected or
 // forced; a header line is never a row, even when all its cells are numbers).
 Status MakeShape(const std::string& path, std::string_view line, int64_t line_no, char delim,
-                 const LoadOptions& opts, Shape* sh, bool* has_header) {
+                 char decimal, const LoadOptions& opts, Shape* sh, bool* has_header) {
   QuoteError qerr;
   int64_t qcell = 0;
   sh->delim = delim;
+  sh->decimal = decimal;
   sh->ncols = CountCells(line, delim, &qerr, &qcell);
   if (qerr != QuoteError::kNone) return Status::Data(At(path, line_no, qcell) + QuoteErrorText(qerr));
   sh->ref_line = line_no;
@@ -359,8 +401,9 @@ Status MakeShape(const std::string& path, std::string_view line, int64_t line_no
     return Status::Data(At(path, line_no) + "row has " + std::to_string(sh->ncols) +
                         " cells, more than the supported " + std::to_string(INT_MAX));
   }
-  *has_header = opts.header == HeaderMode::kYes ||
-                (opts.header == HeaderMode::kAuto && AutoHeader(line, sh->ncols, delim, opts));
+  *has_header =
+      opts.header == HeaderMode::kYes ||
+      (opts.header == HeaderMode::kAuto && AutoHeader(line, sh->ncols, delim, decimal, opts));
   if (Status s = LabelAndFeatures(path, line, line_no, *has_header, opts, sh); !s.ok()) return s;
   sh->no_labels = opts.no_labels;
   sh->classify = opts.task == Task::kClassification && !opts.no_labels && sh->label >= 0;
@@ -388,6 +431,39 @@ Status CheckAndReserve(const LineBlocks& src, const LoadOptions& opts, const Sha
   return Status::Ok();
 }
 
+// The floats of a file whose size is not known until its end (a pipe): what each block adds is
+// set aside as it comes, and the pieces are put together once, at the end, each freed as it is
+// copied. One vector grown instead would be copied at each doubling, twice its size at once.
+class Pieces {
+ public:
+  // Sets aside the floats *x holds and leaves it empty, with room for as many.
+  void Keep(std::vector<float>* x) {
+    const size_t n = x->size();
+    pieces_.push_back(std::move(*x));
+    *x = std::vector<float>();
+    x->reserve(n);
+  }
+  // The pieces, then what *x holds, into *x.
+  void Join(std::vector<float>* x) {
+    if (pieces_.empty()) return;
+    size_t total = x->size();
+    for (const std::vector<float>& p : pieces_) total += p.size();
+    std::vector<float> all;
+    all.reserve(total);  // touches no page: only the copies do, as the pieces go
+    for (std::vector<float>& p : pieces_) {
+      all.insert(all.end(), p.begin(), p.end());
+      std::vector<float>().swap(p);
+      malloc_trim(0);  // its pages back to the system now, whichever heap it came from
+    }
+    all.insert(all.end(), x->begin(), x->end());
+    *x = std::move(all);
+    pieces_.clear();
+  }
+
+ private:
+  std::vector<std::vector<float>> pieces_;
+};
+
 // ---- Rows ----
 
 // Where the rows of a part of the file go.
@@ -397,6 +473,15 @@ struct Rows {
   LabelBook* labels;      // class labels
   int64_t count = 0;
 };
+
+// The hint for a cell of `line` that is not a number: a '.' where ',' is the decimal
+// separator, else DelimiterHint.
+std::string NumberHint(std::string_view line, std::string_view cell, const Shape& sh) {
+  if (sh.decimal == ',' && cell.find('.') != std::string_view::npos) {
+    return " (the decimal separator is ',' in this file: --decimal . reads '.')";
+  }
+  return DelimiterHint(line, sh.delim);
+}
 
 // A data line the fast path did not take: read as the loader always did, with every error
 // message. Appends its row; a blank line is skipped.
@@ -421,18 +506,19 @@ Status GeneralRow(const std::string& path, const Shape& sh, std::string_view lin
       if (sh.no_labels) continue;
       std::string own;
       if (sh.classify && kind == CellKind::kEscaped) cell = own = Unescape(cell);
-      if (Status s = text::TakeLabel(path, {cell, line_no, c + 1}, sh.classify, out->labels, out->y);
+      if (Status s = text::TakeLabel(path, {cell, line_no, c + 1}, sh.classify, out->labels, out->y,
+                                     sh.decimal);
           !s.ok()) {
         double v;
-        if (sh.classify || ParseCell(cell, &v) != Cell::kNotNumber) return s;
-        return Status::Data(s.message() + DelimiterHint(line, sh.delim));
+        if (sh.classify || text::ParseNumber(cell, sh.decimal, &v) != Cell::kNotNumber) return s;
+        return Status::Data(s.message() + NumberHint(line, cell, sh));
       }
       continue;
     }
     double v = 0;
-    if (Cell r = ParseCell(cell, &v); r != Cell::kOk) {
+    if (Cell r = text::ParseNumber(cell, sh.decimal, &v); r != Cell::kOk) {
       return Status::Data(At(path, line_no, c + 1) + CellError(r, cell) +
-                          (r == Cell::kNotNumber ? DelimiterHint(line, sh.delim) : ""));
+                          (r == Cell::kNotNumber ? NumberHint(line, cell, sh) : ""));
     }
     out->x->push_back(static_cast<float>(v));
   }
@@ -471,10 +557,12 @@ inline uint64_t CellEnds(const char* p, char delim) {
 }
 
 // The text of the unquoted cell [b, e) as NextCell gives it, where e is at its delimiter or
-// the line's '\n': without surrounding pads, nor the line's '\r' before its '\n'.
+// the line's '\n': without surrounding pads, nor the '\r's that end the line.
 inline std::string_view CellText(const char* b, const char* e, char delim) {
   while (b < e && IsPad(*b, delim)) ++b;
-  if (*e == '\n' && e > b && e[-1] == '\r') --e;
+  if (*e == '\n') {
+    while (e > b && e[-1] == '\r') --e;
+  }
   while (e > b && IsPad(e[-1], delim)) --e;
   return {b, static_cast<size_t>(e - b)};
 }
@@ -483,7 +571,7 @@ inline std::string_view CellText(const char* b, const char* e, char delim) {
 // files) in a few instructions and converted once (exact below 2^24, so the same float as
 // through a double), else FastDecimal on its text, else ParseCell. False when it is not a
 // number that parses.
-inline bool CellValue(const char* b, const char* e, char delim, float* out) {
+inline bool CellValue(const char* b, const char* e, char delim, bool comma, float* out) {
   const size_t len = static_cast<size_t>(e - b);
   if constexpr (std::endian::native == std::endian::little) {
     if (len - 1 < 7) {
@@ -496,6 +584,8 @@ inline bool CellValue(const char* b, const char* e, char delim, float* out) {
     }
   }
   const std::string_view t = CellText(b, e, delim);
+  // Decimal commas: numbers with a separator are the general path's.
+  if (comma && t.find_first_of(".,") != std::string_view::npos) return false;
   const char* q = t.data();
   double v;
   if (!(FastDecimal(&q, &v) && q == t.data() + t.size()) && ParseCell(t, &v) != Cell::kOk) {
@@ -520,6 +610,7 @@ const char* FastRow(const Shape& sh, const char* p, int64_t line_no, Rows* out) 
   const char delim = sh.delim;
   const int64_t last = sh.ncols - 1, label = sh.label;
   const bool text_label = sh.classify || sh.no_labels;
+  const bool comma = sh.decimal == ',';
   std::vector<float>& x = *out->x;
   const size_t x0 = x.size();
   x.resize(x0 + static_cast<size_t>(sh.features));
@@ -533,9 +624,9 @@ const char* FastRow(const Shape& sh, const char* p, int64_t line_no, Rows* out) 
     const char* const e = window + std::countr_zero(ends);
     ends &= ends - 1;
     if (c != label) {
-      if (!CellValue(p, e, delim, f++)) break;
+      if (!CellValue(p, e, delim, comma, f++)) break;
     } else if (!text_label) {
-      if (!CellValue(p, e, delim, &target)) break;
+      if (!CellValue(p, e, delim, comma, &target)) break;
     } else {
       label_text = CellText(p, e, delim);
       if (std::memchr(p, '"', static_cast<size_t>(e - p)) != nullptr) break;
@@ -572,8 +663,7 @@ Status ParseLines(const std::string& path, const Shape& sh, std::string_view tex
       continue;
     }
     const char* nl = static_cast<const char*>(std::memchr(p, '\n', static_cast<size_t>(end - p)));
-    std::string_view line(p, static_cast<size_t>(nl - p));
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    const std::string_view line = text::DropCr(std::string_view(p, static_cast<size_t>(nl - p)));
     if (Status s = GeneralRow(path, sh, line, *line_no, out); !s.ok()) return s;
     p = nl + 1;
   }
@@ -681,10 +771,9 @@ Status BlockParser::ParseSplit(std::string_view first, std::string_view second,
 std::string_view FirstLine(std::string_view text, size_t* pos, int64_t* line_no) {
   while (*pos < text.size()) {
     const size_t nl = text.find('\n', *pos);  // every line of a block ends in '\n'
-    std::string_view line = text.substr(*pos, nl - *pos);
+    const std::string_view line = text::DropCr(text.substr(*pos, nl - *pos));
     *pos = nl + 1;
     ++*line_no;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (!IsBlank(line)) return line;
   }
   return {};
@@ -695,18 +784,25 @@ std::string_view FirstLine(std::string_view text, size_t* pos, int64_t* line_no)
 Status LoadCsv(const std::string& path, LineBlocks* src, const LoadOptions& opts,
                const TextTuning& tuning, Dataset* out) {
   std::string_view text = src->block();
-  const char delim = opts.delimiter != 0 ? opts.delimiter : DetectDelimiter(text);
+  const char delim = opts.delimiter != 0 ? opts.delimiter : DetectDelimiter(text, opts.decimal);
+  const char decimal = DetectDecimal(text, delim, opts.decimal);
   size_t pos = 0;
   int64_t line_no = 0;
   const std::string_view first = FirstLine(text, &pos, &line_no);
   if (first.data() == nullptr) return Status::Data(At(path) + "file is empty (it has only blank lines)");
   Shape sh;
   bool has_header = false;
-  if (Status s = MakeShape(path, first, line_no, delim, opts, &sh, &has_header); !s.ok()) return s;
+  if (Status s = MakeShape(path, first, line_no, delim, decimal, opts, &sh, &has_header); !s.ok())
+    return s;
   Dataset ds;
   ds.features = sh.features;
   LabelBook labels;
-  if (Status s = CheckAndReserve(*src, opts, sh, &ds, &labels); !s.ok()) return s;
+  // A pipe longer than a block is read once: its rows are not known before they are read.
+  // check_size sees the rows read so far after each block, and all of them at the end.
+  const bool sized = src->sized();
+  if (sized) {
+    if (Status s = CheckAndReserve(*src, opts, sh, &ds, &labels); !s.ok()) return s;
+  }
   Rows rows{&ds.x, &ds.y, &labels};
   if (!has_header) {
     if (Status s = GeneralRow(path, sh, first, line_no, &rows); !s.ok()) return s;
@@ -714,14 +810,27 @@ Status LoadCsv(const std::string& path, LineBlocks* src, const LoadOptions& opts
   TextTuning t = tuning;
   if (t.threads <= 0) t.threads = std::thread::hardware_concurrency() >= 2 ? 2 : 1;
   BlockParser parser(path, sh, t, &rows);
+  Pieces pieces;
   for (text.remove_prefix(pos);;) {
     if (Status s = parser.Parse(text, &line_no); !s.ok()) return s;
+    if (!sized) {
+      if (opts.check_size) {
+        if (Status s = opts.check_size(rows.count, sh.features); !s.ok()) return s;
+      }
+      pieces.Keep(&ds.x);
+    }
     bool more = false;
     if (Status s = src->Next(&more); !s.ok()) return s;
     if (!more) break;
     text = src->block();
   }
   parser.Finish();
+  if (!sized) {
+    if (opts.check_size) {
+      if (Status s = opts.check_size(rows.count, sh.features); !s.ok()) return s;
+    }
+    pieces.Join(&ds.x);
+  }
   ds.rows = rows.count;
   if (ds.rows == 0) return Status::Data(At(path) + "file has a header line but no data rows");
   if (sh.classify) {

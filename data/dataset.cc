@@ -1,6 +1,7 @@
 #include "data/dataset.h"
 
 #include "data/arrays.h"
+#include "core/utf8.h"
 #include "data/text_cells.h"
 #include "data/text_load.h"
 #include "nn/rng.h"
@@ -25,7 +26,7 @@ bool LooksLikeLibsvm(std::string_view text) {
     const size_t nl = text.find('\n');
     std::string_view line = Trim(text.substr(0, nl));
     text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
-    if (!line.empty() && line.back() == '\r') line = Trim(line.substr(0, line.size() - 1));
+    line = Trim(text::DropCr(line));
     if (line.empty() || line[0] == '#') continue;
     if (line.find_first_of(",;") != std::string_view::npos) return false;
     const size_t sp = line.find_first_of(" \t");
@@ -48,8 +49,7 @@ bool HeadDecides(std::string_view text) {
     const size_t nl = text.find('\n');
     std::string_view line = text.substr(0, nl);
     text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    line = Trim(line);
+    line = Trim(text::DropCr(line));
     if (line.empty()) continue;
     ++nonblank;
     data = data || line[0] != '#';
@@ -72,7 +72,7 @@ int ClassMap::Find(std::string_view cell) const {
 
 std::string ClassMap::List(int most) const {
   std::string s;
-  for (int k = 0; k < size() && k < most; ++k) s += (k ? ", " : "") + names[k];
+  for (int k = 0; k < size() && k < most; ++k) s += (k ? ", " : "") + Printable(names[k]);
   if (size() > most) s += ", ...";
   return s;
 }
@@ -128,12 +128,22 @@ Status LoadFile(const std::string& path, const LoadOptions& opts, Dataset* out) 
     return Status::Data(At(path) + "delimiter " + Quote(std::string_view(&opts.delimiter, 1)) +
                         " is not supported (use ',', ';' or tab)");
   }
+  if (opts.decimal != 0 && opts.decimal != '.' && opts.decimal != ',') {
+    return Status::Data(At(path) + "decimal separator " +
+                        Quote(std::string_view(&opts.decimal, 1)) +
+                        " is not supported (use '.' or ',')");
+  }
+  if (opts.decimal == ',' && opts.delimiter == ',') {
+    return Status::Data(At(path) + "decimal separator ',' needs another delimiter than ',' (';' "
+                        "or tab)");
+  }
   DataFormat format = opts.format == DataFormat::kAuto ? DetectFormat(path) : opts.format;
   if (IsArrayFormat(format)) {
     const char* csv_flag = opts.label_col != -1          ? "--label-col"
                            : !opts.label_name.empty()     ? "--label-col"
                            : opts.header != HeaderMode::kAuto ? "--header"
                            : opts.delimiter != 0          ? "--delimiter"
+                           : opts.decimal != 0            ? "--decimal"
                                                           : nullptr;
     if (csv_flag != nullptr) {
       return Status::Data(At(path) + csv_flag + " applies to CSV files; this is " +

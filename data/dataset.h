@@ -29,7 +29,8 @@ struct ClassMap {
   int size() const { return static_cast<int>(names.size()); }
   // The class of a trimmed label cell, or -1 if it is not one of them.
   int Find(std::string_view cell) const;
-  // "a, b, c" for messages: the first `most` names, then ", ..." if there are more.
+  // "a, b, c" for messages: the first `most` names (made Printable, core/utf8.h: a label may hold
+  // any bytes), then ", ..." if there are more.
   std::string List(int most = 12) const;
   // The map of these labels (each a trimmed cell): numeric if every one is a finite number.
   static ClassMap Build(const std::vector<std::string_view>& labels);
@@ -70,6 +71,11 @@ struct LoadOptions {
   // one of the three found outside quotes as often on both, the most often; ties go to ',',
   // then ';'). Any other value is an error. Ignored for LIBSVM.
   char delimiter = 0;
+  // CSV decimal separator: '.' or ',' (as R's read.csv2 and pandas' decimal=','; the delimiter
+  // must then not be ','). 0 = detected: ',' when the delimiter is ';' and a cell of the first
+  // two non-blank lines is a number with a decimal comma ("1,5"), else '.'. A file has one:
+  // "1,5" reads as exactly the float "1.5" does, and with ',' a cell with '.' is refused.
+  char decimal = 0;
   Task task = Task::kRegression;
   // Classification: map the labels through this map (a label not in it is an error). Null:
   // build the map from this file's labels.
@@ -84,7 +90,10 @@ struct LoadOptions {
   // column) or `features` + 1 (the label column is skipped unread); y stays empty.
   bool no_labels = false;
   // Called once the shape is known and before the rows are stored, with an upper bound of
-  // the rows and the features: a non-OK status ends the load with it (big-data refusal).
+  // the rows and the features: a non-OK status ends the load with it (big-data refusal). A
+  // CSV pipe longer than a block cannot be measured first: it is called after each block with
+  // the rows read so far, and at the end with all of them, so the load stops once they would
+  // not fit.
   std::function<Status(int64_t rows, int features)> check_size;
 };
 

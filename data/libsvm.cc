@@ -57,8 +57,7 @@ Status LibsvmLoad::Line(std::string_view line, int64_t line_no) {
   if (const size_t hash = line.find('#'); hash != std::string_view::npos) {
     line = line.substr(0, hash);
   }
-  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-  line = Trim(line);
+  line = Trim(text::DropCr(line));
   if (line.empty()) return Status::Ok();
   // A CSV line read as LIBSVM is one token, a label with no feature: refused, not loaded as
   // a row of zeros. No LIBSVM line has ',' or ';' without an "<index>:<value>" token.

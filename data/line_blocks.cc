@@ -15,9 +15,13 @@ namespace {
 
 constexpr char kBom[] = "\xEF\xBB\xBF";
 
+// A line with no end after this many bytes and a NUL byte among them is binary data: /dev/zero
+// is refused here, not read on for ever.
+constexpr size_t kBinaryLineBytes = size_t{64} << 10;
+
 }  // namespace
 
-int64_t CountNewlines(const char* p, size_t n) {
+int64_t CountByte(const char* p, size_t n, char c) {
   // 16 bytes a lane each, counted in bytes for up to 255 rounds: SSE2 compares and adds them
   // at once (std::count widens every byte to 64 bits first, several times slower).
   typedef unsigned char Bytes __attribute__((vector_size(16)));
@@ -28,16 +32,19 @@ int64_t CountNewlines(const char* p, size_t n) {
     for (int r = 0; r < 255 && n - i >= 16; ++r, i += 16) {
       Bytes v;
       std::memcpy(&v, p + i, 16);
-      acc -= reinterpret_cast<Bytes>(v == '\n');  // a match is all ones: -1
+      acc -=
+          reinterpret_cast<Bytes>(v == static_cast<unsigned char>(c));  // a match is all ones: -1
     }
     for (int l = 0; l < 16; ++l) total += acc[l];
   }
-  for (; i < n; ++i) total += p[i] == '\n';
+  for (; i < n; ++i) total += p[i] == c;
   return total;
 }
 
-LineBlocks::LineBlocks(std::string path, size_t block_bytes)
-    : path_(std::move(path)), block_bytes_(std::max<size_t>(block_bytes, 1)) {}
+LineBlocks::LineBlocks(std::string path, size_t block_bytes, size_t max_line_bytes)
+    : path_(std::move(path)),
+      block_bytes_(std::max<size_t>(block_bytes, 1)),
+      max_line_bytes_(max_line_bytes) {}
 
 LineBlocks::~LineBlocks() {
   if (fd_ >= 0) ::close(fd_);
@@ -51,17 +58,13 @@ Status LineBlocks::Open() {
   fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd_ < 0) return Status::Data(path_ + ": cannot open file: " + std::strerror(errno));
   struct stat st {};
-  size_t first = size_t{1} << 16;
+  size_t first = block_bytes_;
   if (::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode)) {
     regular_ = true;
     // +1: the end of the file is seen without another block.
     first = std::min(block_bytes_, static_cast<size_t>(st.st_size) + 1);
   }
   if (Status s = Fill(std::max<size_t>(first, 3)); !s.ok()) return s;  // 3: a whole BOM
-  // A pipe is one block: Measure could not read it again.
-  while (!regular_ && !eof_) {
-    if (Status s = Fill(std::max(cap_, first)); !s.ok()) return s;
-  }
   // A UTF-8 byte order mark (spreadsheet exports write one) is not part of the first cell.
   if (data_ >= 3 && std::memcmp(buf_.get(), kBom, 3) == 0) bom_ = 3;
   begin_ = end_ = bom_;
@@ -77,6 +80,7 @@ Status LineBlocks::Fill(size_t want) {
     buf_ = std::move(grown);
     cap_ = cap;
   }
+  const size_t from = data_;
   for (size_t got = 0; got < want && !eof_;) {
     const ssize_t n = ::read(fd_, buf_.get() + data_, want - got);
     if (n < 0) {
@@ -88,8 +92,44 @@ Status LineBlocks::Fill(size_t want) {
     got += static_cast<size_t>(n);
     raw_bytes_ += n;
   }
+  LineEnds(from);
   ZeroPadding();
   return Status::Ok();
+}
+
+void LineBlocks::LineEnds(size_t from) {
+  if (ends_ == Ends::kUndecided) {
+    // The first '\r' or '\n': a '\n', or '\r's then a '\n', end lines in '\n'; '\r's then
+    // anything else, or the end of the file, end them in '\r'.
+    const char* const b = buf_.get();
+    size_t i = ends_scan_;
+    while (i < data_ && b[i] != '\n' && b[i] != '\r') ++i;
+    size_t j = i;
+    while (j < data_ && b[j] == '\r') ++j;
+    if (j == data_ && !eof_) {
+      ends_scan_ = i;  // undecided until more is read
+      return;
+    }
+    ends_ = i < data_ && (b[i] == '\r' && (j == data_ || b[j] != '\n')) ? Ends::kCr : Ends::kLf;
+    from = 0;  // the data read so far too
+  }
+  if (ends_ == Ends::kCr) std::replace(buf_.get() + from, buf_.get() + data_, '\r', '\n');
+}
+
+Status LineBlocks::CheckLongLine() const {
+  const size_t n = data_ - end_;
+  const bool too_long = n > max_line_bytes_;
+  const bool binary = n >= kBinaryLineBytes && std::memchr(buf_.get() + end_, '\0', n) != nullptr;
+  if (!too_long && !binary) return Status::Ok();
+  const int64_t line = lines_before_ + CountNewlines(buf_.get() + begin_, end_ - begin_) + 1;
+  const std::string at = path_ + ":" + std::to_string(line) + ": ";
+  if (binary) {
+    return Status::Data(at + "no line end in the first " + std::to_string(n) +
+                        " bytes of the line, and a NUL byte: this is binary data, not a CSV or "
+                        "LIBSVM text file");
+  }
+  return Status::Data(at + "line is longer than " + std::to_string(max_line_bytes_ >> 20) +
+                      " MiB without a line end: not a CSV or LIBSVM text file");
 }
 
 Status LineBlocks::CutAtLine() {
@@ -108,6 +148,7 @@ Status LineBlocks::CutAtLine() {
       return Status::Ok();
     }
     // No whole line after the block yet (one longer than a block): read on until it ends.
+    if (Status s = CheckLongLine(); !s.ok()) return s;
     if (Status s = Fill(std::max(block_bytes_, data_ - begin_)); !s.ok()) return s;
   }
 }
@@ -121,9 +162,12 @@ Status LineBlocks::Extend() {
 }
 
 Status LineBlocks::Next(bool* more) {
+  lines_before_ += CountNewlines(buf_.get() + begin_, end_ - begin_);
+  moved_ = true;
   // What follows the block (a line in part) moves to the front of the buffer.
   std::memmove(buf_.get(), buf_.get() + end_, data_ - end_);
   data_ -= end_;
+  ends_scan_ -= std::min(ends_scan_, end_);
   begin_ = end_ = 0;
   if (!eof_) {
     if (Status s = Fill(block_bytes_); !s.ok()) return s;
@@ -150,6 +194,7 @@ Status LineBlocks::Measure(int64_t* bytes, int64_t* newlines) const {
     if (n == 0) break;
     total += n;
     lines += CountNewlines(tmp.data(), static_cast<size_t>(n));
+    if (ends_ == Ends::kCr) lines += CountByte(tmp.data(), static_cast<size_t>(n), '\r');
   }
   *bytes = total - static_cast<int64_t>(bom_);
   *newlines = lines;

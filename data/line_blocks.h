@@ -14,19 +14,33 @@
 
 namespace shmtrain::data {
 
+// The count of byte c in [p, p + n).
+int64_t CountByte(const char* p, size_t n, char c);
 // The count of '\n' in [p, p + n).
-int64_t CountNewlines(const char* p, size_t n);
+inline int64_t CountNewlines(const char* p, size_t n) {
+  return CountByte(p, n, '\n');
+}
 
+// Lines end in '\n' ("\r\n" too: the loaders drop the '\r's that end a line), or, in a file
+// whose first line ends in a lone '\r' (old Mac OS, as pandas and R read it), in '\r': each
+// '\r' of such a file is read as '\n'. A regular file and a pipe are read alike, a block at a
+// time; only a regular file can be measured (read twice) before its blocks are parsed.
 class LineBlocks {
  public:
   // block_bytes: how much is read at a time (a block holds more when a line is longer).
-  LineBlocks(std::string path, size_t block_bytes);
+  // max_line_bytes: a longer line is refused (a file of one endless line is not text).
+  LineBlocks(std::string path, size_t block_bytes, size_t max_line_bytes = kMaxLineBytes);
   ~LineBlocks();
   LineBlocks(const LineBlocks&) = delete;
   LineBlocks& operator=(const LineBlocks&) = delete;
 
+  static constexpr size_t kMaxLineBytes = size_t{256} << 20;
+
   // Opens the file and reads the first block. Errors are Status::Data, "<path>: cannot open
-  // file: <strerror>" or "... cannot read file: ...".
+  // file: <strerror>" or "... cannot read file: ...", or one of a line too long to be text:
+  // "<path>:<line>: ..." for a line longer than max_line_bytes, or one of 64 KiB or more
+  // with a NUL byte (binary data; a shorter line with one is the loaders' to refuse, at its
+  // cell). Extend and Next return these too.
   Status Open();
 
   // Bytes after the end of a block that may be read (parsers read words, not bytes): zeros or
@@ -47,27 +61,42 @@ class LineBlocks {
   // Moves to the next block; *more false when the file has none.
   Status Next(bool* more);
 
-  // The size of the whole text (without a byte order mark) and its count of '\n': a regular
-  // file is read again for it, through a small buffer. A file that is not regular (a pipe)
-  // cannot be read twice: Open reads it whole into the first block, as one block.
+  // Whether Measure can tell the size of the whole text: a regular file (read again for it,
+  // through a small buffer), or a pipe that ended within the blocks read so far, before Next.
+  bool sized() const { return regular_ || (eof_ && !moved_); }
+  // The size of the whole text (without a byte order mark) and a bound of its lines (its
+  // count of '\n', and of '\r' in a file read with '\r' line ends). Only when sized().
   Status Measure(int64_t* bytes, int64_t* newlines) const;
 
  private:
+  enum class Ends { kUndecided, kLf, kCr };
+
   // Appends up to `want` bytes of the file after the data (fewer at its end: eof_ is set).
   Status Fill(size_t want);
+  // Decides the line ends at the first one read, and reads '\r' as '\n' from `from` on in a
+  // file of '\r' line ends.
+  void LineEnds(size_t from);
   // Moves end_ past the last '\n' of the data after it, reading more while there is none;
   // at the end of the file, to the end of the data (adding a '\n' if the last line has none).
   Status CutAtLine();
+  // The error of the line after the block, which has no end yet, when it is too long to be
+  // text (see Open); else OK.
+  Status CheckLongLine() const;
   Status ReadError() const;
   void ZeroPadding() { std::memset(buf_.get() + data_, 0, kPadding); }
 
   std::string path_;
   size_t block_bytes_;
+  size_t max_line_bytes_;
   int fd_ = -1;
   bool regular_ = false;
   bool eof_ = false;
+  bool moved_ = false;          // Next has dropped a block
   bool added_newline_ = false;  // a '\n' is in buf_ that the file does not have
+  Ends ends_ = Ends::kUndecided;
+  size_t ends_scan_ = 0;        // LineEnds looked for the first line end before this offset
   int64_t raw_bytes_ = 0;       // read from the file so far
+  int64_t lines_before_ = 0;    // lines of the blocks dropped by Next
   size_t bom_ = 0;              // bytes of byte order mark skipped
   std::unique_ptr<char[]> buf_;  // not a vector: nothing is zeroed before read() fills it
   size_t cap_ = 0;

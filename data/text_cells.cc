@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <system_error>
 
+#include "core/utf8.h"
+
 namespace shmtrain::data::text {
 
 std::string At(const std::string& path) {
@@ -20,20 +22,14 @@ std::string At(const std::string& path, int64_t line, int64_t col) {
 
 std::string Quote(std::string_view cell) {
   constexpr size_t kMaxShown = 40;
-  std::string s = "'";
-  for (size_t i = 0; i < cell.size() && i < kMaxShown; ++i) {
-    unsigned char c = static_cast<unsigned char>(cell[i]);
-    if (c < 0x20 || c == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      s += buf;
-    } else {
-      s += static_cast<char>(c);
-    }
+  // Cut at a character's start (back over up to 3 continuation bytes), so that the cut leaves
+  // no half of one to be shown as bytes.
+  size_t cut = std::min(cell.size(), kMaxShown);
+  for (int k = 0;
+       k < 3 && cut < cell.size() && (static_cast<unsigned char>(cell[cut]) & 0xC0) == 0x80; ++k) {
+    --cut;
   }
-  if (cell.size() > kMaxShown) s += "...";
-  s += "'";
-  return s;
+  return "'" + Printable(cell.substr(0, cut)) + (cut < cell.size() ? "...'" : "'");
 }
 
 std::string Plural(int64_t n, const char* word) {
@@ -95,9 +91,9 @@ bool IsUnderflow(std::string_view s) {
 }
 
 // The label of a regression row: a number.
-Status RegressionTarget(const std::string& path, const PendingLabel& l, float* out) {
+Status RegressionTarget(const std::string& path, const PendingLabel& l, char decimal, float* out) {
   double v = 0;
-  if (Cell r = ParseCell(l.text, &v); r != Cell::kOk) {
+  if (Cell r = ParseNumber(l.text, decimal, &v); r != Cell::kOk) {
     std::string what = CellError(r, l.text);
     if (r == Cell::kNotNumber) what += " (regression needs numeric targets; use --task classification for class labels)";
     return Status::Data((l.col > 0 ? At(path, l.line, l.col) : At(path, l.line)) + what);
@@ -134,6 +130,15 @@ Cell ParseCell(std::string_view cell, double* out) {
   if (std::fabs(v) >= kFloatOverflow) return Cell::kTooLarge;
   *out = v;
   return Cell::kOk;
+}
+
+Cell ParseNumber(std::string_view cell, char decimal, double* out) {
+  if (decimal != ',' || cell.find_first_of(".,") == std::string_view::npos)
+    return ParseCell(cell, out);
+  if (cell.find('.') != std::string_view::npos) return Cell::kNotNumber;
+  std::string dot(cell);
+  std::replace(dot.begin(), dot.end(), ',', '.');
+  return ParseCell(dot, out);
 }
 
 std::string CellError(Cell r, std::string_view cell) {
@@ -217,10 +222,10 @@ Status LabelBook::MapClasses(const std::string& path, const LoadOptions& opts, D
 }
 
 Status TakeLabel(const std::string& path, const PendingLabel& l, bool classify, LabelBook* labels,
-                 std::vector<float>* y) {
+                 std::vector<float>* y, char decimal) {
   if (!classify) {
     float v = 0;
-    if (Status s = RegressionTarget(path, l, &v); !s.ok()) return s;
+    if (Status s = RegressionTarget(path, l, decimal, &v); !s.ok()) return s;
     y->push_back(v);
     return Status::Ok();
   }

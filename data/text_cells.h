@@ -21,8 +21,7 @@ std::string At(const std::string& path);
 std::string At(const std::string& path, int64_t line);
 std::string At(const std::string& path, int64_t line, int64_t col);
 
-// A cell as shown in a message: quoted, cut to a readable length, control bytes escaped (a
-// binary file fed by mistake must not put raw bytes on the terminal).
+// A cell as shown in a message: quoted, cut to a readable length, made Printable (core/utf8.h).
 std::string Quote(std::string_view cell);
 
 std::string Plural(int64_t n, const char* word);
@@ -31,6 +30,11 @@ inline bool IsSpace(char c) {
   return c == ' ' || c == '\t';
 }
 std::string_view Trim(std::string_view s);
+// A line without the '\r's that end it ("\r\n" and "\r\r\n" line ends alike).
+inline std::string_view DropCr(std::string_view line) {
+  while (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  return line;
+}
 bool IsBlank(std::string_view line);
 
 enum class Cell { kOk, kEmpty, kNotNumber, kNotFinite, kTooLarge };
@@ -39,6 +43,10 @@ enum class Cell { kOk, kEmpty, kNotNumber, kNotFinite, kTooLarge };
 // leading '+' is allowed; from_chars alone rejects it). Magnitudes below the smallest float
 // become zero or subnormal; magnitudes that round to float infinity are kTooLarge.
 Cell ParseCell(std::string_view cell, double* out);
+
+// ParseCell with `decimal` ('.' or ',') as the decimal separator: with ',', a cell holding
+// '.' is not a number, and one with ',' reads as the same text with '.' would.
+Cell ParseNumber(std::string_view cell, char decimal, double* out);
 
 // The message for a cell that did not parse (r != kOk).
 std::string CellError(Cell r, std::string_view cell);
@@ -165,8 +173,9 @@ class LabelBook {
   std::vector<int32_t> rows_;
 };
 
-// A row's label: kept for the class map (classification) or parsed as the target into *y.
+// A row's label: kept for the class map (classification) or parsed as the target into *y,
+// with `decimal` as its decimal separator.
 Status TakeLabel(const std::string& path, const PendingLabel& l, bool classify, LabelBook* labels,
-                 std::vector<float>* y);
+                 std::vector<float>* y, char decimal = '.');
 
 }  // namespace shmtrain::data::text

@@ -239,6 +239,8 @@ std::vector<Flag> DataFlags(TrainOptions* o) {
        Enum<HeaderMode>(&o->header, ParseHeader, "auto, yes, no"), kData},
       {"--delimiter", ",|;|tab", "CSV cell separator (default: detected from the first lines)",
        Enum<char>(&o->delimiter, ParseDelimiter, ", ; tab"), kData},
+      {"--decimal", ".|,", "CSV decimal separator (default: ',' in a ';' file with numbers like 1,5)",
+       Enum<char>(&o->decimal, ParseDecimal, ". ,"), kData},
       {"--task", "classification|regression",
        "what the labels are; picks the loss (default: by --loss)",
        [o](const std::string& flag, std::string_view v) {
@@ -563,7 +565,7 @@ constexpr const char* kSimulateUsage =
 constexpr const char* kEvalUsage =
     "usage: shmtrain eval --model FILE --data FILE [--labels FILE] [--npz-x NAME] [--npz-y NAME]\n"
     "         [--format auto|csv|libsvm|idx|npy|npz] [--label-col K|NAME] [--header auto|yes|no]\n"
-    "         [--delimiter ,|;|tab]\n"
+    "         [--delimiter ,|;|tab] [--decimal .|,]\n"
     "         [--val-split F [--seed S]] [--log-format text|json]\n"
     "\n"
     "Prints the model's mean loss and its accuracy (classification) or RMSE (regression)\n"
@@ -572,7 +574,7 @@ constexpr const char* kEvalUsage =
 constexpr const char* kPredictUsage =
     "usage: shmtrain predict --model FILE --data FILE [--npz-x NAME] [--out FILE]\n"
     "         [--format auto|csv|libsvm|idx|npy|npz] [--label-col K|NAME] [--header auto|yes|no]\n"
-    "         [--delimiter ,|;|tab] [--val-split F [--seed S]]\n"
+    "         [--delimiter ,|;|tab] [--decimal .|,] [--val-split F [--seed S]]\n"
     "\n"
     "Writes one CSV line per row of the data: the predicted class and the probability of\n"
     "each class (header: class,p_<class>,...), or the predicted value (header: value). A CSV\n"
@@ -683,7 +685,8 @@ struct Cli {
     for (CLI::App* app : {eval, predict}) {
       const bool is_predict = app == predict;
       for (const char* name : {"--data", "--labels", "--npz-x", "--npz-y", "--format",
-                               "--label-col", "--header", "--delimiter", "--log-format"}) {
+                               "--label-col", "--header", "--delimiter", "--decimal",
+                               "--log-format"}) {
         if (is_predict && (name == std::string_view("--labels") || name == std::string_view("--npz-y"))) {
           continue;  // predict reads no labels
         }
@@ -800,7 +803,7 @@ Status FinishEvalOrPredict(const CLI::App* app, Command* out) {
     return Status::Usage("--seed: applies with --val-split F only (the seed of that split)");
   }
   if (o.format != DataFormat::kAuto && o.format != DataFormat::kCsv) {
-    for (const char* f : {"--label-col", "--header", "--delimiter"}) {
+    for (const char* f : {"--label-col", "--header", "--delimiter", "--decimal"}) {
       if (o.Given(f)) {
         return Status::Usage(std::string(f) + ": applies to CSV files only, not to --format " +
                              ToString(o.format));

@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "core/utf8.h"
+
 namespace shmtrain::master {
 
 std::string Fmt(const char* format, double v) {
@@ -15,8 +17,15 @@ std::string Fmt(const char* format, double v) {
 std::string JsonEscape(std::string_view s) {
   std::string out;
   out.reserve(s.size() + 2);
-  for (const char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t n = Utf8Length(s, i);
+    if (n == 0) {
+      out += "\xEF\xBF\xBD";  // U+FFFD: JSON text is UTF-8, and this byte is not
+      ++i;
+      continue;
+    }
+    i += n;
     switch (c) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;
@@ -29,7 +38,7 @@ std::string JsonEscape(std::string_view s) {
           std::snprintf(buf, sizeof buf, "\\u%04x", c);
           out += buf;
         } else {
-          out += ch;
+          out.append(s, i - n, n);
         }
     }
   }
@@ -129,7 +138,7 @@ void Logger::ClearProgress() {
 
 void Logger::Error(const std::string& msg) {
   ClearProgress();
-  const std::string full = secondary() ? who_ + ": " + msg : msg;
+  const std::string full = Printable(secondary() ? who_ + ": " + msg : msg, "\n\t");
   std::fprintf(stderr, "shmtrain: error: %s\n", full.c_str());
   std::fflush(stderr);
   Always(JsonLine("error").Str("message", full));

@@ -28,6 +28,8 @@ class JsonLine {
   std::string body_;
 };
 
+// The text of a JSON string (without its quotes). The result is valid UTF-8 whatever s holds:
+// a byte that does not belong to a well-formed UTF-8 sequence becomes U+FFFD.
 std::string JsonEscape(std::string_view s);
 
 // One number through a printf format, e.g. Fmt("%.4f", 0.97).
@@ -49,7 +51,8 @@ class Logger {
   // Replaces the live line (terminal only; nothing otherwise).
   void Progress(const std::string& text);
   void ClearProgress();
-  // "shmtrain: error: ..." on stderr (and a JSON "error" event in json mode).
+  // "shmtrain: error: ..." on stderr (and a JSON "error" event in json mode), the message
+  // made Printable (core/utf8.h; line breaks and tabs kept).
   void Error(const std::string& msg);
 
   // Several hosts: this logger serves a host master other than host 0, named `who` ("host 1

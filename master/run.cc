@@ -204,6 +204,7 @@ data::LoadOptions LoadOptionsFor(const TrainOptions& o, Task task) {
   lo.label_name = o.label_name;
   lo.header = o.header;
   lo.delimiter = o.delimiter;
+  lo.decimal = o.decimal;
   lo.labels_path = o.labels_path;
   lo.x_key = o.npz_x;
   lo.y_key = o.npz_y;

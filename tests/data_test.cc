@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -450,6 +451,15 @@ TEST(ClassMapTest, MixedNumericAndTextIsText) {
   EXPECT_EQ(n.names, (std::vector<std::string>{"1", "nan"}));
 }
 
+// Names in messages are escaped as cells are: a NUL or a byte that is not UTF-8 in a label
+// neither cuts the message nor reaches the terminal raw.
+TEST(ClassMapTest, ListEscapesNames) {
+  const std::string nul("a\0b", 3);
+  const ClassMap m = ClassMap::Build({nul, "\xff", "caf\xc3\xa9", "\x1b[31m"});
+  EXPECT_EQ(m.List(), "\\x1b[31m, a\\x00b, caf\xc3\xa9, \\xff");
+  EXPECT_EQ(m.names[1], nul);  // the names themselves are the labels' bytes
+}
+
 TEST(ClassMapTest, EmptyMap) {
   const ClassMap m = ClassMap::Build({});
   EXPECT_TRUE(m.numeric);
@@ -875,13 +885,9 @@ TEST_F(CsvTest, WrongDelimiterHints) {
               "cell '5;2' is not a number" + semi);
   ExpectError("a;b;y\n1,5;2,0;3\n", Delim(','), "",
               "rows have 1 column; need at least one feature column besides the label" + semi);
-  // ... and with ';' (detected from the header): the cells have decimal commas.
-  ExpectError("a;b;y\n1,5;2,0;3\n", {}, "2:1: ",
-              "cell '1,5' is not a number (decimal commas are not supported: write '1.5' for "
-              "'1,5')");
-  ExpectError("a;b;y\n1;2,0;3\n", {}, "2:2: ",
-              "cell '2,0' is not a number (decimal commas are not supported: write '2.0' for "
-              "'2,0')");
+  // ... and with ';', decimal commas past the first lines (which decide the separator).
+  ExpectError("a;b;y\n1;2;3\n1;2,0;3\n", {}, "3:2: ",
+              "cell '2,0' is not a number (a decimal comma? --decimal , reads '2,0' as a number)");
   // A tab file read with ';', and a comma file read as tab-separated.
   ExpectError("a\tb\ty\n1\t2\t3\n", Delim(';'), "",
               "rows have 1 column; need at least one feature column besides the label (the line "
@@ -1095,6 +1101,11 @@ TEST_F(BlocksTest, GoodFilesAnyBlockAnyThreads) {
   ExpectSameEverySplit("x,c,z\n1,a,2\n3,b,4\n", named);
   ExpectSameEverySplit("1,2,3\n4,5,6\n", NoLabels(2));
   ExpectSameEverySplit("1 1:2 3:4\r\n# c\n\n0 2:1\n-1 1:1e-3", {}, "d.svm");
+  // '\r' line ends, decided at the first whatever the block (split inside "\r\r\n" too).
+  ExpectSameEverySplit("x,c\r1,a\r\r2,b\r3,a", Classify());
+  ExpectSameEverySplit("x,c\r\r\n1,a\r\r\n2,b\r\n3,a\r\r\r\n", Classify());
+  ExpectSameEverySplit("1 1:2 3:4\r# c\r\r0 2:1\r-1 1:1e-3\r", {}, "d.svm");
+  ExpectSameEverySplit("1,5;2;3\n4;5,5;-6,25e1\n7;8;9\n", {});  // decimal commas
 }
 
 TEST_F(BlocksTest, ErrorsAnyBlockAnyThreads) {
@@ -1104,6 +1115,7 @@ TEST_F(BlocksTest, ErrorsAnyBlockAnyThreads) {
   ExpectSameEverySplit("a,b,y\n1,2,3\n4,\"5,6\n7,8,9\n", {});
   ExpectSameEverySplit("a,b,y\n1,2,3\n4,5,nan\n7,8,9", Classify());
   ExpectSameEverySplit("1;2;3\n4;5;6\n7;8,5;9\n", {});  // the decimal-comma hint
+  ExpectSameEverySplit("a;b;y\n1,5;2;3\n4;5,5;6.5\n", {});  // one decimal separator
   LoadOptions given = Classify();
   const ClassMap map = ClassMap::Build({"a", "b"});
   given.classes = &map;
@@ -1112,14 +1124,121 @@ TEST_F(BlocksTest, ErrorsAnyBlockAnyThreads) {
   ExpectSameEverySplit("x,y\n1,2\n3,4\r5\n", {});
 }
 
-// Only the '\r' of a "\r\n" ends a line; one anywhere else is a byte of its cell.
+LoadOptions Decimal(char d, LoadOptions o = {}) {
+  o.decimal = d;
+  return o;
+}
+
+// A ';'-separated file with decimal commas (R's write.csv2, spreadsheets in many locales) reads
+// as the same file with decimal points, float for float; detected from its first two lines,
+// with or without a header, or given.
+TEST_F(CsvTest, DecimalCommas) {
+  const Dataset dot = Load("a,b,y\n1.5,2.0,3\n-0.25,1e3,4.5\n+0.1,7,-1.75e-2\n");
+  ExpectSameBits(Load("a;b;y\n1,5;2,0;3\n-0,25;1e3;4,5\n+0,1;7;-1,75e-2\n"), dot);
+  ExpectSameBits(Load("1,5;2,0;3\r\n-0,25;1e3;4,5\r\n+0,1;7;-1,75e-2\r\n"), dot);
+  ExpectSameBits(Load("a;b;y\n1,5;2;3\n-0,25;1e3;4,5\n+0,1;7;-1,75e-2\n"), dot);
+  // Given: past the first lines, and with tabs.
+  ExpectSameBits(Load("a;b;y\n1;2;3\n-0,25;1e3;4,5\n", Decimal(',')),
+                 Load("a,b,y\n1,2,3\n-0.25,1e3,4.5\n"));
+  ExpectSameBits(Load("a\tb\ty\n1,5\t2,0\t3\n", Decimal(',')), Load("a,b,y\n1.5,2.0,3\n"));
+  // Text class labels are text, with or without commas.
+  const Dataset c = Load("x;k\n0,5;a,b\n1,5;c\n", Decimal(',', Classify()));
+  EXPECT_EQ(c.classes.names, (std::vector<std::string>{"a,b", "c"}));
+  // One separator per file.
+  ExpectError("a;b;y\n1,5;2.5;3\n", {}, "2:2: ",
+              "cell '2.5' is not a number (the decimal separator is ',' in this file: --decimal . "
+              "reads '.')");
+  ExpectError("a;b;y\n1,5;2;3.5\n", {}, "2:3: ",
+              "cell '3.5' is not a number" + kNumericTargets +
+                  " (the decimal separator is ',' in this file: --decimal . reads '.')");
+  ExpectError("a;b;y\n1,5;2;3\n", Decimal('.'), "2:1: ",
+              "cell '1,5' is not a number (a decimal comma? --decimal , reads '1,5' as a number)");
+  ExpectError("a,b\n1,2\n", Decimal(',', Delim(',')), "",
+              "decimal separator ',' needs another delimiter than ',' (';' or tab)");
+  ExpectError("a,b\n1,2\n", Decimal('x'), "",
+              "decimal separator 'x' is not supported (use '.' or ',')");
+}
+
+// "d,ddd" parses to exactly the double "d.ddd" does, for random numerals of every kind.
+TEST(ParseNumberTest, DecimalCommaIsBitForBitTheDecimalPoint) {
+  std::mt19937_64 rng(11);
+  for (int i = 0; i < 20000; ++i) {
+    std::string dot = std::to_string(rng() % 1000000) + "." + std::to_string(rng());
+    if (i % 3 == 0) dot = "-" + dot;
+    if (i % 5 == 0) dot += "e" + std::to_string(static_cast<int>(rng() % 60) - 30);
+    std::string comma = dot;
+    comma[comma.find('.')] = ',';
+    double a = 0, b = 0;
+    ASSERT_EQ(text::ParseCell(dot, &a), text::Cell::kOk) << dot;
+    ASSERT_EQ(text::ParseNumber(comma, ',', &b), text::Cell::kOk) << comma;
+    ASSERT_EQ(std::bit_cast<uint64_t>(a), std::bit_cast<uint64_t>(b)) << comma;
+  }
+  double v = 0;
+  EXPECT_EQ(text::ParseNumber("1.5", ',', &v), text::Cell::kNotNumber);
+  EXPECT_EQ(text::ParseNumber("1,5", '.', &v), text::Cell::kNotNumber);
+  EXPECT_EQ(text::ParseNumber("1,5,0", ',', &v), text::Cell::kNotNumber);
+}
+
+// In a file of '\n' line ends only the '\r's that end a line go; one anywhere else is a byte
+// of its cell.
 TEST_F(CsvTest, CarriageReturnInsideALineIsText) {
   ExpectError("x,y\n1,2\r3\n", {}, "2:2: ", "cell '2\\x0d3' is not a number" + kNumericTargets);
   ExpectError("x,y,z\n1\r,2,3\n", {}, "2:1: ", "cell '1\\x0d' is not a number");
   ExpectError("x,y,z\n1,2 \r,3\n", {}, "2:2: ", "cell '2 \\x0d' is not a number");
-  ExpectError("x,y\n1,2\r\r\n", {}, "2:2: ", "cell '2\\x0d' is not a number" + kNumericTargets);
   Dataset ds = Load("x,c\n1,a\rb\n2,a\r\n", Classify());
   EXPECT_EQ(ds.classes.names, (std::vector<std::string>{"a", "a\rb"}));
+}
+
+// Every '\r' that ends a line goes ("\r\r\n", as a doubled conversion writes it): a label is
+// one class however many there are, on the fast path (plain rows) and the general one (a
+// quoted cell, the first line without a header).
+TEST_F(CsvTest, TrailingCarriageReturnsDropped) {
+  const std::string want = "1,a\n2,b\n3,c\n4,a\n5,b\n6,c\n";
+  for (const std::string& got :
+       {std::string("1,a\r\r\n2,b\r\n3,c\n4,a\r\n5,\"b\"\r\r\n6,c\r\r\r\n"),
+        std::string("1,a\r\n2,b\r\r\n3,c\r\r\n4,a\n5,b\r\n6,c\r\r\n")}) {
+    const Dataset ds = Load(got, Classify());
+    EXPECT_EQ(ds.classes.names, (std::vector<std::string>{"a", "b", "c"}));
+    ExpectSameDataset(ds, Load(want, Classify()));
+  }
+  ExpectSameDataset(Load("x,y\r\r\n1,2\r\r\n3,4\r\r\n"), Load("x,y\n1,2\n3,4\n"));
+  ExpectError("x,y\r\r\n1,2\r\r\n3,a\r\r\n", {},
+              "3:2: ", "cell 'a' is not a number" + kNumericTargets);
+}
+
+// A file whose lines end in a lone '\r' (old Mac OS) reads as one with '\n' (pandas and R
+// read it so); its line numbers count the '\r's.
+TEST_F(CsvTest, CarriageReturnLineEnds) {
+  ExpectSameDataset(Load("x1,x2,y\r1,2,3\r4,5,6\r"), Load("x1,x2,y\n1,2,3\n4,5,6\n"));
+  ExpectSameDataset(Load("1,2,3\r\r4,5,6"), Load("1,2,3\n4,5,6\n"));
+  const Dataset ds = Load("x,c\r1,a\r2,b\r3,c\r", Classify());
+  EXPECT_EQ(ds.classes.names, (std::vector<std::string>{"a", "b", "c"}));
+  ExpectError("x,y\r1,2\r\r3,a\r", {}, "4:2: ", "cell 'a' is not a number" + kNumericTargets);
+  // Once decided at the first line end, '\r' is a line end everywhere.
+  ExpectSameDataset(Load("x,y\r1,2\r\n3,4\n"), Load("x,y\n1,2\n3,4\n"));
+}
+
+// Text from the file in a message is escaped: control bytes (a NUL does not cut the message)
+// and bytes that are not UTF-8; UTF-8 text as it is.
+TEST_F(CsvTest, MessagesEscapeBytesThatAreNotText) {
+  ExpectError(std::string("x,y\n1,2\n3,a\0b\n", 14), {},
+              "3:2: ", "cell 'a\\x00b' is not a number" + kNumericTargets);
+  ExpectError("x,y\n1,\xff\xfe\n", {},
+              "2:2: ", "cell '\\xff\\xfe' is not a number" + kNumericTargets);
+  ExpectError("x,y\n1,caf\xc3\xa9\n", {},
+              "2:2: ", "cell 'caf\xc3\xa9' is not a number" + kNumericTargets);
+  // A long cell is cut before a character, not inside it.
+  const std::string e = "\xc3\xa9";
+  std::string cell;
+  for (int i = 0; i < 25; ++i) cell += e;  // 50 bytes
+  ExpectError("x,y\n1," + cell + "\n", {},
+              "2:2: ", "cell '" + cell.substr(0, 40) + "...' is not a number" + kNumericTargets);
+  ExpectError("x,y\n1,a" + cell + "\n", {},
+              "2:2: ", "cell 'a" + cell.substr(0, 38) + "...' is not a number" + kNumericTargets);
+  LoadOptions named;
+  named.label_name = "z";
+  ExpectError(std::string("a\0,b\x01,c\n1,2,3\n", 18), named,
+              "1: ", "label column 'z' is not in the header (a\\x00, b\\x01, c)");
 }
 
 // A file of `rows` rows "i,i+1,...,label" in blocks of 64 bytes split between two threads, with

@@ -10,7 +10,12 @@
 // to 8x8 counts 0..16, then the label 0..9; no header), made from the Debian package
 // dataset-fashion-mnist into the build directory; without the package they fail, never skip.
 // Every other data set is generated here, deterministically.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/statvfs.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -22,6 +27,7 @@
 #include <map>
 #include <optional>
 #include <random>
+#include <regex>
 #include <set>
 #include <string>
 #include <vector>
@@ -980,6 +986,208 @@ TEST_F(RealData, BigDataRefusedUpFront) {
   EXPECT_TRUE(Contains(r.err, "needs a shared memory segment of")) << r.err;
   EXPECT_TRUE(Contains(r.err, "/dev/shm has")) << r.err;
   EXPECT_FALSE(test::FileExists(save));
+}
+
+}  // namespace
+}  // namespace shmtrain
+
+namespace shmtrain {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Text through a pipe: read a block at a time like a file, garbage refused at its first bad
+// line, and messages and the JSON log valid UTF-8 whatever bytes the data holds.
+
+struct PeakRun {
+  int exit_code = -1;  // -1: killed or timed out
+  long peak_kib = 0;   // the largest peak resident size among the pipeline's processes
+  std::string err;
+  std::string out;
+};
+
+// Runs `/bin/sh -c script args...` ($0, $1, ...: a pipeline into shmtrain) to its end within
+// timeout, in a process group of its own (killed whole at the deadline). The shell waits for every
+// process of the pipeline, so wait4's usage of the shell holds the largest peak among them.
+PeakRun RunPeak(const TempDir& dir, const std::string& script, const std::vector<std::string>& args,
+                milliseconds timeout) {
+  PeakRun r;
+  const std::string out = dir.File("peak.out"), err = dir.File("peak.err");
+  const pid_t pid = fork();
+  if (pid < 0) {
+    ADD_FAILURE() << "fork failed";
+    return r;
+  }
+  if (pid == 0) {
+    setpgid(0, 0);
+    const int in = open("/dev/null", O_RDONLY);
+    const int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    const int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (in < 0 || o < 0 || e < 0) _exit(127);
+    dup2(in, 0);
+    dup2(o, 1);
+    dup2(e, 2);
+    std::vector<const char*> argv = {"/bin/sh", "-c", script.c_str()};
+    for (const std::string& a : args) argv.push_back(a.c_str());
+    argv.push_back(nullptr);
+    execv("/bin/sh", const_cast<char* const*>(argv.data()));
+    _exit(127);
+  }
+  setpgid(pid, pid);
+  const Clock::time_point deadline = Clock::now() + timeout;
+  int status = 0;
+  struct rusage ru {};
+  for (;;) {
+    const pid_t w = wait4(pid, &status, WNOHANG, &ru);
+    if (w == pid) break;
+    if (Clock::now() > deadline) {
+      kill(-pid, SIGKILL);
+      wait4(pid, &status, 0, &ru);
+      ADD_FAILURE() << "timed out: " << script;
+      break;
+    }
+    usleep(10'000);
+  }
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.peak_kib = ru.ru_maxrss;
+  r.err = test::ReadWholeFile(err);
+  r.out = test::ReadWholeFile(out);
+  return r;
+}
+
+// Whether every line of `out` is a JSON object in valid UTF-8, as python3's strict decoder
+// reads them.
+::testing::AssertionResult JsonLinesValid(const TempDir& dir, const std::string& out) {
+  const std::string path = dir.Write("json-lines.txt", out);
+  const ProcResult r = test::RunShell(
+      "exec python3 -c 'import json, sys\n"
+      "for line in open(sys.argv[1], encoding=\"utf-8\", errors=\"strict\"):\n"
+      "    assert isinstance(json.loads(line), dict)' \"$0\"",
+      {path});
+  if (r.exited && r.exit_code == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << r.err << "\nin:\n" << test::Clip(out);
+}
+
+std::string Floats20Csv(int rows, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(-0.5, 0.5);
+  std::string s;
+  for (int j = 0; j < 20; ++j) s += "x" + std::to_string(j) + ",";
+  s += "y\n";
+  char buf[32];
+  for (int i = 0; i < rows; ++i) {
+    for (int j = 0; j < 20; ++j) {
+      std::snprintf(buf, sizeof buf, "%.7f,", u(rng));
+      s += buf;
+    }
+    s += std::to_string(i % 3) + "\n";
+  }
+  return s;
+}
+
+// A model of 20 inputs and 3 classes, trained on a small file of the kind Floats20Csv writes.
+std::string Floats20Model(const TempDir& dir) {
+  const std::string model = dir.File("m20.bin");
+  const ProcResult r =
+      Shm({"train", "--workers", "1", "--data", dir.Write("small.csv", Floats20Csv(300, 1)),
+           "--layers", "20,4,3", "--loss", "xent", "--lr", "0.1", "--steps", "5", "--save", model});
+  EXPECT_TRUE(ExitedWith(r, 0));
+  return model;
+}
+
+// Garbage through a pipe is refused at its first bad line: not read whole first (500 MB of it
+// would be held), the message names the line, the JSON log stays valid UTF-8, exit 2.
+TEST_F(RealData, PipedGarbageRefusedAtItsFirstBadLine) {
+  const std::string model = Floats20Model(dir_);
+  struct Case {
+    const char* source;
+    const char* format;
+    const char* what;  // a part of the message
+  };
+  for (const Case& c : {Case{"/dev/urandom", "libsvm", ""},
+                        Case{"/dev/zero", "csv", "and a NUL byte: this is binary data"},
+                        Case{"/dev/zero", "libsvm", "and a NUL byte: this is binary data"}}) {
+    SCOPED_TRACE(std::string(c.source) + " as " + c.format);
+    const PeakRun r =
+        RunPeak(dir_,
+                "head -c 500000000 \"$0\" | \"$1\" eval --model \"$2\" --data /dev/stdin "
+                "--format \"$3\" --log-format json",
+                {c.source, kBin, model, c.format}, kRunTimeout);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_TRUE(std::regex_search(r.err, std::regex("error: /dev/stdin:[0-9]+: "))) << r.err;
+    EXPECT_TRUE(Contains(r.err, c.what)) << r.err;
+    // A block of 8 MB is read, not the 500 MB.
+    EXPECT_LT(r.peak_kib, 100 * 1024) << r.err;
+    EXPECT_EQ(Events(r.out, "error").size(), 1u) << r.out;
+    EXPECT_TRUE(JsonLinesValid(dir_, r.out));
+  }
+}
+
+// A CSV through a pipe is read a block at a time as a file is: the peak memory of loading it is
+// about that of loading the file, not the file's text and its floats (here the text is about
+// 2.6 times the floats).
+TEST_F(RealData, PipedCsvHeldAsAFileIs) {
+  const std::string model = Floats20Model(dir_);
+  const std::string data = dir_.Write("big.csv", Floats20Csv(290000, 2));  // 61 MB
+  const PeakRun file = RunPeak(dir_, "exec \"$0\" eval --model \"$1\" --data \"$2\"",
+                               {kBin, model, data}, kRunTimeout);
+  const PeakRun pipe = RunPeak(dir_, "cat \"$2\" | \"$0\" eval --model \"$1\" --data /dev/stdin",
+                               {kBin, model, data}, kRunTimeout);
+  ASSERT_EQ(file.exit_code, 0) << file.err;
+  ASSERT_EQ(pipe.exit_code, 0) << pipe.err;
+  EXPECT_EQ(pipe.out, file.out);  // the same rows, loss and accuracy
+  EXPECT_LT(static_cast<double>(pipe.peak_kib), 1.25 * static_cast<double>(file.peak_kib))
+      << "pipe " << pipe.peak_kib << " KiB, file " << file.peak_kib << " KiB";
+}
+
+// Bytes that are not UTF-8 in a label or a path reach the JSON log as valid UTF-8, and a NUL
+// in a label shows in the message (escaped), which goes on to its end.
+TEST_F(RealData, JsonLogIsValidUtf8WhateverTheData) {
+  std::string csv = Floats20Csv(60, 3);
+  csv += std::string("0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,a\0b\n", 44);
+  csv += "0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,\xff\xfe\n";
+  const std::string data = dir_.Write("odd.csv", csv);
+  const ProcResult r =
+      Shm({"train", "--workers", "1", "--data", data, "--layers", "20,4,3", "--loss", "xent",
+           "--lr", "0.1", "--steps", "5", "--log-format", "json"});
+  EXPECT_TRUE(ExitedWith(r, 2));
+  EXPECT_TRUE(
+      Contains(r.err, "has 5 classes (0, 1, 2, a\\x00b, \\xff\\xfe); make it one output per class"))
+      << r.err;
+  EXPECT_TRUE(JsonLinesValid(dir_, r.out));
+  // A path that is not UTF-8 goes into the JSON events as it is otherwise.
+  const std::string model = Floats20Model(dir_);
+  const std::string odd = dir_.File("m\xff.bin");
+  ASSERT_EQ(rename(model.c_str(), odd.c_str()), 0);
+  const ProcResult e = Shm({"eval", "--model", odd, "--data",
+                            dir_.Write("f.csv", Floats20Csv(30, 4)), "--log-format", "json"});
+  EXPECT_TRUE(ExitedWith(e, 0));
+  EXPECT_EQ(Events(e.out, "model").size(), 1u) << e.out;
+  EXPECT_TRUE(JsonLinesValid(dir_, e.out));
+}
+
+// A csv2 file (';' and decimal commas, as R's write.csv2 writes it) trains and evaluates as the
+// same file with decimal points does: the same floats, so the same model bytes and loss.
+TEST_F(RealData, DecimalCommaCsvTrainsAsDecimalPoints) {
+  const std::string dot = Floats20Csv(200, 5);
+  std::string csv2 = dot;
+  for (char& c : csv2) c = c == ',' ? ';' : c == '.' ? ',' : c;
+  const std::string dot_path = dir_.Write("dot.csv", dot), csv2_path = dir_.Write("csv2.csv", csv2);
+  const std::string m_dot = dir_.File("dot.bin"), m_csv2 = dir_.File("csv2.bin");
+  for (const auto& [data, model] : {std::pair{dot_path, m_dot}, std::pair{csv2_path, m_csv2}}) {
+    EXPECT_TRUE(
+        ExitedWith(Shm({"train", "--workers", "2", "--data", data, "--layers", "20,4,3", "--loss",
+                        "xent", "--lr", "0.1", "--steps", "20", "--seed", "3", "--save", model}),
+                   0));
+  }
+  EXPECT_TRUE(test::SameBytes(test::ReadWholeFile(m_csv2), test::ReadWholeFile(m_dot)));
+  const ProcResult e_dot = Shm({"eval", "--model", m_dot, "--data", dot_path});
+  const ProcResult e_csv2 = Shm({"eval", "--model", m_dot, "--data", csv2_path, "--decimal", ","});
+  EXPECT_TRUE(ExitedWith(e_csv2, 0));
+  EXPECT_EQ(e_csv2.out, e_dot.out);
+  const ProcResult refused = Shm({"eval", "--model", m_dot, "--data", csv2_path, "--decimal", "."});
+  EXPECT_TRUE(ExitedWith(refused, 2));
+  EXPECT_TRUE(Contains(refused.err, "csv2.csv:2:1: cell '"));
+  EXPECT_TRUE(Contains(refused.err, "(a decimal comma? --decimal , reads")) << refused.err;
 }
 
 }  // namespace

@@ -37,6 +37,8 @@ std::optional<Task> ParseTask(std::string_view s);
 std::optional<DataFormat> ParseDataFormat(std::string_view s);
 // --delimiter: ",", ";" or "tab" (also a literal tab) -> ',', ';', '\t'.
 std::optional<char> ParseDelimiter(std::string_view s);
+// --decimal: "." or ",".
+std::optional<char> ParseDecimal(std::string_view s);
 // A listening address "HOST:PORT" or "[IPV6]:PORT", PORT 0..65535 (0: any free port). HOST is
 // returned without brackets. nullopt when malformed; *why then says what is wrong.
 struct HostPort {
@@ -82,6 +84,9 @@ struct TrainOptions {
   HeaderMode header = HeaderMode::kAuto;
   // The CSV delimiter: ',', ';' or '\t'; 0 (default) = detected from the first lines.
   char delimiter = 0;
+  // The CSV decimal separator: '.' or ','; 0 (default) = detected (',' in a ';'-separated file
+  // whose first lines have numbers such as "1,5").
+  char decimal = 0;
 
   // Model. layers: required, e.g. {1,5,1}; first = number of features, last = 1 for mse or the
   // number of classes for xent; each size 1..65536, 2..64 entries.
