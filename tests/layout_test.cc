@@ -222,10 +222,11 @@ TEST(Layout, ValidateAcceptsItsOwnLayout) {
   EXPECT_EQ(Segment::Validate(bad, h.total_size, &why), kWorkerBadLayout);
 }
 
-// Validate of a header h with its own total_size as the mapped size: the reason of a refusal,
-// or "accepted". The headers refused below keep the offsets of the run they were made from:
-// only their config is damaged, as a stray write or another program would leave it.
-std::string Refusal(const Header& h) {
+// Validate of header h laid out again from its config (where that fits in 64 bits; else with
+// the offsets it has) and mapped at exactly its total_size: the reason of a refusal, or
+// "accepted". So only the config can be what is wrong.
+std::string Refusal(Header h) {
+  if (Header again = h; ComputeLayout(&again)) h = again;
   std::string why;
   const int code = Segment::Validate(h, h.total_size, &why);
   if (code == kWorkerOk) return "accepted";
