@@ -1,5 +1,5 @@
-// Checkpoints (master/checkpoint.cc, LoadCheckpoint, which takes a path): the input is the
-// file. As for model files, half of the inputs get the right CRC-32 in their last four bytes so
+// Checkpoints (master/checkpoint.cc, DecodeCheckpoint, which LoadCheckpoint calls with the
+// file's bytes): the input is the file. As for model files, half of the inputs get the right CRC-32 in their last four bytes so
 // that the loader's success path is reached.
 #include <cstddef>
 #include <cstdint>
@@ -18,9 +18,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const uint32_t crc = Crc32(bytes.data(), size - 4);
     std::memcpy(bytes.data() + size - 4, &crc, 4);
   }
-  const fuzz::InputFile file("ckpt", ".ckpt", bytes.data(), bytes.size());
   Checkpoint c;
-  if (!LoadCheckpoint(file.path(), &c).ok()) return 0;
+  if (!DecodeCheckpoint(bytes, "checkpoint", &c).ok()) return 0;
   // The file holds exactly its header, the optimizer's name, W and K state vectors, the CRC.
   size_t floats = c.params.size();
   for (const auto& s : c.states) {

@@ -11,7 +11,8 @@
 // A header that Validate accepts must be safe to use through Segment's accessors: every
 // region they reach (blocks, X, Y, W, the optimizer states, the slots, the snapshots, HS and
 // GS), sized from the config without any wrap-around, lies inside the mapped size; the
-// snapshot ring that snapshot() takes a modulo of is not empty; no layer has a negative size.
+// snapshot ring that snapshot() takes a modulo of is not empty; no layer has a negative size;
+// the first layer reads no more of a row of X than it holds.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -52,6 +53,12 @@ u128 BytesNeeded(const Header& h, std::string* why) {
     *why = "negative rows or features";
     return bad;
   }
+  // The first layer reads layers[0] values from each row of X, whose rows have `features`.
+  if (c.num_layers > 0 && c.layers[0] > c.features) {
+    *why = "a first layer of " + std::to_string(c.layers[0]) + " inputs on rows of " +
+           std::to_string(c.features) + " features";
+    return bad;
+  }
   if (c.eval_every > 0 && c.snapshots < 1) {
     *why = "validation snapshots every " + std::to_string(c.eval_every) + " steps in a ring of " +
            std::to_string(c.snapshots);
@@ -64,7 +71,8 @@ u128 BytesNeeded(const Header& h, std::string* why) {
   need += 2 * vec + 2 * static_cast<u128>(c.optim.num_states) * vec;
   need += static_cast<u128>(c.workers) * (sizeof(shm::SlotHeader) + vec);
   if (c.eval_every > 0) need += static_cast<u128>(c.snapshots) * vec;
-  if (c.hosts > 1) need += 2 * vec;
+  // Several hosts: GS, and HS unless it is slot 0's gradient (one worker per host).
+  if (c.hosts > 1) need += (c.workers > 1 ? 2 : 1) * vec;
   return need;
 }
 

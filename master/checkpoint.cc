@@ -29,6 +29,14 @@ class Hasher {
   uint64_t h_ = 0xCBF29CE484222325ull;
 };
 
+// n floats from p, which need not be aligned. (memcpy into an empty vector would pass its
+// null data(), which memcpy does not allow even for no bytes.)
+std::vector<float> FloatsAt(const char* p, size_t n) {
+  std::vector<float> v(n);
+  if (n > 0) std::memcpy(v.data(), p, n * sizeof(float));
+  return v;
+}
+
 // The index of the first non-finite value of v, or v.size().
 size_t FirstNonFinite(const std::vector<float>& v) {
   size_t i = 0;
@@ -106,14 +114,17 @@ Status SaveCheckpoint(const std::string& path, const Checkpoint& c) {
 }
 
 Status LoadCheckpoint(const std::string& path, Checkpoint* out) {
-  auto bad = [&](const std::string& what) {
-    return Status::Data(path + ": not a usable checkpoint: " + what);
-  };
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::Data(path + ": cannot open checkpoint: " + std::strerror(errno));
   std::ostringstream ss;
   ss << in.rdbuf();
-  const std::string b = ss.str();
+  return DecodeCheckpoint(ss.str(), path, out);
+}
+
+Status DecodeCheckpoint(const std::string& b, const std::string& path, Checkpoint* out) {
+  auto bad = [&](const std::string& what) {
+    return Status::Data(path + ": not a usable checkpoint: " + what);
+  };
   constexpr size_t kHead = 8 + 4 + 4 + 8 + 8 + 8 + 4 + 4;
   if (b.size() < kHead + 4) return bad("too short (truncated)");
   if (std::memcmp(b.data(), kCheckpointMagic, 8) != 0) return bad("wrong magic number");
@@ -153,11 +164,9 @@ Status LoadCheckpoint(const std::string& path, Checkpoint* out) {
   c.fingerprint = fp;
   c.optimizer.assign(b.data() + kHead, m);
   const char* v = b.data() + kHead + m;
-  c.params.resize(n);
-  std::memcpy(c.params.data(), v, n * sizeof(float));
-  c.states.assign(k, std::vector<float>(n));
+  c.params = FloatsAt(v, n);
   for (uint32_t i = 0; i < k; ++i) {
-    std::memcpy(c.states[i].data(), v + (1 + i) * n * sizeof(float), n * sizeof(float));
+    c.states.push_back(FloatsAt(v + (1 + i) * n * sizeof(float), n));
   }
   // No run writes a non-finite checkpoint (CheckpointPolicy refuses to); one with a valid
   // checksum was made by hand, and would only diverge at once after resuming.

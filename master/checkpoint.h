@@ -45,5 +45,7 @@ Status SaveCheckpoint(const std::string& path, const Checkpoint& c);
 // kData with a message naming the file on any damage (short, bad magic or version, sizes,
 // checksum), and when a parameter or an optimizer state value is not finite (naming the first).
 Status LoadCheckpoint(const std::string& path, Checkpoint* out);
+// The same from the file's bytes; `path` only names the file in messages.
+Status DecodeCheckpoint(const std::string& bytes, const std::string& path, Checkpoint* out);
 
 }  // namespace shmtrain

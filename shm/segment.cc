@@ -27,8 +27,6 @@ namespace {
 
 namespace bip = boost::interprocess;
 
-uint64_t AlignUp(uint64_t v) { return (v + kCacheLine - 1) / kCacheLine * kCacheLine; }
-
 std::string Errno(int e) { return std::strerror(e); }
 
 // Boost.Interprocess reports failures by throwing; at this seam they become the same reasons
@@ -81,17 +79,55 @@ void KeepMappedUntilExit(std::unique_ptr<bip::mapped_region> region) noexcept {
   }
 }
 
-uint64_t ParamCountOf(const RunConfig& c) {
-  uint64_t n = 0;
+// Sizes in bytes, checked: a step that would pass 2^64 - 1 makes the result invalid (and every
+// later step on it), so a header cannot wrap a sum into a small, plausible size.
+class Size {
+ public:
+  Size() = default;
+  explicit Size(uint64_t v) : v_(v) {}
+  static Size Invalid() {
+    Size s;
+    s.ok_ = false;
+    return s;
+  }
+  // A signed count from the header: negative is invalid.
+  static Size Count(int64_t v) { return v < 0 ? Invalid() : Size(static_cast<uint64_t>(v)); }
+  bool ok() const { return ok_; }
+  uint64_t value() const { return ok_ ? v_ : 0; }
+  Size operator+(Size o) const {
+    Size r;
+    r.ok_ = ok_ && o.ok_ && !__builtin_add_overflow(v_, o.v_, &r.v_);
+    return r;
+  }
+  Size operator*(Size o) const {
+    Size r;
+    r.ok_ = ok_ && o.ok_ && !__builtin_mul_overflow(v_, o.v_, &r.v_);
+    return r;
+  }
+  // Up to the next multiple of the cache line.
+  Size AlignUp() const {
+    const Size up = *this + Size(kCacheLine - 1);
+    return up.ok() ? Size(up.v_ / kCacheLine * kCacheLine) : up;
+  }
+
+ private:
+  uint64_t v_ = 0;
+  bool ok_ = true;
+};
+
+// The parameter count of the config's layers; invalid when a layer is negative or the count
+// does not fit in 64 bits.
+Size ParamCountOf(const RunConfig& c) {
+  Size n;
   for (uint32_t l = 0; l + 1 < c.num_layers && l + 1 < static_cast<uint32_t>(kMaxLayers); ++l) {
-    n += static_cast<uint64_t>(c.layers[l + 1]) * (static_cast<uint64_t>(c.layers[l]) + 1);
+    n = n + Size::Count(c.layers[l + 1]) * (Size::Count(c.layers[l]) + Size(1));
   }
   return n;
 }
 
 }  // namespace
 
-void ComputeLayout(Header* h) {
+bool ComputeLayout(Header* h) {
   const RunConfig& c = h->config;
   h->magic = kMagic;
   h->abi_version = kAbiVersion;
@@ -101,42 +137,46 @@ void ComputeLayout(Header* h) {
   h->config_size = sizeof(RunConfig);
   h->dtype = kDtypeFloat32;
 
-  const uint64_t n = c.param_count;
-  const uint64_t vec = AlignUp(n * sizeof(float));
-  uint64_t off = AlignUp(sizeof(Header));
-  h->blocks_offset = off;
-  off += AlignUp(sizeof(WorkerBlock) * c.workers);
-  h->x_offset = off;
-  off += AlignUp(static_cast<uint64_t>(c.rows) * c.features * sizeof(float));
-  h->y_offset = off;
-  off += AlignUp(static_cast<uint64_t>(c.rows) * sizeof(float));
+  const Size vec = (Size(c.param_count) * Size(sizeof(float))).AlignUp();
+  const Size workers(c.workers);
+  const Size rows = Size::Count(c.rows);
+  Size off = Size(sizeof(Header)).AlignUp();
+  h->blocks_offset = off.value();
+  off = off + (Size(sizeof(WorkerBlock)) * workers).AlignUp();
+  h->x_offset = off.value();
+  off = off + (rows * Size::Count(c.features) * Size(sizeof(float))).AlignUp();
+  h->y_offset = off.value();
+  off = off + (rows * Size(sizeof(float))).AlignUp();
   for (int k = 0; k < 2; ++k) {
-    h->params_offset[k] = off;
-    off += vec;
+    h->params_offset[k] = off.value();
+    off = off + vec;
   }
   for (uint32_t k = 0; k < kMaxStates; ++k) {
     for (int b = 0; b < 2; ++b) {
-      h->state_offset[k][b] = k < c.optim.num_states ? off : 0;
-      if (k < c.optim.num_states) off += vec;
+      h->state_offset[k][b] = k < c.optim.num_states ? off.value() : 0;
+      if (k < c.optim.num_states) off = off + vec;
     }
   }
-  h->slots_offset = off;
-  h->slot_stride = sizeof(SlotHeader) + vec;
-  off += h->slot_stride * c.workers;
-  h->snapshot_offset = c.eval_every > 0 ? off : 0;
-  h->snapshot_stride = vec;
-  if (c.eval_every > 0) off += vec * static_cast<uint64_t>(c.snapshots);
+  h->slots_offset = off.value();
+  const Size slot_stride = Size(sizeof(SlotHeader)) + vec;
+  h->slot_stride = slot_stride.value();
+  off = off + slot_stride * workers;
+  h->snapshot_offset = c.eval_every > 0 ? off.value() : 0;
+  h->snapshot_stride = vec.value();
+  if (c.eval_every > 0) off = off + vec * Size::Count(c.snapshots);
   // With one worker per host the host's sum is that worker's gradient: HS is slot 0's.
   if (c.hosts > 1) {
-    h->host_sum_offset = c.workers == 1 ? h->slots_offset + sizeof(SlotHeader) : off;
-    if (c.workers > 1) off += vec;
-    h->global_sum_offset = off;
-    off += vec;
+    h->host_sum_offset =
+        c.workers == 1 ? (Size(h->slots_offset) + Size(sizeof(SlotHeader))).value() : off.value();
+    if (c.workers > 1) off = off + vec;
+    h->global_sum_offset = off.value();
+    off = off + vec;
   } else {
     h->host_sum_offset = 0;
     h->global_sum_offset = 0;
   }
-  h->total_size = off;
+  h->total_size = off.value();
+  return off.ok();
 }
 
 std::string SegmentPrefixForUser() { return "shmtrain-" + std::to_string(getuid()) + "-"; }
@@ -247,16 +287,51 @@ int Segment::Validate(const Header& h, uint64_t mapped_size, std::string* why) {
     *why = "struct sizes or dtype differ from this build";
     return kWorkerBadLayout;
   }
+  // The run configuration, as far as it decides where things are and how big: every size the
+  // layout is computed from is in range before the layout is.
   const RunConfig& c = h.config;
-  if (c.workers < 1 || c.workers > static_cast<uint32_t>(kMaxWorkers) || c.num_layers < 2 ||
-      c.num_layers > static_cast<uint32_t>(kMaxLayers) || c.rows < 0 || c.features < 1 ||
-      c.param_count != ParamCountOf(c) || c.optim.num_states > static_cast<uint32_t>(kMaxStates) ||
-      c.hosts < 1 || c.host_index >= c.hosts) {
-    *why = "run configuration is inconsistent";
+  auto bad = [&](const std::string& what) {
+    *why = "run configuration: " + what;
     return kWorkerBadLayout;
+  };
+  if (c.workers < 1 || c.workers > static_cast<uint32_t>(kMaxWorkers)) {
+    return bad(std::to_string(c.workers) + " workers (1 to " + std::to_string(kMaxWorkers) + ")");
+  }
+  if (c.hosts < 1 || c.host_index >= c.hosts) {
+    return bad("host " + std::to_string(c.host_index) + " of " + std::to_string(c.hosts));
+  }
+  if (c.num_layers < 2 || c.num_layers > static_cast<uint32_t>(kMaxLayers)) {
+    return bad(std::to_string(c.num_layers) + " layers (2 to " + std::to_string(kMaxLayers) + ")");
+  }
+  for (uint32_t l = 0; l < c.num_layers; ++l) {
+    if (c.layers[l] < 1) {
+      return bad("layer " + std::to_string(l) + " has " + std::to_string(c.layers[l]) + " units");
+    }
+  }
+  if (c.rows < 0) return bad(std::to_string(c.rows) + " rows");
+  if (c.features != c.layers[0]) {
+    return bad(std::to_string(c.features) + " features for a first layer of " +
+               std::to_string(c.layers[0]) + " inputs");
+  }
+  if (const Size n = ParamCountOf(c); !n.ok() || n.value() != c.param_count) {
+    return bad("param_count " + std::to_string(c.param_count) + " is not the layers' count" +
+               (n.ok() ? " (" + std::to_string(n.value()) + ")" : " (more than 2^64)"));
+  }
+  if (c.optim.num_states > static_cast<uint32_t>(kMaxStates)) {
+    return bad(std::to_string(c.optim.num_states) + " optimizer states (at most " +
+               std::to_string(kMaxStates) + ")");
+  }
+  if (c.eval_every < 0) return bad("validation every " + std::to_string(c.eval_every) + " steps");
+  if (c.eval_every > 0 && c.snapshots < 2) {
+    return bad("validation snapshots every " + std::to_string(c.eval_every) +
+               " steps in a ring of " + std::to_string(c.snapshots) + " (at least 2)");
   }
   Header expect = h;
-  ComputeLayout(&expect);
+  if (!ComputeLayout(&expect)) {
+    return bad("its regions add up to more than 2^64 bytes (rows " + std::to_string(c.rows) +
+               ", features " + std::to_string(c.features) + ", params " +
+               std::to_string(c.param_count) + ", snapshots " + std::to_string(c.snapshots) + ")");
+  }
   if (std::memcmp(&expect, &h, offsetof(Header, config)) != 0) {
     *why = "offsets differ from the layout this build computes";
     return kWorkerBadLayout;
@@ -271,6 +346,10 @@ int Segment::Validate(const Header& h, uint64_t mapped_size, std::string* why) {
 
 Status Segment::Create(const std::string& name, const Header& proto, Segment* out) {
   const uint64_t size = proto.total_size;
+  if (size < sizeof(Header)) {
+    return Status::Resource("cannot create shared memory segment " + name +
+                            ": its layout does not fit in 64 bits");
+  }
   // create_only is O_CREAT | O_EXCL: never adopt someone else's segment, and on a clash leave
   // it alone. Mode 0600 is set again with fchmod because the umask may have cleared bits of
   // it, and nobody else may read our parameters.

@@ -25,7 +25,9 @@ namespace shmtrain::shm {
 
 // Fills the identity, sizes and offsets of *h from h->config (whose fields must be set).
 // The same function lays out the segment for the master and checks it for the workers.
-void ComputeLayout(Header* h);
+// Every sum and product is checked: false (offsets past the failure and total_size 0) when
+// a size is negative or the segment would not fit in 64 bits.
+bool ComputeLayout(Header* h);
 
 // "/shmtrain-<uid>-<pid>-<16 hex digits>": unique per user and run; the prefix lets
 // `cleanup` find ours and the uid keeps users apart.
@@ -66,7 +68,8 @@ class Segment {
 
   // Creates the segment described by proto (from ComputeLayout plus the config), copies the
   // header in, and owns the name: the destructor unlinks it. kResource on any failure, with
-  // the name, the size and the reason; nothing is left behind.
+  // the name, the size and the reason (also for a proto whose layout did not fit in 64 bits);
+  // nothing is left behind.
   static Status Create(const std::string& name, const Header& proto, Segment* out);
 
   // Opens and validates an existing segment for a worker. Returns a WorkerExit code

@@ -11,6 +11,8 @@
 
 #include <cerrno>
 #include <cstddef>
+#include <cstdint>
+#include <initializer_list>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -218,6 +220,104 @@ TEST(Layout, ValidateAcceptsItsOwnLayout) {
   bad = h;
   bad.config.param_count += 1;
   EXPECT_EQ(Segment::Validate(bad, h.total_size, &why), kWorkerBadLayout);
+}
+
+// Validate of header h laid out again from its config (where that fits in 64 bits; else with
+// the offsets it has) and mapped at exactly its total_size: the reason of a refusal, or
+// "accepted". So only the config can be what is wrong.
+std::string Refusal(Header h) {
+  if (Header again = h; ComputeLayout(&again)) h = again;
+  std::string why;
+  const int code = Segment::Validate(h, h.total_size, &why);
+  if (code == kWorkerOk) return "accepted";
+  EXPECT_EQ(code, kWorkerBadLayout) << why;
+  return why;
+}
+
+#define EXPECT_REFUSED_FOR(h, what)                                        \
+  do {                                                                     \
+    const std::string why_ = Refusal(h);                                   \
+    EXPECT_NE(why_.find(what), std::string::npos) << "refusal: " << why_; \
+  } while (0)
+
+TEST(Layout, ValidateRefusesAnEmptySnapshotRing) {
+  // Segment::snapshot() takes the eval index modulo the ring's length.
+  for (int64_t snapshots : std::initializer_list<int64_t>{0, -1, 1, INT64_MIN}) {
+    Header h = test::ParabolaLayout(Mode::kSync, 2, 0, /*eval_every=*/5);
+    h.config.snapshots = snapshots;
+    EXPECT_REFUSED_FOR(h, "validation snapshots every 5 steps in a ring of " +
+                              std::to_string(snapshots));
+  }
+  Header h = test::ParabolaLayout(Mode::kSync, 2, 0, /*eval_every=*/-5);
+  EXPECT_REFUSED_FOR(h, "validation every -5 steps");
+  // No validation: the ring's length means nothing.
+  h = test::ParabolaLayout(Mode::kSync, 2, 0, /*eval_every=*/0);
+  h.config.snapshots = 0;
+  ComputeLayout(&h);
+  EXPECT_EQ(Refusal(h), "accepted");
+}
+
+// A size that wraps past 2^64 into the very layout of a small run: the header's offsets and
+// total_size are those of the parabola's, but its config says regions of exabytes.
+TEST(Layout, ValidateRefusesSizesThatWrap) {
+  const Header ok = test::ParabolaLayout(Mode::kSync, 2, 0, /*eval_every=*/5);
+  ASSERT_EQ(Refusal(ok), "accepted");
+  const uint64_t vec = ok.snapshot_stride;
+  ASSERT_GT(vec, 0u);
+
+  Header h = ok;  // vec * snapshots == vec * 2 (mod 2^64)
+  h.config.snapshots = static_cast<int64_t>(2 + (~uint64_t{0} / vec + 1));
+  ASSERT_EQ(vec * static_cast<uint64_t>(h.config.snapshots), vec * 2);
+  EXPECT_REFUSED_FOR(h, "more than 2^64 bytes");
+
+  h = ok;  // rows * 4 == 50 * 4 (mod 2^64), for X (1 feature) and Y alike
+  h.config.rows = 50 + (int64_t{1} << 62);
+  EXPECT_REFUSED_FOR(h, "more than 2^64 bytes");
+
+  // The parameter count itself: 64 layers of 2^31 - 1 units wrap it.
+  h = ok;
+  h.config.num_layers = static_cast<uint32_t>(kMaxLayers);
+  uint64_t wrapped = 0;
+  for (int l = 0; l < kMaxLayers; ++l) h.config.layers[l] = INT32_MAX;
+  for (int l = 0; l + 1 < kMaxLayers; ++l) {
+    wrapped += uint64_t{INT32_MAX} * (uint64_t{INT32_MAX} + 1);
+  }
+  h.config.features = INT32_MAX;
+  h.config.rows = 0;
+  h.config.param_count = wrapped;
+  EXPECT_REFUSED_FOR(h, "is not the layers' count (more than 2^64)");
+}
+
+TEST(Layout, ComputeLayoutSaysWhenItDoesNotFit) {
+  Header h = test::ParabolaLayout(Mode::kSync, 2, 0, /*eval_every=*/5);
+  EXPECT_TRUE(ComputeLayout(&h));
+  h.config.snapshots = INT64_MAX;
+  EXPECT_FALSE(ComputeLayout(&h));
+  EXPECT_EQ(h.total_size, 0u);
+  h.config.snapshots = 2;
+  h.config.rows = -1;
+  EXPECT_FALSE(ComputeLayout(&h));
+  Segment s;
+  const Status st = Segment::Create(MakeSegmentName(), h, &s);
+  EXPECT_EQ(st.code(), Status::Code::kResource);
+  EXPECT_NE(st.message().find("does not fit in 64 bits"), std::string::npos) << st.message();
+}
+
+TEST(Layout, ValidateRefusesLayersAWorkerCannotRun) {
+  const Header ok = test::ParabolaLayout(Mode::kSync, 2, 0);
+  // Negative units: the parameter count (in 64 bits, as it was) wraps consistently.
+  Header h = ok;
+  h.config.layers[1] = -2;
+  h.config.param_count = static_cast<uint64_t>(-2) * 2 + 1 * static_cast<uint64_t>(-1);
+  EXPECT_REFUSED_FOR(h, "layer 1 has -2 units");
+  h = ok;
+  h.config.layers[1] = 0;
+  h.config.param_count = 1;
+  EXPECT_REFUSED_FOR(h, "layer 1 has 0 units");
+  // The first layer reads layers[0] values of each row of X, which has `features` per row.
+  h = ok;
+  h.config.features = 2;
+  EXPECT_REFUSED_FOR(h, "2 features for a first layer of 1 inputs");
 }
 
 std::string Bytes(const Segment& s) { return std::string(s.base(), s.size()); }
