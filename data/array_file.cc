@@ -268,7 +268,7 @@ template <typename T>
 void Grow(std::vector<T>* v, int64_t count, int64_t first) {
   const int64_t have = static_cast<int64_t>(v->size());
   int64_t next = count;
-  while ((next + 1) / 2 > have && (next + 1) / 2 >= first) next = (next + 1) / 2;
+  while (next > 1 && (next + 1) / 2 > have && (next + 1) / 2 >= first) next = (next + 1) / 2;
   v->reserve(static_cast<size_t>(next));
   v->resize(static_cast<size_t>(next));
 }

@@ -212,6 +212,18 @@ TEST_F(Arrays, ConcatenatedGzipMembersReadAsOneStream) {
   EXPECT_TRUE(two.x == one.x);
 }
 
+// One element whose size is only known as it arrives (a deflated member): the room made for it
+// grows to exactly one element (it once halved 1 for ever).
+TEST_F(Arrays, OneElementArriving) {
+  data::Dataset d;
+  data::LoadOptions o = Classify();
+  o.task = Task::kRegression;  // one row has one class
+  const Status s = data::LoadFile(Bad("one.npz"), o, &d);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(d.rows, 1);
+  EXPECT_EQ(d.x, std::vector<float>{1.0f});
+}
+
 // ---- the command line ----
 
 std::vector<std::string> Cmd(std::vector<std::string> args) {

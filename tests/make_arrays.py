@@ -164,6 +164,9 @@ def bad(out):
     z = bytearray(open(f"{out}/damaged.npz", "rb").read())
     z[60] ^= 0xFF  # inside the first member's deflated bytes
     open(f"{out}/damaged.npz", "wb").write(bytes(z))
+    # One row of one float32 feature, deflated: its size is only known as it inflates.
+    np.savez_compressed(f"{out}/one.npz", x=np.ones((1, 1), dtype=np.float32),
+                        y=np.zeros(1, dtype=np.uint8))
     np.savez(f"{out}/cut.npz", x=x, y=y)
     c = open(f"{out}/cut.npz", "rb").read()
     open(f"{out}/cut.npz", "wb").write(c[: len(c) // 2])
