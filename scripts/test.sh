@@ -38,6 +38,6 @@ export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 [[ $what == all || $what == tsan ]] &&
   run build-tsan tsan "$sanitized hosts_tests" -DSHMTRAIN_SANITIZE=thread -DSHMTRAIN_BENCH=OFF
 if [[ $what == all || $what == fuzz ]] && [ -f scripts/fuzz.sh ]; then
-  bash scripts/fuzz.sh
+  bash scripts/fuzz.sh -p 2 20
 fi
 echo "all test configurations passed ($what)"
