@@ -132,8 +132,10 @@ struct RunConfig {
   double ms_decay;
   double epsilon;
   int64_t max_staleness;
-  // Sync checkpoints: every rank pauses before step t (t % checkpoint_every == 0, t > first)
-  // until the master has copied W[t%2] and V[t%2] and set released_step >= t. 0 = never.
+  // Checkpoints. Sync: every rank pauses before step t (t % checkpoint_every == 0, t > first)
+  // until the master has copied W[t%2] and V[t%2] and set released_step >= t. Async: a rank
+  // holding ticket u waits before computing it while the checkpoint at the multiple below u
+  // is owed (worker/async_loop.cc). 0 = never.
   int64_t checkpoint_every;
   int64_t first_step;  // where the run starts: 0, or the step of the checkpoint it resumed
   // Validation (sync): before step t = k * eval_every (first < t < total_steps), every rank
