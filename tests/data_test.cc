@@ -1237,7 +1237,8 @@ TEST_F(CsvTest, MessagesEscapeBytesThatAreNotText) {
               "2:2: ", "cell 'a" + cell.substr(0, 38) + "...' is not a number" + kNumericTargets);
   LoadOptions named;
   named.label_name = "z";
-  ExpectError(std::string("a\0,b\x01,c\n1,2,3\n", 18), named,
+  const char header[] = "a\0,b\x01,c\n1,2,3\n";
+  ExpectError(std::string(header, sizeof header - 1), named,
               "1: ", "label column 'z' is not in the header (a\\x00, b\\x01, c)");
 }
 
