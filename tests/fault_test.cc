@@ -475,7 +475,7 @@ TEST(FaultTest, RankZeroReplacedAtFirstOrLastStep) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 2. Many kills in one run, at random moments: by the supervisor's chaos mode every ~20 ms,
+// 2. Many kills in one run, at random moments: by the supervisor's chaos mode (about 40 a run),
 // and by the test itself (SIGKILL of a random rank's current worker after a random pause).
 // Both runs end byte-identical to the fault-free run.
 
@@ -484,14 +484,19 @@ TEST(FaultTest, SyncExactUnderManyRandomKills) {
   TempDir dir;
 
   [&] {  // a failed ASSERT ends this part only
-    SCOPED_TRACE("--chaos-kill-every 20ms");
-    // Twice the usual length: about 40 kills at 20 ms even on a fast, idle machine.
+    SCOPED_TRACE("--chaos-kill-every");
+    // Twice the usual length, and kills about 40 times per undisturbed run of this build (20 ms
+    // apart at least): a sanitizer build's replacements start slowly, and kills that come
+    // faster than a replacement starts leave a run hardly any time to move.
     constexpr int64_t kChaosSteps = 2 * kLongSteps;
     const Reference& ref = SyncReference(kChaosSteps);
     ASSERT_FALSE(ref.model.empty());
+    const int64_t every_ms =
+        std::clamp<int64_t>(static_cast<int64_t>(ref.wall_s * 1000 / 40), 20, 2000);
     const std::string model = dir.File("chaos.model");
     const ProcResult r = test::RunProcess(
-        SyncRun(kChaosSteps, {"--chaos-kill-every", "20ms", "--chaos-seed", "7", "--save", model}),
+        SyncRun(kChaosSteps, {"--chaos-kill-every", std::to_string(every_ms) + "ms",
+                              "--chaos-seed", "7", "--save", model}),
         kRunTimeout);
     ExpectNothingLeft(r);
     ASSERT_TRUE(ExitedWith(r, 0));
@@ -1304,15 +1309,19 @@ TEST(FaultTest, AnotherLengthResumesUnlessTheScheduleSpansTheRun) {
 
 // ---------------------------------------------------------------------------------------------
 // 10. The chaos flag as a user would try it: SIGKILLs every ~50 ms of a sync run that lasts
-// far longer, and the same bits as without chaos.
+// far longer (every twentieth of the undisturbed run in a build too slow for that, such as a
+// sanitizer's, whose replacements take long to start), and the same bits as without chaos.
 
 TEST(FaultTest, ChaosFlagEndsByteIdentical) {
   const Reference& ref = SyncReference(kLongSteps);
   ASSERT_FALSE(ref.model.empty());
+  const int64_t every_ms =
+      std::clamp<int64_t>(static_cast<int64_t>(ref.wall_s * 1000 / 20), 50, 2000);
   TempDir dir;
   const std::string model = dir.File("chaos.model");
   const ProcResult r = test::RunProcess(
-      SyncRun(kLongSteps, {"--chaos-kill-every", "50ms", "--save", model}), kRunTimeout);
+      SyncRun(kLongSteps, {"--chaos-kill-every", std::to_string(every_ms) + "ms", "--save", model}),
+      kRunTimeout);
   ExpectNothingLeft(r);
   ASSERT_TRUE(ExitedWith(r, 0));
   const std::string s = SummaryOf(r);

@@ -664,10 +664,10 @@ TEST(LogTest, JsonLogIsFlatObjectsEndingWithSummary) {
 // 10. A real classification problem trains: fashion8 (tests/real_data.h: 64 features 0..16,
 // 10 classes) with two workers. With N(0, 1) initialisation the unscaled inputs saturate tanh,
 // so this uses xavier initialisation. The final loss (over the whole training set) with lr 0.05:
-// measured 0.647 in every run at the default seed (0.896 in the ASan build, whose floating
-// point differs), 0.647..1.048 across seeds 1..12 (ASan: 0.608..0.997 over seeds 2..8), 3.07
-// with --lr 1e-9 (a uniform guess is ln 10 = 2.30); bound 1.2. 870 steps take well under a
-// second.
+// measured 0.647 in every run at the default seed (0.896 in the ASan build at -O3 and 1.22 at
+// -O1, whose floating point differs), 0.647..1.048 across seeds 1..12 (ASan: 0.608..0.997
+// over seeds 2..8), 3.07 with --lr 1e-9 (a uniform guess is ln 10 = 2.30); bound 1.5, between
+// what trains and what does not. 870 steps take well under a second.
 
 TEST(Fashion8Test, ConvergesWithTwoWorkers) {
   const std::string fashion8 = test::SmallFashionCsv();
@@ -685,7 +685,7 @@ TEST(Fashion8Test, ConvergesWithTwoWorkers) {
   EXPECT_EQ(test::JsonField(lines.back(), "steps"), "870");  // 30 epochs of ceil(1797 / 64)
   const double final_loss = std::stod(*test::JsonField(lines.back(), "final_loss"));
   std::printf("[ fashion8 ] final loss %.4g\n", final_loss);
-  EXPECT_LT(final_loss, 1.2);
+  EXPECT_LT(final_loss, 1.5);
 }
 
 // ---------------------------------------------------------------------------------------------
