@@ -535,8 +535,13 @@ TEST(Divergence, AWeightDecayThatGrowsTheWeightsIsNamedNotTheRate) {
 }
 
 TEST(Divergence, AHugeLambdaIsNamedNotTheRate) {
-  const ProcResult r = Shmtrain(Parabola({"--lr", "0.01", "--mode", "async", "--workers", "2",
-                                          "--rule", "dc-asgd-c", "--lambda", "1e30"}));
+  // The compensation acts only on stale gradients: 4 workers on fewer cores and 2000 updates
+  // make sure some are (10 updates of 2 workers could all run one after the other in a slow
+  // build, and the run then never diverged).
+  const ProcResult r = Shmtrain({"train", "--example", "parabola", "--layers", "1,5,1",
+                                 "--steps", "2000", "--no-metrics", "--log-every", "0", "--lr",
+                                 "0.01", "--mode", "async", "--workers", "4", "--rule",
+                                 "dc-asgd-c", "--lambda", "1e30"});
   EXPECT_TRUE(r.exited && r.exit_code == 5) << r.Describe();
   EXPECT_TRUE(Contains(r.err, "the delay compensation (--lambda 1e+30) is probably too large for "
                               "--lr 0.01"))
