@@ -13,11 +13,7 @@
 using namespace shmtrain;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  std::string bytes(reinterpret_cast<const char*>(data), size);
-  if (size >= 4 && (fuzz::Hash(data, size) & 1)) {
-    const uint32_t crc = Crc32(bytes.data(), size - 4);
-    std::memcpy(bytes.data() + size - 4, &crc, 4);
-  }
+  const std::string bytes = fuzz::WithValidCrcHalfTheTime(data, size);
   Checkpoint c;
   if (!DecodeCheckpoint(bytes, "checkpoint", &c).ok()) return 0;
   // The file holds exactly its header, the optimizer's name, W and K state vectors, the CRC.

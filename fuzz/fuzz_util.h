@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/crc32.h"
+
 namespace shmtrain::fuzz {
 
 // The input written to a file of this process in $SHMTRAIN_FUZZ_DIR, else /dev/shm (tmpfs: no
@@ -79,6 +81,17 @@ inline uint64_t Hash(const uint8_t* data, size_t n) {
   uint64_t h = 0xcbf29ce484222325ull;
   for (size_t i = 0; i < n; ++i) h = (h ^ data[i]) * 0x100000001b3ull;
   return h;
+}
+
+// The input as a file whose last 4 bytes are a CRC-32 of the rest: half the inputs get a
+// valid one (chosen by their hash), so the decoder's checks past the CRC are reached too.
+inline std::string WithValidCrcHalfTheTime(const uint8_t* data, size_t size) {
+  std::string bytes(reinterpret_cast<const char*>(data), size);
+  if (size >= 4 && (Hash(data, size) & 1)) {
+    const uint32_t crc = Crc32(bytes.data(), size - 4);
+    std::memcpy(bytes.data() + size - 4, &crc, 4);
+  }
+  return bytes;
 }
 
 }  // namespace shmtrain::fuzz

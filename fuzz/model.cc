@@ -17,11 +17,7 @@
 using namespace shmtrain;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  std::string bytes(reinterpret_cast<const char*>(data), size);
-  if (size >= 4 && (fuzz::Hash(data, size) & 1)) {
-    const uint32_t crc = Crc32(bytes.data(), size - 4);
-    std::memcpy(bytes.data() + size - 4, &crc, 4);
-  }
+  const std::string bytes = fuzz::WithValidCrcHalfTheTime(data, size);
   Model m;
   if (!DecodeModel(bytes, "model", &m).ok()) return 0;
   SHMTRAIN_FUZZ_CHECK(m.params.size() == m.spec.ParamCount(), "%zu parameters for layers of %zu",
