@@ -47,13 +47,14 @@ struct SharedAccess {
 
 // Applies one rule to n elements. ms is read and written only for kDcAsgdA.
 //
-// The delay-compensated rules are rewritten per element as
-//   c = lambda * g^2,  a = g - c * w_bak,  w <- w - lr * (a + c * w)
-// (the same step: g + lambda g^2 (w - w_bak) = a + c w). a and c depend only on this
-// worker's private arrays, so they are computed for a chunk at a time in a loop the compiler
-// vectorises (the square root and division of dc-asgd-a included); the pass over the shared
-// w is then one load, one multiply-add and one store per element, as for plain ASGD. The
-// chunk buffers stay in L1, so memory traffic is that of a single fused pass.
+// The delay-compensated rules compute c = lambda * g^2 for a chunk at a time from this
+// worker's private arrays, in a loop the compiler vectorises (the square root and division of
+// dc-asgd-a included); the pass over the shared w is then one load, a few arithmetic
+// operations on L1-resident chunk buffers, and one store per element, so memory traffic is
+// that of a single fused pass, as for plain ASGD. The step is evaluated as written,
+// g + c * (w - w_bak): the rewrite a + c * w with a = g - c * w_bak saves an operation but
+// loses g whenever c * |w| dwarfs |g| (at lambda 1e30 a -O1 build applied no update at all,
+// and an FMA build only rounding noise); as written, w = w_bak is exactly SGD for any lambda.
 template <class Access>
 void ApplyRule(const RuleParams& rp, int64_t n, float* w, const float* w_bak, const float* g,
                float* ms) {
@@ -63,7 +64,6 @@ void ApplyRule(const RuleParams& rp, int64_t n, float* w, const float* w_bak, co
     return;
   }
   constexpr int64_t kChunk = 512;
-  alignas(64) float a[kChunk];
   alignas(64) float c[kChunk];
   const float lambda0 = static_cast<float>(rp.lambda0);
   const float decay = static_cast<float>(rp.ms_decay);
@@ -79,18 +79,14 @@ void ApplyRule(const RuleParams& rp, int64_t n, float* w, const float* w_bak, co
         const float m = decay * mc[j] + (1 - decay) * g2;
         mc[j] = m;
         c[j] = lambda0 / std::sqrt(m + eps) * g2;
-        a[j] = gc[j] - c[j] * bc[j];
       }
     } else {
-      for (int64_t j = 0; j < k; ++j) {
-        c[j] = lambda0 * gc[j] * gc[j];
-        a[j] = gc[j] - c[j] * bc[j];
-      }
+      for (int64_t j = 0; j < k; ++j) c[j] = lambda0 * gc[j] * gc[j];
     }
     float* wc = w + i0;
     for (int64_t j = 0; j < k; ++j) {
       const float wi = Access::Load(wc + j);
-      Access::Store(wc + j, wi - lr * (a[j] + c[j] * wi));
+      Access::Store(wc + j, wi - lr * (gc[j] + c[j] * (wi - bc[j])));
     }
   }
 }
