@@ -311,10 +311,11 @@ int WriteAll(int fd, const std::string& bytes) {
   return 0;
 }
 
-int64_t NowMs() {
+// In nanoseconds: a deadline in whole milliseconds could end up to 1 ms short of the wait.
+int64_t NowNs() {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1'000'000;
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
 // Opens a FIFO or character device for writing. Opening a FIFO blocks until a reader opens
@@ -322,7 +323,7 @@ int64_t NowMs() {
 // retried every 10 ms up to fifo_wait_ms. The descriptor is then made blocking again, so the
 // writes wait for a slow reader.
 int OpenStream(const OutputTarget& t, int fifo_wait_ms, int* err) {
-  const int64_t deadline = NowMs() + fifo_wait_ms;
+  const int64_t deadline = NowNs() + int64_t{fifo_wait_ms} * 1'000'000;
   for (;;) {
     const int fd = ::open(t.path.c_str(), O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (fd >= 0) {
@@ -331,7 +332,7 @@ int OpenStream(const OutputTarget& t, int fifo_wait_ms, int* err) {
     }
     *err = errno;
     if (*err == EINTR) continue;
-    if (!t.fifo || *err != ENXIO || NowMs() >= deadline) return -1;
+    if (!t.fifo || *err != ENXIO || NowNs() >= deadline) return -1;
     const timespec tick{0, 10'000'000};
     nanosleep(&tick, nullptr);
   }
