@@ -28,13 +28,13 @@ run() {
   echo "test.sh: $dir: built in $((t1 - t0)) s, tested in $((SECONDS - t1)) s"
 }
 
-sanitized="shmtrain shmtrain-worker unit_tests realdata_tests metrics_tests"
+sanitized="shmtrain shmtrain-worker threaded_unit_tests realdata_tests metrics_tests"
 [[ $what == all || $what == plain ]] && run build "" "" -DCMAKE_BUILD_TYPE=Release
 # Sanitizer builds skip the benchmarks. halt_on_error makes a report fail the test.
 export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 [[ $what == all || $what == asan ]] &&
-  run build-asan asan "$sanitized cli_tests" -DSHMTRAIN_SANITIZE=address -DSHMTRAIN_BENCH=OFF
+  run build-asan asan "$sanitized unit_tests cli_tests" -DSHMTRAIN_SANITIZE=address -DSHMTRAIN_BENCH=OFF
 [[ $what == all || $what == tsan ]] &&
   run build-tsan tsan "$sanitized hosts_tests" -DSHMTRAIN_SANITIZE=thread -DSHMTRAIN_BENCH=OFF
 if [[ $what == all || $what == fuzz ]] && [ -f scripts/fuzz.sh ]; then

@@ -299,6 +299,7 @@ Bounded RunBounded(const std::vector<std::string>& args, const std::string& err_
 // The acceptance run: Fashion-MNIST from the package's IDX files, sync P = 2, 3 epochs, to
 // >= 85% test accuracy (measured 86.4%); eval of the saved model on the test files agrees.
 TEST_F(Arrays, FashionMnistFromIdxReaches85Percent) {
+  SHMTRAIN_CONVERGENCE_TEST();
   const std::string model = dir_->File("fashion.bin");
   const ProcResult r = Shm(
       {"train", "--workers", "2", "--data", kFashion + "train-images-idx3-ubyte.gz", "--labels",

@@ -195,6 +195,7 @@ TEST(AsyncRun, ParabolaWithinTwiceTheSyncLoss) {
 // update takes about a millisecond (batch 256 through 16-512-4), so two workers overlap
 // whether they have a core each or share one (a time slice ends mid-update).
 TEST(AsyncRun, DelayCompensationActsInRealRuns) {
+  SHMTRAIN_CONVERGENCE_TEST();
   for (const char* rule : {"dc-asgd-c", "dc-asgd-a"}) {
     const std::vector<std::string> base = {
         "train", "--mode", "async", "--rule", rule, "--workers", "2", "--example", "blobs",
@@ -595,6 +596,7 @@ std::vector<std::string> Fashion8Args(const std::string& data) {
 // 0.716, dc-asgd-a/16 0.348 (2.06 x), hence 1.5 x below. With --lr 1e-9 every rule ends at
 // 0.922 and the two comparisons between rules fail.
 TEST(Simulate, DelayCompensationBeatsAsgdOnFashion8) {
+  SHMTRAIN_CONVERGENCE_TEST();
   const std::string fashion8 = test::SmallFashionCsv();
   ASSERT_FALSE(fashion8.empty()) << "no data set: the failure above says why";
   std::vector<std::string> args = {"simulate", "--compare", "--workers", "8,16", "--log-format",
@@ -630,6 +632,7 @@ TEST(Simulate, IsDeterministic) {
 // TSan (async varies with the scheduling; the same command in sync mode: 0.780), 0.078 with
 // --lr 1e-9; bound 0.72.
 TEST(AsyncRun, RealAsyncOnFashion8Reaches72Percent) {
+  SHMTRAIN_CONVERGENCE_TEST();
   const std::string fashion8 = test::SmallFashionCsv();
   ASSERT_FALSE(fashion8.empty()) << "no data set: the failure above says why";
   std::vector<std::string> args = {"train", "--mode", "async", "--workers", "2", "--log-format",

@@ -652,6 +652,7 @@ TEST(Init, ExampleParabolaKeepsNormal) {
 // fashion8 (tests/real_data.h). Measured: 0.777 in every run (sync, the default seed);
 // 0.730..0.777 over seeds 1..6; N(0, 1) 0.772, xavier 0.780; --lr 1e-9 0.045. Bound 0.72.
 TEST(Init, Fashion8TrainsWithTheDefault) {
+  SHMTRAIN_CONVERGENCE_TEST();
   const std::string fashion8 = test::SmallFashionCsv();
   ASSERT_FALSE(fashion8.empty()) << "no data set: the failure above says why";
   const ProcResult r =

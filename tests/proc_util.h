@@ -20,6 +20,17 @@
 
 #include "gtest/gtest.h"
 
+// Opens a convergence test: one that asks whether training reaches an accuracy or an ordering.
+// Sanitized builds skip it: its paths (loading, processes, updates) are each run there by
+// smaller tests, and its minutes of arithmetic at -O1 find nothing more. The normal build
+// runs it.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SHMTRAIN_CONVERGENCE_TEST() \
+  GTEST_SKIP() << "a convergence test: the normal build runs it, smaller tests run its paths here"
+#else
+#define SHMTRAIN_CONVERGENCE_TEST() static_cast<void>(0)
+#endif
+
 namespace shmtrain::test {
 
 using Clock = std::chrono::steady_clock;
