@@ -288,14 +288,26 @@ class LossLog {
                       (varies ? " lr " + Fmt("%.6g", lr) : std::string()),
                   JsonLine("step").Int("step", step).Num("loss", rec.loss).Num("lr", lr));
       }
-      ++next_;  // a record overwritten before we read it is skipped
+      if (tag > static_cast<uint64_t>(next_ + 1)) ++lost_;  // overwritten before we read it
+      ++next_;
     }
+  }
+  // The records the workers overwrote before the master read them (the ring holds
+  // shm::kLossRing): their lines are missing, and the run says so once, at its end.
+  void ReportLost() const {
+    if (lost_ == 0) return;
+    log_.Info("warning: the losses of " + std::to_string(lost_) +
+                  " logged steps were overwritten before they were printed (the workers "
+                  "logged faster than the master ran; the ring holds the last " +
+                  std::to_string(shm::kLossRing) + "): a larger --log-every keeps every line",
+              JsonLine("log_lines_lost").Int("count", lost_));
   }
 
  private:
   const shm::Segment& seg_;
   Logger& log_;
   int64_t next_ = 0;
+  int64_t lost_ = 0;
 };
 
 Status CheckShmSpace(uint64_t need) {
@@ -686,6 +698,7 @@ Status Finish(RunParts& run) {
   const bool sync = o.mode == Mode::kSync;
   run.losses.Drain();
   run.log.ClearProgress();
+  run.losses.ReportLost();
   const int64_t t_end = shm::MonotonicNs();
   const int64_t end_step = Progress(run.seg);  // total_steps, or earlier after an early stop
   if (!sync && !run.validation.stop_requested() && end_step != run.total_steps) {

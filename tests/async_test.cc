@@ -407,6 +407,29 @@ TEST(AsyncRun, DivergenceEndsTheRunAndNamesTheStep) {
       << "a diverged worker is not restarted:\n" << r.out;
 }
 
+TEST(AsyncRun, StepLinesOverwrittenWhileTheMasterStoodStillAreCounted) {
+  // The master is stopped for 2 s once it has printed its first step; the workers go on and
+  // log far more updates than the ring's 4096 records. Every logged step is then printed or
+  // counted in the warning, and some are counted.
+  test::TempDir dir;
+  const std::string out = dir.path() + "/out.json";
+  const int64_t steps = 50000;
+  const ProcResult r = test::RunShell(
+      "\"$0\" train --no-metrics --no-progress --mode async --workers 2 --example blobs --rows "
+      "1000 --features 16 --layers 16,64,4 --loss xent --lr 0.01 --batch 10 --steps \"$2\" "
+      "--log-every 1 --log-format json > \"$1\" & m=$!; "
+      "until grep -q '\"event\":\"step\"' \"$1\"; do sleep 0.01; done; "
+      "kill -STOP $m; sleep 2; kill -CONT $m; wait $m",
+      {kBin, out, std::to_string(steps)}, milliseconds{240'000});
+  const std::string log = test::ReadWholeFile(out);
+  ASSERT_EQ(r.exit_code, 0) << r.Describe() << test::Clip(log);
+  const auto lost = test::Events(log, "log_lines_lost");
+  ASSERT_EQ(lost.size(), 1u) << "no warning: nothing was overwritten?\n" << test::Clip(log);
+  const int64_t counted = std::stoll(lost[0].at("count"));
+  EXPECT_GT(counted, 0);
+  EXPECT_EQ(static_cast<int64_t>(test::Events(log, "step").size()) + counted, steps);
+}
+
 TEST(AsyncTickets, MoreWorkersThanRowsFinishQuickly) {
   // Once, ranks whose shard was empty left before the start gate and their peers waited out
   // the 120 s barrier timeout. Tickets leave no rank without rows.
