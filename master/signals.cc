@@ -18,6 +18,12 @@ namespace {
 constexpr int kStopSignals[] = {SIGHUP,  SIGINT,  SIGQUIT, SIGUSR1,   SIGUSR2, SIGPIPE, SIGALRM,
                                 SIGTERM, SIGXCPU, SIGXFSZ, SIGVTALRM, SIGPROF, SIGIO,   SIGPWR};
 constexpr int kCrashSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP, SIGSYS};
+// Sanitizer builds keep the sanitizer's own crash handlers: their reports matter more there.
+#ifdef SHMTRAIN_SANITIZED
+constexpr bool kOwnCrashHandlers = false;
+#else
+constexpr bool kOwnCrashHandlers = true;
+#endif
 
 void UnlinkSegment() {
   if (g_segment_path[0] != '\0') unlink(g_segment_path);  // async-signal-safe
@@ -68,10 +74,9 @@ void InstallSignalHandlers() {
   sigemptyset(&crash.sa_mask);
   crash.sa_handler = OnCrashSignal;
   crash.sa_flags = SA_RESETHAND;
-#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-  // Sanitizer builds keep the sanitizer's own handlers: their reports matter more there.
-  for (const int sig : kCrashSignals) sigaction(sig, &crash, nullptr);
-#endif
+  if (kOwnCrashHandlers) {
+    for (const int sig : kCrashSignals) sigaction(sig, &crash, nullptr);
+  }
   std::set_terminate(OnTerminate);
 }
 

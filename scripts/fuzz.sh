@@ -46,10 +46,16 @@ build=${FUZZ_BUILD:-build-fuzz}
 findings=${FUZZ_FINDINGS:-$build/findings}
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+# The targets live in the ASan build compiled by clang (fuzz/CMakeLists.txt): a build directory
+# of their own by default, or the tests' ASan build (scripts/test.sh) when FUZZ_BUILD names it.
 if [ ! -f "$build/CMakeCache.txt" ]; then
   CC=clang CXX=clang++ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DSHMTRAIN_FUZZ=ON -DSHMTRAIN_TESTS=OFF -DSHMTRAIN_BENCH=OFF -DSHMTRAIN_MPI=OFF \
-    "${launcher[@]}" >/dev/null
+    -DSHMTRAIN_SANITIZE=address -DSHMTRAIN_FUZZ=ON -DSHMTRAIN_TESTS=OFF -DSHMTRAIN_BENCH=OFF \
+    -DSHMTRAIN_MPI=OFF "${launcher[@]}" >/dev/null
+elif ! grep -q '^SHMTRAIN_FUZZ:BOOL=ON$' "$build/CMakeCache.txt"; then
+  echo "fuzz.sh: $build is configured without the fuzz targets (SHMTRAIN_FUZZ=ON, clang," \
+       "SHMTRAIN_SANITIZE=address); remove it or name another with FUZZ_BUILD" >&2
+  exit 2
 fi
 # fuzz_all when every target runs: one build, in parallel (a list of targets builds one by one).
 build_targets=("${targets[@]/#/fuzz_}")

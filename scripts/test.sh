@@ -5,7 +5,8 @@
 #   asan   ASan+UBSan: parsers, model files, checkpoints, every process and fault path;
 #   tsan   TSan: the master's threads (CSV loader, validation evaluator, metrics exporter,
 #          cross-host combiner);
-# then fuzzes every parser for a short fixed time (scripts/fuzz.sh; any finding fails).
+# then fuzzes every parser for a short fixed time (scripts/fuzz.sh, with the targets of the
+# ASan build; any finding fails).
 # Usage: scripts/test.sh [all|plain|asan|tsan|fuzz]   (default: all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +17,7 @@ jobs=$(nproc)
 run() {
   local dir=$1 label=$2 targets=$3; shift 3
   local t0=$SECONDS
-  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+  configure "$dir" "$@"
   if [ -n "$targets" ]; then
     # shellcheck disable=SC2086
     cmake --build "$dir" -j"$jobs" --target $targets
@@ -28,16 +29,36 @@ run() {
   echo "test.sh: $dir: built in $((t1 - t0)) s, tested in $((SECONDS - t1)) s"
 }
 
+# configure <build dir> <cmake args...>: the compiler is $CXX's (cmake's default when unset);
+# a directory configured with another compiler is made anew.
+configure() {
+  local dir=$1; shift
+  local cxx
+  cxx=$(command -v "${CXX:-c++}")
+  if [ -f "$dir/CMakeCache.txt" ] &&
+     ! grep -qx "CMAKE_CXX_COMPILER:[A-Z]*=$cxx" "$dir/CMakeCache.txt"; then
+    echo "test.sh: $dir was configured with another compiler than $cxx; configuring it anew"
+    rm -rf "$dir"
+  fi
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+}
+
 sanitized="shmtrain shmtrain-worker threaded_unit_tests realdata_tests metrics_tests"
 [[ $what == all || $what == plain ]] && run build "" "" -DCMAKE_BUILD_TYPE=Release
 # Sanitizer builds skip the benchmarks. halt_on_error makes a report fail the test.
 export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+# The sanitizer builds are clang's (the normal build is the default compiler's): clang compiles
+# them faster than g++ and its instrumented code runs faster (README.md, "Tests"), and the
+# fuzz targets (libFuzzer is clang's) share the ASan build.
+export CC=clang CXX=clang++
+asan=(-DSHMTRAIN_SANITIZE=address -DSHMTRAIN_FUZZ=ON -DSHMTRAIN_BENCH=OFF)
 [[ $what == all || $what == asan ]] &&
-  run build-asan asan "$sanitized unit_tests cli_tests" -DSHMTRAIN_SANITIZE=address -DSHMTRAIN_BENCH=OFF
+  run build-asan asan "$sanitized unit_tests cli_tests fuzz_all" "${asan[@]}"
 [[ $what == all || $what == tsan ]] &&
   run build-tsan tsan "$sanitized hosts_tests" -DSHMTRAIN_SANITIZE=thread -DSHMTRAIN_BENCH=OFF
-if [[ $what == all || $what == fuzz ]] && [ -f scripts/fuzz.sh ]; then
-  bash scripts/fuzz.sh -p 2 20
+if [[ $what == all || $what == fuzz ]]; then
+  [[ $what == all ]] || configure build-asan "${asan[@]}"
+  FUZZ_BUILD=build-asan bash scripts/fuzz.sh -p 2 20
 fi
 echo "all test configurations passed ($what)"

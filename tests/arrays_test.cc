@@ -238,7 +238,7 @@ ProcResult Shm(const std::vector<std::string>& args) {
   return r;
 }
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#ifdef SHMTRAIN_SANITIZED
 constexpr bool kSanitized = true;  // its shadow memory is terabytes of address space
 #else
 constexpr bool kSanitized = false;

@@ -64,7 +64,6 @@ constexpr const char* kSourceDir = SHMTRAIN_SOURCE_DIR;
 constexpr milliseconds kEventTimeout{20'000};
 constexpr milliseconds kRunTimeout{60'000};
 constexpr milliseconds kScrapeTimeout{5'000};
-constexpr milliseconds kToolTimeout{60'000};
 // Prometheus: its service discovery hands targets to the scrape manager every 5 s, so the
 // first sample arrives 5 to 6 s after start with a 1 s scrape interval.
 constexpr milliseconds kPrometheusReady{30'000};
@@ -707,12 +706,14 @@ struct Json {
   double number = 0;
   std::string str;
   std::vector<Json> items;
-  std::vector<std::pair<std::string, Json>> members;
+  // An object's members: keys[i] names values[i] (a pair of an incomplete type is not allowed).
+  std::vector<std::string> keys;
+  std::vector<Json> values;
 
   const Json* Get(const std::string& key) const {
     if (kind != Kind::kObject) return nullptr;
-    for (const auto& [k, v] : members) {
-      if (k == key) return &v;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (keys[i] == key) return &values[i];
     }
     return nullptr;
   }
@@ -788,7 +789,8 @@ class JsonParser {
         if (!String(&key) || !Eat(':')) return false;
         Json v;
         if (!Value(&v, depth + 1)) return false;
-        out->members.emplace_back(std::move(key), std::move(v));
+        out->keys.push_back(std::move(key));
+        out->values.push_back(std::move(v));
       } while (Eat(','));
       return Eat('}');
     }
@@ -880,9 +882,9 @@ void PromQuery(const std::string& prom_addr, const std::string& query,
                 value->items[1].kind == Json::Kind::kString)
         << r->body;
     PromSample s;
-    for (const auto& [k, v] : metric->members) {
-      ASSERT_EQ(v.kind, Json::Kind::kString) << r->body;
-      s.metric[k] = v.str;
+    for (size_t i = 0; i < metric->keys.size(); ++i) {
+      ASSERT_EQ(metric->values[i].kind, Json::Kind::kString) << r->body;
+      s.metric[metric->keys[i]] = metric->values[i].str;
     }
     s.value = value->items[1].str;
     out->push_back(std::move(s));

@@ -24,7 +24,7 @@
 // Sanitized builds skip it: its paths (loading, processes, updates) are each run there by
 // smaller tests, and its minutes of arithmetic at -O1 find nothing more. The normal build
 // runs it.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#ifdef SHMTRAIN_SANITIZED
 #define SHMTRAIN_CONVERGENCE_TEST() \
   GTEST_SKIP() << "a convergence test: the normal build runs it, smaller tests run its paths here"
 #else
