@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <charconv>
 #include <cmath>
 
 #include "core/utf8.h"
@@ -72,9 +73,11 @@ JsonLine& JsonLine::Num(std::string_view key, double v) {
   if (!std::isfinite(v)) {
     body_ += "null";
   } else {
+    // The shortest text that reads back as the same double: a JSON log loses no bits (two
+    // losses that differ print differently) and prints no noise digits.
     char buf[32];
-    std::snprintf(buf, sizeof buf, "%.9g", v);
-    body_ += buf;
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    body_.append(buf, r.ptr);
   }
   return *this;
 }

@@ -243,40 +243,44 @@ std::vector<std::string> StepLosses(const ProcResult& r) {
 
 // A run whose parameters do not move (lr 1e-20 changes no float that matters at 9 digits):
 // the loss logged at each update is then a fingerprint of the minibatch it trained on.
-// `heavy`: a wider layer and larger minibatches, about half a millisecond an update, so that
-// kills at a few ms apart land inside updates and the loss ring never laps the master.
+// `hidden`, the width of the hidden layer: kHeavy (and minibatches of 50, not 10) is about
+// half a millisecond an update, so that kills a few ms apart land inside updates and the loss
+// ring never laps the master; kHeavier is 8 times that, for runs of many kills.
+constexpr int kLight = 64;
+constexpr int kHeavy = 512;
+constexpr int kHeavier = 4096;
 std::vector<std::string> FrozenBlobs(const std::string& mode, int workers, int64_t steps,
                                      const std::vector<std::string>& extra = {},
-                                     bool heavy = false) {
+                                     int hidden = kLight) {
   std::vector<std::string> a = {"train", "--mode", mode, "--workers", std::to_string(workers),
                                 "--example", "blobs", "--rows", "1000", "--features", "16",
-                                "--layers", heavy ? "16,512,4" : "16,64,4", "--loss", "xent",
+                                "--layers", "16," + std::to_string(hidden) + ",4", "--loss", "xent",
                                 "--init", "xavier", "--lr", "1e-20", "--batch",
-                                heavy ? "50" : "10", "--steps", std::to_string(steps),
+                                hidden == kLight ? "10" : "50", "--steps", std::to_string(steps),
                                 "--log-every", "1", "--log-format", "json"};
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
 }
 
 // The minibatch fingerprints of tickets 0 .. n-1: sync P = 1 logs minibatch t at step t.
-const std::vector<std::string>& TicketLosses(int64_t n, bool heavy) {
-  static auto* cache = new std::map<std::pair<int64_t, bool>, std::vector<std::string>>();
-  auto it = cache->find({n, heavy});
+const std::vector<std::string>& TicketLosses(int64_t n, int hidden) {
+  static auto* cache = new std::map<std::pair<int64_t, int>, std::vector<std::string>>();
+  auto it = cache->find({n, hidden});
   if (it != cache->end()) return it->second;
-  const ProcResult r = Shmtrain(FrozenBlobs("sync", 1, n, {}, heavy));
+  const ProcResult r = Shmtrain(FrozenBlobs("sync", 1, n, {}, hidden));
   EXPECT_EQ(r.exit_code, 0) << r.Describe();
   std::vector<std::string> v = StepLosses(r);
   EXPECT_EQ(v.size(), static_cast<size_t>(n));
   EXPECT_EQ(std::set<std::string>(v.begin(), v.end()).size(), v.size())
       << "two minibatches share a loss: the fingerprint cannot tell them apart";
-  return cache->emplace(std::make_pair(n, heavy), std::move(v)).first->second;
+  return cache->emplace(std::make_pair(n, hidden), std::move(v)).first->second;
 }
 
 // Which tickets an async run of `steps` updates applied, from its logged losses: every logged
 // loss must be the fingerprint of exactly one ticket. Returns how many of the tickets below
 // `steps` were missed (each must then have been made up by one past `steps`).
-int64_t MissedTickets(const ProcResult& r, int64_t steps, int64_t spare, bool heavy = false) {
-  const std::vector<std::string>& ref = TicketLosses(steps + spare, heavy);
+int64_t MissedTickets(const ProcResult& r, int64_t steps, int64_t spare, int hidden = kLight) {
+  const std::vector<std::string>& ref = TicketLosses(steps + spare, hidden);
   std::map<std::string, int64_t> ticket_of;
   for (size_t t = 0; t < ref.size(); ++t) ticket_of[ref[t]] = static_cast<int64_t>(t);
   const std::vector<std::string> got = StepLosses(r);
@@ -338,12 +342,12 @@ TEST(AsyncTickets, ADeathHoldingATicketLosesNoMinibatch) {
   // tickets: rank 1 must claim one before the others take them all, which at its 3rd of 100
   // failed to happen once on a loaded machine (a rank held off the cores for 80 ms).
   const ProcResult r = Shmtrain(FrozenBlobs(
-      "async", 3, 2000, {"--fault-rank", "1", "--fault-step", "0", "--fault-point", "1"}, true));
+      "async", 3, 2000, {"--fault-rank", "1", "--fault-step", "0", "--fault-point", "1"}, kHeavy));
   ASSERT_EQ(r.exit_code, 0) << r.Describe();
   const std::string s = Summary(r);
   EXPECT_EQ(Num(s, "restarts"), 1) << s;
   EXPECT_EQ(Num(s, "torn_updates"), 0) << s;
-  EXPECT_EQ(MissedTickets(r, 2000, 4, true), 0);
+  EXPECT_EQ(MissedTickets(r, 2000, 4, kHeavy), 0);
 }
 
 TEST(AsyncTickets, StaleGradientsAreDroppedAndRecomputed) {
@@ -352,14 +356,14 @@ TEST(AsyncTickets, StaleGradientsAreDroppedAndRecomputed) {
   // run still applies exactly --steps updates, each ticket once.
   // Updates of about half a millisecond, 4 ranks on fewer cores: computations overlap.
   const ProcResult r =
-      Shmtrain(FrozenBlobs("async", 4, 400, {"--max-staleness", "0"}, true));
+      Shmtrain(FrozenBlobs("async", 4, 400, {"--max-staleness", "0"}, kHeavy));
   ASSERT_EQ(r.exit_code, 0) << r.Describe();
   const std::string s = Summary(r);
   EXPECT_EQ(Num(s, "param_version"), 400);
   const std::vector<long> per = WorkerUpdates(s);
   EXPECT_EQ(std::accumulate(per.begin(), per.end(), 0L), 400);
   EXPECT_GT(Num(s, "dropped"), 0) << s;
-  EXPECT_EQ(MissedTickets(r, 400, 4, true), 0);
+  EXPECT_EQ(MissedTickets(r, 400, 4, kHeavy), 0);
 }
 
 TEST(AsyncTickets, SigkilledWorkersLoseOnlyTornTickets) {
@@ -369,14 +373,16 @@ TEST(AsyncTickets, SigkilledWorkersLoseOnlyTornTickets) {
   const int64_t steps = 2000;
   // The kills come about 25 times per undisturbed run of this build, and never more often
   // than a replacement can start: in sanitizer builds a worker takes tens of milliseconds to
-  // start, and kills faster than that would only ever hit starting workers.
-  const ProcResult calm = Shmtrain(FrozenBlobs("async", 2, steps, {}, true));
+  // start, and kills faster than that would only ever hit starting workers. kHeavier: the
+  // normal build did kHeavy's 2000 updates in under 100 ms, where kills 10 ms apart came
+  // only 7 times (and more updates would outgrow the fingerprints: 11000 had 5 collisions).
+  const ProcResult calm = Shmtrain(FrozenBlobs("async", 2, steps, {}, kHeavier));
   ASSERT_EQ(calm.exit_code, 0) << calm.Describe();
   const double wall_ms = 1e3 * Num(Summary(calm), "wall_s");
   const int every_ms = static_cast<int>(std::clamp(wall_ms / 25, 10.0, 500.0));
   const ProcResult r = Shmtrain(FrozenBlobs(
       "async", 2, steps,
-      {"--chaos-kill-every", std::to_string(every_ms) + "ms", "--chaos-seed", "5"}, true));
+      {"--chaos-kill-every", std::to_string(every_ms) + "ms", "--chaos-seed", "5"}, kHeavier));
   ASSERT_EQ(r.exit_code, 0) << r.Describe();
   const std::string s = Summary(r);
   std::printf("[ tickets under chaos ] %g restarts, %g torn\n", Num(s, "restarts"),
@@ -388,7 +394,7 @@ TEST(AsyncTickets, SigkilledWorkersLoseOnlyTornTickets) {
   // Every missed ticket below --steps is a torn one. Not every torn one is below --steps: a
   // fresh ticket handed out to make one up can be torn in its turn (so missed <= torn, with
   // equality when no make-up update was torn; both seen under ASan's slower updates).
-  EXPECT_LE(MissedTickets(r, steps, 50, true), Num(s, "torn_updates")) << s;
+  EXPECT_LE(MissedTickets(r, steps, 50, kHeavier), Num(s, "torn_updates")) << s;
 }
 
 TEST(AsyncRun, DivergenceEndsTheRunAndNamesTheStep) {
@@ -557,7 +563,7 @@ TEST(AsyncCheckpoints, NoneIsSkippedWhileWorkersAreKilled) {
   test::TempDir dir;
   const std::string ckpt = dir.File("c.ckpt");
   const int64_t steps = 1000, every = 100;
-  std::vector<std::string> args = FrozenBlobs("async", 2, steps, {}, true);
+  std::vector<std::string> args = FrozenBlobs("async", 2, steps, {}, kHeavy);
   const ProcResult calm = Shmtrain(args);
   ASSERT_EQ(calm.exit_code, 0) << calm.Describe();
   const double wall_ms = 1e3 * Num(Summary(calm), "wall_s");
