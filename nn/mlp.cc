@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "nn/loss.h"
 #include "nn/rng.h"
 
 namespace shmtrain::nn {
@@ -112,58 +113,6 @@ void Forward(const ModelSpec& spec, const S* params, const S* x, int64_t n, Work
   }
 }
 
-// Label of a xent sample; anything else than a class index is a loader bug and would index
-// out of bounds.
-int64_t Label(double y, int64_t classes) {
-  if (!(y >= 0.0 && y < static_cast<double>(classes))) Die("xent label out of range");
-  return static_cast<int64_t>(y);
-}
-
-// -log softmax(z)[label] for one sample, computed as logsumexp(z) - z[label] with the max
-// subtracted inside the exponentials. If delta is not null it receives
-// dLoss/dz = softmax(z) - onehot(label).
-template <class S>
-double XentSample(const S* z, int64_t k, int64_t label, S* delta) {
-  double m = static_cast<double>(z[0]);
-  for (int64_t i = 1; i < k; ++i) m = std::max(m, static_cast<double>(z[i]));
-  double sum = 0;
-  for (int64_t i = 0; i < k; ++i) sum += std::exp(static_cast<double>(z[i]) - m);
-  const double lse = m + std::log(sum);
-  if (delta != nullptr) {
-    for (int64_t i = 0; i < k; ++i) {
-      const double p = std::exp(static_cast<double>(z[i]) - lse);
-      delta[i] = static_cast<S>(i == label ? p - 1.0 : p);
-    }
-  }
-  return lse - static_cast<double>(z[label]);
-}
-
-// Sum of the per-sample losses of the linear outputs z (k x n); if delta is not null, it
-// receives dLoss/dz. For mse every output is compared with the sample's single target.
-template <class S>
-double OutputLoss(Loss loss, const S* z, const S* y, int64_t k, int64_t n, S* delta) {
-  double total = 0;
-  switch (loss) {
-    case Loss::kMse:
-      for (int64_t j = 0; j < n; ++j) {
-        const double target = static_cast<double>(y[j]);
-        for (int64_t i = 0; i < k; ++i) {
-          const double d = static_cast<double>(z[i + j * k]) - target;
-          total += d * d;
-          if (delta != nullptr) delta[i + j * k] = static_cast<S>(2.0 * d);
-        }
-      }
-      return total;
-    case Loss::kXent:
-      for (int64_t j = 0; j < n; ++j) {
-        total += XentSample(z + j * k, k, Label(static_cast<double>(y[j]), k),
-                            delta == nullptr ? nullptr : delta + j * k);
-      }
-      return total;
-  }
-  Die("unknown loss");
-}
-
 }  // namespace
 
 template <class S>
@@ -230,23 +179,7 @@ void Predict(const ModelSpec& spec, const S* params, const S* x, int64_t n, S* o
   CheckSpec(spec, n);
   if (n == 0) return;
   Forward(spec, params, x, n, ws);
-  const int64_t k = spec.outputs();
-  const S* z = ws.acts[spec.layers.size() - 2].data();
-  if (spec.loss == Loss::kMse) {
-    std::copy(z, z + k * n, out);
-    return;
-  }
-  // Same stable softmax as the loss, so probabilities and loss agree.
-  for (int64_t j = 0; j < n; ++j) {
-    const S* zj = z + j * k;
-    double m = static_cast<double>(zj[0]);
-    for (int64_t i = 1; i < k; ++i) m = std::max(m, static_cast<double>(zj[i]));
-    double sum = 0;
-    for (int64_t i = 0; i < k; ++i) sum += std::exp(static_cast<double>(zj[i]) - m);
-    for (int64_t i = 0; i < k; ++i) {
-      out[i + j * k] = static_cast<S>(std::exp(static_cast<double>(zj[i]) - m) / sum);
-    }
-  }
+  OutputPrediction<S>(spec.loss, ws.acts[spec.layers.size() - 2].data(), spec.outputs(), n, out);
 }
 
 void InitParams(const ModelSpec& spec, Init init, uint64_t seed, float* params) {

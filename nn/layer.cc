@@ -1,0 +1,235 @@
+#include "nn/layer.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+
+namespace shmtrain::nn {
+
+extern const LayerType kLinear, kConv2d, kMaxPool2d, kAvgPool2d, kFlatten, kRelu, kTanh,
+    kSigmoid, kDropout;
+
+const std::vector<const LayerType*>& LayerTypes() {
+  static const std::vector<const LayerType*> all = {
+      &kLinear, &kConv2d, &kMaxPool2d, &kAvgPool2d, &kFlatten, &kRelu, &kTanh, &kSigmoid,
+      &kDropout};
+  return all;
+}
+
+const LayerType* FindLayerType(std::string_view name) {
+  for (const LayerType* t : LayerTypes()) {
+    if (name == t->name) return t;
+  }
+  return nullptr;
+}
+
+std::string Shape::Text() const {
+  if (Flat()) return std::to_string(c);
+  return std::to_string(c) + "x" + std::to_string(h) + "x" + std::to_string(w);
+}
+
+int64_t ParamBlock::Size() const {
+  int64_t n = 1;
+  for (int64_t d : torch_shape) n *= d;
+  return n;
+}
+
+namespace {
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+// Splits at the commas outside parentheses; false on unbalanced parentheses.
+bool SplitTopLevel(std::string_view s, std::vector<std::string_view>* parts) {
+  int depth = 0;
+  size_t start = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '(') ++depth;
+    if (s[i] == ')' && --depth < 0) return false;
+    if (s[i] == ',' && depth == 0) {
+      parts->push_back(s.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  parts->push_back(s.substr(start));
+  return depth == 0;
+}
+
+std::string ArgNames(const LayerType& t) {
+  if (t.args.empty()) return "it takes none";
+  std::string s = "its arguments: ";
+  for (size_t i = 0; i < t.args.size(); ++i) s += (i ? ", " : "") + std::string(t.args[i].name);
+  return s;
+}
+
+std::string TypeNames() {
+  std::string s;
+  for (const LayerType* t : LayerTypes()) s += (s.empty() ? "" : ", ") + std::string(t->name);
+  return s;
+}
+
+std::string Num(double v) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
+Status CheckValue(const LayerArg& a, std::string_view text, double* out) {
+  const std::string s(text);
+  char* end = nullptr;
+  const double v = s.empty() ? 0 : std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v)) {
+    return Status::Usage(std::string(a.name) + " wants a number, not '" + s + "'");
+  }
+  if (a.integer && v != std::floor(v)) {
+    return Status::Usage(std::string(a.name) + " wants a whole number, not " + s);
+  }
+  if (v < a.lo || v > a.hi) {
+    return Status::Usage(std::string(a.name) + " must be in [" + Num(a.lo) + ", " + Num(a.hi) +
+                         "], not " + s);
+  }
+  *out = v;
+  return Status::Ok();
+}
+
+// One layer's text: "name" or "name(args)".
+Status ParseLayer(std::string_view text, LayerSpec* out) {
+  const size_t open = text.find('(');
+  const std::string_view name = Trim(text.substr(0, open));
+  const LayerType* t = FindLayerType(name);
+  if (t == nullptr) {
+    return Status::Usage("unknown layer '" + std::string(name) + "' (layers: " + TypeNames() +
+                         ")");
+  }
+  std::vector<std::string_view> given;
+  if (open != std::string_view::npos) {
+    if (text.back() != ')') return Status::Usage("text after its closing parenthesis");
+    const std::string_view inside = Trim(text.substr(open + 1, text.size() - open - 2));
+    if (!inside.empty() && !SplitTopLevel(inside, &given)) {
+      return Status::Usage("unbalanced parentheses");
+    }
+  }
+  out->kind = t->name;
+  out->args.assign(t->args.size(), 0.0);
+  std::vector<bool> set(t->args.size(), false);
+  size_t positional = 0;
+  bool named_seen = false;
+  for (std::string_view g : given) {
+    g = Trim(g);
+    const size_t eq = g.find('=');
+    size_t i = 0;
+    std::string_view value = g;
+    if (eq != std::string_view::npos) {
+      const std::string_view key = Trim(g.substr(0, eq));
+      value = Trim(g.substr(eq + 1));
+      for (i = 0; i < t->args.size() && key != t->args[i].name; ++i) {
+      }
+      if (i == t->args.size()) {
+        return Status::Usage(std::string(t->name) + " has no argument '" + std::string(key) +
+                             "' (" + ArgNames(*t) + ")");
+      }
+      named_seen = true;
+    } else {
+      if (named_seen) return Status::Usage("an argument by position after one by name");
+      if (positional >= t->args.size()) {
+        return Status::Usage(std::string(t->name) + " takes " + std::to_string(t->args.size()) +
+                             " arguments at most (" + ArgNames(*t) + ")");
+      }
+      i = positional++;
+    }
+    if (set[i]) return Status::Usage(std::string(t->args[i].name) + " given twice");
+    Status s = CheckValue(t->args[i], value, &out->args[i]);
+    if (!s.ok()) return s;
+    set[i] = true;
+  }
+  for (size_t i = 0; i < t->args.size(); ++i) {
+    if (set[i]) continue;
+    if (t->args[i].required) {
+      return Status::Usage(std::string(t->name) + " needs " + t->args[i].name + " (" +
+                           ArgNames(*t) + ")");
+    }
+    out->args[i] = t->args[i].default_value;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ParseModelText(std::string_view text, std::vector<LayerSpec>* layers) {
+  layers->clear();
+  std::vector<std::string_view> parts;
+  if (!SplitTopLevel(text, &parts)) {
+    return Status::Usage("--model: unbalanced parentheses in '" + std::string(text) + "'");
+  }
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const std::string_view part = Trim(parts[i]);
+    LayerSpec spec;
+    Status s = part.empty() ? Status::Usage("empty layer") : ParseLayer(part, &spec);
+    if (!s.ok()) {
+      return Status::Usage("--model: layer " + std::to_string(i + 1) + " '" + std::string(part) +
+                           "': " + s.message());
+    }
+    layers->push_back(std::move(spec));
+  }
+  return Status::Ok();
+}
+
+std::string ModelText(const std::vector<LayerSpec>& layers) {
+  std::string s;
+  for (const LayerSpec& l : layers) {
+    if (!s.empty()) s += ",";
+    s += l.kind;
+    const LayerType* t = FindLayerType(l.kind);
+    if (t == nullptr) continue;
+    std::string args;
+    for (size_t i = 0; i < t->args.size() && i < l.args.size(); ++i) {
+      const LayerArg& a = t->args[i];
+      if (!a.required && l.args[i] == a.default_value) continue;
+      args += (args.empty() ? "" : ",") + (a.required ? "" : std::string(a.name) + "=") +
+              Num(l.args[i]);
+    }
+    if (!args.empty()) s += "(" + args + ")";
+  }
+  return s;
+}
+
+std::string LayerName(const std::vector<LayerSpec>& layers, size_t index) {
+  int same = 0;
+  for (size_t i = 0; i <= index && i < layers.size(); ++i) same += layers[i].kind == layers[index].kind;
+  return layers[index].kind + " #" + std::to_string(same) + " (layer " + std::to_string(index + 1) +
+         ")";
+}
+
+Status ResolveShapes(Shape input, const std::vector<LayerSpec>& layers,
+                     std::vector<Shape>* shapes) {
+  shapes->clear();
+  Shape in = input;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const LayerType* t = FindLayerType(layers[i].kind);
+    if (t == nullptr || layers[i].args.size() != t->args.size()) {
+      return Status::Usage(LayerName(layers, i) + ": not a layer this build knows");
+    }
+    Shape out;
+    Status s = t->out_shape(layers[i], in, &out);
+    if (!s.ok()) return Status::Usage(LayerName(layers, i) + ": " + s.message());
+    shapes->push_back(out);
+    in = out;
+  }
+  return Status::Ok();
+}
+
+std::vector<LayerSpec> MlpLayers(const std::vector<int>& sizes, Activation activation) {
+  std::vector<LayerSpec> layers;
+  for (size_t l = 1; l < sizes.size(); ++l) {
+    layers.push_back({"linear", {static_cast<double>(sizes[l])}});
+    if (l + 1 < sizes.size() && activation != Activation::kIdentity) {
+      layers.push_back({ToString(activation), {}});
+    }
+  }
+  return layers;
+}
+
+}  // namespace shmtrain::nn

@@ -1,0 +1,173 @@
+// The layer seam: one unit per layer type, a registry, and the model text.
+//
+// A model is an input shape, a sequence of layers and a loss (nn/net.h). A layer type is a
+// LayerType: its name and arguments as the model text writes them (PyTorch's names and
+// argument order: "conv2d(32,5,padding=2)"), its output shape for an input shape, its
+// parameter blocks as PyTorch names and shapes them, their initialisation, and a Layer<S>
+// built for one input shape that runs forward and backward over a batch. The flat parameter
+// vector is the concatenation of the layers' blocks; nothing outside nn/ sees more than that
+// vector. Adding a layer type: its file in nn/layers/, one line in the registry
+// (nn/layer.cc), a row in README.md's layer table. The gradient check of tests/layer_test.cc
+// runs on every registered type without a test of its own.
+//
+// Tensors. A sample's tensor has a Shape (c channels of h x w; flat data is (features, 1, 1))
+// and is stored channels-last: pixel after pixel, row after row, the c values of a pixel
+// together (PyTorch's channels_last). A batch is n such tensors one after another: the
+// column-major (Size() x n) matrix, so that a linear layer is one matrix product and a
+// convolution of the whole batch is one too, whose result is already channels-last.
+// flatten turns channels-last into PyTorch's (c, h, w) order, so the layers after it see the
+// features in PyTorch's order.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shmtrain/model_spec.h"
+#include "shmtrain/status.h"
+
+namespace shmtrain::nn {
+
+class Rng;
+
+struct Shape {
+  int64_t c = 0, h = 1, w = 1;
+  int64_t Size() const { return c * h * w; }
+  bool Flat() const { return h == 1 && w == 1; }
+  std::string Text() const;  // "32x14x14", or "784" when flat
+  friend bool operator==(const Shape&, const Shape&) = default;
+};
+
+// One argument of a layer type. The model text gives the required ones in this order, then
+// any by name; an argument left out takes its default.
+struct LayerArg {
+  const char* name;  // "padding"
+  bool required;
+  double default_value;
+  double lo, hi;  // inclusive limits
+  bool integer;
+};
+
+// One layer of a model: its type's name and the value of every argument of that type, in the
+// type's order (defaults filled in).
+struct LayerSpec {
+  std::string kind;
+  std::vector<double> args;
+  int64_t Int(size_t i) const { return static_cast<int64_t>(args[i]); }
+  friend bool operator==(const LayerSpec&, const LayerSpec&) = default;
+};
+
+// A block of a layer's parameters as PyTorch names and shapes it: ("weight", {32, 1, 5, 5}).
+struct ParamBlock {
+  std::string name;
+  std::vector<int64_t> torch_shape;
+  int64_t Size() const;
+};
+
+// What a pass knows besides its tensors. Dropout drops only when training, and its mask is a
+// pure function of (seed, step, the sample's global row, the unit): P workers drop what one
+// drops, and a redone pass drops the same.
+struct PassInfo {
+  bool train = false;
+  uint64_t seed = 0;
+  int64_t step = 0;
+  const int64_t* rows = nullptr;  // the global row of each sample; null: rows 0..n-1
+  int64_t Row(int64_t i) const { return rows == nullptr ? i : rows[i]; }
+};
+
+// A layer built for one input shape. x: n input tensors (in().Size() x n), y: n outputs
+// (out().Size() x n); params and dparams: the layer's slice of the flat vector. A layer keeps
+// no state between calls (scratch aside): Backward recomputes what it needs from x and y.
+template <class S>
+class Layer {
+ public:
+  Layer(Shape in, Shape out) : in_(in), out_(out) {}
+  virtual ~Layer() = default;
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  Shape in() const { return in_; }
+  Shape out() const { return out_; }
+
+  virtual void Forward(const S* params, const S* x, int64_t n, const PassInfo& pass, S* y) = 0;
+  // From dy = dLoss/dy: dparams = dLoss/dparams (overwritten) and, unless dx is null (the
+  // first layer), dx = dLoss/dx (overwritten). x and y are what Forward read and wrote.
+  virtual void Backward(const S* params, const S* x, const S* y, const S* dy, int64_t n,
+                        const PassInfo& pass, S* dx, S* dparams) = 0;
+
+ private:
+  Shape in_, out_;
+};
+
+template <class S>
+using LayerMaker = std::unique_ptr<Layer<S>> (*)(const LayerSpec& spec, Shape in, Shape out);
+
+struct LayerType {
+  const char* name;     // in the model text: "conv2d"
+  const char* torch;    // the PyTorch module: "Conv2d"
+  const char* summary;  // one line for --help and README.md
+  std::vector<LayerArg> args;
+  // The output shape for input shape `in`; a Status saying what does not fit otherwise (the
+  // caller names the layer).
+  Status (*out_shape)(const LayerSpec& spec, Shape in, Shape* out);
+  // The parameter blocks in the flat vector's order; null: none.
+  std::vector<ParamBlock> (*params)(const LayerSpec& spec, Shape in);
+  // Fills the blocks (their sizes' sum) from rng, in the flat vector's order; null: none.
+  void (*init)(const LayerSpec& spec, Shape in, Init init, Rng& rng, float* params);
+  // Writes the blocks in PyTorch's layout (block after block, each row-major in its
+  // torch_shape) from ours; null: the layouts are the same.
+  void (*to_torch)(const LayerSpec& spec, Shape in, const float* ours, float* torch);
+  LayerMaker<float> make_float;
+  LayerMaker<double> make_double;
+
+  template <class S>
+  LayerMaker<S> maker() const;
+};
+
+template <>
+inline LayerMaker<float> LayerType::maker<float>() const {
+  return make_float;
+}
+template <>
+inline LayerMaker<double> LayerType::maker<double>() const {
+  return make_double;
+}
+
+// The registry, in the order of README.md's table.
+const std::vector<const LayerType*>& LayerTypes();
+const LayerType* FindLayerType(std::string_view name);
+
+// The model text: layers separated by top-level commas, each "name" or "name(args)" with the
+// required arguments by position, then any by name: "conv2d(32,5,padding=2),relu,flatten".
+// Messages name the layer ("conv2d #2 (layer 4)") and what is wrong with it.
+Status ParseModelText(std::string_view text, std::vector<LayerSpec>* layers);
+// The canonical text of layers: required arguments by position, the others by name only when
+// they differ from their default. ParseModelText(ModelText(l)) gives l back.
+std::string ModelText(const std::vector<LayerSpec>& layers);
+// "conv2d #2 (layer 4)": the second conv2d, fourth layer (1-based), as messages name it.
+std::string LayerName(const std::vector<LayerSpec>& layers, size_t index);
+
+// The shape after each layer (shapes->size() == layers.size()), or a message naming the first
+// layer that does not fit: "conv2d #2 (layer 4): input 32x14x14, kernel 15 with padding 0
+// leaves no output".
+Status ResolveShapes(Shape input, const std::vector<LayerSpec>& layers,
+                     std::vector<Shape>* shapes);
+
+// The MLP of --layers s0,s1,...,sL --activation f: linear(s1),f,linear(s2),f,...,linear(sL)
+// on input s0 (no activation layer for identity, none after the last linear).
+std::vector<LayerSpec> MlpLayers(const std::vector<int>& sizes, Activation activation);
+
+// For layer files: the initialisations of nn/mlp.h's InitParams for `weights` weights then
+// `biases` biases, with the fans of the layer (kTorch: U(+-1/sqrt(fan_in)) for both).
+void InitWeightsAndBias(Init init, int64_t fan_in, int64_t fan_out, int64_t weights,
+                        int64_t biases, Rng& rng, float* params);
+
+// For layer files: builds the Layer of type L.
+template <template <class> class L, class S>
+std::unique_ptr<Layer<S>> MakeLayer(const LayerSpec& spec, Shape in, Shape out) {
+  return std::make_unique<L<S>>(spec, in, out);
+}
+
+}  // namespace shmtrain::nn

@@ -1,0 +1,60 @@
+// flatten: (c, h, w) to (c*h*w), PyTorch's nn.Flatten. Its output is in PyTorch's (c, h, w)
+// order, so the linear layer after it has PyTorch's weight layout; inside, the tensor is
+// channels-last (nn/layer.h), so this is a transpose of each sample's (c x h*w) matrix.
+#include <Eigen/Core>
+
+#include "nn/layer.h"
+
+namespace shmtrain::nn {
+namespace {
+
+template <class S>
+using Mat = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic>;
+
+template <class S>
+class Flatten final : public Layer<S> {
+ public:
+  Flatten(const LayerSpec&, Shape in, Shape out) : Layer<S>(in, out) {}
+
+  // Per sample: channels-last is the column-major (c x hw) matrix, (c, h, w) order its
+  // transpose.
+  void Forward(const S*, const S* x, int64_t n, const PassInfo&, S* y) override {
+    const int64_t c = this->in().c, hw = this->in().h * this->in().w;
+    for (int64_t i = 0; i < n; ++i) {
+      Eigen::Map<Mat<S>>(y + i * c * hw, hw, c) =
+          Eigen::Map<const Mat<S>>(x + i * c * hw, c, hw).transpose();
+    }
+  }
+
+  void Backward(const S*, const S*, const S*, const S* dy, int64_t n, const PassInfo&, S* dx,
+                S*) override {
+    if (dx == nullptr) return;
+    const int64_t c = this->in().c, hw = this->in().h * this->in().w;
+    for (int64_t i = 0; i < n; ++i) {
+      Eigen::Map<Mat<S>>(dx + i * c * hw, c, hw) =
+          Eigen::Map<const Mat<S>>(dy + i * c * hw, hw, c).transpose();
+    }
+  }
+};
+
+Status OutShape(const LayerSpec&, Shape in, Shape* out) {
+  *out = {in.Size(), 1, 1};
+  return Status::Ok();
+}
+
+}  // namespace
+
+extern const LayerType kFlatten = {
+    .name = "flatten",
+    .torch = "Flatten",
+    .summary = "(c, h, w) to c*h*w features, in PyTorch's order",
+    .args = {},
+    .out_shape = OutShape,
+    .params = nullptr,
+    .init = nullptr,
+    .to_torch = nullptr,
+    .make_float = MakeLayer<Flatten, float>,
+    .make_double = MakeLayer<Flatten, double>,
+};
+
+}  // namespace shmtrain::nn

@@ -1,0 +1,119 @@
+// linear(out): y = W x + b, PyTorch's nn.Linear over the flattened input.
+//
+// Parameters: W (out x in, column-major: W(i, j) at i + j*out), then b (out). PyTorch's weight
+// is (out, in) row-major, so export transposes W. With the activation layers this is the MLP
+// of --layers to the bit: the same products and sums in the same order as nn/mlp.cc.
+#include <Eigen/Core>
+#include <cmath>
+
+#include "nn/layer.h"
+#include "nn/rng.h"
+
+namespace shmtrain::nn {
+namespace {
+
+template <class S>
+using Mat = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic>;
+template <class S>
+using Vec = Eigen::Matrix<S, Eigen::Dynamic, 1>;
+
+template <class S>
+class Linear final : public Layer<S> {
+ public:
+  Linear(const LayerSpec&, Shape in, Shape out)
+      : Layer<S>(in, out), in_(in.Size()), out_(out.Size()) {}
+
+  void Forward(const S* params, const S* x, int64_t n, const PassInfo&, S* y) override {
+    Eigen::Map<const Mat<S>> w(params, out_, in_);
+    Eigen::Map<const Vec<S>> b(params + out_ * in_, out_);
+    Eigen::Map<Mat<S>> z(y, out_, n);
+    z.noalias() = w * Eigen::Map<const Mat<S>>(x, in_, n);
+    z.colwise() += b;
+  }
+
+  void Backward(const S* params, const S* x, const S*, const S* dy, int64_t n, const PassInfo&,
+                S* dx, S* dparams) override {
+    Eigen::Map<const Mat<S>> d(dy, out_, n);
+    Eigen::Map<Mat<S>> grad_w(dparams, out_, in_);
+    grad_w.noalias() = d * Eigen::Map<const Mat<S>>(x, in_, n).transpose();
+    // Column by column: each element is summed over the samples in sample order, the same
+    // rounding whatever the address of dparams (rowwise().sum() reduces the rows of an
+    // unaligned head in another order).
+    Eigen::Map<Vec<S>> grad_b(dparams + out_ * in_, out_);
+    grad_b.setZero();
+    for (int64_t j = 0; j < n; ++j) grad_b += d.col(j);
+    if (dx != nullptr) {
+      Eigen::Map<Mat<S>>(dx, in_, n).noalias() =
+          Eigen::Map<const Mat<S>>(params, out_, in_).transpose() * d;
+    }
+  }
+
+ private:
+  int64_t in_, out_;
+};
+
+Status OutShape(const LayerSpec& spec, Shape in, Shape* out) {
+  if (!in.Flat()) {
+    return Status::Usage("input " + in.Text() + " is not flat (put flatten before it)");
+  }
+  *out = {spec.Int(0), 1, 1};
+  return Status::Ok();
+}
+
+std::vector<ParamBlock> Params(const LayerSpec& spec, Shape in) {
+  return {{"weight", {spec.Int(0), in.Size()}}, {"bias", {spec.Int(0)}}};
+}
+
+}  // namespace
+
+// The initialisations of nn/mlp.h's InitParams, with fan_in = in and fan_out = out: W in
+// parameter-vector order, then b.
+void InitWeightsAndBias(Init init, int64_t fan_in, int64_t fan_out, int64_t weights,
+                        int64_t biases, Rng& rng, float* params) {
+  if (init == Init::kTorch) {
+    const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
+    for (int64_t i = 0; i < weights + biases; ++i) {
+      params[i] = static_cast<float>(bound * (2.0 * rng.Uniform() - 1.0));
+    }
+    return;
+  }
+  double scale = 1.0;
+  if (init == Init::kXavier) scale = std::sqrt(2.0 / static_cast<double>(fan_in + fan_out));
+  if (init == Init::kHe) scale = std::sqrt(2.0 / static_cast<double>(fan_in));
+  for (int64_t i = 0; i < weights; ++i) params[i] = static_cast<float>(scale * rng.Normal());
+  for (int64_t i = 0; i < biases; ++i) {
+    params[weights + i] = init == Init::kNormal ? static_cast<float>(rng.Normal()) : 0.0f;
+  }
+}
+
+namespace {
+
+void InitLinear(const LayerSpec& spec, Shape in, Init init, Rng& rng, float* params) {
+  InitWeightsAndBias(init, in.Size(), spec.Int(0), spec.Int(0) * in.Size(), spec.Int(0), rng,
+                     params);
+}
+
+void ToTorch(const LayerSpec& spec, Shape in, const float* ours, float* torch) {
+  const int64_t out = spec.Int(0), k = in.Size();
+  for (int64_t i = 0; i < out; ++i) {
+    for (int64_t j = 0; j < k; ++j) torch[i * k + j] = ours[i + j * out];
+  }
+  for (int64_t i = 0; i < out; ++i) torch[out * k + i] = ours[out * k + i];
+}
+
+}  // namespace
+
+extern const LayerType kLinear = {
+    .name = "linear",
+    .torch = "Linear",
+    .summary = "y = W x + b over the flattened input; out units",
+    .args = {{"out", true, 0, 1, 65536, true}},
+    .out_shape = OutShape,
+    .params = Params,
+    .init = InitLinear,
+    .to_torch = ToTorch,
+    .make_float = MakeLayer<Linear, float>,
+    .make_double = MakeLayer<Linear, double>,
+};
+
+}  // namespace shmtrain::nn

@@ -1,0 +1,142 @@
+#include "nn/net.h"
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include "nn/loss.h"
+#include "nn/rng.h"
+
+namespace shmtrain::nn {
+namespace {
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "shmtrain: internal error: %s\n", what.c_str());
+  std::abort();
+}
+
+std::vector<Shape> Shapes(const NetSpec& spec) {
+  std::vector<Shape> shapes;
+  Status s = ResolveShapes(spec.input, spec.layers, &shapes);
+  if (!s.ok()) Die("a model that does not resolve: " + s.message());
+  return shapes;
+}
+
+int64_t BlocksSize(const LayerType& t, const LayerSpec& l, Shape in) {
+  if (t.params == nullptr) return 0;
+  int64_t n = 0;
+  for (const ParamBlock& b : t.params(l, in)) n += b.Size();
+  return n;
+}
+
+template <class S>
+void Reserve(AlignedVector<S>& v, int64_t size) {
+  if (static_cast<int64_t>(v.size()) < size) v.resize(static_cast<size_t>(size));
+}
+
+}  // namespace
+
+int64_t ParamCount(const NetSpec& spec) {
+  const std::vector<Shape> shapes = Shapes(spec);
+  int64_t n = 0;
+  Shape in = spec.input;
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    n += BlocksSize(*FindLayerType(spec.layers[i].kind), spec.layers[i], in);
+    in = shapes[i];
+  }
+  return n;
+}
+
+void InitParams(const NetSpec& spec, Init init, uint64_t seed, float* params) {
+  const std::vector<Shape> shapes = Shapes(spec);
+  Rng rng(seed);
+  Shape in = spec.input;
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    const LayerType& t = *FindLayerType(spec.layers[i].kind);
+    if (t.init != nullptr) t.init(spec.layers[i], in, init, rng, params);
+    params += BlocksSize(t, spec.layers[i], in);
+    in = shapes[i];
+  }
+}
+
+template <class S>
+Net<S>::Net(const NetSpec& spec) : spec_(spec) {
+  const std::vector<Shape> shapes = Shapes(spec);
+  Shape in = spec.input;
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    const LayerType& t = *FindLayerType(spec.layers[i].kind);
+    offsets_.push_back(param_count_);
+    param_count_ += BlocksSize(t, spec.layers[i], in);
+    layers_.push_back(t.maker<S>()(spec.layers[i], in, shapes[i]));
+    in = shapes[i];
+  }
+  outputs_ = in.Size();
+  reorder_input_ = spec.input.c > 1 && !spec.input.Flat();
+  acts_.resize(layers_.size());
+}
+
+template <class S>
+const S* Net<S>::Forward(const S* params, const S* x, int64_t n, const PassInfo& pass) {
+  const S* prev = x;
+  if (reorder_input_) {
+    // (c, h, w) to channels-last: each sample's (hw x c) matrix is its (c x hw) transposed.
+    using Mat = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic>;
+    const int64_t c = spec_.input.c, hw = spec_.input.h * spec_.input.w;
+    Reserve(input_, c * hw * n);
+    for (int64_t i = 0; i < n; ++i) {
+      Eigen::Map<Mat>(input_.data() + i * c * hw, c, hw) =
+          Eigen::Map<const Mat>(x + i * c * hw, hw, c).transpose();
+    }
+    prev = input_.data();
+  }
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    Reserve(acts_[i], layers_[i]->out().Size() * n);
+    layers_[i]->Forward(params + offsets_[i], prev, n, pass, acts_[i].data());
+    prev = acts_[i].data();
+  }
+  return prev;
+}
+
+template <class S>
+double Net<S>::LossSum(const S* params, const S* x, const S* y, int64_t n,
+                       const PassInfo& pass) {
+  if (n == 0) return 0;
+  return OutputLoss<S>(spec_.loss, Forward(params, x, n, pass), y, outputs_, n, nullptr);
+}
+
+template <class S>
+double Net<S>::LossAndGrad(const S* params, const S* x, const S* y, int64_t n,
+                           const PassInfo& pass, S* grad) {
+  if (n == 0) {
+    std::fill(grad, grad + param_count_, S(0));
+    return 0;
+  }
+  const S* input = Forward(params, x, n, pass);
+  Reserve(delta_, outputs_ * n);
+  const double loss = OutputLoss<S>(spec_.loss, input, y, outputs_, n, delta_.data());
+  if (reorder_input_) x = input_.data();
+  for (size_t i = layers_.size(); i-- > 0;) {
+    const S* layer_in = i == 0 ? x : acts_[i - 1].data();
+    S* dx = nullptr;
+    if (i > 0) {
+      Reserve(delta_prev_, layers_[i]->in().Size() * n);
+      dx = delta_prev_.data();
+    }
+    layers_[i]->Backward(params + offsets_[i], layer_in, acts_[i].data(), delta_.data(), n, pass,
+                         dx, grad + offsets_[i]);
+    std::swap(delta_, delta_prev_);
+  }
+  return loss;
+}
+
+template <class S>
+void Net<S>::Predict(const S* params, const S* x, int64_t n, S* out) {
+  if (n == 0) return;
+  OutputPrediction<S>(spec_.loss, Forward(params, x, n, PassInfo{}), outputs_, n, out);
+}
+
+template class Net<float>;
+template class Net<double>;
+
+}  // namespace shmtrain::nn

@@ -1,0 +1,455 @@
+// The layer seam (nn/layer.h, nn/net.h): every registered layer's gradients against finite
+// differences, the layers against PyTorch's definitions written here as plain NCHW loops, the
+// model text, shapes and their messages, the MLP of --layers to the bit, and dropout's mask.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "nn/layer.h"
+#include "nn/mlp.h"
+#include "nn/net.h"
+
+namespace shmtrain::nn {
+namespace {
+
+std::vector<double> Random(size_t n, uint32_t seed, double lo = -1, double hi = 1) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<double> u(lo, hi);
+  std::vector<double> v(n);
+  for (double& x : v) x = u(g);
+  return v;
+}
+
+template <class T>
+std::vector<T> As(const std::vector<double>& v) {
+  return std::vector<T>(v.begin(), v.end());
+}
+
+// ---- every registered layer against finite differences ------------------------------------
+
+// A layer to check: its type with arguments derived from the registry alone (so a type added
+// later is checked without a test of its own), on the first input shape it accepts.
+struct Case {
+  const LayerType* type;
+  LayerSpec spec;
+  Shape in;
+  std::string name;
+};
+
+std::vector<Case> Cases() {
+  const Shape inputs[] = {{3, 6, 5}, {7, 1, 1}};
+  std::vector<Case> cases;
+  for (const LayerType* t : LayerTypes()) {
+    // The defaults (required arguments 2), then each optional argument moved off its default.
+    std::vector<std::vector<double>> variants;
+    std::vector<double> base;
+    for (const LayerArg& a : t->args) base.push_back(a.required ? 2.0 : a.default_value);
+    variants.push_back(base);
+    for (size_t i = 0; i < t->args.size(); ++i) {
+      const LayerArg& a = t->args[i];
+      if (a.required) continue;
+      std::vector<double> v = base;
+      v[i] = a.integer ? std::min(a.hi, a.default_value + 1) : (a.default_value + a.lo) / 2;
+      variants.push_back(v);
+    }
+    for (size_t k = 0; k < variants.size(); ++k) {
+      const LayerSpec spec{t->name, variants[k]};
+      for (const Shape& in : inputs) {
+        Shape out;
+        if (!t->out_shape(spec, in, &out).ok()) continue;
+        cases.push_back({t, spec, in, ModelText({spec}) + " on " + in.Text()});
+        break;
+      }
+    }
+  }
+  return cases;
+}
+
+class EveryLayer : public ::testing::TestWithParam<Case> {};
+
+// L = sum(r * layer(x)) for fixed r; its gradient by Backward with dy = r against central
+// differences, for the input and every parameter, in double.
+TEST_P(EveryLayer, GradientsMatchFiniteDifferences) {
+  const Case& c = GetParam();
+  Shape out;
+  ASSERT_TRUE(c.type->out_shape(c.spec, c.in, &out).ok());
+  auto layer = c.type->make_double(c.spec, c.in, out);
+  const int64_t n = 3;
+  const int64_t num_params = c.type->params == nullptr ? 0 : [&] {
+    int64_t k = 0;
+    for (const ParamBlock& b : c.type->params(c.spec, c.in)) k += b.Size();
+    return k;
+  }();
+  std::vector<double> params = Random(num_params, 1), x = Random(c.in.Size() * n, 2);
+  const std::vector<double> r = Random(out.Size() * n, 3);
+  PassInfo pass;
+  pass.train = true;  // dropout drops: its mask is fixed for a pass
+  pass.seed = 7;
+  pass.step = 3;
+  std::vector<double> y(out.Size() * n);
+  auto loss = [&] {
+    layer->Forward(params.data(), x.data(), n, pass, y.data());
+    double l = 0;
+    for (size_t i = 0; i < y.size(); ++i) l += r[i] * y[i];
+    return l;
+  };
+  loss();
+  std::vector<double> dx(x.size()), dparams(params.size(), 12345.0);
+  layer->Backward(params.data(), x.data(), y.data(), r.data(), n, pass, dx.data(),
+                  dparams.data());
+  const double h = 1e-6;
+  auto check = [&](std::vector<double>& v, const std::vector<double>& analytic,
+                   const char* what) {
+    for (size_t i = 0; i < v.size(); ++i) {
+      const double keep = v[i];
+      v[i] = keep + h;
+      const double up = loss();
+      v[i] = keep - h;
+      const double down = loss();
+      v[i] = keep;
+      const double numeric = (up - down) / (2 * h);
+      ASSERT_NEAR(analytic[i], numeric, 1e-6 * std::max(1.0, std::abs(numeric)))
+          << c.name << ": d" << what << "[" << i << "]";
+    }
+  };
+  check(x, dx, "x");
+  check(params, dparams, "params");
+}
+
+// The float layer computes what the double one does, to float's precision.
+TEST_P(EveryLayer, FloatAgreesWithDouble) {
+  const Case& c = GetParam();
+  Shape out;
+  ASSERT_TRUE(c.type->out_shape(c.spec, c.in, &out).ok());
+  auto ld = c.type->make_double(c.spec, c.in, out);
+  auto lf = c.type->make_float(c.spec, c.in, out);
+  const int64_t n = 4;
+  int64_t num_params = 0;
+  if (c.type->params != nullptr) {
+    for (const ParamBlock& b : c.type->params(c.spec, c.in)) num_params += b.Size();
+  }
+  // Values a float holds exactly, so both start from the same numbers.
+  auto exact = [](std::vector<double> v) {
+    for (double& e : v) e = static_cast<float>(e);
+    return v;
+  };
+  const std::vector<double> p = exact(Random(num_params, 4)), x = exact(Random(c.in.Size() * n, 5)),
+                            r = exact(Random(out.Size() * n, 6));
+  PassInfo pass;
+  pass.train = true;
+  std::vector<double> yd(out.Size() * n), dxd(x.size()), dpd(p.size());
+  std::vector<float> yf(yd.size()), dxf(dxd.size()), dpf(dpd.size());
+  const std::vector<float> pf = As<float>(p), xf = As<float>(x), rf = As<float>(r);
+  ld->Forward(p.data(), x.data(), n, pass, yd.data());
+  lf->Forward(pf.data(), xf.data(), n, pass, yf.data());
+  ld->Backward(p.data(), x.data(), yd.data(), r.data(), n, pass, dxd.data(), dpd.data());
+  lf->Backward(pf.data(), xf.data(), yf.data(), rf.data(), n, pass, dxf.data(), dpf.data());
+  for (size_t i = 0; i < yd.size(); ++i) ASSERT_NEAR(yf[i], yd[i], 1e-5) << c.name << " y " << i;
+  for (size_t i = 0; i < dxd.size(); ++i) ASSERT_NEAR(dxf[i], dxd[i], 1e-5) << c.name << " dx " << i;
+  for (size_t i = 0; i < dpd.size(); ++i) ASSERT_NEAR(dpf[i], dpd[i], 1e-5) << c.name << " dp " << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Registry, EveryLayer, ::testing::ValuesIn(Cases()),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           std::string s = std::to_string(info.index) + "_" + info.param.name;
+                           for (char& ch : s) {
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           }
+                           return s;
+                         });
+
+TEST(EveryLayerCases, CoverEveryRegisteredTypeAndItsOptionalArguments) {
+  const std::vector<Case> cases = Cases();
+  for (const LayerType* t : LayerTypes()) {
+    size_t want = 1;
+    for (const LayerArg& a : t->args) want += !a.required;
+    EXPECT_EQ(std::count_if(cases.begin(), cases.end(), [&](const Case& c) { return c.type == t; }),
+              static_cast<long>(want))
+        << t->name << " has a variant on no input shape";
+  }
+}
+
+// ---- the layers against PyTorch's definitions, as plain NCHW loops -------------------------
+
+// A tensor in PyTorch's NCHW order.
+struct Tensor {
+  int64_t n, c, h, w;
+  std::vector<double> v;
+  double& at(int64_t i, int64_t ch, int64_t y, int64_t x) { return v[((i * c + ch) * h + y) * w + x]; }
+  double get(int64_t i, int64_t ch, int64_t y, int64_t x) const {
+    return v[((i * c + ch) * h + y) * w + x];
+  }
+};
+
+// torch.nn.functional.conv2d with weight (o, c, k, k), zero padding.
+Tensor Conv(const Tensor& x, const double* weight, const double* bias, int64_t o, int64_t k,
+            int64_t stride, int64_t pad) {
+  Tensor y{x.n, o, (x.h + 2 * pad - k) / stride + 1, (x.w + 2 * pad - k) / stride + 1, {}};
+  y.v.assign(y.n * y.c * y.h * y.w, 0.0);
+  for (int64_t i = 0; i < x.n; ++i)
+    for (int64_t oc = 0; oc < o; ++oc)
+      for (int64_t oy = 0; oy < y.h; ++oy)
+        for (int64_t ox = 0; ox < y.w; ++ox) {
+          double s = bias[oc];
+          for (int64_t ch = 0; ch < x.c; ++ch)
+            for (int64_t ky = 0; ky < k; ++ky)
+              for (int64_t kx = 0; kx < k; ++kx) {
+                const int64_t iy = oy * stride - pad + ky, ix = ox * stride - pad + kx;
+                if (iy < 0 || iy >= x.h || ix < 0 || ix >= x.w) continue;
+                s += weight[((oc * x.c + ch) * k + ky) * k + kx] * x.get(i, ch, iy, ix);
+              }
+          y.at(i, oc, oy, ox) = s;
+        }
+  return y;
+}
+
+Tensor Pool(const Tensor& x, int64_t k, int64_t stride, bool max) {
+  Tensor y{x.n, x.c, (x.h - k) / stride + 1, (x.w - k) / stride + 1, {}};
+  y.v.assign(y.n * y.c * y.h * y.w, 0.0);
+  for (int64_t i = 0; i < x.n; ++i)
+    for (int64_t ch = 0; ch < x.c; ++ch)
+      for (int64_t oy = 0; oy < y.h; ++oy)
+        for (int64_t ox = 0; ox < y.w; ++ox) {
+          double m = max ? -INFINITY : 0;
+          for (int64_t ky = 0; ky < k; ++ky)
+            for (int64_t kx = 0; kx < k; ++kx) {
+              const double v = x.get(i, ch, oy * stride + ky, ox * stride + kx);
+              m = max ? std::max(m, v) : m + v / static_cast<double>(k * k);
+            }
+          y.at(i, ch, oy, ox) = m;
+        }
+  return y;
+}
+
+// The model's raw outputs (mse: no softmax) through Net, against the loops given PyTorch's
+// parameter layouts (LayerType::to_torch).
+TEST(Layers, MatchPyTorchsDefinitionsWrittenAsLoops) {
+  const std::string text =
+      "conv2d(4,3,padding=1),relu,maxpool2d(2),conv2d(5,3,stride=2,padding=1),tanh,"
+      "avgpool2d(2,stride=1),flatten,linear(6),sigmoid,dropout(0.3),linear(3)";
+  NetSpec spec;
+  spec.input = {3, 9, 8};
+  spec.loss = Loss::kMse;
+  ASSERT_TRUE(ParseModelText(text, &spec.layers).ok());
+  Net<double> net(spec);
+  const int64_t n = 2;
+  const std::vector<double> x = Random(spec.input.Size() * n, 8);
+  std::vector<float> pf(ParamCount(spec));
+  InitParams(spec, Init::kTorch, 9, pf.data());
+  const std::vector<double> params(pf.begin(), pf.end());
+  std::vector<double> got(net.Outputs() * n);
+  net.Predict(params.data(), x.data(), n, got.data());
+
+  // PyTorch's parameters, layer by layer.
+  std::vector<std::vector<double>> torch;
+  std::vector<Shape> shapes;
+  ASSERT_TRUE(ResolveShapes(spec.input, spec.layers, &shapes).ok());
+  Shape in = spec.input;
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    const LayerType& t = *FindLayerType(spec.layers[i].kind);
+    std::vector<float> ours(params.begin() + net.param_offset(i),
+                            params.begin() + (i + 1 < spec.layers.size()
+                                                  ? net.param_offset(i + 1)
+                                                  : net.ParamCount()));
+    std::vector<float> theirs(ours.size());
+    if (t.to_torch != nullptr) {
+      t.to_torch(spec.layers[i], in, ours.data(), theirs.data());
+    } else {
+      theirs = ours;
+    }
+    torch.emplace_back(theirs.begin(), theirs.end());
+    in = shapes[i];
+  }
+  Tensor a{n, 3, 9, 8, x};  // the data is (c, h, w) per sample, as PyTorch's
+  a = Conv(a, torch[0].data(), torch[0].data() + 4 * 3 * 9, 4, 3, 1, 1);
+  for (double& v : a.v) v = std::max(v, 0.0);
+  a = Pool(a, 2, 2, true);
+  a = Conv(a, torch[3].data(), torch[3].data() + 5 * 4 * 9, 5, 3, 2, 1);
+  for (double& v : a.v) v = std::tanh(v);
+  a = Pool(a, 2, 1, false);
+  // flatten: NCHW is already each sample's (c, h, w) order.
+  const int64_t f = a.c * a.h * a.w;
+  ASSERT_EQ(f, shapes[6].Size());
+  auto linear = [&](const std::vector<double>& in_v, int64_t k, const std::vector<double>& p,
+                    int64_t out) {
+    std::vector<double> o(n * out);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t u = 0; u < out; ++u) {
+        double s = p[out * k + u];
+        for (int64_t j = 0; j < k; ++j) s += p[u * k + j] * in_v[i * k + j];
+        o[i * out + u] = s;
+      }
+    return o;
+  };
+  std::vector<double> h = linear(a.v, f, torch[7], 6);
+  for (double& v : h) v = 1 / (1 + std::exp(-v));
+  const std::vector<double> want = linear(h, 6, torch[10], 3);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-12) << i;
+}
+
+// ---- the model text and shapes -------------------------------------------------------------
+
+TEST(ModelText, ParsesPyTorchsNamesAndPrintsItsCanonicalForm) {
+  std::vector<LayerSpec> l;
+  ASSERT_TRUE(ParseModelText(" conv2d(32, 5, padding=2), relu,maxpool2d(2),flatten,"
+                             "dropout(p=0.25),linear(10)",
+                             &l)
+                  .ok());
+  ASSERT_EQ(l.size(), 6u);
+  EXPECT_EQ(l[0], (LayerSpec{"conv2d", {32, 5, 1, 2}}));
+  EXPECT_EQ(l[2], (LayerSpec{"maxpool2d", {2, 0}}));
+  EXPECT_EQ(l[4], (LayerSpec{"dropout", {0.25}}));
+  const std::string canonical = "conv2d(32,5,padding=2),relu,maxpool2d(2),flatten,dropout(p=0.25),linear(10)";
+  EXPECT_EQ(ModelText(l), canonical);
+  std::vector<LayerSpec> again;
+  ASSERT_TRUE(ParseModelText(canonical, &again).ok());
+  EXPECT_EQ(again, l);
+  ASSERT_TRUE(ParseModelText("dropout,conv2d(8,3,1,1)", &l).ok());
+  EXPECT_EQ(ModelText(l), "dropout,conv2d(8,3,padding=1)");
+}
+
+TEST(ModelText, RefusalsNameTheLayerAndWhatIsWrong) {
+  const std::pair<const char*, const char*> bad[] = {
+      {"conv2d(32,5),relu,softmax", "--model: layer 3 'softmax': unknown layer 'softmax' (layers: "},
+      {"conv2d(32)", "--model: layer 1 'conv2d(32)': conv2d needs kernel"},
+      {"linear(10,3)", "linear takes 1 arguments at most (its arguments: out)"},
+      {"conv2d(8,3,paddin=1)", "conv2d has no argument 'paddin' (its arguments: out, kernel, stride, padding)"},
+      {"conv2d(8,3,padding=1,2)", "an argument by position after one by name"},
+      {"linear(out=3,out=4)", "out given twice"},
+      {"linear(2.5)", "out wants a whole number, not 2.5"},
+      {"linear(0)", "out must be in [1, 65536], not 0"},
+      {"dropout(1)", "p must be in [0, 0.99], not 1"},
+      {"linear(ten)", "out wants a number, not 'ten'"},
+      {"relu,,linear(2)", "--model: layer 2 '': empty layer"},
+      {"linear(2", "--model: unbalanced parentheses"},
+      {"linear(2)x", "text after its closing parenthesis"},
+  };
+  for (const auto& [text, want] : bad) {
+    std::vector<LayerSpec> l;
+    const Status s = ParseModelText(text, &l);
+    EXPECT_FALSE(s.ok()) << text;
+    EXPECT_NE(s.message().find(want), std::string::npos) << text << ": " << s.message();
+  }
+}
+
+TEST(Shapes, ResolveAndNameTheLayerThatDoesNotFit) {
+  std::vector<LayerSpec> l;
+  std::vector<Shape> shapes;
+  ASSERT_TRUE(ParseModelText("conv2d(32,5,padding=2),relu,maxpool2d(2),conv2d(64,5,padding=2),"
+                             "relu,maxpool2d(2),flatten,linear(128),relu,linear(10)",
+                             &l)
+                  .ok());
+  ASSERT_TRUE(ResolveShapes({1, 28, 28}, l, &shapes).ok());
+  EXPECT_EQ(shapes[2], (Shape{32, 14, 14}));
+  EXPECT_EQ(shapes[5], (Shape{64, 7, 7}));
+  EXPECT_EQ(shapes[6], (Shape{3136, 1, 1}));
+  EXPECT_EQ(shapes[9], (Shape{10, 1, 1}));
+  NetSpec cnn_small{{1, 28, 28}, l, Loss::kXent};
+  EXPECT_EQ(ParamCount(cnn_small), 32 * 25 + 32 + 64 * 32 * 25 + 64 + 3136 * 128 + 128 + 1290);
+
+  const std::pair<const char*, const char*> bad[] = {
+      {"conv2d(32,5,padding=2),relu,maxpool2d(2),conv2d(64,15)",
+       "conv2d #2 (layer 4): input 32x14x14, kernel 15 with padding 0 leaves no output"},
+      {"conv2d(8,3),linear(10)", "linear #1 (layer 2): input 8x26x26 is not flat (put flatten before it)"},
+      {"maxpool2d(30)", "maxpool2d #1 (layer 1): input 1x28x28, kernel 30 leaves no output"},
+  };
+  for (const auto& [text, want] : bad) {
+    ASSERT_TRUE(ParseModelText(text, &l).ok()) << text;
+    const Status s = ResolveShapes({1, 28, 28}, l, &shapes);
+    EXPECT_EQ(s.message(), want);
+  }
+  ASSERT_TRUE(ParseModelText("conv2d(8,3)", &l).ok());
+  EXPECT_EQ(ResolveShapes({784, 1, 1}, l, &shapes).message(),
+            "conv2d #1 (layer 1): input 784 has no image shape (--input-shape C,H,W gives flat "
+            "data one)");
+}
+
+// ---- the MLP of --layers, to the bit --------------------------------------------------------
+
+template <class S>
+void ExpectSameBitsAsMlp(Activation f, Loss loss) {
+  ModelSpec mlp;
+  mlp.layers = {5, 7, 6, 3};
+  mlp.activation = f;
+  mlp.loss = loss;
+  NetSpec spec{{5, 1, 1}, MlpLayers(mlp.layers, f), loss};
+  ASSERT_EQ(ParamCount(spec), static_cast<int64_t>(mlp.ParamCount()));
+  std::vector<float> init_mlp(mlp.ParamCount()), init_net(mlp.ParamCount());
+  for (Init init : {Init::kNormal, Init::kXavier, Init::kHe, Init::kTorch}) {
+    nn::InitParams(mlp, init, 11, init_mlp.data());
+    nn::InitParams(spec, init, 11, init_net.data());
+    ASSERT_EQ(0, std::memcmp(init_mlp.data(), init_net.data(), init_mlp.size() * sizeof(float)))
+        << ToString(init);
+  }
+  const int64_t n = 9;
+  const std::vector<S> params(init_mlp.begin(), init_mlp.end());
+  const std::vector<S> x = As<S>(Random(5 * n, 12));
+  std::vector<S> y(n);
+  for (int64_t i = 0; i < n; ++i) y[i] = loss == Loss::kXent ? static_cast<S>(i % 3) : S(0.5);
+  Workspace<S> ws;
+  Net<S> net(spec);
+  std::vector<S> g1(params.size()), g2(params.size());
+  const double l1 = LossAndGrad(mlp, params.data(), x.data(), y.data(), n, g1.data(), ws);
+  const double l2 = net.LossAndGrad(params.data(), x.data(), y.data(), n, PassInfo{}, g2.data());
+  EXPECT_EQ(l1, l2);
+  EXPECT_EQ(0, std::memcmp(g1.data(), g2.data(), g1.size() * sizeof(S)));
+  std::vector<S> p1(3 * n), p2(3 * n);
+  Predict(mlp, params.data(), x.data(), n, p1.data(), ws);
+  net.Predict(params.data(), x.data(), n, p2.data());
+  EXPECT_EQ(0, std::memcmp(p1.data(), p2.data(), p1.size() * sizeof(S)));
+}
+
+TEST(Mlp, TheLayersOfLayersGiveTheSameBits) {
+  for (Activation f : {Activation::kTanh, Activation::kRelu, Activation::kSigmoid,
+                       Activation::kIdentity}) {
+    for (Loss loss : {Loss::kMse, Loss::kXent}) {
+      SCOPED_TRACE(std::string(ToString(f)) + " " + ToString(loss));
+      ExpectSameBitsAsMlp<float>(f, loss);
+      ExpectSameBitsAsMlp<double>(f, loss);
+    }
+  }
+}
+
+// ---- dropout ---------------------------------------------------------------------------------
+
+// The mask of a sample depends on its global row, not on where it sits in the batch: one
+// worker's batch and two workers' halves drop the same units; eval drops nothing.
+TEST(Dropout, TheMaskFollowsTheRowNotTheBatch) {
+  const LayerSpec spec{"dropout", {0.5}};
+  const Shape in{40, 1, 1};
+  auto layer = FindLayerType("dropout")->make_float(spec, in, in);
+  const int64_t n = 6;
+  std::vector<float> x(in.Size() * n, 1.0f), whole(x.size()), half(x.size());
+  const int64_t rows[n] = {17, 3, 99, 4, 250, 8};
+  PassInfo pass{true, 42, 5, rows};
+  layer->Forward(nullptr, x.data(), n, pass, whole.data());
+  PassInfo first = pass, second = pass;
+  second.rows = rows + 3;
+  layer->Forward(nullptr, x.data(), 3, first, half.data());
+  layer->Forward(nullptr, x.data() + 3 * 40, 3, second, half.data() + 3 * 40);
+  EXPECT_EQ(whole, half);
+  const long dropped = std::count(whole.begin(), whole.end(), 0.0f);
+  EXPECT_GT(dropped, 80);
+  EXPECT_LT(dropped, 160);
+  EXPECT_EQ(std::count(whole.begin(), whole.end(), 2.0f), static_cast<long>(whole.size()) - dropped);
+  // Another step, seed or row draws another mask; the same ones draw this one again.
+  std::vector<float> other(x.size());
+  PassInfo next = pass;
+  next.step = 6;
+  layer->Forward(nullptr, x.data(), n, next, other.data());
+  EXPECT_NE(whole, other);
+  layer->Forward(nullptr, x.data(), n, pass, other.data());
+  EXPECT_EQ(whole, other);
+  pass.train = false;
+  layer->Forward(nullptr, x.data(), n, pass, other.data());
+  EXPECT_EQ(other, x);
+}
+
+}  // namespace
+}  // namespace shmtrain::nn
