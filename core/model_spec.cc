@@ -67,14 +67,4 @@ const char* ToString(Init i) {
   return "unknown";
 }
 
-size_t ModelSpec::ParamCount() const {
-  size_t count = 0;
-  for (size_t l = 0; l + 1 < layers.size(); ++l) {
-    const size_t in = static_cast<size_t>(layers[l]);
-    const size_t out = static_cast<size_t>(layers[l + 1]);
-    count += out * in + out;
-  }
-  return count;
-}
-
 }  // namespace shmtrain

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <string>
 
+#include "nn/layer.h"
 #include "nn/optimizer.h"
 
 namespace shmtrain {
@@ -201,6 +202,45 @@ Status CheckFaultTolerance(const TrainOptions& o) {
   return Status::Ok();
 }
 
+Status CheckModel(const ModelSpec& model, const char* flag) {
+  std::vector<Shape> shapes;
+  if (Status s = nn::ResolveShapes(model.input, model.layers, &shapes); !s.ok()) {
+    return Bad(flag, s.message());
+  }
+  const int64_t out = model.outputs();
+  const std::string last = std::string(flag) == "--layers" ? "the last layer has " : "the model has ";
+  if (model.loss == Loss::kMse && out != 1) {
+    return Bad(flag, "loss mse needs one output, " + last + std::to_string(out));
+  }
+  if (model.loss == Loss::kXent && out < 2) {
+    return Bad(flag, "loss xent needs an output per class (at least 2), " + last +
+                         std::to_string(out));
+  }
+  return Status::Ok();
+}
+
+Status TrainOptions::BuildModel() {
+  if (!mlp_layers.empty() && !model_text.empty()) {
+    return Status::Usage("--layers and --model: give one of them (--layers N0,N1,...,NL is the "
+                         "model linear(N1),<activation>,...,linear(NL) on N0 inputs)");
+  }
+  if (input_shape.c != 0 && model_text.empty()) {
+    return Bad("--input-shape", "goes with --model (--layers gives the inputs as its first size)");
+  }
+  if (Given("--activation") && !model_text.empty()) {
+    return Bad("--activation", "goes with --layers (--model names each activation as a layer)");
+  }
+  if (!mlp_layers.empty()) {
+    model = ModelSpec::Mlp(mlp_layers, activation, model.loss);
+  } else if (!model_text.empty()) {
+    if (Status s = nn::ParseModelText(model_text, &model.layers); !s.ok()) {
+      return Bad("--model", s.message());
+    }
+    model.input = input_shape;
+  }
+  return Status::Ok();
+}
+
 Status TrainOptions::Validate() const {
   if (workers < 1 || workers > 256) {
     return Bad("--workers", "must be between 1 and 256, got " + std::to_string(workers));
@@ -224,25 +264,39 @@ Status TrainOptions::Validate() const {
     return Bad("--label-col",
                "must be >= 0 or -1 (the last column), got " + std::to_string(label_col));
   }
-  const auto& layers = model.layers;
-  if (layers.empty()) return Status::Usage("--layers is required (sizes, inputs first: 1,5,1)");
-  if (layers.size() < 2 || layers.size() > 64) {
-    return Bad("--layers", "needs 2 to 64 sizes, e.g. 1,5,1; got " +
-                               std::to_string(layers.size()));
-  }
-  for (size_t i = 0; i < layers.size(); ++i) {
-    if (layers[i] < 1 || layers[i] > 65536) {
-      return Bad("--layers", "size " + std::to_string(i + 1) + " must be between 1 and 65536, got " +
-                                 std::to_string(layers[i]));
+  const auto& layers = mlp_layers;
+  if (!layers.empty()) {
+    if (layers.size() < 2 || layers.size() > 64) {
+      return Bad("--layers", "needs 2 to 64 sizes, e.g. 1,5,1; got " +
+                                 std::to_string(layers.size()));
+    }
+    for (size_t i = 0; i < layers.size(); ++i) {
+      if (layers[i] < 1 || layers[i] > 65536) {
+        return Bad("--layers", "size " + std::to_string(i + 1) + " must be between 1 and 65536, got " +
+                                   std::to_string(layers[i]));
+      }
     }
   }
-  if (model.loss == Loss::kMse && model.outputs() != 1) {
-    return Bad("--layers", "loss mse needs one output, the last layer has " +
-                               std::to_string(model.outputs()));
+  if (model.layers.empty()) {
+    return Status::Usage("--layers or --model is required (--layers 1,5,1 for an MLP, or "
+                         "--model with layers such as \"linear(5),tanh,linear(1)\")");
   }
-  if (model.loss == Loss::kXent && model.outputs() < 2) {
-    return Bad("--layers", "loss xent needs an output per class (at least 2), the last layer has " +
-                               std::to_string(model.outputs()));
+  if (model.Text().size() >= kMaxModelText) {
+    return Bad("--model", "the model's text is " + std::to_string(model.Text().size()) +
+                              " bytes written out, more than the " +
+                              std::to_string(kMaxModelText - 1) + " a run holds");
+  }
+  if (input_shape.c != 0) {
+    for (int64_t d : {input_shape.c, input_shape.h, input_shape.w}) {
+      if (d < 1 || d > 65536) {
+        return Bad("--input-shape", "each of C,H,W must be between 1 and 65536, got " +
+                                        std::to_string(d));
+      }
+    }
+  }
+  // A --model's input may come from the data (master/run.cc checks it then).
+  if (model.input.c > 0) {
+    if (Status s = CheckModel(model, model_text.empty() ? "--layers" : "--model"); !s.ok()) return s;
   }
   if (lr == 0 && !Given("--lr")) return Status::Usage("--lr is required (the learning rate)");
   if (!(lr > 0) || !std::isfinite(lr)) {

@@ -233,6 +233,18 @@ Status Load(const std::string& path, DataFormat format, const LoadOptions& opts,
 
 }  // namespace
 
+Status SampleShape(const std::string& path, const LoadOptions& opts, std::vector<int64_t>* dims) {
+  dims->clear();
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return Status::Ok();
+  const DataFormat format = opts.format == DataFormat::kAuto ? DetectFormat(path) : opts.format;
+  if (!IsArrayFormat(format)) return Status::Ok();
+  ArrayReader x;
+  if (Status s = OpenArray(path, format, opts.x_key, &x); !s.ok()) return s;
+  if (!x.header.shape.empty()) dims->assign(x.header.shape.begin() + 1, x.header.shape.end());
+  return Status::Ok();
+}
+
 Status LoadArrays(const std::string& path, DataFormat format, const LoadOptions& opts,
                   Dataset* out) {
   try {

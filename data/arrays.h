@@ -6,6 +6,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "data/dataset.h"
 
@@ -27,5 +28,11 @@ DataFormat DetectFormat(const std::string& path);
 // anything is allocated for it; memory the machine lacks is Status::Resource.
 Status LoadArrays(const std::string& path, DataFormat format, const LoadOptions& opts,
                   Dataset* out);
+
+// The shape of one sample of the features array of `path` (the dimensions after the rows):
+// {28, 28} for IDX images of 28 x 28, {784} for an (n, 784) array. Empty when the file is no
+// array file, or not a regular file (a pipe is read once, by LoadArrays). Only the header is
+// read; its errors are LoadArrays' own.
+Status SampleShape(const std::string& path, const LoadOptions& opts, std::vector<int64_t>* dims);
 
 }  // namespace shmtrain::data

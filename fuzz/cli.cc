@@ -9,6 +9,7 @@
 
 #include "fuzz/fuzz_util.h"
 #include "master/cli.h"
+#include "nn/layer.h"
 
 using namespace shmtrain;
 
@@ -34,11 +35,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // The limits include/shmtrain/options.h states, which the segment and the workers rely on.
     const TrainOptions& o = cmd.train;
     SHMTRAIN_FUZZ_CHECK(o.workers >= 1 && o.workers <= 256, "--workers %d accepted", o.workers);
-    SHMTRAIN_FUZZ_CHECK(o.model.layers.size() >= 2 && o.model.layers.size() <= 64,
-                        "%zu layers accepted", o.model.layers.size());
-    for (int l : o.model.layers) {
-      SHMTRAIN_FUZZ_CHECK(l >= 1 && l <= 65536, "a layer of %d units accepted", l);
+    if (!o.mlp_layers.empty()) {
+      SHMTRAIN_FUZZ_CHECK(o.mlp_layers.size() >= 2 && o.mlp_layers.size() <= 64,
+                          "%zu layers accepted", o.mlp_layers.size());
+      for (int l : o.mlp_layers) {
+        SHMTRAIN_FUZZ_CHECK(l >= 1 && l <= 65536, "a layer of %d units accepted", l);
+      }
     }
+    SHMTRAIN_FUZZ_CHECK(!o.model.layers.empty(), "a model without layers accepted");
+    SHMTRAIN_FUZZ_CHECK(o.model.Text().size() < kMaxModelText, "a model text of %zu bytes accepted",
+                        o.model.Text().size());
+    // What the segment holds of the model must read back as the same model.
+    std::vector<LayerSpec> again;
+    SHMTRAIN_FUZZ_CHECK(nn::ParseModelText(o.model.Text(), &again).ok() && again == o.model.layers,
+                        "the model text '%s' does not read back", o.model.Text().c_str());
   }
   return 0;
 }

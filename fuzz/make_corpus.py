@@ -160,6 +160,20 @@ put("model", "deep", model(0, [3, 2, 2, 2, 1], 2, 0, 0, [], 0))
 put("model", "truncated", model(0, [1, 5, 1], 0, 0, 0, [], 1)[:40])
 
 
+def model3(task, shape, text, n, loss, classes):
+    """Format version 3: the input shape and the model text, no normalisation."""
+    b = b"SHMTMODL" + struct.pack("<IIIIII", 3, task, *shape, len(text)) + text.encode()
+    b += struct.pack("<IIII", loss, 0, 0, len(classes)) + struct.pack("<I", 0)
+    for c in classes:
+        b += struct.pack("<I", len(c)) + c.encode()
+    return crc(b + struct.pack("<Q", n) + f32([0.25] * n))
+
+
+put("model", "cnn", model3(1, (1, 6, 6), "conv2d(2,3,padding=1),relu,maxpool2d(2),flatten,linear(3)",
+                           2 * 9 + 2 + 18 * 3 + 3, 1, ["a", "b", "c"]))
+put("model", "mlp_v3", model3(0, (3, 1, 1), "linear(4),tanh,linear(1)", 4 * 4 + 5, 0, []))
+
+
 def checkpoint(mode, step, n, k, optimizer):
     b = b"SHMTCKPT" + struct.pack("<IIqQQII", 2, mode, step, 0x1234, n, k, len(optimizer))
     return crc(b + optimizer.encode() + f32([0.5] * (n * (1 + k))))
@@ -173,11 +187,23 @@ put("checkpoint", "no_states", checkpoint(0, 0, 1, 0, ""))
 
 # The segment target: flags, the mapped size, then a RunConfig (shm/layout.h) for flag 1.
 def run_config(layers, workers=2, hosts=1, rows=10, features=None, eval_every=0, snapshots=0,
-               states=0):
-    features = layers[0] if features is None else features
-    n = sum(layers[i + 1] * (layers[i] + 1) for i in range(len(layers) - 1))
-    b = struct.pack("<IIII", 0, 0, 0, len(layers))
-    b += struct.pack("<64i", *(layers + [0] * (64 - len(layers))))
+               states=0, shape=None, text=None):
+    """An MLP of `layers` (the model text --layers gives), or `text` on input `shape`."""
+    if text is None:
+        parts = []
+        for i in range(1, len(layers)):
+            parts.append("linear(%d)" % layers[i])
+            if i + 1 < len(layers):
+                parts.append("tanh")
+        text = ",".join(parts)
+        shape = (layers[0], 1, 1)
+        n = sum(layers[i + 1] * (layers[i] + 1) for i in range(len(layers) - 1))
+    else:
+        n = layers  # the caller's parameter count
+    features = shape[0] * shape[1] * shape[2] if features is None else features
+    b = struct.pack("<II", 0, 0)  # mode, loss
+    b += struct.pack("<qqq", *shape)
+    b += text.encode().ljust(4096, b"\0")
     b += struct.pack("<IIII", workers, hosts, 0, 0)
     b += struct.pack("<Q", n)
     b += struct.pack("<qqqqq", rows, features, 0, 100, 10)  # rows features batch steps log
@@ -194,7 +220,9 @@ def run_config(layers, workers=2, hosts=1, rows=10, features=None, eval_every=0,
 for name, cfg in [("small", run_config([1, 5, 1])),
                   ("adam_eval", run_config([4, 8, 3], workers=3, eval_every=5, snapshots=2, states=2)),
                   ("hosts", run_config([2, 2], workers=1, hosts=2)),
-                  ("no_rows", run_config([3, 1], rows=0))]:
+                  ("no_rows", run_config([3, 1], rows=0)),
+                  ("cnn", run_config(32 * 9 + 32 + 32 * 13 * 13 * 10 + 10, shape=(1, 28, 28),
+                                     text="conv2d(32,3),relu,maxpool2d(2),flatten,linear(10)"))]:
     put("segment", name, bytes([1 | 2 | 4]) + bytes(8) + cfg)
 put("segment", "raw_zero", bytes(9 + 64))
 
@@ -210,6 +238,9 @@ for name, args in [
                            "--optimizer", "adam", "--lr", "0.001", "--lr-schedule", "cosine",
                            "--warmup-steps", "10", "--steps", "1000", "--normalize", "standard",
                            "--val-split", "0.1", "--metrics-addr", "[::1]:0"]),
+        ("cnn", ["train", "--data", "x.npy", "--model",
+                 "conv2d(32,5,padding=2),relu,maxpool2d(2),flatten,dropout(p=0.25),linear(10)",
+                 "--input-shape", "1,28,28", "--loss", "xent", "--lr", "0.01", "--steps", "5"]),
         ("simulate", ["simulate", "--workers", "1,2,4", "--layers", "1,5,1", "--lr", "0.1",
                       "--steps", "10", "--compare"]),
         ("predict", ["predict", "--model", "m.bin", "--data", "d.csv", "--out", "p.csv",

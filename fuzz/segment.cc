@@ -3,16 +3,16 @@
 //   byte 0      flags: 1 = the rest overlays the header's RunConfig and ComputeLayout fills
 //               identity and offsets (a header as the master writes it, for any config);
 //               else the rest overlays the header from its first byte. 2 = the mapped size
-//               is the header's total_size. 4 = param_count is the layers' count (computed
-//               in 64 bits as the master does).
+//               is the header's total_size. 4 = param_count is the model's count (its layers'
+//               parameter blocks, as the master computes it).
 //   bytes 1-8   the mapped size, little-endian (unless flag 2).
 //   bytes 9-    the overlay (the rest of the header stays zero).
 //
 // A header that Validate accepts must be safe to use through Segment's accessors: every
 // region they reach (blocks, X, Y, W, the optimizer states, the slots, the snapshots, HS and
 // GS), sized from the config without any wrap-around, lies inside the mapped size; the
-// snapshot ring that snapshot() takes a modulo of is not empty; no layer has a negative size;
-// the first layer reads no more of a row of X than it holds.
+// snapshot ring that snapshot() takes a modulo of is not empty; the model reads and resolves;
+// the model reads no more of a row of X than it holds.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -23,6 +23,7 @@
 #include "fuzz/fuzz_util.h"
 #include "shm/layout.h"
 #include "shm/segment.h"
+#include "nn/layer.h"
 
 using namespace shmtrain;
 using shm::Header;
@@ -32,19 +33,32 @@ namespace {
 
 using u128 = unsigned __int128;
 
+// The config's model, read as a worker reads it; "" when it reads, else why not.
+std::string ModelOf(const RunConfig& c, ModelSpec* spec) {
+  if (std::memchr(c.model, '\0', sizeof c.model) == nullptr) return "no end";
+  for (int64_t d : c.input_shape) {
+    if (d < 1 || d > 65536) return "input dimension";
+  }
+  spec->input = {c.input_shape[0], c.input_shape[1], c.input_shape[2]};
+  if (!nn::ParseModelText(c.model, &spec->layers).ok()) return "text";
+  std::vector<Shape> shapes;
+  if (!nn::ResolveShapes(spec->input, spec->layers, &shapes).ok()) return "shapes";
+  return "";
+}
+
 // What the accessors of a segment with this header may touch, in bytes, computed without
 // wrap-around; or -1 (as u128 max) when the config is not one a worker can use at all.
 u128 BytesNeeded(const Header& h, std::string* why) {
   const RunConfig& c = h.config;
   const u128 bad = ~u128{0};
-  __int128 n = 0;
-  for (uint32_t l = 0; l < c.num_layers; ++l) {
-    if (c.layers[l] < 0) {
-      *why = "layer " + std::to_string(l) + " has " + std::to_string(c.layers[l]) + " units";
-      return bad;
-    }
-    if (l + 1 < c.num_layers) n += static_cast<__int128>(c.layers[l + 1]) * (c.layers[l] + 1);
+  // The model: its text must end in its field and read as layers that resolve on the input
+  // shape; its parameter count is what the layers' blocks add up to (nn/layer.h).
+  ModelSpec spec;
+  if (ModelOf(c, &spec) != "") {
+    *why = "the model does not read";
+    return bad;
   }
+  const __int128 n = static_cast<__int128>(spec.ParamCount());
   if (n != static_cast<__int128>(c.param_count)) {
     *why = "param_count " + std::to_string(c.param_count) + " is not the layers' count";
     return bad;
@@ -53,9 +67,9 @@ u128 BytesNeeded(const Header& h, std::string* why) {
     *why = "negative rows or features";
     return bad;
   }
-  // The first layer reads layers[0] values from each row of X, whose rows have `features`.
-  if (c.num_layers > 0 && c.layers[0] > c.features) {
-    *why = "a first layer of " + std::to_string(c.layers[0]) + " inputs on rows of " +
+  // The first layer reads the model's inputs from each row of X, whose rows have `features`.
+  if (spec.inputs() > c.features) {
+    *why = "a model input of " + std::to_string(spec.inputs()) + " values on rows of " +
            std::to_string(c.features) + " features";
     return bad;
   }
@@ -91,13 +105,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const size_t room = offsetof(Header, abort_epoch) - at;
   std::memcpy(base + at, data + 9, std::min(size - 9, room));
   if (flags & 4) {
-    const RunConfig& c = h->config;
-    uint64_t n = 0;
-    for (uint32_t l = 0; l + 1 < c.num_layers && l + 1 < static_cast<uint32_t>(shm::kMaxLayers);
-         ++l) {
-      n += static_cast<uint64_t>(c.layers[l + 1]) * (static_cast<uint64_t>(c.layers[l]) + 1);
-    }
-    h->config.param_count = n;
+    ModelSpec spec;
+    if (ModelOf(h->config, &spec).empty()) h->config.param_count = spec.ParamCount();
   }
   if (flags & 1) shm::ComputeLayout(h.get());
   if (flags & 2) mapped = h->total_size;

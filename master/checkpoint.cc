@@ -68,9 +68,24 @@ std::string FirstNonFinite(const Checkpoint& c) {
 uint64_t RunFingerprint(const TrainOptions& o, const OptimConfig& optim, const data::Dataset& d) {
   Hasher h;
   h.Add<uint32_t>(static_cast<uint32_t>(o.mode));
-  h.Add<uint32_t>(static_cast<uint32_t>(o.model.layers.size()));
-  for (int l : o.model.layers) h.Add<int32_t>(l);
-  h.Add<uint32_t>(static_cast<uint32_t>(o.model.activation));
+  // An MLP hashes as the releases before layered models did, so their checkpoints resume;
+  // any other model hashes its input shape and canonical text.
+  std::vector<int> sizes;
+  Activation activation;
+  if (o.model.AsMlp(&sizes, &activation)) {
+    // A single linear layer has no activation: the flag it was trained with stands.
+    if (sizes.size() == 2) activation = o.activation;
+    h.Add<uint32_t>(static_cast<uint32_t>(sizes.size()));
+    for (int l : sizes) h.Add<int32_t>(l);
+    h.Add<uint32_t>(static_cast<uint32_t>(activation));
+  } else {
+    h.Add<uint32_t>(0);
+    h.Add<int64_t>(o.model.input.c);
+    h.Add<int64_t>(o.model.input.h);
+    h.Add<int64_t>(o.model.input.w);
+    const std::string text = o.model.Text();
+    h.Bytes(text.data(), text.size());
+  }
   h.Add<uint32_t>(static_cast<uint32_t>(o.model.loss));
   // The run's length matters only to a schedule that spans it (cosine): another --steps may
   // otherwise extend a run from its checkpoint.

@@ -13,6 +13,7 @@
 #include <memory>
 #include <string_view>
 
+#include "nn/layer.h"
 #include "nn/optimizer.h"
 #include "nn/schedule.h"
 
@@ -259,13 +260,54 @@ std::vector<Flag> DataFlags(TrainOptions* o) {
   };
 }
 
+// The registered layers with their arguments, for --model's help: "linear(out), conv2d(out,
+// kernel, stride=1, padding=0), ...".
+std::string LayerList() {
+  std::string s;
+  for (const nn::LayerType* t : nn::LayerTypes()) {
+    if (!s.empty()) s += ", ";
+    s += t->name;
+    std::string args;
+    for (const nn::LayerArg& a : t->args) {
+      if (!args.empty()) args += ",";
+      args += a.name;
+      if (!a.required) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "=%g", a.default_value);
+        args += buf;
+      }
+    }
+    if (!args.empty()) s += "(" + args + ")";
+  }
+  return s;
+}
+
 std::vector<Flag> ModelFlags(TrainOptions* o) {
   return {
       {"--layers", "N0,N1,...",
-       "layer sizes, inputs first: 2..64 sizes, each 1..65536, e.g. 1,5,1 (required)",
-       IntList(&o->model.layers, "comma-separated layer sizes such as 1,5,1"), kModel},
-      {"--activation", "tanh|relu|sigmoid|identity", "hidden-layer activation (default tanh)",
-       Enum<Activation>(&o->model.activation, ParseActivation, "tanh, relu, sigmoid, identity"),
+       "an MLP's layer sizes, inputs first: 2..64 sizes, each 1..65536, e.g. 1,5,1 (this or "
+       "--model is required)",
+       IntList(&o->mlp_layers, "comma-separated layer sizes such as 1,5,1"), kModel},
+      {"--activation", "tanh|relu|sigmoid|identity",
+       "--layers' hidden-layer activation (default tanh)",
+       Enum<Activation>(&o->activation, ParseActivation, "tanh, relu, sigmoid, identity"),
+       kModel},
+      {"--model", "LAYERS",
+       "the layers, PyTorch's names and arguments separated by commas, e.g. "
+       "\"conv2d(32,5,padding=2),relu,maxpool2d(2),flatten,linear(10)\"; layers: " +
+           LayerList() + " (this or --layers is required; README.md, \"Models\")",
+       Str(&o->model_text), kModel},
+      {"--input-shape", "C,H,W",
+       "--model's input: C channels of H x W, for flat data (CSV, LIBSVM, 2-D .npy) (default: "
+       "the data's: IDX images and .npy of shape (n, H, W) are 1,H,W, (n, C, H, W) is C,H,W)",
+       [o](const std::string& flag, std::string_view v) {
+         std::vector<int> d;
+         if (!IntList(&d, "")(flag, v).ok() || d.size() != 3) {
+           return Expected(flag, "C,H,W such as 1,28,28", v);
+         }
+         o->input_shape = {d[0], d[1], d[2]};
+         return Status::Ok();
+       },
        kModel},
       {"--loss", "mse|xent",
        "mse (one output) or xent (softmax, one output per class) (default mse, or by --task)",
@@ -532,13 +574,15 @@ constexpr const char* kMainHelp =
 
 constexpr const char* kTrainUsage =
     "usage: shmtrain train --workers P (--data FILE [data flags] | --example parabola|blobs)\n"
-    "         --layers 64,32,10 [model flags] --lr X (--steps N | --epochs E) [--batch B]\n"
+    "         (--layers 64,32,10 | --model LAYERS [--input-shape C,H,W]) [model flags]\n"
+    "         --lr X (--steps N | --epochs E) [--batch B]\n"
     "         [--mode sync|async [--rule R] ...] [held-out data flags] [output flags]\n"
     "         [--checkpoint PATH [--checkpoint-every N]] [--resume PATH]\n"
     "         [--heartbeat-timeout D] [--max-restarts N] [--restart-window D]\n"
     "         [--chaos-kill-every D [--chaos-seed S]]\n"
     "\n"
-    "Trains an MLP over P worker processes sharing the data and parameters in shared memory.\n"
+    "Trains a model (an MLP of --layers, or the layers of --model) over P worker processes\n"
+    "sharing the data and parameters in shared memory.\n"
     "A flag that does not apply to the run (e.g. --rule in sync mode) is an error. Durations\n"
     "take a unit: 50ms, 2s, 1m (plain numbers are seconds).\n";
 
@@ -553,7 +597,7 @@ constexpr const char* kExampleUsage =
 
 constexpr const char* kSimulateUsage =
     "usage: shmtrain simulate --workers M[,M...] [--compare | --rule R] (--data FILE |\n"
-    "         --example parabola|blobs) --layers ... --lr X (--steps N | --epochs E)\n"
+    "         --example parabola|blobs) (--layers ... | --model ...) --lr X (--steps N | --epochs E)\n"
     "         [--batch B] [--val-split F] [--normalize none|minmax|standard]\n"
     "         [--lambda X] [--ms-decay M] [--epsilon E]\n"
     "\n"
@@ -784,6 +828,7 @@ Status FinishSimulate(const CLI::App* app, Command* out) {
   o.mode = Mode::kAsync;
   out->kind = Command::Kind::kSimulate;
   ApplyTask(&o);
+  if (Status s = o.BuildModel(); !s.ok()) return s;
   return o.Validate();
 }
 
@@ -832,8 +877,8 @@ Status FinishExport(const CLI::App* app, Command* out) {
 // them.
 void SetExampleDefaults(TrainOptions* o) {
   o->example = "parabola";
-  o->model.layers = {1, 5, 1};
-  o->model.activation = Activation::kTanh;
+  o->mlp_layers = {1, 5, 1};
+  o->activation = Activation::kTanh;
   o->model.loss = Loss::kMse;
   o->init = Init::kNormal;
   o->lr = 0.01;
@@ -935,6 +980,7 @@ Status ParseCommandLine(const std::vector<std::string>& args, Command* out) {
   if (!o.Given("--heartbeat-timeout")) {
     o.heartbeat_timeout_s = TrainOptions::DefaultHeartbeatTimeout(o.barrier_timeout_s);
   }
+  if (Status s = o.BuildModel(); !s.ok()) return s;
   return o.Validate();
 }
 

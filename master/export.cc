@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "master/output_path.h"
+#include "nn/layer.h"
 
 namespace shmtrain::master {
 namespace {
@@ -20,11 +21,9 @@ std::vector<float> RowMajorWeight(const float* w, int in, int out) {
   return t;
 }
 
-// "{2l}.weight" and "{2l}.bias" for every layer: the odd indices are the activation modules,
-// which have no parameters.
-void AppendLayers(const Model& m, std::vector<data::NpyArray>* out) {
-  const std::vector<int>& sizes = m.spec.layers;
-  const float* p = m.params.data();
+// An MLP: "{2l}.weight" and "{2l}.bias" for every linear layer, as the releases before
+// layered models named them (the odd indices are the activation modules, nn.Identity too).
+void AppendMlp(const std::vector<int>& sizes, const float* p, std::vector<data::NpyArray>* out) {
   for (size_t l = 0; l + 1 < sizes.size(); ++l) {
     const int in = sizes[l], n = sizes[l + 1];
     const std::string module = std::to_string(2 * l);
@@ -32,6 +31,32 @@ void AppendLayers(const Model& m, std::vector<data::NpyArray>* out) {
     p += static_cast<size_t>(in) * n;
     out->push_back(data::NpyArray::Float32(module + ".bias", {n}, std::vector<float>(p, p + n)));
     p += n;
+  }
+}
+
+// Any model: "{i}.{block}" for layer i's parameter blocks, in PyTorch's layouts
+// (nn::LayerType::to_torch): one module index per layer, as nn.Sequential numbers them.
+void AppendLayered(const ModelSpec& spec, const float* p, std::vector<data::NpyArray>* out) {
+  std::vector<Shape> shapes;
+  if (!nn::ResolveShapes(spec.input, spec.layers, &shapes).ok()) std::abort();  // decoded: resolves
+  Shape in = spec.input;
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    const nn::LayerType& t = *nn::FindLayerType(spec.layers[i].kind);
+    if (t.params != nullptr) {
+      const std::vector<nn::ParamBlock> blocks = t.params(spec.layers[i], in);
+      int64_t size = 0;
+      for (const nn::ParamBlock& b : blocks) size += b.Size();
+      std::vector<float> torch(p, p + size);
+      if (t.to_torch != nullptr) t.to_torch(spec.layers[i], in, p, torch.data());
+      const float* q = torch.data();
+      for (const nn::ParamBlock& b : blocks) {
+        out->push_back(data::NpyArray::Float32(std::to_string(i) + "." + b.name, b.torch_shape,
+                                               std::vector<float>(q, q + b.Size())));
+        q += b.Size();
+      }
+      p += size;
+    }
+    in = shapes[i];
   }
 }
 
@@ -65,7 +90,14 @@ data::NpyArray Text(const std::string& name, const std::string& value) {
 
 Status ExportArrays(const Model& m, const std::string& path, std::vector<data::NpyArray>* out) {
   std::vector<data::NpyArray> a;
-  AppendLayers(m, &a);
+  std::vector<int> sizes;
+  Activation activation;
+  const bool mlp = m.spec.AsMlp(&sizes, &activation);
+  if (mlp) {
+    AppendMlp(sizes, m.params.data(), &a);
+  } else {
+    AppendLayered(m.spec, m.params.data(), &a);
+  }
   const int64_t f = m.spec.inputs();
   // The decoded model always holds F offsets and scales (0 and 1 without normalisation).
   if (m.norm.offset.size() != static_cast<size_t>(f) ||
@@ -77,9 +109,15 @@ Status ExportArrays(const Model& m, const std::string& path, std::vector<data::N
   a.push_back(data::NpyArray::Float32("input.offset", {f}, m.norm.offset));
   a.push_back(data::NpyArray::Float32("input.scale", {f}, m.norm.scale));
   if (Status s = AppendClasses(m, path, &a); !s.ok()) return s;
-  const std::vector<int64_t> layers(m.spec.layers.begin(), m.spec.layers.end());
-  a.push_back(data::NpyArray::Int64("layers", {static_cast<int64_t>(layers.size())}, layers));
-  a.push_back(Text("activation", ToString(m.spec.activation)));
+  if (mlp) {
+    const std::vector<int64_t> layers(sizes.begin(), sizes.end());
+    a.push_back(data::NpyArray::Int64("layers", {static_cast<int64_t>(layers.size())}, layers));
+    a.push_back(Text("activation", ToString(activation)));
+  } else {
+    a.push_back(Text("model", m.spec.Text()));
+    a.push_back(data::NpyArray::Int64("input_shape", {3},
+                                      {m.spec.input.c, m.spec.input.h, m.spec.input.w}));
+  }
   a.push_back(Text("loss", ToString(m.spec.loss)));
   *out = std::move(a);
   return Status::Ok();

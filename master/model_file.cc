@@ -17,6 +17,7 @@
 
 #include "core/bytes.h"
 #include "core/crc32.h"
+#include "nn/layer.h"
 
 namespace shmtrain {
 namespace {
@@ -40,6 +41,49 @@ class Reader {
   const std::string& b_;
   size_t pos_ = 0;
 };
+
+// Version 2, the releases before layers: an MLP's sizes and activation. The loss follows.
+Status DecodeMlpSpec(Reader& r, ModelSpec* spec) {
+  const std::string cut = "cut short (truncated) in the ";
+  uint32_t layers = 0, act = 0;
+  if (!r.Get(&layers)) return Status::Data(cut + "header");
+  if (layers < 2 || layers > 64) return Status::Data("layer count " + std::to_string(layers));
+  std::vector<int> sizes;
+  for (uint32_t i = 0; i < layers; ++i) {
+    int32_t v = 0;
+    if (!r.Get(&v)) return Status::Data(cut + "layer sizes");
+    if (v < 1 || v > 65536) return Status::Data("layer size " + std::to_string(v));
+    sizes.push_back(v);
+  }
+  if (!r.Get(&act)) return Status::Data(cut + "header");
+  if (act > static_cast<uint32_t>(Activation::kIdentity)) return Status::Data("unknown activation");
+  *spec = ModelSpec::Mlp(sizes, static_cast<Activation>(act), Loss::kMse);
+  return Status::Ok();
+}
+
+// Version 3: the input shape and the model text (nn/layer.h). The loss follows.
+Status DecodeSpec(const std::string& bytes, Reader& r, ModelSpec* spec) {
+  const std::string cut = "cut short (truncated) in the ";
+  uint32_t c = 0, h = 0, w = 0, len = 0;
+  if (!r.Get(&c) || !r.Get(&h) || !r.Get(&w) || !r.Get(&len)) return Status::Data(cut + "header");
+  if (c < 1 || h < 1 || w < 1 || static_cast<uint64_t>(c) * h * w > kMaxModelInputs) {
+    return Status::Data("input shape " + std::to_string(c) + "x" + std::to_string(h) + "x" +
+                        std::to_string(w));
+  }
+  if (len >= kMaxModelText || r.left() < len) {
+    return Status::Data(len >= kMaxModelText ? "model text of " + std::to_string(len) + " bytes"
+                                            : cut + "model text");
+  }
+  const std::string text(bytes.data() + r.pos(), len);
+  r.Skip(len);
+  spec->input = {c, h, w};
+  if (Status s = nn::ParseModelText(text, &spec->layers); !s.ok()) return Status::Data(s.message());
+  std::vector<Shape> shapes;
+  if (Status s = nn::ResolveShapes(spec->input, spec->layers, &shapes); !s.ok()) {
+    return Status::Data(s.message());
+  }
+  return Status::Ok();
+}
 
 // The first non-finite value of the decoded model, described for a message; "" if none.
 std::string FirstNonFinite(const Model& m) {
@@ -70,23 +114,49 @@ std::string NonFiniteName(float v) {
 }
 
 std::string ParamName(const ModelSpec& spec, size_t index) {
+  std::vector<int> sizes;
+  Activation activation;
+  if (spec.AsMlp(&sizes, &activation)) {
+    // The names of the releases before layers, whose exports index modules 2l.
+    size_t at = index;
+    for (size_t l = 0; l + 1 < sizes.size(); ++l) {
+      const size_t in = static_cast<size_t>(sizes[l]);
+      const size_t out = static_cast<size_t>(sizes[l + 1]);
+      const std::string layer = "layer " + std::to_string(l);
+      const std::string module = std::to_string(2 * l);
+      if (at < in * out) {  // W_l(i, j) at i + j*out
+        const std::string row = std::to_string(at % out), col = std::to_string(at / out);
+        return layer + " weight row " + row + ", column " + col + " (" + module + ".weight[" +
+               row + ", " + col + "] in an export)";
+      }
+      at -= in * out;
+      if (at < out) {
+        return layer + " bias " + std::to_string(at) + " (" + module + ".bias[" +
+               std::to_string(at) + "] in an export)";
+      }
+      at -= out;
+    }
+    return "past the last layer";
+  }
+  // Layered models: the block and the element within it (in this build's layout).
+  std::vector<Shape> shapes;
+  if (!nn::ResolveShapes(spec.input, spec.layers, &shapes).ok()) return "in a model that does not resolve";
   size_t at = index;
-  for (size_t l = 0; l + 1 < spec.layers.size(); ++l) {
-    const size_t in = static_cast<size_t>(spec.layers[l]);
-    const size_t out = static_cast<size_t>(spec.layers[l + 1]);
-    const std::string layer = "layer " + std::to_string(l);
-    const std::string module = std::to_string(2 * l);
-    if (at < in * out) {  // W_l(i, j) at i + j*out
-      const std::string row = std::to_string(at % out), col = std::to_string(at / out);
-      return layer + " weight row " + row + ", column " + col + " (" + module + ".weight[" +
-             row + ", " + col + "] in an export)";
+  Shape in = spec.input;
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    const nn::LayerType& t = *nn::FindLayerType(spec.layers[i].kind);
+    if (t.params != nullptr) {
+      for (const nn::ParamBlock& b : t.params(spec.layers[i], in)) {
+        const size_t size = static_cast<size_t>(b.Size());
+        if (at < size) {
+          return nn::LayerName(spec.layers, i) + " " + b.name + ", element " + std::to_string(at) +
+                 " of " + std::to_string(size) + " (" + std::to_string(i) + "." + b.name +
+                 " in an export)";
+        }
+        at -= size;
+      }
     }
-    at -= in * out;
-    if (at < out) {
-      return layer + " bias " + std::to_string(at) + " (" + module + ".bias[" +
-             std::to_string(at) + "] in an export)";
-    }
-    at -= out;
+    in = shapes[i];
   }
   return "past the last layer";
 }
@@ -95,9 +165,12 @@ std::string EncodeModel(const Model& m) {
   std::string s(kModelMagic, sizeof kModelMagic);
   AppendRaw<uint32_t>(&s, kModelVersion);
   AppendRaw<uint32_t>(&s, static_cast<uint32_t>(TaskOf(m.spec.loss)));
-  AppendRaw<uint32_t>(&s, static_cast<uint32_t>(m.spec.layers.size()));
-  for (int l : m.spec.layers) AppendRaw<int32_t>(&s, l);
-  AppendRaw<uint32_t>(&s, static_cast<uint32_t>(m.spec.activation));
+  AppendRaw<uint32_t>(&s, static_cast<uint32_t>(m.spec.input.c));
+  AppendRaw<uint32_t>(&s, static_cast<uint32_t>(m.spec.input.h));
+  AppendRaw<uint32_t>(&s, static_cast<uint32_t>(m.spec.input.w));
+  const std::string text = m.spec.Text();
+  AppendRaw<uint32_t>(&s, static_cast<uint32_t>(text.size()));
+  s += text;
   AppendRaw<uint32_t>(&s, static_cast<uint32_t>(m.spec.loss));
   const bool scaled = m.norm.kind != Normalize::kNone;
   AppendRaw<uint32_t>(&s, static_cast<uint32_t>(m.norm.kind));
@@ -131,29 +204,26 @@ Status DecodeModel(const std::string& bytes, const std::string& path, Model* out
   if (std::memcmp(magic, kModelMagic, sizeof magic) != 0) {
     return bad("wrong magic number (not written by shmtrain --save)");
   }
-  uint32_t version = 0, task = 0, layers = 0, act = 0, loss = 0, norm = 0, nf = 0, k = 0,
-           numeric = 0;
+  uint32_t version = 0, task = 0, loss = 0, norm = 0, nf = 0, k = 0, numeric = 0;
   if (!r.Get(&version)) return bad(cut + "header");
-  if (version != kModelVersion) {
-    return bad("format version " + std::to_string(version) + ", this build reads version " +
-               std::to_string(kModelVersion) + " only (retrain, or use the build that wrote it)");
+  if (version != kModelVersion && version != kModelVersionMlp) {
+    return bad("format version " + std::to_string(version) + ", this build reads versions " +
+               std::to_string(kModelVersionMlp) + " and " + std::to_string(kModelVersion) +
+               " only (retrain, or use the build that wrote it)");
   }
-  if (!r.Get(&task) || !r.Get(&layers)) return bad(cut + "header");
+  if (!r.Get(&task)) return bad(cut + "header");
   if (task > static_cast<uint32_t>(Task::kClassification)) return bad("unknown task " + std::to_string(task));
-  if (layers < 2 || layers > 64) return bad("layer count " + std::to_string(layers));
   Model m;
-  for (uint32_t i = 0; i < layers; ++i) {
-    int32_t v = 0;
-    if (!r.Get(&v)) return bad(cut + "layer sizes");
-    if (v < 1 || v > 65536) return bad("layer size " + std::to_string(v));
-    m.spec.layers.push_back(v);
-  }
-  if (!r.Get(&act) || !r.Get(&loss)) return bad(cut + "header");
-  if (act > static_cast<uint32_t>(Activation::kIdentity)) return bad("unknown activation");
+  Status spec_status = version == kModelVersionMlp ? DecodeMlpSpec(r, &m.spec) : DecodeSpec(bytes, r, &m.spec);
+  if (!spec_status.ok()) return bad(spec_status.message());
+  if (!r.Get(&loss)) return bad(cut + "header");
   if (loss > static_cast<uint32_t>(Loss::kXent)) return bad("unknown loss");
-  m.spec.activation = static_cast<Activation>(act);
   m.spec.loss = static_cast<Loss>(loss);
   if (static_cast<uint32_t>(TaskOf(m.spec.loss)) != task) return bad("task and loss disagree");
+  if (m.spec.loss == Loss::kMse ? m.spec.outputs() != 1 : m.spec.outputs() < 2) {
+    return bad("loss " + std::string(ToString(m.spec.loss)) + " with " +
+               std::to_string(m.spec.outputs()) + " outputs");
+  }
   if (!r.Get(&norm) || !r.Get(&nf)) return bad(cut + "normalisation");
   if (norm > static_cast<uint32_t>(Normalize::kStandard)) return bad("unknown normalisation");
   m.norm.kind = static_cast<Normalize>(norm);
@@ -193,7 +263,8 @@ Status DecodeModel(const std::string& bytes, const std::string& path, Model* out
   uint64_t n = 0;
   if (!r.Get(&n)) return bad(cut + "parameters");
   if (n != m.spec.ParamCount()) {
-    return bad("parameter count " + std::to_string(n) + " does not fit the layers");
+    return bad("parameter count " + std::to_string(n) + " does not fit the layers (" +
+               std::to_string(m.spec.ParamCount()) + ")");
   }
   if (r.left() != n * sizeof(float) + sizeof(uint32_t)) {
     return bad(r.left() < n * sizeof(float) + sizeof(uint32_t) ? cut + "parameters"

@@ -1,12 +1,14 @@
 // Saved models: a self-describing, versioned, checksummed binary file.
 //
-// Format version 2 (all integers little-endian; the spec is README.md, "Model files"):
-//   char[8] "SHMTMODL", u32 version (2), u32 task (Task), u32 L, i32[L] layer sizes,
-//   u32 activation, u32 loss, u32 normalisation (Normalize), u32 F (layers[0], or 0 without
-//   normalisation), f32[F] offsets, f32[F] scales, u32 K classes (outputs when classifying,
-//   else 0), u32 numeric (1: the labels are numbers), K x (u32 length, bytes) class labels in
-//   class order, u64 n parameters, f32[n] parameters (include/shmtrain/model_spec.h layout),
-//   u32 CRC-32 of every byte before it.
+// Format version 3 (all integers little-endian; the spec is README.md, "Model files"):
+//   char[8] "SHMTMODL", u32 version (3), u32 task (Task), u32 c, u32 h, u32 w (the input
+//   shape), u32 T, T bytes of model text (nn/layer.h, canonical), u32 loss, u32 normalisation
+//   (Normalize), u32 F (c*h*w, or 0 without normalisation), f32[F] offsets, f32[F] scales,
+//   u32 K classes (outputs when classifying, else 0), u32 numeric (1: the labels are
+//   numbers), K x (u32 length, bytes) class labels in class order, u64 n parameters, f32[n]
+//   parameters (include/shmtrain/model_spec.h layout), u32 CRC-32 of every byte before it.
+// Version 2, written by the releases before layered models, is read too: in place of the
+// input shape and the model text it holds an MLP's u32 L, i32[L] layer sizes, u32 activation.
 // Files are written durably: a temporary file beside the target, fsync, rename, fsync of the
 // directory, so a crash leaves the old file or the new one, never a mix. Outputs that are not
 // regular files (FIFOs, character devices, /dev/stdout) are written in place, never replaced.
@@ -24,7 +26,10 @@
 namespace shmtrain {
 
 inline constexpr char kModelMagic[8] = {'S', 'H', 'M', 'T', 'M', 'O', 'D', 'L'};
-inline constexpr uint32_t kModelVersion = 2;  // on disk: bump on any change of the format
+inline constexpr uint32_t kModelVersion = 3;  // on disk: bump on any change of the format
+inline constexpr uint32_t kModelVersionMlp = 2;  // the MLP-only releases' files, still read
+// The most values an input sample of a model file may declare (the text: kMaxModelText).
+inline constexpr uint64_t kMaxModelInputs = uint64_t{1} << 24;
 
 // Everything needed to use a trained model on new rows: scale the features with `norm`, run
 // the network, and name the predicted class with `classes`.

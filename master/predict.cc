@@ -12,18 +12,24 @@
 #include "master/output_path.h"
 #include "master/run.h"
 #include "nn/metrics.h"
-#include "nn/mlp.h"
+#include "nn/model.h"
 
 namespace shmtrain::master {
 namespace {
 
+// "784-256-10 relu" for an MLP, as the releases before layers said it; the model text on its
+// input shape otherwise.
 std::string Describe(const Model& m) {
-  std::string layers;
-  for (size_t i = 0; i < m.spec.layers.size(); ++i) {
-    layers += (i ? "-" : "") + std::to_string(m.spec.layers[i]);
+  std::vector<int> sizes;
+  Activation activation;
+  std::string s;
+  if (m.spec.AsMlp(&sizes, &activation)) {
+    for (size_t i = 0; i < sizes.size(); ++i) s += (i ? "-" : "") + std::to_string(sizes[i]);
+    s += std::string(" ") + ToString(activation);
+  } else {
+    s = m.spec.Text() + " on " + m.spec.input.Text();
   }
-  std::string s = layers + " " + ToString(m.spec.activation) + ", " + ToString(m.spec.loss) +
-                  ", normalize " + ToString(m.norm.kind);
+  s += std::string(", ") + ToString(m.spec.loss) + ", normalize " + ToString(m.norm.kind);
   if (m.spec.loss == Loss::kXent) s += ", " + std::to_string(m.classes.size()) + " classes";
   return s;
 }
@@ -33,7 +39,7 @@ Status LoadFor(const Command& cmd, const Model& m, bool labels, data::Dataset* o
   const TrainOptions& o = cmd.train;
   data::LoadOptions lo = LoadOptionsFor(o, TaskOf(m.spec.loss));
   if (lo.task == Task::kClassification) lo.classes = &m.classes;
-  lo.features = m.spec.inputs();
+  lo.features = static_cast<int>(m.spec.inputs());
   lo.no_labels = !labels;
   lo.check_size = [&](int64_t rows, int features) {
     return CheckMemory(o.data_path, rows, features);
@@ -111,7 +117,7 @@ Status RunPredict(const Command& cmd, Logger& log) {
     text = "value";
   }
   text += "\n";
-  constexpr int64_t kChunk = 4096;
+  const int64_t kChunk = nn::EvalChunk(m.spec);
   nn::Workspace<float> ws;
   std::vector<float> z;
   for (int64_t r0 = 0; r0 < d.rows; r0 += kChunk) {

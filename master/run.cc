@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/crc32.h"
+#include "data/arrays.h"
 #include "data/batch_plan.h"
 #include "data/dataset.h"
 #include "data/preprocess.h"
@@ -36,7 +37,7 @@
 #include "nn/metrics.h"
 #include "nn/optimizer.h"
 #include "nn/schedule.h"
-#include "nn/mlp.h"
+#include "nn/model.h"
 #include "shm/futex.h"
 #include "shm/segment.h"
 
@@ -65,10 +66,12 @@ shm::Header MakeHeader(const TrainOptions& o, const OptimConfig& optim, int64_t 
   shm::Header proto{};
   shm::RunConfig& c = proto.config;
   c.mode = static_cast<uint32_t>(o.mode);
-  c.activation = static_cast<uint32_t>(o.model.activation);
   c.loss = static_cast<uint32_t>(o.model.loss);
-  c.num_layers = static_cast<uint32_t>(o.model.layers.size());
-  std::copy(o.model.layers.begin(), o.model.layers.end(), c.layers);
+  c.input_shape[0] = o.model.input.c;
+  c.input_shape[1] = o.model.input.h;
+  c.input_shape[2] = o.model.input.w;
+  const std::string text = o.model.Text();  // shorter than the field (TrainOptions::Validate)
+  std::snprintf(c.model, sizeof c.model, "%s", text.c_str());
   c.workers = static_cast<uint32_t>(o.workers);
   c.hosts = static_cast<uint32_t>(o.host_count);
   c.host_index = static_cast<uint32_t>(o.host_index);
@@ -170,9 +173,23 @@ Status FitsInMemory(const std::string& src, int64_t rows, int features, uint64_t
 // The model's inputs against the data's features.
 Status CheckInputs(const TrainOptions& o, const std::string& src, int features) {
   if (o.model.inputs() == features) return Status::Ok();
-  return Status::Usage("--layers: the first size is " + std::to_string(o.model.inputs()) + " but " +
-                       src + " has " + std::to_string(features) + " feature" +
-                       (features == 1 ? "" : "s"));
+  const std::string has = src + " has " + std::to_string(features) + " feature" +
+                          (features == 1 ? "" : "s");
+  if (o.model_text.empty()) {
+    return Status::Usage("--layers: the first size is " + std::to_string(o.model.inputs()) +
+                         " but " + has);
+  }
+  return Status::Usage(std::string(o.input_shape.c > 0 ? "--input-shape" : "--model") +
+                       ": the input " + o.model.input.Text() + " is " +
+                       std::to_string(o.model.inputs()) + " values but " + has);
+}
+
+// A --model whose input the data gives: flat, its rows' width (known once a file's first rows
+// are read).
+TrainOptions WithFlatInput(const TrainOptions& o, int features) {
+  TrainOptions probe = o;
+  if (probe.model.input.c == 0) probe.model.input = {features, 1, 1};
+  return probe;
 }
 
 Status CheckFits(const std::string& src, int64_t rows, int features, const TrainOptions& o,
@@ -236,11 +253,15 @@ Status LoadData(const TrainOptions& o, data::Dataset* d) {
   data::LoadOptions lo = LoadOptionsFor(o, TaskOf(o.model.loss));
   // LIBSVM rows are as wide as the model's input (absent indices are 0); a CSV's columns
   // say its width, checked against the model afterwards.
-  lo.libsvm_features = o.model.inputs();
+  lo.libsvm_features = static_cast<int>(o.model.inputs());
   lo.check_size = [&](int64_t rows, int features) {
     // The width is known before a row is read: a mismatch is refused before memory is spent.
-    if (Status s = CheckInputs(o, o.data_path, features); !s.ok()) return s;
-    return CheckFits(o.data_path, rows, features, o, shm_free, mem);
+    const TrainOptions probe = WithFlatInput(o, features);
+    if (o.model.input.c == 0) {
+      if (Status s = CheckModel(probe.model, "--model"); !s.ok()) return s;
+    }
+    if (Status s = CheckInputs(probe, o.data_path, features); !s.ok()) return s;
+    return CheckFits(o.data_path, rows, features, probe, shm_free, mem);
   };
   return data::LoadFile(o.data_path, lo, d);
 }
@@ -249,9 +270,11 @@ Status CheckAgainstData(const TrainOptions& o, const data::Dataset& d) {
   const std::string src = o.example.empty() ? o.data_path : "example " + o.example;
   if (Status s = CheckInputs(o, src, d.features); !s.ok()) return s;
   if (o.model.loss == Loss::kXent && d.classes.size() != o.model.outputs()) {
-    return Status::Usage("--layers: the last size is " + std::to_string(o.model.outputs()) +
-                         " but " + src + " has " + std::to_string(d.classes.size()) +
-                         " classes (" + d.classes.List() + "); make it one output per class");
+    const std::string says = o.model_text.empty() ? "--layers: the last size is "
+                                                  : "--model: the model's outputs are ";
+    return Status::Usage(says + std::to_string(o.model.outputs()) + " but " + src + " has " +
+                         std::to_string(d.classes.size()) + " classes (" + d.classes.List() +
+                         "); make it one output per class");
   }
   if (o.batch > d.rows) {
     return Status::Usage("--batch: " + std::to_string(o.batch) + " is larger than the " +
@@ -323,9 +346,39 @@ Status CheckShmSpace(uint64_t need) {
 
 }  // namespace
 
-Status PrepareData(const TrainOptions& o, RunData* rd) {
+// A --model's input shape when --input-shape did not give it: the built-in examples are flat;
+// an IDX or NumPy file's header gives one sample's shape ((H, W) is 1xHxW, (C, H, W) is
+// CxHxW); other data is flat, its width known once its first rows are read (LoadData).
+namespace {
+
+Status ResolveInputBeforeLoading(TrainOptions& o) {
+  if (o.model.input.c > 0) return Status::Ok();
+  if (o.example == "parabola") {
+    o.model.input = {1, 1, 1};
+  } else if (o.example == "blobs") {
+    o.model.input = {o.example_features, 1, 1};
+  } else {
+    std::vector<int64_t> dims;
+    const data::LoadOptions lo = LoadOptionsFor(o, TaskOf(o.model.loss));
+    if (Status s = data::SampleShape(o.data_path, lo, &dims); !s.ok()) return s;
+    if (dims.size() == 2) o.model.input = {1, dims[0], dims[1]};
+    if (dims.size() == 3) o.model.input = {dims[0], dims[1], dims[2]};
+  }
+  if (o.model.input.c == 0) return Status::Ok();
+  return CheckModel(o.model, "--model");
+}
+
+}  // namespace
+
+Status PrepareData(TrainOptions& o, RunData* rd) {
+  if (Status s = ResolveInputBeforeLoading(o); !s.ok()) return s;
   data::Dataset all;
   if (Status s = LoadData(o, &all); !s.ok()) return s;
+  if (o.model.input.c == 0) {
+    // Flat data: the model's input is a row (LoadData's check_size has checked that it fits).
+    o.model.input = {all.features, 1, 1};
+    if (Status s = CheckModel(o.model, "--model"); !s.ok()) return s;
+  }
   if (Status s = data::SplitValidation(std::move(all), o.val_split, o.seed, &rd->train, &rd->val); !s.ok()) {
     return s;
   }
@@ -530,8 +583,8 @@ struct Start {
   std::optional<SegmentPathForHandlers> seg_path;  // set once seg exists
 };
 
-Status StartHere(const TrainOptions& o, Logger& log,
-                 std::unique_ptr<monitoring::Exporter>* exporter, Start* st) {
+Status StartHere(TrainOptions& o, Logger& log, std::unique_ptr<monitoring::Exporter>* exporter,
+                 Start* st) {
   if (Status s = CheckOutputPaths(o, st->output_locks); !s.ok()) return s;
   // The endpoint next: a taken port fails the run before anything exists to clean up.
   if (o.metrics) {
@@ -740,7 +793,7 @@ Status Finish(RunParts& run) {
 
 Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher, Hosts& hosts,
                 std::unique_ptr<monitoring::Exporter>* exporter_out) {
-  const TrainOptions o = ForThisHost(opts);
+  TrainOptions o = ForThisHost(opts);  // StartHere sets a --model's input from the data
   std::unique_ptr<monitoring::Exporter>& exporter = *exporter_out;
   Start st;
   const Status started = StartHere(o, log, &exporter, &st);

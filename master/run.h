@@ -41,13 +41,14 @@ static_assert(std::atomic<int>::is_always_lock_free, "stored from a signal handl
 extern char g_segment_path[256];
 
 // The data a run trains and validates on: loaded, split (--val-split) and scaled
-// (--normalize, fitted on the training rows), and checked against the model.
+// (--normalize, fitted on the training rows), and checked against the model. A --model given
+// without --input-shape gets its input shape from the data here (opts.model.input).
 struct RunData {
   data::Dataset train;
   data::Dataset val;
   data::Normalizer norm;
 };
-Status PrepareData(const TrainOptions& opts, RunData* out);
+Status PrepareData(TrainOptions& opts, RunData* out);
 
 // The one check that data fits in memory, made by train, eval and predict through
 // LoadOptions::check_size before a row is read: rows x features as float32, and a target per

@@ -5,7 +5,7 @@
 
 #include "data/batch_plan.h"
 #include "nn/metrics.h"
-#include "nn/mlp.h"
+#include "nn/model.h"
 #include "nn/update.h"
 
 namespace shmtrain::master {
@@ -60,8 +60,9 @@ SimResult Simulate(const TrainOptions& o, const RunData& rd, int M, AsyncRule ru
   return r;
 }
 
-Status RunSimulate(const TrainOptions& o, const std::vector<int>& workers, bool compare,
+Status RunSimulate(const TrainOptions& opts, const std::vector<int>& workers, bool compare,
                    Logger& log) {
+  TrainOptions o = opts;  // PrepareData sets a --model's input from the data
   RunData rd;
   if (Status s = PrepareData(o, &rd); !s.ok()) return s;
   const bool xent = o.model.loss == Loss::kXent;

@@ -3,8 +3,11 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 
 namespace shmtrain::nn {
+
+constexpr int64_t kMaxTensor = int64_t{1} << 31;
 
 extern const LayerType kLinear, kConv2d, kMaxPool2d, kAvgPool2d, kFlatten, kRelu, kTanh,
     kSigmoid, kDropout;
@@ -23,10 +26,77 @@ const LayerType* FindLayerType(std::string_view name) {
   return nullptr;
 }
 
+}  // namespace shmtrain::nn
+
+namespace shmtrain {
+
 std::string Shape::Text() const {
   if (Flat()) return std::to_string(c);
   return std::to_string(c) + "x" + std::to_string(h) + "x" + std::to_string(w);
 }
+
+ModelSpec ModelSpec::Mlp(const std::vector<int>& sizes, Activation activation, Loss loss) {
+  ModelSpec m;
+  m.input = {sizes.empty() ? 0 : sizes.front(), 1, 1};
+  for (size_t l = 1; l < sizes.size(); ++l) {
+    m.layers.push_back({"linear", {static_cast<double>(sizes[l])}});
+    if (l + 1 < sizes.size() && activation != Activation::kIdentity) {
+      m.layers.push_back({ToString(activation), {}});
+    }
+  }
+  m.loss = loss;
+  return m;
+}
+
+bool ModelSpec::AsMlp(std::vector<int>* sizes, Activation* activation) const {
+  if (!input.Flat() || layers.empty()) return false;
+  std::vector<int> s = {static_cast<int>(input.c)};
+  std::optional<Activation> between;  // what every gap between two linear layers holds
+  for (size_t i = 0;;) {
+    if (i >= layers.size() || layers[i].kind != "linear") return false;
+    s.push_back(static_cast<int>(layers[i++].Int(0)));
+    if (i == layers.size()) break;
+    Activation f = Activation::kIdentity;
+    if (layers[i].kind != "linear") {
+      const std::optional<Activation> a = ParseActivation(layers[i++].kind);
+      if (!a.has_value() || *a == Activation::kIdentity) return false;
+      f = *a;
+    }
+    if (between.has_value() && *between != f) return false;
+    between = f;
+  }
+  *sizes = std::move(s);
+  // One linear layer has no activation; --activation's default stands for it.
+  *activation = between.value_or(Activation::kTanh);
+  return true;
+}
+
+int64_t ModelSpec::outputs() const {
+  std::vector<Shape> shapes;
+  if (layers.empty() || !nn::ResolveShapes(input, layers, &shapes).ok()) return 0;
+  return shapes.back().Size();
+}
+
+size_t ModelSpec::ParamCount() const {
+  std::vector<Shape> shapes;
+  if (!nn::ResolveShapes(input, layers, &shapes).ok()) return 0;
+  size_t n = 0;
+  Shape in = input;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const nn::LayerType& t = *nn::FindLayerType(layers[i].kind);
+    if (t.params != nullptr) {
+      for (const nn::ParamBlock& b : t.params(layers[i], in)) n += static_cast<size_t>(b.Size());
+    }
+    in = shapes[i];
+  }
+  return n;
+}
+
+std::string ModelSpec::Text() const { return nn::ModelText(layers); }
+
+}  // namespace shmtrain
+
+namespace shmtrain::nn {
 
 int64_t ParamBlock::Size() const {
   int64_t n = 1;
@@ -162,15 +232,15 @@ Status ParseModelText(std::string_view text, std::vector<LayerSpec>* layers) {
   layers->clear();
   std::vector<std::string_view> parts;
   if (!SplitTopLevel(text, &parts)) {
-    return Status::Usage("--model: unbalanced parentheses in '" + std::string(text) + "'");
+    return Status::Usage("unbalanced parentheses in '" + std::string(text) + "'");
   }
   for (size_t i = 0; i < parts.size(); ++i) {
     const std::string_view part = Trim(parts[i]);
     LayerSpec spec;
     Status s = part.empty() ? Status::Usage("empty layer") : ParseLayer(part, &spec);
     if (!s.ok()) {
-      return Status::Usage("--model: layer " + std::to_string(i + 1) + " '" + std::string(part) +
-                           "': " + s.message());
+      return Status::Usage("layer " + std::to_string(i + 1) + " '" + std::string(part) + "': " +
+                           s.message());
     }
     layers->push_back(std::move(spec));
   }
@@ -206,6 +276,18 @@ std::string LayerName(const std::vector<LayerSpec>& layers, size_t index) {
 Status ResolveShapes(Shape input, const std::vector<LayerSpec>& layers,
                      std::vector<Shape>* shapes) {
   shapes->clear();
+  // Each tensor of one sample holds at most 2^31 values: the parameter blocks' sizes (a linear
+  // layer's out x in) then fit in 64 bits.
+  auto too_large = [](Shape s) {
+    int64_t n = 0;
+    return s.c < 1 || s.h < 1 || s.w < 1 || __builtin_mul_overflow(s.c, s.h, &n) ||
+           __builtin_mul_overflow(n, s.w, &n) || n > kMaxTensor;
+  };
+  if (too_large(input)) {
+    return Status::Usage("input " + std::to_string(input.c) + "x" + std::to_string(input.h) + "x" +
+                         std::to_string(input.w) + ": each dimension at least 1, at most 2^31 values");
+  }
+  if (layers.empty()) return Status::Usage("a model without layers");
   Shape in = input;
   for (size_t i = 0; i < layers.size(); ++i) {
     const LayerType* t = FindLayerType(layers[i].kind);
@@ -215,21 +297,13 @@ Status ResolveShapes(Shape input, const std::vector<LayerSpec>& layers,
     Shape out;
     Status s = t->out_shape(layers[i], in, &out);
     if (!s.ok()) return Status::Usage(LayerName(layers, i) + ": " + s.message());
+    if (too_large(out)) {
+      return Status::Usage(LayerName(layers, i) + ": its output would hold more than 2^31 values a sample");
+    }
     shapes->push_back(out);
     in = out;
   }
   return Status::Ok();
-}
-
-std::vector<LayerSpec> MlpLayers(const std::vector<int>& sizes, Activation activation) {
-  std::vector<LayerSpec> layers;
-  for (size_t l = 1; l < sizes.size(); ++l) {
-    layers.push_back({"linear", {static_cast<double>(sizes[l])}});
-    if (l + 1 < sizes.size() && activation != Activation::kIdentity) {
-      layers.push_back({ToString(activation), {}});
-    }
-  }
-  return layers;
 }
 
 }  // namespace shmtrain::nn

@@ -32,14 +32,6 @@ namespace shmtrain::nn {
 
 class Rng;
 
-struct Shape {
-  int64_t c = 0, h = 1, w = 1;
-  int64_t Size() const { return c * h * w; }
-  bool Flat() const { return h == 1 && w == 1; }
-  std::string Text() const;  // "32x14x14", or "784" when flat
-  friend bool operator==(const Shape&, const Shape&) = default;
-};
-
 // One argument of a layer type. The model text gives the required ones in this order, then
 // any by name; an argument left out takes its default.
 struct LayerArg {
@@ -48,15 +40,6 @@ struct LayerArg {
   double default_value;
   double lo, hi;  // inclusive limits
   bool integer;
-};
-
-// One layer of a model: its type's name and the value of every argument of that type, in the
-// type's order (defaults filled in).
-struct LayerSpec {
-  std::string kind;
-  std::vector<double> args;
-  int64_t Int(size_t i) const { return static_cast<int64_t>(args[i]); }
-  friend bool operator==(const LayerSpec&, const LayerSpec&) = default;
 };
 
 // A block of a layer's parameters as PyTorch names and shapes it: ("weight", {32, 1, 5, 5}).
@@ -73,8 +56,9 @@ struct PassInfo {
   bool train = false;
   uint64_t seed = 0;
   int64_t step = 0;
-  const int64_t* rows = nullptr;  // the global row of each sample; null: rows 0..n-1
-  int64_t Row(int64_t i) const { return rows == nullptr ? i : rows[i]; }
+  const int64_t* rows = nullptr;  // the global row of each sample; null: first_row + i
+  int64_t first_row = 0;
+  int64_t Row(int64_t i) const { return rows == nullptr ? first_row + i : rows[i]; }
 };
 
 // A layer built for one input shape. x: n input tensors (in().Size() x n), y: n outputs
@@ -141,7 +125,8 @@ const LayerType* FindLayerType(std::string_view name);
 
 // The model text: layers separated by top-level commas, each "name" or "name(args)" with the
 // required arguments by position, then any by name: "conv2d(32,5,padding=2),relu,flatten".
-// Messages name the layer ("conv2d #2 (layer 4)") and what is wrong with it.
+// Messages name the layer ("layer 4 'conv2d(64,x)'") and what is wrong with it; callers say
+// where the text came from (--model, a file).
 Status ParseModelText(std::string_view text, std::vector<LayerSpec>* layers);
 // The canonical text of layers: required arguments by position, the others by name only when
 // they differ from their default. ParseModelText(ModelText(l)) gives l back.
@@ -155,11 +140,7 @@ std::string LayerName(const std::vector<LayerSpec>& layers, size_t index);
 Status ResolveShapes(Shape input, const std::vector<LayerSpec>& layers,
                      std::vector<Shape>* shapes);
 
-// The MLP of --layers s0,s1,...,sL --activation f: linear(s1),f,linear(s2),f,...,linear(sL)
-// on input s0 (no activation layer for identity, none after the last linear).
-std::vector<LayerSpec> MlpLayers(const std::vector<int>& sizes, Activation activation);
-
-// For layer files: the initialisations of nn/mlp.h's InitParams for `weights` weights then
+// For layer files: the initialisations of nn/model.h's InitParams for `weights` weights then
 // `biases` biases, with the fans of the layer (kTorch: U(+-1/sqrt(fan_in)) for both).
 void InitWeightsAndBias(Init init, int64_t fan_in, int64_t fan_out, int64_t weights,
                         int64_t biases, Rng& rng, float* params);

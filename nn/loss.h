@@ -1,4 +1,4 @@
-// The losses over a model's outputs, shared by every model (nn/mlp.h, nn/net.h).
+// The losses over a model's outputs, (nn/net.h).
 #pragma once
 
 #include <cstdint>

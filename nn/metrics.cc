@@ -3,18 +3,18 @@
 #include <cmath>
 #include <vector>
 
-#include "nn/mlp.h"
+#include "nn/model.h"
 
 namespace shmtrain::nn {
 
 Metrics Evaluate(const ModelSpec& spec, const float* params, const float* x, const float* y,
                  int64_t rows) {
-  constexpr int64_t kChunk = 4096;
+  const int64_t kChunk = EvalChunk(spec);
   Metrics m;
   m.rows = rows;
   if (rows == 0) return m;
   Workspace<float> ws;
-  const int in = spec.inputs(), out = spec.outputs();
+  const int64_t in = spec.inputs(), out = spec.outputs();
   std::vector<float> pred;
   double loss = 0, correct = 0;
   for (int64_t r0 = 0; r0 < rows; r0 += kChunk) {
@@ -28,7 +28,7 @@ Metrics Evaluate(const ModelSpec& spec, const float* params, const float* x, con
       for (int64_t i = 0; i < k; ++i) {
         const float* p = pred.data() + i * out;
         int best = 0;
-        for (int j = 1; j < out; ++j) {
+        for (int j = 1; j < static_cast<int>(out); ++j) {
           if (p[j] > p[best]) best = j;
         }
         correct += best == static_cast<int>(ys[i]);

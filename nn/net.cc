@@ -1,5 +1,7 @@
 #include "nn/net.h"
 
+#include "nn/model.h"
+
 #include <Eigen/Core>
 #include <algorithm>
 #include <cstdio>
@@ -16,7 +18,7 @@ namespace {
   std::abort();
 }
 
-std::vector<Shape> Shapes(const NetSpec& spec) {
+std::vector<Shape> Shapes(const ModelSpec& spec) {
   std::vector<Shape> shapes;
   Status s = ResolveShapes(spec.input, spec.layers, &shapes);
   if (!s.ok()) Die("a model that does not resolve: " + s.message());
@@ -37,18 +39,7 @@ void Reserve(AlignedVector<S>& v, int64_t size) {
 
 }  // namespace
 
-int64_t ParamCount(const NetSpec& spec) {
-  const std::vector<Shape> shapes = Shapes(spec);
-  int64_t n = 0;
-  Shape in = spec.input;
-  for (size_t i = 0; i < spec.layers.size(); ++i) {
-    n += BlocksSize(*FindLayerType(spec.layers[i].kind), spec.layers[i], in);
-    in = shapes[i];
-  }
-  return n;
-}
-
-void InitParams(const NetSpec& spec, Init init, uint64_t seed, float* params) {
+void InitParams(const ModelSpec& spec, Init init, uint64_t seed, float* params) {
   const std::vector<Shape> shapes = Shapes(spec);
   Rng rng(seed);
   Shape in = spec.input;
@@ -60,8 +51,17 @@ void InitParams(const NetSpec& spec, Init init, uint64_t seed, float* params) {
   }
 }
 
+int64_t EvalChunk(const ModelSpec& spec) {
+  std::vector<Shape> shapes;
+  if (!ResolveShapes(spec.input, spec.layers, &shapes).ok()) return 1;
+  int64_t per_sample = spec.input.Size();
+  for (const Shape& s : shapes) per_sample += s.Size();
+  constexpr int64_t kFloats = int64_t{16} << 20;
+  return std::clamp<int64_t>(kFloats / std::max<int64_t>(1, per_sample), 1, 4096);
+}
+
 template <class S>
-Net<S>::Net(const NetSpec& spec) : spec_(spec) {
+Net<S>::Net(const ModelSpec& spec) : spec_(spec) {
   const std::vector<Shape> shapes = Shapes(spec);
   Shape in = spec.input;
   for (size_t i = 0; i < spec.layers.size(); ++i) {

@@ -1,9 +1,8 @@
 // A model of layers (nn/layer.h): an input shape, a sequence of layers and a loss, built once
 // and run forward and backward over batches.
 //
-// The flat parameter vector is the concatenation of the layers' blocks in layer order. The
-// functions mirror nn/mlp.h's (sums over the n samples, not means; n = 0 allowed), with a
-// PassInfo for what dropout needs. x holds n samples of the input shape in the data's order,
+// The flat parameter vector is the concatenation of the layers' blocks in layer order. Losses
+// are sums over the n samples, not means (nn/model.h); n = 0 is allowed. x holds n samples of the input shape in the data's order,
 // (c, h, w) as PyTorch's NCHW writes a sample; the net turns it channels-last first when c > 1.
 #pragma once
 
@@ -11,28 +10,37 @@
 #include <memory>
 #include <vector>
 
+#include <new>
+
 #include "nn/layer.h"
-#include "nn/mlp.h"
 
 namespace shmtrain::nn {
 
-struct NetSpec {
-  Shape input;
-  std::vector<LayerSpec> layers;
-  Loss loss = Loss::kXent;
+// 64-byte aligned storage. Eigen's vectorised kernels treat an unaligned head apart, so the
+// same sums over buffers at other addresses can round differently; aligned scratch makes the
+// results independent of where the allocator put them (determinism, redoable phases).
+template <class T>
+struct AlignedAllocator {
+  using value_type = T;
+  static constexpr std::align_val_t kAlign{64};
+  AlignedAllocator() = default;
+  template <class U>
+  AlignedAllocator(const AlignedAllocator<U>&) {}
+  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), kAlign)); }
+  void deallocate(T* p, size_t) { ::operator delete(p, kAlign); }
+  template <class U>
+  bool operator==(const AlignedAllocator<U>&) const {
+    return true;
+  }
 };
-
-// The size of the flat parameter vector; the spec must resolve (ResolveShapes).
-int64_t ParamCount(const NetSpec& spec);
-
-// Fills params deterministically from seed: one Rng, each layer's blocks in turn.
-void InitParams(const NetSpec& spec, Init init, uint64_t seed, float* params);
+template <class T>
+using AlignedVector = std::vector<T, AlignedAllocator<T>>;
 
 template <class S>
 class Net {
  public:
   // spec must resolve (ResolveShapes): a spec that does not is a bug here (abort).
-  explicit Net(const NetSpec& spec);
+  explicit Net(const ModelSpec& spec);
 
   int64_t ParamCount() const { return param_count_; }
   int64_t Outputs() const { return outputs_; }
@@ -49,7 +57,7 @@ class Net {
  private:
   const S* Forward(const S* params, const S* x, int64_t n, const PassInfo& pass);
 
-  NetSpec spec_;
+  ModelSpec spec_;
   std::vector<std::unique_ptr<Layer<S>>> layers_;
   std::vector<int64_t> offsets_;  // each layer's first parameter
   int64_t param_count_ = 0;

@@ -54,6 +54,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "shmtrain/model_spec.h"
 #include "shmtrain/optim_config.h"
 
 namespace shmtrain::shm {
@@ -61,9 +62,8 @@ namespace shmtrain::shm {
 // "SHMTRAIN" read as a little-endian 64-bit integer.
 inline constexpr uint64_t kMagic = 0x4E494152544D4853ull;
 // Bump on every change to any struct in this file or to the meaning of a field.
-inline constexpr uint32_t kAbiVersion = 9;
+inline constexpr uint32_t kAbiVersion = 10;
 inline constexpr size_t kCacheLine = 64;
-inline constexpr int kMaxLayers = 64;
 inline constexpr int kMaxWorkers = 256;
 // Loss records kept for the master's log (by log index modulo this).
 inline constexpr int kLossRing = 4096;
@@ -97,11 +97,12 @@ inline int StalenessBucket(uint64_t tau) {
 // Everything a worker needs to know about the run. Written by the master before any worker
 // starts; never changed afterwards. Enum fields hold the values of include/shmtrain/*.h.
 struct RunConfig {
-  uint32_t mode;        // Mode
-  uint32_t activation;  // Activation
-  uint32_t loss;        // Loss
-  uint32_t num_layers;  // entries used in layers[]
-  int32_t layers[kMaxLayers];
+  uint32_t mode;  // Mode
+  uint32_t loss;  // Loss
+  // The model (include/shmtrain/model_spec.h): one sample's input shape (c, h, w) and the
+  // canonical model text (nn/layer.h), NUL-terminated.
+  int64_t input_shape[3];
+  char model[kMaxModelText];
   uint32_t workers;   // P
   // Several hosts (master/hosts.h): this segment serves host `host_index` of `hosts`; its rank
   // r is worker host_index * P + r of hosts * P for the split of the data, and the update

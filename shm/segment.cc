@@ -1,5 +1,7 @@
 #include "shm/segment.h"
 
+#include "nn/layer.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -115,12 +117,36 @@ class Size {
   bool ok_ = true;
 };
 
-// The parameter count of the config's layers; invalid when a layer is negative or the count
-// does not fit in 64 bits.
-Size ParamCountOf(const RunConfig& c) {
+// The config's model: its text parsed and its shapes resolved, or a message why not. The text
+// must end within its field; each value of a tensor fits in 2^31 (nn::ResolveShapes).
+std::string ModelOf(const RunConfig& c, ModelSpec* spec) {
+  if (std::memchr(c.model, '\0', sizeof c.model) == nullptr) return "a model text without its end";
+  for (int64_t d : c.input_shape) {
+    if (d < 1 || d > 65536) return "input dimension " + std::to_string(d) + " (1 to 65536)";
+  }
+  spec->input = {c.input_shape[0], c.input_shape[1], c.input_shape[2]};
+  if (Status s = nn::ParseModelText(c.model, &spec->layers); !s.ok()) return s.message();
+  std::vector<Shape> shapes;
+  if (Status s = nn::ResolveShapes(spec->input, spec->layers, &shapes); !s.ok()) return s.message();
+  return "";
+}
+
+// The parameter count of the model's layers; invalid when it does not fit in 64 bits.
+Size ParamCountOf(const ModelSpec& spec) {
+  std::vector<Shape> shapes;
   Size n;
-  for (uint32_t l = 0; l + 1 < c.num_layers && l + 1 < static_cast<uint32_t>(kMaxLayers); ++l) {
-    n = n + Size::Count(c.layers[l + 1]) * (Size::Count(c.layers[l]) + Size(1));
+  if (!nn::ResolveShapes(spec.input, spec.layers, &shapes).ok()) return Size::Count(-1);
+  Shape in = spec.input;
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    const nn::LayerType& t = *nn::FindLayerType(spec.layers[i].kind);
+    if (t.params != nullptr) {
+      for (const nn::ParamBlock& b : t.params(spec.layers[i], in)) {
+        Size block = Size(1);
+        for (int64_t d : b.torch_shape) block = block * Size::Count(d);
+        n = n + block;
+      }
+    }
+    in = shapes[i];
   }
   return n;
 }
@@ -300,20 +326,14 @@ int Segment::Validate(const Header& h, uint64_t mapped_size, std::string* why) {
   if (c.hosts < 1 || c.host_index >= c.hosts) {
     return bad("host " + std::to_string(c.host_index) + " of " + std::to_string(c.hosts));
   }
-  if (c.num_layers < 2 || c.num_layers > static_cast<uint32_t>(kMaxLayers)) {
-    return bad(std::to_string(c.num_layers) + " layers (2 to " + std::to_string(kMaxLayers) + ")");
-  }
-  for (uint32_t l = 0; l < c.num_layers; ++l) {
-    if (c.layers[l] < 1) {
-      return bad("layer " + std::to_string(l) + " has " + std::to_string(c.layers[l]) + " units");
-    }
-  }
+  ModelSpec spec;
+  if (const std::string why = ModelOf(c, &spec); !why.empty()) return bad("model: " + why);
   if (c.rows < 0) return bad(std::to_string(c.rows) + " rows");
-  if (c.features != c.layers[0]) {
-    return bad(std::to_string(c.features) + " features for a first layer of " +
-               std::to_string(c.layers[0]) + " inputs");
+  if (c.features != spec.inputs()) {
+    return bad(std::to_string(c.features) + " features for a model input of " +
+               spec.input.Text() + " (" + std::to_string(spec.inputs()) + " values)");
   }
-  if (const Size n = ParamCountOf(c); !n.ok() || n.value() != c.param_count) {
+  if (const Size n = ParamCountOf(spec); !n.ok() || n.value() != c.param_count) {
     return bad("param_count " + std::to_string(c.param_count) + " is not the layers' count" +
                (n.ok() ? " (" + std::to_string(n.value()) + ")" : " (more than 2^64)"));
   }

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "nn/mlp.h"
+#include "nn/model.h"
 #include "shmtrain/model_spec.h"
 #include "shmtrain/options.h"
 #include "tests/proc_util.h"
@@ -112,7 +112,7 @@ const std::vector<UsageCase>& UsageCases() {
       {"LrRequired", Parabola({}), "--lr is required"},
       {"LayersRequired",
        {"train", "--example", "parabola", "--lr", "0.1", "--steps", "10", "--no-metrics"},
-       "--layers is required"},
+       "--layers or --model is required"},
       {"SimulateWorkersRequired",
        {"simulate", "--example", "parabola", "--layers", "1,5,1", "--lr", "0.1", "--steps",
         "10"},
@@ -568,7 +568,7 @@ TEST(Timeouts, DefaultHeartbeatFollowsTheBarrier) {
   EXPECT_EQ(TrainOptions::DefaultHeartbeatTimeout(0.1), 0.05);
   TrainOptions o;
   o.example = "parabola";
-  o.model.layers = {1, 5, 1};
+  o.model = ModelSpec::Mlp({1, 5, 1}, Activation::kTanh, Loss::kMse);
   o.lr = 0.1;
   o.steps = 1;
   o.barrier_timeout_s = 10;
@@ -594,13 +594,13 @@ TEST(Init, TorchIsTheDefaultAndRoundTrips) {
 // W and b ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)): bounds, mean 0, variance bound^2 / 3, over a
 // 400 x 300 layer (120300 draws) and a second layer of another fan-in.
 TEST(Init, TorchIsUniformWithinOneOverSqrtFanIn) {
-  ModelSpec spec;
-  spec.layers = {400, 300, 50};
+  const std::vector<int> sizes = {400, 300, 50};
+  const ModelSpec spec = ModelSpec::Mlp(sizes, Activation::kTanh, Loss::kMse);
   std::vector<float> p(spec.ParamCount());
   nn::InitParams(spec, Init::kTorch, 42, p.data());
   size_t off = 0;
-  for (size_t l = 0; l + 1 < spec.layers.size(); ++l) {
-    const size_t in = spec.layers[l], out = spec.layers[l + 1];
+  for (size_t l = 0; l + 1 < sizes.size(); ++l) {
+    const size_t in = sizes[l], out = sizes[l + 1];
     const double bound = 1 / std::sqrt(static_cast<double>(in));
     const size_t n = in * out + out;
     double sum = 0, sq = 0, lo = 0, hi = 0;

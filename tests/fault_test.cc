@@ -99,17 +99,28 @@ Rule NesterovEverything() {
   return Everything({"--momentum", "0.9", "--nesterov"});
 }
 
+// A convolutional network with dropout and max pooling on the blobs example's 16 features
+// read as 4x4 images: a redone phase must draw the same dropout mask.
+Rule CnnWithDropout() {
+  return {"--example", "blobs", "--features", "16", "--input-shape", "1,4,4", "--loss", "xent",
+          "--model", "conv2d(4,3,padding=1),relu,maxpool2d(2),flatten,dropout(0.3),linear(4)",
+          "--batch", "32", "--momentum", "0.9"};
+}
+
+// The run of a rule: the parabola example on a 1-16-1 MLP, unless the rule names its own
+// model and data (--model).
 std::vector<std::string> SyncRun(int64_t steps, const std::vector<std::string>& extra = {},
                                  const Rule& rule = MomentumSgd()) {
   std::vector<std::string> a = {kMasterBin,     "train",
                                 "--no-metrics", "--no-progress",
                                 "--log-format", "json",
-                                "--example",    "parabola",
                                 "--rows",       "200",
-                                "--layers",     "1,16,1",
                                 "--lr",         "0.01",
                                 "--workers",    std::to_string(kSyncWorkers),
                                 "--steps",      std::to_string(steps)};
+  if (std::find(rule.begin(), rule.end(), "--model") == rule.end()) {
+    a.insert(a.end(), {"--example", "parabola", "--layers", "1,16,1"});
+  }
   a.insert(a.end(), rule.begin(), rule.end());
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
@@ -421,6 +432,10 @@ TEST(FaultTest, SyncExactAtEveryFaultPoint) {
 // with clipping: the rank dies between publishing its norm share and reading the others'.
 TEST(FaultTest, AdamCosineWarmupClipExactAtEveryFaultPoint) {
   ExpectExactAtFaultPoints(AdamEverything(), {1, 2, 3, 4, 5, 6, 8});
+}
+
+TEST(FaultTest, CnnWithDropoutExactAtEveryFaultPoint) {
+  ExpectExactAtFaultPoints(CnnWithDropout(), {1, 2, 3, 4, 5, 6});
 }
 
 TEST(FaultTest, NesterovCosineWarmupClipExactAtEveryFaultPoint) {
@@ -1312,15 +1327,16 @@ TEST(FaultTest, AnotherLengthResumesUnlessTheScheduleSpansTheRun) {
 // far longer (every twentieth of the undisturbed run in a build too slow for that, such as a
 // sanitizer's, whose replacements take long to start), and the same bits as without chaos.
 
-TEST(FaultTest, ChaosFlagEndsByteIdentical) {
-  const Reference& ref = SyncReference(kLongSteps);
+void ExpectChaosEndsByteIdentical(int64_t steps, const Rule& rule) {
+  const Reference& ref = SyncReference(steps, rule);
   ASSERT_FALSE(ref.model.empty());
   const int64_t every_ms =
       std::clamp<int64_t>(static_cast<int64_t>(ref.wall_s * 1000 / 20), 50, 2000);
   TempDir dir;
   const std::string model = dir.File("chaos.model");
   const ProcResult r = test::RunProcess(
-      SyncRun(kLongSteps, {"--chaos-kill-every", std::to_string(every_ms) + "ms", "--save", model}),
+      SyncRun(steps, {"--chaos-kill-every", std::to_string(every_ms) + "ms", "--save", model},
+              rule),
       kRunTimeout);
   ExpectNothingLeft(r);
   ASSERT_TRUE(ExitedWith(r, 0));
@@ -1328,6 +1344,12 @@ TEST(FaultTest, ChaosFlagEndsByteIdentical) {
   std::printf("[ chaos 50ms ] %g restarts in %g s\n", Num(s, "restarts"), Num(s, "wall_s"));
   EXPECT_GE(Num(s, "restarts"), 3) << s;
   EXPECT_TRUE(SameBytes(test::ReadWholeFile(model), ref.model));
+}
+
+TEST(FaultTest, ChaosFlagEndsByteIdentical) { ExpectChaosEndsByteIdentical(kLongSteps, MomentumSgd()); }
+
+TEST(FaultTest, ChaosWithACnnAndDropoutEndsByteIdentical) {
+  ExpectChaosEndsByteIdentical(kShortSteps, CnnWithDropout());
 }
 
 }  // namespace

@@ -578,8 +578,7 @@ SyncRun BlobsRun(int workers) {
   run.example = "blobs";
   run.rows = kRows;
   run.features = 16;
-  run.spec.layers = {16, 32, 4};
-  run.spec.activation = Activation::kTanh;
+  run.spec = ModelSpec::Mlp({16, 32, 4}, Activation::kTanh, run.spec.loss);
   run.spec.loss = Loss::kXent;
   run.init = "normal";
   run.seed = 1;

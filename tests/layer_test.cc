@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "nn/layer.h"
-#include "nn/mlp.h"
+#include "nn/model.h"
 #include "nn/net.h"
 
 namespace shmtrain::nn {
@@ -232,14 +232,14 @@ TEST(Layers, MatchPyTorchsDefinitionsWrittenAsLoops) {
   const std::string text =
       "conv2d(4,3,padding=1),relu,maxpool2d(2),conv2d(5,3,stride=2,padding=1),tanh,"
       "avgpool2d(2,stride=1),flatten,linear(6),sigmoid,dropout(0.3),linear(3)";
-  NetSpec spec;
+  ModelSpec spec;
   spec.input = {3, 9, 8};
   spec.loss = Loss::kMse;
   ASSERT_TRUE(ParseModelText(text, &spec.layers).ok());
   Net<double> net(spec);
   const int64_t n = 2;
   const std::vector<double> x = Random(spec.input.Size() * n, 8);
-  std::vector<float> pf(ParamCount(spec));
+  std::vector<float> pf(spec.ParamCount());
   InitParams(spec, Init::kTorch, 9, pf.data());
   const std::vector<double> params(pf.begin(), pf.end());
   std::vector<double> got(net.Outputs() * n);
@@ -316,8 +316,8 @@ TEST(ModelText, ParsesPyTorchsNamesAndPrintsItsCanonicalForm) {
 
 TEST(ModelText, RefusalsNameTheLayerAndWhatIsWrong) {
   const std::pair<const char*, const char*> bad[] = {
-      {"conv2d(32,5),relu,softmax", "--model: layer 3 'softmax': unknown layer 'softmax' (layers: "},
-      {"conv2d(32)", "--model: layer 1 'conv2d(32)': conv2d needs kernel"},
+      {"conv2d(32,5),relu,softmax", "layer 3 'softmax': unknown layer 'softmax' (layers: "},
+      {"conv2d(32)", "layer 1 'conv2d(32)': conv2d needs kernel"},
       {"linear(10,3)", "linear takes 1 arguments at most (its arguments: out)"},
       {"conv2d(8,3,paddin=1)", "conv2d has no argument 'paddin' (its arguments: out, kernel, stride, padding)"},
       {"conv2d(8,3,padding=1,2)", "an argument by position after one by name"},
@@ -326,8 +326,8 @@ TEST(ModelText, RefusalsNameTheLayerAndWhatIsWrong) {
       {"linear(0)", "out must be in [1, 65536], not 0"},
       {"dropout(1)", "p must be in [0, 0.99], not 1"},
       {"linear(ten)", "out wants a number, not 'ten'"},
-      {"relu,,linear(2)", "--model: layer 2 '': empty layer"},
-      {"linear(2", "--model: unbalanced parentheses"},
+      {"relu,,linear(2)", "layer 2 '': empty layer"},
+      {"linear(2", "unbalanced parentheses in 'linear(2'"},
       {"linear(2)x", "text after its closing parenthesis"},
   };
   for (const auto& [text, want] : bad) {
@@ -350,8 +350,8 @@ TEST(Shapes, ResolveAndNameTheLayerThatDoesNotFit) {
   EXPECT_EQ(shapes[5], (Shape{64, 7, 7}));
   EXPECT_EQ(shapes[6], (Shape{3136, 1, 1}));
   EXPECT_EQ(shapes[9], (Shape{10, 1, 1}));
-  NetSpec cnn_small{{1, 28, 28}, l, Loss::kXent};
-  EXPECT_EQ(ParamCount(cnn_small), 32 * 25 + 32 + 64 * 32 * 25 + 64 + 3136 * 128 + 128 + 1290);
+  ModelSpec cnn_small{{1, 28, 28}, l, Loss::kXent};
+  EXPECT_EQ(cnn_small.ParamCount(), 32u * 25 + 32 + 64 * 32 * 25 + 64 + 3136 * 128 + 128 + 1290);
 
   const std::pair<const char*, const char*> bad[] = {
       {"conv2d(32,5,padding=2),relu,maxpool2d(2),conv2d(64,15)",
@@ -370,50 +370,38 @@ TEST(Shapes, ResolveAndNameTheLayerThatDoesNotFit) {
             "data one)");
 }
 
-// ---- the MLP of --layers, to the bit --------------------------------------------------------
+// ---- the MLP of --layers ------------------------------------------------------------------
 
-template <class S>
-void ExpectSameBitsAsMlp(Activation f, Loss loss) {
-  ModelSpec mlp;
-  mlp.layers = {5, 7, 6, 3};
-  mlp.activation = f;
-  mlp.loss = loss;
-  NetSpec spec{{5, 1, 1}, MlpLayers(mlp.layers, f), loss};
-  ASSERT_EQ(ParamCount(spec), static_cast<int64_t>(mlp.ParamCount()));
-  std::vector<float> init_mlp(mlp.ParamCount()), init_net(mlp.ParamCount());
-  for (Init init : {Init::kNormal, Init::kXavier, Init::kHe, Init::kTorch}) {
-    nn::InitParams(mlp, init, 11, init_mlp.data());
-    nn::InitParams(spec, init, 11, init_net.data());
-    ASSERT_EQ(0, std::memcmp(init_mlp.data(), init_net.data(), init_mlp.size() * sizeof(float)))
-        << ToString(init);
+// --layers' shorthand is the model of linear and activation layers it stands for, and the
+// model says it is that MLP again (model files and checkpoint fingerprints of MLPs keep the
+// encoding of the releases before layers). The bits are tests/fixture_test.cc's.
+TEST(Mlp, TheShorthandIsItsLayersAndBack) {
+  const ModelSpec m = ModelSpec::Mlp({5, 7, 6, 3}, Activation::kRelu, Loss::kXent);
+  EXPECT_EQ(m.Text(), "linear(7),relu,linear(6),relu,linear(3)");
+  EXPECT_EQ(m.input, (Shape{5, 1, 1}));
+  EXPECT_EQ(m.ParamCount(), 5u * 7 + 7 + 7 * 6 + 6 + 6 * 3 + 3);
+  EXPECT_EQ(m.outputs(), 3);
+  std::vector<int> sizes;
+  Activation f = Activation::kTanh;
+  ASSERT_TRUE(m.AsMlp(&sizes, &f));
+  EXPECT_EQ(sizes, (std::vector<int>{5, 7, 6, 3}));
+  EXPECT_EQ(f, Activation::kRelu);
+  const ModelSpec linear = ModelSpec::Mlp({4, 3, 2}, Activation::kIdentity, Loss::kMse);
+  EXPECT_EQ(linear.Text(), "linear(3),linear(2)");
+  ASSERT_TRUE(linear.AsMlp(&sizes, &f));
+  EXPECT_EQ(f, Activation::kIdentity);
+  // Not MLPs: mixed activations, an activation first or last, other layers, image inputs.
+  for (const char* text : {"linear(3),relu,linear(3),tanh,linear(2)", "relu,linear(2)",
+                           "linear(2),relu", "linear(3),dropout,linear(2)",
+                           "linear(3),relu,relu,linear(2)", "linear(3),relu,linear(3),linear(2)"}) {
+    ModelSpec x;
+    x.input = {4, 1, 1};
+    ASSERT_TRUE(ParseModelText(text, &x.layers).ok()) << text;
+    EXPECT_FALSE(x.AsMlp(&sizes, &f)) << text;
   }
-  const int64_t n = 9;
-  const std::vector<S> params(init_mlp.begin(), init_mlp.end());
-  const std::vector<S> x = As<S>(Random(5 * n, 12));
-  std::vector<S> y(n);
-  for (int64_t i = 0; i < n; ++i) y[i] = loss == Loss::kXent ? static_cast<S>(i % 3) : S(0.5);
-  Workspace<S> ws;
-  Net<S> net(spec);
-  std::vector<S> g1(params.size()), g2(params.size());
-  const double l1 = LossAndGrad(mlp, params.data(), x.data(), y.data(), n, g1.data(), ws);
-  const double l2 = net.LossAndGrad(params.data(), x.data(), y.data(), n, PassInfo{}, g2.data());
-  EXPECT_EQ(l1, l2);
-  EXPECT_EQ(0, std::memcmp(g1.data(), g2.data(), g1.size() * sizeof(S)));
-  std::vector<S> p1(3 * n), p2(3 * n);
-  Predict(mlp, params.data(), x.data(), n, p1.data(), ws);
-  net.Predict(params.data(), x.data(), n, p2.data());
-  EXPECT_EQ(0, std::memcmp(p1.data(), p2.data(), p1.size() * sizeof(S)));
-}
-
-TEST(Mlp, TheLayersOfLayersGiveTheSameBits) {
-  for (Activation f : {Activation::kTanh, Activation::kRelu, Activation::kSigmoid,
-                       Activation::kIdentity}) {
-    for (Loss loss : {Loss::kMse, Loss::kXent}) {
-      SCOPED_TRACE(std::string(ToString(f)) + " " + ToString(loss));
-      ExpectSameBitsAsMlp<float>(f, loss);
-      ExpectSameBitsAsMlp<double>(f, loss);
-    }
-  }
+  ModelSpec image = m;
+  image.input = {5, 1, 2};
+  EXPECT_FALSE(image.AsMlp(&sizes, &f));
 }
 
 // ---- dropout ---------------------------------------------------------------------------------

@@ -40,13 +40,13 @@ namespace {
   } while (0)
 
 TEST(Layout, PinsEveryField) {
-  EXPECT_EQ(kAbiVersion, 9u);
+  EXPECT_EQ(kAbiVersion, 10u);
   EXPECT_EQ(std::memcmp(&kMagic, "SHMTRAIN", 8), 0);
   EXPECT_EQ(kLossRing, 4096);
-  EXPECT_EQ(kMaxLayers, 64);
+  EXPECT_EQ(kMaxModelText, 4096u);
   EXPECT_EQ(kStalenessBuckets, 12);
   EXPECT_EQ(kDurationBuckets, 20);
-  EXPECT_EQ(sizeof(Header), 66880u);
+  EXPECT_EQ(sizeof(Header), 70720u);
   PIN(Header, magic, 0, 8);
   PIN(Header, abi_version, 8, 4);
   PIN(Header, header_size, 12, 4);
@@ -68,58 +68,57 @@ TEST(Layout, PinsEveryField) {
   PIN(Header, snapshot_stride, 184, 8);
   PIN(Header, host_sum_offset, 192, 8);
   PIN(Header, global_sum_offset, 200, 8);
-  PIN(Header, config, 208, 600);
-  PIN(Header, abort_epoch, 832, 4);
-  PIN(Header, wake_seq, 896, 4);
-  PIN(Header, waiters, 900, 4);
-  PIN(Header, released_step, 904, 8);
-  PIN(Header, param_version, 960, 8);
-  PIN(Header, claimed, 1024, 8);
-  PIN(Header, eval_ack, 1088, 8);
-  PIN(Header, stop_eval, 1096, 8);
-  PIN(Header, diverged_step, 1104, 8);
-  PIN(Header, combined_step, 1152, 8);
-  PIN(Header, combined_samples, 1160, 8);
-  PIN(Header, combined_loss, 1168, 8);
-  PIN(Header, last_loss, 1216, 8);
-  PIN(Header, last_grad_norm, 1224, 8);
-  PIN(Header, step1_end_ns, 1280, 8);
-  PIN(Header, last_end_ns, 1288, 8);
-  PIN(Header, loss_ring, 1296, 65536);
-  EXPECT_EQ(sizeof(RunConfig), 600u);
+  PIN(Header, config, 208, 4456);
+  PIN(Header, abort_epoch, 4672, 4);
+  PIN(Header, wake_seq, 4736, 4);
+  PIN(Header, waiters, 4740, 4);
+  PIN(Header, released_step, 4744, 8);
+  PIN(Header, param_version, 4800, 8);
+  PIN(Header, claimed, 4864, 8);
+  PIN(Header, eval_ack, 4928, 8);
+  PIN(Header, stop_eval, 4936, 8);
+  PIN(Header, diverged_step, 4944, 8);
+  PIN(Header, combined_step, 4992, 8);
+  PIN(Header, combined_samples, 5000, 8);
+  PIN(Header, combined_loss, 5008, 8);
+  PIN(Header, last_loss, 5056, 8);
+  PIN(Header, last_grad_norm, 5064, 8);
+  PIN(Header, step1_end_ns, 5120, 8);
+  PIN(Header, last_end_ns, 5128, 8);
+  PIN(Header, loss_ring, 5136, 65536);
+  EXPECT_EQ(sizeof(RunConfig), 4456u);
   PIN(RunConfig, mode, 0, 4);
-  PIN(RunConfig, activation, 4, 4);
-  PIN(RunConfig, loss, 8, 4);
-  PIN(RunConfig, num_layers, 12, 4);
-  PIN(RunConfig, layers, 16, 256);
-  PIN(RunConfig, workers, 272, 4);
-  PIN(RunConfig, hosts, 276, 4);
-  PIN(RunConfig, host_index, 280, 4);
-  PIN(RunConfig, reserved0, 284, 4);
-  PIN(RunConfig, param_count, 288, 8);
-  PIN(RunConfig, rows, 296, 8);
-  PIN(RunConfig, features, 304, 8);
-  PIN(RunConfig, batch, 312, 8);
-  PIN(RunConfig, total_steps, 320, 8);
-  PIN(RunConfig, log_every, 328, 8);
-  PIN(RunConfig, seed, 336, 8);
-  PIN(RunConfig, barrier_timeout_s, 344, 8);
-  PIN(RunConfig, spin_ns, 352, 8);
-  PIN(RunConfig, master_pid, 360, 8);
-  PIN(RunConfig, fault_rank, 368, 4);
-  PIN(RunConfig, fault_point, 372, 4);
-  PIN(RunConfig, fault_step, 376, 8);
-  PIN(RunConfig, rule, 384, 4);
-  PIN(RunConfig, fault_incarnations, 388, 4);
-  PIN(RunConfig, lambda, 392, 8);
-  PIN(RunConfig, ms_decay, 400, 8);
-  PIN(RunConfig, epsilon, 408, 8);
-  PIN(RunConfig, max_staleness, 416, 8);
-  PIN(RunConfig, checkpoint_every, 424, 8);
-  PIN(RunConfig, first_step, 432, 8);
-  PIN(RunConfig, eval_every, 440, 8);
-  PIN(RunConfig, snapshots, 448, 8);
-  PIN(RunConfig, optim, 456, 144);
+  PIN(RunConfig, loss, 4, 4);
+  PIN(RunConfig, input_shape, 8, 24);
+  PIN(RunConfig, model, 32, 4096);
+  PIN(RunConfig, workers, 4128, 4);
+  PIN(RunConfig, hosts, 4132, 4);
+  PIN(RunConfig, host_index, 4136, 4);
+  PIN(RunConfig, reserved0, 4140, 4);
+  PIN(RunConfig, param_count, 4144, 8);
+  PIN(RunConfig, rows, 4152, 8);
+  PIN(RunConfig, features, 4160, 8);
+  PIN(RunConfig, batch, 4168, 8);
+  PIN(RunConfig, total_steps, 4176, 8);
+  PIN(RunConfig, log_every, 4184, 8);
+  PIN(RunConfig, seed, 4192, 8);
+  PIN(RunConfig, barrier_timeout_s, 4200, 8);
+  PIN(RunConfig, spin_ns, 4208, 8);
+  PIN(RunConfig, master_pid, 4216, 8);
+  PIN(RunConfig, fault_rank, 4224, 4);
+  PIN(RunConfig, fault_point, 4228, 4);
+  PIN(RunConfig, fault_step, 4232, 8);
+  PIN(RunConfig, rule, 4240, 4);
+  PIN(RunConfig, fault_incarnations, 4244, 4);
+  PIN(RunConfig, lambda, 4248, 8);
+  PIN(RunConfig, ms_decay, 4256, 8);
+  PIN(RunConfig, epsilon, 4264, 8);
+  PIN(RunConfig, max_staleness, 4272, 8);
+  PIN(RunConfig, checkpoint_every, 4280, 8);
+  PIN(RunConfig, first_step, 4288, 8);
+  PIN(RunConfig, eval_every, 4296, 8);
+  PIN(RunConfig, snapshots, 4304, 8);
+  PIN(RunConfig, optim, 4312, 144);
   EXPECT_EQ(sizeof(WorkerBlock), 768u);
   PIN(WorkerBlock, phase, 0, 8);
   PIN(WorkerBlock, heartbeat_ns, 8, 8);
@@ -274,18 +273,10 @@ TEST(Layout, ValidateRefusesSizesThatWrap) {
   h.config.rows = 50 + (int64_t{1} << 62);
   EXPECT_REFUSED_FOR(h, "more than 2^64 bytes");
 
-  // The parameter count itself: 64 layers of 2^31 - 1 units wrap it.
+  // The parameter count must be the model's.
   h = ok;
-  h.config.num_layers = static_cast<uint32_t>(kMaxLayers);
-  uint64_t wrapped = 0;
-  for (int l = 0; l < kMaxLayers; ++l) h.config.layers[l] = INT32_MAX;
-  for (int l = 0; l + 1 < kMaxLayers; ++l) {
-    wrapped += uint64_t{INT32_MAX} * (uint64_t{INT32_MAX} + 1);
-  }
-  h.config.features = INT32_MAX;
-  h.config.rows = 0;
-  h.config.param_count = wrapped;
-  EXPECT_REFUSED_FOR(h, "is not the layers' count (more than 2^64)");
+  h.config.param_count = 17;
+  EXPECT_REFUSED_FOR(h, "param_count 17 is not the layers' count (16)");
 }
 
 TEST(Layout, ComputeLayoutSaysWhenItDoesNotFit) {
@@ -303,21 +294,24 @@ TEST(Layout, ComputeLayoutSaysWhenItDoesNotFit) {
   EXPECT_NE(st.message().find("does not fit in 64 bits"), std::string::npos) << st.message();
 }
 
-TEST(Layout, ValidateRefusesLayersAWorkerCannotRun) {
+TEST(Layout, ValidateRefusesModelsAWorkerCannotRun) {
   const Header ok = test::ParabolaLayout(Mode::kSync, 2, 0);
-  // Negative units: the parameter count (in 64 bits, as it was) wraps consistently.
   Header h = ok;
-  h.config.layers[1] = -2;
-  h.config.param_count = static_cast<uint64_t>(-2) * 2 + 1 * static_cast<uint64_t>(-1);
-  EXPECT_REFUSED_FOR(h, "layer 1 has -2 units");
+  std::snprintf(h.config.model, sizeof h.config.model, "%s", "linear(5),tanx,linear(1)");
+  EXPECT_REFUSED_FOR(h, "model: layer 2 'tanx': unknown layer 'tanx'");
   h = ok;
-  h.config.layers[1] = 0;
-  h.config.param_count = 1;
-  EXPECT_REFUSED_FOR(h, "layer 1 has 0 units");
-  // The first layer reads layers[0] values of each row of X, which has `features` per row.
+  std::memset(h.config.model, 'x', sizeof h.config.model);  // no end
+  EXPECT_REFUSED_FOR(h, "model: a model text without its end");
+  h = ok;
+  h.config.input_shape[1] = 0;
+  EXPECT_REFUSED_FOR(h, "model: input dimension 0 (1 to 65536)");
+  h = ok;
+  h.config.input_shape[1] = 3;  // 1x3x1 into a linear layer
+  EXPECT_REFUSED_FOR(h, "model: linear #1 (layer 1): input 1x3x1 is not flat");
+  // The first layer reads the model's inputs from each row of X, which has `features`.
   h = ok;
   h.config.features = 2;
-  EXPECT_REFUSED_FOR(h, "2 features for a first layer of 1 inputs");
+  EXPECT_REFUSED_FOR(h, "2 features for a model input of 1 (1 values)");
 }
 
 std::string Bytes(const Segment& s) { return std::string(s.base(), s.size()); }

@@ -38,8 +38,7 @@ std::vector<float> DistinctParams(const ModelSpec& spec) {
 // The 3-4-2 tanh classifier of cat and dog with min-max scaling.
 Model Classifier() {
   Model m;
-  m.spec.layers = {3, 4, 2};
-  m.spec.activation = Activation::kTanh;
+  m.spec = ModelSpec::Mlp({3, 4, 2}, Activation::kTanh, m.spec.loss);
   m.spec.loss = Loss::kXent;
   m.norm.kind = Normalize::kMinMax;
   m.norm.offset = {0.5f, -1.25f, 2e-7f};
@@ -52,8 +51,7 @@ Model Classifier() {
 // A 2-5-1 relu regressor without scaling (offsets 0 and scales 1, as Normalizer::Fit gives).
 Model Regressor() {
   Model m;
-  m.spec.layers = {2, 5, 1};
-  m.spec.activation = Activation::kRelu;
+  m.spec = ModelSpec::Mlp({2, 5, 1}, Activation::kRelu, m.spec.loss);
   m.spec.loss = Loss::kMse;
   m.norm.kind = Normalize::kNone;
   m.norm.offset = {0.0f, 0.0f};
@@ -62,10 +60,45 @@ Model Regressor() {
   return m;
 }
 
+template <class T>
+void Put(std::string* s, T v) {
+  s->append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+
+// The file version 2 of an MLP, as the releases before layered models wrote it (README.md,
+// "Model files"): what this build must still read. Written here independently of the product.
+std::string EncodeV2(const Model& m) {
+  std::vector<int> sizes;
+  Activation activation;
+  EXPECT_TRUE(m.spec.AsMlp(&sizes, &activation));
+  std::string s(kModelMagic, sizeof kModelMagic);
+  Put<uint32_t>(&s, 2);
+  Put<uint32_t>(&s, m.spec.loss == Loss::kXent ? 1 : 0);
+  Put<uint32_t>(&s, static_cast<uint32_t>(sizes.size()));
+  for (int l : sizes) Put<int32_t>(&s, l);
+  Put<uint32_t>(&s, static_cast<uint32_t>(activation));
+  Put<uint32_t>(&s, static_cast<uint32_t>(m.spec.loss));
+  const bool scaled = m.norm.kind != Normalize::kNone;
+  Put<uint32_t>(&s, static_cast<uint32_t>(m.norm.kind));
+  Put<uint32_t>(&s, scaled ? static_cast<uint32_t>(m.norm.offset.size()) : 0);
+  if (scaled) {
+    for (float v : m.norm.offset) Put<float>(&s, v);
+    for (float v : m.norm.scale) Put<float>(&s, v);
+  }
+  Put<uint32_t>(&s, static_cast<uint32_t>(m.classes.size()));
+  Put<uint32_t>(&s, m.classes.numeric ? 1 : 0);
+  for (const std::string& name : m.classes.names) {
+    Put<uint32_t>(&s, static_cast<uint32_t>(name.size()));
+    s += name;
+  }
+  Put<uint64_t>(&s, m.params.size());
+  s.append(reinterpret_cast<const char*>(m.params.data()), m.params.size() * sizeof(float));
+  Put<uint32_t>(&s, Crc32(s.data(), s.size()));
+  return s;
+}
+
 void ExpectSameModel(const Model& a, const Model& b) {
-  EXPECT_EQ(a.spec.layers, b.spec.layers);
-  EXPECT_EQ(a.spec.activation, b.spec.activation);
-  EXPECT_EQ(a.spec.loss, b.spec.loss);
+  EXPECT_EQ(a.spec, b.spec);
   EXPECT_EQ(a.norm.kind, b.norm.kind);
   EXPECT_EQ(a.norm.offset, b.norm.offset);
   EXPECT_EQ(a.norm.scale, b.norm.scale);
@@ -110,10 +143,53 @@ TEST(ModelFileTest, ClassifierRoundTrip) {
 }
 
 TEST(ModelFileTest, ClassifierLayout) {
-  // The layout of README.md's "Model files", field by field.
+  // The layout of README.md's "Model files", field by field (version 3).
   const Model m = Classifier();
   const std::string b = EncodeModel(m);
+  ASSERT_EQ(b.size(), 230u);
+  auto u32 = [&](size_t at) {
+    uint32_t v;
+    std::memcpy(&v, b.data() + at, 4);
+    return v;
+  };
+  EXPECT_EQ(b.substr(0, 8), "SHMTMODL");
+  EXPECT_EQ(u32(8), 3u);    // version
+  EXPECT_EQ(u32(12), 1u);   // task: classification
+  EXPECT_EQ(u32(16), 3u);   // input c, h, w
+  EXPECT_EQ(u32(20), 1u);
+  EXPECT_EQ(u32(24), 1u);
+  EXPECT_EQ(u32(28), 24u);  // the model text's bytes
+  EXPECT_EQ(b.substr(32, 24), "linear(4),tanh,linear(2)");
+  EXPECT_EQ(u32(56), 1u);   // xent
+  EXPECT_EQ(u32(60), 1u);   // minmax
+  EXPECT_EQ(u32(64), 3u);   // F
+  float f;
+  std::memcpy(&f, b.data() + 68, 4);
+  EXPECT_EQ(f, 0.5f);
+  std::memcpy(&f, b.data() + 80, 4);
+  EXPECT_EQ(f, 0.25f);
+  EXPECT_EQ(u32(92), 2u);   // K
+  EXPECT_EQ(u32(96), 0u);   // text labels
+  EXPECT_EQ(u32(100), 3u);
+  EXPECT_EQ(b.substr(104, 3), "cat");
+  EXPECT_EQ(u32(107), 3u);
+  EXPECT_EQ(b.substr(111, 3), "dog");
+  uint64_t n;
+  std::memcpy(&n, b.data() + 114, 8);
+  EXPECT_EQ(n, 26u);
+  EXPECT_EQ(std::memcmp(b.data() + 122, m.params.data(), 104), 0);
+}
+
+TEST(ModelFileTest, Version2ClassifierLayout) {
+  // Version 2, written by the releases before layered models: the test's own encoder, checked
+  // here field by field and against a file such a release wrote (fixture_test.cc).
+  const Model m = Classifier();
+  const std::string b = EncodeV2(m);
   ASSERT_EQ(b.size(), 210u);
+  Model back;
+  const Status s = DecodeModel(b, "m.bin", &back);
+  ASSERT_TRUE(s.ok()) << s.message();
+  ExpectSameModel(back, m);
   auto u32 = [&](size_t at) {
     uint32_t v;
     std::memcpy(&v, b.data() + at, 4);
@@ -150,9 +226,10 @@ TEST(ModelFileTest, ClassifierLayout) {
 TEST(ModelFileTest, RegressionRoundTrip) {
   const Model m = Regressor();
   const std::string bytes = EncodeModel(m);
-  // No scaling and no classes: magic, version/task/L, 3 layer sizes, activation/loss,
-  // normalisation/F (no offsets or scales), K/numeric (no names), n, 21 parameters, CRC.
-  EXPECT_EQ(bytes.size(), 8u + 12 + 12 + 8 + 8 + 8 + 8 + 4 * 21 + 4);
+  // No scaling and no classes: magic, version/task, input shape, T, the text
+  // "linear(5),relu,linear(1)", loss, normalisation/F (no offsets or scales), K/numeric (no
+  // names), n, 21 parameters, CRC.
+  EXPECT_EQ(bytes.size(), 8u + 8 + 12 + 4 + 24 + 4 + 8 + 8 + 8 + 4 * 21 + 4);
   Model back;
   const Status s = DecodeModel(bytes, "m.bin", &back);
   ASSERT_TRUE(s.ok()) << s.message();
@@ -169,7 +246,7 @@ TEST(ModelFileTest, RegressionRoundTrip) {
 
 TEST(ModelFileTest, StandardScalingRoundTrip) {
   Model m = Regressor();
-  m.spec.activation = Activation::kSigmoid;
+  m.spec = ModelSpec::Mlp({2, 5, 1}, Activation::kSigmoid, Loss::kMse);
   m.norm.kind = Normalize::kStandard;
   m.norm.offset = {-3.5f, 1e-30f};
   m.norm.scale = {0.125f, 7.0f};
@@ -180,8 +257,7 @@ TEST(ModelFileTest, StandardScalingRoundTrip) {
 
 TEST(ModelFileTest, NumericClassesRoundTrip) {
   Model m;
-  m.spec.layers = {2, 3};
-  m.spec.activation = Activation::kIdentity;
+  m.spec = ModelSpec::Mlp({2, 3}, Activation::kIdentity, m.spec.loss);
   m.spec.loss = Loss::kXent;
   m.norm.kind = Normalize::kNone;
   m.norm.offset = {0, 0};
@@ -205,6 +281,28 @@ TEST(ModelFileTest, NumericClassesRoundTrip) {
 
 TEST(ModelFileTest, EveryTruncationRefused) {
   const std::string bytes = EncodeModel(Classifier());
+  ASSERT_EQ(bytes.size(), 230u);
+  // The section each cut falls in (see ClassifierLayout).
+  auto expected = [](size_t len) -> std::string {
+    if (len < 8) return "too short to hold a header (" + std::to_string(len) + " bytes)";
+    if (len < 32) return kCut + "header";          // version, task, input shape, T
+    if (len < 56) return kCut + "model text";
+    if (len < 60) return kCut + "header";          // loss
+    if (len < 92) return kCut + "normalisation";   // kind, F, offsets, scales
+    if (len < 114) return kCut + "class list";     // K, numeric, names
+    return kCut + "parameters";                    // n, parameters, checksum
+  };
+  for (size_t len = 0; len < bytes.size(); ++len) {
+    SCOPED_TRACE("cut at " + std::to_string(len));
+    Model out;
+    const Status s = DecodeModel(bytes.substr(0, len), "m.bin", &out);
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.message(), kBad + expected(len));
+  }
+}
+
+TEST(ModelFileTest, EveryTruncationOfVersion2Refused) {
+  const std::string bytes = EncodeV2(Classifier());
   ASSERT_EQ(bytes.size(), 210u);
   // The section each cut falls in (see ClassifierLayout).
   auto expected = [](size_t len) -> std::string {
@@ -229,7 +327,13 @@ TEST(ModelFileTest, EveryTruncationRefused) {
 }
 
 TEST(ModelFileTest, FlippedBitIsChecksumMismatch) {
-  const std::string bytes = EncodeModel(Classifier());
+  const std::string v3 = EncodeModel(Classifier());
+  for (size_t at : {size_t{122}, size_t{170}, size_t{225}, size_t{229}}) {
+    std::string b = v3;
+    b[at] = static_cast<char>(b[at] ^ 1);
+    ExpectRefused(b, "checksum mismatch (the file is damaged)");
+  }
+  const std::string bytes = EncodeV2(Classifier());
   for (size_t at : {size_t{102}, size_t{150}, size_t{205}}) {
     for (int bit : {0, 7}) {
       std::string b = bytes;
@@ -250,11 +354,18 @@ TEST(ModelFileTest, FlippedBitIsChecksumMismatch) {
 TEST(ModelFileTest, OtherVersionRefused) {
   std::string b = EncodeModel(Classifier());
   PutU32(&b, 8, 1);
-  ExpectRefused(b, "format version 1, this build reads version 2 only (retrain, or use the build "
-                   "that wrote it)");
+  ExpectRefused(b, "format version 1, this build reads versions 2 and 3 only (retrain, or use "
+                   "the build that wrote it)");
+  PutU32(&b, 8, 4);
+  ExpectRefused(b, "format version 4, this build reads versions 2 and 3 only (retrain, or use "
+                   "the build that wrote it)");
+  // A version 3 file read as version 2 and the other way round: refused, never misread.
+  PutU32(&b, 8, 2);
+  Model out;
+  EXPECT_FALSE(DecodeModel(b, "m.bin", &out).ok());
+  b = EncodeV2(Classifier());
   PutU32(&b, 8, 3);
-  ExpectRefused(b, "format version 3, this build reads version 2 only (retrain, or use the build "
-                   "that wrote it)");
+  EXPECT_FALSE(DecodeModel(b, "m.bin", &out).ok());
 }
 
 TEST(ModelFileTest, WrongMagicRefused) {
@@ -275,7 +386,43 @@ TEST(ModelFileTest, TrailingBytesRefused) {
 }
 
 TEST(ModelFileTest, InconsistentFieldsRefused) {
-  const std::string bytes = EncodeModel(Classifier());
+  const std::string v3 = EncodeModel(Classifier());
+  struct Patch {
+    size_t offset;
+    uint32_t value;
+    const char* what;
+  };
+  for (const Patch& p : std::vector<Patch>{
+           {12, 0, "task and loss disagree"},
+           {12, 2, "unknown task 2"},
+           {16, 0, "input shape 0x1x1"},
+           {20, 5, "linear #1 (layer 1): input 3x5x1 is not flat (put flatten before it)"},
+           {24, 1u << 24, "input shape 3x1x16777216"},
+           {28, 4096, "model text of 4096 bytes"},
+           {28, 200, "cut short (truncated) in the model text"},
+           {56, 2, "unknown loss"},
+           {56, 0, "task and loss disagree"},
+           {60, 3, "unknown normalisation"},
+           {64, 2, "normalisation has 2 features, expected 3"},
+           {92, 3, "class list of 3 classes, expected 2"},
+       }) {
+    std::string b = v3;
+    PutU32(&b, p.offset, p.value);
+    SCOPED_TRACE(p.what);
+    ExpectRefused(b, p.what);
+  }
+  // The model text: a layer this build does not know, and outputs that are no classes.
+  std::string b = v3;
+  std::memcpy(b.data() + 32 + 10, "tanx", 4);
+  ExpectRefused(b, "layer 2 'tanx': unknown layer 'tanx' (layers: linear, conv2d, maxpool2d, "
+                   "avgpool2d, flatten, relu, tanh, sigmoid, dropout)");
+  b = v3;
+  std::memcpy(b.data() + 32 + 22, "1", 1);  // linear(1) with xent
+  ExpectRefused(b, "loss xent with 1 outputs");
+}
+
+TEST(ModelFileTest, InconsistentFieldsOfVersion2Refused) {
+  const std::string bytes = EncodeV2(Classifier());
   // One u32 field patched at a time (offsets as pinned by ClassifierLayout).
   struct Patch {
     size_t offset;
@@ -313,13 +460,12 @@ TEST(ModelFileTest, InconsistentFieldsRefused) {
   ExpectRefused(b, "class 0 is not a number");
   b = bytes;
   PutU32(&b, 94, 25);
-  ExpectRefused(b, "parameter count 25 does not fit the layers");
+  ExpectRefused(b, "parameter count 25 does not fit the layers (26)");
 }
 
 TEST(ModelFileTest, NumericClassesOutOfOrderRefused) {
   Model m;
-  m.spec.layers = {1, 2};
-  m.spec.loss = Loss::kXent;
+  m.spec = ModelSpec::Mlp({1, 2}, Activation::kTanh, Loss::kXent);
   m.classes = data::ClassMap::Build({"1", "2"});
   m.params = DistinctParams(m.spec);
   m.classes.names = {"2", "1.0"};  // written as given
@@ -425,7 +571,7 @@ TEST_F(ModelFileDirTest, LoadErrorsNameThePath) {
   {
     std::ofstream f(path, std::ios::binary);
     const std::string b = EncodeModel(Classifier());
-    f << b.substr(0, 100);
+    f << b.substr(0, 120);
   }
   s = LoadModel(path, &out);
   ASSERT_FALSE(s.ok());

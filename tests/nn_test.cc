@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "nn/mlp.h"
+#include "nn/model.h"
 #include "nn/rng.h"
 #include "nn/optimizer.h"
 #include "nn/schedule.h"
@@ -23,6 +23,25 @@
 
 namespace shmtrain::nn {
 namespace {
+
+// The MLPs of these tests, as --layers and --activation give them.
+ModelSpec Mlp(const std::vector<int>& sizes, Activation f = Activation::kTanh,
+              Loss loss = Loss::kMse) {
+  return ModelSpec::Mlp(sizes, f, loss);
+}
+std::vector<int> Sizes(const ModelSpec& spec) {
+  std::vector<int> sizes;
+  Activation f;
+  EXPECT_TRUE(spec.AsMlp(&sizes, &f)) << spec.Text();
+  return sizes;
+}
+Activation ActivationOf(const ModelSpec& spec) {
+  std::vector<int> sizes;
+  Activation f = Activation::kTanh;
+  EXPECT_TRUE(spec.AsMlp(&sizes, &f)) << spec.Text();
+  return f;
+}
+
 
 // ---------------------------------------------------------------------------------------------
 // ModelSpec vocabulary
@@ -82,11 +101,11 @@ TEST(ModelSpecTest, OutOfRangeEnumHasUnparseableName) {
 }
 
 TEST(ModelSpecTest, ParamCount) {
-  EXPECT_EQ((ModelSpec{{1, 5, 1}}).ParamCount(), 16u);
-  EXPECT_EQ((ModelSpec{{64, 128, 10}}).ParamCount(), 9610u);
-  EXPECT_EQ((ModelSpec{{3, 2}}).ParamCount(), 8u);
+  EXPECT_EQ(Mlp({1, 5, 1}).ParamCount(), 16u);
+  EXPECT_EQ(Mlp({64, 128, 10}).ParamCount(), 9610u);
+  EXPECT_EQ(Mlp({3, 2}).ParamCount(), 8u);
   // Above 2^32 parameters the count must not wrap.
-  EXPECT_EQ((ModelSpec{{65536, 65536, 65536}}).ParamCount(), 2 * (size_t{65536} * 65536 + 65536));
+  EXPECT_EQ(Mlp({65536, 65536, 65536}).ParamCount(), 2 * (size_t{65536} * 65536 + 65536));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -291,12 +310,12 @@ template <class S>
 Reference RunReference(const ModelSpec& spec, const std::vector<S>& params, const std::vector<S>& x,
                        const std::vector<S>& y, int64_t n) {
   Reference ref;
-  const size_t num_layers = spec.layers.size() - 1;
+  const size_t num_layers = Sizes(spec).size() - 1;
   for (int64_t s = 0; s < n; ++s) {
     std::vector<double> a(x.begin() + s * spec.inputs(), x.begin() + (s + 1) * spec.inputs());
     size_t off = 0;
     for (size_t l = 0; l < num_layers; ++l) {
-      const int in = spec.layers[l], out = spec.layers[l + 1];
+      const int in = Sizes(spec)[l], out = Sizes(spec)[l + 1];
       std::vector<double> z(out);
       for (int i = 0; i < out; ++i) {
         double acc = params[off + out * in + i];
@@ -307,7 +326,7 @@ Reference RunReference(const ModelSpec& spec, const std::vector<S>& params, cons
       if (l + 1 < num_layers) {
         for (double& v : z) {
           ref.min_abs_hidden_z = std::min(ref.min_abs_hidden_z, std::abs(v));
-          v = RefActivate(spec.activation, v);
+          v = RefActivate(ActivationOf(spec), v);
         }
       }
       a = z;
@@ -356,7 +375,7 @@ std::vector<S> Cast(const std::vector<double>& v) {
 // A 3-4-5-k net (two hidden layers) with the given activation and loss; for relu the
 // parameters are redrawn until no hidden pre-activation is within 1e-3 of the kink.
 Problem MakeGradProblem(Activation act, Loss loss) {
-  ModelSpec spec{{3, 4, 5, loss == Loss::kMse ? 1 : 4}, act, loss};
+  ModelSpec spec = Mlp({3, 4, 5, loss == Loss::kMse ? 1 : 4}, act, loss);
   for (uint64_t seed = 1;; ++seed) {
     Problem p = MakeProblem(spec, 6, seed);
     const Reference ref = RunReference(spec, p.params, p.x, p.y, p.n);
@@ -433,7 +452,7 @@ TEST_P(GradTest, HalvesAddUpToTheWholeBatch) {
   // The distributed average relies on this: workers' gradient sums over disjoint shares add
   // up to the gradient of the full batch.
   const Combo c = GetParam();
-  ModelSpec spec{{3, 4, 5, c.loss == Loss::kMse ? 1 : 4}, c.activation, c.loss};
+  ModelSpec spec = Mlp({3, 4, 5, c.loss == Loss::kMse ? 1 : 4}, c.activation, c.loss);
   const Problem p = MakeProblem(spec, 10, 17);
   const std::vector<float> params = Cast<float>(p.params), x = Cast<float>(p.x),
                            y = Cast<float>(p.y);
@@ -489,7 +508,7 @@ TEST(MlpTest, TinyIdentityMseByHand) {
   // x = {1, 2}: hidden {3, 5}, yhat {8, 14}; y = {5, 10}: residuals {3, 4}, loss 9 + 16 = 25.
   // dL/dyhat = 2r = {6, 8}: db1 = 14, dw1 = 6*3 + 8*5 = 58, db0 = 3*14 = 42,
   // dw0 = 3 * (6*1 + 8*2) = 66.
-  const ModelSpec spec{{1, 1, 1}, Activation::kIdentity, Loss::kMse};
+  const ModelSpec spec = Mlp({1, 1, 1}, Activation::kIdentity, Loss::kMse);
   const std::vector<double> params = {2, 1, 3, -1};
   const std::vector<double> x = {1, 2}, y = {5, 10};
   Workspace<double> ws;
@@ -510,7 +529,7 @@ TEST(MlpTest, TinyIdentityMseByHand) {
 
 TEST(MlpTest, XentOfZeroLogitsIsNLogK) {
   for (int k : {2, 3, 10}) {
-    const ModelSpec spec{{2, 3, k}, Activation::kTanh, Loss::kXent};
+    const ModelSpec spec = Mlp({2, 3, k}, Activation::kTanh, Loss::kXent);
     const std::vector<float> params(spec.ParamCount(), 0.0f);
     const int64_t n = 5;
     std::vector<float> x(n * 2), y(n);
@@ -535,7 +554,7 @@ TEST(MlpTest, XentOfZeroLogitsIsNLogK) {
 
 TEST(MlpTest, XentIsStableForHugeLogits) {
   // Logits of +-1e4 overflow exp() unless the max is subtracted.
-  const ModelSpec spec{{1, 3}, Activation::kIdentity, Loss::kXent};
+  const ModelSpec spec = Mlp({1, 3}, Activation::kIdentity, Loss::kXent);
   const std::vector<float> params = {1e4f, 0.0f, -1e4f, 0.0f, 0.0f, 0.0f};
   const std::vector<float> x = {1.0f, 1.0f}, y = {0.0f, 2.0f};
   Workspace<float> ws;
@@ -552,7 +571,7 @@ TEST(MlpTest, XentIsStableForHugeLogits) {
 
 TEST(MlpTest, EmptyBatch) {
   for (Loss loss : {Loss::kMse, Loss::kXent}) {
-    const ModelSpec spec{{3, 4, 5, loss == Loss::kMse ? 1 : 3}, Activation::kRelu, loss};
+    const ModelSpec spec = Mlp({3, 4, 5, loss == Loss::kMse ? 1 : 3}, Activation::kRelu, loss);
     const Problem p = MakeProblem(spec, 0, 3);
     Workspace<float> ws;
     const std::vector<float> params = Cast<float>(p.params);
@@ -573,8 +592,8 @@ TEST(MlpTest, EmptyBatch) {
 TEST(MlpTest, WorkspaceReuseAcrossSizesAndSpecs) {
   // One workspace serving batches of varying size and two different nets must give exactly
   // what a fresh workspace gives.
-  const ModelSpec a{{3, 8, 2}, Activation::kTanh, Loss::kXent};
-  const ModelSpec b{{5, 2, 6, 1}, Activation::kSigmoid, Loss::kMse};
+  const ModelSpec a = Mlp({3, 8, 2}, Activation::kTanh, Loss::kXent);
+  const ModelSpec b = Mlp({5, 2, 6, 1}, Activation::kSigmoid, Loss::kMse);
   const Problem pa = MakeProblem(a, 20, 1), pb = MakeProblem(b, 20, 2);
   Workspace<double> shared;
   for (int64_t n : {20, 3, 0, 11, 20, 1}) {
@@ -593,7 +612,7 @@ TEST(MlpTest, WorkspaceReuseAcrossSizesAndSpecs) {
 
 TEST(MlpTest, MseWithoutHiddenLayerIsLinearRegression) {
   // yhat = w . x + b; grad_w = sum 2 r x, grad_b = sum 2 r.
-  const ModelSpec spec{{2, 1}, Activation::kRelu, Loss::kMse};
+  const ModelSpec spec = Mlp({2, 1}, Activation::kRelu, Loss::kMse);
   const std::vector<double> params = {0.5, -1.0, 2.0};
   const std::vector<double> x = {1, 2, -3, 0.5}, y = {0, 1};
   // yhat = {0.5 - 2 + 2, -1.5 - 0.5 + 2} = {0.5, 0}; r = {0.5, -1}.
@@ -606,7 +625,7 @@ TEST(MlpTest, MseWithoutHiddenLayerIsLinearRegression) {
 }
 
 TEST(MlpTest, PredictXentRowsSumToOne) {
-  const ModelSpec spec{{3, 6, 4}, Activation::kRelu, Loss::kXent};
+  const ModelSpec spec = Mlp({3, 6, 4}, Activation::kRelu, Loss::kXent);
   const Problem p = MakeProblem(spec, 9, 11, 2.0);
   const std::vector<float> params = Cast<float>(p.params), x = Cast<float>(p.x);
   Workspace<float> ws;
@@ -627,7 +646,7 @@ TEST(MlpTest, PredictXentRowsSumToOne) {
 }
 
 TEST(MlpTest, PredictMseIsTheLinearOutput) {
-  const ModelSpec spec{{2, 5, 1}, Activation::kSigmoid, Loss::kMse};
+  const ModelSpec spec = Mlp({2, 5, 1}, Activation::kSigmoid, Loss::kMse);
   const Problem p = MakeProblem(spec, 7, 12);
   Workspace<double> ws;
   std::vector<double> out(7);
@@ -639,7 +658,7 @@ TEST(MlpTest, PredictMseIsTheLinearOutput) {
 TEST(MlpTest, LargerModelGradientSpotCheck) {
   // A model of realistic shape (blocked GEMM paths) against finite differences on a few
   // coordinates of every layer.
-  const ModelSpec spec{{40, 64, 48, 10}, Activation::kTanh, Loss::kXent};
+  const ModelSpec spec = Mlp({40, 64, 48, 10}, Activation::kTanh, Loss::kXent);
   Problem p = MakeProblem(spec, 128, 21, 0.15);
   Workspace<double> ws;
   std::vector<double> grad(spec.ParamCount());
@@ -662,7 +681,7 @@ TEST(MlpTest, LargerModelGradientSpotCheck) {
 // InitParams
 
 TEST(InitTest, DeterministicPerSeed) {
-  const ModelSpec spec{{10, 20, 3}};
+  const ModelSpec spec = Mlp({10, 20, 3});
   for (Init init : {Init::kNormal, Init::kXavier, Init::kHe}) {
     std::vector<float> a(spec.ParamCount()), b(spec.ParamCount()), c(spec.ParamCount());
     InitParams(spec, init, 5, a.data());
@@ -674,7 +693,7 @@ TEST(InitTest, DeterministicPerSeed) {
 }
 
 TEST(InitTest, DrawsInParameterOrder) {
-  const ModelSpec spec{{3, 4, 2}};
+  const ModelSpec spec = Mlp({3, 4, 2});
   std::vector<float> normal(spec.ParamCount()), xavier(spec.ParamCount()), he(spec.ParamCount());
   InitParams(spec, Init::kNormal, 99, normal.data());
   InitParams(spec, Init::kXavier, 99, xavier.data());
@@ -686,8 +705,8 @@ TEST(InitTest, DrawsInParameterOrder) {
   // Xavier/He: the weights take consecutive draws, the biases take none.
   Rng rx(99), rh(99);
   size_t off = 0;
-  for (size_t l = 0; l + 1 < spec.layers.size(); ++l) {
-    const int in = spec.layers[l], out = spec.layers[l + 1];
+  for (size_t l = 0; l + 1 < Sizes(spec).size(); ++l) {
+    const int in = Sizes(spec)[l], out = Sizes(spec)[l + 1];
     const double sx = std::sqrt(2.0 / (in + out)), sh = std::sqrt(2.0 / in);
     for (int i = 0; i < out * in; ++i, ++off) {
       EXPECT_EQ(xavier[off], static_cast<float>(sx * rx.Normal()));
@@ -707,7 +726,7 @@ struct LayerStats {
 };
 
 LayerStats Layer0Stats(const ModelSpec& spec, const std::vector<float>& params) {
-  const size_t nw = static_cast<size_t>(spec.layers[0]) * spec.layers[1];
+  const size_t nw = static_cast<size_t>(Sizes(spec)[0]) * Sizes(spec)[1];
   double sum = 0, sum2 = 0;
   for (size_t i = 0; i < nw; ++i) {
     sum += params[i];
@@ -715,12 +734,12 @@ LayerStats Layer0Stats(const ModelSpec& spec, const std::vector<float>& params) 
   }
   const double mean = sum / nw;
   bool zero = true;
-  for (int i = 0; i < spec.layers[1]; ++i) zero = zero && params[nw + i] == 0.0f;
+  for (int i = 0; i < Sizes(spec)[1]; ++i) zero = zero && params[nw + i] == 0.0f;
   return {mean, sum2 / nw - mean * mean, zero};
 }
 
 TEST(InitTest, NormalIsStandardNormal) {
-  const ModelSpec spec{{500, 400}};
+  const ModelSpec spec = Mlp({500, 400});
   std::vector<float> params(spec.ParamCount());
   InitParams(spec, Init::kNormal, 1, params.data());
   const LayerStats s = Layer0Stats(spec, params);
@@ -730,7 +749,7 @@ TEST(InitTest, NormalIsStandardNormal) {
 }
 
 TEST(InitTest, XavierAndHeVariances) {
-  const ModelSpec spec{{300, 200, 7}};
+  const ModelSpec spec = Mlp({300, 200, 7});
   std::vector<float> params(spec.ParamCount());
   InitParams(spec, Init::kXavier, 1, params.data());
   LayerStats s = Layer0Stats(spec, params);

@@ -62,8 +62,7 @@ SyncRun Parabola(const RefOptions& opt, int64_t steps) {
   SyncRun run;
   run.example = "parabola";
   run.rows = 50;
-  run.spec.layers = {1, 5, 1};
-  run.spec.activation = Activation::kTanh;
+  run.spec = ModelSpec::Mlp({1, 5, 1}, Activation::kTanh, run.spec.loss);
   run.spec.loss = Loss::kMse;
   run.init = "normal";
   run.seed = 1;
@@ -79,8 +78,7 @@ SyncRun Blobs(const RefOptions& opt, int64_t steps) {
   run.example = "blobs";
   run.rows = 60;
   run.features = 4;
-  run.spec.layers = {4, 6, 3};
-  run.spec.activation = Activation::kTanh;
+  run.spec = ModelSpec::Mlp({4, 6, 3}, Activation::kTanh, run.spec.loss);
   run.spec.loss = Loss::kXent;
   run.init = "xavier";
   run.seed = 3;
@@ -251,8 +249,7 @@ struct TinyProblem {
   ModelSpec spec;
   RefData data;
   TinyProblem() {
-    spec.layers = {1, 1};
-    spec.loss = Loss::kMse;
+    spec = ModelSpec::Mlp({1, 1}, Activation::kIdentity, Loss::kMse);
     data.rows = 1;
     data.features = 1;
     data.x = {1};

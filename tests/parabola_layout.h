@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include <cstdio>
+
 #include "shm/layout.h"
 #include "shm/segment.h"
 #include "shmtrain/model_spec.h"
@@ -19,13 +21,11 @@ inline shm::Header ParabolaLayout(Mode mode, int workers, uint32_t states,
   shm::Header h{};
   shm::RunConfig& c = h.config;
   c.mode = static_cast<uint32_t>(mode);
-  c.num_layers = 3;
-  c.layers[0] = 1;
-  c.layers[1] = 5;
-  c.layers[2] = 1;
+  c.input_shape[0] = c.input_shape[1] = c.input_shape[2] = 1;
+  std::snprintf(c.model, sizeof c.model, "%s", "linear(5),tanh,linear(1)");
   c.workers = static_cast<uint32_t>(workers);
   c.hosts = 1;
-  c.param_count = ModelSpec{{1, 5, 1}}.ParamCount();
+  c.param_count = ModelSpec::Mlp({1, 5, 1}, Activation::kTanh, Loss::kMse).ParamCount();
   c.rows = 50;
   c.features = 1;
   c.total_steps = 10;

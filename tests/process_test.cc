@@ -88,8 +88,7 @@ void ExpectPidsGone(const std::vector<pid_t>& pids) {
 
 ModelSpec ExampleSpec() {
   ModelSpec spec;
-  spec.layers = {1, 5, 1};
-  spec.activation = Activation::kTanh;
+  spec = ModelSpec::Mlp({1, 5, 1}, Activation::kTanh, spec.loss);
   spec.loss = Loss::kMse;
   return spec;
 }
@@ -271,8 +270,7 @@ SyncRun GridRun(const char* example, std::vector<int> layers, Activation act, Lo
   run.example = example;
   run.rows = example == std::string("blobs") ? 60 : 50;
   run.features = layers.front();
-  run.spec.layers = std::move(layers);
-  run.spec.activation = act;
+  run.spec = ModelSpec::Mlp(std::move(layers), act, run.spec.loss);
   run.spec.loss = loss;
   run.init = init;
   run.seed = 3;

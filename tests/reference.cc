@@ -66,9 +66,17 @@ double MaxScaledDiffOf(const std::vector<T>& got, const std::vector<double>& wan
 }
 
 // The mean loss and its gradient (RefGradient).
+// The MLP the reference computes: --layers' sizes and --activation.
+struct MlpOf {
+  explicit MlpOf(const ModelSpec& spec) { EXPECT_TRUE(spec.AsMlp(&layers, &activation)) << spec.Text(); }
+  std::vector<int> layers;
+  Activation activation = Activation::kTanh;
+};
+
 template <typename T>
-T GradientIn(const ModelSpec& spec, const std::vector<T>& w, const RefData& d,
+T GradientIn(const ModelSpec& model, const std::vector<T>& w, const RefData& d,
              std::vector<T>* grad) {
+  const MlpOf spec(model);
   const size_t layers = spec.layers.size() - 1;
   std::vector<size_t> offset(layers + 1, 0);
   for (size_t l = 0; l < layers; ++l) {
@@ -96,9 +104,9 @@ T GradientIn(const ModelSpec& spec, const std::vector<T>& w, const RefData& d,
     }
     // delta = dLoss/dz of the output layer.
     const std::vector<T>& yhat = z[layers - 1];
-    const int k = spec.outputs();
+    const int k = static_cast<int>(model.outputs());
     std::vector<T> delta(static_cast<size_t>(k));
-    if (spec.loss == Loss::kMse) {
+    if (model.loss == Loss::kMse) {
       for (int i = 0; i < k; ++i) {
         const T e = yhat[i] - static_cast<T>(d.y[s]);
         loss += e * e;
@@ -357,8 +365,9 @@ std::string Fmt17(double x) {
 
 std::vector<std::string> SyncRun::Argv(const RefOptions& o, int64_t run_steps,
                                        const std::string& save) const {
+  const MlpOf mlp(spec);
   std::string layers;
-  for (int n : spec.layers) layers += (layers.empty() ? "" : ",") + std::to_string(n);
+  for (int n : mlp.layers) layers += (layers.empty() ? "" : ",") + std::to_string(n);
   std::vector<std::string> a = {"train",
                                 "--example",
                                 example,
@@ -367,7 +376,7 @@ std::vector<std::string> SyncRun::Argv(const RefOptions& o, int64_t run_steps,
                                 "--layers",
                                 layers,
                                 "--activation",
-                                ToString(spec.activation),
+                                ToString(mlp.activation),
                                 "--loss",
                                 spec.loss == Loss::kXent ? "xent" : "mse",
                                 "--init",
@@ -408,9 +417,7 @@ RefComparison CompareWithReference(const SyncRun& run, const TempDir& dir) {
   ExpectExit(r, 0);
   ExpectNoSegments(r.pid);
   const Model m = LoadSaved(file);
-  EXPECT_EQ(m.spec.layers, run.spec.layers);
-  EXPECT_EQ(m.spec.activation, run.spec.activation);
-  EXPECT_EQ(m.spec.loss, run.spec.loss);
+  EXPECT_EQ(m.spec, run.spec);
   c.got = m.params;
   c.diff = MaxScaledDiff(c.got, c.want);
   return c;

@@ -29,7 +29,7 @@
 #include "master/validation.h"
 #include "monitoring/exporter.h"
 #include "nn/metrics.h"
-#include "nn/mlp.h"
+#include "nn/model.h"
 #include "shm/futex.h"
 #include "shm/segment.h"
 #include "tests/parabola_layout.h"
@@ -39,7 +39,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const ModelSpec kSpec{{1, 5, 1}};  // 16 parameters
+const ModelSpec kSpec = ModelSpec::Mlp({1, 5, 1}, Activation::kTanh, Loss::kMse);  // 16 parameters
 
 // A directory of its own under the system's temporary one, removed with everything in it.
 class TempDir {

@@ -42,7 +42,7 @@
 #include <vector>
 
 #include "data/batch_plan.h"
-#include "nn/mlp.h"
+#include "nn/model.h"
 #include "nn/optimizer.h"
 #include "nn/schedule.h"
 #include "nn/update.h"
@@ -208,9 +208,15 @@ int RunAsync(const shm::Segment& seg, int rank, uint32_t incarnation) {
       loaded = ticket;
     }
     const int64_t rows = static_cast<int64_t>(by.size());
-    const double loss =
-        nn::LossAndGrad<float>(spec, w_bak.data(), bx.data(), by.data(), rows, grad.data(), ws) /
-        static_cast<double>(rows);
+    // Dropout's mask follows the ticket and each sample's row (nn/layer.h, PassInfo).
+    nn::PassInfo pass;
+    pass.train = true;
+    pass.seed = c.seed;
+    pass.step = ticket;
+    pass.rows = idx.data();
+    const double loss = nn::LossAndGrad<float>(spec, w_bak.data(), bx.data(), by.data(), rows,
+                                               grad.data(), ws, pass) /
+                        static_cast<double>(rows);
     const float inv = 1.0f / static_cast<float>(rows);
     const double sq = nn::ScaleAndSquaredNorm(grad.data(), n, inv);
     shm::StoreRelaxed<uint64_t>(self->batches, static_cast<uint64_t>(b + 1));

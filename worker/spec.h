@@ -1,6 +1,9 @@
 // What both worker loops share: the model spec from the segment, barrier exit codes.
 #pragma once
 
+#include <cstdlib>
+
+#include "nn/layer.h"
 #include "shm/barrier.h"
 #include "shm/layout.h"
 #include "shmtrain/status.h"
@@ -8,10 +11,11 @@
 
 namespace shmtrain::worker {
 
+// The segment's model; Segment::Validate has checked that its text parses and resolves.
 inline ModelSpec SpecOf(const shm::RunConfig& c) {
   ModelSpec s;
-  s.layers.assign(c.layers, c.layers + c.num_layers);
-  s.activation = static_cast<Activation>(c.activation);
+  s.input = {c.input_shape[0], c.input_shape[1], c.input_shape[2]};
+  if (!nn::ParseModelText(c.model, &s.layers).ok()) std::abort();
   s.loss = static_cast<Loss>(c.loss);
   return s;
 }

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "data/batch_plan.h"
-#include "nn/mlp.h"
+#include "nn/model.h"
 #include "nn/optimizer.h"
 #include "nn/schedule.h"
 #include "shm/barrier.h"
@@ -156,11 +156,17 @@ void SyncRank::Gradient(int64_t t) {
   const float* x;
   const float* y;
   int64_t rows;
+  // Dropout's mask follows the step and each sample's row (nn/layer.h, PassInfo).
+  nn::PassInfo pass;
+  pass.train = true;
+  pass.seed = c_.seed;
+  pass.step = t;
   if (c_.batch == 0) {
     const auto r = data::BatchPlan::ShareOf(c_.rows, global_rank_, world_);
     x = seg_.x() + r.begin * features;
     y = seg_.y() + r.begin;
     rows = r.end - r.begin;
+    pass.first_row = r.begin;
   } else {
     plan_.Share(t, global_rank_, world_, &idx_);
     rows = static_cast<int64_t>(idx_.size());
@@ -173,13 +179,15 @@ void SyncRank::Gradient(int64_t t) {
     }
     x = bx_.data();
     y = by_.data();
+    pass.rows = idx_.data();
   }
   shm::SlotHeader* slot = seg_.slot(rank_);
   if (Fault(FaultPoint::kMidGradient, t)) {
     std::fill(seg_.grad(rank_), seg_.grad(rank_) + n_ / 2, NAN);
     DieNow();
   }
-  slot->loss_sum = nn::LossAndGrad<float>(spec_, seg_.params(t), x, y, rows, seg_.grad(rank_), ws_);
+  slot->loss_sum =
+      nn::LossAndGrad<float>(spec_, seg_.params(t), x, y, rows, seg_.grad(rank_), ws_, pass);
   slot->samples = rows;
   slot->step = t;
   shm::AddRelaxed<uint64_t>(self_->samples_total, static_cast<uint64_t>(rows));

@@ -1,4 +1,4 @@
-// The model vocabulary: layer sizes, activation, loss, initialisation.
+// The model vocabulary: shapes, layers, activation, loss, initialisation.
 //
 // The numeric values of the enums are stored in the segment header and in saved model files:
 // never renumber them, only append.
@@ -26,21 +26,52 @@ const char* ToString(Activation a);
 const char* ToString(Loss l);
 const char* ToString(Init i);
 
-// A dense MLP. layers = {inputs, hidden..., outputs}; at least two entries, each >= 1.
-// Hidden layers use `activation`; the output layer is always linear (identity): `mse` compares
-// it with the target directly, `xent` applies softmax inside the loss.
+// The shape of one sample's tensor: c channels of h x w; flat data is (features, 1, 1).
+struct Shape {
+  int64_t c = 0, h = 1, w = 1;
+  int64_t Size() const { return c * h * w; }
+  bool Flat() const { return h == 1 && w == 1; }
+  std::string Text() const;  // "32x14x14", or "784" when flat
+  friend bool operator==(const Shape&, const Shape&) = default;
+};
+
+// One layer of a model: its type's name in the model text (nn/layer.h: "conv2d") and the value
+// of every argument of that type, in the type's order, defaults filled in.
+struct LayerSpec {
+  std::string kind;
+  std::vector<double> args;
+  int64_t Int(size_t i) const { return static_cast<int64_t>(args[i]); }
+  friend bool operator==(const LayerSpec&, const LayerSpec&) = default;
+};
+
+// The longest model text (canonical, nn/layer.h) a run, a segment or a model file holds.
+inline constexpr size_t kMaxModelText = 4096;
+
+// A model: the shape of one input sample, a sequence of layers and a loss. The last layer's
+// outputs are compared with the target directly by mse, through softmax by xent.
 //
-// Parameter vector layout (float32, the same in the segment and in model files): for each
-// layer l = 0..L-1 with in = layers[l], out = layers[l+1]: W_l (out x in, column-major,
-// i.e. W_l(i, j) at offset i + j*out), then b_l (out). Layers follow each other without gaps.
+// The flat parameter vector (float32, the same in the segment, checkpoints and model files) is
+// the concatenation of the layers' parameter blocks in layer order (nn/layers/*.cc give each
+// block's layout; a linear layer's W is out x in, column-major: W(i, j) at i + j*out, then b).
+// The MLP of --layers s0,...,sL --activation f is the input s0 and the layers
+// linear(s1),f,...,linear(sL): the parameters of --layers as they always were.
 struct ModelSpec {
-  std::vector<int> layers;
-  Activation activation = Activation::kTanh;
+  Shape input;
+  std::vector<LayerSpec> layers;
   Loss loss = Loss::kMse;
 
+  static ModelSpec Mlp(const std::vector<int>& sizes, Activation activation, Loss loss);
+  int64_t inputs() const { return input.Size(); }
+  // These three resolve the layers' shapes (nn/layer.cc): a spec that does not resolve gives
+  // 0 outputs and parameters (ResolveShapes says why).
+  int64_t outputs() const;
   size_t ParamCount() const;
-  int inputs() const { return layers.front(); }
-  int outputs() const { return layers.back(); }
+  std::string Text() const;  // the canonical model text (nn::ModelText)
+  // The MLP this spec is, if it is one: sizes s0..sL and the activation (identity when the
+  // layers are linear only); false otherwise. Model files and checkpoints of MLPs keep the
+  // encoding of the releases that knew only MLPs.
+  bool AsMlp(std::vector<int>* sizes, Activation* activation) const;
+  friend bool operator==(const ModelSpec&, const ModelSpec&) = default;
 };
 
 }  // namespace shmtrain

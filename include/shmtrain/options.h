@@ -54,6 +54,10 @@ const char* ToString(Task t);
 const char* ToString(DataFormat f);
 inline Task TaskOf(Loss l) { return l == Loss::kXent ? Task::kClassification : Task::kRegression; }
 
+// The model's shapes and its outputs against its loss: kUsage naming `flag` (--layers or
+// --model) and the layer that does not fit. The input shape must be known (c > 0).
+Status CheckModel(const ModelSpec& model, const char* flag);
+
 struct TrainOptions {
   // Number of worker processes. Default 1; 1 <= workers <= 256.
   int workers = 1;
@@ -88,8 +92,17 @@ struct TrainOptions {
   // whose first lines have numbers such as "1,5").
   char decimal = 0;
 
-  // Model. layers: required, e.g. {1,5,1}; first = number of features, last = 1 for mse or the
-  // number of classes for xent; each size 1..65536, 2..64 entries.
+  // Model: --layers or --model, one of them. mlp_layers (--layers) with activation
+  // (--activation): the MLP of those sizes, e.g. {1,5,1}; first = number of features, last = 1
+  // for mse or the number of classes for xent; each size 1..65536, 2..64 entries. model_text
+  // (--model): layers in the model text (nn/layer.h), on input_shape (--input-shape C,H,W; c =
+  // 0: the data's own, 1xHxW for images of H x W, else flat). `model` is the model these say:
+  // Validate builds it (an MLP's whole, a --model's layers), and the run sets a --model's input
+  // from the data (master/run.cc).
+  std::vector<int> mlp_layers;
+  Activation activation = Activation::kTanh;
+  std::string model_text;
+  Shape input_shape{0, 0, 0};
   ModelSpec model;
   // Default torch: U(+-1/sqrt(fan_in)) keeps tanh units out of saturation. `example parabola`
   // (the seed script) uses normal, N(0, 1).
@@ -226,6 +239,11 @@ struct TrainOptions {
   static double DefaultHeartbeatTimeout(double barrier_timeout_s) {
     return barrier_timeout_s / 2 < 30 ? barrier_timeout_s / 2 : 30;
   }
+
+  // `model` from --layers (mlp_layers, activation) or --model (model_text, input_shape); the
+  // loss stays. kUsage when both or a bad model text are given. The CLI calls it before
+  // Validate.
+  Status BuildModel();
 
   // Checks every field against its limits and the fields against each other (data-dependent
   // checks such as layer sizes against the data live in the master). Returns kUsage.

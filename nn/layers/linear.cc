@@ -2,7 +2,8 @@
 //
 // Parameters: W (out x in, column-major: W(i, j) at i + j*out), then b (out). PyTorch's weight
 // is (out, in) row-major, so export transposes W. With the activation layers this is the MLP
-// of --layers to the bit: the same products and sums in the same order as nn/mlp.cc.
+// of --layers to the bit: the same products and sums in the same order as the releases before
+// layers (tests/fixtures/ holds a model one of them trained).
 #include <Eigen/Core>
 #include <cmath>
 
@@ -66,7 +67,7 @@ std::vector<ParamBlock> Params(const LayerSpec& spec, Shape in) {
 
 }  // namespace
 
-// The initialisations of nn/mlp.h's InitParams, with fan_in = in and fan_out = out: W in
+// The initialisations of nn/model.h's InitParams, with fan_in = in and fan_out = out: W in
 // parameter-vector order, then b.
 void InitWeightsAndBias(Init init, int64_t fan_in, int64_t fan_out, int64_t weights,
                         int64_t biases, Rng& rng, float* params) {

@@ -1,0 +1,208 @@
+// One core training cnn-small (the convolutional network of README.md, "Models") against this
+// machine's single-core GEMM rate, measured in the same run, and against PyTorch when it is
+// installed.
+//
+// Prints, at batch 64 and 128, one thread: each layer's forward and backward time and
+// GFLOP/s (multiply-adds count 2; pooling, activations and flatten count none), the whole
+// training step's samples/s and GFLOP/s, and the ratio of the step's rate to the GEMM rate.
+// With `python3 -c "import torch"` working (Debian's python3-torch: never installed by the
+// scripts, not a test dependency), bench/cnn_torch.py trains the same net in PyTorch in its
+// default NCHW layout and in channels_last, interleaved with ours, and the ratios are printed.
+// Medians of several runs.
+//
+// Usage: conv_bench [runs=5] [steps per run=20]
+#include <Eigen/Core>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <array>
+#include <vector>
+
+#include "bench/bench_util.h"
+#include "nn/layer.h"
+#include "nn/model.h"
+
+using namespace shmtrain;
+using nn::Net;
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr const char* kCnnSmall =
+    "conv2d(32,5,padding=2),relu,maxpool2d(2),conv2d(64,5,padding=2),relu,maxpool2d(2),"
+    "flatten,linear(128),relu,linear(10)";
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// Single-core GEMM rate: the median of `samples` runs of products of the shape of cnn-small's
+// largest one (its second convolution's forward at a chunk of 8 samples: 64 x 800 by 800 x
+// 1568), and of a 1024^3 product; the larger of the two rates is the limit.
+double GemmGflops(int samples) {
+  double best = 0;
+  for (auto [m, k, n, iters] : {std::array<int, 4>{64, 800, 1568, 40},
+                                std::array<int, 4>{1024, 1024, 1024, 4}}) {
+    const Eigen::MatrixXf a = Eigen::MatrixXf::Random(m, k), b = Eigen::MatrixXf::Random(k, n);
+    Eigen::MatrixXf c(m, n);
+    c.noalias() = a * b;
+    std::vector<double> rates;
+    volatile float sink = 0;
+    for (int s = 0; s < samples; ++s) {
+      const auto t0 = Clock::now();
+      for (int i = 0; i < iters; ++i) {
+        c.noalias() = a * b;
+        sink = sink + c(i % m, 0);
+      }
+      rates.push_back(2.0 * m * k * n * iters / Seconds(t0, Clock::now()) / 1e9);
+    }
+    const double r = bench::Median(rates);
+    std::printf("GEMM %dx%d * %dx%d (float, Eigen, 1 thread): %.1f GFLOP/s\n", m, k, k, n, r);
+    best = std::max(best, r);
+  }
+  return best;
+}
+
+// FLOPs of one layer's forward for n samples, and of its backward (dx only when wanted).
+void LayerFlops(const LayerSpec& l, Shape in, Shape out, int64_t n, bool dx,
+                double* fwd, double* bwd) {
+  *fwd = *bwd = 0;
+  if (l.kind == "conv2d") {
+    const double macs = static_cast<double>(out.Size()) * in.c * l.Int(1) * l.Int(1) * n;
+    *fwd = 2 * macs;
+    *bwd = 2 * macs * (dx ? 2 : 1);
+  } else if (l.kind == "linear") {
+    const double macs = static_cast<double>(in.Size()) * out.Size() * n;
+    *fwd = 2 * macs;
+    *bwd = 2 * macs * (dx ? 2 : 1);
+  }
+}
+
+struct Row {
+  std::vector<double> fwd_s, bwd_s;
+};
+
+// samples/s of PyTorch's run (bench/cnn_torch.py), or 0 when it does not run; its version.
+std::string g_torch_version = "?";
+double TorchRate(int batch, const char* layout, int steps) {
+  const std::string cmd = std::string("python3 ") + SHMTRAIN_SOURCE_DIR "/bench/cnn_torch.py " +
+                          std::to_string(batch) + " " + layout + " " + std::to_string(steps) +
+                          " 2>/dev/null";
+  FILE* f = popen(cmd.c_str(), "r");
+  if (f == nullptr) return 0;
+  double rate = 0;
+  char version[64] = "";
+  if (std::fscanf(f, "samples/s %lf torch %63s", &rate, version) != 2) rate = 0;
+  if (rate > 0) g_torch_version = version;
+  pclose(f);
+  return rate;
+}
+
+bool TorchWorks() { return std::system("python3 -c 'import torch' >/dev/null 2>&1") == 0; }
+
+void Run(int batch, int runs, int steps, double gemm, bool torch) {
+  ModelSpec spec;
+  spec.input = {1, 28, 28};
+  spec.loss = Loss::kXent;
+  if (!nn::ParseModelText(kCnnSmall, &spec.layers).ok()) std::abort();
+  std::vector<Shape> shapes;
+  if (!nn::ResolveShapes(spec.input, spec.layers, &shapes).ok()) std::abort();
+  Net<float> net(spec);
+  std::vector<float> params(net.ParamCount()), grad(net.ParamCount());
+  nn::InitParams(spec, Init::kTorch, 1, params.data());
+  std::vector<float> x(784 * batch), y(batch);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 2654435761u) % 256) / 255;
+  for (int i = 0; i < batch; ++i) y[i] = static_cast<float>(i % 10);
+  nn::PassInfo pass;
+  pass.train = true;
+
+  // Per layer: its own forward and backward on tensors of its shapes.
+  std::vector<Row> rows(spec.layers.size());
+  std::vector<std::vector<float>> acts(spec.layers.size() + 1);
+  acts[0] = x;
+  for (size_t i = 0; i < spec.layers.size(); ++i) acts[i + 1].resize(shapes[i].Size() * batch);
+  double step_flops = 0;
+  std::vector<double> layer_fwd(spec.layers.size()), layer_bwd(spec.layers.size());
+  Shape in = spec.input;
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    LayerFlops(spec.layers[i], in, shapes[i], batch, i > 0, &layer_fwd[i], &layer_bwd[i]);
+    step_flops += layer_fwd[i] + layer_bwd[i];
+    in = shapes[i];
+  }
+  std::vector<double> step_s, nchw, channels_last;
+  for (int r = 0; r < runs; ++r) {
+    if (torch) {
+      nchw.push_back(TorchRate(batch, "nchw", steps));
+      channels_last.push_back(TorchRate(batch, "channels_last", steps));
+    }
+    // The whole step.
+    net.LossAndGrad(params.data(), x.data(), y.data(), batch, pass, grad.data());
+    auto t0 = Clock::now();
+    for (int s = 0; s < steps; ++s) {
+      pass.step = s;
+      net.LossAndGrad(params.data(), x.data(), y.data(), batch, pass, grad.data());
+    }
+    step_s.push_back(Seconds(t0, Clock::now()) / steps);
+    // Layer by layer.
+    for (size_t i = 0; i < spec.layers.size(); ++i) {
+      auto& layer = const_cast<nn::Layer<float>&>(net.layer(i));
+      const float* p = params.data() + net.param_offset(i);
+      std::vector<float> dy(acts[i + 1].size(), 0.01f), dx(acts[i].size());
+      t0 = Clock::now();
+      for (int s = 0; s < steps; ++s) {
+        layer.Forward(p, acts[i].data(), batch, pass, acts[i + 1].data());
+      }
+      rows[i].fwd_s.push_back(Seconds(t0, Clock::now()) / steps);
+      t0 = Clock::now();
+      for (int s = 0; s < steps; ++s) {
+        layer.Backward(p, acts[i].data(), acts[i + 1].data(), dy.data(), batch, pass,
+                       i > 0 ? dx.data() : nullptr, grad.data() + net.param_offset(i));
+      }
+      rows[i].bwd_s.push_back(Seconds(t0, Clock::now()) / steps);
+    }
+  }
+  std::printf("\ncnn-small, batch %d, 1 thread (%.1f MFLOP a training sample):\n", batch,
+              step_flops / batch / 1e6);
+  std::printf("  %-28s %10s %9s %10s %9s\n", "layer", "fwd ms", "GFLOP/s", "bwd ms", "GFLOP/s");
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    const double f = bench::Median(rows[i].fwd_s), b = bench::Median(rows[i].bwd_s);
+    auto rate = [](double flops, double s) {
+      return flops > 0 ? std::to_string(static_cast<int>(flops / s / 1e9 * 10) / 10.0).substr(0, 5)
+                       : std::string("-");
+    };
+    std::printf("  %-28s %10.3f %9s %10.3f %9s\n", nn::ModelText({spec.layers[i]}).c_str(),
+                f * 1e3, rate(layer_fwd[i], f).c_str(), b * 1e3, rate(layer_bwd[i], b).c_str());
+  }
+  const double s = bench::Median(step_s);
+  const double rate = step_flops / s / 1e9;
+  std::printf("  whole step: %.2f ms, %.0f samples/s, %.1f GFLOP/s = %.2f of the GEMM rate "
+              "(median of %d runs of %d steps)\n",
+              s * 1e3, batch / s, rate, rate / gemm, runs, steps);
+  if (torch) {
+    const double a = bench::Median(nchw), b = bench::Median(channels_last);
+    std::printf("  PyTorch %s, 1 thread, interleaved: NCHW %.0f samples/s (ours %.2fx), "
+                "channels_last %.0f samples/s (ours %.2fx)\n",
+                g_torch_version.c_str(), a, batch / s / a, b, batch / s / b);
+  } else {
+    std::printf("  PyTorch: not run (python3 -c 'import torch' fails: Debian's python3-torch "
+                "is not installed)\n");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int runs = argc > 1 ? std::atoi(argv[1]) : 5;
+  const int steps = argc > 2 ? std::atoi(argv[2]) : 20;
+  if (runs < 1 || steps < 1) {
+    std::fprintf(stderr, "usage: conv_bench [runs>=1] [steps>=1]\n");
+    return 2;
+  }
+  const double gemm = GemmGflops(7);
+  std::printf("GEMM limit: %.1f GFLOP/s\n", gemm);
+  const bool torch = TorchWorks();
+  for (int batch : {64, 128}) Run(batch, runs, steps, gemm, torch);
+  return 0;
+}
