@@ -397,16 +397,24 @@ TEST(AsyncTickets, SigkilledWorkersLoseOnlyTornTickets) {
   const int64_t steps = 2000;
   // The kills come about 25 times per undisturbed run of this build, and never more often
   // than a replacement can start: in sanitizer builds a worker takes tens of milliseconds to
-  // start, and kills faster than that would only ever hit starting workers. kHeavier: the
-  // normal build did kHeavy's 2000 updates in under 100 ms, where kills 10 ms apart came
-  // only 7 times (and more updates would outgrow the fingerprints: 11000 had 5 collisions).
-  const ProcResult calm = Shmtrain(FrozenBlobs("async", 2, steps, {}, kHeavier));
+  // start, and kills faster than that would only ever hit starting workers. So the run must
+  // last 25 such intervals: the normal build does kHeavy's 2000 updates in under 100 ms, where
+  // kills 10 ms apart came only 7 times, and takes kHeavier there (more updates would outgrow
+  // the fingerprints: 11000 had 5 collisions); ASan's kHeavy run lasts long enough.
+  int hidden = kHeavy;
+  ProcResult calm = Shmtrain(FrozenBlobs("async", 2, steps, {}, hidden));
   ASSERT_EQ(calm.exit_code, 0) << calm.Describe();
-  const double wall_ms = 1e3 * Num(Summary(calm), "wall_s");
+  double wall_ms = 1e3 * Num(Summary(calm), "wall_s");
+  if (wall_ms < 25 * 10) {
+    hidden = kHeavier;
+    calm = Shmtrain(FrozenBlobs("async", 2, steps, {}, hidden));
+    ASSERT_EQ(calm.exit_code, 0) << calm.Describe();
+    wall_ms = 1e3 * Num(Summary(calm), "wall_s");
+  }
   const int every_ms = static_cast<int>(std::clamp(wall_ms / 25, 10.0, 500.0));
   const ProcResult r = Shmtrain(FrozenBlobs(
       "async", 2, steps,
-      {"--chaos-kill-every", std::to_string(every_ms) + "ms", "--chaos-seed", "5"}, kHeavier));
+      {"--chaos-kill-every", std::to_string(every_ms) + "ms", "--chaos-seed", "5"}, hidden));
   ASSERT_EQ(r.exit_code, 0) << r.Describe();
   const std::string s = Summary(r);
   std::printf("[ tickets under chaos ] %g restarts, %g torn\n", Num(s, "restarts"),
@@ -418,7 +426,7 @@ TEST(AsyncTickets, SigkilledWorkersLoseOnlyTornTickets) {
   // Every missed ticket below --steps is a torn one. Not every torn one is below --steps: a
   // fresh ticket handed out to make one up can be torn in its turn (so missed <= torn, with
   // equality when no make-up update was torn; both seen under ASan's slower updates).
-  EXPECT_LE(MissedTickets(r, steps, 50, kHeavier), Num(s, "torn_updates")) << s;
+  EXPECT_LE(MissedTickets(r, steps, 50, hidden), Num(s, "torn_updates")) << s;
 }
 
 TEST(AsyncRun, DivergenceEndsTheRunAndNamesTheStep) {

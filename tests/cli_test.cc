@@ -539,13 +539,14 @@ TEST(Divergence, AHugeLambdaIsNamedNotTheRate) {
   // make sure some are (2000 updates of 4 workers, 47 ms, ran one after the other once in 5
   // beside two busy cores, and the run then never diverged). A linear model: a ReLU layer's
   // units can all die under one huge step, and a run whose outputs are then constant stays
-  // finite.
+  // finite. Lambda 1e38: at 1e30, 2 runs in 20 beside three busy cores blew the weights up
+  // without ever leaving float's range (final losses 5e35 and 6e62), and exited 0.
   const ProcResult r = Shmtrain({"train", "--example", "parabola", "--layers", "1,1",
                                  "--steps", "20000", "--no-metrics", "--log-every", "0", "--lr",
                                  "0.01", "--mode", "async", "--workers", "4", "--rule",
-                                 "dc-asgd-c", "--lambda", "1e30"});
+                                 "dc-asgd-c", "--lambda", "1e38"});
   EXPECT_TRUE(r.exited && r.exit_code == 5) << r.Describe();
-  EXPECT_TRUE(Contains(r.err, "the delay compensation (--lambda 1e+30) is probably too large for "
+  EXPECT_TRUE(Contains(r.err, "the delay compensation (--lambda 1e+38) is probably too large for "
                               "--lr 0.01"))
       << r.err;
   EXPECT_FALSE(Contains(r.err, "learning rate")) << r.err;

@@ -1024,10 +1024,12 @@ TEST_F(MetricsTest, RealPrometheusScrapesTheTrainer) {
   ASSERT_EQ(res.size(), 1u) << "the combine histogram is not in Prometheus by host";
   EXPECT_EQ(res[0].metric["host"], kHost);
 
-  // Prometheus first (SIGTERM; Wait SIGKILLs it past the deadline), then the trainer.
-  prom.Signal(SIGTERM);
+  // Prometheus first, then the trainer. SIGKILL: a server of the test's own, whose graceful
+  // shutdown (its TSDB flushed to a scratch directory) once took more than 15 s beside two
+  // other tests on two cores, which says nothing about shmtrain.
+  prom.Signal(SIGKILL);
   const ProcResult pr = prom.Wait(kPrometheusStop);
-  EXPECT_TRUE(pr.exited) << "prometheus: " << pr.Describe();
+  EXPECT_FALSE(pr.timed_out) << "prometheus: " << pr.Describe();
   t.Stop();
 }
 
