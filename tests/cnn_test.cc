@@ -276,6 +276,40 @@ TEST(CnnFiles, SaveEvalPredictExportAndResume) {
   EXPECT_EQ(test::SplitLines(test::ReadWholeFile(dir.File("p.csv"))).size(), 31u);
   r = Shm({"export", "--model", dir.File("whole.model"), "--out", dir.File("m.npz")});
   ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  // numpy reads the export and, with PyTorch's definitions of the layers written in numpy
+  // (tests/npz_numpy_forward.py), predicts what predict does.
+  const ProcResult np =
+      test::RunProcess({NUMPY_PYTHON, NPZ_NUMPY_FORWARD_PY, dir.File("m.npz"), data}, kTimeout);
+  ASSERT_EQ(np.exit_code, 0) << np.Describe();
+  const std::vector<std::string> mine = test::SplitLines(np.out);
+  const std::vector<std::string> pred = test::SplitLines(test::ReadWholeFile(dir.File("p.csv")));
+  ASSERT_EQ(mine.size() + 1, pred.size());
+  for (size_t i = 0; i < mine.size(); ++i) {
+    std::vector<std::string> m;
+    size_t start = 0;
+    for (size_t k = 0; k <= mine[i].size(); ++k) {
+      if (k == mine[i].size() || mine[i][k] == '\t') {
+        m.push_back(mine[i].substr(start, k - start));
+        start = k + 1;
+      }
+    }
+    std::vector<std::string> p;
+    start = 0;
+    const std::string& line = pred[i + 1];
+    for (size_t k = 0; k <= line.size(); ++k) {
+      if (k == line.size() || line[k] == ',') {
+        p.push_back(line.substr(start, k - start));
+        start = k + 1;
+      }
+    }
+    ASSERT_EQ(m.size(), 4u) << mine[i];
+    ASSERT_EQ(p.size(), 4u) << line;
+    EXPECT_EQ(m[0], p[0]) << "row " << i;
+    for (size_t k = 1; k < 4; ++k) {
+      EXPECT_NEAR(std::stod(m[k]), std::stod(p[k]), 2e-5) << "row " << i << ": " << mine[i]
+                                                          << " against " << line;
+    }
+  }
 }
 
 }  // namespace

@@ -5,6 +5,11 @@
                                  the first F cells of each CSV row (a first line with a
                                  non-number is a header), printed as tests/npz_forward.py
                                  prints them: the class label TAB each probability, or the value
+
+An MLP's export is nn.Sequential(Linear, act, ..., Linear); any other model's names its layers
+("model", the model text) and its input shape, and each layer is written here from PyTorch's
+definitions in numpy, NCHW (conv2d, max and average pooling, flatten, activations; dropout
+is the identity outside training).
 """
 import csv
 import sys
@@ -12,22 +17,93 @@ import sys
 import numpy as np
 
 z = np.load(sys.argv[1], allow_pickle=False)
-layers = [int(n) for n in z["layers"]]
-act = {"relu": lambda a: np.maximum(a, 0), "tanh": np.tanh,
-       "sigmoid": lambda a: 1 / (1 + np.exp(-a)), "identity": lambda a: a}[str(z["activation"])]
 rows = list(csv.reader(open(sys.argv[2])))
 try:
     float(rows[0][0])
 except ValueError:
     rows = rows[1:]
-x = np.array([[float(c) for c in r[: layers[0]]] for r in rows], dtype=np.float64)
-a = (x - z["input.offset"]) * z["input.scale"]
-for l in range(len(layers) - 1):
-    w, b = z[f"{2 * l}.weight"], z[f"{2 * l}.bias"]
-    assert w.shape == (layers[l + 1], layers[l]) and b.shape == (layers[l + 1],), (l, w.shape)
-    a = a @ w.T.astype(np.float64) + b
-    if l + 2 < len(layers):
-        a = act(a)
+ACT = {"relu": lambda a: np.maximum(a, 0), "tanh": np.tanh,
+       "sigmoid": lambda a: 1 / (1 + np.exp(-a)), "identity": lambda a: a}
+
+
+def layers_of(text):
+    """The model text's layers as (name, positional args, named args)."""
+    out, depth, start = [], 0, 0
+    parts = []
+    for i, ch in enumerate(text + ","):
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    for part in parts:
+        name, _, rest = part.partition("(")
+        pos, named = [], {}
+        for arg in filter(None, rest.rstrip(")").split(",")):
+            k, eq, v = arg.partition("=")
+            if eq:
+                named[k] = float(v)
+            else:
+                pos.append(float(k))
+        out.append((name, pos, named))
+    return out
+
+
+def conv2d(a, w, b, stride, pad):
+    """torch.nn.functional.conv2d on NCHW a with weight (out, in, k, k)."""
+    n, c, h, wd = a.shape
+    o, _, k, _ = w.shape
+    a = np.pad(a, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    ho, wo = (h + 2 * pad - k) // stride + 1, (wd + 2 * pad - k) // stride + 1
+    y = np.zeros((n, o, ho, wo)) + b.reshape(1, o, 1, 1)
+    for ky in range(k):
+        for kx in range(k):
+            patch = a[:, :, ky:ky + stride * ho:stride, kx:kx + stride * wo:stride]
+            y += np.einsum("nchw,oc->nohw", patch, w[:, :, ky, kx].astype(np.float64))
+    return y
+
+
+def pool(a, k, stride, reduce):
+    n, c, h, w = a.shape
+    ho, wo = (h - k) // stride + 1, (w - k) // stride + 1
+    windows = [a[:, :, ky:ky + stride * ho:stride, kx:kx + stride * wo:stride]
+               for ky in range(k) for kx in range(k)]
+    return reduce(np.stack(windows), axis=0)
+
+
+if "model" in z.files:
+    # Any model: nn.Sequential of the model text's layers, module i for layer i.
+    shape = [int(v) for v in z["input_shape"]]
+    f = shape[0] * shape[1] * shape[2]
+    x = np.array([[float(c) for c in r[:f]] for r in rows], dtype=np.float64)
+    a = ((x - z["input.offset"]) * z["input.scale"]).reshape(len(rows), *shape)
+    for i, (name, pos, named) in enumerate(layers_of(str(z["model"]))):
+        if name == "linear":
+            a = a @ z[f"{i}.weight"].T.astype(np.float64) + z[f"{i}.bias"]
+        elif name == "conv2d":
+            a = conv2d(a, z[f"{i}.weight"], z[f"{i}.bias"], int(named.get("stride", 1)),
+                       int(named.get("padding", 0)))
+        elif name in ("maxpool2d", "avgpool2d"):
+            k = int(pos[0])
+            stride = int(named.get("stride", 0)) or k
+            a = pool(a, k, stride, np.max if name == "maxpool2d" else np.mean)
+        elif name == "flatten":
+            a = a.reshape(len(a), -1)
+        elif name == "dropout":
+            pass  # identity outside training
+        else:
+            a = ACT[name](a)
+else:
+    layers = [int(n) for n in z["layers"]]
+    act = ACT[str(z["activation"])]
+    x = np.array([[float(c) for c in r[: layers[0]]] for r in rows], dtype=np.float64)
+    a = (x - z["input.offset"]) * z["input.scale"]
+    for l in range(len(layers) - 1):
+        w, b = z[f"{2 * l}.weight"], z[f"{2 * l}.bias"]
+        assert w.shape == (layers[l + 1], layers[l]) and b.shape == (layers[l + 1],), (l, w.shape)
+        a = a @ w.T.astype(np.float64) + b
+        if l + 2 < len(layers):
+            a = act(a)
 if str(z["loss"]) == "xent":
     p = np.exp(a - a.max(axis=1, keepdims=True))
     p /= p.sum(axis=1, keepdims=True)
