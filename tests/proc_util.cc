@@ -459,10 +459,13 @@ std::vector<std::string> SplitLines(const std::string& text) {
   return lines;
 }
 
-TempDir::TempDir() {
-  const char* tmp = std::getenv("TMPDIR");
-  std::string tmpl =
-      std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/shmtrain_process_test.XXXXXX";
+TempDir::TempDir()
+    : TempDir(std::getenv("TMPDIR") != nullptr && *std::getenv("TMPDIR") != '\0'
+                  ? std::getenv("TMPDIR")
+                  : "/tmp") {}
+
+TempDir::TempDir(const std::string& base) {
+  std::string tmpl = base + "/shmtrain_process_test.XXXXXX";
   if (mkdtemp(tmpl.data()) == nullptr) {
     ADD_FAILURE() << "mkdtemp(" << tmpl << "): " << std::strerror(errno);
     return;

@@ -125,10 +125,12 @@ std::optional<std::string> JsonField(const std::string& line, const std::string&
 // is not.
 std::vector<std::string> SplitLines(const std::string& text);
 
-// A fresh directory under $TMPDIR (or /tmp), removed with its contents on destruction.
+// A fresh directory under $TMPDIR (or /tmp), or under `base`, removed with its contents on
+// destruction.
 class TempDir {
  public:
   TempDir();
+  explicit TempDir(const std::string& base);
   ~TempDir();
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
