@@ -5,8 +5,9 @@
 // Prints, at batch 64 and 128, one thread: each layer's forward and backward time and
 // GFLOP/s (multiply-adds count 2; pooling, activations and flatten count none), the whole
 // training step's samples/s and GFLOP/s, and the ratio of the step's rate to the GEMM rate.
-// With `python3 -c "import torch"` working (Debian's python3-torch: never installed by the
-// scripts, not a test dependency), bench/cnn_torch.py trains the same net in PyTorch in its
+// With `/usr/bin/python3 -c "import torch"` working (Debian's python3-torch, for Debian's own
+// python3 whatever python3 PATH finds first: never installed by the scripts, not a test
+// dependency), bench/cnn_torch.py trains the same net in PyTorch in its
 // default NCHW layout and in channels_last, interleaved with ours, and the ratios are printed.
 // Medians of several runs.
 //
@@ -87,7 +88,7 @@ struct Row {
 // samples/s of PyTorch's run (bench/cnn_torch.py), or 0 when it does not run; its version.
 std::string g_torch_version = "?";
 double TorchRate(int batch, const char* layout, int steps) {
-  const std::string cmd = std::string("python3 ") + SHMTRAIN_SOURCE_DIR "/bench/cnn_torch.py " +
+  const std::string cmd = std::string(TORCH_PYTHON) + " " + SHMTRAIN_SOURCE_DIR "/bench/cnn_torch.py " +
                           std::to_string(batch) + " " + layout + " " + std::to_string(steps) +
                           " 2>/dev/null";
   FILE* f = popen(cmd.c_str(), "r");
@@ -100,7 +101,9 @@ double TorchRate(int batch, const char* layout, int steps) {
   return rate;
 }
 
-bool TorchWorks() { return std::system("python3 -c 'import torch' >/dev/null 2>&1") == 0; }
+bool TorchWorks() {
+  return std::system((std::string(TORCH_PYTHON) + " -c 'import torch' >/dev/null 2>&1").c_str()) == 0;
+}
 
 void Run(int batch, int runs, int steps, double gemm, bool torch) {
   ModelSpec spec;
@@ -186,8 +189,8 @@ void Run(int batch, int runs, int steps, double gemm, bool torch) {
                 "channels_last %.0f samples/s (ours %.2fx)\n",
                 g_torch_version.c_str(), a, batch / s / a, b, batch / s / b);
   } else {
-    std::printf("  PyTorch: not run (python3 -c 'import torch' fails: Debian's python3-torch "
-                "is not installed)\n");
+    std::printf("  PyTorch: not run (%s -c 'import torch' fails: Debian's python3-torch is not "
+                "installed)\n", TORCH_PYTHON);
   }
 }
 
