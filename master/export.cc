@@ -44,8 +44,7 @@ void AppendLayered(const ModelSpec& spec, const float* p, std::vector<data::NpyA
     const nn::LayerType& t = *nn::FindLayerType(spec.layers[i].kind);
     if (t.params != nullptr) {
       const std::vector<nn::ParamBlock> blocks = t.params(spec.layers[i], in);
-      int64_t size = 0;
-      for (const nn::ParamBlock& b : blocks) size += b.Size();
+      const int64_t size = nn::ParamSize(t, spec.layers[i], in);
       std::vector<float> torch(p, p + size);
       if (t.to_torch != nullptr) t.to_torch(spec.layers[i], in, p, torch.data());
       const float* q = torch.data();

@@ -83,10 +83,7 @@ size_t ModelSpec::ParamCount() const {
   size_t n = 0;
   Shape in = input;
   for (size_t i = 0; i < layers.size(); ++i) {
-    const nn::LayerType& t = *nn::FindLayerType(layers[i].kind);
-    if (t.params != nullptr) {
-      for (const nn::ParamBlock& b : t.params(layers[i], in)) n += static_cast<size_t>(b.Size());
-    }
+    n += static_cast<size_t>(nn::ParamSize(*nn::FindLayerType(layers[i].kind), layers[i], in));
     in = shapes[i];
   }
   return n;
@@ -245,6 +242,24 @@ Status ParseModelText(std::string_view text, std::vector<LayerSpec>* layers) {
     layers->push_back(std::move(spec));
   }
   return Status::Ok();
+}
+
+int64_t ParamSize(const LayerType& t, const LayerSpec& spec, Shape in) {
+  if (t.params == nullptr) return 0;
+  int64_t n = 0;
+  for (const ParamBlock& b : t.params(spec, in)) n += b.Size();
+  return n;
+}
+
+Status SameShape(const LayerSpec&, Shape in, Shape* out) {
+  *out = in;
+  return Status::Ok();
+}
+
+Status NeedImage(Shape in) {
+  if (!in.Flat()) return Status::Ok();
+  return Status::Usage("input " + in.Text() +
+                       " has no image shape (--input-shape C,H,W gives flat data one)");
 }
 
 std::string ModelText(const std::vector<LayerSpec>& layers) {

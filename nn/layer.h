@@ -140,6 +140,14 @@ std::string LayerName(const std::vector<LayerSpec>& layers, size_t index);
 Status ResolveShapes(Shape input, const std::vector<LayerSpec>& layers,
                      std::vector<Shape>* shapes);
 
+// The number of parameters of layer `spec` of type `t` on input `in` (its blocks' sizes).
+int64_t ParamSize(const LayerType& t, const LayerSpec& spec, Shape in);
+
+// For layer files: an out_shape for layers that keep their input's shape.
+Status SameShape(const LayerSpec& spec, Shape in, Shape* out);
+// For layer files: ok for an image input; the refusal of flat data otherwise.
+Status NeedImage(Shape in);
+
 // For layer files: the initialisations of nn/model.h's InitParams for `weights` weights then
 // `biases` biases, with the fans of the layer (kTorch: U(+-1/sqrt(fan_in)) for both).
 void InitWeightsAndBias(Init init, int64_t fan_in, int64_t fan_out, int64_t weights,

@@ -25,13 +25,6 @@ std::vector<Shape> Shapes(const ModelSpec& spec) {
   return shapes;
 }
 
-int64_t BlocksSize(const LayerType& t, const LayerSpec& l, Shape in) {
-  if (t.params == nullptr) return 0;
-  int64_t n = 0;
-  for (const ParamBlock& b : t.params(l, in)) n += b.Size();
-  return n;
-}
-
 template <class S>
 void Reserve(AlignedVector<S>& v, int64_t size) {
   if (static_cast<int64_t>(v.size()) < size) v.resize(static_cast<size_t>(size));
@@ -46,7 +39,7 @@ void InitParams(const ModelSpec& spec, Init init, uint64_t seed, float* params) 
   for (size_t i = 0; i < spec.layers.size(); ++i) {
     const LayerType& t = *FindLayerType(spec.layers[i].kind);
     if (t.init != nullptr) t.init(spec.layers[i], in, init, rng, params);
-    params += BlocksSize(t, spec.layers[i], in);
+    params += ParamSize(t, spec.layers[i], in);
     in = shapes[i];
   }
 }
@@ -67,7 +60,7 @@ Net<S>::Net(const ModelSpec& spec) : spec_(spec) {
   for (size_t i = 0; i < spec.layers.size(); ++i) {
     const LayerType& t = *FindLayerType(spec.layers[i].kind);
     offsets_.push_back(param_count_);
-    param_count_ += BlocksSize(t, spec.layers[i], in);
+    param_count_ += ParamSize(t, spec.layers[i], in);
     layers_.push_back(t.maker<S>()(spec.layers[i], in, shapes[i]));
     in = shapes[i];
   }

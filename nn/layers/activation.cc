@@ -44,11 +44,6 @@ struct Elementwise {
   };
 };
 
-Status SameShape(const LayerSpec&, Shape in, Shape* out) {
-  *out = in;
-  return Status::Ok();
-}
-
 template <Fn F>
 LayerType Type(const char* name, const char* torch, const char* summary) {
   return {.name = name,

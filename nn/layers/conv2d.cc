@@ -133,10 +133,7 @@ class Conv2d final : public Layer<S> {
 
 Status OutShape(const LayerSpec& spec, Shape in, Shape* out) {
   const int64_t k = spec.Int(1), stride = spec.Int(2), pad = spec.Int(3);
-  if (in.Flat()) {
-    return Status::Usage("input " + in.Text() +
-                         " has no image shape (--input-shape C,H,W gives flat data one)");
-  }
+  if (Status s = NeedImage(in); !s.ok()) return s;
   if (in.h + 2 * pad < k || in.w + 2 * pad < k) {
     return Status::Usage("input " + in.Text() + ", kernel " + std::to_string(k) +
                          " with padding " + std::to_string(pad) + " leaves no output");

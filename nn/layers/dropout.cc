@@ -51,11 +51,6 @@ class Dropout final : public Layer<S> {
   const double p_;
 };
 
-Status SameShape(const LayerSpec&, Shape in, Shape* out) {
-  *out = in;
-  return Status::Ok();
-}
-
 }  // namespace
 
 extern const LayerType kDropout = {

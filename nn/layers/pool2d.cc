@@ -96,10 +96,7 @@ struct Pooling {
 
 Status OutShape(const LayerSpec& spec, Shape in, Shape* out) {
   const int64_t k = spec.Int(0), stride = StrideOf(spec);
-  if (in.Flat()) {
-    return Status::Usage("input " + in.Text() +
-                         " has no image shape (--input-shape C,H,W gives flat data one)");
-  }
+  if (Status s = NeedImage(in); !s.ok()) return s;
   if (in.h < k || in.w < k) {
     return Status::Usage("input " + in.Text() + ", kernel " + std::to_string(k) +
                          " leaves no output");
