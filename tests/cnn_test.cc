@@ -269,6 +269,9 @@ TEST(CnnFiles, SaveEvalPredictExportAndResume) {
 
   r = Shm({"eval", "--model", dir.File("whole.model"), "--data", data, "--log-format", "json"});
   ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  EXPECT_NE(r.out.find(std::string("\"model\":\"") + kModel + " on 1x6x6, xent"),
+            std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("\"accuracy\":"), std::string::npos) << r.out;
   r = Shm({"predict", "--model", dir.File("whole.model"), "--data", data, "--out",
            dir.File("p.csv")});

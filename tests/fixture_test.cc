@@ -72,6 +72,9 @@ TEST(OldFiles, TheModelPredictsWhatItPredicted) {
   const ProcResult r = Shm({"predict", "--model", kDir + "mlp-60.model", "--data",
                             kDir + "blobs.csv", "--out", dir.File("p.csv")});
   ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  // Described as that release described it.
+  EXPECT_NE(r.err.find("6-12-3 relu, xent, normalize standard, 3 classes"), std::string::npos)
+      << r.err;
   const std::vector<std::string> got = test::SplitLines(test::ReadWholeFile(dir.File("p.csv")));
   const std::vector<std::string> want =
       test::SplitLines(test::ReadWholeFile(kDir + "predictions.csv"));
