@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "nn/layer.h"
@@ -66,6 +68,19 @@ std::vector<Case> Cases() {
         break;
       }
     }
+  }
+  // Shapes that take other paths. The convolution's kernels (nn/layers/conv2d.cc): direct
+  // forward for few input channels, direct weight gradient for multiples of 16 output
+  // channels, im2col otherwise; rows of output pixels and runs of taps both longer and
+  // shorter than a tile of 6. Pooling whose windows tile the input exactly.
+  for (auto [text, in] : {std::pair<const char*, Shape>{"conv2d(16,3,padding=1)", {1, 5, 8}},
+                          {"conv2d(32,5,stride=2,padding=2)", {2, 7, 9}},
+                          {"conv2d(16,2)", {6, 5, 8}},
+                          {"maxpool2d(2)", {3, 6, 4}},
+                          {"avgpool2d(2)", {3, 6, 4}}}) {
+    std::vector<LayerSpec> l;
+    if (!ParseModelText(text, &l).ok()) std::abort();
+    cases.push_back({FindLayerType(l[0].kind), l[0], in, ModelText(l) + " on " + in.Text()});
   }
   return cases;
 }
@@ -168,6 +183,8 @@ TEST(EveryLayerCases, CoverEveryRegisteredTypeAndItsOptionalArguments) {
   for (const LayerType* t : LayerTypes()) {
     size_t want = 1;
     for (const LayerArg& a : t->args) want += !a.required;
+    const std::string name = t->name;
+    want += name == "conv2d" ? 3 : name.find("pool2d") != std::string::npos ? 1 : 0;
     EXPECT_EQ(std::count_if(cases.begin(), cases.end(), [&](const Case& c) { return c.type == t; }),
               static_cast<long>(want))
         << t->name << " has a variant on no input shape";

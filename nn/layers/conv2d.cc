@@ -1,23 +1,40 @@
 // conv2d(out, kernel, stride=1, padding=0): PyTorch's nn.Conv2d with square kernels, zero
 // padding, no dilation and no groups.
 //
-// Channels-last im2col and one matrix product per chunk of samples. The input is channels-
-// last (nn/layer.h), so the kernel's window over one input row is one contiguous run of
-// memory, and im2col is a few copies per output pixel; the product's result (out x pixels,
-// column-major) is the output, channels-last, with nothing to reorder. Samples are taken in
-// chunks whose im2col matrix stays near the cache (kColTarget), not the whole batch's.
+// Two kernels, chosen per layer by its shape:
+// - im2col + one Eigen matrix product per chunk of samples, for layers with many input
+//   channels. The input is channels-last (nn/layer.h), so the kernel's window over one input
+//   row is one contiguous run of memory, and im2col is a few copies per output pixel; the
+//   product's result (out x pixels, column-major) is the output, channels-last, with nothing
+//   to reorder. Samples are taken in chunks whose im2col matrix stays near the cache
+//   (kColTarget), not the whole batch's.
+// - A direct convolution for layers with few input channels (kDirectMaxIn), typically the
+//   first one on images: there the product's inner dimension is k*k*c (25 on a 5x5 kernel
+//   over grey images), too short for the GEMM to run near its rate, and im2col moves 25
+//   floats for every output pixel. The direct kernel reads one zero-padded sample (a few KB,
+//   in L1) and keeps a tile of kTile output pixels x kOb output channels in registers; its
+//   weight gradient keeps kTile kernel taps x kOb channels. bench/conv_bench measures both
+//   (README.md, "Performance").
+// Both sum in a fixed order: the same input gives the same bits on every run.
 //
 // Parameters: W (out x K, column-major) with K = kernel*kernel*in_channels ordered (ky, kx,
 // c), then b (out). PyTorch's weight is (out, in, kh, kw): export reorders.
 #include <Eigen/Core>
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "nn/layer.h"
 #include "nn/rng.h"
 
 namespace shmtrain::nn {
 namespace {
+
+using Eigen::internal::pmadd;
+using Eigen::internal::ploadu;
+using Eigen::internal::pset1;
+using Eigen::internal::pstoreu;
 
 template <class S>
 using Mat = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic>;
@@ -26,9 +43,36 @@ using Vec = Eigen::Matrix<S, Eigen::Dynamic, 1>;
 
 // Elements of the im2col matrix of one chunk of samples.
 constexpr int64_t kColTarget = int64_t{1} << 18;
+// The direct kernel: for layers of at most kDirectMaxIn input channels and a multiple of kOb
+// output channels; tiles of up to kTile pixels (forward) or kernel taps (weight gradient):
+// kTile x kOb accumulators fill 12 of AVX2's 16 registers with floats.
+constexpr int64_t kDirectMaxIn = 4, kOb = 16, kTile = 6;
+
+// f(std::integral_constant<int, N>{}, i) for tiles [i, i+N) covering [0, n): N = kTile but
+// for a narrower last tile. N is a constant so that the tile's loops unroll into registers.
+template <class F>
+void ForTiles(int64_t n, F&& f) {
+  int64_t i = 0;
+  for (; i + kTile <= n; i += kTile) f(std::integral_constant<int, kTile>{}, i);
+  switch (n - i) {
+    case 5: return f(std::integral_constant<int, 5>{}, i);
+    case 4: return f(std::integral_constant<int, 4>{}, i);
+    case 3: return f(std::integral_constant<int, 3>{}, i);
+    case 2: return f(std::integral_constant<int, 2>{}, i);
+    case 1: return f(std::integral_constant<int, 1>{}, i);
+    default: return;
+  }
+}
 
 template <class S>
 class Conv2d final : public Layer<S> {
+  // Eigen's SIMD packet for S (8 floats or 4 doubles with AVX2; S itself without vector units)
+  // and its operations: the direct kernel's registers.
+  using Packet = typename Eigen::internal::packet_traits<S>::type;
+  static constexpr int kLanes = Eigen::internal::unpacket_traits<Packet>::size;
+  static constexpr int kPackets = kOb / kLanes;
+  static_assert(kOb % kLanes == 0);
+
  public:
   Conv2d(const LayerSpec& spec, Shape in, Shape out)
       : Layer<S>(in, out),
@@ -38,11 +82,22 @@ class Conv2d final : public Layer<S> {
         pad_(spec.Int(3)),
         kdim_(k_ * k_ * in.c),
         pix_(out.h * out.w),
-        chunk_(std::max<int64_t>(1, kColTarget / (kdim_ * pix_))) {}
+        chunk_(std::max<int64_t>(1, kColTarget / (kdim_ * pix_))),
+        direct_forward_(in.c <= kDirectMaxIn && co_ % kOb == 0),
+        direct_weight_grad_(co_ % kOb == 0),
+        wp_(in.w + 2 * pad_) {
+    if (direct_forward_ || direct_weight_grad_) padded_.assign((in.h + 2 * pad_) * wp_ * in.c, S(0));
+  }
 
   void Forward(const S* params, const S* x, int64_t n, const PassInfo&, S* y) override {
     Eigen::Map<const Mat<S>> w(params, co_, kdim_);
     Eigen::Map<const Vec<S>> b(params + co_ * kdim_, co_);
+    if (direct_forward_) {
+      for (int64_t s = 0; s < n; ++s) {
+        DirectForward(params, x + s * this->in().Size(), y + s * this->out().Size());
+      }
+      return;
+    }
     for (int64_t i = 0; i < n; i += chunk_) {
       const int64_t m = std::min(chunk_, n - i);
       Im2col(x + i * this->in().Size(), m);
@@ -58,14 +113,22 @@ class Conv2d final : public Layer<S> {
     Eigen::Map<Vec<S>> grad_b(dparams + co_ * kdim_, co_);
     grad_w.setZero();
     grad_b.setZero();
+    if (direct_weight_grad_) {
+      for (int64_t s = 0; s < n; ++s) {
+        DirectWeightGrad(x + s * this->in().Size(), dy + s * this->out().Size(), dparams);
+      }
+    }
     for (int64_t i = 0; i < n; i += chunk_) {
       const int64_t m = std::min(chunk_, n - i);
       Eigen::Map<const Mat<S>> d(dy + i * this->out().Size(), co_, m * pix_);
-      Im2col(x + i * this->in().Size(), m);
-      grad_w.noalias() += d * Eigen::Map<const Mat<S>>(col_.data(), kdim_, m * pix_).transpose();
+      if (!direct_weight_grad_) {
+        Im2col(x + i * this->in().Size(), m);
+        grad_w.noalias() +=
+            d * Eigen::Map<const Mat<S>>(col_.data(), kdim_, m * pix_).transpose();
+      }
       for (int64_t j = 0; j < m * pix_; ++j) grad_b += d.col(j);
       if (dx != nullptr) {
-        Eigen::Map<Mat<S>>(col_.data(), kdim_, m * pix_).noalias() =
+        Eigen::Map<Mat<S>>(Col(m), kdim_, m * pix_).noalias() =
             Eigen::Map<const Mat<S>>(params, co_, kdim_).transpose() * d;
         Col2im(m, dx + i * this->in().Size());
       }
@@ -73,13 +136,111 @@ class Conv2d final : public Layer<S> {
   }
 
  private:
+  // Copies one sample into the interior of padded_ (its border stays zero).
+  void Pad(const S* img) {
+    const Shape in = this->in();
+    for (int64_t iy = 0; iy < in.h; ++iy) {
+      std::copy(img + iy * in.w * in.c, img + (iy + 1) * in.w * in.c,
+                padded_.data() + ((iy + pad_) * wp_ + pad_) * in.c);
+    }
+  }
+
+  // One sample's output, direct: tiles of kTile pixels along a row (and a last, narrower
+  // one) for each block of kOb channels.
+  void DirectForward(const S* params, const S* img, S* y) {
+    Pad(img);
+    const Shape out = this->out();
+    for (int64_t ob = 0; ob < co_; ob += kOb) {
+      for (int64_t oy = 0; oy < out.h; ++oy) {
+        ForTiles(out.w, [&](auto np, int64_t ox) {
+          ForwardTile<decltype(np)::value>(params, ob, oy, ox, y);
+        });
+      }
+    }
+  }
+
+  // Output pixels (oy, ox .. ox+NP-1), channels ob .. ob+kOb-1: bias, then each kernel row's
+  // k*c taps in (ky, kx, c) order.
+  template <int NP>
+  void ForwardTile(const S* params, int64_t ob, int64_t oy, int64_t ox, S* y) const {
+    const int64_t c = this->in().c, run = k_ * c, step = stride_ * c;
+    Packet acc[NP][kPackets];
+    for (int q = 0; q < kPackets; ++q) {
+      const Packet b = ploadu<Packet>(params + co_ * kdim_ + ob + q * kLanes);
+      for (int p = 0; p < NP; ++p) acc[p][q] = b;
+    }
+    for (int64_t ky = 0; ky < k_; ++ky) {
+      const S* src = padded_.data() + ((oy * stride_ + ky) * wp_ + ox * stride_) * c;
+      const S* w = params + ky * run * co_ + ob;
+      for (int64_t j = 0; j < run; ++j, w += co_) {
+        Packet wv[kPackets];
+        for (int q = 0; q < kPackets; ++q) wv[q] = ploadu<Packet>(w + q * kLanes);
+        for (int p = 0; p < NP; ++p) {
+          const Packet v = pset1<Packet>(src[p * step + j]);
+          for (int q = 0; q < kPackets; ++q) acc[p][q] = pmadd(v, wv[q], acc[p][q]);
+        }
+      }
+    }
+    S* dst = y + (oy * this->out().w + ox) * co_ + ob;
+    for (int p = 0; p < NP; ++p) {
+      for (int q = 0; q < kPackets; ++q) pstoreu(dst + p * co_ + q * kLanes, acc[p][q]);
+    }
+  }
+
+  // Adds one sample's weight gradient to dparams' W, direct: for each block of kOb channels
+  // and each run of kTile taps within a kernel row, the sum over the output pixels.
+  void DirectWeightGrad(const S* img, const S* dy, S* dparams) {
+    Pad(img);
+    const int64_t run = k_ * this->in().c;
+    for (int64_t ob = 0; ob < co_; ob += kOb) {
+      for (int64_t ky = 0; ky < k_; ++ky) {
+        ForTiles(run, [&](auto nt, int64_t j) {
+          WeightTile<decltype(nt)::value>(ob, ky, j, dy, dparams);
+        });
+      }
+    }
+  }
+
+  // Taps (ky, j .. j+NT-1) of kernel row ky (j counts (kx, c) pairs), channels ob ..
+  // ob+kOb-1: their gradient plus the sum over output pixels of input tap x dy.
+  template <int NT>
+  void WeightTile(int64_t ob, int64_t ky, int64_t j, const S* dy, S* dparams) const {
+    const Shape out = this->out();
+    const int64_t c = this->in().c, run = k_ * c;
+    S* g = dparams + (ky * run + j) * co_ + ob;
+    Packet acc[NT][kPackets];
+    for (int t = 0; t < NT; ++t) {
+      for (int q = 0; q < kPackets; ++q) acc[t][q] = ploadu<Packet>(g + t * co_ + q * kLanes);
+    }
+    for (int64_t oy = 0; oy < out.h; ++oy) {
+      const S* src = padded_.data() + ((oy * stride_ + ky) * wp_) * c + j;
+      const S* d = dy + oy * out.w * co_ + ob;
+      for (int64_t ox = 0; ox < out.w; ++ox, src += stride_ * c, d += co_) {
+        Packet dv[kPackets];
+        for (int q = 0; q < kPackets; ++q) dv[q] = ploadu<Packet>(d + q * kLanes);
+        for (int t = 0; t < NT; ++t) {
+          const Packet v = pset1<Packet>(src[t]);
+          for (int q = 0; q < kPackets; ++q) acc[t][q] = pmadd(v, dv[q], acc[t][q]);
+        }
+      }
+    }
+    for (int t = 0; t < NT; ++t) {
+      for (int q = 0; q < kPackets; ++q) pstoreu(g + t * co_ + q * kLanes, acc[t][q]);
+    }
+  }
+
+  // col_, grown to hold the im2col matrix of m samples.
+  S* Col(int64_t m) {
+    if (static_cast<int64_t>(col_.size()) < kdim_ * m * pix_) col_.resize(kdim_ * m * pix_);
+    return col_.data();
+  }
+
   // col_ (kdim x m*pix, column-major) from m samples of x: column p is output pixel p's
   // window, (ky, kx, c) order, zeros where it overhangs the padded border.
   void Im2col(const S* x, int64_t m) {
-    if (static_cast<int64_t>(col_.size()) < kdim_ * m * pix_) col_.resize(kdim_ * m * pix_);
     const Shape in = this->in(), out = this->out();
     const int64_t c = in.c, row = k_ * c;
-    S* dst = col_.data();
+    S* dst = Col(m);
     for (int64_t s = 0; s < m; ++s) {
       const S* img = x + s * in.Size();
       for (int64_t oy = 0; oy < out.h; ++oy) {
@@ -128,7 +289,10 @@ class Conv2d final : public Layer<S> {
   }
 
   const int64_t co_, k_, stride_, pad_, kdim_, pix_, chunk_;
+  const bool direct_forward_, direct_weight_grad_;
+  const int64_t wp_;  // the padded input's width
   std::vector<S, Eigen::aligned_allocator<S>> col_;
+  std::vector<S> padded_;  // the direct kernel's zero-padded sample
 };
 
 Status OutShape(const LayerSpec& spec, Shape in, Shape* out) {

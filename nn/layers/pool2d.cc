@@ -5,8 +5,10 @@
 // Channels-last: a window's pixels are runs of c contiguous values, so each output pixel is
 // an elementwise max (or sum) of k*k vectors of c values. Max pooling keeps the first
 // maximum in window order (rows, then columns), as PyTorch's CPU kernel does; backward finds
-// it again from x and y rather than keeping indices from Forward.
+// it again from x and y rather than keeping indices from Forward, one window position at a
+// time over all channels (vectorised).
 #include <algorithm>
+#include <vector>
 
 #include "nn/layer.h"
 
@@ -60,26 +62,52 @@ struct Pooling {
                   S* dx, S*) override {
       if (dx == nullptr) return;
       const Shape in = this->in(), out = this->out();
+      if (taken_.size() < static_cast<size_t>(in.c)) taken_.resize(in.c);
+      // Windows that tile the input exactly (the usual stride = kernel on a multiple of it)
+      // write each element of dx once; others leave gaps or overlap, so dx is zeroed and added.
+      if (stride_ == k_ && in.h == out.h * k_ && in.w == out.w * k_) {
+        BackwardWindows<true>(x, y, dy, n, dx);
+      } else {
+        std::fill(dx, dx + n * in.Size(), S(0));
+        BackwardWindows<false>(x, y, dy, n, dx);
+      }
+    }
+
+   private:
+    template <bool kTiling>
+    void BackwardWindows(const S* x, const S* y, const S* dy, int64_t n, S* dx) {
+      const Shape in = this->in(), out = this->out();
       const int64_t c = in.c;
       const S scale = S(1) / static_cast<S>(k_ * k_);
-      std::fill(dx, dx + n * in.Size(), S(0));
       for (int64_t s = 0; s < n; ++s) {
         for (int64_t oy = 0; oy < out.h; ++oy) {
           for (int64_t ox = 0; ox < out.w; ++ox) {
             const int64_t at = s * out.Size() + (oy * out.w + ox) * c;
             const int64_t base = s * in.Size() + (oy * stride_ * in.w + ox * stride_) * c;
-            for (int64_t e = 0; e < c; ++e) {
-              for (int64_t ky = 0; ky < k_; ++ky) {
-                for (int64_t kx = 0; kx < k_; ++kx) {
-                  const int64_t i = base + (ky * in.w + kx) * c + e;
+            const S* yo = y + at;
+            const S* d = dy + at;
+            // Max: taken_[e] says whether channel e's first maximum is behind us, so that
+            // each window position is one pass over the c channels, with no branch.
+            std::fill(taken_.begin(), taken_.begin() + c, S(0));
+            S* taken = taken_.data();
+            for (int64_t ky = 0; ky < k_; ++ky) {
+              for (int64_t kx = 0; kx < k_; ++kx) {
+                const S* xi = x + base + (ky * in.w + kx) * c;
+                S* g = dx + base + (ky * in.w + kx) * c;
+                for (int64_t e = 0; e < c; ++e) {
+                  S v;
                   if constexpr (P == Pool::kMax) {
-                    if (x[i] == y[at + e]) {
-                      dx[i] += dy[at + e];
-                      ky = k_;  // the first maximum only
-                      break;
-                    }
+                    const S max = xi[e] == yo[e] ? S(1) : S(0);
+                    const S hit = max > taken[e] ? S(1) : S(0);  // the first maximum
+                    v = hit > S(0) ? d[e] : S(0);
+                    taken[e] += hit;
                   } else {
-                    dx[i] += dy[at + e] * scale;
+                    v = d[e] * scale;
+                  }
+                  if constexpr (kTiling) {
+                    g[e] = v;
+                  } else {
+                    g[e] += v;
                   }
                 }
               }
@@ -89,8 +117,8 @@ struct Pooling {
       }
     }
 
-   private:
     const int64_t k_, stride_;
+    std::vector<S> taken_;  // Backward's per-channel flags, for one window
   };
 };
 
