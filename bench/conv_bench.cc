@@ -11,7 +11,16 @@
 // default NCHW layout and in channels_last, interleaved with ours, and the ratios are printed.
 // Medians of several runs.
 //
-// Usage: conv_bench [runs=5] [steps per run=20]
+// Then sync scaling: the real `shmtrain train` on cnn-small (Fashion-MNIST from Debian's
+// dataset-fashion-mnist, batch 64) at P = 1 and P = 2, interleaved, samples/s of the summary;
+// P2/P1 against this machine's two-core limit measured in the same run (two processes
+// running the GEMM at once against one); and, with PyTorch, DistributedDataParallel at P = 2
+// (bench/cnn_ddp.py: gloo, channels_last, 32 images per rank) beside its serial run.
+//
+// Usage: conv_bench [runs=5] [steps per run=20] [steps of a training run=400]
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <Eigen/Core>
 #include <chrono>
 #include <cstdio>
@@ -42,7 +51,7 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
 // Single-core GEMM rate: the median of `samples` runs of products of the shape of cnn-small's
 // largest one (its second convolution's forward at a chunk of 8 samples: 64 x 800 by 800 x
 // 1568), and of a 1024^3 product; the larger of the two rates is the limit.
-double GemmGflops(int samples) {
+double GemmGflops(int samples, bool print = true) {
   double best = 0;
   for (auto [m, k, n, iters] : {std::array<int, 4>{64, 800, 1568, 40},
                                 std::array<int, 4>{1024, 1024, 1024, 4}}) {
@@ -60,7 +69,9 @@ double GemmGflops(int samples) {
       rates.push_back(2.0 * m * k * n * iters / Seconds(t0, Clock::now()) / 1e9);
     }
     const double r = bench::Median(rates);
-    std::printf("GEMM %dx%d * %dx%d (float, Eigen, 1 thread): %.1f GFLOP/s\n", m, k, k, n, r);
+    if (print) {
+      std::printf("GEMM %dx%d * %dx%d (float, Eigen, 1 thread): %.1f GFLOP/s\n", m, k, k, n, r);
+    }
     best = std::max(best, r);
   }
   return best;
@@ -194,18 +205,99 @@ void Run(int batch, int runs, int steps, double gemm, bool torch) {
   }
 }
 
+// The machine's two-core limit: the GEMM rate of two processes at once, summed, over one
+// process's (1.0: the second core adds nothing; 2.0: it adds a whole core).
+double TwoCoreLimit(int samples) {
+  const double one = GemmGflops(samples, false);
+  int fds[2];
+  if (pipe(fds) != 0) std::abort();
+  pid_t kids[2];
+  for (pid_t& k : kids) {
+    k = fork();
+    if (k == 0) {
+      const double r = GemmGflops(samples, false);
+      if (write(fds[1], &r, sizeof r) != sizeof r) _exit(1);
+      _exit(0);
+    }
+  }
+  close(fds[1]);
+  double sum = 0, r = 0;
+  while (read(fds[0], &r, sizeof r) == sizeof r) sum += r;
+  close(fds[0]);
+  for (pid_t k : kids) waitpid(k, nullptr, 0);
+  return sum / one;
+}
+
+// samples/s of `shmtrain train` on cnn-small over Fashion-MNIST, P workers, batch 64.
+double TrainRate(int workers, int steps) {
+  const std::string dir = "/usr/share/datasets/fashion-mnist/";
+  const std::string cmd = std::string(SHMTRAIN_BIN) + " train --data " + dir +
+                          "train-images-idx3-ubyte.gz --labels " + dir +
+                          "train-labels-idx1-ubyte.gz --normalize minmax --loss xent --model '" +
+                          kCnnSmall + "' --batch 64 --lr 0.02 --momentum 0.9 --steps " +
+                          std::to_string(steps) + " --workers " + std::to_string(workers) +
+                          " --log-format json --log-every 0 --no-progress --no-metrics";
+  return bench::ParseSyncSummary(bench::RunEvents(cmd, {"summary"}).at("summary"), false)
+      .samples_per_s;
+}
+
+// samples/s of PyTorch DDP at P = 2 (bench/cnn_ddp.py), 0 when it does not run.
+double DdpRate(int steps) {
+  const std::string cmd = std::string(TORCH_PYTHON) + " " + SHMTRAIN_SOURCE_DIR +
+                          "/bench/cnn_ddp.py 2 32 " + std::to_string(steps) + " 2>/dev/null";
+  FILE* f = popen(cmd.c_str(), "r");
+  if (f == nullptr) return 0;
+  double rate = 0;
+  if (std::fscanf(f, "samples/s %lf", &rate) != 1) rate = 0;
+  pclose(f);
+  return rate;
+}
+
+void Scaling(int runs, int steps, bool torch) {
+  if (access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) != 0) {
+    std::printf("\nsync scaling: not run (no Fashion-MNIST: Debian's dataset-fashion-mnist)\n");
+    return;
+  }
+  std::vector<double> one, two, limit, ddp, serial;
+  for (int r = 0; r < runs; ++r) {
+    limit.push_back(TwoCoreLimit(3));
+    one.push_back(TrainRate(1, steps));
+    two.push_back(TrainRate(2, steps));
+    if (torch) {
+      ddp.push_back(DdpRate(steps / 2));
+      serial.push_back(TorchRate(64, "channels_last", steps / 2));
+    }
+  }
+  const double p1 = bench::Median(one), p2 = bench::Median(two), l = bench::Median(limit);
+  std::printf("\nsync scaling, cnn-small, Fashion-MNIST, batch 64 (median of %d interleaved runs "
+              "of %d steps):\n", runs, steps);
+  std::printf("  shmtrain P=1 %.0f samples/s, P=2 %.0f samples/s: P2/P1 = %.2f (target >= 1.8: "
+              "%s)\n", p1, p2, p2 / p1, p2 / p1 >= 1.8 ? "met" : "MISSED");
+  std::printf("  two-core limit (two GEMM processes at once / one): %.2f; P2/P1 is %.2f of it\n",
+              l, p2 / p1 / l);
+  if (torch) {
+    const double d = bench::Median(ddp), s1 = bench::Median(serial);
+    std::printf("  PyTorch DDP P=2 (gloo, channels_last, 32 per rank) %.0f samples/s = %.2fx its "
+                "serial run (%.0f); shmtrain P=2 / DDP P=2 = %.2f (target >= 1.2: %s)\n",
+                d, d / s1, s1, p2 / d, p2 / d >= 1.2 ? "met" : "MISSED");
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each line as it comes, into a file too
   const int runs = argc > 1 ? std::atoi(argv[1]) : 5;
   const int steps = argc > 2 ? std::atoi(argv[2]) : 20;
-  if (runs < 1 || steps < 1) {
-    std::fprintf(stderr, "usage: conv_bench [runs>=1] [steps>=1]\n");
+  const int train_steps = argc > 3 ? std::atoi(argv[3]) : 400;
+  if (runs < 1 || steps < 1 || train_steps < 2) {
+    std::fprintf(stderr, "usage: conv_bench [runs>=1] [steps>=1] [training steps>=2]\n");
     return 2;
   }
   const double gemm = GemmGflops(7);
   std::printf("GEMM limit: %.1f GFLOP/s\n", gemm);
   const bool torch = TorchWorks();
   for (int batch : {64, 128}) Run(batch, runs, steps, gemm, torch);
+  Scaling(runs, train_steps, torch);
   return 0;
 }

@@ -344,6 +344,40 @@ TEST_F(Arrays, EveryFormatTrainsTheSameModel) {
   }
 }
 
+// A convolutional network takes its input shape from the file: IDX images and (n, 28, 28)
+// arrays are 1x28x28, flat CSV rows become images with --input-shape; all train the same bits.
+// Its first layer (one input channel, 16 outputs) runs the direct convolution.
+TEST_F(Arrays, EveryFormatGivesAConvolutionItsImages) {
+  const std::vector<std::vector<std::string>> inputs = {
+      {"--data", Same("x-idx3-ubyte.gz"), "--labels", Same("y-idx1-ubyte")},
+      {"--data", Same("x.npy"), "--labels", Same("y.npy")},
+      {"--data", Same("xy.npz")},
+      {"--data", Same("xy.csv"), "--input-shape", "1,28,28"},
+  };
+  std::string first;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const std::string model = dir_->File("c" + std::to_string(i) + ".bin");
+    std::vector<std::string> a = {"train", "--workers", "2", "--model",
+                                  "conv2d(16,5,stride=2),relu,maxpool2d(2),flatten,linear(10)",
+                                  "--loss", "xent", "--normalize", "minmax", "--batch", "100",
+                                  "--lr", "0.05", "--momentum", "0.9", "--epochs", "2",
+                                  "--log-every", "0", "--log-format", "json", "--save", model};
+    a.insert(a.end(), inputs[i].begin(), inputs[i].end());
+    const ProcResult r = Shm(a);
+    ASSERT_TRUE(ExitedWith(r, 0)) << inputs[i][1] << "\n" << r.err;
+    // It learnt something: chance is a loss of ln 10 = 2.30.
+    EXPECT_LT(test::Num(test::SummaryOf(r), "final_loss"), 1.5) << inputs[i][1];
+    const std::string bytes = test::ReadWholeFile(model);
+    if (i == 0) first = bytes;
+    EXPECT_TRUE(!bytes.empty() && bytes == first) << inputs[i][1] << " trained another model";
+  }
+  // Without --input-shape the CSV's rows are flat: the convolution is refused, named.
+  const ProcResult flat = Shm({"train", "--data", Same("xy.csv"), "--model", "conv2d(16,5),flatten,linear(10)",
+                               "--loss", "xent", "--lr", "0.1", "--steps", "1"});
+  EXPECT_TRUE(ExitedWith(flat, 2));
+  EXPECT_TRUE(Has(flat.err, "conv2d #1 (layer 1)")) << flat.err;
+}
+
 // Refusals through the CLI: exit 2, the file named, nothing left behind.
 TEST_F(Arrays, BadFilesExitTwoNamingTheFile) {
   const std::vector<std::vector<std::string>> cases = {

@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""cnn-small in PyTorch DistributedDataParallel for bench/conv_bench.cc: WORLD processes on
+this host (gloo over loopback), one thread each, channels_last, PER_RANK random images per
+rank and step, SGD with momentum; prints the global samples/s of the timed steps.
+
+Usage: cnn_ddp.py WORLD PER_RANK STEPS
+"""
+import os
+import socket
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+
+def worker(rank, world, per_rank, steps, port, queue):
+    torch.set_num_threads(1)
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.manual_seed(1)
+    model = nn.Sequential(
+        nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(3136, 128), nn.ReLU(), nn.Linear(128, 10))
+    model = model.to(memory_format=torch.channels_last)
+    ddp = DistributedDataParallel(model)
+    torch.manual_seed(2 + rank)
+    x = torch.rand(per_rank, 1, 28, 28).contiguous(memory_format=torch.channels_last)
+    y = torch.randint(0, 10, (per_rank,))
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+
+    def step():
+        opt.zero_grad()
+        loss_fn(ddp(x), y).backward()
+        opt.step()
+
+    for _ in range(3):
+        step()
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    dist.barrier()
+    if rank == 0:
+        queue.put(world * per_rank * steps / (time.perf_counter() - t0))
+    dist.destroy_process_group()
+
+
+def main():
+    world, per_rank, steps = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    mp.spawn(worker, args=(world, per_rank, steps, port, queue), nprocs=world, join=True)
+    print("samples/s %.1f torch %s" % (queue.get(), torch.__version__))
+
+
+if __name__ == "__main__":
+    main()
