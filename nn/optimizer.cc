@@ -1,10 +1,10 @@
 #include "nn/optimizer.h"
 
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 
+#include "core/decimal.h"
+#include "nn/registry.h"
 #include "nn/schedule.h"
 
 namespace shmtrain::nn {
@@ -25,17 +25,6 @@ Status Bad(const std::string& flag, const std::string& what) {
   return Status::Usage(flag + ": " + what);
 }
 
-// The shortest decimal that reads back as x: "0.01", not "0.010000000000000000208", yet
-// 0.01 and 0.01000001 stay apart, so two different settings never describe alike.
-std::string Num(double x) {
-  char buf[32];
-  for (int digits = 6; digits <= 17; ++digits) {
-    std::snprintf(buf, sizeof buf, "%.*g", digits, x);
-    if (std::strtod(buf, nullptr) == x) break;
-  }
-  return buf;
-}
-
 const HyperParam* FindParam(const OptimizerDef& d, std::string_view flag) {
   for (const HyperParam& p : d.params) {
     if (flag == p.flag) return &p;
@@ -51,9 +40,11 @@ bool InRange(const HyperParam& p, double x) {
 }
 
 std::string RangeText(const HyperParam& p) {
-  if (std::isinf(p.hi)) return std::string("a finite number ") + (p.lo_open ? "> " : ">= ") + Num(p.lo);
-  return std::string("in ") + (p.lo_open ? "(" : "[") + Num(p.lo) + ", " + Num(p.hi) +
-         (p.hi_open ? ")" : "]");
+  if (std::isinf(p.hi)) {
+    return std::string("a finite number ") + (p.lo_open ? "> " : ">= ") + ShortestDecimal(p.lo);
+  }
+  return std::string("in ") + (p.lo_open ? "(" : "[") + ShortestDecimal(p.lo) + ", " +
+         ShortestDecimal(p.hi) + (p.hi_open ? ")" : "]");
 }
 
 // The optimizer's hyper-parameters: given values, else defaults, in declaration order.
@@ -72,7 +63,7 @@ Status CheckHyper(const OptimizerDef& d, const TrainOptions& o) {
       return Bad(flag, "applies to --optimizer " + OptimizersWith(flag) + ", not " + d.name);
     }
     if (!p->switch_() && !InRange(*p, value)) {
-      return Bad(flag, "must be " + RangeText(*p) + ", got " + Num(value));
+      return Bad(flag, "must be " + RangeText(*p) + ", got " + ShortestDecimal(value));
     }
   }
   double hyper[kMaxHyper];
@@ -119,16 +110,16 @@ Status CheckSchedule(const TrainOptions& o) {
     return Bad(name, "needs --lr-gamma G (the factor applied every step)");
   }
   if (o.Given("--lr-gamma") && !(o.lr_gamma > 0 && o.lr_gamma <= 1)) {
-    return Bad("--lr-gamma", "must be in (0, 1], got " + Num(o.lr_gamma));
+    return Bad("--lr-gamma", "must be in (0, 1], got " + ShortestDecimal(o.lr_gamma));
   }
   if (o.Given("--lr-min") && s != Schedule::kCosine) {
     return Bad("--lr-min", "applies to --lr-schedule cosine only; this run's is " + std::string(ToString(s)));
   }
   if (!(o.lr_min >= 0 && std::isfinite(o.lr_min))) {
-    return Bad("--lr-min", "must be a finite number >= 0, got " + Num(o.lr_min));
+    return Bad("--lr-min", "must be a finite number >= 0, got " + ShortestDecimal(o.lr_min));
   }
   if (o.Given("--lr-min") && !(o.lr_min < o.lr)) {
-    return Bad("--lr-min", Num(o.lr_min) + " must be below --lr (" + Num(o.lr) + ")");
+    return Bad("--lr-min", ShortestDecimal(o.lr_min) + " must be below --lr (" + ShortestDecimal(o.lr) + ")");
   }
   if (o.warmup_steps < 0) {
     return Bad("--warmup-steps", "must be >= 0, got " + std::to_string(o.warmup_steps));
@@ -139,24 +130,10 @@ Status CheckSchedule(const TrainOptions& o) {
 }  // namespace
 
 const OptimizerDef* FindOptimizer(std::string_view name) {
-  for (const OptimizerDef* d : Optimizers()) {
-    if (name == d->name) return d;
-  }
-  return nullptr;
+  return FindByName(Optimizers(), name);
 }
-
-const OptimizerDef* FindOptimizer(uint32_t id) {
-  for (const OptimizerDef* d : Optimizers()) {
-    if (d->id == id) return d;
-  }
-  return nullptr;
-}
-
-std::string OptimizerNames() {
-  std::string s;
-  for (const OptimizerDef* d : Optimizers()) s += (s.empty() ? "" : ", ") + std::string(d->name);
-  return s;
-}
+const OptimizerDef* FindOptimizer(uint32_t id) { return FindById(Optimizers(), id); }
+std::string OptimizerNames() { return NamesOf(Optimizers(), ", "); }
 
 std::vector<HyperParam> AllHyperParams() {
   std::vector<HyperParam> all;
@@ -185,11 +162,12 @@ Status CheckOptimizerOptions(const TrainOptions& o) {
   }
   if (Status s = CheckHyper(*d, o); !s.ok()) return s;
   if (!std::isnan(o.weight_decay) && !(o.weight_decay >= 0 && std::isfinite(o.weight_decay))) {
-    return Bad("--weight-decay", "must be a finite number >= 0, got " + Num(o.weight_decay));
+    return Bad("--weight-decay",
+               "must be a finite number >= 0, got " + ShortestDecimal(o.weight_decay));
   }
   if ((o.Given("--clip-norm") || o.clip_norm != 0) &&
       !(o.clip_norm > 0 && std::isfinite(o.clip_norm))) {
-    return Bad("--clip-norm", "must be a finite number > 0, got " + Num(o.clip_norm));
+    return Bad("--clip-norm", "must be a finite number > 0, got " + ShortestDecimal(o.clip_norm));
   }
   return CheckSchedule(o);
 }
@@ -230,21 +208,21 @@ std::string Describe(const OptimConfig& c) {
     const HyperParam& p = d->params[i];
     if (p.switch_() && c.hyper[i] == 0) continue;
     hp += (hp.empty() ? "" : ", ") + std::string(p.flag + 2);
-    if (!p.switch_()) hp += " " + Num(c.hyper[i]);
+    if (!p.switch_()) hp += " " + ShortestDecimal(c.hyper[i]);
   }
-  hp += (hp.empty() ? "" : ", ") + std::string("weight decay ") + Num(c.weight_decay);
-  s += " (" + hp + "), lr " + Num(c.lr);
+  hp += (hp.empty() ? "" : ", ") + std::string("weight decay ") + ShortestDecimal(c.weight_decay);
+  s += " (" + hp + "), lr " + ShortestDecimal(c.lr);
   const auto sched = static_cast<Schedule>(c.schedule);
   if (sched == Schedule::kStep) {
-    s += ", step schedule (x" + Num(c.gamma) + " every " + std::to_string(c.step_every) + ")";
+    s += ", step schedule (x" + ShortestDecimal(c.gamma) + " every " + std::to_string(c.step_every) + ")";
   } else if (sched == Schedule::kExponential) {
-    s += ", exponential schedule (x" + Num(c.gamma) + " per step)";
+    s += ", exponential schedule (x" + ShortestDecimal(c.gamma) + " per step)";
   } else if (sched == Schedule::kCosine) {
-    s += ", cosine schedule to " + Num(c.lr_min) + " over " + std::to_string(c.total_steps) +
+    s += ", cosine schedule to " + ShortestDecimal(c.lr_min) + " over " + std::to_string(c.total_steps) +
          " steps";
   }
   if (c.warmup_steps > 0) s += ", warmup " + std::to_string(c.warmup_steps) + " steps";
-  if (c.clip_norm > 0) s += ", clip-norm " + Num(c.clip_norm);
+  if (c.clip_norm > 0) s += ", clip-norm " + ShortestDecimal(c.clip_norm);
   return s;
 }
 
