@@ -305,8 +305,7 @@ class LossLog {
         // The rate of the step: in JSON always; in text when the schedule changes it, so a
         // constant-rate run's lines stay "step S loss L".
         const double lr = nn::LearningRate(c.optim, step);
-        const bool varies = c.optim.schedule != static_cast<uint32_t>(Schedule::kConstant) ||
-                            c.optim.warmup_steps > 0;
+        const bool varies = nn::RateVaries(c.optim);
         log_.Line("step " + std::to_string(step) + " loss " + Fmt("%.9g", rec.loss) +
                       (varies ? " lr " + Fmt("%.6g", lr) : std::string()),
                   JsonLine("step").Int("step", step).Num("loss", rec.loss).Num("lr", lr));

@@ -89,44 +89,6 @@ Status CheckHyper(const OptimizerDef& d, const TrainOptions& o) {
   return Status::Ok();
 }
 
-Status CheckSchedule(const TrainOptions& o) {
-  const Schedule s = o.lr_schedule;
-  const std::string name = std::string("--lr-schedule ") + ToString(s);
-  if (o.Given("--lr-step-every") && s != Schedule::kStep) {
-    return Bad("--lr-step-every", "applies to --lr-schedule step only; this run's is " + std::string(ToString(s)));
-  }
-  if (s == Schedule::kStep && !o.Given("--lr-step-every")) {
-    return Bad(name, "needs --lr-step-every N (decay the rate every N steps)");
-  }
-  if (s == Schedule::kStep && o.lr_step_every < 1) {
-    return Bad("--lr-step-every", "must be >= 1, got " + std::to_string(o.lr_step_every));
-  }
-  const bool decays = s == Schedule::kStep || s == Schedule::kExponential;
-  if (o.Given("--lr-gamma") && !decays) {
-    return Bad("--lr-gamma", "applies to --lr-schedule step or exponential; this run's is " +
-                                 std::string(ToString(s)));
-  }
-  if (s == Schedule::kExponential && !o.Given("--lr-gamma")) {
-    return Bad(name, "needs --lr-gamma G (the factor applied every step)");
-  }
-  if (o.Given("--lr-gamma") && !(o.lr_gamma > 0 && o.lr_gamma <= 1)) {
-    return Bad("--lr-gamma", "must be in (0, 1], got " + ShortestDecimal(o.lr_gamma));
-  }
-  if (o.Given("--lr-min") && s != Schedule::kCosine) {
-    return Bad("--lr-min", "applies to --lr-schedule cosine only; this run's is " + std::string(ToString(s)));
-  }
-  if (!(o.lr_min >= 0 && std::isfinite(o.lr_min))) {
-    return Bad("--lr-min", "must be a finite number >= 0, got " + ShortestDecimal(o.lr_min));
-  }
-  if (o.Given("--lr-min") && !(o.lr_min < o.lr)) {
-    return Bad("--lr-min", ShortestDecimal(o.lr_min) + " must be below --lr (" + ShortestDecimal(o.lr) + ")");
-  }
-  if (o.warmup_steps < 0) {
-    return Bad("--warmup-steps", "must be >= 0, got " + std::to_string(o.warmup_steps));
-  }
-  return Status::Ok();
-}
-
 }  // namespace
 
 const OptimizerDef* FindOptimizer(std::string_view name) {
@@ -169,17 +131,12 @@ Status CheckOptimizerOptions(const TrainOptions& o) {
       !(o.clip_norm > 0 && std::isfinite(o.clip_norm))) {
     return Bad("--clip-norm", "must be a finite number > 0, got " + ShortestDecimal(o.clip_norm));
   }
-  return CheckSchedule(o);
+  return CheckScheduleOptions(o);
 }
 
 Status ResolveOptim(const TrainOptions& o, int64_t total_steps, OptimConfig* out) {
   const OptimizerDef* d = FindOptimizer(o.optimizer);
   if (d == nullptr) return Bad("--optimizer", "unknown '" + o.optimizer + "'");
-  if (o.warmup_steps >= total_steps && o.warmup_steps > 0) {
-    return Bad("--warmup-steps", std::to_string(o.warmup_steps) +
-                                     " must be shorter than the run (" +
-                                     std::to_string(total_steps) + " steps)");
-  }
   OptimConfig c;
   std::memset(&c, 0, sizeof c);  // padding and unused entries are hashed: zero them
   c.optimizer = d->id;
@@ -188,13 +145,7 @@ Status ResolveOptim(const TrainOptions& o, int64_t total_steps, OptimConfig* out
   c.lr = o.lr;
   c.weight_decay = std::isnan(o.weight_decay) ? d->default_weight_decay : o.weight_decay;
   c.clip_norm = o.clip_norm;
-  c.schedule = static_cast<uint32_t>(o.lr_schedule);
-  c.warmup_steps = o.warmup_steps;
-  c.step_every = o.lr_schedule == Schedule::kStep ? o.lr_step_every : 0;
-  const bool decays = o.lr_schedule == Schedule::kStep || o.lr_schedule == Schedule::kExponential;
-  c.gamma = decays ? (std::isnan(o.lr_gamma) ? 0.1 : o.lr_gamma) : 0;
-  c.lr_min = o.lr_schedule == Schedule::kCosine ? o.lr_min : 0;
-  c.total_steps = total_steps;
+  if (Status s = ResolveSchedule(o, total_steps, &c); !s.ok()) return s;
   *out = c;
   return Status::Ok();
 }
@@ -212,16 +163,7 @@ std::string Describe(const OptimConfig& c) {
   }
   hp += (hp.empty() ? "" : ", ") + std::string("weight decay ") + ShortestDecimal(c.weight_decay);
   s += " (" + hp + "), lr " + ShortestDecimal(c.lr);
-  const auto sched = static_cast<Schedule>(c.schedule);
-  if (sched == Schedule::kStep) {
-    s += ", step schedule (x" + ShortestDecimal(c.gamma) + " every " + std::to_string(c.step_every) + ")";
-  } else if (sched == Schedule::kExponential) {
-    s += ", exponential schedule (x" + ShortestDecimal(c.gamma) + " per step)";
-  } else if (sched == Schedule::kCosine) {
-    s += ", cosine schedule to " + ShortestDecimal(c.lr_min) + " over " + std::to_string(c.total_steps) +
-         " steps";
-  }
-  if (c.warmup_steps > 0) s += ", warmup " + std::to_string(c.warmup_steps) + " steps";
+  s += DescribeSchedule(c);
   if (c.clip_norm > 0) s += ", clip-norm " + ShortestDecimal(c.clip_norm);
   return s;
 }

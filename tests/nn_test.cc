@@ -926,7 +926,7 @@ TEST(OptimizerTest, DescribeIsShortAndTellsSettingsApart) {
             "sgd (momentum 0.9, nesterov, weight decay 0), lr 0.1");
   TrainOptions o;
   o.lr = 0.1;
-  o.lr_schedule = Schedule::kCosine;
+  o.lr_schedule = "cosine";
   o.lr_min = 0.001;
   o.warmup_steps = 10;
   o.clip_norm = 1;
@@ -941,10 +941,10 @@ TEST(OptimizerTest, DescribeIsShortAndTellsSettingsApart) {
 // ---------------------------------------------------------------------------------------------
 // Learning-rate schedules (nn/schedule.h)
 
-OptimConfig Sched(Schedule s, int64_t warmup, int64_t every, double gamma, double lr_min) {
+OptimConfig Sched(const char* name, int64_t warmup, int64_t every, double gamma, double lr_min) {
   OptimConfig c{};
   c.lr = 1.0;
-  c.schedule = static_cast<uint32_t>(s);
+  c.schedule = FindSchedule(name)->id;
   c.warmup_steps = warmup;
   c.step_every = every;
   c.gamma = gamma;
@@ -954,14 +954,14 @@ OptimConfig Sched(Schedule s, int64_t warmup, int64_t every, double gamma, doubl
 }
 
 TEST(ScheduleTest, PyTorchDefinitions) {
-  const OptimConfig step = Sched(Schedule::kStep, 0, 30, 0.1, 0);
+  const OptimConfig step = Sched("step", 0, 30, 0.1, 0);
   EXPECT_DOUBLE_EQ(LearningRate(step, 0), 1.0);
   EXPECT_DOUBLE_EQ(LearningRate(step, 29), 1.0);
   EXPECT_NEAR(LearningRate(step, 30), 0.1, 1e-15);
   EXPECT_NEAR(LearningRate(step, 65), 0.01, 1e-15);
-  const OptimConfig ex = Sched(Schedule::kExponential, 0, 0, 0.5, 0);
+  const OptimConfig ex = Sched("exponential", 0, 0, 0.5, 0);
   EXPECT_DOUBLE_EQ(LearningRate(ex, 3), 0.125);
-  const OptimConfig cos = Sched(Schedule::kCosine, 10, 0, 0, 0.2);
+  const OptimConfig cos = Sched("cosine", 10, 0, 0, 0.2);
   // Warmup: (t + 1) / W of the rate.
   EXPECT_DOUBLE_EQ(LearningRate(cos, 0), 0.1);
   EXPECT_DOUBLE_EQ(LearningRate(cos, 9), 1.0);
@@ -969,7 +969,7 @@ TEST(ScheduleTest, PyTorchDefinitions) {
   EXPECT_DOUBLE_EQ(LearningRate(cos, 10), 1.0);
   EXPECT_NEAR(LearningRate(cos, 60), 0.6, 1e-15);
   EXPECT_NEAR(LearningRate(cos, 109), 0.2 + 0.8 * (1 + std::cos(M_PI * 99 / 100)) / 2, 1e-15);
-  const OptimConfig flat = Sched(Schedule::kConstant, 4, 0, 0, 0);
+  const OptimConfig flat = Sched("constant", 4, 0, 0, 0);
   EXPECT_DOUBLE_EQ(LearningRate(flat, 1), 0.5);
   EXPECT_DOUBLE_EQ(LearningRate(flat, 50), 1.0);
 }
