@@ -538,7 +538,7 @@ class ProgressLine {
     // whatever --log-every is; "?" until the first one.
     const double loss = shm::LoadRelaxed(seg_.header()->last_loss);
     const auto& optim = seg_.header()->config.optim;
-    const double lr = nn::LearningRate(optim, std::min(progress, std::max<int64_t>(total_ - 1, 0)));
+    const double lr = nn::LearningRateAfter(optim, progress);
     log_.Progress("step " + std::to_string(progress) + "/" + std::to_string(total_) +
                   "  loss " + (progress > first_ ? Fmt("%.6g", loss) : std::string("?")) +
                   "  lr " + Fmt("%.4g", lr) + "  " +

@@ -194,6 +194,10 @@ double LearningRate(const OptimConfig& c, int64_t t) {
   return d != nullptr ? d->rate(c, t - c.warmup_steps) : c.lr;
 }
 
+double LearningRateAfter(const OptimConfig& c, int64_t done) {
+  return LearningRate(c, std::min(done, std::max<int64_t>(c.total_steps - 1, 0)));
+}
+
 bool RateVaries(const OptimConfig& c) {
   return c.warmup_steps > 0 || c.schedule != kConstant.id;
 }

@@ -97,6 +97,9 @@ Status ResolveSchedule(const TrainOptions& o, int64_t total_steps, OptimConfig* 
 
 // lr_t: the rate of update t (0-based), warmup included.
 double LearningRate(const OptimConfig& c, int64_t t);
+// The rate a run shows after `done` updates (progress line, metrics): the update in progress,
+// or the last one once all are done.
+double LearningRateAfter(const OptimConfig& c, int64_t done);
 // Whether the rate changes over the run: a warmup, or a schedule other than constant.
 bool RateVaries(const OptimConfig& c);
 // Whether the rate depends on the run's length (ScheduleDef::spans_run).

@@ -974,5 +974,14 @@ TEST(ScheduleTest, PyTorchDefinitions) {
   EXPECT_DOUBLE_EQ(LearningRate(flat, 50), 1.0);
 }
 
+// The rate a run shows after `done` updates: the update in progress, the last once all are done.
+TEST(ScheduleTest, RateAfterDoneUpdatesStopsAtTheLastUpdate) {
+  const OptimConfig cos = Sched("cosine", 10, 0, 0, 0.2);  // 110 updates
+  EXPECT_DOUBLE_EQ(LearningRateAfter(cos, 0), LearningRate(cos, 0));
+  EXPECT_DOUBLE_EQ(LearningRateAfter(cos, 60), LearningRate(cos, 60));
+  EXPECT_DOUBLE_EQ(LearningRateAfter(cos, 110), LearningRate(cos, 109));
+  EXPECT_DOUBLE_EQ(LearningRateAfter(cos, 1000), LearningRate(cos, 109));
+}
+
 }  // namespace
 }  // namespace shmtrain::nn
