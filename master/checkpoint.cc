@@ -8,6 +8,7 @@
 #include "core/bytes.h"
 #include "core/crc32.h"
 #include "master/model_file.h"
+#include "nn/schedule.h"
 
 namespace shmtrain {
 namespace {
@@ -87,10 +88,10 @@ uint64_t RunFingerprint(const TrainOptions& o, const OptimConfig& optim, const d
     h.Bytes(text.data(), text.size());
   }
   h.Add<uint32_t>(static_cast<uint32_t>(o.model.loss));
-  // The run's length matters only to a schedule that spans it (cosine): another --steps may
-  // otherwise extend a run from its checkpoint.
+  // The run's length matters only to a schedule that spans it (ScheduleDef::spans_run, e.g.
+  // cosine): another --steps may otherwise extend a run from its checkpoint.
   OptimConfig oc = optim;
-  if (static_cast<Schedule>(oc.schedule) != Schedule::kCosine) oc.total_steps = 0;
+  if (!nn::SpansRun(oc)) oc.total_steps = 0;
   h.Bytes(&oc, sizeof oc);
   h.Add<int64_t>(o.batch);
   h.Add<uint64_t>(o.seed);

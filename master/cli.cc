@@ -346,20 +346,20 @@ std::vector<Flag> OptimFlags(TrainOptions* o) {
       {"--clip-norm", "C",
        "scale the mean gradient to global norm C > 0 when it is longer (default: off)",
        Real32(&o->clip_norm), kOptim},
-      {"--lr-schedule", "constant|step|cosine|exponential",
-       "the learning rate over the run (default constant)",
-       Enum<Schedule>(&o->lr_schedule, nn::ParseSchedule, "constant, step, cosine, exponential"),
+      {"--lr-schedule", nn::ScheduleNames("|"), nn::ScheduleHelp(), Str(&o->lr_schedule),
        kSchedule},
-      {"--lr-step-every", "N", "step: multiply the rate by --lr-gamma every N >= 1 steps "
-       "(required by step)", Int<int64_t>(&o->lr_step_every, 1, kBig), kSchedule},
-      {"--lr-gamma", "G", "step, exponential: the factor, in (0, 1] (default 0.1 for step; "
-       "required by exponential)", Real32(&o->lr_gamma), kSchedule},
-      {"--lr-min", "X", "cosine: the rate at the end, >= 0 and < --lr (default 0)",
-       Real32(&o->lr_min), kSchedule},
-      {"--warmup-steps", "N",
-       "raise the rate linearly over the first N >= 0 steps, fewer than the run's (default 0)",
-       Int<int64_t>(&o->warmup_steps, 0, kBig), kSchedule},
   };
+  // The values schedules take (nn/schedule.h): what each is to the schedules that take it.
+  for (const nn::ScheduleFlag& p : nn::ScheduleFlags()) {
+    f.push_back({p.flag, p.value_name, nn::ScheduleFlagHelp(p),
+                 p.given_int != nullptr ? Int<int64_t>(&(o->*p.given_int), 1, kBig)
+                                        : Real32(&(o->*p.given_real)),
+                 kSchedule});
+  }
+  f.push_back({"--warmup-steps", "N",
+               "raise the rate linearly over the first N >= 0 steps, fewer than the run's "
+               "(default 0)",
+               Int<int64_t>(&o->warmup_steps, 0, kBig), kSchedule});
   for (const nn::HyperParam& p : nn::AllHyperParams()) {
     const std::string flag = p.flag;
     const std::string help = std::string(p.help) + " [" + nn::OptimizersWith(flag) + "]";

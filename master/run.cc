@@ -305,8 +305,7 @@ class LossLog {
         // The rate of the step: in JSON always; in text when the schedule changes it, so a
         // constant-rate run's lines stay "step S loss L".
         const double lr = nn::LearningRate(c.optim, step);
-        const bool varies = c.optim.schedule != static_cast<uint32_t>(Schedule::kConstant) ||
-                            c.optim.warmup_steps > 0;
+        const bool varies = nn::RateVaries(c.optim);
         log_.Line("step " + std::to_string(step) + " loss " + Fmt("%.9g", rec.loss) +
                       (varies ? " lr " + Fmt("%.6g", lr) : std::string()),
                   JsonLine("step").Int("step", step).Num("loss", rec.loss).Num("lr", lr));
@@ -539,7 +538,7 @@ class ProgressLine {
     // whatever --log-every is; "?" until the first one.
     const double loss = shm::LoadRelaxed(seg_.header()->last_loss);
     const auto& optim = seg_.header()->config.optim;
-    const double lr = nn::LearningRate(optim, std::min(progress, std::max<int64_t>(total_ - 1, 0)));
+    const double lr = nn::LearningRateAfter(optim, progress);
     log_.Progress("step " + std::to_string(progress) + "/" + std::to_string(total_) +
                   "  loss " + (progress > first_ ? Fmt("%.6g", loss) : std::string("?")) +
                   "  lr " + Fmt("%.4g", lr) + "  " +

@@ -206,8 +206,7 @@ class RunCollector final : public prometheus::Collectable {
              LoadRelaxed(h->last_loss));
     f->Gauge("shmtrain_learning_rate",
              "Learning rate of the current step or update (the schedule's, warmup included).",
-             nn::LearningRate(
-                 c.optim, std::min<int64_t>(progress, std::max<int64_t>(c.total_steps - 1, 0))));
+             nn::LearningRateAfter(c.optim, static_cast<int64_t>(progress)));
     f->Gauge("shmtrain_grad_norm", "L2 norm of the latest (mean) gradient.",
              LoadRelaxed(h->last_grad_norm));
 

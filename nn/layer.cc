@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <optional>
 
+#include "nn/registry.h"
+
 namespace shmtrain::nn {
 
 constexpr int64_t kMaxTensor = int64_t{1} << 31;
@@ -19,12 +21,7 @@ const std::vector<const LayerType*>& LayerTypes() {
   return all;
 }
 
-const LayerType* FindLayerType(std::string_view name) {
-  for (const LayerType* t : LayerTypes()) {
-    if (name == t->name) return t;
-  }
-  return nullptr;
-}
+const LayerType* FindLayerType(std::string_view name) { return FindByName(LayerTypes(), name); }
 
 }  // namespace shmtrain::nn
 
@@ -132,11 +129,7 @@ std::string ArgNames(const LayerType& t) {
   return s;
 }
 
-std::string TypeNames() {
-  std::string s;
-  for (const LayerType* t : LayerTypes()) s += (s.empty() ? "" : ", ") + std::string(t->name);
-  return s;
-}
+std::string TypeNames() { return NamesOf(LayerTypes(), ", "); }
 
 std::string Num(double v) {
   char buf[32];

@@ -1,10 +1,10 @@
 #include "nn/optimizer.h"
 
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 
+#include "core/decimal.h"
+#include "nn/registry.h"
 #include "nn/schedule.h"
 
 namespace shmtrain::nn {
@@ -25,17 +25,6 @@ Status Bad(const std::string& flag, const std::string& what) {
   return Status::Usage(flag + ": " + what);
 }
 
-// The shortest decimal that reads back as x: "0.01", not "0.010000000000000000208", yet
-// 0.01 and 0.01000001 stay apart, so two different settings never describe alike.
-std::string Num(double x) {
-  char buf[32];
-  for (int digits = 6; digits <= 17; ++digits) {
-    std::snprintf(buf, sizeof buf, "%.*g", digits, x);
-    if (std::strtod(buf, nullptr) == x) break;
-  }
-  return buf;
-}
-
 const HyperParam* FindParam(const OptimizerDef& d, std::string_view flag) {
   for (const HyperParam& p : d.params) {
     if (flag == p.flag) return &p;
@@ -51,9 +40,11 @@ bool InRange(const HyperParam& p, double x) {
 }
 
 std::string RangeText(const HyperParam& p) {
-  if (std::isinf(p.hi)) return std::string("a finite number ") + (p.lo_open ? "> " : ">= ") + Num(p.lo);
-  return std::string("in ") + (p.lo_open ? "(" : "[") + Num(p.lo) + ", " + Num(p.hi) +
-         (p.hi_open ? ")" : "]");
+  if (std::isinf(p.hi)) {
+    return std::string("a finite number ") + (p.lo_open ? "> " : ">= ") + ShortestDecimal(p.lo);
+  }
+  return std::string("in ") + (p.lo_open ? "(" : "[") + ShortestDecimal(p.lo) + ", " +
+         ShortestDecimal(p.hi) + (p.hi_open ? ")" : "]");
 }
 
 // The optimizer's hyper-parameters: given values, else defaults, in declaration order.
@@ -72,7 +63,7 @@ Status CheckHyper(const OptimizerDef& d, const TrainOptions& o) {
       return Bad(flag, "applies to --optimizer " + OptimizersWith(flag) + ", not " + d.name);
     }
     if (!p->switch_() && !InRange(*p, value)) {
-      return Bad(flag, "must be " + RangeText(*p) + ", got " + Num(value));
+      return Bad(flag, "must be " + RangeText(*p) + ", got " + ShortestDecimal(value));
     }
   }
   double hyper[kMaxHyper];
@@ -98,65 +89,13 @@ Status CheckHyper(const OptimizerDef& d, const TrainOptions& o) {
   return Status::Ok();
 }
 
-Status CheckSchedule(const TrainOptions& o) {
-  const Schedule s = o.lr_schedule;
-  const std::string name = std::string("--lr-schedule ") + ToString(s);
-  if (o.Given("--lr-step-every") && s != Schedule::kStep) {
-    return Bad("--lr-step-every", "applies to --lr-schedule step only; this run's is " + std::string(ToString(s)));
-  }
-  if (s == Schedule::kStep && !o.Given("--lr-step-every")) {
-    return Bad(name, "needs --lr-step-every N (decay the rate every N steps)");
-  }
-  if (s == Schedule::kStep && o.lr_step_every < 1) {
-    return Bad("--lr-step-every", "must be >= 1, got " + std::to_string(o.lr_step_every));
-  }
-  const bool decays = s == Schedule::kStep || s == Schedule::kExponential;
-  if (o.Given("--lr-gamma") && !decays) {
-    return Bad("--lr-gamma", "applies to --lr-schedule step or exponential; this run's is " +
-                                 std::string(ToString(s)));
-  }
-  if (s == Schedule::kExponential && !o.Given("--lr-gamma")) {
-    return Bad(name, "needs --lr-gamma G (the factor applied every step)");
-  }
-  if (o.Given("--lr-gamma") && !(o.lr_gamma > 0 && o.lr_gamma <= 1)) {
-    return Bad("--lr-gamma", "must be in (0, 1], got " + Num(o.lr_gamma));
-  }
-  if (o.Given("--lr-min") && s != Schedule::kCosine) {
-    return Bad("--lr-min", "applies to --lr-schedule cosine only; this run's is " + std::string(ToString(s)));
-  }
-  if (!(o.lr_min >= 0 && std::isfinite(o.lr_min))) {
-    return Bad("--lr-min", "must be a finite number >= 0, got " + Num(o.lr_min));
-  }
-  if (o.Given("--lr-min") && !(o.lr_min < o.lr)) {
-    return Bad("--lr-min", Num(o.lr_min) + " must be below --lr (" + Num(o.lr) + ")");
-  }
-  if (o.warmup_steps < 0) {
-    return Bad("--warmup-steps", "must be >= 0, got " + std::to_string(o.warmup_steps));
-  }
-  return Status::Ok();
-}
-
 }  // namespace
 
 const OptimizerDef* FindOptimizer(std::string_view name) {
-  for (const OptimizerDef* d : Optimizers()) {
-    if (name == d->name) return d;
-  }
-  return nullptr;
+  return FindByName(Optimizers(), name);
 }
-
-const OptimizerDef* FindOptimizer(uint32_t id) {
-  for (const OptimizerDef* d : Optimizers()) {
-    if (d->id == id) return d;
-  }
-  return nullptr;
-}
-
-std::string OptimizerNames() {
-  std::string s;
-  for (const OptimizerDef* d : Optimizers()) s += (s.empty() ? "" : ", ") + std::string(d->name);
-  return s;
-}
+const OptimizerDef* FindOptimizer(uint32_t id) { return FindById(Optimizers(), id); }
+std::string OptimizerNames() { return NamesOf(Optimizers(), ", "); }
 
 std::vector<HyperParam> AllHyperParams() {
   std::vector<HyperParam> all;
@@ -185,23 +124,19 @@ Status CheckOptimizerOptions(const TrainOptions& o) {
   }
   if (Status s = CheckHyper(*d, o); !s.ok()) return s;
   if (!std::isnan(o.weight_decay) && !(o.weight_decay >= 0 && std::isfinite(o.weight_decay))) {
-    return Bad("--weight-decay", "must be a finite number >= 0, got " + Num(o.weight_decay));
+    return Bad("--weight-decay",
+               "must be a finite number >= 0, got " + ShortestDecimal(o.weight_decay));
   }
   if ((o.Given("--clip-norm") || o.clip_norm != 0) &&
       !(o.clip_norm > 0 && std::isfinite(o.clip_norm))) {
-    return Bad("--clip-norm", "must be a finite number > 0, got " + Num(o.clip_norm));
+    return Bad("--clip-norm", "must be a finite number > 0, got " + ShortestDecimal(o.clip_norm));
   }
-  return CheckSchedule(o);
+  return CheckScheduleOptions(o);
 }
 
 Status ResolveOptim(const TrainOptions& o, int64_t total_steps, OptimConfig* out) {
   const OptimizerDef* d = FindOptimizer(o.optimizer);
   if (d == nullptr) return Bad("--optimizer", "unknown '" + o.optimizer + "'");
-  if (o.warmup_steps >= total_steps && o.warmup_steps > 0) {
-    return Bad("--warmup-steps", std::to_string(o.warmup_steps) +
-                                     " must be shorter than the run (" +
-                                     std::to_string(total_steps) + " steps)");
-  }
   OptimConfig c;
   std::memset(&c, 0, sizeof c);  // padding and unused entries are hashed: zero them
   c.optimizer = d->id;
@@ -210,13 +145,7 @@ Status ResolveOptim(const TrainOptions& o, int64_t total_steps, OptimConfig* out
   c.lr = o.lr;
   c.weight_decay = std::isnan(o.weight_decay) ? d->default_weight_decay : o.weight_decay;
   c.clip_norm = o.clip_norm;
-  c.schedule = static_cast<uint32_t>(o.lr_schedule);
-  c.warmup_steps = o.warmup_steps;
-  c.step_every = o.lr_schedule == Schedule::kStep ? o.lr_step_every : 0;
-  const bool decays = o.lr_schedule == Schedule::kStep || o.lr_schedule == Schedule::kExponential;
-  c.gamma = decays ? (std::isnan(o.lr_gamma) ? 0.1 : o.lr_gamma) : 0;
-  c.lr_min = o.lr_schedule == Schedule::kCosine ? o.lr_min : 0;
-  c.total_steps = total_steps;
+  if (Status s = ResolveSchedule(o, total_steps, &c); !s.ok()) return s;
   *out = c;
   return Status::Ok();
 }
@@ -230,21 +159,12 @@ std::string Describe(const OptimConfig& c) {
     const HyperParam& p = d->params[i];
     if (p.switch_() && c.hyper[i] == 0) continue;
     hp += (hp.empty() ? "" : ", ") + std::string(p.flag + 2);
-    if (!p.switch_()) hp += " " + Num(c.hyper[i]);
+    if (!p.switch_()) hp += " " + ShortestDecimal(c.hyper[i]);
   }
-  hp += (hp.empty() ? "" : ", ") + std::string("weight decay ") + Num(c.weight_decay);
-  s += " (" + hp + "), lr " + Num(c.lr);
-  const auto sched = static_cast<Schedule>(c.schedule);
-  if (sched == Schedule::kStep) {
-    s += ", step schedule (x" + Num(c.gamma) + " every " + std::to_string(c.step_every) + ")";
-  } else if (sched == Schedule::kExponential) {
-    s += ", exponential schedule (x" + Num(c.gamma) + " per step)";
-  } else if (sched == Schedule::kCosine) {
-    s += ", cosine schedule to " + Num(c.lr_min) + " over " + std::to_string(c.total_steps) +
-         " steps";
-  }
-  if (c.warmup_steps > 0) s += ", warmup " + std::to_string(c.warmup_steps) + " steps";
-  if (c.clip_norm > 0) s += ", clip-norm " + Num(c.clip_norm);
+  hp += (hp.empty() ? "" : ", ") + std::string("weight decay ") + ShortestDecimal(c.weight_decay);
+  s += " (" + hp + "), lr " + ShortestDecimal(c.lr);
+  s += DescribeSchedule(c);
+  if (c.clip_norm > 0) s += ", clip-norm " + ShortestDecimal(c.clip_norm);
   return s;
 }
 

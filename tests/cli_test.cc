@@ -5,11 +5,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
+#include "master/cli.h"
 #include "nn/model.h"
+#include "nn/schedule.h"
 #include "shmtrain/model_spec.h"
 #include "shmtrain/options.h"
 #include "tests/proc_util.h"
@@ -482,6 +486,71 @@ TEST(Help, TrainListsTheOptimizerFlags) {
     EXPECT_FALSE(e.empty()) << flag << " is not listed:\n" << r.out;
     for (const std::string& text : texts) {
       EXPECT_TRUE(Contains(e, text)) << flag << " lacks \"" << text << "\": " << e;
+    }
+  }
+}
+
+// Every registered schedule (nn/schedule.h) is on the command line without a line of its own
+// in master/cli.cc: --lr-schedule lists it, each flag it takes names it in its help, it runs
+// with its required flags, and without one of them it is refused naming the flag.
+TEST(Help, TrainListsEveryRegisteredSchedule) {
+  master::Command cmd;
+  ASSERT_TRUE(master::ParseCommandLine({"shmtrain", "train", "--help"}, &cmd).ok());
+  const std::vector<std::string> entries = FlagEntries(cmd.help_text);
+  const std::string names = EntryOf(entries, "--lr-schedule");
+  EXPECT_TRUE(Contains(names, nn::ScheduleNames("|"))) << names;
+  for (const nn::ScheduleDef* d : nn::Schedules()) {
+    EXPECT_TRUE(Contains(names, std::string(d->name) + ": " + d->summary)) << names;
+    for (const nn::ScheduleTakes& t : d->takes) {
+      const std::string e = EntryOf(entries, t.flag);
+      EXPECT_TRUE(Contains(e, std::string(d->name) + ": " + t.meaning)) << d->name << ": " << e;
+      EXPECT_TRUE(Contains(e, std::string(t.required ? "required by " : "default ")))
+          << d->name << ": " << e;
+    }
+  }
+}
+
+// A value within the limits of each flag that schedules take, as typed.
+std::string ValidText(const nn::ScheduleFlag& f) {
+  const std::map<std::string, std::string, std::less<>> values = {
+      {"--lr-step-every", "7"}, {"--lr-gamma", "0.5"}, {"--lr-min", "0.01"}};
+  const auto it = values.find(f.flag);
+  if (it == values.end()) {
+    ADD_FAILURE() << f.flag << ": a new schedule flag; give it a valid value here";
+    return "1";
+  }
+  return it->second;
+}
+
+// --lr-schedule NAME with every flag it requires but `missing`.
+std::vector<std::string> WithSchedule(const nn::ScheduleDef& d, std::string_view missing) {
+  std::vector<std::string> a = Parabola({"--lr", "0.1", "--lr-schedule", d.name});
+  a.insert(a.begin(), "shmtrain");
+  for (const nn::ScheduleFlag& f : nn::ScheduleFlags()) {
+    for (const nn::ScheduleTakes& t : d.takes) {
+      if (t.required && t.flag == std::string_view(f.flag) && missing != f.flag) {
+        a.insert(a.end(), {f.flag, ValidText(f)});
+      }
+    }
+  }
+  return a;
+}
+
+TEST(Schedules, EachRunsWithItsRequiredFlagsAndIsRefusedWithoutOne) {
+  for (const nn::ScheduleDef* d : nn::Schedules()) {
+    SCOPED_TRACE(d->name);
+    master::Command ok;
+    const Status s = master::ParseCommandLine(WithSchedule(*d, ""), &ok);
+    EXPECT_TRUE(s.ok()) << s.message();
+    EXPECT_EQ(ok.train.lr_schedule, d->name);
+    for (const nn::ScheduleTakes& t : d->takes) {
+      if (!t.required) continue;
+      master::Command cmd;
+      const Status refused = master::ParseCommandLine(WithSchedule(*d, t.flag), &cmd);
+      EXPECT_EQ(refused.code(), Status::Code::kUsage) << t.flag;
+      EXPECT_TRUE(Contains(refused.message(),
+                           std::string("--lr-schedule ") + d->name + ": needs " + t.flag))
+          << refused.message();
     }
   }
 }

@@ -11,7 +11,9 @@
 #include <numbers>
 #include <numeric>
 #include <ostream>
+#include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "nn/model.h"
@@ -926,7 +928,7 @@ TEST(OptimizerTest, DescribeIsShortAndTellsSettingsApart) {
             "sgd (momentum 0.9, nesterov, weight decay 0), lr 0.1");
   TrainOptions o;
   o.lr = 0.1;
-  o.lr_schedule = Schedule::kCosine;
+  o.lr_schedule = "cosine";
   o.lr_min = 0.001;
   o.warmup_steps = 10;
   o.clip_norm = 1;
@@ -941,10 +943,10 @@ TEST(OptimizerTest, DescribeIsShortAndTellsSettingsApart) {
 // ---------------------------------------------------------------------------------------------
 // Learning-rate schedules (nn/schedule.h)
 
-OptimConfig Sched(Schedule s, int64_t warmup, int64_t every, double gamma, double lr_min) {
+OptimConfig Sched(const char* name, int64_t warmup, int64_t every, double gamma, double lr_min) {
   OptimConfig c{};
   c.lr = 1.0;
-  c.schedule = static_cast<uint32_t>(s);
+  c.schedule = FindSchedule(name)->id;
   c.warmup_steps = warmup;
   c.step_every = every;
   c.gamma = gamma;
@@ -954,14 +956,14 @@ OptimConfig Sched(Schedule s, int64_t warmup, int64_t every, double gamma, doubl
 }
 
 TEST(ScheduleTest, PyTorchDefinitions) {
-  const OptimConfig step = Sched(Schedule::kStep, 0, 30, 0.1, 0);
+  const OptimConfig step = Sched("step", 0, 30, 0.1, 0);
   EXPECT_DOUBLE_EQ(LearningRate(step, 0), 1.0);
   EXPECT_DOUBLE_EQ(LearningRate(step, 29), 1.0);
   EXPECT_NEAR(LearningRate(step, 30), 0.1, 1e-15);
   EXPECT_NEAR(LearningRate(step, 65), 0.01, 1e-15);
-  const OptimConfig ex = Sched(Schedule::kExponential, 0, 0, 0.5, 0);
+  const OptimConfig ex = Sched("exponential", 0, 0, 0.5, 0);
   EXPECT_DOUBLE_EQ(LearningRate(ex, 3), 0.125);
-  const OptimConfig cos = Sched(Schedule::kCosine, 10, 0, 0, 0.2);
+  const OptimConfig cos = Sched("cosine", 10, 0, 0, 0.2);
   // Warmup: (t + 1) / W of the rate.
   EXPECT_DOUBLE_EQ(LearningRate(cos, 0), 0.1);
   EXPECT_DOUBLE_EQ(LearningRate(cos, 9), 1.0);
@@ -969,9 +971,189 @@ TEST(ScheduleTest, PyTorchDefinitions) {
   EXPECT_DOUBLE_EQ(LearningRate(cos, 10), 1.0);
   EXPECT_NEAR(LearningRate(cos, 60), 0.6, 1e-15);
   EXPECT_NEAR(LearningRate(cos, 109), 0.2 + 0.8 * (1 + std::cos(M_PI * 99 / 100)) / 2, 1e-15);
-  const OptimConfig flat = Sched(Schedule::kConstant, 4, 0, 0, 0);
+  const OptimConfig flat = Sched("constant", 4, 0, 0, 0);
   EXPECT_DOUBLE_EQ(LearningRate(flat, 1), 0.5);
   EXPECT_DOUBLE_EQ(LearningRate(flat, 50), 1.0);
+}
+
+// The rate a run shows after `done` updates: the update in progress, the last once all are done.
+TEST(ScheduleTest, RateAfterDoneUpdatesStopsAtTheLastUpdate) {
+  const OptimConfig cos = Sched("cosine", 10, 0, 0, 0.2);  // 110 updates
+  EXPECT_DOUBLE_EQ(LearningRateAfter(cos, 0), LearningRate(cos, 0));
+  EXPECT_DOUBLE_EQ(LearningRateAfter(cos, 60), LearningRate(cos, 60));
+  EXPECT_DOUBLE_EQ(LearningRateAfter(cos, 110), LearningRate(cos, 109));
+  EXPECT_DOUBLE_EQ(LearningRateAfter(cos, 1000), LearningRate(cos, 109));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Every registered schedule (nn/schedule.h): one added later is checked here without a test of
+// its own.
+
+// A value within the limits of each flag that schedules take.
+double ValidValue(const ScheduleFlag& f) {
+  static const std::map<std::string, double, std::less<>> values = {
+      {"--lr-step-every", 7}, {"--lr-gamma", 0.5}, {"--lr-min", 0.01}};
+  const auto it = values.find(f.flag);
+  if (it == values.end()) {
+    ADD_FAILURE() << f.flag << ": a new schedule flag; give it a valid value here";
+    return 1;
+  }
+  return it->second;
+}
+
+const ScheduleFlag& FlagNamed(std::string_view flag) {
+  for (const ScheduleFlag& f : ScheduleFlags()) {
+    if (flag == f.flag) return f;
+  }
+  ADD_FAILURE() << flag << " is not one of ScheduleFlags()";
+  return ScheduleFlags().front();
+}
+
+// `flag` given on the command line with a valid value.
+void Give(TrainOptions* o, std::string_view flag) {
+  const ScheduleFlag& f = FlagNamed(flag);
+  const double v = ValidValue(f);
+  if (f.given_int != nullptr) {
+    o->*f.given_int = static_cast<int64_t>(v);
+  } else {
+    o->*f.given_real = v;
+  }
+  o->given[f.flag] = std::to_string(v);
+}
+
+// Options for schedule d, lr 0.1, with every flag d requires given except `missing`.
+TrainOptions ScheduleOptions(const ScheduleDef& d, int64_t warmup = 0,
+                             std::string_view missing = "") {
+  TrainOptions o;
+  o.lr = 0.1;
+  o.given["--lr"] = "0.1";
+  o.lr_schedule = d.name;
+  o.given["--lr-schedule"] = d.name;
+  o.warmup_steps = warmup;
+  for (const ScheduleTakes& t : d.takes) {
+    if (t.required && t.flag != missing) Give(&o, t.flag);
+  }
+  return o;
+}
+
+OptimConfig Resolved(const TrainOptions& o, int64_t total_steps) {
+  OptimConfig c;
+  EXPECT_TRUE(ResolveOptim(o, total_steps, &c).ok()) << o.lr_schedule;
+  return c;
+}
+
+TEST(ScheduleRegistryTest, NamesAndIdsRoundTrip) {
+  std::set<uint32_t> ids;
+  std::set<std::string> names;
+  for (const ScheduleDef* d : Schedules()) {
+    SCOPED_TRACE(d->name);
+    EXPECT_EQ(FindSchedule(d->name), d);
+    EXPECT_EQ(FindSchedule(d->id), d);
+    EXPECT_TRUE(ids.insert(d->id).second) << "id " << d->id << " taken twice";
+    EXPECT_TRUE(names.insert(d->name).second);
+    EXPECT_NE(ScheduleNames("|").find(d->name), std::string::npos);
+    OptimConfig c = Resolved(ScheduleOptions(*d), 50);
+    EXPECT_EQ(c.schedule, d->id);
+    EXPECT_EQ(SpansRun(c), d->spans_run);
+    for (const ScheduleTakes& t : d->takes) FlagNamed(t.flag);
+  }
+  EXPECT_EQ(FindSchedule("linear"), nullptr);
+  EXPECT_EQ(TrainOptions().lr_schedule, "constant");
+}
+
+// Ids are stored in segments, checkpoints and fingerprints: these may never change.
+TEST(ScheduleRegistryTest, StoredIdsNeverChange) {
+  const std::map<std::string, uint32_t> stored = {
+      {"constant", 0}, {"step", 1}, {"cosine", 2}, {"exponential", 3}};
+  for (const auto& [name, id] : stored) {
+    ASSERT_NE(FindSchedule(name), nullptr) << name;
+    EXPECT_EQ(FindSchedule(name)->id, id) << name;
+  }
+}
+
+// Every flag is taken by a schedule; given to one that does not take it, it is refused by name.
+TEST(ScheduleRegistryTest, AFlagOfAnotherScheduleIsRefusedByName) {
+  for (const ScheduleFlag& f : ScheduleFlags()) {
+    int takers = 0;
+    for (const ScheduleDef* d : Schedules()) {
+      SCOPED_TRACE(std::string(d->name) + " " + f.flag);
+      bool takes = false;
+      for (const ScheduleTakes& t : d->takes) takes = takes || t.flag == std::string_view(f.flag);
+      takers += takes;
+      TrainOptions o = ScheduleOptions(*d);
+      if (!o.Given(f.flag)) Give(&o, f.flag);
+      const Status s = CheckOptimizerOptions(o);
+      if (takes) {
+        EXPECT_TRUE(s.ok()) << s.message();
+      } else {
+        EXPECT_FALSE(s.ok());
+        EXPECT_EQ(s.message().rfind(std::string(f.flag) + ": applies to --lr-schedule ", 0), 0u)
+            << s.message();
+      }
+    }
+    EXPECT_GE(takers, 1) << f.flag << " is taken by no schedule";
+  }
+}
+
+// Without a flag it requires, a schedule is refused with a message that names the flag.
+TEST(ScheduleRegistryTest, RefusesAMissingRequiredFlagByName) {
+  for (const ScheduleDef* d : Schedules()) {
+    SCOPED_TRACE(d->name);
+    const Status all = CheckOptimizerOptions(ScheduleOptions(*d));
+    EXPECT_TRUE(all.ok()) << all.message();
+    for (const ScheduleTakes& t : d->takes) {
+      if (!t.required) continue;
+      const Status s = CheckOptimizerOptions(ScheduleOptions(*d, 0, t.flag));
+      EXPECT_FALSE(s.ok()) << t.flag;
+      EXPECT_NE(s.message().find(std::string("--lr-schedule ") + d->name + ": needs " + t.flag),
+                std::string::npos)
+          << s.message();
+    }
+  }
+}
+
+// After a warmup of W updates (or none) the rate of update W is the base rate, and every rate
+// of the run is a finite number in [0, lr].
+TEST(ScheduleRegistryTest, RateAfterTheWarmupIsTheBaseRate) {
+  for (const ScheduleDef* d : Schedules()) {
+    for (const int64_t warmup : {0, 5}) {
+      SCOPED_TRACE(std::string(d->name) + ", warmup " + std::to_string(warmup));
+      const OptimConfig c = Resolved(ScheduleOptions(*d, warmup), 50);
+      EXPECT_DOUBLE_EQ(LearningRate(c, warmup), 0.1);
+      if (warmup > 0) {
+        EXPECT_DOUBLE_EQ(LearningRate(c, 0), 0.1 / static_cast<double>(warmup));
+      }
+      for (int64_t t = 0; t < 50; ++t) {
+        const double lr = LearningRate(c, t);
+        EXPECT_TRUE(std::isfinite(lr) && lr >= 0 && lr <= 0.1) << "t " << t << ": " << lr;
+      }
+    }
+  }
+}
+
+// A schedule that says it does not span the run gives the same rates for another --steps (its
+// checkpoints resume with another length); one that spans it does not.
+TEST(ScheduleRegistryTest, OnlyASpanningScheduleDependsOnTheRunsLength) {
+  for (const ScheduleDef* d : Schedules()) {
+    SCOPED_TRACE(d->name);
+    const OptimConfig c40 = Resolved(ScheduleOptions(*d, 3), 40);
+    const OptimConfig c80 = Resolved(ScheduleOptions(*d, 3), 80);
+    bool differ = false;
+    for (int64_t t = 0; t < 40; ++t) {
+      differ = differ || LearningRate(c40, t) != LearningRate(c80, t);
+    }
+    EXPECT_EQ(differ, d->spans_run);
+  }
+}
+
+// Checkpoint refusals name the settings by Describe: every two schedules describe apart.
+TEST(ScheduleRegistryTest, DescribeTellsEveryScheduleApart) {
+  std::map<std::string, std::string> seen;
+  for (const ScheduleDef* d : Schedules()) {
+    const std::string text = Describe(Resolved(ScheduleOptions(*d), 50));
+    const auto [it, fresh] = seen.emplace(text, d->name);
+    EXPECT_TRUE(fresh) << d->name << " describes as " << it->second << ": " << text;
+  }
 }
 
 }  // namespace

@@ -13,9 +13,6 @@
 
 namespace shmtrain {
 
-// Learning-rate schedules (values stored in segments and fingerprints: append only).
-enum class Schedule : uint32_t { kConstant = 0, kStep = 1, kCosine = 2, kExponential = 3 };
-
 inline constexpr int kMaxHyper = 8;   // hyper-parameters one optimizer may declare
 inline constexpr int kMaxStates = 4;  // state vectors one optimizer may keep
 
@@ -27,7 +24,7 @@ struct OptimConfig {
   double weight_decay;      // --weight-decay (the optimizer decides coupled or decoupled)
   double clip_norm;         // --clip-norm: the global gradient norm's bound; 0 = off
   // The schedule (nn/schedule.h): lr_t for the update of index t (0-based).
-  uint32_t schedule;        // Schedule
+  uint32_t schedule;        // ScheduleDef::id (stored: append only)
   uint32_t reserved;        // zero
   int64_t warmup_steps;     // linear warmup over the first W updates; 0 = none
   int64_t step_every;       // step: decay every N updates

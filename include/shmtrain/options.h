@@ -118,13 +118,14 @@ struct TrainOptions {
   // of the mean gradient, > 0; 0 = off.
   double weight_decay = std::numeric_limits<double>::quiet_NaN();
   double clip_norm = 0;
-  // Learning-rate schedule (nn/schedule.h). lr_step_every >= 1 (step); lr_gamma in (0, 1]
-  // (step: default 0.1; exponential: required; NaN = not given); lr_min in [0, lr) (cosine);
-  // warmup_steps >= 0, shorter than the run.
-  Schedule lr_schedule = Schedule::kConstant;
+  // Learning-rate schedule (nn/schedule.h): a registered name (default constant). The values
+  // schedules take, each applying to the schedules that declare it, with their defaults and
+  // limits there (nn/schedules/): lr_step_every >= 1 (0 = not given); lr_gamma in (0, 1] and
+  // lr_min in [0, lr) (NaN = not given). warmup_steps >= 0, shorter than the run.
+  std::string lr_schedule = "constant";
   int64_t lr_step_every = 0;
   double lr_gamma = std::numeric_limits<double>::quiet_NaN();
-  double lr_min = 0;
+  double lr_min = std::numeric_limits<double>::quiet_NaN();
   int64_t warmup_steps = 0;
 
   // Length: exactly one of steps (>= 1) and epochs (>= 1). With a batch, an epoch is
