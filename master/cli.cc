@@ -486,7 +486,7 @@ Flag Find(const std::vector<Flag>& flags, std::string_view name) {
   for (const Flag& f : flags) {
     if (f.name == name) return f;
   }
-  std::abort();  // a name in this file that TrainFlags lacks: a bug
+  SHMTRAIN_DIE("flag " + std::string(name) + " is used in master/cli.cc but TrainFlags lacks it");
 }
 
 // A setter's error travels through CLI11 as a ValidationError with the final message.

@@ -20,6 +20,7 @@
 #include "nn/schedule.h"
 #include "nn/update.h"
 #include "shmtrain/model_spec.h"
+#include "shmtrain/status.h"
 
 namespace shmtrain::nn {
 namespace {
@@ -106,6 +107,13 @@ TEST(ModelSpecTest, ParamCount) {
   EXPECT_EQ(Mlp({3, 2}).ParamCount(), 8u);
   // Above 2^32 parameters the count must not wrap.
   EXPECT_EQ(Mlp({65536, 65536, 65536}).ParamCount(), 2 * (size_t{65536} * 65536 + 65536));
+}
+
+// A broken invariant dies through the one helper, naming its file and line.
+TEST(DieTest, CheckNamesFileAndLine) {
+  EXPECT_DEATH(SHMTRAIN_CHECK(1 + 1 == 3, "arithmetic " + std::to_string(2)),
+               "shmtrain: internal error at .*nn_test\\.cc:[0-9]+: arithmetic 2");
+  SHMTRAIN_CHECK(1 + 1 == 2, "never evaluated");
 }
 
 // ---------------------------------------------------------------------------------------------

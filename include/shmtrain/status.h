@@ -1,8 +1,10 @@
-// Status: the one error value of shmtrain, and the exit codes, which are API.
+// Status: the one error value of shmtrain, the exit codes, which are API, and the one way a
+// broken invariant aborts.
 //
 // Boundary calls (parse flags, load data, create or attach the segment, spawn a worker, save
-// a file) return a Status whose message a user can act on: it names what is wrong and where
-// (file, line, column, flag, rank). Broken invariants are not Statuses: they abort loudly.
+// a file, MPI) return a Status whose message a user can act on: it names what is wrong and
+// where (file, line, column, flag, rank). Broken invariants are not Statuses: they abort
+// loudly through SHMTRAIN_CHECK / SHMTRAIN_DIE, with file:line.
 #pragma once
 
 #include <string>
@@ -43,6 +45,23 @@ enum WorkerExit : int {
 
 // Human-readable name of a worker exit code, for messages.
 const char* WorkerExitName(int code);
+
+// A broken invariant (a bug, never a user's input): prints "shmtrain: internal error at
+// FILE:LINE: what" to stderr and aborts. SIGABRT then takes the crash path of the process:
+// the master's handler removes the segment (master/signals.h); a worker's death is seen and
+// reported by its master like any other.
+[[noreturn]] void Die(const char* file, int line, const std::string& what);
+
+}  // namespace shmtrain
+
+// SHMTRAIN_CHECK(cond, what): dies with `what` (evaluated only then) when cond is false.
+#define SHMTRAIN_DIE(what) ::shmtrain::Die(__FILE__, __LINE__, (what))
+#define SHMTRAIN_CHECK(cond, what)   \
+  do {                               \
+    if (!(cond)) SHMTRAIN_DIE(what); \
+  } while (0)
+
+namespace shmtrain {
 
 class Status {
  public:
