@@ -351,19 +351,24 @@ TEST(MetricsAddr, BracketedIpv6IsParsed) {
 }
 
 TEST(MetricsAddr, ParseHostPort) {
-  std::string why;
-  auto v6 = ParseHostPort("[::1]:9464", &why);
-  ASSERT_TRUE(v6) << why;
-  EXPECT_EQ(v6->host, "::1");
-  EXPECT_EQ(v6->port, 9464);
-  EXPECT_TRUE(v6->ipv6);
-  auto v4 = ParseHostPort("127.0.0.1:0", &why);
-  ASSERT_TRUE(v4) << why;
-  EXPECT_EQ(v4->host, "127.0.0.1");
-  EXPECT_FALSE(v4->ipv6);
+  HostPort v6;
+  const Status s6 = ParseHostPort("[::1]:9464", &v6);
+  ASSERT_TRUE(s6.ok()) << s6.message();
+  EXPECT_EQ(v6.host, "::1");
+  EXPECT_EQ(v6.port, 9464);
+  EXPECT_TRUE(v6.ipv6);
+  HostPort v4;
+  const Status s4 = ParseHostPort("127.0.0.1:0", &v4);
+  ASSERT_TRUE(s4.ok()) << s4.message();
+  EXPECT_EQ(v4.host, "127.0.0.1");
+  EXPECT_FALSE(v4.ipv6);
   for (const char* bad : {"[::1]", "[::1]9464", "[]:1", "[x]:1", "::1:80", "1.2.3.4:65536",
                           "1.2.3.4:", ":80", "host"}) {
-    EXPECT_FALSE(ParseHostPort(bad, &why)) << bad;
+    HostPort hp;
+    const Status s = ParseHostPort(bad, &hp);
+    EXPECT_FALSE(s.ok()) << bad;
+    EXPECT_EQ(s.code(), Status::Code::kUsage) << bad;
+    EXPECT_FALSE(s.message().empty()) << bad;
   }
 }
 
