@@ -46,6 +46,12 @@ enum WorkerExit : int {
 // Human-readable name of a worker exit code, for messages.
 const char* WorkerExitName(int code);
 
+// Every exit code of `shmtrain` (128 + n for the other stop signals aside): what its help and
+// README.md list, and a test holds them to it.
+inline constexpr ExitCode kExitCodes[] = {kExitOk,           kExitInternal,    kExitUsage,
+                                          kExitWorkerFailed, kExitResource,    kExitDiverged,
+                                          kExitHostLost,     kExitInterrupted, kExitTerminated};
+
 // A broken invariant (a bug, never a user's input): prints "shmtrain: internal error at
 // FILE:LINE: what" to stderr and aborts. SIGABRT then takes the crash path of the process:
 // the master's handler removes the segment (master/signals.h); a worker's death is seen and
