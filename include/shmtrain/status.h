@@ -69,7 +69,9 @@ inline constexpr ExitCode kExitCodes[] = {kExitOk,           kExitInternal,    k
 
 namespace shmtrain {
 
-class Status {
+// [[nodiscard]]: a Status is handled, passed up, or dropped on purpose with `(void)` beside
+// the line that says where it was logged and counted (docs/errors.md, "Log and count").
+class [[nodiscard]] Status {
  public:
   enum class Code {
     kOk, kUsage, kData, kResource, kWorkerFailed, kInterrupted, kInternal, kDiverged, kHostLost
