@@ -1,5 +1,6 @@
 // Status: the one error value of shmtrain, the exit codes, which are API, and the one way a
-// broken invariant aborts.
+// broken invariant aborts. The policy they serve is docs/errors.md: read it before adding an
+// error path.
 //
 // Boundary calls (parse flags, load data, create or attach the segment, spawn a worker, save
 // a file, MPI) return a Status whose message a user can act on: it names what is wrong and
