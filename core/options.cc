@@ -109,44 +109,40 @@ std::optional<char> ParseDecimal(std::string_view s) {
   return std::nullopt;
 }
 
-std::optional<HostPort> ParseHostPort(std::string_view addr, std::string* why) {
+Status ParseHostPort(std::string_view addr, HostPort* out) {
   HostPort hp;
   std::string_view port_s;
   if (!addr.empty() && addr.front() == '[') {
     // [IPV6]:PORT, as in URLs: the brackets keep the address's colons apart from the port's.
     const size_t close = addr.find(']');
     if (close == std::string_view::npos || close + 1 >= addr.size() || addr[close + 1] != ':') {
-      *why = "expected [IPV6]:PORT, e.g. [::1]:9464";
-      return std::nullopt;
+      return Status::Usage("expected [IPV6]:PORT, e.g. [::1]:9464");
     }
     hp.host = std::string(addr.substr(1, close - 1));
     hp.ipv6 = true;
     if (hp.host.empty() || hp.host.find_first_not_of("0123456789abcdefABCDEF:.") != std::string::npos ||
         hp.host.find(':') == std::string::npos) {
-      *why = "'" + hp.host + "' is not an IPv6 address";
-      return std::nullopt;
+      return Status::Usage("'" + hp.host + "' is not an IPv6 address");
     }
     port_s = addr.substr(close + 2);
   } else {
     const size_t colon = addr.rfind(':');
     if (colon == std::string_view::npos || colon == 0) {
-      *why = "expected HOST:PORT (or [IPV6]:PORT)";
-      return std::nullopt;
+      return Status::Usage("expected HOST:PORT (or [IPV6]:PORT)");
     }
     hp.host = std::string(addr.substr(0, colon));
     if (hp.host.find(':') != std::string::npos) {
-      *why = "an IPv6 address goes in brackets: [" + hp.host + "]:PORT";
-      return std::nullopt;
+      return Status::Usage("an IPv6 address goes in brackets: [" + hp.host + "]:PORT");
     }
     port_s = addr.substr(colon + 1);
   }
   const auto [p, ec] = std::from_chars(port_s.data(), port_s.data() + port_s.size(), hp.port);
   if (port_s.empty() || ec != std::errc() || p != port_s.data() + port_s.size() || hp.port < 0 ||
       hp.port > 65535) {
-    *why = "port must be a number 0..65535";
-    return std::nullopt;
+    return Status::Usage("port must be a number 0..65535");
   }
-  return hp;
+  *out = std::move(hp);
+  return Status::Ok();
 }
 
 // Held-out data and validation: the fraction or file, and what needs them.
@@ -327,8 +323,10 @@ Status TrainOptions::Validate() const {
   }
   if (Status st = CheckFaultTolerance(*this); !st.ok()) return st;
   if (!metrics_addr.empty() && metrics) {
-    std::string why;
-    if (!ParseHostPort(metrics_addr, &why)) return Bad("--metrics-addr " + metrics_addr, why);
+    HostPort hp;
+    if (Status st = ParseHostPort(metrics_addr, &hp); !st.ok()) {
+      return Bad("--metrics-addr " + metrics_addr, st.message());
+    }
   }
   return CheckApplies(*this);
 }

@@ -1,5 +1,8 @@
 #include "shmtrain/status.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 namespace shmtrain {
 
 const char* WorkerExitName(int code) {
@@ -19,6 +22,12 @@ const char* WorkerExitName(int code) {
     case kWorkerDiverged: return "the loss or gradient became non-finite";
     default: return "unknown exit code";
   }
+}
+
+void Die(const char* file, int line, const std::string& what) {
+  std::fprintf(stderr, "shmtrain: internal error at %s:%d: %s\n", file, line, what.c_str());
+  std::fflush(stderr);
+  std::abort();
 }
 
 int Status::exit_code() const {

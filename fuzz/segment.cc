@@ -33,17 +33,17 @@ namespace {
 
 using u128 = unsigned __int128;
 
-// The config's model, read as a worker reads it; "" when it reads, else why not.
-std::string ModelOf(const RunConfig& c, ModelSpec* spec) {
-  if (std::memchr(c.model, '\0', sizeof c.model) == nullptr) return "no end";
+// The config's model, read as a worker reads it: whether it reads (its text ends in its field,
+// parses, and resolves on an input shape in range).
+bool ModelOf(const RunConfig& c, ModelSpec* spec) {
+  if (std::memchr(c.model, '\0', sizeof c.model) == nullptr) return false;
   for (int64_t d : c.input_shape) {
-    if (d < 1 || d > 65536) return "input dimension";
+    if (d < 1 || d > 65536) return false;
   }
   spec->input = {c.input_shape[0], c.input_shape[1], c.input_shape[2]};
-  if (!nn::ParseModelText(c.model, &spec->layers).ok()) return "text";
+  if (!nn::ParseModelText(c.model, &spec->layers).ok()) return false;
   std::vector<Shape> shapes;
-  if (!nn::ResolveShapes(spec->input, spec->layers, &shapes).ok()) return "shapes";
-  return "";
+  return nn::ResolveShapes(spec->input, spec->layers, &shapes).ok();
 }
 
 // What the accessors of a segment with this header may touch, in bytes, computed without
@@ -54,7 +54,7 @@ u128 BytesNeeded(const Header& h, std::string* why) {
   // The model: its text must end in its field and read as layers that resolve on the input
   // shape; its parameter count is what the layers' blocks add up to (nn/layer.h).
   ModelSpec spec;
-  if (ModelOf(c, &spec) != "") {
+  if (!ModelOf(c, &spec)) {
     *why = "the model does not read";
     return bad;
   }
@@ -106,14 +106,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::memcpy(base + at, data + 9, std::min(size - 9, room));
   if (flags & 4) {
     ModelSpec spec;
-    if (ModelOf(h->config, &spec).empty()) h->config.param_count = spec.ParamCount();
+    if (ModelOf(h->config, &spec)) h->config.param_count = spec.ParamCount();
   }
   if (flags & 1) shm::ComputeLayout(h.get());
   if (flags & 2) mapped = h->total_size;
 
-  std::string why;
-  if (shm::Segment::Validate(*h, mapped, &why) != kWorkerOk) {
-    SHMTRAIN_FUZZ_CHECK(!why.empty(), "a refusal without a reason");
+  if (const shm::SegmentCheck check = shm::Segment::Validate(*h, mapped); !check.ok()) {
+    SHMTRAIN_FUZZ_CHECK(!check.status.message().empty() && check.worker_exit != kWorkerOk,
+                        "a refusal without a reason or an exit code");
     return 0;
   }
   std::string unusable;

@@ -2,8 +2,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "core/bytes.h"
 #include "core/crc32.h"
@@ -45,23 +43,24 @@ size_t FirstNonFinite(const std::vector<float>& v) {
   return i;
 }
 
-// The first non-finite float of the checkpoint, described for a message; "" if none. The
-// checkpoint holds no model spec, so parameters are named by their index (the layout is
+// kData describing the first non-finite float of the checkpoint, if it has one. The checkpoint
+// holds no model spec, so parameters are named by their index (the layout is
 // include/shmtrain/model_spec.h's).
-std::string FirstNonFinite(const Checkpoint& c) {
+Status CheckFinite(const Checkpoint& c) {
   const std::string of = " of " + std::to_string(c.params.size());
   if (const size_t i = FirstNonFinite(c.params); i < c.params.size()) {
-    return "parameter " + std::to_string(i) + of + " is " + NonFiniteName(c.params[i]);
+    return Status::Data("parameter " + std::to_string(i) + of + " is " +
+                        NonFiniteName(c.params[i]));
   }
   const std::string optimizer = c.optimizer.substr(0, c.optimizer.find(' '));
   for (size_t k = 0; k < c.states.size(); ++k) {
     if (const size_t i = FirstNonFinite(c.states[k]); i < c.states[k].size()) {
-      return "optimizer state " + std::to_string(k) + " of " + std::to_string(c.states.size()) +
-             " (" + optimizer + "), entry " + std::to_string(i) + of + ", is " +
-             NonFiniteName(c.states[k][i]);
+      return Status::Data("optimizer state " + std::to_string(k) + " of " +
+                          std::to_string(c.states.size()) + " (" + optimizer + "), entry " +
+                          std::to_string(i) + of + ", is " + NonFiniteName(c.states[k][i]));
     }
   }
-  return "";
+  return Status::Ok();
 }
 
 }  // namespace
@@ -130,11 +129,9 @@ Status SaveCheckpoint(const std::string& path, const Checkpoint& c) {
 }
 
 Status LoadCheckpoint(const std::string& path, Checkpoint* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::Data(path + ": cannot open checkpoint: " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return DecodeCheckpoint(ss.str(), path, out);
+  std::string bytes;
+  if (Status s = ReadFileBytes(path, "checkpoint", &bytes); !s.ok()) return s;
+  return DecodeCheckpoint(bytes, path, out);
 }
 
 Status DecodeCheckpoint(const std::string& b, const std::string& path, Checkpoint* out) {
@@ -143,26 +140,27 @@ Status DecodeCheckpoint(const std::string& b, const std::string& path, Checkpoin
   };
   constexpr size_t kHead = 8 + 4 + 4 + 8 + 8 + 8 + 4 + 4;
   if (b.size() < kHead + 4) return bad("too short (truncated)");
-  if (std::memcmp(b.data(), kCheckpointMagic, 8) != 0) return bad("wrong magic number");
-  uint32_t version, mode, k, m;
-  int64_t step;
-  uint64_t fp, n;
-  size_t p = 8;
-  auto get = [&](auto* v) {
-    std::memcpy(v, b.data() + p, sizeof *v);
-    p += sizeof *v;
-  };
-  get(&version);
+  // Every read of the fixed head below succeeds: its length is checked above.
+  ByteReader r(b);
+  std::string magic;
+  r.GetBytes(sizeof kCheckpointMagic, &magic);
+  if (magic != std::string(kCheckpointMagic, sizeof kCheckpointMagic)) {
+    return bad("wrong magic number");
+  }
+  uint32_t version = 0, mode = 0, k = 0, m = 0;
+  int64_t step = 0;
+  uint64_t fp = 0, n = 0;
+  r.Get(&version);
   if (version != kCheckpointVersion) {
     return bad("format version " + std::to_string(version) + ", this build reads version " +
                std::to_string(kCheckpointVersion));
   }
-  get(&mode);
-  get(&step);
-  get(&fp);
-  get(&n);
-  get(&k);
-  get(&m);
+  r.Get(&mode);
+  r.Get(&step);
+  r.Get(&fp);
+  r.Get(&n);
+  r.Get(&k);
+  r.Get(&m);
   if (mode > 1 || step < 0 || k > static_cast<uint32_t>(kMaxStates) || n > (uint64_t{1} << 40) ||
       m > 4096) {
     return bad("header fields out of range");
@@ -178,15 +176,15 @@ Status DecodeCheckpoint(const std::string& b, const std::string& path, Checkpoin
   c.mode = static_cast<Mode>(mode);
   c.step = step;
   c.fingerprint = fp;
-  c.optimizer.assign(b.data() + kHead, m);
-  const char* v = b.data() + kHead + m;
+  r.GetBytes(m, &c.optimizer);  // whole: the size is checked above
+  const char* v = r.here();
   c.params = FloatsAt(v, n);
   for (uint32_t i = 0; i < k; ++i) {
     c.states.push_back(FloatsAt(v + (1 + i) * n * sizeof(float), n));
   }
   // No run writes a non-finite checkpoint (CheckpointPolicy refuses to); one with a valid
   // checksum was made by hand, and would only diverge at once after resuming.
-  if (const std::string what = FirstNonFinite(c); !what.empty()) return bad(what);
+  if (Status s = CheckFinite(c); !s.ok()) return bad(s.message());
   *out = std::move(c);
   return Status::Ok();
 }

@@ -119,7 +119,8 @@ void CheckpointPolicy::Tick(shm::Segment& seg, int64_t progress) {
   Checkpoint c = config_.mode == Mode::kSync ? CopyStepState(seg, step) : CopyAsync(seg);
   shm::ReleaseCheckpoint(seg.header(), step);  // the copy is taken: train on
   schedule_.Advance(step);
-  Write(std::move(c));  // a failure is logged and counted; the next one is tried as planned
+  // A failure is logged and counted (Write); the next checkpoint is tried as planned.
+  (void)Write(std::move(c));
 }
 
 Status CheckpointPolicy::WriteOnStop(const shm::Segment& seg) {

@@ -486,7 +486,7 @@ Flag Find(const std::vector<Flag>& flags, std::string_view name) {
   for (const Flag& f : flags) {
     if (f.name == name) return f;
   }
-  std::abort();  // a name in this file that TrainFlags lacks: a bug
+  SHMTRAIN_DIE("flag " + std::string(name) + " is used in master/cli.cc but TrainFlags lacks it");
 }
 
 // A setter's error travels through CLI11 as a ValidationError with the final message.
@@ -570,7 +570,8 @@ constexpr const char* kMainHelp =
     "\n"
     "flags: --help (on every command), --version\n"
     "exit codes: 0 ok, 1 internal error, 2 bad flag or input, 3 a worker failed,\n"
-    "            4 out of resources, 5 training diverged, 130/143 stopped by SIGINT/SIGTERM\n";
+    "            4 out of resources, 5 training diverged, 6 another host's master failed,\n"
+    "            130/143 stopped by SIGINT/SIGTERM (another stop signal n: 128 + n)\n";
 
 constexpr const char* kTrainUsage =
     "usage: shmtrain train --workers P (--data FILE [data flags] | --example parabola|blobs)\n"

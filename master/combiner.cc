@@ -92,15 +92,14 @@ double Combiner::MeanUs() const {
 // futex word, check, sleep only while the word is unchanged. Ranks that complete HS bump it.
 bool Combiner::Body::WaitHostSums(int64_t t) {
   const int P = static_cast<int>(h->config.workers);
-  std::atomic_ref<uint32_t> waiters(h->waiters), wake(h->wake_seq);
   for (;;) {
-    waiters.fetch_add(1);
-    const uint32_t seq = wake.load();
+    shm::AddSeqCst<uint32_t>(h->waiters, 1);
+    const uint32_t seq = shm::LoadSeqCst(h->wake_seq);
     const bool done = shm::HostSumsComplete(blocks, P, t);
     if (!done && !stop.load()) {
       shm::FutexWaitUntil(&h->wake_seq, seq, shm::MonotonicNs() + kSliceNs);
     }
-    waiters.fetch_sub(1);
+    shm::SubSeqCst<uint32_t>(h->waiters, 1);
     if (done) return true;
     if (stop.load()) return false;
   }

@@ -38,7 +38,8 @@ void AppendMlp(const std::vector<int>& sizes, const float* p, std::vector<data::
 // (nn::LayerType::to_torch): one module index per layer, as nn.Sequential numbers them.
 void AppendLayered(const ModelSpec& spec, const float* p, std::vector<data::NpyArray>* out) {
   std::vector<Shape> shapes;
-  if (!nn::ResolveShapes(spec.input, spec.layers, &shapes).ok()) std::abort();  // decoded: resolves
+  const Status resolved = nn::ResolveShapes(spec.input, spec.layers, &shapes);
+  SHMTRAIN_CHECK(resolved.ok(), "a decoded model that does not resolve: " + resolved.message());
   Shape in = spec.input;
   for (size_t i = 0; i < spec.layers.size(); ++i) {
     const nn::LayerType& t = *nn::FindLayerType(spec.layers[i].kind);
@@ -81,7 +82,7 @@ Status AppendClasses(const Model& m, const std::string& path, std::vector<data::
 data::NpyArray Text(const std::string& name, const std::string& value) {
   data::NpyArray a;
   const Status s = data::NpyUnicode(name, {}, {value}, "", &a);
-  if (!s.ok()) std::abort();  // a name of ours that is not UTF-8: a bug
+  SHMTRAIN_CHECK(s.ok(), "export name " + name + ": " + s.message());  // ours: ASCII
   return a;
 }
 

@@ -48,9 +48,9 @@ Status StartHostMetrics(const std::string& given, int host_local,
   std::string addr;
   if (Status s = monitoring::HostMetricsAddress(given, host_local, &addr); !s.ok()) return s;
   Status s = monitoring::Exporter::Start(addr, out);
-  std::string unused;
-  const std::optional<HostPort> hp = ParseHostPort(given, &unused);  // parsed just above
-  if (s.ok() || host_local == 0 || !hp || hp->port == 0) return s;
+  HostPort hp;
+  const bool parsed = ParseHostPort(given, &hp).ok();  // parsed just above, which said why not
+  if (s.ok() || host_local == 0 || !parsed || hp.port == 0) return s;
   // The exporter names the address it tried, which the user never typed.
   std::string why = s.message();
   const std::string tried = "--metrics-addr " + addr + ": ";
@@ -58,8 +58,8 @@ Status StartHostMetrics(const std::string& given, int host_local,
   const std::string k = std::to_string(host_local);
   // The exporter's refusals are all usage errors (the address the user chose).
   return Status::Usage("--metrics-addr " + given + ": host master " + k +
-                       " of this machine listens on port " + std::to_string(hp->port) + " + " + k +
-                       " = " + std::to_string(hp->port + host_local) +
+                       " of this machine listens on port " + std::to_string(hp.port) + " + " + k +
+                       " = " + std::to_string(hp.port + host_local) +
                        " (under mpirun, host master k of a machine listens on the given "
                        "port + k), and " +
                        why);

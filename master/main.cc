@@ -2,9 +2,9 @@
 #include <unistd.h>
 
 #include <csignal>
-#include <exception>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,18 +21,41 @@
 
 namespace {
 
-// An exception on main's thread ends the command like any other failure: the stack unwinds
-// (workers killed and reaped, segment removed) and the message is printed.
-shmtrain::Status FromException(std::exception_ptr e) {
-  return shmtrain::Status::Internal("internal error: " + shmtrain::master::DescribeException(e));
+using shmtrain::Status;
+
+// The one catch site of the command: an exception that escapes a command's body (the
+// standard library's std::bad_alloc, or a third-party library's error that no boundary
+// converted; docs/errors.md) becomes kInternal here. The stack unwinds on the way (workers
+// killed and reaped, segment removed), so the command ends like any other failure.
+template <class Body>
+Status Guarded(Body&& body) {
+  try {
+    return body();
+  } catch (...) {
+    return Status::Internal("internal error: " +
+                            shmtrain::master::DescribeException(std::current_exception()));
+  }
+}
+
+// The one map from a command's outcome to the process's exit code (include/shmtrain/status.h):
+// the Status's own, except that a stop signal n exits 128 + n.
+int ExitCodeOf(const Status& s) {
+  const int sig = shmtrain::master::g_stop_signal.load();
+  if (s.code() == Status::Code::kInterrupted && sig > 0) return 128 + sig;
+  return s.exit_code();
+}
+
+// A command's end: its message when it failed, then its exit code.
+int Outcome(const Status& s, shmtrain::master::Logger& log) {
+  if (!s.ok()) log.Error(s.message());
+  return ExitCodeOf(s);
 }
 
 // Several hosts (master/hosts.h): this process's place among the host masters, into the
 // options; refuses what several hosts cannot do.
-shmtrain::Status JoinTheHosts(int* argc, char*** argv, shmtrain::TrainOptions* o,
-                              std::unique_ptr<shmtrain::master::Hosts>* hosts,
-                              shmtrain::master::Logger& log) {
-  using shmtrain::Status;
+Status JoinTheHosts(int* argc, char*** argv, shmtrain::TrainOptions* o,
+                    std::unique_ptr<shmtrain::master::Hosts>* hosts,
+                    shmtrain::master::Logger& log) {
   if (Status s = shmtrain::master::JoinHosts(argc, argv, hosts); !s.ok()) return s;
   const auto& h = **hosts;
   o->host_index = h.index();
@@ -58,24 +81,16 @@ shmtrain::Status JoinTheHosts(int* argc, char*** argv, shmtrain::TrainOptions* o
 
   master::Logger log(o.log_format, o.progress);
   std::unique_ptr<master::Hosts> hosts;
-  if (Status s = JoinTheHosts(argc, argv, &o, &hosts, log); !s.ok()) {
-    log.Error(s.message());
-    if (hosts) hosts->AbortJob(s.exit_code());
-    std::_Exit(s.exit_code());
+  if (Status s = Guarded([&] { return JoinTheHosts(argc, argv, &o, &hosts, log); }); !s.ok()) {
+    const int code = Outcome(s, log);
+    std::fflush(nullptr);
+    if (hosts) hosts->AbortJob(code);
+    std::_Exit(code);
   }
   master::ProcessLauncher launcher(master::DefaultWorkerPath());
   std::unique_ptr<monitoring::Exporter> exporter;
-  Status s;
-  try {
-    s = master::RunTrain(o, log, launcher, *hosts, &exporter);
-  } catch (...) {
-    s = FromException(std::current_exception());
-  }
-  int code = kExitOk;
-  if (!s.ok()) {
-    log.Error(s.message());
-    code = s.code() == Status::Code::kInterrupted ? 128 + master::g_stop_signal.load() : s.exit_code();
-  }
+  const Status s = Guarded([&] { return master::RunTrain(o, log, launcher, *hosts, &exporter); });
+  const int code = Outcome(s, log);
   // The workers are reaped and the segment removed by now. Ending here rather than returning
   // skips the metrics server's shutdown, which would wait out civetweb's 2 s poll quantum;
   // the kernel closes its socket. Several hosts: a failure here ends the job on every host
@@ -90,17 +105,50 @@ shmtrain::Status JoinTheHosts(int* argc, char*** argv, shmtrain::TrainOptions* o
   std::_Exit(code);
 }
 
-// `shmtrain export`: its exit code.
-int ExportCommand(const shmtrain::master::Command& cmd) {
-  shmtrain::master::Logger log(cmd.train.log_format, false);
-  shmtrain::Status s;
-  try {
-    s = shmtrain::master::RunExport(cmd, log);
-  } catch (...) {
-    s = FromException(std::current_exception());
+// `shmtrain cleanup`: this user's stale segments removed (or listed, with --dry-run).
+Status Cleanup(bool dry_run) {
+  using namespace shmtrain;
+  int live = 0, stale = 0;
+  for (const shm::SegmentInfo& s : shm::ListSegments()) {
+    if (s.live) {
+      ++live;
+      std::printf("live   /dev/shm/%s  %llu bytes  (run of pid %lld: left alone)\n", s.name.c_str(),
+                  static_cast<unsigned long long>(s.bytes), static_cast<long long>(s.creator_pid));
+      continue;
+    }
+    ++stale;
+    const bool removed = !dry_run && shm::RemoveSegment(s.name);
+    std::printf("%s  /dev/shm/%s  %llu bytes  (%s)\n",
+                dry_run ? "stale  " : (removed ? "removed" : "failed "), s.name.c_str(),
+                static_cast<unsigned long long>(s.bytes), s.why.c_str());
   }
-  if (!s.ok()) log.Error(s.message());
-  return s.exit_code();
+  std::printf("%d live, %d stale%s\n", live, stale, dry_run ? " (dry run: nothing removed)" : "");
+  return Status::Ok();
+}
+
+// Every command but train, help and version: its outcome.
+Status RunCommand(const shmtrain::master::Command& cmd, shmtrain::master::Logger& log) {
+  using Kind = shmtrain::master::Command::Kind;
+  switch (cmd.kind) {
+    case Kind::kCleanup:
+      return Cleanup(cmd.dry_run);
+    case Kind::kEval:
+      std::signal(SIGPIPE, SIG_IGN);
+      return shmtrain::master::RunEval(cmd, log);
+    case Kind::kPredict:
+      std::signal(SIGPIPE, SIG_IGN);
+      return shmtrain::master::RunPredict(cmd, log);
+    case Kind::kExport:
+      return shmtrain::master::RunExport(cmd, log);
+    case Kind::kSimulate:
+      return shmtrain::master::RunSimulate(cmd.train, cmd.sim_workers, cmd.compare, log);
+    case Kind::kHelp:
+    case Kind::kVersion:
+    case Kind::kTrain:
+      break;
+  }
+  SHMTRAIN_DIE("command kind " + std::to_string(static_cast<int>(cmd.kind)) +
+               " reached RunCommand");
 }
 
 }  // namespace
@@ -111,7 +159,7 @@ int main(int argc, char** argv) {
   master::Command cmd;
   if (Status s = master::ParseCommandLine(args, &cmd); !s.ok()) {
     std::fprintf(stderr, "shmtrain: error: %s\n(see shmtrain --help)\n", s.message().c_str());
-    return s.exit_code();
+    return ExitCodeOf(s);
   }
   switch (cmd.kind) {
     case master::Command::Kind::kHelp:
@@ -121,54 +169,10 @@ int main(int argc, char** argv) {
       std::puts("shmtrain " SHMTRAIN_VERSION);
       return kExitOk;
     case master::Command::Kind::kTrain:
+      TrainAndExit(cmd.train, &argc, &argv);
+    default:
       break;
-    case master::Command::Kind::kCleanup: {
-      int live = 0, stale = 0;
-      for (const shm::SegmentInfo& s : shm::ListSegments()) {
-        if (s.live) {
-          ++live;
-          std::printf("live   /dev/shm/%s  %llu bytes  (run of pid %lld: left alone)\n",
-                      s.name.c_str(), static_cast<unsigned long long>(s.bytes),
-                      static_cast<long long>(s.creator_pid));
-          continue;
-        }
-        ++stale;
-        const bool removed = !cmd.dry_run && shm::RemoveSegment(s.name);
-        std::printf("%s  /dev/shm/%s  %llu bytes  (%s)\n",
-                    cmd.dry_run ? "stale  " : (removed ? "removed" : "failed "), s.name.c_str(),
-                    static_cast<unsigned long long>(s.bytes), s.why.c_str());
-      }
-      std::printf("%d live, %d stale%s\n", live, stale,
-                  cmd.dry_run ? " (dry run: nothing removed)" : "");
-      return kExitOk;
-    }
-    case master::Command::Kind::kEval:
-    case master::Command::Kind::kPredict: {
-      std::signal(SIGPIPE, SIG_IGN);
-      master::Logger log(cmd.train.log_format, false);
-      Status s;
-      try {
-        s = cmd.kind == master::Command::Kind::kEval ? master::RunEval(cmd, log)
-                                                     : master::RunPredict(cmd, log);
-      } catch (...) {
-        s = FromException(std::current_exception());
-      }
-      if (!s.ok()) log.Error(s.message());
-      return s.exit_code();
-    }
-    case master::Command::Kind::kExport:
-      return ExportCommand(cmd);
-    case master::Command::Kind::kSimulate: {
-      master::Logger log(cmd.train.log_format, false);
-      Status s;
-      try {
-        s = master::RunSimulate(cmd.train, cmd.sim_workers, cmd.compare, log);
-      } catch (...) {
-        s = FromException(std::current_exception());
-      }
-      if (!s.ok()) log.Error(s.message());
-      return s.exit_code();
-    }
   }
-  TrainAndExit(cmd.train, &argc, &argv);
+  master::Logger log(cmd.train.log_format, false);
+  return Outcome(Guarded([&] { return RunCommand(cmd, log); }), log);
 }

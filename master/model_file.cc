@@ -12,8 +12,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "core/bytes.h"
 #include "core/crc32.h"
@@ -22,28 +20,8 @@
 namespace shmtrain {
 namespace {
 
-// Reads little-endian values off a byte string, remembering whether it ran short.
-class Reader {
- public:
-  explicit Reader(const std::string& b) : b_(b) {}
-  template <class T>
-  bool Get(T* v) {
-    if (b_.size() - pos_ < sizeof(T)) return false;
-    std::memcpy(v, b_.data() + pos_, sizeof(T));
-    pos_ += sizeof(T);
-    return true;
-  }
-  size_t pos() const { return pos_; }
-  size_t left() const { return b_.size() - pos_; }
-  void Skip(size_t n) { pos_ += n; }
-
- private:
-  const std::string& b_;
-  size_t pos_ = 0;
-};
-
 // Version 2, the releases before layers: an MLP's sizes and activation. The loss follows.
-Status DecodeMlpSpec(Reader& r, ModelSpec* spec) {
+Status DecodeMlpSpec(ByteReader& r, ModelSpec* spec) {
   const std::string cut = "cut short (truncated) in the ";
   uint32_t layers = 0, act = 0;
   if (!r.Get(&layers)) return Status::Data(cut + "header");
@@ -62,7 +40,7 @@ Status DecodeMlpSpec(Reader& r, ModelSpec* spec) {
 }
 
 // Version 3: the input shape and the model text (nn/layer.h). The loss follows.
-Status DecodeSpec(const std::string& bytes, Reader& r, ModelSpec* spec) {
+Status DecodeSpec(ByteReader& r, ModelSpec* spec) {
   const std::string cut = "cut short (truncated) in the ";
   uint32_t c = 0, h = 0, w = 0, len = 0;
   if (!r.Get(&c) || !r.Get(&h) || !r.Get(&w) || !r.Get(&len)) return Status::Data(cut + "header");
@@ -70,12 +48,11 @@ Status DecodeSpec(const std::string& bytes, Reader& r, ModelSpec* spec) {
     return Status::Data("input shape " + std::to_string(c) + "x" + std::to_string(h) + "x" +
                         std::to_string(w));
   }
-  if (len >= kMaxModelText || r.left() < len) {
+  std::string text;
+  if (len >= kMaxModelText || !r.GetBytes(len, &text)) {
     return Status::Data(len >= kMaxModelText ? "model text of " + std::to_string(len) + " bytes"
                                             : cut + "model text");
   }
-  const std::string text(bytes.data() + r.pos(), len);
-  r.Skip(len);
   spec->input = {c, h, w};
   if (Status s = nn::ParseModelText(text, &spec->layers); !s.ok()) return Status::Data(s.message());
   std::vector<Shape> shapes;
@@ -85,25 +62,26 @@ Status DecodeSpec(const std::string& bytes, Reader& r, ModelSpec* spec) {
   return Status::Ok();
 }
 
-// The first non-finite value of the decoded model, described for a message; "" if none.
-std::string FirstNonFinite(const Model& m) {
+// kData describing the first non-finite value of the decoded model, if it has one.
+Status CheckFinite(const Model& m) {
   for (size_t i = 0; i < m.params.size(); ++i) {
     if (!std::isfinite(m.params[i])) {
-      return "parameter " + std::to_string(i) + " of " + std::to_string(m.params.size()) +
-             " is " + NonFiniteName(m.params[i]) + ": " + ParamName(m.spec, i);
+      return Status::Data("parameter " + std::to_string(i) + " of " +
+                          std::to_string(m.params.size()) + " is " + NonFiniteName(m.params[i]) +
+                          ": " + ParamName(m.spec, i));
     }
   }
   for (size_t j = 0; j < m.norm.offset.size(); ++j) {
     if (!std::isfinite(m.norm.offset[j])) {
-      return "the input offset of feature " + std::to_string(j) + " is " +
-             NonFiniteName(m.norm.offset[j]);
+      return Status::Data("the input offset of feature " + std::to_string(j) + " is " +
+                          NonFiniteName(m.norm.offset[j]));
     }
     if (!std::isfinite(m.norm.scale[j])) {
-      return "the input scale of feature " + std::to_string(j) + " is " +
-             NonFiniteName(m.norm.scale[j]);
+      return Status::Data("the input scale of feature " + std::to_string(j) + " is " +
+                          NonFiniteName(m.norm.scale[j]));
     }
   }
-  return "";
+  return Status::Ok();
 }
 
 }  // namespace
@@ -196,7 +174,7 @@ Status DecodeModel(const std::string& bytes, const std::string& path, Model* out
     return Status::Data(path + ": not a usable model file: " + what);
   };
   const std::string cut = "cut short (truncated) in the ";
-  Reader r(bytes);
+  ByteReader r(bytes);
   char magic[8];
   for (char& c : magic) {
     if (!r.Get(&c)) return bad("too short to hold a header (" + std::to_string(bytes.size()) + " bytes)");
@@ -214,7 +192,8 @@ Status DecodeModel(const std::string& bytes, const std::string& path, Model* out
   if (!r.Get(&task)) return bad(cut + "header");
   if (task > static_cast<uint32_t>(Task::kClassification)) return bad("unknown task " + std::to_string(task));
   Model m;
-  Status spec_status = version == kModelVersionMlp ? DecodeMlpSpec(r, &m.spec) : DecodeSpec(bytes, r, &m.spec);
+  Status spec_status =
+      version == kModelVersionMlp ? DecodeMlpSpec(r, &m.spec) : DecodeSpec(r, &m.spec);
   if (!spec_status.ok()) return bad(spec_status.message());
   if (!r.Get(&loss)) return bad(cut + "header");
   if (loss > static_cast<uint32_t>(Loss::kXent)) return bad("unknown loss");
@@ -246,9 +225,8 @@ Status DecodeModel(const std::string& bytes, const std::string& path, Model* out
   m.classes.numeric = numeric == 1;
   for (uint32_t i = 0; i < k; ++i) {
     uint32_t len = 0;
-    if (!r.Get(&len) || r.left() < len) return bad(cut + "class list");
-    std::string name(bytes.data() + r.pos(), len);
-    r.Skip(len);
+    std::string name;
+    if (!r.Get(&len) || !r.GetBytes(len, &name)) return bad(cut + "class list");
     if (m.classes.numeric) {
       double v = 0;
       const auto [p, ec] = std::from_chars(name.data(), name.data() + name.size(), v);
@@ -271,14 +249,14 @@ Status DecodeModel(const std::string& bytes, const std::string& path, Model* out
                                                                  : "trailing bytes");
   }
   m.params.resize(n);
-  std::memcpy(m.params.data(), bytes.data() + r.pos(), n * sizeof(float));
+  if (n > 0) std::memcpy(m.params.data(), r.here(), n * sizeof(float));
   const size_t body = r.pos() + n * sizeof(float);
   uint32_t crc = 0;
   std::memcpy(&crc, bytes.data() + body, sizeof crc);
   if (crc != Crc32(bytes.data(), body)) return bad("checksum mismatch (the file is damaged)");
   // A valid checksum only says the bytes are the ones written: no shmtrain run saves a
   // non-finite model, and one would predict NaN for every row.
-  if (const std::string what = FirstNonFinite(m); !what.empty()) return bad(what);
+  if (Status s = CheckFinite(m); !s.ok()) return bad(s.message());
   *out = std::move(m);
   return Status::Ok();
 }
@@ -518,12 +496,31 @@ Status SaveModel(const std::string& path, const Model& m) {
   return WriteFileDurably(path, EncodeModel(m));
 }
 
+Status ReadFileBytes(const std::string& path, const std::string& what, std::string* out) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::Data(path + ": cannot open " + what + ": " + std::strerror(errno));
+  std::string bytes;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int e = errno;
+      ::close(fd);
+      return Status::Data(path + ": cannot read " + what + ": " + std::strerror(e));
+    }
+    if (n == 0) break;
+    bytes.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  *out = std::move(bytes);
+  return Status::Ok();
+}
+
 Status LoadModel(const std::string& path, Model* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::Data(path + ": cannot open model file: " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return DecodeModel(ss.str(), path, out);
+  std::string bytes;
+  if (Status s = ReadFileBytes(path, "model file", &bytes); !s.ok()) return s;
+  return DecodeModel(bytes, path, out);
 }
 
 }  // namespace shmtrain

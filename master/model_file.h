@@ -86,6 +86,11 @@ Status WriteFileDurably(const std::string& path, const std::string& bytes,
 // The directory of a path: "." for a bare name, "/" for a file at the root.
 std::string DirOf(const std::string& path);
 
+// Reads all of file `path`: the one whole-file read of the binary formats (model files,
+// checkpoints). kData naming the path and `what` ("model file") when it cannot be opened or
+// read.
+Status ReadFileBytes(const std::string& path, const std::string& what, std::string* out);
+
 Status SaveModel(const std::string& path, const Model& m);
 Status LoadModel(const std::string& path, Model* out);
 

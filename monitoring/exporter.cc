@@ -343,13 +343,14 @@ class RunCollector final : public prometheus::Collectable {
 };
 
 Status HostMetricsAddress(const std::string& addr, int host_local, std::string* out) {
-  std::string why;
-  const std::optional<HostPort> hp = ParseHostPort(addr, &why);
-  if (!hp) return Status::Usage("--metrics-addr " + addr + ": " + why);
+  HostPort hp;
+  if (Status s = ParseHostPort(addr, &hp); !s.ok()) {
+    return Status::Usage("--metrics-addr " + addr + ": " + s.message());
+  }
   if (host_local < 0) {
     return Status::Internal("host-local rank " + std::to_string(host_local) + " is negative");
   }
-  const int port = hp->port == 0 ? 0 : hp->port + host_local;
+  const int port = hp.port == 0 ? 0 : hp.port + host_local;
   if (port > 65535) {
     return Status::Usage("--metrics-addr " + addr + ": host master " + std::to_string(host_local) +
                          " of this machine would listen on port " + std::to_string(port) +
@@ -357,7 +358,7 @@ Status HostMetricsAddress(const std::string& addr, int host_local, std::string* 
                          "listens on the base port plus its rank among them there); choose a "
                          "lower base port, or port 0 for any free port");
   }
-  *out = (hp->ipv6 ? "[" + hp->host + "]" : hp->host) + ":" + std::to_string(port);
+  *out = (hp.ipv6 ? "[" + hp.host + "]" : hp.host) + ":" + std::to_string(port);
   return Status::Ok();
 }
 
@@ -369,16 +370,15 @@ Status Exporter::Start(const std::string& addr, std::unique_ptr<Exporter>* out) 
   };
   // One parser for the flag check and the listener (shmtrain/options.h). civetweb takes
   // "[IPV6]:PORT" as is; the bound address keeps the brackets.
-  std::string why;
-  const std::optional<HostPort> hp = ParseHostPort(addr, &why);
-  if (!hp) return bad(why);
-  const std::string host = hp->ipv6 ? "[" + hp->host + "]" : hp->host;
-  const int port = hp->port;
+  HostPort hp;
+  if (Status s = ParseHostPort(addr, &hp); !s.ok()) return bad(s.message());
+  const std::string host = hp.ipv6 ? "[" + hp.host + "]" : hp.host;
+  const int port = hp.port;
   // civetweb binds IPv6 only when built with it (Debian 12's is not); feature 8 is IPv6.
   // Looked up at run time so that the link does not depend on civetweb directly.
   using CheckFeature = unsigned (*)(unsigned);
   const auto check = reinterpret_cast<CheckFeature>(dlsym(RTLD_DEFAULT, "mg_check_feature"));
-  if (hp->ipv6 && check != nullptr && check(8) == 0) {
+  if (hp.ipv6 && check != nullptr && check(8) == 0) {
     return bad("this build's HTTP server (civetweb) has no IPv6 support; listen on an IPv4 "
                "address such as 127.0.0.1:" + std::to_string(port));
   }

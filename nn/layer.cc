@@ -74,16 +74,21 @@ int64_t ModelSpec::outputs() const {
   return shapes.back().Size();
 }
 
-size_t ModelSpec::ParamCount() const {
+std::optional<uint64_t> ModelSpec::CheckedParamCount() const {
   std::vector<Shape> shapes;
-  if (!nn::ResolveShapes(input, layers, &shapes).ok()) return 0;
-  size_t n = 0;
+  if (!nn::ResolveShapes(input, layers, &shapes).ok()) return std::nullopt;
+  uint64_t n = 0;
   Shape in = input;
   for (size_t i = 0; i < layers.size(); ++i) {
-    n += static_cast<size_t>(nn::ParamSize(*nn::FindLayerType(layers[i].kind), layers[i], in));
+    const int64_t size = nn::ParamSize(*nn::FindLayerType(layers[i].kind), layers[i], in);
+    if (size < 0 || __builtin_add_overflow(n, static_cast<uint64_t>(size), &n)) return std::nullopt;
     in = shapes[i];
   }
   return n;
+}
+
+size_t ModelSpec::ParamCount() const {
+  return static_cast<size_t>(CheckedParamCount().value_or(0));
 }
 
 std::string ModelSpec::Text() const { return nn::ModelText(layers); }
@@ -94,7 +99,9 @@ namespace shmtrain::nn {
 
 int64_t ParamBlock::Size() const {
   int64_t n = 1;
-  for (int64_t d : torch_shape) n *= d;
+  for (int64_t d : torch_shape) {
+    if (d < 0 || __builtin_mul_overflow(n, d, &n)) return -1;
+  }
   return n;
 }
 
@@ -240,7 +247,10 @@ Status ParseModelText(std::string_view text, std::vector<LayerSpec>* layers) {
 int64_t ParamSize(const LayerType& t, const LayerSpec& spec, Shape in) {
   if (t.params == nullptr) return 0;
   int64_t n = 0;
-  for (const ParamBlock& b : t.params(spec, in)) n += b.Size();
+  for (const ParamBlock& b : t.params(spec, in)) {
+    const int64_t size = b.Size();
+    if (size < 0 || __builtin_add_overflow(n, size, &n)) return -1;
+  }
   return n;
 }
 

@@ -46,6 +46,8 @@ struct LayerArg {
 struct ParamBlock {
   std::string name;
   std::vector<int64_t> torch_shape;
+  // The product of the shape; -1 when a dimension is negative or the product passes 2^63 - 1
+  // (a shape read from a segment must not wrap into a plausible size).
   int64_t Size() const;
 };
 
@@ -140,7 +142,8 @@ std::string LayerName(const std::vector<LayerSpec>& layers, size_t index);
 Status ResolveShapes(Shape input, const std::vector<LayerSpec>& layers,
                      std::vector<Shape>* shapes);
 
-// The number of parameters of layer `spec` of type `t` on input `in` (its blocks' sizes).
+// The number of parameters of layer `spec` of type `t` on input `in` (its blocks' sizes); -1
+// when it does not fit in int64_t (ParamBlock::Size).
 int64_t ParamSize(const LayerType& t, const LayerSpec& spec, Shape in);
 
 // For layer files: an out_shape for layers that keep their input's shape.

@@ -5,18 +5,15 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "shmtrain/status.h"
+
 namespace shmtrain::nn {
 namespace {
-
-[[noreturn]] void Die(const char* what) {
-  std::fprintf(stderr, "shmtrain: internal error: %s\n", what);
-  std::abort();
-}
 
 // Label of a xent sample; anything else than a class index is a loader bug and would index
 // out of bounds.
 int64_t Label(double y, int64_t classes) {
-  if (!(y >= 0.0 && y < static_cast<double>(classes))) Die("xent label out of range");
+  SHMTRAIN_CHECK(y >= 0.0 && y < static_cast<double>(classes), "xent label out of range");
   return static_cast<int64_t>(y);
 }
 
@@ -62,7 +59,7 @@ double OutputLoss(Loss loss, const S* z, const S* y, int64_t k, int64_t n, S* de
       }
       return total;
   }
-  Die("unknown loss");
+  SHMTRAIN_DIE("unknown loss");
 }
 
 template <class S>

@@ -9,19 +9,15 @@
 
 #include "nn/loss.h"
 #include "nn/rng.h"
+#include "shmtrain/status.h"
 
 namespace shmtrain::nn {
 namespace {
 
-[[noreturn]] void Die(const std::string& what) {
-  std::fprintf(stderr, "shmtrain: internal error: %s\n", what.c_str());
-  std::abort();
-}
-
 std::vector<Shape> Shapes(const ModelSpec& spec) {
   std::vector<Shape> shapes;
   Status s = ResolveShapes(spec.input, spec.layers, &shapes);
-  if (!s.ok()) Die("a model that does not resolve: " + s.message());
+  SHMTRAIN_CHECK(s.ok(), "a model that does not resolve: " + s.message());
   return shapes;
 }
 

@@ -68,8 +68,9 @@ Status CheckHyper(const OptimizerDef& d, const TrainOptions& o) {
   }
   double hyper[kMaxHyper];
   ResolveHyper(d, o, hyper);
-  const std::string why = d.check ? d.check(hyper) : "";
-  if (!why.empty()) return Status::Usage(why);
+  if (d.check != nullptr) {
+    if (Status s = d.check(hyper); !s.ok()) return s;
+  }
   if (o.mode == Mode::kAsync && d.states(hyper) > 0) {
     // Name what made it keep state: the optimizer, when it does with its defaults; else the
     // hyper-parameter given (sgd: --momentum).

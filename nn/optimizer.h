@@ -62,9 +62,9 @@ struct OptimizerDef {
   double default_weight_decay;
   // K: the state vectors the update keeps (0..kMaxStates), given the hyper-parameters.
   int (*states)(const double* hyper);
-  // Checks between hyper-parameters beyond each one's limits: "" when fine, else the message
-  // (e.g. "--nesterov: needs --momentum > 0"). May be null.
-  std::string (*check)(const double* hyper);
+  // Checks between hyper-parameters beyond each one's limits: kUsage naming the flag
+  // ("--nesterov: needs --momentum > 0") when they do not go together. May be null.
+  Status (*check)(const double* hyper);
   void (*update)(const double* hyper, const UpdateArgs& a);
 };
 

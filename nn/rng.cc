@@ -30,6 +30,8 @@
 #include <numbers>
 #include <utility>
 
+#include "shmtrain/status.h"
+
 namespace shmtrain::nn {
 namespace {
 
@@ -48,11 +50,6 @@ uint64_t SplitMix64(uint64_t& x) {
 
 uint64_t Rotl(uint64_t x, int k) {
   return (x << k) | (x >> (64 - k));
-}
-
-[[noreturn]] void Die(const char* what) {
-  std::fprintf(stderr, "shmtrain: internal error: %s\n", what);
-  std::abort();
 }
 
 }  // namespace
@@ -75,7 +72,7 @@ uint64_t Rng::Next() {
 }
 
 uint64_t Rng::Below(uint64_t bound) {
-  if (bound == 0) Die("Rng::Below(0)");
+  SHMTRAIN_CHECK(bound != 0, "Rng::Below(0)");
   unsigned __int128 m = static_cast<unsigned __int128>(Next()) * bound;
   uint64_t low = static_cast<uint64_t>(m);
   if (low < bound) {
@@ -104,7 +101,7 @@ uint64_t MixSeed(uint64_t seed, uint64_t stream) {
 }
 
 void Permutation(int64_t n, Rng& rng, std::vector<int64_t>* perm) {
-  if (n < 0) Die("Permutation of a negative count");
+  SHMTRAIN_CHECK(n >= 0, "Permutation of a negative count");
   perm->resize(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) (*perm)[i] = i;
   for (int64_t i = n - 1; i >= 1; --i) {

@@ -15,8 +15,6 @@ namespace {
 constexpr int64_t kSliceNs = 100'000'000;  // longest single sleep: heartbeat and master checks
 constexpr int64_t kMinSpinNs = 2'000;      // the adaptive spin never drops below this
 
-std::atomic_ref<uint32_t> Word(uint32_t& w) { return std::atomic_ref<uint32_t>(w); }
-
 }  // namespace
 
 PhaseBarrier::PhaseBarrier(Header* header, WorkerBlock* blocks, int workers, WorkerBlock* self,
@@ -38,8 +36,8 @@ bool PhaseBarrier::Complete(uint64_t target) const {
 void PhaseBarrier::Arrive(uint64_t phase) {
   StorePhase(*self_, phase);
   if (workers_ == 1 || !Complete(phase)) return;
-  Word(h_->wake_seq).fetch_add(1);
-  if (Word(h_->waiters).load() > 0) FutexWake(&h_->wake_seq, INT_MAX);
+  AddSeqCst<uint32_t>(h_->wake_seq, 1);
+  if (LoadSeqCst(h_->waiters) > 0) FutexWake(&h_->wake_seq, INT_MAX);
 }
 
 PhaseBarrier::Result PhaseBarrier::Wait(uint64_t target, int64_t deadline_ns) {
@@ -47,28 +45,26 @@ PhaseBarrier::Result PhaseBarrier::Wait(uint64_t target, int64_t deadline_ns) {
 }
 
 PhaseBarrier::Result PhaseBarrier::WaitReleased(int64_t step, int64_t deadline_ns) {
-  return WaitUntil(
-      [&] { return std::atomic_ref<int64_t>(h_->released_step).load() >= step; }, deadline_ns);
+  return WaitUntil([&] { return LoadSeqCst(h_->released_step) >= step; }, deadline_ns);
 }
 
 PhaseBarrier::Result PhaseBarrier::WaitEvalAck(int64_t k, int64_t deadline_ns) {
-  return WaitUntil([&] { return std::atomic_ref<int64_t>(h_->eval_ack).load() >= k; },
-                   deadline_ns);
+  return WaitUntil([&] { return LoadSeqCst(h_->eval_ack) >= k; }, deadline_ns);
 }
 
 bool PhaseBarrier::NormsComplete(int64_t step) const {
   for (int r = 0; r < workers_; ++r) {
-    if (std::atomic_ref<int64_t>(blocks_[r].grad_sq_step).load() < step) return false;
+    if (LoadSeqCst(blocks_[r].grad_sq_step) < step) return false;
   }
   return true;
 }
 
 void PhaseBarrier::PublishNorm(int64_t step, double sq) {
   StoreRelaxed(self_->grad_sq, sq);
-  std::atomic_ref<int64_t>(self_->grad_sq_step).store(step);  // seq_cst, as Arrive's phase
+  StoreSeqCst(self_->grad_sq_step, step);
   if (workers_ == 1 || !NormsComplete(step)) return;
-  Word(h_->wake_seq).fetch_add(1);
-  if (Word(h_->waiters).load() > 0) FutexWake(&h_->wake_seq, INT_MAX);
+  AddSeqCst<uint32_t>(h_->wake_seq, 1);
+  if (LoadSeqCst(h_->waiters) > 0) FutexWake(&h_->wake_seq, INT_MAX);
 }
 
 PhaseBarrier::Result PhaseBarrier::WaitNorms(int64_t step, int64_t deadline_ns, double* sq) {
@@ -79,20 +75,19 @@ PhaseBarrier::Result PhaseBarrier::WaitNorms(int64_t step, int64_t deadline_ns, 
 }
 
 void PhaseBarrier::PublishHostSum(int64_t step) {
-  std::atomic_ref<int64_t>(self_->host_sum_step).store(step);  // seq_cst, as Arrive's phase
+  StoreSeqCst(self_->host_sum_step, step);
   if (!HostSumsComplete(blocks_, workers_, step)) return;
-  Word(h_->wake_seq).fetch_add(1);
-  if (Word(h_->waiters).load() > 0) FutexWake(&h_->wake_seq, INT_MAX);
+  AddSeqCst<uint32_t>(h_->wake_seq, 1);
+  if (LoadSeqCst(h_->waiters) > 0) FutexWake(&h_->wake_seq, INT_MAX);
 }
 
 PhaseBarrier::Result PhaseBarrier::WaitCombined(int64_t step, int64_t deadline_ns) {
-  return WaitUntil([&] { return std::atomic_ref<int64_t>(h_->combined_step).load() >= step; },
-                   deadline_ns);
+  return WaitUntil([&] { return LoadSeqCst(h_->combined_step) >= step; }, deadline_ns);
 }
 
 bool HostSumsComplete(const WorkerBlock* blocks, int workers, int64_t step) {
   for (int r = 0; r < workers; ++r) {
-    if (std::atomic_ref<int64_t>(const_cast<int64_t&>(blocks[r].host_sum_step)).load() < step) {
+    if (LoadSeqCst(blocks[r].host_sum_step) < step) {
       return false;
     }
   }
@@ -102,9 +97,9 @@ bool HostSumsComplete(const WorkerBlock* blocks, int workers, int64_t step) {
 void PublishCombined(Header* header, int64_t step, int64_t samples, double loss_sum) {
   header->combined_samples = samples;
   header->combined_loss = loss_sum;
-  std::atomic_ref<int64_t>(header->combined_step).store(step);
-  Word(header->wake_seq).fetch_add(1);
-  if (Word(header->waiters).load() > 0) FutexWake(&header->wake_seq, INT_MAX);
+  StoreSeqCst(header->combined_step, step);
+  AddSeqCst<uint32_t>(header->wake_seq, 1);
+  if (LoadSeqCst(header->waiters) > 0) FutexWake(&header->wake_seq, INT_MAX);
 }
 
 template <class Done>
@@ -141,13 +136,13 @@ PhaseBarrier::Result PhaseBarrier::WaitUntil(Done complete, int64_t deadline_ns)
   }
   const auto master = static_cast<pid_t>(h_->config.master_pid);
   for (;;) {
-    Word(h_->waiters).fetch_add(1);
-    const uint32_t seq = Word(h_->wake_seq).load();
+    AddSeqCst<uint32_t>(h_->waiters, 1);
+    const uint32_t seq = LoadSeqCst(h_->wake_seq);
     Result r = Result::kOk;
     bool sleep = false;
     if (complete()) {
       r = Result::kOk;
-    } else if (Word(h_->abort_epoch).load() != epoch_) {
+    } else if (LoadSeqCst(h_->abort_epoch) != epoch_) {
       r = Result::kAborted;
     } else {
       const int64_t now = MonotonicNs();
@@ -160,36 +155,36 @@ PhaseBarrier::Result PhaseBarrier::WaitUntil(Done complete, int64_t deadline_ns)
         FutexWaitUntil(&h_->wake_seq, seq, std::min(deadline_ns, now + kSliceNs));
       }
     }
-    Word(h_->waiters).fetch_sub(1);
+    SubSeqCst<uint32_t>(h_->waiters, 1);
     if (!sleep) return done(r);
     StoreRelaxed(self_->heartbeat_ns, MonotonicNs());
   }
 }
 
 void RaiseAbort(Header* header) {
-  Word(header->abort_epoch).fetch_add(1);
-  Word(header->wake_seq).fetch_add(1);
+  AddSeqCst<uint32_t>(header->abort_epoch, 1);
+  AddSeqCst<uint32_t>(header->wake_seq, 1);
   FutexWake(&header->wake_seq, INT_MAX);
 }
 
 void ReleaseCheckpoint(Header* header, int64_t step) {
-  std::atomic_ref<int64_t>(header->released_step).store(step);
-  Word(header->wake_seq).fetch_add(1);
+  StoreSeqCst(header->released_step, step);
+  AddSeqCst<uint32_t>(header->wake_seq, 1);
   FutexWake(&header->wake_seq, INT_MAX);
 }
 
 void AckEval(Header* header, int64_t k) {
-  std::atomic_ref<int64_t>(header->eval_ack).store(k);
-  Word(header->wake_seq).fetch_add(1);
+  StoreSeqCst(header->eval_ack, k);
+  AddSeqCst<uint32_t>(header->wake_seq, 1);
   FutexWake(&header->wake_seq, INT_MAX);
 }
 
 void RequestStop(Header* header, int64_t stop_eval) {
-  std::atomic_ref<int64_t>(header->stop_eval).store(stop_eval);
+  StoreSeqCst(header->stop_eval, stop_eval);
 }
 
 uint32_t LoadAbortEpoch(const Header& header) {
-  return Word(const_cast<uint32_t&>(header.abort_epoch)).load();
+  return LoadSeqCst(header.abort_epoch);
 }
 
 }  // namespace shmtrain::shm

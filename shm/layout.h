@@ -23,8 +23,11 @@
 //
 // Why plain integers accessed through std::atomic_ref and not std::atomic members: the
 // structs stay trivially copyable and standard-layout, so their bytes are the contract and a
-// layout test can pin them; every concurrent access goes through a named accessor below
-// that says its memory order and why.
+// layout test can pin them. Every concurrent access to a word of the header, a WorkerBlock or
+// a loss record goes through a named accessor at the end of this file, which says its memory
+// order and why; nothing else builds a std::atomic_ref on the segment. (The parameter floats
+// that async workers share go through nn::SharedAccess, nn/update.h, relaxed.) Writes before
+// any worker starts, or after every worker is reaped, are plain.
 //
 // Who writes what:
 //   Header identity/offsets/config  master, before any worker starts; read-only afterwards.
@@ -32,11 +35,14 @@
 //   Header.wake_seq                 futex word; bumped by whoever completes a barrier phase and
 //                                   by the master on abort (seq_cst); waiters sleep on it.
 //   Header.waiters                  waiters increment before sleeping, decrement after.
-//   Header.loss_ring, timings       rank 0 (during the update phase); master reads.
+//   Header.loss_ring                sync: rank 0 (during the update phase); async: the worker
+//                                   whose update has the logged version. Master reads.
+//   Header.step1_end_ns, last_end_ns  any rank (the first to pass the run's first or last
+//                                   step); master reads.
 //   WorkerBlock[r]                  rank r (its current incarnation) writes; master and peers
 //                                   read. The master writes pid/incarnation before a spawn.
 //   Slot[r]                         rank r writes in phase 1; every rank reads in phase 2.
-//   HS slice r, hostsum_step         rank r, after its slice of the step's host sum is in HS.
+//   HS slice r, host_sum_step        rank r, after its slice of the step's host sum is in HS.
 //   GS, combined_*                   the master's combiner, once every host's HS of the step
 //                                    arrived; combined_step published last (seq_cst).
 //   E[k%R]                          sync: each rank copies its slice of W[t%2] at eval step t
@@ -155,7 +161,8 @@ struct RunConfig {
 // stop_eval when no stop is asked for.
 inline constexpr int64_t kNoStop = INT64_MAX;
 
-// One record of the loss ring. Rank 0 writes loss, then publishes tag = log index + 1.
+// One record of the loss ring. Its writer (sync: rank 0; async: the worker of the logged
+// update) writes loss, then publishes tag = log index + 1 (StoreRelease).
 struct LossRecord {
   uint64_t tag;
   double loss;
@@ -226,8 +233,10 @@ struct alignas(kCacheLine) Header {
   alignas(kCacheLine) double last_loss;
   double last_grad_norm;
 
-  // ---- progress, written by rank 0.
-  alignas(kCacheLine) int64_t step1_end_ns;  // CLOCK_MONOTONIC when step 0 completed
+  // ---- progress, written by any rank: the first to complete the run's first step sets
+  // step1_end_ns (StoreIfZero); the one completing the last step (or stopping early) sets
+  // last_end_ns (relaxed).
+  alignas(kCacheLine) int64_t step1_end_ns;  // CLOCK_MONOTONIC when the first step completed
   int64_t last_end_ns;                       // ... when the last step completed
   LossRecord loss_ring[kLossRing];
 };
@@ -294,7 +303,8 @@ static_assert(std::is_trivially_copyable_v<WorkerBlock> && std::is_standard_layo
 static_assert(std::is_trivially_copyable_v<SlotHeader>, "slots are plain bytes");
 static_assert(std::atomic_ref<uint64_t>::is_always_lock_free &&
                   std::atomic_ref<int64_t>::is_always_lock_free &&
-                  std::atomic_ref<uint32_t>::is_always_lock_free,
+                  std::atomic_ref<uint32_t>::is_always_lock_free &&
+                  std::atomic_ref<double>::is_always_lock_free,
               "a lock inside an atomic would be process-private and die with its holder");
 static_assert(alignof(WorkerBlock) == kCacheLine && sizeof(WorkerBlock) % kCacheLine == 0,
               "each rank's block on its own cache lines: no false sharing between ranks");
@@ -311,7 +321,28 @@ inline uint64_t LoadPhase(const WorkerBlock& b) {
 }
 inline void StorePhase(WorkerBlock& b, uint64_t v) { std::atomic_ref<uint64_t>(b.phase).store(v); }
 
-// Counters and heartbeats: relaxed; nobody orders other data by them.
+// The other words that a futex waiter checks (released_step, eval_ack, stop_eval, grad_sq_step,
+// host_sum_step, combined_step) and the futex protocol's own (wake_seq, waiters, abort_epoch):
+// seq_cst, for the same reason as the phase words. The adds return the previous value.
+template <class T>
+inline T LoadSeqCst(const T& v) {
+  return std::atomic_ref<T>(const_cast<T&>(v)).load();
+}
+template <class T>
+inline void StoreSeqCst(T& v, T x) {
+  std::atomic_ref<T>(v).store(x);
+}
+template <class T>
+inline T AddSeqCst(T& v, T x) {
+  return std::atomic_ref<T>(v).fetch_add(x);
+}
+template <class T>
+inline T SubSeqCst(T& v, T x) {
+  return std::atomic_ref<T>(v).fetch_sub(x);
+}
+
+// Counters, heartbeats and tickets: relaxed; nobody orders other data by them (claimed hands
+// out each ticket once, which needs atomicity only). AddRelaxed returns the previous value.
 template <class T>
 inline T LoadRelaxed(const T& v) {
   return std::atomic_ref<T>(const_cast<T&>(v)).load(std::memory_order_relaxed);
@@ -321,8 +352,8 @@ inline void StoreRelaxed(T& v, T x) {
   std::atomic_ref<T>(v).store(x, std::memory_order_relaxed);
 }
 template <class T>
-inline void AddRelaxed(T& v, T x) {
-  std::atomic_ref<T>(v).fetch_add(x, std::memory_order_relaxed);
+inline T AddRelaxed(T& v, T x) {
+  return std::atomic_ref<T>(v).fetch_add(x, std::memory_order_relaxed);
 }
 // Publication with release/acquire: the data written before Publish is visible after a
 // Load that sees it (loss ring tags, attached flags).
@@ -333,6 +364,18 @@ inline T LoadAcquire(const T& v) {
 template <class T>
 inline void StoreRelease(T& v, T x) {
   std::atomic_ref<T>(v).store(x, std::memory_order_release);
+}
+// Async param_version: advanced (release) after an update's parameter writes, so a reader
+// that acquires the version sees at least the updates it counts. Returns the previous value.
+inline uint64_t AddRelease(uint64_t& v, uint64_t x) {
+  return std::atomic_ref<uint64_t>(v).fetch_add(x, std::memory_order_release);
+}
+
+// Sets v to x if it is still 0 (step1_end_ns: the first rank past the first step wins, the
+// others' values differ by a wake-up). seq_cst, as the other one-shot words.
+inline void StoreIfZero(int64_t& v, int64_t x) {
+  int64_t zero = 0;
+  std::atomic_ref<int64_t>(v).compare_exchange_strong(zero, x);
 }
 
 // Lowers diverged_step to `step` (relaxed: the worker's exit, seen by the master through

@@ -39,24 +39,25 @@ std::string Reason(const bip::interprocess_exception& e) {
 
 // Names are passed to Boost exactly as shm_open takes them: Boost adds the leading '/' only
 // when it is missing (ipcdetail::add_leading_slash), so /dev/shm sees the same name either way.
-std::optional<bip::shared_memory_object> OpenShm(const std::string& name, bip::mode_t mode,
-                                                 std::string* why) {
+// kResource with the reason alone: callers name the segment.
+Status OpenShm(const std::string& name, bip::mode_t mode,
+               std::optional<bip::shared_memory_object>* out) {
   try {
-    return bip::shared_memory_object(bip::open_only, name.c_str(), mode);
+    out->emplace(bip::open_only, name.c_str(), mode);
+    return Status::Ok();
   } catch (const bip::interprocess_exception& e) {
-    *why = Reason(e);
-    return std::nullopt;
+    return Status::Resource(Reason(e));
   }
 }
 
-// Maps `size` bytes of shm (0: all of it); null with the reason in *why on failure.
-std::unique_ptr<bip::mapped_region> Map(const bip::shared_memory_object& shm, bip::mode_t mode,
-                                        uint64_t size, std::string* why) {
+// Maps `size` bytes of shm (0: all of it). kResource with the reason alone, as OpenShm.
+Status Map(const bip::shared_memory_object& shm, bip::mode_t mode, uint64_t size,
+           std::unique_ptr<bip::mapped_region>* out) {
   try {
-    return std::make_unique<bip::mapped_region>(shm, mode, 0, static_cast<std::size_t>(size));
+    *out = std::make_unique<bip::mapped_region>(shm, mode, 0, static_cast<std::size_t>(size));
+    return Status::Ok();
   } catch (const bip::interprocess_exception& e) {
-    *why = Reason(e);
-    return nullptr;
+    return Status::Resource(Reason(e));
   }
 }
 
@@ -117,38 +118,26 @@ class Size {
   bool ok_ = true;
 };
 
-// The config's model: its text parsed and its shapes resolved, or a message why not. The text
-// must end within its field; each value of a tensor fits in 2^31 (nn::ResolveShapes).
-std::string ModelOf(const RunConfig& c, ModelSpec* spec) {
-  if (std::memchr(c.model, '\0', sizeof c.model) == nullptr) return "a model text without its end";
+// The config's model: its text parsed and its shapes resolved, or kData saying why not. The
+// text must end within its field; each value of a tensor fits in 2^31 (nn::ResolveShapes).
+Status ModelOf(const RunConfig& c, ModelSpec* spec) {
+  if (std::memchr(c.model, '\0', sizeof c.model) == nullptr) {
+    return Status::Data("a model text without its end");
+  }
   for (int64_t d : c.input_shape) {
-    if (d < 1 || d > 65536) return "input dimension " + std::to_string(d) + " (1 to 65536)";
+    if (d < 1 || d > 65536) {
+      return Status::Data("input dimension " + std::to_string(d) + " (1 to 65536)");
+    }
   }
   spec->input = {c.input_shape[0], c.input_shape[1], c.input_shape[2]};
-  if (Status s = nn::ParseModelText(c.model, &spec->layers); !s.ok()) return s.message();
+  if (Status s = nn::ParseModelText(c.model, &spec->layers); !s.ok()) return s;
   std::vector<Shape> shapes;
-  if (Status s = nn::ResolveShapes(spec->input, spec->layers, &shapes); !s.ok()) return s.message();
-  return "";
+  return nn::ResolveShapes(spec->input, spec->layers, &shapes);
 }
 
-// The parameter count of the model's layers; invalid when it does not fit in 64 bits.
-Size ParamCountOf(const ModelSpec& spec) {
-  std::vector<Shape> shapes;
-  Size n;
-  if (!nn::ResolveShapes(spec.input, spec.layers, &shapes).ok()) return Size::Count(-1);
-  Shape in = spec.input;
-  for (size_t i = 0; i < spec.layers.size(); ++i) {
-    const nn::LayerType& t = *nn::FindLayerType(spec.layers[i].kind);
-    if (t.params != nullptr) {
-      for (const nn::ParamBlock& b : t.params(spec.layers[i], in)) {
-        Size block = Size(1);
-        for (int64_t d : b.torch_shape) block = block * Size::Count(d);
-        n = n + block;
-      }
-    }
-    in = shapes[i];
-  }
-  return n;
+// A refusal of the segment: the worker exit code that reports it, and why.
+SegmentCheck Refuse(int worker_exit, std::string why) {
+  return {Status::Data(std::move(why)), worker_exit};
 }
 
 }  // namespace
@@ -236,13 +225,13 @@ namespace {
 // Reads the size and, when the header is readable, the creator of segment info->name into
 // *info. Returns whether *start_time was read too. Opens read-only and maps the header only.
 bool ReadCreator(SegmentInfo* info, uint64_t* start_time) {
-  std::string why;
-  const auto shm = OpenShm("/" + info->name, bip::read_only, &why);
-  if (!shm) return false;
+  // A segment that cannot be read is listed by its name alone: its Status is not wanted here.
+  std::optional<bip::shared_memory_object> shm;
+  if (!OpenShm("/" + info->name, bip::read_only, &shm).ok()) return false;
   info->bytes = SizeOf(*shm);
   if (info->bytes < sizeof(Header)) return false;
-  const auto region = Map(*shm, bip::read_only, sizeof(Header), &why);
-  if (region == nullptr) return false;
+  std::unique_ptr<bip::mapped_region> region;
+  if (!Map(*shm, bip::read_only, sizeof(Header), &region).ok()) return false;
   const auto* h = static_cast<const Header*>(region->get_address());
   if (h->magic != kMagic) return false;
   info->creator_pid = h->creator_pid;
@@ -293,32 +282,28 @@ bool RemoveSegment(const std::string& name) {
   return bip::shared_memory_object::remove(name.c_str());
 }
 
-int Segment::Validate(const Header& h, uint64_t mapped_size, std::string* why) {
+SegmentCheck Segment::Validate(const Header& h, uint64_t mapped_size) {
   if (mapped_size < sizeof(h.magic) || h.magic != kMagic) {
-    *why = "not a shmtrain segment (wrong magic number)";
-    return kWorkerBadMagic;
+    return Refuse(kWorkerBadMagic, "not a shmtrain segment (wrong magic number)");
   }
   if (mapped_size < sizeof(Header)) {
-    *why = "segment is smaller than its header (" + std::to_string(mapped_size) + " bytes)";
-    return kWorkerBadLayout;
+    return Refuse(kWorkerBadLayout,
+                  "segment is smaller than its header (" + std::to_string(mapped_size) + " bytes)");
   }
   if (h.abi_version != kAbiVersion) {
-    *why = "segment ABI version " + std::to_string(h.abi_version) + ", this worker speaks " +
-           std::to_string(kAbiVersion);
-    return kWorkerBadAbi;
+    return Refuse(kWorkerBadAbi, "segment ABI version " + std::to_string(h.abi_version) +
+                                     ", this worker speaks " + std::to_string(kAbiVersion));
   }
   if (h.header_size != sizeof(Header) || h.worker_block_size != sizeof(WorkerBlock) ||
       h.slot_header_size != sizeof(SlotHeader) || h.config_size != sizeof(RunConfig) ||
       h.dtype != kDtypeFloat32) {
-    *why = "struct sizes or dtype differ from this build";
-    return kWorkerBadLayout;
+    return Refuse(kWorkerBadLayout, "struct sizes or dtype differ from this build");
   }
   // The run configuration, as far as it decides where things are and how big: every size the
   // layout is computed from is in range before the layout is.
   const RunConfig& c = h.config;
-  auto bad = [&](const std::string& what) {
-    *why = "run configuration: " + what;
-    return kWorkerBadLayout;
+  auto bad = [](const std::string& what) {
+    return Refuse(kWorkerBadLayout, "run configuration: " + what);
   };
   if (c.workers < 1 || c.workers > static_cast<uint32_t>(kMaxWorkers)) {
     return bad(std::to_string(c.workers) + " workers (1 to " + std::to_string(kMaxWorkers) + ")");
@@ -327,15 +312,15 @@ int Segment::Validate(const Header& h, uint64_t mapped_size, std::string* why) {
     return bad("host " + std::to_string(c.host_index) + " of " + std::to_string(c.hosts));
   }
   ModelSpec spec;
-  if (const std::string why = ModelOf(c, &spec); !why.empty()) return bad("model: " + why);
+  if (const Status s = ModelOf(c, &spec); !s.ok()) return bad("model: " + s.message());
   if (c.rows < 0) return bad(std::to_string(c.rows) + " rows");
   if (c.features != spec.inputs()) {
     return bad(std::to_string(c.features) + " features for a model input of " +
                spec.input.Text() + " (" + std::to_string(spec.inputs()) + " values)");
   }
-  if (const Size n = ParamCountOf(spec); !n.ok() || n.value() != c.param_count) {
+  if (const auto n = spec.CheckedParamCount(); n != c.param_count) {
     return bad("param_count " + std::to_string(c.param_count) + " is not the layers' count" +
-               (n.ok() ? " (" + std::to_string(n.value()) + ")" : " (more than 2^64)"));
+               (n ? " (" + std::to_string(*n) + ")" : " (more than 2^64)"));
   }
   if (c.optim.num_states > static_cast<uint32_t>(kMaxStates)) {
     return bad(std::to_string(c.optim.num_states) + " optimizer states (at most " +
@@ -353,15 +338,13 @@ int Segment::Validate(const Header& h, uint64_t mapped_size, std::string* why) {
                std::to_string(c.param_count) + ", snapshots " + std::to_string(c.snapshots) + ")");
   }
   if (std::memcmp(&expect, &h, offsetof(Header, config)) != 0) {
-    *why = "offsets differ from the layout this build computes";
-    return kWorkerBadLayout;
+    return Refuse(kWorkerBadLayout, "offsets differ from the layout this build computes");
   }
   if (h.total_size != mapped_size) {
-    *why = "segment is " + std::to_string(mapped_size) + " bytes, its header says " +
-           std::to_string(h.total_size);
-    return kWorkerBadLayout;
+    return Refuse(kWorkerBadLayout, "segment is " + std::to_string(mapped_size) +
+                                        " bytes, its header says " + std::to_string(h.total_size));
   }
-  return kWorkerOk;
+  return {};
 }
 
 Status Segment::Create(const std::string& name, const Header& proto, Segment* out) {
@@ -396,9 +379,10 @@ Status Segment::Create(const std::string& name, const Header& proto, Segment* ou
   if (const int e = posix_fallocate(fd, 0, static_cast<off_t>(size)); e != 0) {
     return fail("cannot reserve space in /dev/shm", Errno(e));
   }
-  std::string why;
-  auto region = Map(*shm, bip::read_write, size, &why);
-  if (region == nullptr) return fail("cannot map the segment", why);
+  std::unique_ptr<bip::mapped_region> region;
+  if (Status m = Map(*shm, bip::read_write, size, &region); !m.ok()) {
+    return fail("cannot map the segment", m.message());
+  }
   Segment s;
   s.Adopt(name, std::move(region), /*owner=*/true);
   std::memcpy(s.base_, &proto, sizeof(Header));
@@ -410,33 +394,32 @@ Status Segment::Create(const std::string& name, const Header& proto, Segment* ou
   return Status::Ok();
 }
 
-int Segment::Attach(const std::string& name, Segment* out, std::string* why) {
-  std::string reason;
-  const auto shm = OpenShm(name, bip::read_write, &reason);
-  if (!shm) {
-    *why = "cannot open segment " + name + ": " + reason;
-    return kWorkerNoSegment;
+SegmentCheck Segment::Attach(const std::string& name, Segment* out) {
+  auto cannot = [&](const std::string& what) -> SegmentCheck {
+    return {Status::Resource("cannot " + what), kWorkerNoSegment};
+  };
+  std::optional<bip::shared_memory_object> shm;
+  if (Status s = OpenShm(name, bip::read_write, &shm); !s.ok()) {
+    return cannot("open segment " + name + ": " + s.message());
   }
   const uint64_t size = SizeOf(*shm);
-  if (size == 0) {
-    *why = "cannot size segment " + name;
-    return kWorkerNoSegment;
-  }
-  auto region = Map(*shm, bip::read_write, size, &reason);
-  if (region == nullptr) {
-    *why = "cannot map segment " + name + ": " + reason;
-    return kWorkerNoSegment;
+  if (size == 0) return cannot("size segment " + name);
+  std::unique_ptr<bip::mapped_region> region;
+  if (Status s = Map(*shm, bip::read_write, size, &region); !s.ok()) {
+    return cannot("map segment " + name + ": " + s.message());
   }
   // A header smaller than the mapping is read through a zero-filled copy, never out of bounds.
   // On a refusal the region's destructor unmaps.
   Header h{};
   std::memcpy(&h, region->get_address(), std::min<uint64_t>(size, sizeof(Header)));
-  const int code = Validate(h, size, why);
-  if (code != kWorkerOk) return code;
+  if (SegmentCheck check = Validate(h, size); !check.ok()) {
+    check.status = Status::Data("segment " + name + ": " + check.status.message());
+    return check;
+  }
   Segment s;
   s.Adopt(name, std::move(region), /*owner=*/false);
   *out = std::move(s);
-  return kWorkerOk;
+  return {};
 }
 
 void Segment::Adopt(const std::string& name, std::unique_ptr<bip::mapped_region> region,

@@ -56,6 +56,17 @@ std::vector<SegmentInfo> ReclaimStaleSegments();
 // without the leading '/'); mappings of it stay valid. False if it could not be removed.
 bool RemoveSegment(const std::string& name);
 
+// What Segment::Attach and Segment::Validate found: ok, or a Status that names what is wrong
+// (kResource: the segment cannot be opened or mapped; kData: its bytes are not what this build
+// reads) together with the worker exit code that reports it, so that a worker exits with the
+// distinct code the failure model promises (include/shmtrain/status.h). worker_exit is kWorkerOk
+// exactly when status is ok.
+struct [[nodiscard]] SegmentCheck {
+  Status status;
+  int worker_exit = kWorkerOk;
+  bool ok() const { return status.ok(); }
+};
+
 class Segment {
  public:
   // Out of line, like the destructor and the moves: they need mapped_region complete.
@@ -72,13 +83,13 @@ class Segment {
   // nothing is left behind.
   static Status Create(const std::string& name, const Header& proto, Segment* out);
 
-  // Opens and validates an existing segment for a worker. Returns a WorkerExit code
-  // (kWorkerOk on success) and, on failure, a reason in *why. Writes nothing.
-  static int Attach(const std::string& name, Segment* out, std::string* why);
+  // Opens and validates an existing segment for a worker; the refusal's message names the
+  // segment. Writes nothing.
+  static SegmentCheck Attach(const std::string& name, Segment* out);
 
-  // Checks a mapped header against this build and against the mapped size. Returns a
-  // WorkerExit code; used by Attach and by the tests.
-  static int Validate(const Header& h, uint64_t mapped_size, std::string* why);
+  // Checks a mapped header against this build and against the mapped size (kWorkerBadMagic,
+  // kWorkerBadAbi or kWorkerBadLayout on a refusal); used by Attach and by the tests.
+  static SegmentCheck Validate(const Header& h, uint64_t mapped_size);
 
   // Removes the name now (the mapping stays valid until destruction).
   void Unlink();

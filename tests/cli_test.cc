@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <map>
+#include <regex>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -16,6 +18,7 @@
 #include "nn/schedule.h"
 #include "shmtrain/model_spec.h"
 #include "shmtrain/options.h"
+#include "shmtrain/status.h"
 #include "tests/proc_util.h"
 #include "tests/real_data.h"
 
@@ -355,19 +358,24 @@ TEST(MetricsAddr, BracketedIpv6IsParsed) {
 }
 
 TEST(MetricsAddr, ParseHostPort) {
-  std::string why;
-  auto v6 = ParseHostPort("[::1]:9464", &why);
-  ASSERT_TRUE(v6) << why;
-  EXPECT_EQ(v6->host, "::1");
-  EXPECT_EQ(v6->port, 9464);
-  EXPECT_TRUE(v6->ipv6);
-  auto v4 = ParseHostPort("127.0.0.1:0", &why);
-  ASSERT_TRUE(v4) << why;
-  EXPECT_EQ(v4->host, "127.0.0.1");
-  EXPECT_FALSE(v4->ipv6);
+  HostPort v6;
+  const Status s6 = ParseHostPort("[::1]:9464", &v6);
+  ASSERT_TRUE(s6.ok()) << s6.message();
+  EXPECT_EQ(v6.host, "::1");
+  EXPECT_EQ(v6.port, 9464);
+  EXPECT_TRUE(v6.ipv6);
+  HostPort v4;
+  const Status s4 = ParseHostPort("127.0.0.1:0", &v4);
+  ASSERT_TRUE(s4.ok()) << s4.message();
+  EXPECT_EQ(v4.host, "127.0.0.1");
+  EXPECT_FALSE(v4.ipv6);
   for (const char* bad : {"[::1]", "[::1]9464", "[]:1", "[x]:1", "::1:80", "1.2.3.4:65536",
                           "1.2.3.4:", ":80", "host"}) {
-    EXPECT_FALSE(ParseHostPort(bad, &why)) << bad;
+    HostPort hp;
+    const Status s = ParseHostPort(bad, &hp);
+    EXPECT_FALSE(s.ok()) << bad;
+    EXPECT_EQ(s.code(), Status::Code::kUsage) << bad;
+    EXPECT_FALSE(s.message().empty()) << bad;
   }
 }
 
@@ -566,6 +574,63 @@ TEST(Help, EvalAndPredictDescribeTheirOwnData) {
 
 // -------------------------------------------------------------------------------------------
 // Heartbeat deadline: min(30s, barrier / 2) by default; an explicit one must be shorter.
+
+// The exit codes are API (include/shmtrain/status.h): the main help, README.md's table and the
+// worker table of docs/errors.md list exactly the codes the program defines.
+std::set<int> Numbers(const std::string& text, const std::regex& number) {
+  std::set<int> out;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), number);
+       it != std::sregex_iterator(); ++it) {
+    out.insert(std::stoi((*it)[1].str()));
+  }
+  return out;
+}
+
+// The lines of `path` from the one that starts with `heading` to the next heading.
+std::string Section(const std::string& path, const std::string& heading) {
+  const std::string text = test::ReadWholeFile(path);
+  const size_t at = text.find("\n" + heading + "\n");
+  EXPECT_NE(at, std::string::npos) << path << " has no " << heading;
+  if (at == std::string::npos) return "";
+  const size_t end = text.find("\n#", at + heading.size() + 1);
+  return text.substr(at, end == std::string::npos ? std::string::npos : end - at);
+}
+
+TEST(ExitCodes, TheMainHelpListsEveryCode) {
+  const ProcResult r = Shmtrain({"--help"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const size_t at = r.out.find("exit codes:");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  // "128 + n" describes the other stop signals: not a code of its own.
+  const std::set<int> listed = Numbers(r.out.substr(at), std::regex(R"((\d+)(?![\d+]| \+))"));
+  const std::set<int> defined(std::begin(kExitCodes), std::end(kExitCodes));
+  EXPECT_EQ(listed, defined) << r.out.substr(at);
+}
+
+TEST(ExitCodes, TheReadmeTableListsEveryCode) {
+  const std::string table =
+      Section(std::string(SHMTRAIN_SOURCE_DIR) + "/README.md", "### Exit codes");
+  const std::set<int> rows = Numbers(table, std::regex(R"(\n\| (\d+) \|)"));
+  std::set<int> below_signals;
+  for (const int c : kExitCodes) {
+    if (c < 128) below_signals.insert(c);
+  }
+  EXPECT_EQ(rows, below_signals) << table;
+  // The stop signals' codes are named in the row of 128 + n.
+  const std::set<int> named = Numbers(table, std::regex(R"((1[2-9]\d) SIG)"));
+  EXPECT_TRUE(named.count(kExitInterrupted) && named.count(kExitTerminated)) << table;
+}
+
+TEST(ExitCodes, TheErrorPolicyListsEveryWorkerCode) {
+  const std::string table = Section(std::string(SHMTRAIN_SOURCE_DIR) + "/docs/errors.md",
+                                    "## What a worker's exit code means");
+  const std::set<int> rows = Numbers(table, std::regex(R"(\n\| (\d+) \|)"));
+  std::set<int> defined;
+  for (int c = 0; c < 256; ++c) {
+    if (std::string(WorkerExitName(c)) != WorkerExitName(-1)) defined.insert(c);
+  }
+  EXPECT_EQ(rows, defined) << table;
+}
 
 // -------------------------------------------------------------------------------------------
 // Runs that end in a way a flag explains say which flag.

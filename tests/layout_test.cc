@@ -210,15 +210,15 @@ TEST(Layout, RegionsAreAlignedAndDisjoint) {
 
 TEST(Layout, ValidateAcceptsItsOwnLayout) {
   const Header h = MakeProto(3, 1);
-  std::string why;
-  EXPECT_EQ(Segment::Validate(h, h.total_size, &why), kWorkerOk) << why;
-  EXPECT_EQ(Segment::Validate(h, h.total_size + 64, &why), kWorkerBadLayout);
+  const shm::SegmentCheck ok = Segment::Validate(h, h.total_size);
+  EXPECT_EQ(ok.worker_exit, kWorkerOk) << ok.status.message();
+  EXPECT_EQ(Segment::Validate(h, h.total_size + 64).worker_exit, kWorkerBadLayout);
   Header bad = h;
   bad.x_offset += 64;
-  EXPECT_EQ(Segment::Validate(bad, h.total_size, &why), kWorkerBadLayout);
+  EXPECT_EQ(Segment::Validate(bad, h.total_size).worker_exit, kWorkerBadLayout);
   bad = h;
   bad.config.param_count += 1;
-  EXPECT_EQ(Segment::Validate(bad, h.total_size, &why), kWorkerBadLayout);
+  EXPECT_EQ(Segment::Validate(bad, h.total_size).worker_exit, kWorkerBadLayout);
 }
 
 // Validate of header h laid out again from its config (where that fits in 64 bits; else with
@@ -226,11 +226,10 @@ TEST(Layout, ValidateAcceptsItsOwnLayout) {
 // "accepted". So only the config can be what is wrong.
 std::string Refusal(Header h) {
   if (Header again = h; ComputeLayout(&again)) h = again;
-  std::string why;
-  const int code = Segment::Validate(h, h.total_size, &why);
-  if (code == kWorkerOk) return "accepted";
-  EXPECT_EQ(code, kWorkerBadLayout) << why;
-  return why;
+  const shm::SegmentCheck check = Segment::Validate(h, h.total_size);
+  if (check.worker_exit == kWorkerOk) return "accepted";
+  EXPECT_EQ(check.worker_exit, kWorkerBadLayout) << check.status.message();
+  return check.status.message();
 }
 
 #define EXPECT_REFUSED_FOR(h, what)                                        \
@@ -375,6 +374,30 @@ TEST_F(WorkerRefuses, SegmentSmallerThanItsHeader) {
 TEST_F(WorkerRefuses, RankOutOfRange) { ExpectRefusal(kWorkerBadRank, "5"); }
 
 TEST_F(WorkerRefuses, StaleIncarnation) { ExpectRefusal(kWorkerBadRank, "1", "7"); }
+
+// Attach's refusal is a Status that names the segment, with the exit code a worker reports it
+// by: kData for a segment of another layout, kResource for one that cannot be opened.
+TEST_F(WorkerRefuses, AttachNamesTheSegmentAndTheExitCode) {
+  seg_.header()->abi_version = kAbiVersion + 1;
+  Segment attached;
+  const SegmentCheck check = Segment::Attach(seg_.name(), &attached);
+  EXPECT_EQ(check.worker_exit, kWorkerBadAbi);
+  EXPECT_EQ(check.status.code(), Status::Code::kData);
+  EXPECT_EQ(check.status.message(), "segment " + seg_.name() + ": segment ABI version " +
+                                        std::to_string(kAbiVersion + 1) + ", this worker speaks " +
+                                        std::to_string(kAbiVersion));
+  EXPECT_FALSE(attached.valid());
+  const SegmentCheck none = Segment::Attach("/shmtrain-no-such-segment", &attached);
+  EXPECT_EQ(none.worker_exit, kWorkerNoSegment);
+  EXPECT_EQ(none.status.code(), Status::Code::kResource);
+  EXPECT_EQ(none.status.message(),
+            "cannot open segment /shmtrain-no-such-segment: No such file or directory");
+  seg_.header()->abi_version = kAbiVersion;
+  const SegmentCheck ok = Segment::Attach(seg_.name(), &attached);
+  EXPECT_TRUE(ok.ok()) << ok.status.message();
+  EXPECT_EQ(ok.worker_exit, kWorkerOk);
+  EXPECT_TRUE(attached.valid());
+}
 
 TEST(WorkerArgs, MissingOrBad) {
   EXPECT_EQ(RunWorker({}), kWorkerBadArgs);

@@ -579,6 +579,19 @@ TEST_F(ModelFileDirTest, LoadErrorsNameThePath) {
   EXPECT_EQ(s.message(), path + ": not a usable model file: " + kCut + "parameters");
 }
 
+// The one whole-file read says when a file opens but cannot be read (a directory), where a
+// read that ignored it would call the file too short.
+TEST_F(ModelFileDirTest, LoadOfADirectorySaysItCannotBeRead) {
+  Model out;
+  const Status s = LoadModel(dir_, &out);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), Status::Code::kData);
+  EXPECT_EQ(s.message(), dir_ + ": cannot read model file: Is a directory");
+  std::string bytes;
+  const Status c = ReadFileBytes(dir_, "checkpoint", &bytes);
+  EXPECT_EQ(c.message(), dir_ + ": cannot read checkpoint: Is a directory");
+}
+
 TEST_F(ModelFileDirTest, SaveIntoMissingDirectory) {
   const std::string path = dir_ + "/no/such/dir/model.bin";
   const Status s = SaveModel(path, Classifier());

@@ -10,18 +10,21 @@
 #include <map>
 #include <numbers>
 #include <numeric>
+#include <optional>
 #include <ostream>
 #include <set>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "nn/layer.h"
 #include "nn/model.h"
 #include "nn/rng.h"
 #include "nn/optimizer.h"
 #include "nn/schedule.h"
 #include "nn/update.h"
 #include "shmtrain/model_spec.h"
+#include "shmtrain/status.h"
 
 namespace shmtrain::nn {
 namespace {
@@ -108,6 +111,33 @@ TEST(ModelSpecTest, ParamCount) {
   EXPECT_EQ(Mlp({3, 2}).ParamCount(), 8u);
   // Above 2^32 parameters the count must not wrap.
   EXPECT_EQ(Mlp({65536, 65536, 65536}).ParamCount(), 2 * (size_t{65536} * 65536 + 65536));
+  EXPECT_EQ(Mlp({1, 5, 1}).CheckedParamCount(), std::optional<uint64_t>(16));
+}
+
+// The one count of the parameters (the segment's check and model files use it too) says when
+// it does not fit in 64 bits instead of wrapping. The model text's limits keep a parsed model
+// far below that; layers built directly need not respect them: each linear(2^31 - 1) after
+// the first holds about 2^62 parameters, and five of them pass 2^64.
+TEST(ModelSpecTest, ParamCountPast64BitsIsNoCount) {
+  ModelSpec spec;
+  spec.input = {65536, 1, 1};
+  const LayerSpec wide{"linear", {2147483647.0}};
+  spec.layers = {wide, wide, wide, wide, wide, LayerSpec{"linear", {1.0}}};
+  std::vector<Shape> shapes;
+  ASSERT_TRUE(ResolveShapes(spec.input, spec.layers, &shapes).ok());
+  EXPECT_EQ(spec.CheckedParamCount(), std::nullopt);
+  EXPECT_EQ(spec.ParamCount(), 0u);
+  spec.layers.resize(2);  // about 2^62: still a count
+  const uint64_t wide_out = 2147483647;
+  EXPECT_EQ(spec.CheckedParamCount(),
+            std::optional<uint64_t>(wide_out * 65536 + wide_out + wide_out * wide_out + wide_out));
+}
+
+// A broken invariant dies through the one helper, naming its file and line.
+TEST(DieTest, CheckNamesFileAndLine) {
+  EXPECT_DEATH(SHMTRAIN_CHECK(1 + 1 == 3, "arithmetic " + std::to_string(2)),
+               "shmtrain: internal error at .*nn_test\\.cc:[0-9]+: arithmetic 2");
+  SHMTRAIN_CHECK(1 + 1 == 2, "never evaluated");
 }
 
 // ---------------------------------------------------------------------------------------------

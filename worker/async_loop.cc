@@ -55,8 +55,6 @@
 namespace shmtrain::worker {
 namespace {
 
-static_assert(std::atomic_ref<double>::is_always_lock_free, "loss_ema is shared as a double");
-
 constexpr double kLossEmaWeight = 0.1;
 // The gradient norm metric is published every few updates (the sum of squares is always
 // taken, for the divergence check).
@@ -126,7 +124,7 @@ int PauseForCheckpoint(shm::Header* h, shm::WorkerBlock* self, shm::PhaseBarrier
   const shm::RunConfig& c = h->config;
   if (c.checkpoint_every <= 0 || ticket >= c.total_steps) return kWorkerOk;
   const int64_t at = ticket / c.checkpoint_every * c.checkpoint_every;
-  if (at <= c.first_step || std::atomic_ref<int64_t>(h->released_step).load() >= at) {
+  if (at <= c.first_step || shm::LoadSeqCst(h->released_step) >= at) {
     return kWorkerOk;
   }
   shm::StorePhase(*self, 2 * static_cast<uint64_t>(at));
@@ -161,8 +159,6 @@ int RunAsync(const shm::Segment& seg, int rank, uint32_t incarnation) {
   std::vector<int64_t> idx;
   float* w = seg.params(0);
   float* mean_square = seg.grad(rank);
-  std::atomic_ref<uint64_t> version(h->param_version);
-  std::atomic_ref<uint64_t> claimed(h->claimed);
   const uint64_t total = static_cast<uint64_t>(c.total_steps);
 
   // Start gate: wait until every rank has attached, so that no rank trains alone while the
@@ -182,9 +178,8 @@ int RunAsync(const shm::Segment& seg, int rank, uint32_t incarnation) {
     if (getppid() != master) return kWorkerOrphaned;
     if (shm::LoadAcquire(h->stop_eval) != shm::kNoStop) return kWorkerOk;  // early stop
     if (ticket < 0) {
-      const uint64_t u = claimed.load(std::memory_order_relaxed) >= total
-                             ? total
-                             : claimed.fetch_add(1, std::memory_order_relaxed);
+      const uint64_t u =
+          shm::LoadRelaxed(h->claimed) >= total ? total : shm::AddRelaxed<uint64_t>(h->claimed, 1);
       if (u >= total) {
         // No ticket below total_steps is left to this rank: it writes W no more, so no
         // checkpoint waits for it (master/checkpoint_policy.cc, AllPausedBefore).
@@ -200,7 +195,7 @@ int RunAsync(const shm::Segment& seg, int rank, uint32_t incarnation) {
     if (FaultAt(c, FaultPoint::kExit, rank, b, incarnation)) return kWorkerInjectedFault;
 
     const int64_t t0 = shm::MonotonicNs();
-    const uint64_t v_read = version.load(std::memory_order_acquire);
+    const uint64_t v_read = shm::LoadAcquire(h->param_version);
     for (int64_t i = 0; i < n; ++i) w_bak[i] = nn::SharedAccess::Load(w + i);
 
     if (loaded != ticket) {
@@ -230,7 +225,7 @@ int RunAsync(const shm::Segment& seg, int rank, uint32_t incarnation) {
     ClipAndDecay(c.optim, sq, w_bak.data(), grad.data(), n);
     rp.lr = nn::LearningRate(c.optim, ticket);  // the schedule runs over update tickets
 
-    const uint64_t v_now = version.load(std::memory_order_acquire);
+    const uint64_t v_now = shm::LoadAcquire(h->param_version);
     if (c.max_staleness >= 0 && v_now - v_read > static_cast<uint64_t>(c.max_staleness)) {
       shm::AddRelaxed<uint64_t>(self->dropped_total, 1);
       continue;  // the same ticket again, from the parameters as they are now
@@ -242,7 +237,7 @@ int RunAsync(const shm::Segment& seg, int rank, uint32_t incarnation) {
       DieNow();
     }
     nn::ApplyRule<nn::SharedAccess>(rp, n, w, w_bak.data(), grad.data(), mean_square);
-    const uint64_t v_apply = version.fetch_add(1, std::memory_order_release);
+    const uint64_t v_apply = shm::AddRelease(h->param_version, 1);
     // The ticket is released while commit is still odd: a death from here on is settled from
     // commit alone, and the master never sees a held ticket beside an even (counted) commit.
     shm::StoreRelaxed<int64_t>(self->ticket, -1);

@@ -1,8 +1,6 @@
 // What both worker loops share: the model spec from the segment, barrier exit codes.
 #pragma once
 
-#include <cstdlib>
-
 #include "nn/layer.h"
 #include "shm/barrier.h"
 #include "shm/layout.h"
@@ -15,7 +13,8 @@ namespace shmtrain::worker {
 inline ModelSpec SpecOf(const shm::RunConfig& c) {
   ModelSpec s;
   s.input = {c.input_shape[0], c.input_shape[1], c.input_shape[2]};
-  if (!nn::ParseModelText(c.model, &s.layers).ok()) std::abort();
+  const Status parsed = nn::ParseModelText(c.model, &s.layers);
+  SHMTRAIN_CHECK(parsed.ok(), "a validated segment's model text: " + parsed.message());
   s.loss = static_cast<Loss>(c.loss);
   return s;
 }

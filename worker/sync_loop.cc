@@ -228,7 +228,7 @@ double SyncRank::MeanChunk(int64_t i0, int64_t k, float inv, float* out) const {
 int SyncRank::CombineAcrossHosts(int64_t t) {
   float* hs = seg_.host_sum();
   // P = 1: HS is this rank's slot (shm/layout.h), already whole.
-  if (P_ > 1 && std::atomic_ref<int64_t>(self_->host_sum_step).load() < t) {
+  if (P_ > 1 && shm::LoadSeqCst(self_->host_sum_step) < t) {
     if (Fault(FaultPoint::kMidHostSum, t) && hi_ > lo_) {
       std::fill(hs + lo_, hs + lo_ + (hi_ - lo_) / 2, NAN);
       DieNow();
@@ -337,8 +337,7 @@ void SyncRank::RecordStepEnd(int64_t t, double loss) {
   // saw the first or last step end): the first to pass wins, the values differ by a wake-up.
   if (t == c_.first_step || t + 1 == c_.total_steps) {
     const int64_t now = shm::MonotonicNs();
-    int64_t zero = 0;
-    if (t == c_.first_step) std::atomic_ref<int64_t>(h_->step1_end_ns).compare_exchange_strong(zero, now);
+    if (t == c_.first_step) shm::StoreIfZero(h_->step1_end_ns, now);
     if (t + 1 == c_.total_steps) shm::StoreRelaxed(h_->last_end_ns, now);
   }
   if (rank_ != 0) return;

@@ -4,9 +4,10 @@
 //   1. gradient: the gradient of r's share of step t's batch at parameters W[t%2], summed
 //      over the share, goes into slot r; publish 2t+1; wait until every rank is at 2t+1.
 //   2. update: r owns a slice of the parameter vector (64-byte aligned bounds). For each
-//      element of its slice it sums the P slots in rank order (in double: a fixed order gives
-//      the same bits every run), divides by the step's sample count, and writes the updated
-//      parameters (and momentum) into W[(t+1)%2]; publish 2t+2; wait for every rank.
+//      element of its slice it sums the P slots in rank order (in float, one rounding per
+//      term: the fixed order gives the same bits every run), scales the sum by 1 / the step's
+//      sample count, and writes the updated parameters (and the optimizer's state vectors) into
+//      W[(t+1)%2]; publish 2t+2; wait for every rank.
 // Each phase reads only buffers nobody writes during it, so any phase can be redone: a rank
 // resumes from the phase in its block.
 #pragma once

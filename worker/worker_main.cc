@@ -69,10 +69,9 @@ int main(int argc, char** argv) {
     return kWorkerBadArgs;
   }
   shm::Segment seg;
-  std::string why;
-  if (const int code = shm::Segment::Attach(argv[1], &seg, &why); code != kWorkerOk) {
-    std::fprintf(stderr, "shmtrain-worker[%lld]: %s\n", rank, why.c_str());
-    return code;
+  if (const shm::SegmentCheck check = shm::Segment::Attach(argv[1], &seg); !check.ok()) {
+    std::fprintf(stderr, "shmtrain-worker[%lld]: %s\n", rank, check.status.message().c_str());
+    return check.worker_exit;
   }
   const shm::RunConfig& c = seg.header()->config;
   if (rank < 0 || rank >= static_cast<long long>(c.workers)) {

@@ -62,9 +62,13 @@ struct ModelSpec {
 
   static ModelSpec Mlp(const std::vector<int>& sizes, Activation activation, Loss loss);
   int64_t inputs() const { return input.Size(); }
-  // These three resolve the layers' shapes (nn/layer.cc): a spec that does not resolve gives
-  // 0 outputs and parameters (ResolveShapes says why).
+  // These resolve the layers' shapes (nn/layer.cc): a spec that does not resolve gives 0
+  // outputs and parameters (ResolveShapes says why).
   int64_t outputs() const;
+  // The one count of the parameters: nullopt when the layers do not resolve or their count
+  // does not fit in 64 bits (a model read from a segment or a file must not wrap it into a
+  // plausible size). ParamCount() is the same, or 0.
+  std::optional<uint64_t> CheckedParamCount() const;
   size_t ParamCount() const;
   std::string Text() const;  // the canonical model text (nn::ModelText)
   // The MLP this spec is, if it is one: sizes s0..sL and the activation (identity when the

@@ -40,13 +40,14 @@ std::optional<char> ParseDelimiter(std::string_view s);
 // --decimal: "." or ",".
 std::optional<char> ParseDecimal(std::string_view s);
 // A listening address "HOST:PORT" or "[IPV6]:PORT", PORT 0..65535 (0: any free port). HOST is
-// returned without brackets. nullopt when malformed; *why then says what is wrong.
+// returned without brackets. kUsage saying what is wrong when malformed (callers name the
+// flag).
 struct HostPort {
   std::string host;
   int port = 0;
   bool ipv6 = false;
 };
-std::optional<HostPort> ParseHostPort(std::string_view addr, std::string* why);
+Status ParseHostPort(std::string_view addr, HostPort* out);
 const char* ToString(Mode m);
 const char* ToString(AsyncRule r);
 const char* ToString(Normalize n);

@@ -1,8 +1,11 @@
-// Status: the one error value of shmtrain, and the exit codes, which are API.
+// Status: the one error value of shmtrain, the exit codes, which are API, and the one way a
+// broken invariant aborts. The policy they serve is docs/errors.md: read it before adding an
+// error path.
 //
 // Boundary calls (parse flags, load data, create or attach the segment, spawn a worker, save
-// a file) return a Status whose message a user can act on: it names what is wrong and where
-// (file, line, column, flag, rank). Broken invariants are not Statuses: they abort loudly.
+// a file, MPI) return a Status whose message a user can act on: it names what is wrong and
+// where (file, line, column, flag, rank). Broken invariants are not Statuses: they abort
+// loudly through SHMTRAIN_CHECK / SHMTRAIN_DIE, with file:line.
 #pragma once
 
 #include <string>
@@ -44,7 +47,32 @@ enum WorkerExit : int {
 // Human-readable name of a worker exit code, for messages.
 const char* WorkerExitName(int code);
 
-class Status {
+// Every exit code of `shmtrain` (128 + n for the other stop signals aside): what its help and
+// README.md list, and a test holds them to it.
+inline constexpr ExitCode kExitCodes[] = {kExitOk,           kExitInternal,    kExitUsage,
+                                          kExitWorkerFailed, kExitResource,    kExitDiverged,
+                                          kExitHostLost,     kExitInterrupted, kExitTerminated};
+
+// A broken invariant (a bug, never a user's input): prints "shmtrain: internal error at
+// FILE:LINE: what" to stderr and aborts. SIGABRT then takes the crash path of the process:
+// the master's handler removes the segment (master/signals.h); a worker's death is seen and
+// reported by its master like any other.
+[[noreturn]] void Die(const char* file, int line, const std::string& what);
+
+}  // namespace shmtrain
+
+// SHMTRAIN_CHECK(cond, what): dies with `what` (evaluated only then) when cond is false.
+#define SHMTRAIN_DIE(what) ::shmtrain::Die(__FILE__, __LINE__, (what))
+#define SHMTRAIN_CHECK(cond, what)   \
+  do {                               \
+    if (!(cond)) SHMTRAIN_DIE(what); \
+  } while (0)
+
+namespace shmtrain {
+
+// [[nodiscard]]: a Status is handled, passed up, or dropped on purpose with `(void)` beside
+// the line that says where it was logged and counted (docs/errors.md, "Log and count").
+class [[nodiscard]] Status {
  public:
   enum class Code {
     kOk, kUsage, kData, kResource, kWorkerFailed, kInterrupted, kInternal, kDiverged, kHostLost

@@ -13,11 +13,12 @@ enum { kMomentum = 0, kNesterov = 1 };
 
 int States(const double* hp) { return hp[kMomentum] > 0 ? 1 : 0; }
 
-std::string Check(const double* hp) {
+Status Check(const double* hp) {
   if (hp[kNesterov] != 0 && hp[kMomentum] == 0) {
-    return "--nesterov: needs --momentum M > 0 (Nesterov momentum without momentum is plain SGD)";
+    return Status::Usage(
+        "--nesterov: needs --momentum M > 0 (Nesterov momentum without momentum is plain SGD)");
   }
-  return "";
+  return Status::Ok();
 }
 
 // Arithmetic in float: one multiply-add per term, vectorised; the differences from double
