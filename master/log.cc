@@ -4,7 +4,6 @@
 
 #include <charconv>
 #include <cmath>
-
 #include <nlohmann/json.hpp>
 
 #include "core/utf8.h"

@@ -446,12 +446,14 @@ TEST_F(ValidationTest, EarlyStopNamesEvalKPlus2BeforeAckingKAndKeepsTheBest) {
 // Keys and strings are escaped, and the line is valid UTF-8 whatever bytes they hold (a data
 // file's cell or path may hold any): each ill-formed sequence becomes one U+FFFD.
 TEST(JsonLine, StringsAreEscapedAndValidUtf8WhateverTheBytes) {
-  const std::string bytes = std::string("q\"b\\s/\n\r\t\b\f\x01\x1f\x7f.") +
-                            "caf\xc3\xa9 \xff x\xe2\x82 \xc0\xaf \xed\xa0\x80 \xf0\x9f\x90\x88 end\xe2";
+  const std::string bytes =
+      std::string("q\"b\\s/\n\r\t\b\f\x01\x1f\x7f.") +
+      "caf\xc3\xa9 \xff x\xe2\x82 \xc0\xaf \xed\xa0\x80 \xf0\x9f\x90\x88 end\xe2";
   const std::string fffd = "\xef\xbf\xbd";
   EXPECT_EQ(JsonLine("e\xc3").Str("k\n", bytes).Done(),
-            "{\"event\":\"e" + fffd + "\",\"k\\n\":\"q\\\"b\\\\s/\\n\\r\\t\\b\\f\\u0001\\u001f\x7f." +
-                "caf\xc3\xa9 " + fffd + " x" + fffd + " " + fffd + fffd + " " + fffd + fffd + fffd +
+            "{\"event\":\"e" + fffd +
+                "\",\"k\\n\":\"q\\\"b\\\\s/\\n\\r\\t\\b\\f\\u0001\\u001f\x7f." + "caf\xc3\xa9 " +
+                fffd + " x" + fffd + " " + fffd + fffd + " " + fffd + fffd + fffd +
                 " \xf0\x9f\x90\x88 end" + fffd + "\"}");
 }
 
