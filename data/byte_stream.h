@@ -6,6 +6,17 @@
 //
 // No size a file declares is trusted: each source says how many bytes it can still yield at
 // most (Left), so a reader refuses a header that claims more before it allocates for it.
+//
+// The zip directory and members are read here, not by libzip (Debian's libzip-dev 1.7).
+// Measured side by side on 50 MB members, both stream (a 5.7 MB peak either way) at the same
+// speed (medians of 5: stored, CRC-32 included, 35 ms here and 38 ms; deflated 284 and 280 ms),
+// but libzip says less and stops later on a bad file: a damaged deflate stream is "Zlib error:
+// data error" (here: the archive's byte and zlib's reason), a member that inflates past the
+// size its directory states is inflated to its end (64 MiB, 880 ms) before "CRC error" (here:
+// refused at the first byte past it), and of two members named alike it reads the first without
+// a word, where numpy reads the last (here: refused as ambiguous). And in the fuzz build libzip
+// would be Debian's uninstrumented library: fuzz/npz.cc would get no coverage from inside it,
+// and ASan would check only the libc calls it intercepts there.
 #pragma once
 
 #include <cstddef>

@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <nlohmann/json.hpp>
 
 #include "core/utf8.h"
 
@@ -15,50 +16,29 @@ std::string Fmt(const char* format, double v) {
   return buf;
 }
 
-std::string JsonEscape(std::string_view s) {
-  std::string out;
-  out.reserve(s.size() + 2);
-  for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    const size_t n = Utf8Length(s, i);
-    if (n == 0) {
-      out += "\xEF\xBF\xBD";  // U+FFFD: JSON text is UTF-8, and this byte is not
-      ++i;
-      continue;
-    }
-    i += n;
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out.append(s, i - n, n);
-        }
-    }
-  }
-  return out;
+namespace {
+
+// s as a JSON string, quotes included, appended to *out.
+void AppendString(std::string_view s, std::string* out) {
+  *out += nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+}  // namespace
+
 JsonLine::JsonLine(std::string_view event) {
-  body_ = "{\"event\":\"" + JsonEscape(event) + "\"";
+  body_ = "{\"event\":";
+  AppendString(event, &body_);
 }
 
 void JsonLine::Key(std::string_view key) {
-  body_ += ",\"";
-  body_ += JsonEscape(key);
-  body_ += "\":";
+  body_ += ',';
+  AppendString(key, &body_);
+  body_ += ':';
 }
 
 JsonLine& JsonLine::Str(std::string_view key, std::string_view v) {
   Key(key);
-  body_ += "\"" + JsonEscape(v) + "\"";
+  AppendString(v, &body_);
   return *this;
 }
 
@@ -73,8 +53,7 @@ JsonLine& JsonLine::Num(std::string_view key, double v) {
   if (!std::isfinite(v)) {
     body_ += "null";
   } else {
-    // The shortest text that reads back as the same double: a JSON log loses no bits (two
-    // losses that differ print differently) and prints no noise digits.
+    // The shortest text that reads back as the same double (log.h: why not nlohmann::json's).
     char buf[32];
     const auto r = std::to_chars(buf, buf + sizeof buf, v);
     body_.append(buf, r.ptr);
@@ -82,9 +61,15 @@ JsonLine& JsonLine::Num(std::string_view key, double v) {
   return *this;
 }
 
-JsonLine& JsonLine::Raw(std::string_view key, std::string_view json) {
+JsonLine& JsonLine::Bool(std::string_view key, bool v) {
   Key(key);
-  body_ += json;
+  body_ += v ? "true" : "false";
+  return *this;
+}
+
+JsonLine& JsonLine::Ints(std::string_view key, const std::vector<uint64_t>& v) {
+  Key(key);
+  body_ += nlohmann::json(v).dump();
   return *this;
 }
 

@@ -13,24 +13,27 @@
 
 namespace shmtrain::master {
 
-// One JSON object, built field by field, printed on one line.
+// One JSON object, built field by field in the order the fields are given, printed on one
+// line. Keys and strings are written by nlohmann::json (Debian's nlohmann-json3-dev), which
+// escapes them and keeps the line valid UTF-8 whatever bytes they hold: each ill-formed
+// sequence becomes U+FFFD. Numbers are written by std::to_chars, not by nlohmann::json, whose
+// Grisu2 prints "8.0" for 8 and, for 0.06% of doubles, more digits than the shortest text that
+// reads back as the same double (0.40624729672619603 for 0.406247296726196): to_chars always
+// prints the shortest, so a JSON log loses no bits and prints no noise digits.
 class JsonLine {
  public:
   explicit JsonLine(std::string_view event);
   JsonLine& Str(std::string_view key, std::string_view v);
   JsonLine& Int(std::string_view key, int64_t v);
   JsonLine& Num(std::string_view key, double v);  // non-finite values become null
-  JsonLine& Raw(std::string_view key, std::string_view json);
+  JsonLine& Bool(std::string_view key, bool v);
+  JsonLine& Ints(std::string_view key, const std::vector<uint64_t>& v);  // [1,2,3]
   std::string Done() const { return body_ + "}"; }
 
  private:
   void Key(std::string_view key);
   std::string body_;
 };
-
-// The text of a JSON string (without its quotes). The result is valid UTF-8 whatever s holds:
-// a byte that does not belong to a well-formed UTF-8 sequence becomes U+FFFD.
-std::string JsonEscape(std::string_view s);
 
 // One number through a printf format, e.g. Fmt("%.4f", 0.97).
 std::string Fmt(const char* format, double v);

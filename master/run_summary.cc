@@ -16,14 +16,6 @@ double SamplesPerSecond(const RunSummary& s) {
   return s.samples / s.wall_s;
 }
 
-std::string WorkerUpdatesJson(const std::vector<uint64_t>& updates) {
-  std::string json = "[";
-  for (size_t r = 0; r < updates.size(); ++r) {
-    json += (r ? "," : "") + std::to_string(updates[r]);
-  }
-  return json + "]";
-}
-
 }  // namespace
 
 void ReadWorkerCounters(const shm::Segment& seg, RunSummary* s) {
@@ -126,13 +118,13 @@ JsonLine SummaryJson(const RunSummary& s) {
       .Num("recovery_median_s", rec.empty() ? NAN : rec[rec.size() / 2])
       .Num("recovery_max_s", rec.empty() ? NAN : rec.back());
   if (s.early_stop) {
-    j.Raw("stopped_early", s.stopped_early ? "true" : "false").Int("best_step", s.best_step);
+    j.Bool("stopped_early", s.stopped_early).Int("best_step", s.best_step);
   }
   if (s.mode != Mode::kSync) {
     j.Str("rule", ToString(s.rule))
         .Int("updates", s.end_step)
         .Int("param_version", s.param_version)
-        .Raw("worker_updates", WorkerUpdatesJson(s.worker_updates))
+        .Ints("worker_updates", s.worker_updates)
         .Int("dropped", static_cast<int64_t>(s.dropped))
         .Num("mean_staleness", MeanStaleness(s));
   }

@@ -9,7 +9,7 @@ set -euo pipefail
 # clang and libclang-rt-14-dev (libFuzzer and the sanitizer runtimes) build scripts/fuzz.sh's
 # targets.
 packages=(cmake g++ make python3 libboost-dev libboost-filesystem-dev libeigen3-dev
-          libcli11-dev zlib1g-dev libgtest-dev prometheus-cpp-dev prometheus
+          libcli11-dev nlohmann-json3-dev zlib1g-dev libgtest-dev prometheus-cpp-dev prometheus
           openmpi-bin libopenmpi-dev dataset-fashion-mnist python3-numpy
           clang libclang-rt-14-dev)
 missing=()

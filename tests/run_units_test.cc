@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -437,6 +438,44 @@ TEST_F(ValidationTest, EarlyStopNamesEvalKPlus2BeforeAckingKAndKeepsTheBest) {
   EXPECT_DOUBLE_EQ(m.loss, Loss(good_));
   EXPECT_NE(out.find("\"event\":\"early_stop\""), std::string::npos) << out;
   EXPECT_NE(out.find("\"event\":\"early_stop_model\",\"best_step\":2"), std::string::npos) << out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// A JSON log line (master/log.h).
+
+// Keys and strings are escaped, and the line is valid UTF-8 whatever bytes they hold (a data
+// file's cell or path may hold any): each ill-formed sequence becomes one U+FFFD.
+TEST(JsonLine, StringsAreEscapedAndValidUtf8WhateverTheBytes) {
+  const std::string bytes =
+      std::string("q\"b\\s/\n\r\t\b\f\x01\x1f\x7f.") +
+      "caf\xc3\xa9 \xff x\xe2\x82 \xc0\xaf \xed\xa0\x80 \xf0\x9f\x90\x88 end\xe2";
+  const std::string fffd = "\xef\xbf\xbd";
+  EXPECT_EQ(JsonLine("e\xc3").Str("k\n", bytes).Done(),
+            "{\"event\":\"e" + fffd +
+                "\",\"k\\n\":\"q\\\"b\\\\s/\\n\\r\\t\\b\\f\\u0001\\u001f\x7f." + "caf\xc3\xa9 " +
+                fffd + " x" + fffd + " " + fffd + fffd + " " + fffd + fffd + fffd +
+                " \xf0\x9f\x90\x88 end" + fffd + "\"}");
+}
+
+// Numbers are the shortest text that reads back as the same double (std::to_chars), where
+// nlohmann::json would print 8.0, 100000.0 and 0.40624729672619603.
+TEST(JsonLine, NumbersAreTheShortestTextOfTheirDouble) {
+  const double d = std::strtod("0.406247296726196", nullptr);
+  const std::string line = JsonLine("n")
+                               .Num("a", 8)
+                               .Num("b", 0.1)
+                               .Num("c", 1e5)
+                               .Num("d", d)
+                               .Num("e", NAN)
+                               .Num("f", -INFINITY)
+                               .Int("g", -3)
+                               .Bool("h", true)
+                               .Ints("i", {1, 2})
+                               .Ints("j", {})
+                               .Done();
+  EXPECT_EQ(line,
+            "{\"event\":\"n\",\"a\":8,\"b\":0.1,\"c\":1e+05,\"d\":0.406247296726196,\"e\":null,"
+            "\"f\":null,\"g\":-3,\"h\":true,\"i\":[1,2],\"j\":[]}");
 }
 
 // ---------------------------------------------------------------------------------------------
