@@ -2,6 +2,7 @@
 // rank, P), so a redone step and a resumed run see the same samples.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -41,5 +42,19 @@ class BatchPlan {
   int64_t cached_epoch_ = -1;
   std::vector<int64_t> perm_;
 };
+
+// The minibatch of rows idx: their features (`features` floats a row of x) into bx and their
+// targets (y) into by, both resized: the one gather of every loop that trains on a share.
+template <class Vec>
+void GatherRows(const float* x, const float* y, int64_t features, const std::vector<int64_t>& idx,
+                Vec* bx, Vec* by) {
+  const int64_t rows = static_cast<int64_t>(idx.size());
+  bx->resize(static_cast<size_t>(rows * features));
+  by->resize(static_cast<size_t>(rows));
+  for (int64_t i = 0; i < rows; ++i) {
+    std::copy(x + idx[i] * features, x + (idx[i] + 1) * features, bx->data() + i * features);
+    (*by)[i] = y[idx[i]];
+  }
+}
 
 }  // namespace shmtrain::data

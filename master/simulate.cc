@@ -39,12 +39,7 @@ SimResult Simulate(const TrainOptions& o, const RunData& rd, int M, AsyncRule ru
     const nn::AlignedVector<float>& w_bak = history[read % M];
     plan.Share(u, 0, 1, &idx);
     const int64_t rows = static_cast<int64_t>(idx.size());
-    bx.resize(static_cast<size_t>(rows * f));
-    by.resize(static_cast<size_t>(rows));
-    for (int64_t i = 0; i < rows; ++i) {
-      std::copy(d.x.begin() + idx[i] * f, d.x.begin() + (idx[i] + 1) * f, bx.begin() + i * f);
-      by[i] = d.y[idx[i]];
-    }
+    data::GatherRows(d.x.data(), d.y.data(), f, idx, &bx, &by);
     nn::LossAndGrad<float>(spec, w_bak.data(), bx.data(), by.data(), rows, grad.data(), ws);
     const float inv = 1.0f / static_cast<float>(rows);
     for (float& g : grad) g *= inv;

@@ -78,14 +78,7 @@ void LoadBatch(const shm::Segment& seg, data::BatchPlan& plan, int64_t ticket,
                nn::AlignedVector<float>* by) {
   const int64_t features = seg.header()->config.features;
   plan.Share(ticket, 0, 1, idx);
-  const int64_t rows = static_cast<int64_t>(idx->size());
-  bx->resize(static_cast<size_t>(rows * features));
-  by->resize(static_cast<size_t>(rows));
-  for (int64_t i = 0; i < rows; ++i) {
-    const int64_t row = (*idx)[i];
-    std::copy(seg.x() + row * features, seg.x() + (row + 1) * features, bx->data() + i * features);
-    (*by)[i] = seg.y()[row];
-  }
+  data::GatherRows(seg.x(), seg.y(), features, *idx, bx, by);
 }
 
 // The metrics and the log record of an applied update: version v_apply, staleness tau, this

@@ -170,13 +170,7 @@ void SyncRank::Gradient(int64_t t) {
   } else {
     plan_.Share(t, global_rank_, world_, &idx_);
     rows = static_cast<int64_t>(idx_.size());
-    bx_.resize(static_cast<size_t>(rows * features));
-    by_.resize(static_cast<size_t>(rows));
-    for (int64_t i = 0; i < rows; ++i) {
-      const float* src = seg_.x() + idx_[i] * features;
-      std::copy(src, src + features, bx_.data() + i * features);
-      by_[i] = seg_.y()[idx_[i]];
-    }
+    data::GatherRows(seg_.x(), seg_.y(), features, idx_, &bx_, &by_);
     x = bx_.data();
     y = by_.data();
     pass.rows = idx_.data();
