@@ -213,9 +213,9 @@ Status Supervisor::OnExit(int r) {
     // Killed with an update under way: torn, or applied and advanced but not counted; which
     // one is settled by Reconcile(). The flag comes down before the replacement starts.
     // The ticket, too, is settled by Reconcile (applied, or torn): it must not be redone.
-    uint64_t& commit = seg_.block(r)->commit;
-    if (commit % 2 == 1) {
-      --commit;
+    shm::WorkerBlock* b = seg_.block(r);
+    if (const uint64_t commit = shm::LoadCommit(*b); commit % 2 == 1) {
+      shm::StoreRelaxed<uint64_t>(b->commit, commit - 1);
       shm::StoreRelaxed<int64_t>(seg_.block(r)->ticket, -1);
       ++interrupted_;
       interrupted_ranks_.push_back(r);
@@ -346,13 +346,16 @@ void Supervisor::MaybeChaos(int64_t now, int64_t progress) {
 
 void Supervisor::Reconcile() {
   uint64_t counted = 0;
-  for (int r = 0; r < static_cast<int>(kids_.size()); ++r) counted += seg_.block(r)->commit / 2;
-  const uint64_t version = std::atomic_ref<uint64_t>(seg_.header()->param_version).load();
+  for (int r = 0; r < static_cast<int>(kids_.size()); ++r) {
+    counted += shm::LoadCommit(*seg_.block(r)) / 2;
+  }
+  const uint64_t version = shm::LoadAcquire(seg_.header()->param_version);
   // Every update that advanced the version and was not counted died in the window after its
   // advance; each was also one of the interrupted ones. The others are the torn updates.
   uint64_t landed = version > counted ? version - counted : 0;
   for (size_t i = 0; i < interrupted_ranks_.size() && landed > 0; ++i, --landed, --interrupted_) {
-    seg_.block(interrupted_ranks_[i])->commit += 2;
+    shm::WorkerBlock* b = seg_.block(interrupted_ranks_[i]);
+    shm::StoreRelaxed<uint64_t>(b->commit, shm::LoadCommit(*b) + 2);
   }
   interrupted_ranks_.clear();
   for (; interrupted_ > 0; --interrupted_) {
