@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "master/segment_reads.h"
-#include "master/supervisor.h"
 #include "shm/barrier.h"
 #include "shm/futex.h"
 

@@ -1,8 +1,8 @@
 // What the master reads of a training while its workers run, shared by the units of the run
-// loop (checkpoint policy, validation protocol, progress line, summary). Every read is a
-// relaxed or acquire load through shm/layout.h's accessors (or nn::SharedAccess): nothing here
-// waits for a worker or takes a lock, and a value may be a moment old. Progress() is
-// master/supervisor.h's.
+// loop (supervisor, checkpoint policy, validation protocol, progress line, summary) and by the
+// metrics endpoint. Every read is a relaxed or acquire load through shm/layout.h's accessors
+// (or nn::SharedAccess): nothing here waits for a worker or takes a lock, and a value may be a
+// moment old.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +11,9 @@
 #include "shm/segment.h"
 
 namespace shmtrain::master {
+
+// Updates applied so far: sync steps every rank completed, or async param_version.
+int64_t Progress(const shm::Segment& seg);
 
 // Samples processed so far by every worker, summed over their blocks.
 uint64_t TotalSamples(const shm::Segment& seg);

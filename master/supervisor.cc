@@ -12,6 +12,7 @@
 #include <cstring>
 #include <map>
 
+#include "master/segment_reads.h"
 #include "shm/barrier.h"
 #include "shm/futex.h"
 #include "shmtrain/options.h"
@@ -40,16 +41,6 @@ bool SyncMode(const shm::Segment& seg) {
 }
 
 }  // namespace
-
-int64_t Progress(const shm::Segment& seg) {
-  const auto& c = seg.header()->config;
-  if (static_cast<Mode>(c.mode) == Mode::kSync) {
-    uint64_t lo = UINT64_MAX;
-    for (uint32_t r = 0; r < c.workers; ++r) lo = std::min(lo, shm::LoadPhase(*seg.block(r)));
-    return static_cast<int64_t>(lo / 2);
-  }
-  return static_cast<int64_t>(shm::LoadAcquire(seg.header()->param_version));
-}
 
 Supervisor::Supervisor(shm::Segment& seg, Launcher& launcher, Logger& log,
                        monitoring::SupervisorStats& stats, const SupervisorOptions& opts)

@@ -11,7 +11,7 @@
 //    is cleared so it is not redone.
 //  - A hung worker (no heartbeat for heartbeat_timeout) is SIGKILLed and replaced (reason hang).
 //  - More than max_restarts restarts within restart_window (chaos kills excepted), or more
-//    than max_restarts in a row while Progress() stays put, is a crash loop: the run ends
+//    than max_restarts in a row while Progress() (master/segment_reads.h) stays put, is a crash loop: the run ends
 //    with a message naming the ranks and reasons.
 //  - A worker that exits on a barrier timeout is usually a victim: the rank it waited for
 //    sent no heartbeat for about the barrier timeout. That rank is killed as hung and
@@ -49,9 +49,6 @@ struct SupervisorOptions {
   // What a divergence most likely comes from, naming the flag (TrainOptions::DivergenceHint).
   std::string divergence_hint = "the learning rate is probably too large";
 };
-
-// Updates applied so far: sync steps every rank completed, or async param_version.
-int64_t Progress(const shm::Segment& seg);
 
 class Supervisor {
  public:

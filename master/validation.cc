@@ -5,7 +5,6 @@
 #include <utility>
 
 #include "master/segment_reads.h"
-#include "master/supervisor.h"
 #include "shm/barrier.h"
 #include "shm/futex.h"
 #include "shmtrain/options.h"

@@ -12,6 +12,7 @@
 #include <limits>
 #include <mutex>
 
+#include "master/segment_reads.h"
 #include "nn/schedule.h"
 #include "shm/futex.h"
 
@@ -171,17 +172,6 @@ class RunCollector final : public prometheus::Collectable {
  private:
   int workers() const { return static_cast<int>(seg_->header()->config.workers); }
 
-  // Updates applied: sync steps completed by every worker, or the async parameter version.
-  uint64_t Progress() const {
-    const shm::Header* h = seg_->header();
-    if (static_cast<Mode>(h->config.mode) != Mode::kSync) {
-      return shm::LoadAcquire(h->param_version);
-    }
-    uint64_t lo = UINT64_MAX;
-    for (int r = 0; r < workers(); ++r) lo = std::min(lo, shm::LoadPhase(*seg_->block(r)) / 2);
-    return lo;
-  }
-
   // The run as a whole: what it is, how far it got, how its steps go.
   void CollectRun(Families* f) const {
     using shm::LoadRelaxed;
@@ -196,7 +186,7 @@ class RunCollector final : public prometheus::Collectable {
              "Host masters of this run (1 without mpirun); this one's index is the host label.",
              hosts_);
     f->Gauge("shmtrain_workers", "Worker processes of this run (P).", P);
-    const uint64_t progress = Progress();
+    const int64_t progress = master::Progress(*seg_);
     f->Counter("shmtrain_steps_total",
                "Updates applied: sync steps completed by every worker, or async updates.",
                static_cast<double>(progress));
@@ -206,7 +196,7 @@ class RunCollector final : public prometheus::Collectable {
              LoadRelaxed(h->last_loss));
     f->Gauge("shmtrain_learning_rate",
              "Learning rate of the current step or update (the schedule's, warmup included).",
-             nn::LearningRateAfter(c.optim, static_cast<int64_t>(progress)));
+             nn::LearningRateAfter(c.optim, progress));
     f->Gauge("shmtrain_grad_norm", "L2 norm of the latest (mean) gradient.",
              LoadRelaxed(h->last_grad_norm));
 
