@@ -1,21 +1,17 @@
 #include "master/checkpoint_policy.h"
 
 #include <algorithm>
-#include <cmath>
 #include <ctime>
 #include <utility>
 #include <vector>
 
+#include "master/model_file.h"
 #include "master/segment_reads.h"
 #include "shm/barrier.h"
 #include "shm/futex.h"
 
 namespace shmtrain::master {
 namespace {
-
-bool AllFinite(const std::vector<float>& v) {
-  return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
-}
 
 // ---- The optimizer state: the parameters and the optimizer's K state vectors
 // (nn/optimizer.h), whatever the optimizer; master/checkpoint.cc stores them in the file. ---

@@ -54,10 +54,6 @@ std::string SignalName(int sig) {
   return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
 }
 
-bool AllFinite(const std::vector<float>& v) {
-  return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
-}
-
 constexpr int kPollMs = 5;                    // supervisor tick: death is seen at once via pidfd
 constexpr int64_t kProgressNs = 200'000'000;  // live line refresh
 
@@ -231,17 +227,23 @@ data::LoadOptions LoadOptionsFor(const TrainOptions& o, Task task) {
 
 namespace {
 
+// The data, checked against /dev/shm and the memory before a row is made or read: the run's
+// one look at either. The segment laid out then holds every row, so the one the run creates
+// (from the training rows alone) is never larger.
 Status LoadData(const TrainOptions& o, data::Dataset* d) {
   const uint64_t shm_free = ShmFree(), mem = MemAvailable();
+  if (!o.example.empty()) {
+    const int features = o.example == "blobs" ? o.example_features : 1;
+    if (Status s = CheckFits("example " + o.example, o.example_rows, features, o, shm_free, mem);
+        !s.ok()) {
+      return s;
+    }
+  }
   if (o.example == "parabola") {
     *d = data::MakeParabola(o.example_rows);
     return Status::Ok();
   }
   if (o.example == "blobs") {
-    if (Status s = CheckFits("example blobs", o.example_rows, o.example_features, o, shm_free, mem);
-        !s.ok()) {
-      return s;
-    }
     *d = data::MakeBlobs(o.example_rows, o.example_features, o.model.outputs(), o.seed);
     std::vector<std::string> names;
     for (int k = 0; k < o.model.outputs(); ++k) names.push_back(std::to_string(k));
@@ -331,17 +333,6 @@ class LossLog {
   int64_t next_ = 0;
   int64_t lost_ = 0;
 };
-
-Status CheckShmSpace(uint64_t need) {
-  struct statvfs vfs {};
-  if (statvfs("/dev/shm", &vfs) != 0) return Status::Ok();  // let the segment's creation say what is wrong
-  const uint64_t avail = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
-  if (need > avail) {
-    return Status::Resource("the run needs a shared memory segment of " + Bytes(need) +
-                            " but /dev/shm has " + Bytes(avail) + " free");
-  }
-  return Status::Ok();
-}
 
 }  // namespace
 
@@ -598,7 +589,6 @@ Status StartHere(TrainOptions& o, Logger& log, std::unique_ptr<monitoring::Expor
   if (Status s = nn::ResolveOptim(o, st->total_steps, &st->optim); !s.ok()) return s;
   const shm::Header proto =
       MakeHeader(o, st->optim, d.rows, d.features, st->total_steps, st->eval_every);
-  if (Status s = CheckShmSpace(proto.total_size); !s.ok()) return s;
   // Resuming: the checkpoint must come from this very run (same options and data).
   st->fingerprint = RunFingerprint(o, st->optim, d);
   st->optimizer = nn::Describe(st->optim);
