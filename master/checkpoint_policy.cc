@@ -100,7 +100,7 @@ void CheckpointSchedule::Advance(int64_t step) {
 }
 
 CheckpointPolicy::CheckpointPolicy(const CheckpointConfig& config, Logger& log,
-                                   monitoring::SupervisorStats& stats)
+                                   monitoring::CheckpointStats& stats)
     : config_(config),
       schedule_(config.every, config.mode, config.first_step, config.total_steps),
       log_(log),
@@ -139,7 +139,7 @@ Status CheckpointPolicy::Write(Checkpoint c) {
                        : Status::Diverged("the parameters at step " + std::to_string(c.step) +
                                           " are not finite; the checkpoint was not written");
   if (!s.ok()) {
-    stats_.AddCheckpointFailure();
+    stats_.AddFailure();
     log_.Info("warning: checkpoint at step " + std::to_string(c.step) + " failed: " + s.message() +
                   "; training goes on and the next checkpoint is tried as planned",
               JsonLine("checkpoint_failed")
@@ -149,7 +149,7 @@ Status CheckpointPolicy::Write(Checkpoint c) {
     return s;
   }
   const double took = (shm::MonotonicNs() - t0) * 1e-9;
-  stats_.ObserveCheckpoint(took, static_cast<double>(std::time(nullptr)));
+  stats_.ObserveWrite(took, static_cast<double>(std::time(nullptr)));
   last_written_ = c.step;
   log_.JsonOnly(
       JsonLine("checkpoint").Str("path", config_.path).Int("step", c.step).Num("seconds", took));

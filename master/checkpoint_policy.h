@@ -21,7 +21,7 @@
 //  - Write. Durable (SaveCheckpoint). Non-finite state is never written, so the last finite
 //    checkpoint stays usable. A checkpoint that cannot be written does not end the run: it is
 //    logged (`warning: ...`, JSON `checkpoint_failed`) and counted
-//    (SupervisorStats::AddCheckpointFailure); a written one is timed and logged (JSON
+//    (CheckpointStats::AddFailure); a written one is timed and logged (JSON
 //    `checkpoint`).
 //  - Stop. On a stop signal, once every worker is gone, the state at Progress() is written.
 //  - Resume. A checkpoint resumes only the run that wrote it (optimizer settings, fingerprint,
@@ -43,7 +43,7 @@
 
 #include "master/checkpoint.h"
 #include "master/log.h"
-#include "monitoring/exporter.h"
+#include "monitoring/run_stats.h"
 #include "shm/segment.h"
 #include "shmtrain/options.h"
 #include "shmtrain/status.h"
@@ -86,8 +86,8 @@ struct CheckpointConfig {
 
 class CheckpointPolicy {
  public:
-  // log and stats must outlive the policy.
-  CheckpointPolicy(const CheckpointConfig& config, Logger& log, monitoring::SupervisorStats& stats);
+  // log and stats (the checkpoints' part of the run's metrics) must outlive the policy.
+  CheckpointPolicy(const CheckpointConfig& config, Logger& log, monitoring::CheckpointStats& stats);
   CheckpointPolicy(const CheckpointPolicy&) = delete;
   CheckpointPolicy& operator=(const CheckpointPolicy&) = delete;
 
@@ -111,7 +111,7 @@ class CheckpointPolicy {
   CheckpointConfig config_;
   CheckpointSchedule schedule_;
   Logger& log_;
-  monitoring::SupervisorStats& stats_;
+  monitoring::CheckpointStats& stats_;
   int64_t last_written_;
 };
 

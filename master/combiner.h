@@ -20,7 +20,7 @@
 #include <thread>
 
 #include "master/hosts.h"
-#include "monitoring/exporter.h"
+#include "monitoring/run_stats.h"
 #include "shm/segment.h"
 #include "shmtrain/status.h"
 
@@ -28,8 +28,9 @@ namespace shmtrain::master {
 
 class Combiner {
  public:
-  // Combines steps first_step .. total_steps - 1 of seg's run; starts at once.
-  Combiner(shm::Segment& seg, Hosts& hosts, monitoring::SupervisorStats& stats,
+  // Combines steps first_step .. total_steps - 1 of seg's run; starts at once. Each combine's
+  // time goes to `times` (the combine's part of the run's metrics), written here only.
+  Combiner(shm::Segment& seg, Hosts& hosts, monitoring::DurationHistogram& times,
            double host_timeout_s);
   ~Combiner();  // Stop()
   Combiner(const Combiner&) = delete;

@@ -794,7 +794,7 @@ Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher, Hosts
   const int64_t eval_every = st.eval_every;
   const uint64_t fingerprint = st.fingerprint;
   const std::string& optimizer = st.optimizer;
-  monitoring::SupervisorStats stats(o.workers);
+  monitoring::RunStats stats(o.workers);
   if (exporter) exporter->Attach(&seg, &stats, o);
   const DetachOnExit detach(exporter.get());
   LogSegment(o, rd, seg, exporter.get(), log);
@@ -806,7 +806,7 @@ Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher, Hosts
                                 .total_steps = total_steps,
                                 .fingerprint = fingerprint,
                                 .optimizer = optimizer},
-                               log, stats);
+                               log, stats.checkpoints());
   const int64_t t_start = shm::MonotonicNs();  // the clock of the summary and the events
   ValidationProtocol validation({.eval_every = eval_every,
                                  .early_stop = o.early_stop,
@@ -814,11 +814,11 @@ Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher, Hosts
                                  .total_steps = total_steps,
                                  .steps_per_epoch = o.StepsPerEpoch(rd.train.rows),
                                  .t_start_ns = t_start},
-                                o.model, rd.val, seg, log, stats);
-  Supervisor sup(seg, launcher, log, stats, SupervisorOptionsFor(o));
+                                o.model, rd.val, seg, log, stats.validation());
+  Supervisor sup(seg, launcher, log, stats.workers(), SupervisorOptionsFor(o));
   LossLog losses(seg, log, first);
   std::unique_ptr<Combiner> combiner;
-  if (hosts.count() > 1) combiner = std::make_unique<Combiner>(seg, hosts, stats, o.host_timeout_s);
+  if (hosts.count() > 1) combiner = std::make_unique<Combiner>(seg, hosts, stats.combine(), o.host_timeout_s);
   RunParts run{o,      rd,         log,          seg,   sup,        checkpoints,
                validation, losses, combiner.get(), first, total_steps, t_start};
   if (Status failure = Supervise(run); !failure.ok()) return Abandon(run, std::move(failure));

@@ -43,7 +43,7 @@ bool SyncMode(const shm::Segment& seg) {
 }  // namespace
 
 Supervisor::Supervisor(shm::Segment& seg, Launcher& launcher, Logger& log,
-                       monitoring::SupervisorStats& stats, const SupervisorOptions& opts)
+                       monitoring::WorkerStats& stats, const SupervisorOptions& opts)
     : seg_(seg),
       launcher_(launcher),
       log_(log),

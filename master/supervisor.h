@@ -33,7 +33,7 @@
 
 #include "master/launcher.h"
 #include "master/log.h"
-#include "monitoring/exporter.h"
+#include "monitoring/run_stats.h"
 #include "nn/rng.h"
 #include "shm/segment.h"
 #include "shmtrain/status.h"
@@ -52,8 +52,9 @@ struct SupervisorOptions {
 
 class Supervisor {
  public:
-  Supervisor(shm::Segment& seg, Launcher& launcher, Logger& log,
-             monitoring::SupervisorStats& stats, const SupervisorOptions& opts);
+  // stats: the workers' part of the run's metrics (monitoring/run_stats.h), written here only.
+  Supervisor(shm::Segment& seg, Launcher& launcher, Logger& log, monitoring::WorkerStats& stats,
+             const SupervisorOptions& opts);
   ~Supervisor();  // SIGKILLs and reaps whatever still runs
   Supervisor(const Supervisor&) = delete;
   Supervisor& operator=(const Supervisor&) = delete;
@@ -119,7 +120,7 @@ class Supervisor {
   shm::Segment& seg_;
   Launcher& launcher_;
   Logger& log_;
-  monitoring::SupervisorStats& stats_;
+  monitoring::WorkerStats& stats_;
   SupervisorOptions opts_;
   std::vector<Child> kids_;
   std::deque<Restart> window_;  // restarts (chaos excepted) within restart_window

@@ -13,7 +13,7 @@ namespace shmtrain::master {
 
 ValidationProtocol::ValidationProtocol(const ValidationPlan& plan, const ModelSpec& spec,
                                        const data::Dataset& val, shm::Segment& seg, Logger& log,
-                                       monitoring::SupervisorStats& stats)
+                                       monitoring::ValidationStats& stats)
     : plan_(plan),
       spec_(spec),
       val_(val),
@@ -114,7 +114,7 @@ void ValidationProtocol::LogValidation(int64_t step, const nn::Metrics& m, int64
   const std::string epoch_text =
       step % per_epoch == 0 ? std::to_string(step / per_epoch) : Fmt("%.2f", epoch);
   // The gauges first: a reader of the log line finds them already set.
-  stats_.SetValidation(m.loss, xent ? m.accuracy : m.rmse);
+  stats_.Set(m.loss, xent ? m.accuracy : m.rmse);
   JsonLine j("validation");
   j.Int("step", step).Num("epoch", epoch).Num("val_loss", m.loss);
   xent ? j.Num("val_accuracy", m.accuracy) : j.Num("val_rmse", m.rmse);

@@ -15,7 +15,7 @@
 //    evaluation step; an early stop is stop_eval = 0, and the workers stop at their next
 //    update.
 //  - Every result is logged (`validation at step ...`, JSON `validation`) and published to
-//    the metrics (SupervisorStats::SetValidation) in evaluation order.
+//    the metrics (ValidationStats::Set) in evaluation order.
 //  - Finish(): the outstanding evaluations, then the final parameters' one; with
 //    --early-stop the parameters kept are the evaluated ones with the lowest validation loss.
 //  - The protocol owns eval_ack and stop_eval in the segment header; it sets eval_ack for the
@@ -33,7 +33,7 @@
 #include "data/dataset.h"
 #include "master/evaluator.h"
 #include "master/log.h"
-#include "monitoring/exporter.h"
+#include "monitoring/run_stats.h"
 #include "nn/metrics.h"
 #include "shm/segment.h"
 #include "shmtrain/model_spec.h"
@@ -51,10 +51,10 @@ struct ValidationPlan {
 
 class ValidationProtocol {
  public:
-  // spec, val, seg, log and stats must outlive the protocol. The mode, the workers and the
-  // parameter count are read from seg's header.
+  // spec, val, seg, log and stats (the validation's part of the run's metrics) must outlive
+  // the protocol. The mode, the workers and the parameter count are read from seg's header.
   ValidationProtocol(const ValidationPlan& plan, const ModelSpec& spec, const data::Dataset& val,
-                     shm::Segment& seg, Logger& log, monitoring::SupervisorStats& stats);
+                     shm::Segment& seg, Logger& log, monitoring::ValidationStats& stats);
   ValidationProtocol(const ValidationProtocol&) = delete;
   ValidationProtocol& operator=(const ValidationProtocol&) = delete;
 
@@ -90,7 +90,7 @@ class ValidationProtocol {
   const data::Dataset& val_;
   shm::Segment& seg_;
   Logger& log_;
-  monitoring::SupervisorStats& stats_;
+  monitoring::ValidationStats& stats_;
   std::unique_ptr<Evaluator> evaluator_;  // null without validation
   // Sync with --early-stop: snapshots are acked once evaluated, not once copied.
   bool ack_after_eval_;

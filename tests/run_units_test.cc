@@ -172,7 +172,7 @@ class CheckpointPolicyTest : public ::testing::Test {
 
   TempDir dir_;
   Logger log_{LogFormat::kJson, false};
-  monitoring::SupervisorStats stats_{2};
+  monitoring::CheckpointStats stats_;
 };
 
 TEST_F(CheckpointPolicyTest, AWrittenCheckpointHoldsTheStateAndTheRun) {
@@ -181,7 +181,7 @@ TEST_F(CheckpointPolicyTest, AWrittenCheckpointHoldsTheStateAndTheRun) {
   EXPECT_EQ(policy.last_written(), 2);
   ASSERT_TRUE(policy.Write(State(6, 1.5f, 2)).ok());
   EXPECT_EQ(policy.last_written(), 6);
-  EXPECT_EQ(stats_.checkpoint_failures(), 0u);
+  EXPECT_EQ(stats_.failures(), 0u);
   Checkpoint back;
   ASSERT_TRUE(LoadCheckpoint(path, &back).ok());
   EXPECT_EQ(back.step, 6);
@@ -201,7 +201,7 @@ TEST_F(CheckpointPolicyTest, FailedWritesAreCountedAndLoggedAndTheRunGoesOn) {
   const std::string out = testing::internal::GetCapturedStdout();
   EXPECT_FALSE(first.ok());
   EXPECT_FALSE(second.ok());
-  EXPECT_EQ(stats_.checkpoint_failures(), 2u);
+  EXPECT_EQ(stats_.failures(), 2u);
   EXPECT_EQ(policy.last_written(), 2) << "a failed checkpoint is not the last written";
   EXPECT_NE(out.find("\"event\":\"checkpoint_failed\""), std::string::npos) << out;
   EXPECT_NE(out.find("\"step\":6"), std::string::npos) << out;
@@ -209,7 +209,7 @@ TEST_F(CheckpointPolicyTest, FailedWritesAreCountedAndLoggedAndTheRunGoesOn) {
   fs::create_directory(sub);
   EXPECT_TRUE(policy.Write(State(8, 1, 0)).ok());
   EXPECT_EQ(policy.last_written(), 8);
-  EXPECT_EQ(stats_.checkpoint_failures(), 2u);
+  EXPECT_EQ(stats_.failures(), 2u);
 }
 
 TEST_F(CheckpointPolicyTest, NonFiniteStateIsNeverWritten) {
@@ -226,7 +226,7 @@ TEST_F(CheckpointPolicyTest, NonFiniteStateIsNeverWritten) {
   testing::internal::GetCapturedStdout();
   EXPECT_EQ(s1.code(), Status::Code::kDiverged);
   EXPECT_EQ(s2.code(), Status::Code::kDiverged) << "the optimizer state is checked too";
-  EXPECT_EQ(stats_.checkpoint_failures(), 2u);
+  EXPECT_EQ(stats_.failures(), 2u);
   Checkpoint back;
   ASSERT_TRUE(LoadCheckpoint(path, &back).ok());
   EXPECT_EQ(back.step, 4) << "the last finite checkpoint stays";
@@ -388,7 +388,7 @@ class ValidationTest : public ::testing::Test {
   data::Dataset val_;
   std::vector<float> good_, bad_;
   Logger log_{LogFormat::kJson, false};
-  monitoring::SupervisorStats stats_{2};
+  monitoring::ValidationStats stats_;
 };
 
 TEST_F(ValidationTest, WithoutEarlyStopASnapshotIsAckedOnceCopied) {
@@ -702,9 +702,9 @@ std::string ScrapeOnce(const std::string& addr) {
 // combines the run loop observed.
 TEST(MetricsHostLabel, EverySeriesNamesTheHostIndexOfItsHostMaster) {
   shm::Segment seg = MakeSegment(Layout(Mode::kSync, 2, 0));
-  monitoring::SupervisorStats stats(2);
-  stats.ObserveCombine(0.003);  // in the bucket le="0.005"
-  stats.ObserveCombine(0.2);    // in the bucket le="0.25"
+  monitoring::RunStats stats(2);
+  stats.combine().Observe(0.003);  // in the bucket le="0.005"
+  stats.combine().Observe(0.2);    // in the bucket le="0.25"
   TrainOptions opts;
   opts.workers = 2;
   opts.host_index = 2;
@@ -769,7 +769,7 @@ TEST(SupervisorChaos, KillsOnlyOnceWhileTheRunStandsStill) {
   shm::Segment seg = MakeSegment(Layout(Mode::kAsync, 2, 0));
   SleeperLauncher launcher;
   Logger log(LogFormat::kJson, false);
-  monitoring::SupervisorStats stats(2);
+  monitoring::WorkerStats stats(2);
   SupervisorOptions opts;
   opts.heartbeat_timeout_ns = 3'600'000'000'000;
   opts.chaos_every_ns = 1'000'000;  // 1 ms
