@@ -99,29 +99,37 @@ void CheckpointSchedule::Advance(int64_t step) {
   if (every_ > 0) next_ = (step / every_ + 1) * every_;
 }
 
-CheckpointPolicy::CheckpointPolicy(const CheckpointConfig& config, Logger& log,
+CheckpointPolicy::CheckpointPolicy(const CheckpointConfig& config, shm::Segment& seg, Logger& log,
                                    monitoring::CheckpointStats& stats)
     : config_(config),
+      seg_(seg),
       schedule_(config.every, config.mode, config.first_step, config.total_steps),
       log_(log),
       stats_(stats),
       last_written_(config.first_step) {}
 
-void CheckpointPolicy::Tick(shm::Segment& seg, int64_t progress) {
-  if (!schedule_.Due(progress)) return;
+Verdict CheckpointPolicy::Tick(const RunView& view) {
+  if (!schedule_.Due(view.progress)) return Verdict::GoOn();
   const int64_t step = schedule_.next();
-  if (!AllPausedBefore(seg, step)) return;
-  Checkpoint c = config_.mode == Mode::kSync ? CopyStepState(seg, step) : CopyAsync(seg);
-  shm::ReleaseCheckpoint(seg.header(), step);  // the copy is taken: train on
+  if (!AllPausedBefore(seg_, step)) return Verdict::GoOn();
+  Checkpoint c = config_.mode == Mode::kSync ? CopyStepState(seg_, step) : CopyAsync(seg_);
+  shm::ReleaseCheckpoint(seg_.header(), step);  // the copy is taken: train on
   schedule_.Advance(step);
   // A failure is logged and counted (Write); the next checkpoint is tried as planned.
   (void)Write(std::move(c));
+  return Verdict::GoOn();
 }
 
-Status CheckpointPolicy::WriteOnStop(const shm::Segment& seg) {
+void CheckpointPolicy::Finish(RunEnd& end) {
+  if (end.status.code() == Status::Code::kInterrupted) {
+    (void)WriteOnStop();  // a failure is logged and counted
+  }
+}
+
+Status CheckpointPolicy::WriteOnStop() {
   if (config_.path.empty()) return Status::Ok();
   Status s =
-      Write(config_.mode == Mode::kSync ? CopyStepState(seg, Progress(seg)) : CopyAsync(seg));
+      Write(config_.mode == Mode::kSync ? CopyStepState(seg_, Progress(seg_)) : CopyAsync(seg_));
   if (s.ok()) {
     log_.Info("checkpoint written to " + config_.path + " at step " + std::to_string(last_written_),
               JsonLine("checkpoint_on_stop").Str("path", config_.path).Int("step", last_written_));

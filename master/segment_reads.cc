@@ -25,6 +25,12 @@ uint64_t TotalSamples(const shm::Segment& seg) {
   return s;
 }
 
+std::vector<float> ParamsAfter(const shm::Segment& seg, int64_t step) {
+  const bool sync = static_cast<Mode>(seg.header()->config.mode) == Mode::kSync;
+  const float* w = seg.params(sync ? step : 0);
+  return std::vector<float>(w, w + seg.header()->config.param_count);
+}
+
 std::vector<float> CopyParamsAsync(const shm::Segment& seg, int64_t* progress) {
   std::vector<float> w(seg.header()->config.param_count);
   *progress = Progress(seg);

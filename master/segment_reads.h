@@ -18,6 +18,9 @@ int64_t Progress(const shm::Segment& seg);
 // Samples processed so far by every worker, summed over their blocks.
 uint64_t TotalSamples(const shm::Segment& seg);
 
+// The parameters after `step` once no worker runs: sync W[step % 2], async the one buffer.
+std::vector<float> ParamsAfter(const shm::Segment& seg, int64_t step);
+
 // Async: a copy of W read while the workers update it (each element is some recent value),
 // and in *progress the Progress() read just before it.
 std::vector<float> CopyParamsAsync(const shm::Segment& seg, int64_t* progress);

@@ -59,14 +59,14 @@ Supervisor::Supervisor(shm::Segment& seg, Launcher& launcher, Logger& log,
 
 Supervisor::~Supervisor() { KillAll(); }
 
-Status Supervisor::StartAll() {
+Status Supervisor::Start() {
   for (int r = 0; r < static_cast<int>(kids_.size()); ++r) {
-    if (Status s = Start(r, 0); !s.ok()) return s;
+    if (Status s = StartRank(r, 0); !s.ok()) return s;
   }
   return Status::Ok();
 }
 
-Status Supervisor::Start(int rank, uint32_t incarnation) {
+Status Supervisor::StartRank(int rank, uint32_t incarnation) {
   shm::WorkerBlock* b = seg_.block(rank);
   // The old incarnation is gone (reaped), so nobody else writes these words now.
   shm::StoreRelaxed<uint32_t>(b->attached, 0);
@@ -125,12 +125,18 @@ std::vector<int> Supervisor::PollExited(int timeout_ms) {
   return exited;
 }
 
-Status Supervisor::Tick(int timeout_ms) {
-  for (const int r : PollExited(timeout_ms)) {
-    if (Status s = OnExit(r); !s.ok()) return s;
+void Supervisor::Wait(int timeout_ms) {
+  for (const int r : PollExited(timeout_ms)) exited_.push_back(r);
+}
+
+Verdict Supervisor::Tick(const RunView& view) {
+  std::vector<int> exited;
+  exited.swap(exited_);
+  for (const int r : exited) {
+    if (Status s = OnExit(r); !s.ok()) return Verdict::EndIf(std::move(s));
   }
-  const int64_t now = shm::MonotonicNs();
-  const int64_t progress = Progress(seg_);
+  const int64_t now = view.now_ns;
+  const int64_t progress = view.progress;
   // Recovered: the replacement has attached and the run has moved on since the death (a peer
   // that was one phase behind can move the counter once without the replacement).
   auto moved = std::remove_if(pending_.begin(), pending_.end(), [&](const PendingRecovery& p) {
@@ -146,7 +152,32 @@ Status Supervisor::Tick(int timeout_ms) {
   pending_.erase(moved, pending_.end());
   CheckHangs(now);
   MaybeChaos(now, progress);
-  return Status::Ok();
+  return AllFinished() ? WorkDone() : Verdict::GoOn();
+}
+
+Verdict Supervisor::WorkDone() {
+  if (SyncMode(seg_)) return Verdict::Done();
+  Reconcile();
+  const int64_t applied = Progress(seg_), total = seg_.header()->config.total_steps;
+  // An early stop (master/validation.h) ends the workers at their next update.
+  const bool stopped = shm::LoadAcquire(seg_.header()->stop_eval) != shm::kNoStop;
+  if (stopped || applied == total) return Verdict::Done();
+  if (applied > total) {
+    return Verdict::EndIf(Status::Internal("async run ended with " + std::to_string(applied) +
+                                           " updates applied, expected " + std::to_string(total)));
+  }
+  // Updates whose tickets died with a worker are still owed.
+  return Verdict::EndIf(ResumeAsync());
+}
+
+void Supervisor::Finish(RunEnd& end) {
+  if (!end.status.ok()) {
+    AbortAll();
+    return;
+  }
+  end.summary.restarts = restarts_;
+  end.summary.torn_updates = torn_;
+  end.summary.recoveries = recoveries_;
 }
 
 Status Supervisor::OnExit(int r) {
@@ -234,7 +265,7 @@ Status Supervisor::OnExit(int r) {
                                 [&](const PendingRecovery& p) { return p.rank == r; }),
                  pending_.end());
   pending_.push_back({now, progress, r});
-  return Start(r, c.incarnation + 1);
+  return StartRank(r, c.incarnation + 1);
 }
 
 // The crash-loop budget: more than max_restarts failures within the window, or in a row with
@@ -371,7 +402,7 @@ Status Supervisor::ResumeAsync() {
   const int64_t owed = total - Progress(seg_);
   for (int r = 0; r < static_cast<int>(kids_.size()) && r < owed; ++r) {
     shm::StoreRelaxed<int64_t>(seg_.block(r)->ticket, total + extra_tickets_++);
-    if (Status s = Start(r, kids_[r].incarnation + 1); !s.ok()) return s;
+    if (Status s = StartRank(r, kids_[r].incarnation + 1); !s.ok()) return s;
   }
   return Status::Ok();
 }

@@ -37,6 +37,22 @@ bool ValidationProtocol::wants_fast_poll() const {
   return plan_.eval_every > 0 && sync() && (!ack_after_eval_ || acked_ < next_eval_ - 1);
 }
 
+Verdict ValidationProtocol::Tick(const RunView& /*view*/) {
+  Poll();
+  return Verdict::GoOn();
+}
+
+void ValidationProtocol::Finish(RunEnd& end) {
+  if (!end.status.ok()) return;
+  RunSummary& s = end.summary;
+  s.val = FinalEvaluation(end.end_step, &end.params);  // may stop early, too
+  s.early_stop = plan_.early_stop > 0;
+  s.stopped_early = stop_requested_;
+  s.best_step = s.early_stop ? best_.step() : -1;
+  s.val_rows = val_.rows;
+  s.classification = spec_.loss == Loss::kXent;
+}
+
 void ValidationProtocol::Poll() {
   if (!evaluator_) return;
   SnapshotsToEvaluator();
@@ -126,7 +142,7 @@ void ValidationProtocol::LogValidation(int64_t step, const nn::Metrics& m, int64
             j);
 }
 
-nn::Metrics ValidationProtocol::Finish(int64_t end_step, std::vector<float>* params) {
+nn::Metrics ValidationProtocol::FinalEvaluation(int64_t end_step, std::vector<float>* params) {
   const int64_t end_ns = shm::MonotonicNs();
   if (evaluator_) HandleResults(evaluator_->Finish());
   nn::Metrics m = nn::Evaluate(spec_, params->data(), val_.x.data(), val_.y.data(), val_.rows);

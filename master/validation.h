@@ -16,10 +16,13 @@
 //    update.
 //  - Every result is logged (`validation at step ...`, JSON `validation`) and published to
 //    the metrics (ValidationStats::Set) in evaluation order.
-//  - Finish(): the outstanding evaluations, then the final parameters' one; with
+//  - FinalEvaluation(): the outstanding evaluations, then the final parameters' one; with
 //    --early-stop the parameters kept are the evaluated ones with the lowest validation loss.
 //  - The protocol owns eval_ack and stop_eval in the segment header; it sets eval_ack for the
 //    run's first step when it is constructed, before any worker starts.
+//
+// A unit of the run loop (master/run_loop.h): each round polls; a good end makes the final
+// evaluation, keeps the parameters it names and puts the metrics into the summary.
 //
 // Threads: the run loop's only (the evaluator's thread sees copies, never the segment). The
 // master never blocks on a worker here: Poll() only reads published words.
@@ -33,6 +36,7 @@
 #include "data/dataset.h"
 #include "master/evaluator.h"
 #include "master/log.h"
+#include "master/run_loop.h"
 #include "monitoring/run_stats.h"
 #include "nn/metrics.h"
 #include "shm/segment.h"
@@ -49,7 +53,7 @@ struct ValidationPlan {
   int64_t t_start_ns = 0;       // the run's start (MonotonicNs), for the events' elapsed_s
 };
 
-class ValidationProtocol {
+class ValidationProtocol final : public RunUnit {
  public:
   // spec, val, seg, log and stats (the validation's part of the run's metrics) must outlive
   // the protocol. The mode, the workers and the parameter count are read from seg's header.
@@ -61,6 +65,9 @@ class ValidationProtocol {
   // Sync ranks may be waiting for a snapshot's ack: the supervisor should look every
   // millisecond (with early stopping: while an evaluation is out).
   bool wants_fast_poll() const;
+  int PollMs() const override { return wants_fast_poll() ? 1 : kPollMs; }
+  Verdict Tick(const RunView& view) override;
+  void Finish(RunEnd& end) override;
   // Copies out the snapshots ready, hands them to the evaluator, and handles the results
   // back since the last call (logs, early stop, acks). Rethrows an evaluation's exception.
   void Poll();
@@ -71,8 +78,8 @@ class ValidationProtocol {
   // the outstanding evaluations, evaluates *params on the held-out set (logged as an
   // evaluation when validating) and, with --early-stop, replaces *params by the best
   // evaluated ones. Returns the validation metrics of the parameters left in *params.
-  nn::Metrics Finish(int64_t end_step, std::vector<float>* params);
-  // With --early-stop, after Finish(): the step of the parameters kept.
+  nn::Metrics FinalEvaluation(int64_t end_step, std::vector<float>* params);
+  // With --early-stop, after FinalEvaluation(): the step of the parameters kept.
   int64_t best_step() const { return best_.step(); }
 
  private:

@@ -25,6 +25,7 @@
 #include "master/launcher.h"
 #include "master/log.h"
 #include "master/run_summary.h"
+#include "master/segment_reads.h"
 #include "master/supervisor.h"
 #include "master/validation.h"
 #include "monitoring/exporter.h"
@@ -173,11 +174,12 @@ class CheckpointPolicyTest : public ::testing::Test {
   TempDir dir_;
   Logger log_{LogFormat::kJson, false};
   monitoring::CheckpointStats stats_;
+  shm::Segment seg_ = MakeSegment(Layout(Mode::kSync, 1, 0));  // for the policies that only write
 };
 
 TEST_F(CheckpointPolicyTest, AWrittenCheckpointHoldsTheStateAndTheRun) {
   const std::string path = dir_.File("c.bin");
-  CheckpointPolicy policy(Config(path), log_, stats_);
+  CheckpointPolicy policy(Config(path), seg_, log_, stats_);
   EXPECT_EQ(policy.last_written(), 2);
   ASSERT_TRUE(policy.Write(State(6, 1.5f, 2)).ok());
   EXPECT_EQ(policy.last_written(), 6);
@@ -194,7 +196,7 @@ TEST_F(CheckpointPolicyTest, AWrittenCheckpointHoldsTheStateAndTheRun) {
 TEST_F(CheckpointPolicyTest, FailedWritesAreCountedAndLoggedAndTheRunGoesOn) {
   const std::string sub = dir_.File("gone");
   const std::string path = sub + "/c.bin";
-  CheckpointPolicy policy(Config(path), log_, stats_);
+  CheckpointPolicy policy(Config(path), seg_, log_, stats_);
   testing::internal::CaptureStdout();
   const Status first = policy.Write(State(4, 1, 0));
   const Status second = policy.Write(State(6, 1, 0));
@@ -214,7 +216,7 @@ TEST_F(CheckpointPolicyTest, FailedWritesAreCountedAndLoggedAndTheRunGoesOn) {
 
 TEST_F(CheckpointPolicyTest, NonFiniteStateIsNeverWritten) {
   const std::string path = dir_.File("c.bin");
-  CheckpointPolicy policy(Config(path), log_, stats_);
+  CheckpointPolicy policy(Config(path), seg_, log_, stats_);
   ASSERT_TRUE(policy.Write(State(4, 1, 2)).ok());
   Checkpoint bad_params = State(6, 2, 2);
   bad_params.params[3] = NAN;
@@ -244,16 +246,16 @@ TEST_F(CheckpointPolicyTest, SyncCopiesStepStateOnceEveryRankPausedThenReleases)
   std::fill(seg.state(0, 5), seg.state(0, 5) + w.size(), 99.f);
   std::fill(seg.state(1, 5), seg.state(1, 5) + w.size(), 99.f);
   const std::string path = dir_.File("c.bin");
-  CheckpointPolicy policy(Config(path, 4), log_, stats_);
+  CheckpointPolicy policy(Config(path, 4), seg, log_, stats_);
   ASSERT_EQ(policy.schedule().next(), 4);
   seg.block(0)->phase = 8;  // paused before step 4
   seg.block(1)->phase = 7;  // still in step 3's update
-  policy.Tick(seg, 4);
+  policy.Tick({seg, 4});
   EXPECT_FALSE(fs::exists(path)) << "rank 1 was not paused yet";
   EXPECT_EQ(seg.header()->released_step, 0);
   seg.block(1)->phase = 8;
   testing::internal::CaptureStdout();
-  policy.Tick(seg, 4);
+  policy.Tick({seg, 4});
   testing::internal::GetCapturedStdout();
   EXPECT_EQ(seg.header()->released_step, 4) << "the ranks are released";
   EXPECT_EQ(policy.schedule().next(), 8);
@@ -272,23 +274,23 @@ TEST_F(CheckpointPolicyTest, AsyncCopiesOnceEveryRankPausedAtOrPastTheMultipleTh
   std::copy(w.begin(), w.end(), seg.params(0));
   seg.header()->param_version = 5;
   const std::string path = dir_.File("c.bin");
-  CheckpointPolicy policy(Config(path, 5, Mode::kAsync), log_, stats_);
+  CheckpointPolicy policy(Config(path, 5, Mode::kAsync), seg, log_, stats_);
   ASSERT_EQ(policy.schedule().next(), 5);
   seg.block(0)->phase = 10;  // paused before ticket 5 (or a later one, below 10)
   seg.block(1)->phase = 20;  // no ticket below total_steps (10) left
   seg.block(2)->phase = 1;   // computing a ticket below 5: may still write W
-  policy.Tick(seg, 5);
+  policy.Tick({seg, 5});
   EXPECT_FALSE(fs::exists(path)) << "rank 2 may still apply";
   seg.block(2)->phase = 4;  // released from a pause before 2, computing below 5
-  policy.Tick(seg, 5);
+  policy.Tick({seg, 5});
   EXPECT_FALSE(fs::exists(path)) << "a pause before 2 is not one before 5";
   seg.block(2)->phase = 11;  // odd: never an async pause
-  policy.Tick(seg, 5);
+  policy.Tick({seg, 5});
   EXPECT_FALSE(fs::exists(path));
   EXPECT_EQ(seg.header()->released_step, 0);
   seg.block(2)->phase = 10;
   testing::internal::CaptureStdout();
-  policy.Tick(seg, 5);
+  policy.Tick({seg, 5});
   testing::internal::GetCapturedStdout();
   EXPECT_EQ(seg.header()->released_step, 5) << "the ranks are released";
   EXPECT_EQ(policy.schedule().next(), 10);
@@ -304,13 +306,13 @@ TEST_F(CheckpointPolicyTest, StopCheckpointOnlyWithACheckpointPath) {
   shm::Segment seg = MakeSegment(Layout(Mode::kSync, 1, 0));
   ASSERT_TRUE(seg.valid());
   seg.block(0)->phase = 7;  // step 3 done, step 4's gradient computed
-  CheckpointPolicy none(Config(""), log_, stats_);
-  EXPECT_TRUE(none.WriteOnStop(seg).ok());
+  CheckpointPolicy none(Config(""), seg, log_, stats_);
+  EXPECT_TRUE(none.WriteOnStop().ok());
   EXPECT_EQ(none.last_written(), 2);
   const std::string path = dir_.File("c.bin");
-  CheckpointPolicy policy(Config(path), log_, stats_);
+  CheckpointPolicy policy(Config(path), seg, log_, stats_);
   testing::internal::CaptureStdout();
-  ASSERT_TRUE(policy.WriteOnStop(seg).ok());
+  ASSERT_TRUE(policy.WriteOnStop().ok());
   const std::string out = testing::internal::GetCapturedStdout();
   EXPECT_NE(out.find("\"event\":\"checkpoint_on_stop\""), std::string::npos) << out;
   Checkpoint back;
@@ -321,7 +323,7 @@ TEST_F(CheckpointPolicyTest, StopCheckpointOnlyWithACheckpointPath) {
 TEST_F(CheckpointPolicyTest, ResumeRestoresTheStateAndTheProtocolWords) {
   const shm::Header layout = Layout(Mode::kSync, 3, 2);
   const std::string path = dir_.File("c.bin");
-  CheckpointPolicy policy(Config(path), log_, stats_);
+  CheckpointPolicy policy(Config(path), seg_, log_, stats_);
   ASSERT_TRUE(policy.Write(State(5, 7, 2)).ok());
   Checkpoint c;
   ASSERT_TRUE(LoadResume(path, Mode::kSync, 0xF1F2, "opt A", layout, 10, &c).ok());
@@ -342,7 +344,7 @@ TEST_F(CheckpointPolicyTest, ResumeRestoresTheStateAndTheProtocolWords) {
 
 TEST_F(CheckpointPolicyTest, ResumeRefusesAnotherRunsCheckpoint) {
   const std::string path = dir_.File("c.bin");
-  CheckpointPolicy policy(Config(path), log_, stats_);
+  CheckpointPolicy policy(Config(path), seg_, log_, stats_);
   ASSERT_TRUE(policy.Write(State(5, 7, 2)).ok());
   Checkpoint c;
   const shm::Header layout = Layout(Mode::kSync, 3, 2);
@@ -406,7 +408,7 @@ TEST_F(ValidationTest, WithoutEarlyStopASnapshotIsAckedOnceCopied) {
   v.Poll();
   EXPECT_EQ(seg.header()->eval_ack, 2);
   std::vector<float> params = bad_;
-  const nn::Metrics m = v.Finish(6, &params);
+  const nn::Metrics m = v.FinalEvaluation(6, &params);
   const std::string out = testing::internal::GetCapturedStdout();
   EXPECT_EQ(params, bad_) << "without --early-stop the last parameters are kept";
   EXPECT_DOUBLE_EQ(m.loss, Loss(bad_));
@@ -427,7 +429,7 @@ TEST_F(ValidationTest, EarlyStopNamesEvalKPlus2BeforeAckingKAndKeepsTheBest) {
   Publish(seg, 2, bad_);  // no better: with patience 1, eval 2 decides
   v.Poll();
   std::vector<float> params = bad_;
-  const nn::Metrics m = v.Finish(6, &params);
+  const nn::Metrics m = v.FinalEvaluation(6, &params);
   const std::string out = testing::internal::GetCapturedStdout();
   EXPECT_TRUE(v.stop_requested());
   EXPECT_EQ(seg.header()->stop_eval, 4) << "the ranks stop right before step (2 + 2) * 2";
@@ -761,6 +763,13 @@ class SleeperLauncher final : public Launcher {
   int spawned = 0;
 };
 
+// One round of the run loop for the supervisor alone: its sleep (1 ms at most), then its
+// tick. True while the run goes on.
+bool Round(Supervisor& sup, const shm::Segment& seg) {
+  sup.Wait(1);
+  return !sup.Tick({seg, Progress(seg), shm::MonotonicNs()}).ends;
+}
+
 // Chaos never kills twice while the run stands still: on a machine so loaded that no
 // replacement gets as far as one update between two kills, kills at every interval would stall
 // the run for ever. Here nothing moves the run: one kill, however many intervals pass, and the
@@ -774,16 +783,16 @@ TEST(SupervisorChaos, KillsOnlyOnceWhileTheRunStandsStill) {
   opts.heartbeat_timeout_ns = 3'600'000'000'000;
   opts.chaos_every_ns = 1'000'000;  // 1 ms
   Supervisor sup(seg, launcher, log, stats, opts);
-  ASSERT_TRUE(sup.StartAll().ok());
+  ASSERT_TRUE(sup.Start().ok());
   // Ticks until `done`, for 30 s at most (a loaded machine is slow to reap and restart).
   auto tick_until = [&](const std::function<bool()>& done) {
     const int64_t until = shm::MonotonicNs() + 30'000'000'000;
-    while (!done() && shm::MonotonicNs() < until) ASSERT_TRUE(sup.Tick(1).ok());
+    while (!done() && shm::MonotonicNs() < until) ASSERT_TRUE(Round(sup, seg));
   };
   // Ticks over at least 100 chaos intervals, and 100 ticks.
   auto tick_on = [&] {
     const int64_t until = shm::MonotonicNs() + 100 * opts.chaos_every_ns;
-    for (int n = 0; n < 100 || shm::MonotonicNs() < until; ++n) ASSERT_TRUE(sup.Tick(1).ok());
+    for (int n = 0; n < 100 || shm::MonotonicNs() < until; ++n) ASSERT_TRUE(Round(sup, seg));
   };
   tick_until([&] { return sup.restarts() >= 1; });
   tick_on();
