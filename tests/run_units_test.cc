@@ -1,7 +1,8 @@
-// The units the master's run loop composes, each alone and without a worker process: the
-// checkpoint policy (schedule, copies, writes, failures, resume), the validation protocol
-// (acks, early stop, the model kept) and the run summary's lines. A unit that needs the
-// segment gets a real one, which the test writes as the workers would.
+// The master's run loop and the units it composes, each alone and without a worker process:
+// the loop's order (with units that record what they are shown), the checkpoint policy
+// (schedule, copies, writes, failures, resume), the validation protocol (acks, early stop, the
+// model kept) and the run summary's lines. A unit that needs the segment gets a real one,
+// which the test writes as the workers would.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -24,6 +25,7 @@
 #include "master/hosts.h"
 #include "master/launcher.h"
 #include "master/log.h"
+#include "master/run_loop.h"
 #include "master/run_summary.h"
 #include "master/segment_reads.h"
 #include "master/supervisor.h"
@@ -95,6 +97,125 @@ std::vector<int64_t> Range(int64_t from, int64_t to) {
   std::vector<int64_t> v;
   for (int64_t i = from; i <= to; ++i) v.push_back(i);
   return v;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The run loop: its order, with units that record each call into one shared log.
+
+class RecordingUnit final : public RunUnit {
+ public:
+  RecordingUnit(std::string name, std::vector<std::string>* calls)
+      : name_(std::move(name)), calls_(calls) {}
+  // What the unit does: at its n-th round (from 1) it answers `verdict`; it asks for rounds
+  // `poll_ms` apart; it fails to start with start_status; at a good end it turns the run into
+  // finish_status when that is not ok.
+  int end_at_round = 0;
+  Verdict verdict;
+  int poll_ms = kPollMs;
+  Status start_status, finish_status;
+
+  Status Start() override {
+    Record("start");
+    return start_status;
+  }
+  int PollMs() const override { return poll_ms; }
+  Verdict Tick(const RunView& view) override {
+    Record("tick@" + std::to_string(view.progress));
+    return ++rounds_ == end_at_round ? verdict : Verdict::GoOn();
+  }
+  void Finish(RunEnd& end) override {
+    Record("finish:" + (end.status.ok() ? std::string("ok") : end.status.message()));
+    if (!finish_status.ok() && end.status.ok()) end.status = finish_status;
+  }
+
+ private:
+  void Record(const std::string& what) { calls_->push_back(name_ + "." + what); }
+  std::string name_;
+  std::vector<std::string>* calls_;
+  int rounds_ = 0;
+};
+
+class RunLoopTest : public ::testing::Test {
+ protected:
+  // Runs the loop over `units` on seg_; every sleep is recorded as "sleep(ms)".
+  Status Run(std::vector<RunUnit*> units) {
+    RunLoop loop(
+        seg_, [this](int ms) { calls_.push_back("sleep(" + std::to_string(ms) + ")"); },
+        std::move(units));
+    return loop.Run();
+  }
+  std::vector<std::string> calls_;
+  shm::Segment seg_ = MakeSegment(Layout(Mode::kSync, 1, 0));
+};
+
+TEST_F(RunLoopTest, RoundsShowEveryUnitTheViewInListOrderThenTheEndInTheSameOrder) {
+  seg_.block(0)->phase = 6;  // step 3 done
+  RecordingUnit a("a", &calls_), b("b", &calls_), c("c", &calls_);
+  c.end_at_round = 2;
+  c.verdict = Verdict::Done();
+  const Status s = Run({&a, nullptr, &b, &c});
+  EXPECT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(calls_, (std::vector<std::string>{"a.start", "b.start", "c.start",                 //
+                                              "sleep(5)", "a.tick@3", "b.tick@3", "c.tick@3",  //
+                                              "sleep(5)", "a.tick@3", "b.tick@3", "c.tick@3",  //
+                                              "a.finish:ok", "b.finish:ok", "c.finish:ok"}));
+}
+
+TEST_F(RunLoopTest, AUnitThatEndsTheRunIsTheLastToSeeItsRound) {
+  RecordingUnit stop("stop", &calls_), after("after", &calls_);
+  stop.end_at_round = 1;
+  stop.verdict = Verdict::EndIf(Status::Interrupted("stopped by SIGINT"));
+  const Status s = Run({&stop, &after});
+  EXPECT_EQ(s.code(), Status::Code::kInterrupted);
+  EXPECT_EQ(calls_, (std::vector<std::string>{"stop.start", "after.start", "sleep(5)",
+                                              "stop.tick@0", "stop.finish:stopped by SIGINT",
+                                              "after.finish:stopped by SIGINT"}));
+}
+
+TEST_F(RunLoopTest, AStartThatFailsRunsNoRoundAndEveryUnitSeesTheEnd) {
+  RecordingUnit workers("workers", &calls_), after("after", &calls_);
+  workers.start_status = Status::Resource("cannot start worker 0");
+  const Status s = Run({&workers, &after});
+  EXPECT_EQ(s.code(), Status::Code::kResource);
+  EXPECT_EQ(calls_,
+            (std::vector<std::string>{"workers.start", "workers.finish:cannot start worker 0",
+                                      "after.finish:cannot start worker 0"}));
+}
+
+TEST_F(RunLoopTest, AFinishThatFailsIsSeenByTheUnitsAfterItAndReturned) {
+  const std::vector<float> w = Filled(4);
+  std::copy(w.begin(), w.end(), seg_.params(2));
+  seg_.block(0)->phase = 4;  // every worker finished step 1: the run ends at step 2
+  RecordingUnit before("before", &calls_), model("model", &calls_), summary("summary", &calls_);
+  before.end_at_round = 1;
+  before.verdict = Verdict::Done();
+  model.finish_status = Status::Diverged("not finite");
+  RunEnd seen{seg_, Status::Ok()};
+  class Peek final : public RunUnit {
+   public:
+    explicit Peek(RunEnd* out) : out_(out) {}
+    void Finish(RunEnd& end) override {
+      out_->end_step = end.end_step;
+      out_->params = end.params;
+    }
+
+   private:
+    RunEnd* out_;
+  } peek(&seen);
+  const Status s = Run({&peek, &before, &model, &summary});
+  EXPECT_EQ(s.code(), Status::Code::kDiverged);
+  EXPECT_EQ(calls_.back(), "summary.finish:not finite");
+  EXPECT_EQ(seen.end_step, 2) << "a good end names the step the workers ended at";
+  EXPECT_EQ(seen.params, w) << "and the parameters after it";
+}
+
+TEST_F(RunLoopTest, ARoundSleepsAsLittleAsAnyUnitAsks) {
+  RecordingUnit slow("slow", &calls_), fast("fast", &calls_);
+  fast.poll_ms = 1;
+  fast.end_at_round = 1;
+  fast.verdict = Verdict::Done();
+  ASSERT_TRUE(Run({&slow, &fast}).ok());
+  EXPECT_EQ(calls_[2], "sleep(1)");
 }
 
 // ---------------------------------------------------------------------------------------------
