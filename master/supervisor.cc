@@ -180,19 +180,36 @@ void Supervisor::Finish(RunEnd& end) {
   end.summary.recoveries = recoveries_;
 }
 
-Status Supervisor::OnExit(int r) {
-  Child& c = kids_[r];
+bool Supervisor::FinishedItsPart(int r) const {
+  const Child& c = kids_[r];
   const auto& cfg = seg_.header()->config;
-  const bool clean = WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0;
+  if (!WIFEXITED(c.status) || WEXITSTATUS(c.status) != 0) return false;
   // A sync worker leaves only after its last step, or at the eval step an early stop named;
   // an async one once the update budget is claimed or a stop is asked for.
   const int64_t stop = shm::LoadAcquire(seg_.header()->stop_eval);
   const int64_t last = stop != shm::kNoStop && cfg.eval_every > 0
                            ? std::min(cfg.total_steps, stop * cfg.eval_every)
                            : cfg.total_steps;
-  const bool done = clean && (!SyncMode(seg_) || shm::LoadPhase(*seg_.block(r)) ==
-                                                     2 * static_cast<uint64_t>(last));
-  if (done) {
+  return !SyncMode(seg_) || shm::LoadPhase(*seg_.block(r)) == 2 * static_cast<uint64_t>(last);
+}
+
+void Supervisor::SettleInterruptedApply(int r) {
+  // Killed with an update under way: torn, or applied and advanced but not counted; which
+  // one is settled by Reconcile(). The flag comes down before the replacement starts.
+  // The ticket, too, is settled by Reconcile (applied, or torn): it must not be redone.
+  shm::WorkerBlock* b = seg_.block(r);
+  if (const uint64_t commit = shm::LoadCommit(*b); commit % 2 == 1) {
+    shm::StoreRelaxed<uint64_t>(b->commit, commit - 1);
+    shm::StoreRelaxed<int64_t>(b->ticket, -1);
+    ++interrupted_;
+    interrupted_ranks_.push_back(r);
+  }
+}
+
+Status Supervisor::OnExit(int r) {
+  Child& c = kids_[r];
+  const auto& cfg = seg_.header()->config;
+  if (FinishedItsPart(r)) {
     c.finished = true;
     return Status::Ok();
   }
@@ -231,18 +248,7 @@ Status Supervisor::OnExit(int r) {
                            : ", waiting for " + silent +
                                  ", which sent no heartbeats and was killed";
   }
-  if (!SyncMode(seg_)) {
-    // Killed with an update under way: torn, or applied and advanced but not counted; which
-    // one is settled by Reconcile(). The flag comes down before the replacement starts.
-    // The ticket, too, is settled by Reconcile (applied, or torn): it must not be redone.
-    shm::WorkerBlock* b = seg_.block(r);
-    if (const uint64_t commit = shm::LoadCommit(*b); commit % 2 == 1) {
-      shm::StoreRelaxed<uint64_t>(b->commit, commit - 1);
-      shm::StoreRelaxed<int64_t>(seg_.block(r)->ticket, -1);
-      ++interrupted_;
-      interrupted_ranks_.push_back(r);
-    }
-  }
+  if (!SyncMode(seg_)) SettleInterruptedApply(r);
   if (!chaos && !victim) {
     if (Status s = CountFailure({now, r, hang ? "hang" : DescribeExit(c.status)}, what, progress);
         !s.ok()) {

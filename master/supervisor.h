@@ -109,6 +109,11 @@ class Supervisor final : public RunUnit {
   bool Reap(int rank);
   // Waits up to timeout_ms for running workers to end; reaps them and returns their ranks.
   std::vector<int> PollExited(int timeout_ms);
+  // A clean exit at the end of the rank's part (its last step, or the early stop's).
+  bool FinishedItsPart(int rank) const;
+  // Async: a rank that died applying (odd commit word) is counted as interrupted, its flag
+  // lowered and its ticket cleared; Reconcile() settles it.
+  void SettleInterruptedApply(int rank);
   Status OnExit(int rank);
   void CheckHangs(int64_t now);
   // Barrier timeout: SIGKILLs (as "hang") every running rank whose heartbeat is older than
