@@ -131,6 +131,7 @@ class Supervisor final : public RunUnit {
   // total_steps in a rank's block and starts those ranks again. Call only when AllFinished()
   // and after Reconcile(): no worker runs, so the blocks can be written without a race.
   Status ResumeAsync();
+  // Abort word up, a bounded wait for the workers to leave, SIGKILL for the rest.
   void AbortAll();
   void KillAll();
 
