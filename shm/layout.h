@@ -378,8 +378,7 @@ inline void StoreIfZero(int64_t& v, int64_t x) {
   std::atomic_ref<int64_t>(v).compare_exchange_strong(zero, x);
 }
 
-// The async commit word, read by the master only of ranks that have exited: relaxed, as
-// waitpid orders a rank's last store before the read.
+// The async commit word: relaxed, as the master reads it only of exited ranks (waitpid orders).
 inline uint64_t LoadCommit(const WorkerBlock& b) { return LoadRelaxed(b.commit); }
 
 // Lowers diverged_step to `step` (relaxed: the worker's exit, seen by the master through
