@@ -1,22 +1,17 @@
 #include "master/checkpoint_policy.h"
 
 #include <algorithm>
-#include <cmath>
 #include <ctime>
 #include <utility>
 #include <vector>
 
+#include "master/model_file.h"
 #include "master/segment_reads.h"
-#include "master/supervisor.h"
 #include "shm/barrier.h"
 #include "shm/futex.h"
 
 namespace shmtrain::master {
 namespace {
-
-bool AllFinite(const std::vector<float>& v) {
-  return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
-}
 
 // ---- The optimizer state: the parameters and the optimizer's K state vectors
 // (nn/optimizer.h), whatever the optimizer; master/checkpoint.cc stores them in the file. ---
@@ -104,29 +99,37 @@ void CheckpointSchedule::Advance(int64_t step) {
   if (every_ > 0) next_ = (step / every_ + 1) * every_;
 }
 
-CheckpointPolicy::CheckpointPolicy(const CheckpointConfig& config, Logger& log,
-                                   monitoring::SupervisorStats& stats)
+CheckpointPolicy::CheckpointPolicy(const CheckpointConfig& config, shm::Segment& seg, Logger& log,
+                                   monitoring::CheckpointStats& stats)
     : config_(config),
+      seg_(seg),
       schedule_(config.every, config.mode, config.first_step, config.total_steps),
       log_(log),
       stats_(stats),
       last_written_(config.first_step) {}
 
-void CheckpointPolicy::Tick(shm::Segment& seg, int64_t progress) {
-  if (!schedule_.Due(progress)) return;
+Verdict CheckpointPolicy::Tick(const RunView& view) {
+  if (!schedule_.Due(view.progress)) return Verdict::GoOn();
   const int64_t step = schedule_.next();
-  if (!AllPausedBefore(seg, step)) return;
-  Checkpoint c = config_.mode == Mode::kSync ? CopyStepState(seg, step) : CopyAsync(seg);
-  shm::ReleaseCheckpoint(seg.header(), step);  // the copy is taken: train on
+  if (!AllPausedBefore(seg_, step)) return Verdict::GoOn();
+  Checkpoint c = config_.mode == Mode::kSync ? CopyStepState(seg_, step) : CopyAsync(seg_);
+  shm::ReleaseCheckpoint(seg_.header(), step);  // the copy is taken: train on
   schedule_.Advance(step);
   // A failure is logged and counted (Write); the next checkpoint is tried as planned.
   (void)Write(std::move(c));
+  return Verdict::GoOn();
 }
 
-Status CheckpointPolicy::WriteOnStop(const shm::Segment& seg) {
+void CheckpointPolicy::Finish(RunEnd& end) {
+  if (end.status.code() == Status::Code::kInterrupted) {
+    (void)WriteOnStop();  // a failure is logged and counted
+  }
+}
+
+Status CheckpointPolicy::WriteOnStop() {
   if (config_.path.empty()) return Status::Ok();
   Status s =
-      Write(config_.mode == Mode::kSync ? CopyStepState(seg, Progress(seg)) : CopyAsync(seg));
+      Write(config_.mode == Mode::kSync ? CopyStepState(seg_, Progress(seg_)) : CopyAsync(seg_));
   if (s.ok()) {
     log_.Info("checkpoint written to " + config_.path + " at step " + std::to_string(last_written_),
               JsonLine("checkpoint_on_stop").Str("path", config_.path).Int("step", last_written_));
@@ -144,7 +147,7 @@ Status CheckpointPolicy::Write(Checkpoint c) {
                        : Status::Diverged("the parameters at step " + std::to_string(c.step) +
                                           " are not finite; the checkpoint was not written");
   if (!s.ok()) {
-    stats_.AddCheckpointFailure();
+    stats_.AddFailure();
     log_.Info("warning: checkpoint at step " + std::to_string(c.step) + " failed: " + s.message() +
                   "; training goes on and the next checkpoint is tried as planned",
               JsonLine("checkpoint_failed")
@@ -154,7 +157,7 @@ Status CheckpointPolicy::Write(Checkpoint c) {
     return s;
   }
   const double took = (shm::MonotonicNs() - t0) * 1e-9;
-  stats_.ObserveCheckpoint(took, static_cast<double>(std::time(nullptr)));
+  stats_.ObserveWrite(took, static_cast<double>(std::time(nullptr)));
   last_written_ = c.step;
   log_.JsonOnly(
       JsonLine("checkpoint").Str("path", config_.path).Int("step", c.step).Num("seconds", took));

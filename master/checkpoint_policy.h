@@ -21,7 +21,7 @@
 //  - Write. Durable (SaveCheckpoint). Non-finite state is never written, so the last finite
 //    checkpoint stays usable. A checkpoint that cannot be written does not end the run: it is
 //    logged (`warning: ...`, JSON `checkpoint_failed`) and counted
-//    (SupervisorStats::AddCheckpointFailure); a written one is timed and logged (JSON
+//    (CheckpointStats::AddFailure); a written one is timed and logged (JSON
 //    `checkpoint`).
 //  - Stop. On a stop signal, once every worker is gone, the state at Progress() is written.
 //  - Resume. A checkpoint resumes only the run that wrote it (optimizer settings, fingerprint,
@@ -34,6 +34,9 @@
 // in checkpoint_policy.cc: CopyStepState, RestoreStepState, StateFitsLayout and StateFinite,
 // none of which knows which optimizer runs.
 //
+// A unit of the run loop (master/run_loop.h): each round takes the checkpoint due; a run ended
+// by a stop signal writes one in Finish, after the supervisor has stopped the workers.
+//
 // Threads: the run loop's only. The segment is read without locks: copies happen while every
 // rank is paused (async ones through relaxed atomic loads, as the ranks write W).
 #pragma once
@@ -43,7 +46,8 @@
 
 #include "master/checkpoint.h"
 #include "master/log.h"
-#include "monitoring/exporter.h"
+#include "master/run_loop.h"
+#include "monitoring/run_stats.h"
 #include "shm/segment.h"
 #include "shmtrain/options.h"
 #include "shmtrain/status.h"
@@ -84,21 +88,25 @@ struct CheckpointConfig {
   std::string optimizer;     // nn::Describe of the run's OptimConfig, stored in every checkpoint
 };
 
-class CheckpointPolicy {
+class CheckpointPolicy final : public RunUnit {
  public:
-  // log and stats must outlive the policy.
-  CheckpointPolicy(const CheckpointConfig& config, Logger& log, monitoring::SupervisorStats& stats);
+  // The checkpoints of seg's run (the policy writes released_step). seg, log and stats (the
+  // checkpoints' part of the run's metrics) must outlive the policy.
+  CheckpointPolicy(const CheckpointConfig& config, shm::Segment& seg, Logger& log,
+                   monitoring::CheckpointStats& stats);
   CheckpointPolicy(const CheckpointPolicy&) = delete;
   CheckpointPolicy& operator=(const CheckpointPolicy&) = delete;
 
-  // The run loop's call after each supervision round, with Progress(seg): takes the periodic
-  // checkpoint when it is due and every rank is paused before it, releases the ranks, then
-  // writes it. A failed write is logged and counted, never returned.
-  void Tick(shm::Segment& seg, int64_t progress);
+  // Takes the periodic checkpoint when it is due at view.progress and every rank is paused
+  // before it, releases the ranks, then writes it. A failed write is logged and counted,
+  // never ends the run.
+  Verdict Tick(const RunView& view) override;
+  // A run ended by a stop signal (kInterrupted): WriteOnStop().
+  void Finish(RunEnd& end) override;
   // On a stop signal, once no worker runs (the state is frozen; sync: W[t%2] at the lowest
-  // completed step t is intact). Writes the state at Progress(seg) and logs where it went;
+  // completed step t is intact). Writes the state at Progress() and logs where it went;
   // Ok without writing when there is no --checkpoint.
-  Status WriteOnStop(const shm::Segment& seg);
+  Status WriteOnStop();
   // Writes `state` (params, optimizer state and step filled in) as this run's checkpoint.
   // Not ok, logged and counted when the state is not finite or the file cannot be written.
   Status Write(Checkpoint state);
@@ -109,9 +117,10 @@ class CheckpointPolicy {
 
  private:
   CheckpointConfig config_;
+  shm::Segment& seg_;
   CheckpointSchedule schedule_;
   Logger& log_;
-  monitoring::SupervisorStats& stats_;
+  monitoring::CheckpointStats& stats_;
   int64_t last_written_;
 };
 

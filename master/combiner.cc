@@ -2,7 +2,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <cmath>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -21,13 +20,14 @@ constexpr int64_t kSliceNs = 20'000'000;
 // The thread's view of the segment is plain pointers into the mapping, taken once: the Segment
 // object itself may change under a detached thread (Segment::LeaveMapped), the mapping not.
 struct Combiner::Body {
-  Body(const shm::Segment& seg, Hosts& hosts, monitoring::SupervisorStats& stats, int64_t timeout_ns)
+  Body(const shm::Segment& seg, Hosts& hosts, monitoring::DurationHistogram& times,
+       int64_t timeout_ns)
       : h(seg.header()),
         blocks(seg.block(0)),
         host_sum(seg.host_sum()),
         global_sum(seg.global_sum()),
         hosts(hosts),
-        stats(stats),
+        times(times),
         timeout_ns(timeout_ns) {
     for (uint32_t q = 0; q < h->config.workers; ++q) slots.push_back(seg.slot(static_cast<int>(q)));
   }
@@ -45,7 +45,7 @@ struct Combiner::Body {
   float* const global_sum;
   std::vector<const shm::SlotHeader*> slots;
   Hosts& hosts;
-  monitoring::SupervisorStats& stats;
+  monitoring::DurationHistogram& times;
   const int64_t timeout_ns;
   std::atomic<bool> stop{false};
   std::promise<void> ended;
@@ -53,10 +53,10 @@ struct Combiner::Body {
   Status status;
 };
 
-Combiner::Combiner(shm::Segment& seg, Hosts& hosts, monitoring::SupervisorStats& stats,
+Combiner::Combiner(shm::Segment& seg, Hosts& hosts, monitoring::DurationHistogram& times,
                    double host_timeout_s)
     : seg_(seg),
-      body_(std::make_shared<Body>(seg, hosts, stats, static_cast<int64_t>(host_timeout_s * 1e9))),
+      body_(std::make_shared<Body>(seg, hosts, times, static_cast<int64_t>(host_timeout_s * 1e9))),
       ended_(body_->ended.get_future()),
       thread_([body = body_] {
         body->Loop();
@@ -81,12 +81,7 @@ Status Combiner::status() const {
   return body_->status;
 }
 
-double Combiner::MeanUs() const {
-  const auto& h = body_->stats.combine();
-  uint64_t count = 0;
-  for (const auto& c : h.counts) count += c.load(std::memory_order_relaxed);
-  return count == 0 ? NAN : static_cast<double>(h.sum_ns.load(std::memory_order_relaxed)) * 1e-3 / count;
-}
+double Combiner::MeanUs() const { return body_->times.MeanUs(); }
 
 // The same protocol as a rank's barrier wait (shm/barrier.h): count as a waiter, read the
 // futex word, check, sleep only while the word is unchanged. Ranks that complete HS bump it.
@@ -119,7 +114,7 @@ void Combiner::Body::Loop() {
     }
     const int64_t t0 = shm::MonotonicNs();
     Status s = hosts.Combine(host_sum, global_sum, n, &totals, t0 + timeout_ns, stopped);
-    // Stopped (the run is over): nothing else may be touched, the stats may be gone.
+    // Stopped (the run is over): nothing else may be touched, the times may be gone.
     if (stopped()) return;
     if (!s.ok()) {
       Fail(s.code() == Status::Code::kHostLost
@@ -128,7 +123,7 @@ void Combiner::Body::Loop() {
                : s);
       return;
     }
-    stats.ObserveCombine(static_cast<double>(shm::MonotonicNs() - t0) * 1e-9);
+    times.Observe(static_cast<double>(shm::MonotonicNs() - t0) * 1e-9);
     shm::PublishCombined(h, t, totals.samples, totals.loss_sum);
   }
 }

@@ -12,6 +12,9 @@
 // nothing for that long is lost: status() turns kHostLost naming it, and the run loop ends the
 // run and the job. The combiner never blocks the run loop: it waits on the workers in slices
 // and stops when asked (Stop(), or the destructor).
+//
+// A unit of the run loop (master/run_loop.h): a round ends the run once status() is not ok; a
+// good end puts the mean combine time into the summary.
 #pragma once
 
 #include <cstdint>
@@ -20,18 +23,20 @@
 #include <thread>
 
 #include "master/hosts.h"
-#include "monitoring/exporter.h"
+#include "master/run_loop.h"
+#include "monitoring/run_stats.h"
 #include "shm/segment.h"
 #include "shmtrain/status.h"
 
 namespace shmtrain::master {
 
-class Combiner {
+class Combiner final : public RunUnit {
  public:
-  // Combines steps first_step .. total_steps - 1 of seg's run; starts at once.
-  Combiner(shm::Segment& seg, Hosts& hosts, monitoring::SupervisorStats& stats,
+  // Combines steps first_step .. total_steps - 1 of seg's run; starts at once. Each combine's
+  // time goes to `times` (the combine's part of the run's metrics), written here only.
+  Combiner(shm::Segment& seg, Hosts& hosts, monitoring::DurationHistogram& times,
            double host_timeout_s);
-  ~Combiner();  // Stop()
+  ~Combiner() override;  // Stop()
   Combiner(const Combiner&) = delete;
   Combiner& operator=(const Combiner&) = delete;
 
@@ -46,6 +51,10 @@ class Combiner {
   double MeanUs() const;
   // Ok while all is well; not ok once another host is lost or the exchange failed.
   Status status() const;
+  Verdict Tick(const RunView& /*view*/) override { return Verdict::EndIf(status()); }
+  void Finish(RunEnd& end) override {
+    if (end.status.ok()) end.summary.combine_us = MeanUs();
+  }
 
  private:
   struct Body;  // everything the thread touches

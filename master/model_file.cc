@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -89,6 +90,10 @@ Status CheckFinite(const Model& m) {
 std::string NonFiniteName(float v) {
   if (std::isnan(v)) return "NaN";
   return v > 0 ? "+Inf" : "-Inf";
+}
+
+bool AllFinite(const std::vector<float>& v) {
+  return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
 }
 
 std::string ParamName(const ModelSpec& spec, size_t index) {

@@ -52,6 +52,8 @@ Status DecodeModel(const std::string& bytes, const std::string& path, Model* out
 std::string ParamName(const ModelSpec& spec, size_t index);
 // "NaN", "+Inf" or "-Inf" for a non-finite value, for messages.
 std::string NonFiniteName(float v);
+// Every value of v is finite: what a run must hold before it writes a model or a checkpoint.
+bool AllFinite(const std::vector<float>& v);
 
 // Where the bytes written to an output path go, its symbolic links followed to the end.
 struct OutputTarget {

@@ -1,18 +1,12 @@
 #include "master/run.h"
 
-#include <poll.h>
-#include <sys/syscall.h>
-#include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <memory>
+#include <new>
 #include <optional>
 #include <string>
 #include <thread>
@@ -20,7 +14,6 @@
 
 #include "core/crc32.h"
 #include "data/arrays.h"
-#include "data/batch_plan.h"
 #include "data/dataset.h"
 #include "data/preprocess.h"
 #include "master/checkpoint.h"
@@ -28,16 +21,16 @@
 #include "master/combiner.h"
 #include "master/model_file.h"
 #include "master/output_path.h"
+#include "master/run_lines.h"
+#include "master/run_loop.h"
 #include "master/run_summary.h"
-#include "master/segment_reads.h"
 #include "master/signals.h"
 #include "master/supervisor.h"
 #include "master/validation.h"
 #include "monitoring/exporter.h"
 #include "nn/metrics.h"
-#include "nn/optimizer.h"
-#include "nn/schedule.h"
 #include "nn/model.h"
+#include "nn/optimizer.h"
 #include "shm/futex.h"
 #include "shm/segment.h"
 
@@ -47,19 +40,6 @@ std::atomic<int> g_stop_signal{0};
 char g_segment_path[256] = "";
 
 namespace {
-
-// "SIGHUP" for 1, for messages.
-std::string SignalName(int sig) {
-  const char* abbrev = sigabbrev_np(sig);
-  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
-}
-
-bool AllFinite(const std::vector<float>& v) {
-  return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
-}
-
-constexpr int kPollMs = 5;                    // supervisor tick: death is seen at once via pidfd
-constexpr int64_t kProgressNs = 200'000'000;  // live line refresh
 
 shm::Header MakeHeader(const TrainOptions& o, const OptimConfig& optim, int64_t rows,
                        int features, int64_t total_steps, int64_t eval_every) {
@@ -231,17 +211,23 @@ data::LoadOptions LoadOptionsFor(const TrainOptions& o, Task task) {
 
 namespace {
 
+// The data, checked against /dev/shm and the memory before a row is made or read: the run's
+// one look at either. The segment laid out then holds every row, so the one the run creates
+// (from the training rows alone) is never larger.
 Status LoadData(const TrainOptions& o, data::Dataset* d) {
   const uint64_t shm_free = ShmFree(), mem = MemAvailable();
+  if (!o.example.empty()) {
+    const int features = o.example == "blobs" ? o.example_features : 1;
+    if (Status s = CheckFits("example " + o.example, o.example_rows, features, o, shm_free, mem);
+        !s.ok()) {
+      return s;
+    }
+  }
   if (o.example == "parabola") {
     *d = data::MakeParabola(o.example_rows);
     return Status::Ok();
   }
   if (o.example == "blobs") {
-    if (Status s = CheckFits("example blobs", o.example_rows, o.example_features, o, shm_free, mem);
-        !s.ok()) {
-      return s;
-    }
     *d = data::MakeBlobs(o.example_rows, o.example_features, o.model.outputs(), o.seed);
     std::vector<std::string> names;
     for (int k = 0; k < o.model.outputs(); ++k) names.push_back(std::to_string(k));
@@ -279,66 +265,6 @@ Status CheckAgainstData(const TrainOptions& o, const data::Dataset& d) {
   if (o.batch > d.rows) {
     return Status::Usage("--batch: " + std::to_string(o.batch) + " is larger than the " +
                          std::to_string(d.rows) + " rows of " + src);
-  }
-  return Status::Ok();
-}
-
-// Prints the loss records published since the last call: sync, by rank 0 for every logged
-// step; async, by whichever worker's update got a logged version number. A resumed run's
-// first record is that of the first logged step at or after the step it resumed from.
-class LossLog {
- public:
-  LossLog(const shm::Segment& seg, Logger& log, int64_t first_step) : seg_(seg), log_(log) {
-    const int64_t every = seg.header()->config.log_every;
-    if (every > 0) next_ = (first_step + every - 1) / every;
-  }
-  void Drain() {
-    const auto& c = seg_.header()->config;
-    if (c.log_every <= 0) return;
-    for (;;) {
-      if (next_ * c.log_every >= c.total_steps) return;
-      const shm::LossRecord& rec = seg_.header()->loss_ring[next_ % shm::kLossRing];
-      const uint64_t tag = shm::LoadAcquire(rec.tag);
-      if (tag < static_cast<uint64_t>(next_ + 1)) return;  // not written yet
-      if (tag == static_cast<uint64_t>(next_ + 1)) {
-        const int64_t step = next_ * c.log_every;
-        // The rate of the step: in JSON always; in text when the schedule changes it, so a
-        // constant-rate run's lines stay "step S loss L".
-        const double lr = nn::LearningRate(c.optim, step);
-        const bool varies = nn::RateVaries(c.optim);
-        log_.Line("step " + std::to_string(step) + " loss " + Fmt("%.9g", rec.loss) +
-                      (varies ? " lr " + Fmt("%.6g", lr) : std::string()),
-                  JsonLine("step").Int("step", step).Num("loss", rec.loss).Num("lr", lr));
-      }
-      if (tag > static_cast<uint64_t>(next_ + 1)) ++lost_;  // overwritten before we read it
-      ++next_;
-    }
-  }
-  // The records the workers overwrote before the master read them (the ring holds
-  // shm::kLossRing): their lines are missing, and the run says so once, at its end.
-  void ReportLost() const {
-    if (lost_ == 0) return;
-    log_.Info("warning: the losses of " + std::to_string(lost_) +
-                  " logged steps were overwritten before they were printed (the workers "
-                  "logged faster than the master ran; the ring holds the last " +
-                  std::to_string(shm::kLossRing) + "): a larger --log-every keeps every line",
-              JsonLine("log_lines_lost").Int("count", lost_));
-  }
-
- private:
-  const shm::Segment& seg_;
-  Logger& log_;
-  int64_t next_ = 0;
-  int64_t lost_ = 0;
-};
-
-Status CheckShmSpace(uint64_t need) {
-  struct statvfs vfs {};
-  if (statvfs("/dev/shm", &vfs) != 0) return Status::Ok();  // let the segment's creation say what is wrong
-  const uint64_t avail = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
-  if (need > avail) {
-    return Status::Resource("the run needs a shared memory segment of " + Bytes(need) +
-                            " but /dev/shm has " + Bytes(avail) + " free");
   }
   return Status::Ok();
 }
@@ -434,16 +360,26 @@ void ReclaimStale(Logger& log) {
   }
 }
 
-// Names the segment in g_segment_path for main's last-resort handlers. Declared right after
-// the segment: cleared before the segment is removed, on every path out.
-class SegmentPathForHandlers {
+// Names the segment in g_segment_path for main's last-resort handlers while this run owns it
+// (declared right after the segment: cleared before the segment is removed, on every path
+// out). The run's end begins here: the name goes first (the mapping stays for the units
+// after it), since under mpirun a host master the job is ending has a grace period of about
+// a second before its SIGKILL, and stopping the workers may take that long.
+class SegmentName final : public RunUnit {
  public:
-  explicit SegmentPathForHandlers(const std::string& name) {
-    std::snprintf(g_segment_path, sizeof g_segment_path, "/dev/shm/%s", name.c_str());
+  explicit SegmentName(shm::Segment& seg) : seg_(seg) {
+    std::snprintf(g_segment_path, sizeof g_segment_path, "/dev/shm/%s", seg.name().c_str());
   }
-  ~SegmentPathForHandlers() { g_segment_path[0] = '\0'; }
-  SegmentPathForHandlers(const SegmentPathForHandlers&) = delete;
-  SegmentPathForHandlers& operator=(const SegmentPathForHandlers&) = delete;
+  ~SegmentName() override { g_segment_path[0] = '\0'; }
+  SegmentName(const SegmentName&) = delete;
+  SegmentName& operator=(const SegmentName&) = delete;
+  void Finish(RunEnd& /*end*/) override {
+    seg_.Unlink();
+    g_segment_path[0] = '\0';
+  }
+
+ private:
+  shm::Segment& seg_;
 };
 
 // Stops the exporter's reads of the run. Declared after the segment and the stats: destroyed
@@ -515,44 +451,6 @@ SupervisorOptions SupervisorOptionsFor(const TrainOptions& o) {
   return so;
 }
 
-// The live line on a terminal: step, loss, samples/s and ETA, refreshed every kProgressNs.
-class ProgressLine {
- public:
-  ProgressLine(const shm::Segment& seg, Logger& log, int64_t first_step, int64_t total_steps,
-               int64_t t_start)
-      : seg_(seg),
-        log_(log),
-        first_(first_step),
-        total_(total_steps),
-        t_start_(t_start),
-        next_ns_(t_start) {}
-
-  void Update(int64_t progress) {
-    const int64_t now = shm::MonotonicNs();
-    if (now < next_ns_) return;
-    next_ns_ = now + kProgressNs;
-    const double el = (now - t_start_) / 1e9;
-    const double rate = el > 0 ? TotalSamples(seg_) / el : 0;
-    const double eta = progress > first_ ? el * (total_ - progress) / (progress - first_) : NAN;
-    // The loss of the latest step (sync) or update (async), as the metrics endpoint shows it,
-    // whatever --log-every is; "?" until the first one.
-    const double loss = shm::LoadRelaxed(seg_.header()->last_loss);
-    const auto& optim = seg_.header()->config.optim;
-    const double lr = nn::LearningRateAfter(optim, progress);
-    log_.Progress("step " + std::to_string(progress) + "/" + std::to_string(total_) +
-                  "  loss " + (progress > first_ ? Fmt("%.6g", loss) : std::string("?")) +
-                  "  lr " + Fmt("%.4g", lr) + "  " +
-                  Fmt("%.0f", rate) + " samples/s  ETA " +
-                  (std::isfinite(eta) ? Fmt("%.1f", eta) + "s" : "?"));
-  }
-
- private:
-  const shm::Segment& seg_;
-  Logger& log_;
-  int64_t first_, total_, t_start_;
-  int64_t next_ns_;
-};
-
 // This host's share of the run's outputs: only host 0 writes the model and checkpoints (every
 // host holds the same parameters at every step), so the others neither pause for checkpoints
 // nor check output paths they will not write.
@@ -579,7 +477,7 @@ struct Start {
   std::string optimizer;
   Checkpoint resume;
   shm::Segment seg;
-  std::optional<SegmentPathForHandlers> seg_path;  // set once seg exists
+  std::optional<SegmentName> seg_name;  // set once seg exists
 };
 
 Status StartHere(TrainOptions& o, Logger& log, std::unique_ptr<monitoring::Exporter>* exporter,
@@ -598,7 +496,6 @@ Status StartHere(TrainOptions& o, Logger& log, std::unique_ptr<monitoring::Expor
   if (Status s = nn::ResolveOptim(o, st->total_steps, &st->optim); !s.ok()) return s;
   const shm::Header proto =
       MakeHeader(o, st->optim, d.rows, d.features, st->total_steps, st->eval_every);
-  if (Status s = CheckShmSpace(proto.total_size); !s.ok()) return s;
   // Resuming: the checkpoint must come from this very run (same options and data).
   st->fingerprint = RunFingerprint(o, st->optim, d);
   st->optimizer = nn::Describe(st->optim);
@@ -610,7 +507,7 @@ Status StartHere(TrainOptions& o, Logger& log, std::unique_ptr<monitoring::Expor
     }
   }
   if (Status s = shm::Segment::Create(shm::MakeSegmentName(), proto, &st->seg); !s.ok()) return s;
-  st->seg_path.emplace(st->seg.name());
+  st->seg_name.emplace(st->seg);
   FillSegment(o, &st->rd.train, st->resume, &st->seg);
   return Status::Ok();
 }
@@ -650,143 +547,77 @@ Status AgreeWithHosts(const Status& here, const TrainOptions& o, Hosts& hosts, c
   return hosts.Agree(here, identity, o.host_timeout_s, stop);
 }
 
-// A run whose segment exists and is filled: the units the run loop composes.
-struct RunParts {
-  const TrainOptions& o;
-  const RunData& rd;
-  Logger& log;
-  shm::Segment& seg;
-  Supervisor& sup;
-  CheckpointPolicy& checkpoints;
-  ValidationProtocol& validation;
-  LossLog& losses;
-  Combiner* combiner;  // several hosts only
-  int64_t first_step;
-  int64_t total_steps;
-  int64_t t_start;  // just before the workers start
+// Test hook (--fault-master-throw N): throws once the run reaches step N, so that a test can
+// see any exception of the master end in the normal cleanup.
+class MasterFault final : public RunUnit {
+ public:
+  explicit MasterFault(int64_t at_step) : at_(at_step) {}
+  Verdict Tick(const RunView& view) override {
+    if (at_ >= 0 && view.progress >= at_) throw std::bad_alloc();
+    return Verdict::GoOn();
+  }
+
+ private:
+  int64_t at_;
 };
 
-// Starts the workers and supervises them until every one has finished (Ok) or the run must
-// end: a stop signal (kInterrupted), a crash loop, a divergence, ... (the reason).
-Status Supervise(RunParts& run) {
-  const bool sync = run.o.mode == Mode::kSync;
-  ProgressLine progress_line(run.seg, run.log, run.first_step, run.total_steps, run.t_start);
-  Status failure = run.sup.StartAll();
-  while (failure.ok()) {
-    if (g_stop_signal.load() != 0) {
-      const int sig = g_stop_signal.load();
-      const bool from_mpirun = run.o.host_count > 1 && sig == SIGTERM;
-      return Status::Interrupted(
-          "stopped by " + SignalName(sig) + " at step " + std::to_string(Progress(run.seg)) +
-          " of " + std::to_string(run.total_steps) +
-          (from_mpirun ? " (under mpirun, SIGTERM comes from mpirun: it ends the job this way "
-                         "when it is interrupted or when another host master has failed; its "
-                         "message, or that host's, tells which)"
-                       : ""));
+// The model a good end keeps (the last parameters, or those the validation kept): never one
+// that is not finite, and saved with --save. Workers stop at the first non-finite loss or
+// gradient; this guards what they cannot see (an update that overflowed at the very last step).
+class FinalModel final : public RunUnit {
+ public:
+  FinalModel(const TrainOptions& o, const RunData& rd) : o_(o), rd_(rd) {}
+  void Finish(RunEnd& end) override {
+    if (!end.status.ok()) return;
+    if (!AllFinite(end.params)) {
+      end.status = Status::Diverged(
+          "training diverged: the parameters after step " + std::to_string(end.end_step) +
+          " are not finite (NaN or infinite); " + o_.DivergenceHint() + "; no model was saved");
+    } else if (!o_.save_path.empty()) {
+      Model m{o_.model, rd_.norm, rd_.train.classes, std::move(end.params)};
+      end.status = SaveModel(o_.save_path, m);
+      end.params = std::move(m.params);  // for the summary's final loss
     }
-    if (run.o.fault_master_throw >= 0 && Progress(run.seg) >= run.o.fault_master_throw) {
-      throw std::bad_alloc();  // test hook: any exception must end in the normal cleanup
+  }
+
+ private:
+  const TrainOptions& o_;
+  const RunData& rd_;
+};
+
+// The summary line of a good end: what the run itself knows (mode, steps, wall time, the kept
+// model's loss over the training rows, the workers' counters) beside what the units before it
+// put in (restarts, validation, the cross-host combine).
+class SummaryLine final : public RunUnit {
+ public:
+  SummaryLine(const TrainOptions& o, int64_t first_step, int64_t rows, int64_t t_start_ns,
+              Logger& log)
+      : o_(o), first_(first_step), rows_(rows), t_start_(t_start_ns), log_(log) {}
+  void Finish(RunEnd& end) override {
+    if (!end.status.ok()) return;
+    RunSummary& s = end.summary;
+    s.mode = o_.mode;
+    s.rule = o_.rule;
+    s.workers = o_.workers;
+    s.first_step = first_;
+    s.end_step = end.end_step;
+    s.wall_s = (end.end_ns - t_start_) / 1e9;
+    s.final_loss = nn::Evaluate(o_.model, end.params.data(), end.seg.x(), end.seg.y(), rows_).loss;
+    ReadWorkerCounters(end.seg, &s);
+    if (o_.host_count > 1) {
+      // The rows of every host's workers: each step is the whole global batch, split over them.
+      s.hosts = o_.host_count;
+      const int64_t batch = o_.batch > 0 ? o_.batch : rows_;
+      s.samples = static_cast<uint64_t>((end.end_step - first_) * batch);
     }
-    failure = run.sup.Tick(run.validation.wants_fast_poll() ? 1 : kPollMs);
-    if (failure.ok() && run.combiner != nullptr) failure = run.combiner->status();
-    run.losses.Drain();
-    run.validation.Poll();
-    if (!failure.ok()) break;
-    if (run.sup.AllFinished()) {
-      if (!sync) run.sup.Reconcile();
-      if (sync || run.validation.stop_requested() || Progress(run.seg) >= run.total_steps) break;
-      // Async: updates whose tickets died with a worker are still owed.
-      failure = run.sup.ResumeAsync();
-      continue;
-    }
-    const int64_t progress = Progress(run.seg);
-    run.checkpoints.Tick(run.seg, progress);
-    progress_line.Update(progress);
+    LogSummary(s, log_);
   }
-  return failure;
-}
 
-// The run must end: every worker is stopped; stopped by a signal, the state is checkpointed.
-Status Abandon(RunParts& run, Status failure) {
-  // The name goes first (the mapping stays for the checkpoint): under mpirun a process the
-  // job is ending has a grace period of about a second before its SIGKILL, and stopping the
-  // workers may take that long.
-  run.seg.Unlink();
-  g_segment_path[0] = '\0';
-  run.sup.AbortAll();
-  run.log.ClearProgress();
-  if (failure.code() == Status::Code::kInterrupted) {
-    (void)run.checkpoints.WriteOnStop(run.seg);  // a failure is logged and counted
-  }
-  return failure;
-}
-
-// What the summary reports besides the model's losses and the workers' counters. After the
-// validation's Finish(): the evaluations it waits for may still decide an early stop.
-RunSummary SummaryOf(const RunParts& run, int64_t end_step, double wall_s) {
-  RunSummary s;
-  s.mode = run.o.mode;
-  s.rule = run.o.rule;
-  s.workers = run.o.workers;
-  s.first_step = run.first_step;
-  s.end_step = end_step;
-  s.wall_s = wall_s;
-  s.restarts = run.sup.restarts();
-  s.torn_updates = run.sup.torn_updates();
-  s.recoveries = run.sup.recoveries();
-  s.early_stop = run.o.early_stop > 0;
-  s.stopped_early = run.validation.stop_requested();
-  s.best_step = s.early_stop ? run.validation.best_step() : -1;
-  s.val_rows = run.rd.val.rows;
-  s.classification = run.o.model.loss == Loss::kXent;
-  return s;
-}
-
-// Every worker has finished: the model kept (the last, or the best evaluated one), saved, and
-// the summary.
-Status Finish(RunParts& run) {
-  const TrainOptions& o = run.o;
-  const data::Dataset& d = run.rd.train;
-  const bool sync = o.mode == Mode::kSync;
-  run.losses.Drain();
-  run.log.ClearProgress();
-  run.losses.ReportLost();
-  const int64_t t_end = shm::MonotonicNs();
-  const int64_t end_step = Progress(run.seg);  // total_steps, or earlier after an early stop
-  if (!sync && !run.validation.stop_requested() && end_step != run.total_steps) {
-    return Status::Internal("async run ended with " + std::to_string(end_step) +
-                            " updates applied, expected " + std::to_string(run.total_steps));
-  }
-  const float* w = run.seg.params(sync ? end_step : 0);
-  std::vector<float> params(w, w + run.seg.header()->config.param_count);
-  const nn::Metrics val = run.validation.Finish(end_step, &params);  // may stop early, too
-  RunSummary summary = SummaryOf(run, end_step, (t_end - run.t_start) / 1e9);
-  summary.val = val;
-  summary.final_loss = nn::Evaluate(o.model, params.data(), run.seg.x(), run.seg.y(), d.rows).loss;
-  ReadWorkerCounters(run.seg, &summary);
-  if (o.host_count > 1) {
-    // The rows of every host's workers: each step is the whole global batch, split over them.
-    summary.hosts = o.host_count;
-    summary.combine_us = run.combiner->MeanUs();
-    summary.samples = static_cast<uint64_t>((end_step - run.first_step) * (o.batch > 0 ? o.batch : d.rows));
-  }
-  run.seg.Unlink();
-  g_segment_path[0] = '\0';
-
-  // Workers stop at the first non-finite loss or gradient; this guards what they cannot see
-  // (an update that overflowed at the very last step): no non-finite model is ever written.
-  if (!AllFinite(params)) {
-    return Status::Diverged("training diverged: the parameters after step " +
-                            std::to_string(end_step) + " are not finite (NaN or infinite); " +
-                            o.DivergenceHint() + "; no model was saved");
-  }
-  if (!o.save_path.empty()) {
-    const Model m{o.model, run.rd.norm, d.classes, std::move(params)};
-    if (Status s = SaveModel(o.save_path, m); !s.ok()) return s;
-  }
-  LogSummary(summary, run.log);
-  return Status::Ok();
-}
+ private:
+  const TrainOptions& o_;
+  int64_t first_, rows_, t_start_;
+  Logger& log_;
+};
 
 }  // namespace
 
@@ -797,42 +628,45 @@ Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher, Hosts
   Start st;
   const Status started = StartHere(o, log, &exporter, &st);
   if (Status s = AgreeWithHosts(started, o, hosts, st, exporter.get(), log); !s.ok()) return s;
-  const RunData& rd = st.rd;
   shm::Segment& seg = st.seg;
-  const int64_t first = st.resume.step;
-  const int64_t total_steps = st.total_steps;
-  const int64_t eval_every = st.eval_every;
-  const uint64_t fingerprint = st.fingerprint;
-  const std::string& optimizer = st.optimizer;
-  monitoring::SupervisorStats stats(o.workers);
+  const int64_t first = st.resume.step, total = st.total_steps;
+  monitoring::RunStats stats(o.workers);
   if (exporter) exporter->Attach(&seg, &stats, o);
   const DetachOnExit detach(exporter.get());
-  LogSegment(o, rd, seg, exporter.get(), log);
+  LogSegment(o, st.rd, seg, exporter.get(), log);
 
+  // What a run does, each round and at its end, in this order (master/run_loop.h).
+  const int64_t t_start = shm::MonotonicNs();  // the clock of the summary and the events
+  StopSignal stop(total, o.host_count > 1);
+  MasterFault fault(o.fault_master_throw);
+  LossLog losses(log, seg.header()->config.log_every, first);
+  ProgressLine live(log, first, total, t_start);
+  ValidationProtocol validation({.eval_every = st.eval_every,
+                                 .early_stop = o.early_stop,
+                                 .first_step = first,
+                                 .total_steps = total,
+                                 .steps_per_epoch = o.StepsPerEpoch(st.rd.train.rows),
+                                 .t_start_ns = t_start},
+                                o.model, st.rd.val, seg, log, stats.validation());
+  std::unique_ptr<Combiner> combiner;
+  if (hosts.count() > 1) {
+    combiner = std::make_unique<Combiner>(seg, hosts, stats.combine(), o.host_timeout_s);
+  }
+  Supervisor sup(seg, launcher, log, stats.workers(), SupervisorOptionsFor(o));
   CheckpointPolicy checkpoints({.path = o.checkpoint_path,
                                 .every = o.checkpoint_every,
                                 .mode = o.mode,
                                 .first_step = first,
-                                .total_steps = total_steps,
-                                .fingerprint = fingerprint,
-                                .optimizer = optimizer},
-                               log, stats);
-  const int64_t t_start = shm::MonotonicNs();  // the clock of the summary and the events
-  ValidationProtocol validation({.eval_every = eval_every,
-                                 .early_stop = o.early_stop,
-                                 .first_step = first,
-                                 .total_steps = total_steps,
-                                 .steps_per_epoch = o.StepsPerEpoch(rd.train.rows),
-                                 .t_start_ns = t_start},
-                                o.model, rd.val, seg, log, stats);
-  Supervisor sup(seg, launcher, log, stats, SupervisorOptionsFor(o));
-  LossLog losses(seg, log, first);
-  std::unique_ptr<Combiner> combiner;
-  if (hosts.count() > 1) combiner = std::make_unique<Combiner>(seg, hosts, stats, o.host_timeout_s);
-  RunParts run{o,      rd,         log,          seg,   sup,        checkpoints,
-               validation, losses, combiner.get(), first, total_steps, t_start};
-  if (Status failure = Supervise(run); !failure.ok()) return Abandon(run, std::move(failure));
-  return Finish(run);
+                                .total_steps = total,
+                                .fingerprint = st.fingerprint,
+                                .optimizer = st.optimizer},
+                               seg, log, stats.checkpoints());
+  FinalModel model(o, st.rd);
+  SummaryLine summary(o, first, st.rd.train.rows, t_start, log);
+  RunLoop loop(seg, [&sup](int ms) { sup.Wait(ms); },
+               {&*st.seg_name, &stop, &fault, &losses, &live, &validation, combiner.get(), &sup,
+                &checkpoints, &model, &summary});
+  return loop.Run();
 }
 
 }  // namespace shmtrain::master

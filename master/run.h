@@ -1,11 +1,9 @@
-// The master's run loop for `shmtrain train`: load the data, lay out and fill the segment,
-// start the workers, supervise them, log, and finish (save, summary) or abandon the run.
-//
-// The loop composes units that each own one concern: the workers' lives (Supervisor,
-// master/supervisor.h), checkpoints and resume (CheckpointPolicy, master/checkpoint_policy.h),
-// validation and early stopping (ValidationProtocol, master/validation.h), and the last line
-// (RunSummary, master/run_summary.h). Each round of the loop hands every unit the segment's
-// progress; none of them waits for a worker.
+// `shmtrain train`: load the data, lay out and fill the segment, then run the list of units
+// that make a run (master/run_loop.h), each owning one concern: stop signals
+// (master/signals.h), the loss and live lines (master/run_lines.h), validation and early
+// stopping (master/validation.h), the cross-host combine (master/combiner.h), the workers'
+// lives (master/supervisor.h), checkpoints (master/checkpoint_policy.h), the model kept and
+// the summary line. RunTrain's list is the order of every round and of the run's end.
 //
 // The master never blocks on anything a worker can hold: it sleeps only in poll() on the
 // workers' pidfds with a short timeout, reads the segment without locks, and after an abort

@@ -26,7 +26,7 @@ void ReadWorkerCounters(const shm::Segment& seg, RunSummary* s) {
   for (uint32_t r = 0; r < h->config.workers; ++r) {
     s->dropped += shm::LoadRelaxed(seg.block(r)->dropped_total);
     s->staleness_sum += shm::LoadRelaxed(seg.block(r)->staleness_sum);
-    s->worker_updates.push_back(shm::LoadRelaxed(seg.block(r)->commit) / 2);
+    s->worker_updates.push_back(shm::LoadCommit(*seg.block(r)) / 2);
   }
   s->compute_ns = s->reduce_ns = s->barrier_ns = 0;
   for (uint32_t r = 0; r < h->config.workers; ++r) {

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <new>
 #include <string>
@@ -49,7 +50,26 @@ void OnTerminate() {
   std::_Exit(kExitInternal);
 }
 
+// "SIGHUP" for 1, for messages.
+std::string SignalName(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
+}
+
 }  // namespace
+
+Verdict StopSignal::Tick(const RunView& view) {
+  const int sig = g_stop_signal.load();
+  if (sig == 0) return Verdict::GoOn();
+  const bool from_mpirun = under_mpirun_ && sig == SIGTERM;
+  return Verdict::EndIf(Status::Interrupted(
+      "stopped by " + SignalName(sig) + " at step " + std::to_string(view.progress) + " of " +
+      std::to_string(total_steps_) +
+      (from_mpirun ? " (under mpirun, SIGTERM comes from mpirun: it ends the job this way when "
+                     "it is interrupted or when another host master has failed; its message, "
+                     "or that host's, tells which)"
+                   : "")));
+}
 
 std::string DescribeException(std::exception_ptr e) {
   if (!e) return "unknown exception";

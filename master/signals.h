@@ -1,8 +1,10 @@
 // How the master meets signals and escaped exceptions, in one place.
 //
 //  - Stop signals (HUP, INT, QUIT, USR1, USR2, PIPE from another process, ALRM, TERM, XCPU,
-//    XFSZ, VTALRM, PROF, IO, PWR): a flag (g_stop_signal); the run loop stops the workers,
-//    writes a checkpoint if one is configured, removes the segment and exits 128 + n. A
+//    XFSZ, VTALRM, PROF, IO, PWR): a flag (g_stop_signal), which StopSignal, the first unit
+//    of the run loop's rounds, turns into the end of the run (kInterrupted); the run's end
+//    stops the workers, writes a checkpoint if one is configured, removes the segment, and
+//    the process exits 128 + n. A
 //    SIGPIPE the master raised itself (a write to a closed stdout or a scraper that hung up)
 //    is ignored: the write fails with EPIPE and training goes on.
 //  - Crash signals (SEGV, BUS, FPE, ILL, ABRT, TRAP, SYS): the segment is unlinked, then the
@@ -12,10 +14,26 @@
 //    the segment and exits 1. (main's own exceptions unwind through the normal cleanup.)
 #pragma once
 
+#include <cstdint>
 #include <exception>
 #include <string>
 
+#include "master/run_loop.h"
+
 namespace shmtrain::master {
+
+// Ends the run at the first round after a stop signal, naming it and the step.
+class StopSignal final : public RunUnit {
+ public:
+  // under_mpirun: several hosts, where a SIGTERM is how mpirun ends the job.
+  StopSignal(int64_t total_steps, bool under_mpirun)
+      : total_steps_(total_steps), under_mpirun_(under_mpirun) {}
+  Verdict Tick(const RunView& view) override;
+
+ private:
+  int64_t total_steps_;
+  bool under_mpirun_;
+};
 
 // Installs the handlers above. Call again after anything that may have replaced one (the
 // metrics server's library sets SIGPIPE to SIG_IGN when it starts).

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <map>
 
+#include "master/segment_reads.h"
 #include "shm/barrier.h"
 #include "shm/futex.h"
 #include "shmtrain/options.h"
@@ -41,18 +42,8 @@ bool SyncMode(const shm::Segment& seg) {
 
 }  // namespace
 
-int64_t Progress(const shm::Segment& seg) {
-  const auto& c = seg.header()->config;
-  if (static_cast<Mode>(c.mode) == Mode::kSync) {
-    uint64_t lo = UINT64_MAX;
-    for (uint32_t r = 0; r < c.workers; ++r) lo = std::min(lo, shm::LoadPhase(*seg.block(r)));
-    return static_cast<int64_t>(lo / 2);
-  }
-  return static_cast<int64_t>(shm::LoadAcquire(seg.header()->param_version));
-}
-
 Supervisor::Supervisor(shm::Segment& seg, Launcher& launcher, Logger& log,
-                       monitoring::SupervisorStats& stats, const SupervisorOptions& opts)
+                       monitoring::WorkerStats& stats, const SupervisorOptions& opts)
     : seg_(seg),
       launcher_(launcher),
       log_(log),
@@ -68,14 +59,14 @@ Supervisor::Supervisor(shm::Segment& seg, Launcher& launcher, Logger& log,
 
 Supervisor::~Supervisor() { KillAll(); }
 
-Status Supervisor::StartAll() {
+Status Supervisor::Start() {
   for (int r = 0; r < static_cast<int>(kids_.size()); ++r) {
-    if (Status s = Start(r, 0); !s.ok()) return s;
+    if (Status s = StartRank(r, 0); !s.ok()) return s;
   }
   return Status::Ok();
 }
 
-Status Supervisor::Start(int rank, uint32_t incarnation) {
+Status Supervisor::StartRank(int rank, uint32_t incarnation) {
   shm::WorkerBlock* b = seg_.block(rank);
   // The old incarnation is gone (reaped), so nobody else writes these words now.
   shm::StoreRelaxed<uint32_t>(b->attached, 0);
@@ -134,12 +125,18 @@ std::vector<int> Supervisor::PollExited(int timeout_ms) {
   return exited;
 }
 
-Status Supervisor::Tick(int timeout_ms) {
-  for (const int r : PollExited(timeout_ms)) {
-    if (Status s = OnExit(r); !s.ok()) return s;
+void Supervisor::Wait(int timeout_ms) {
+  for (const int r : PollExited(timeout_ms)) exited_.push_back(r);
+}
+
+Verdict Supervisor::Tick(const RunView& view) {
+  std::vector<int> exited;
+  exited.swap(exited_);
+  for (const int r : exited) {
+    if (Status s = OnExit(r); !s.ok()) return Verdict::EndIf(std::move(s));
   }
-  const int64_t now = shm::MonotonicNs();
-  const int64_t progress = Progress(seg_);
+  const int64_t now = view.now_ns;
+  const int64_t progress = view.progress;
   // Recovered: the replacement has attached and the run has moved on since the death (a peer
   // that was one phase behind can move the counter once without the replacement).
   auto moved = std::remove_if(pending_.begin(), pending_.end(), [&](const PendingRecovery& p) {
@@ -155,22 +152,64 @@ Status Supervisor::Tick(int timeout_ms) {
   pending_.erase(moved, pending_.end());
   CheckHangs(now);
   MaybeChaos(now, progress);
-  return Status::Ok();
+  return AllFinished() ? WorkDone() : Verdict::GoOn();
 }
 
-Status Supervisor::OnExit(int r) {
-  Child& c = kids_[r];
+Verdict Supervisor::WorkDone() {
+  if (SyncMode(seg_)) return Verdict::Done();
+  Reconcile();
+  const int64_t applied = Progress(seg_), total = seg_.header()->config.total_steps;
+  // An early stop (master/validation.h) ends the workers at their next update.
+  const bool stopped = shm::LoadAcquire(seg_.header()->stop_eval) != shm::kNoStop;
+  if (stopped || applied == total) return Verdict::Done();
+  if (applied > total) {
+    return Verdict::EndIf(Status::Internal("async run ended with " + std::to_string(applied) +
+                                           " updates applied, expected " + std::to_string(total)));
+  }
+  // Updates whose tickets died with a worker are still owed.
+  return Verdict::EndIf(ResumeAsync());
+}
+
+void Supervisor::Finish(RunEnd& end) {
+  if (!end.status.ok()) {
+    AbortAll();
+    return;
+  }
+  end.summary.restarts = restarts_;
+  end.summary.torn_updates = torn_;
+  end.summary.recoveries = recoveries_;
+}
+
+bool Supervisor::FinishedItsPart(int r) const {
+  const Child& c = kids_[r];
   const auto& cfg = seg_.header()->config;
-  const bool clean = WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0;
+  if (!WIFEXITED(c.status) || WEXITSTATUS(c.status) != 0) return false;
   // A sync worker leaves only after its last step, or at the eval step an early stop named;
   // an async one once the update budget is claimed or a stop is asked for.
   const int64_t stop = shm::LoadAcquire(seg_.header()->stop_eval);
   const int64_t last = stop != shm::kNoStop && cfg.eval_every > 0
                            ? std::min(cfg.total_steps, stop * cfg.eval_every)
                            : cfg.total_steps;
-  const bool done = clean && (!SyncMode(seg_) || shm::LoadPhase(*seg_.block(r)) ==
-                                                     2 * static_cast<uint64_t>(last));
-  if (done) {
+  return !SyncMode(seg_) || shm::LoadPhase(*seg_.block(r)) == 2 * static_cast<uint64_t>(last);
+}
+
+void Supervisor::SettleInterruptedApply(int r) {
+  // Killed with an update under way: torn, or applied and advanced but not counted; which
+  // one is settled by Reconcile(). The flag comes down before the replacement starts.
+  // The ticket, too, is settled by Reconcile (applied, or torn): it must not be redone.
+  shm::WorkerBlock* b = seg_.block(r);
+  if (const uint64_t commit = shm::LoadCommit(*b); commit % 2 == 1) {
+    shm::StoreRelaxed<uint64_t>(b->commit, commit - 1);
+    shm::StoreRelaxed<int64_t>(b->ticket, -1);
+    ++interrupted_;
+    interrupted_ranks_.push_back(r);
+  }
+}
+
+Status Supervisor::OnExit(int r) {
+  Child& c = kids_[r];
+  const auto& cfg = seg_.header()->config;
+  if (FinishedItsPart(r)) {
     c.finished = true;
     return Status::Ok();
   }
@@ -209,18 +248,7 @@ Status Supervisor::OnExit(int r) {
                            : ", waiting for " + silent +
                                  ", which sent no heartbeats and was killed";
   }
-  if (!SyncMode(seg_)) {
-    // Killed with an update under way: torn, or applied and advanced but not counted; which
-    // one is settled by Reconcile(). The flag comes down before the replacement starts.
-    // The ticket, too, is settled by Reconcile (applied, or torn): it must not be redone.
-    uint64_t& commit = seg_.block(r)->commit;
-    if (commit % 2 == 1) {
-      --commit;
-      shm::StoreRelaxed<int64_t>(seg_.block(r)->ticket, -1);
-      ++interrupted_;
-      interrupted_ranks_.push_back(r);
-    }
-  }
+  if (!SyncMode(seg_)) SettleInterruptedApply(r);
   if (!chaos && !victim) {
     if (Status s = CountFailure({now, r, hang ? "hang" : DescribeExit(c.status)}, what, progress);
         !s.ok()) {
@@ -243,7 +271,7 @@ Status Supervisor::OnExit(int r) {
                                 [&](const PendingRecovery& p) { return p.rank == r; }),
                  pending_.end());
   pending_.push_back({now, progress, r});
-  return Start(r, c.incarnation + 1);
+  return StartRank(r, c.incarnation + 1);
 }
 
 // The crash-loop budget: more than max_restarts failures within the window, or in a row with
@@ -346,13 +374,16 @@ void Supervisor::MaybeChaos(int64_t now, int64_t progress) {
 
 void Supervisor::Reconcile() {
   uint64_t counted = 0;
-  for (int r = 0; r < static_cast<int>(kids_.size()); ++r) counted += seg_.block(r)->commit / 2;
-  const uint64_t version = std::atomic_ref<uint64_t>(seg_.header()->param_version).load();
+  for (int r = 0; r < static_cast<int>(kids_.size()); ++r) {
+    counted += shm::LoadCommit(*seg_.block(r)) / 2;
+  }
+  const uint64_t version = shm::LoadAcquire(seg_.header()->param_version);
   // Every update that advanced the version and was not counted died in the window after its
   // advance; each was also one of the interrupted ones. The others are the torn updates.
   uint64_t landed = version > counted ? version - counted : 0;
   for (size_t i = 0; i < interrupted_ranks_.size() && landed > 0; ++i, --landed, --interrupted_) {
-    seg_.block(interrupted_ranks_[i])->commit += 2;
+    shm::WorkerBlock* b = seg_.block(interrupted_ranks_[i]);
+    shm::StoreRelaxed<uint64_t>(b->commit, shm::LoadCommit(*b) + 2);
   }
   interrupted_ranks_.clear();
   for (; interrupted_ > 0; --interrupted_) {
@@ -377,7 +408,7 @@ Status Supervisor::ResumeAsync() {
   const int64_t owed = total - Progress(seg_);
   for (int r = 0; r < static_cast<int>(kids_.size()) && r < owed; ++r) {
     shm::StoreRelaxed<int64_t>(seg_.block(r)->ticket, total + extra_tickets_++);
-    if (Status s = Start(r, kids_[r].incarnation + 1); !s.ok()) return s;
+    if (Status s = StartRank(r, kids_[r].incarnation + 1); !s.ok()) return s;
   }
   return Status::Ok();
 }

@@ -11,8 +11,8 @@
 //    is cleared so it is not redone.
 //  - A hung worker (no heartbeat for heartbeat_timeout) is SIGKILLed and replaced (reason hang).
 //  - More than max_restarts restarts within restart_window (chaos kills excepted), or more
-//    than max_restarts in a row while Progress() stays put, is a crash loop: the run ends
-//    with a message naming the ranks and reasons.
+//    than max_restarts in a row while Progress() (master/segment_reads.h) stays put, is a crash
+//    loop: the run ends with a message naming the ranks and reasons.
 //  - A worker that exits on a barrier timeout is usually a victim: the rank it waited for
 //    sent no heartbeat for about the barrier timeout. That rank is killed as hung and
 //    replaced; the victim is restarted without counting against the crash-loop budget.
@@ -20,8 +20,12 @@
 //  - Chaos (chaos_every > 0): the supervisor itself SIGKILLs a random worker at random
 //    moments (uniform in [0.5, 1.5] x chaos_every apart, and never twice at one value of
 //    Progress(): the run always moves between two kills), for demos and soak tests.
+//  - The workers' part is done when every worker has ended it cleanly; async, once the
+//    interrupted updates are settled and none is owed (or an early stop was asked for).
 // The supervisor never blocks on anything a worker holds: every wait is a bounded poll(), and
 // waitpid() only after the child has exited or been SIGKILLed.
+//
+// A unit of the run loop (master/run_loop.h), and its clock: each round sleeps in Wait().
 #pragma once
 
 #include <sys/types.h>
@@ -33,7 +37,8 @@
 
 #include "master/launcher.h"
 #include "master/log.h"
-#include "monitoring/exporter.h"
+#include "master/run_loop.h"
+#include "monitoring/run_stats.h"
 #include "nn/rng.h"
 #include "shm/segment.h"
 #include "shmtrain/status.h"
@@ -50,32 +55,25 @@ struct SupervisorOptions {
   std::string divergence_hint = "the learning rate is probably too large";
 };
 
-// Updates applied so far: sync steps every rank completed, or async param_version.
-int64_t Progress(const shm::Segment& seg);
-
-class Supervisor {
+class Supervisor final : public RunUnit {
  public:
-  Supervisor(shm::Segment& seg, Launcher& launcher, Logger& log,
-             monitoring::SupervisorStats& stats, const SupervisorOptions& opts);
-  ~Supervisor();  // SIGKILLs and reaps whatever still runs
+  // stats: the workers' part of the run's metrics (monitoring/run_stats.h), written here only.
+  Supervisor(shm::Segment& seg, Launcher& launcher, Logger& log, monitoring::WorkerStats& stats,
+             const SupervisorOptions& opts);
+  ~Supervisor() override;  // SIGKILLs and reaps whatever still runs
   Supervisor(const Supervisor&) = delete;
   Supervisor& operator=(const Supervisor&) = delete;
 
-  Status StartAll();
-  // One supervision round: waits up to timeout_ms for a worker to end, replaces dead and hung
-  // workers, fires chaos. Not ok when the run must end (crash loop, a worker cannot start).
-  Status Tick(int timeout_ms);
-  // Every worker has ended its part cleanly.
-  bool AllFinished() const;
-  // Async: the run still owes updates (torn ones): hands each owed update a fresh ticket past
-  // total_steps in a rank's block and starts those ranks again. Call only when AllFinished()
-  // and after Reconcile(): no worker runs, so the blocks can be written without a race.
-  Status ResumeAsync();
-  // Abort word up, a bounded wait for the workers to leave, SIGKILL for the rest.
-  void AbortAll();
-  // Async, when no worker runs (AllFinished()): settles the updates interrupted by deaths
-  // into applied ones (counted to their rank) and torn ones, from param_version.
-  void Reconcile();
+  // Starts every worker.
+  Status Start() override;
+  // The round's sleep: waits up to timeout_ms for a worker to end, and reaps those that did.
+  void Wait(int timeout_ms);
+  // Replaces the workers that ended (or hung), fires chaos. Ends the run when it must (a crash
+  // loop, a divergence, a worker that cannot start), and Done when the workers' part is.
+  Verdict Tick(const RunView& view) override;
+  // A failure: abort word up, a bounded wait for the workers to leave, SIGKILL for the rest.
+  // A good end: the restarts, torn updates and recoveries into the summary.
+  void Finish(RunEnd& end) override;
 
   int64_t restarts() const { return restarts_; }
   int64_t torn_updates() const { return torn_; }
@@ -107,24 +105,43 @@ class Supervisor {
     int rank;
   };
 
-  Status Start(int rank, uint32_t incarnation);
+  Status StartRank(int rank, uint32_t incarnation);
   bool Reap(int rank);
   // Waits up to timeout_ms for running workers to end; reaps them and returns their ranks.
   std::vector<int> PollExited(int timeout_ms);
+  // A clean exit at the end of the rank's part (its last step, or the early stop's).
+  bool FinishedItsPart(int rank) const;
+  // Async: a rank that died applying (odd commit word) is counted as interrupted, its flag
+  // lowered and its ticket cleared; Reconcile() settles it.
+  void SettleInterruptedApply(int rank);
   Status OnExit(int rank);
   void CheckHangs(int64_t now);
   // Barrier timeout: SIGKILLs (as "hang") every running rank whose heartbeat is older than
   // about the barrier timeout; returns them as "worker a, worker b" ("" if none).
   std::string KillSilent(int64_t now);
   void MaybeChaos(int64_t now, int64_t progress);
+  // Every worker has ended its part cleanly.
+  bool AllFinished() const;
+  // Once AllFinished(): Done, unless (async) updates torn by deaths are still owed.
+  Verdict WorkDone();
+  // Async, when no worker runs (AllFinished()): settles the updates interrupted by deaths
+  // into applied ones (counted to their rank) and torn ones, from param_version.
+  void Reconcile();
+  // Async: the run still owes updates (torn ones): hands each owed update a fresh ticket past
+  // total_steps in a rank's block and starts those ranks again. Call only when AllFinished()
+  // and after Reconcile(): no worker runs, so the blocks can be written without a race.
+  Status ResumeAsync();
+  // Abort word up, a bounded wait for the workers to leave, SIGKILL for the rest.
+  void AbortAll();
   void KillAll();
 
   shm::Segment& seg_;
   Launcher& launcher_;
   Logger& log_;
-  monitoring::SupervisorStats& stats_;
+  monitoring::WorkerStats& stats_;
   SupervisorOptions opts_;
   std::vector<Child> kids_;
+  std::vector<int> exited_;     // ranks reaped by Wait(), for the next Tick()
   std::deque<Restart> window_;  // restarts (chaos excepted) within restart_window
   // Consecutive counted restarts at one value of Progress(): more than max_restarts of them
   // is a crash loop too, however slowly they come.

@@ -5,7 +5,6 @@
 #include <utility>
 
 #include "master/segment_reads.h"
-#include "master/supervisor.h"
 #include "shm/barrier.h"
 #include "shm/futex.h"
 #include "shmtrain/options.h"
@@ -14,7 +13,7 @@ namespace shmtrain::master {
 
 ValidationProtocol::ValidationProtocol(const ValidationPlan& plan, const ModelSpec& spec,
                                        const data::Dataset& val, shm::Segment& seg, Logger& log,
-                                       monitoring::SupervisorStats& stats)
+                                       monitoring::ValidationStats& stats)
     : plan_(plan),
       spec_(spec),
       val_(val),
@@ -36,6 +35,22 @@ bool ValidationProtocol::sync() const {
 
 bool ValidationProtocol::wants_fast_poll() const {
   return plan_.eval_every > 0 && sync() && (!ack_after_eval_ || acked_ < next_eval_ - 1);
+}
+
+Verdict ValidationProtocol::Tick(const RunView& /*view*/) {
+  Poll();
+  return Verdict::GoOn();
+}
+
+void ValidationProtocol::Finish(RunEnd& end) {
+  if (!end.status.ok()) return;
+  RunSummary& s = end.summary;
+  s.val = FinalEvaluation(end.end_step, &end.params);  // may stop early, too
+  s.early_stop = plan_.early_stop > 0;
+  s.stopped_early = stop_requested_;
+  s.best_step = s.early_stop ? best_.step() : -1;
+  s.val_rows = val_.rows;
+  s.classification = spec_.loss == Loss::kXent;
 }
 
 void ValidationProtocol::Poll() {
@@ -115,7 +130,7 @@ void ValidationProtocol::LogValidation(int64_t step, const nn::Metrics& m, int64
   const std::string epoch_text =
       step % per_epoch == 0 ? std::to_string(step / per_epoch) : Fmt("%.2f", epoch);
   // The gauges first: a reader of the log line finds them already set.
-  stats_.SetValidation(m.loss, xent ? m.accuracy : m.rmse);
+  stats_.Set(m.loss, xent ? m.accuracy : m.rmse);
   JsonLine j("validation");
   j.Int("step", step).Num("epoch", epoch).Num("val_loss", m.loss);
   xent ? j.Num("val_accuracy", m.accuracy) : j.Num("val_rmse", m.rmse);
@@ -127,7 +142,7 @@ void ValidationProtocol::LogValidation(int64_t step, const nn::Metrics& m, int64
             j);
 }
 
-nn::Metrics ValidationProtocol::Finish(int64_t end_step, std::vector<float>* params) {
+nn::Metrics ValidationProtocol::FinalEvaluation(int64_t end_step, std::vector<float>* params) {
   const int64_t end_ns = shm::MonotonicNs();
   if (evaluator_) HandleResults(evaluator_->Finish());
   nn::Metrics m = nn::Evaluate(spec_, params->data(), val_.x.data(), val_.y.data(), val_.rows);

@@ -15,11 +15,14 @@
 //    evaluation step; an early stop is stop_eval = 0, and the workers stop at their next
 //    update.
 //  - Every result is logged (`validation at step ...`, JSON `validation`) and published to
-//    the metrics (SupervisorStats::SetValidation) in evaluation order.
-//  - Finish(): the outstanding evaluations, then the final parameters' one; with
+//    the metrics (ValidationStats::Set) in evaluation order.
+//  - FinalEvaluation(): the outstanding evaluations, then the final parameters' one; with
 //    --early-stop the parameters kept are the evaluated ones with the lowest validation loss.
 //  - The protocol owns eval_ack and stop_eval in the segment header; it sets eval_ack for the
 //    run's first step when it is constructed, before any worker starts.
+//
+// A unit of the run loop (master/run_loop.h): each round polls; a good end makes the final
+// evaluation, keeps the parameters it names and puts the metrics into the summary.
 //
 // Threads: the run loop's only (the evaluator's thread sees copies, never the segment). The
 // master never blocks on a worker here: Poll() only reads published words.
@@ -33,7 +36,8 @@
 #include "data/dataset.h"
 #include "master/evaluator.h"
 #include "master/log.h"
-#include "monitoring/exporter.h"
+#include "master/run_loop.h"
+#include "monitoring/run_stats.h"
 #include "nn/metrics.h"
 #include "shm/segment.h"
 #include "shmtrain/model_spec.h"
@@ -49,18 +53,21 @@ struct ValidationPlan {
   int64_t t_start_ns = 0;       // the run's start (MonotonicNs), for the events' elapsed_s
 };
 
-class ValidationProtocol {
+class ValidationProtocol final : public RunUnit {
  public:
-  // spec, val, seg, log and stats must outlive the protocol. The mode, the workers and the
-  // parameter count are read from seg's header.
+  // spec, val, seg, log and stats (the validation's part of the run's metrics) must outlive
+  // the protocol. The mode, the workers and the parameter count are read from seg's header.
   ValidationProtocol(const ValidationPlan& plan, const ModelSpec& spec, const data::Dataset& val,
-                     shm::Segment& seg, Logger& log, monitoring::SupervisorStats& stats);
+                     shm::Segment& seg, Logger& log, monitoring::ValidationStats& stats);
   ValidationProtocol(const ValidationProtocol&) = delete;
   ValidationProtocol& operator=(const ValidationProtocol&) = delete;
 
   // Sync ranks may be waiting for a snapshot's ack: the supervisor should look every
   // millisecond (with early stopping: while an evaluation is out).
   bool wants_fast_poll() const;
+  int PollMs() const override { return wants_fast_poll() ? 1 : kPollMs; }
+  Verdict Tick(const RunView& view) override;
+  void Finish(RunEnd& end) override;
   // Copies out the snapshots ready, hands them to the evaluator, and handles the results
   // back since the last call (logs, early stop, acks). Rethrows an evaluation's exception.
   void Poll();
@@ -71,8 +78,8 @@ class ValidationProtocol {
   // the outstanding evaluations, evaluates *params on the held-out set (logged as an
   // evaluation when validating) and, with --early-stop, replaces *params by the best
   // evaluated ones. Returns the validation metrics of the parameters left in *params.
-  nn::Metrics Finish(int64_t end_step, std::vector<float>* params);
-  // With --early-stop, after Finish(): the step of the parameters kept.
+  nn::Metrics FinalEvaluation(int64_t end_step, std::vector<float>* params);
+  // With --early-stop, after FinalEvaluation(): the step of the parameters kept.
   int64_t best_step() const { return best_.step(); }
 
  private:
@@ -90,7 +97,7 @@ class ValidationProtocol {
   const data::Dataset& val_;
   shm::Segment& seg_;
   Logger& log_;
-  monitoring::SupervisorStats& stats_;
+  monitoring::ValidationStats& stats_;
   std::unique_ptr<Evaluator> evaluator_;  // null without validation
   // Sync with --early-stop: snapshots are acked once evaluated, not once copied.
   bool ack_after_eval_;

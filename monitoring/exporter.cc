@@ -12,39 +12,11 @@
 #include <limits>
 #include <mutex>
 
+#include "master/segment_reads.h"
 #include "nn/schedule.h"
 #include "shm/futex.h"
 
 namespace shmtrain::monitoring {
-
-const char* ToString(RestartReason r) {
-  switch (r) {
-    case RestartReason::kCrash: return "crash";
-    case RestartReason::kHang: return "hang";
-    case RestartReason::kChaos: return "chaos";
-    case RestartReason::kPeerHang: return "peer_hang";
-  }
-  return "unknown";
-}
-
-void SupervisorStats::Histogram::Observe(double seconds) {
-  const auto ns = static_cast<int64_t>(seconds * 1e9);
-  counts[shm::DurationBucket(ns)].fetch_add(1, std::memory_order_relaxed);
-  sum_ns.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
-}
-
-SupervisorStats::SupervisorStats(int workers)
-    : up_(static_cast<size_t>(workers)),
-      restarts_(static_cast<size_t>(workers) * kRestartReasons) {}
-
-void SupervisorStats::AddRestart(int rank, RestartReason why) {
-  restarts_[rank * kRestartReasons + static_cast<int>(why)].fetch_add(1,
-                                                                      std::memory_order_relaxed);
-}
-
-uint64_t SupervisorStats::restarts(int rank, RestartReason why) const {
-  return restarts_[rank * kRestartReasons + static_cast<int>(why)].load(std::memory_order_relaxed);
-}
 
 namespace {
 
@@ -112,8 +84,8 @@ class Families {
       f.metric.push_back(Value(value(r), type, {{"worker", std::to_string(r)}}));
     }
   }
-  // A duration histogram of the master's (SupervisorStats), over shm::kDurationBounds.
-  void MasterHistogram(const char* name, const char* help, const SupervisorStats::Histogram& hist) {
+  // A duration histogram of the master's (RunStats), over shm::kDurationBounds.
+  void MasterHistogram(const char* name, const char* help, const DurationHistogram& hist) {
     uint64_t counts[shm::kDurationBuckets];
     for (int k = 0; k < shm::kDurationBuckets; ++k) {
       counts[k] = hist.counts[k].load(std::memory_order_relaxed);
@@ -145,7 +117,7 @@ class Families {
 
 class RunCollector final : public prometheus::Collectable {
  public:
-  RunCollector(const shm::Segment* seg, const SupervisorStats* stats, const TrainOptions& o)
+  RunCollector(const shm::Segment* seg, const RunStats* stats, const TrainOptions& o)
       : seg_(seg),
         stats_(stats),
         mode_(ToString(o.mode)),
@@ -171,17 +143,6 @@ class RunCollector final : public prometheus::Collectable {
  private:
   int workers() const { return static_cast<int>(seg_->header()->config.workers); }
 
-  // Updates applied: sync steps completed by every worker, or the async parameter version.
-  uint64_t Progress() const {
-    const shm::Header* h = seg_->header();
-    if (static_cast<Mode>(h->config.mode) != Mode::kSync) {
-      return shm::LoadAcquire(h->param_version);
-    }
-    uint64_t lo = UINT64_MAX;
-    for (int r = 0; r < workers(); ++r) lo = std::min(lo, shm::LoadPhase(*seg_->block(r)) / 2);
-    return lo;
-  }
-
   // The run as a whole: what it is, how far it got, how its steps go.
   void CollectRun(Families* f) const {
     using shm::LoadRelaxed;
@@ -196,7 +157,7 @@ class RunCollector final : public prometheus::Collectable {
              "Host masters of this run (1 without mpirun); this one's index is the host label.",
              hosts_);
     f->Gauge("shmtrain_workers", "Worker processes of this run (P).", P);
-    const uint64_t progress = Progress();
+    const int64_t progress = master::Progress(*seg_);
     f->Counter("shmtrain_steps_total",
                "Updates applied: sync steps completed by every worker, or async updates.",
                static_cast<double>(progress));
@@ -206,7 +167,7 @@ class RunCollector final : public prometheus::Collectable {
              LoadRelaxed(h->last_loss));
     f->Gauge("shmtrain_learning_rate",
              "Learning rate of the current step or update (the schedule's, warmup included).",
-             nn::LearningRateAfter(c.optim, static_cast<int64_t>(progress)));
+             nn::LearningRateAfter(c.optim, progress));
     f->Gauge("shmtrain_grad_norm", "L2 norm of the latest (mean) gradient.",
              LoadRelaxed(h->last_grad_norm));
 
@@ -246,7 +207,9 @@ class RunCollector final : public prometheus::Collectable {
     const int P = workers();
     f->PerWorker("shmtrain_worker_up", "1 while the worker process runs and has attached.",
                  MetricType::Gauge, [&](int r) {
-                   return stats_->up(r) && shm::LoadAcquire(seg_->block(r)->attached) ? 1.0 : 0.0;
+                   return stats_->workers().up(r) && shm::LoadAcquire(seg_->block(r)->attached)
+                              ? 1.0
+                              : 0.0;
                  });
     f->PerWorker("shmtrain_samples_total", "Samples whose gradient the worker computed.",
                  MetricType::Counter, [&](int r) {
@@ -269,7 +232,7 @@ class RunCollector final : public prometheus::Collectable {
     for (int r = 0; r < P; ++r) {
       for (RestartReason why : {RestartReason::kCrash, RestartReason::kHang, RestartReason::kChaos,
                                 RestartReason::kPeerHang}) {
-        restarts.metric.push_back(Value(static_cast<double>(stats_->restarts(r, why)),
+        restarts.metric.push_back(Value(static_cast<double>(stats_->workers().restarts(r, why)),
                                         MetricType::Counter,
                                         {{"reason", ToString(why)}, {"worker", std::to_string(r)}}));
       }
@@ -297,37 +260,40 @@ class RunCollector final : public prometheus::Collectable {
   // What only the master knows: recoveries, torn updates, checkpoints, the cross-host
   // combine, validation.
   void CollectSupervisor(Families* f) const {
+    const WorkerStats& workers = stats_->workers();
+    const CheckpointStats& checkpoints = stats_->checkpoints();
+    const ValidationStats& validation = stats_->validation();
     f->MasterHistogram("shmtrain_recovery_duration_seconds",
                        "Time from a worker's death to the run making progress again.",
-                       stats_->recovery());
+                       workers.recovery());
     f->Counter("shmtrain_torn_updates_total",
                "Async: updates a worker was killed in the middle of applying (settled when the "
                "run's workers have all finished).",
-               static_cast<double>(stats_->torn_updates()));
+               static_cast<double>(workers.torn_updates()));
     f->MasterHistogram("shmtrain_checkpoint_duration_seconds",
-                       "Time to copy and durably write a checkpoint.", stats_->checkpoint());
+                       "Time to copy and durably write a checkpoint.", checkpoints.writes());
     f->Gauge("shmtrain_checkpoint_last_success_timestamp_seconds",
              "Unix time of the last checkpoint written (0: none yet).",
-             stats_->last_checkpoint_unix());
+             checkpoints.last_success_unix());
     f->Counter("shmtrain_checkpoint_failures_total",
                "Checkpoints that could not be written (the run goes on and tries again at the "
                "next one).",
-               static_cast<double>(stats_->checkpoint_failures()));
+               static_cast<double>(checkpoints.failures()));
     f->MasterHistogram("shmtrain_host_combine_seconds",
                        "Time of the cross-host combine of one step on this host: the exchange of "
                        "host sums between host masters, per step (empty with one host).",
                        stats_->combine());
     // Validation gauges appear with the first evaluation (none without held-out data).
-    if (stats_->validations() == 0) return;
+    if (validation.validations() == 0) return;
     f->Gauge("shmtrain_validation_loss", "Mean loss on the held-out rows at the latest evaluation.",
-             stats_->val_loss());
+             validation.loss());
     if (static_cast<Loss>(seg_->header()->config.loss) == Loss::kXent) {
       f->Gauge("shmtrain_validation_accuracy",
                "Fraction of held-out rows classified right at the latest evaluation.",
-               stats_->val_metric());
+               validation.metric());
     } else {
       f->Gauge("shmtrain_validation_rmse", "RMSE on the held-out rows at the latest evaluation.",
-               stats_->val_metric());
+               validation.metric());
     }
   }
 
@@ -335,7 +301,7 @@ class RunCollector final : public prometheus::Collectable {
   // otherwise, so training never waits for a scrape.
   mutable std::mutex mu_;
   const shm::Segment* seg_;
-  const SupervisorStats* stats_;
+  const RunStats* stats_;
   std::string mode_;
   std::string rule_;
   std::string host_;
@@ -401,8 +367,7 @@ Status Exporter::Start(const std::string& addr, std::unique_ptr<Exporter>* out) 
   return Status::Ok();
 }
 
-void Exporter::Attach(const shm::Segment* seg, const SupervisorStats* stats,
-                      const TrainOptions& opts) {
+void Exporter::Attach(const shm::Segment* seg, const RunStats* stats, const TrainOptions& opts) {
   collector_ = std::make_shared<RunCollector>(seg, stats, opts);
   exposer_->RegisterCollectable(collector_);
 }

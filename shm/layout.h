@@ -378,6 +378,9 @@ inline void StoreIfZero(int64_t& v, int64_t x) {
   std::atomic_ref<int64_t>(v).compare_exchange_strong(zero, x);
 }
 
+// The async commit word: relaxed, as the master reads it only of exited ranks (waitpid orders).
+inline uint64_t LoadCommit(const WorkerBlock& b) { return LoadRelaxed(b.commit); }
+
 // Lowers diverged_step to `step` (relaxed: the worker's exit, seen by the master through
 // waitpid, orders it before the master's read).
 inline void RecordDivergence(Header* h, int64_t step) {

@@ -1,7 +1,8 @@
-// The units the master's run loop composes, each alone and without a worker process: the
-// checkpoint policy (schedule, copies, writes, failures, resume), the validation protocol
-// (acks, early stop, the model kept) and the run summary's lines. A unit that needs the
-// segment gets a real one, which the test writes as the workers would.
+// The master's run loop and the units it composes, each alone and without a worker process:
+// the loop's order (with units that record what they are shown), the checkpoint policy
+// (schedule, copies, writes, failures, resume), the validation protocol (acks, early stop, the
+// model kept) and the run summary's lines. A unit that needs the segment gets a real one,
+// which the test writes as the workers would.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -25,7 +26,9 @@
 #include "master/hosts.h"
 #include "master/launcher.h"
 #include "master/log.h"
+#include "master/run_loop.h"
 #include "master/run_summary.h"
+#include "master/segment_reads.h"
 #include "master/supervisor.h"
 #include "master/validation.h"
 #include "monitoring/exporter.h"
@@ -95,6 +98,125 @@ std::vector<int64_t> Range(int64_t from, int64_t to) {
   std::vector<int64_t> v;
   for (int64_t i = from; i <= to; ++i) v.push_back(i);
   return v;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The run loop: its order, with units that record each call into one shared log.
+
+class RecordingUnit final : public RunUnit {
+ public:
+  RecordingUnit(std::string name, std::vector<std::string>* calls)
+      : name_(std::move(name)), calls_(calls) {}
+  // What the unit does: at its n-th round (from 1) it answers `verdict`; it asks for rounds
+  // `poll_ms` apart; it fails to start with start_status; at a good end it turns the run into
+  // finish_status when that is not ok.
+  int end_at_round = 0;
+  Verdict verdict;
+  int poll_ms = kPollMs;
+  Status start_status, finish_status;
+
+  Status Start() override {
+    Record("start");
+    return start_status;
+  }
+  int PollMs() const override { return poll_ms; }
+  Verdict Tick(const RunView& view) override {
+    Record("tick@" + std::to_string(view.progress));
+    return ++rounds_ == end_at_round ? verdict : Verdict::GoOn();
+  }
+  void Finish(RunEnd& end) override {
+    Record("finish:" + (end.status.ok() ? std::string("ok") : end.status.message()));
+    if (!finish_status.ok() && end.status.ok()) end.status = finish_status;
+  }
+
+ private:
+  void Record(const std::string& what) { calls_->push_back(name_ + "." + what); }
+  std::string name_;
+  std::vector<std::string>* calls_;
+  int rounds_ = 0;
+};
+
+class RunLoopTest : public ::testing::Test {
+ protected:
+  // Runs the loop over `units` on seg_; every sleep is recorded as "sleep(ms)".
+  Status Run(std::vector<RunUnit*> units) {
+    RunLoop loop(
+        seg_, [this](int ms) { calls_.push_back("sleep(" + std::to_string(ms) + ")"); },
+        std::move(units));
+    return loop.Run();
+  }
+  std::vector<std::string> calls_;
+  shm::Segment seg_ = MakeSegment(Layout(Mode::kSync, 1, 0));
+};
+
+TEST_F(RunLoopTest, RoundsShowEveryUnitTheViewInListOrderThenTheEndInTheSameOrder) {
+  seg_.block(0)->phase = 6;  // step 3 done
+  RecordingUnit a("a", &calls_), b("b", &calls_), c("c", &calls_);
+  c.end_at_round = 2;
+  c.verdict = Verdict::Done();
+  const Status s = Run({&a, nullptr, &b, &c});
+  EXPECT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(calls_, (std::vector<std::string>{"a.start", "b.start", "c.start",                 //
+                                              "sleep(5)", "a.tick@3", "b.tick@3", "c.tick@3",  //
+                                              "sleep(5)", "a.tick@3", "b.tick@3", "c.tick@3",  //
+                                              "a.finish:ok", "b.finish:ok", "c.finish:ok"}));
+}
+
+TEST_F(RunLoopTest, AUnitThatEndsTheRunIsTheLastToSeeItsRound) {
+  RecordingUnit stop("stop", &calls_), after("after", &calls_);
+  stop.end_at_round = 1;
+  stop.verdict = Verdict::EndIf(Status::Interrupted("stopped by SIGINT"));
+  const Status s = Run({&stop, &after});
+  EXPECT_EQ(s.code(), Status::Code::kInterrupted);
+  EXPECT_EQ(calls_, (std::vector<std::string>{"stop.start", "after.start", "sleep(5)",
+                                              "stop.tick@0", "stop.finish:stopped by SIGINT",
+                                              "after.finish:stopped by SIGINT"}));
+}
+
+TEST_F(RunLoopTest, AStartThatFailsRunsNoRoundAndEveryUnitSeesTheEnd) {
+  RecordingUnit workers("workers", &calls_), after("after", &calls_);
+  workers.start_status = Status::Resource("cannot start worker 0");
+  const Status s = Run({&workers, &after});
+  EXPECT_EQ(s.code(), Status::Code::kResource);
+  EXPECT_EQ(calls_,
+            (std::vector<std::string>{"workers.start", "workers.finish:cannot start worker 0",
+                                      "after.finish:cannot start worker 0"}));
+}
+
+TEST_F(RunLoopTest, AFinishThatFailsIsSeenByTheUnitsAfterItAndReturned) {
+  const std::vector<float> w = Filled(4);
+  std::copy(w.begin(), w.end(), seg_.params(2));
+  seg_.block(0)->phase = 4;  // every worker finished step 1: the run ends at step 2
+  RecordingUnit before("before", &calls_), model("model", &calls_), summary("summary", &calls_);
+  before.end_at_round = 1;
+  before.verdict = Verdict::Done();
+  model.finish_status = Status::Diverged("not finite");
+  RunEnd seen{seg_, Status::Ok()};
+  class Peek final : public RunUnit {
+   public:
+    explicit Peek(RunEnd* out) : out_(out) {}
+    void Finish(RunEnd& end) override {
+      out_->end_step = end.end_step;
+      out_->params = end.params;
+    }
+
+   private:
+    RunEnd* out_;
+  } peek(&seen);
+  const Status s = Run({&peek, &before, &model, &summary});
+  EXPECT_EQ(s.code(), Status::Code::kDiverged);
+  EXPECT_EQ(calls_.back(), "summary.finish:not finite");
+  EXPECT_EQ(seen.end_step, 2) << "a good end names the step the workers ended at";
+  EXPECT_EQ(seen.params, w) << "and the parameters after it";
+}
+
+TEST_F(RunLoopTest, ARoundSleepsAsLittleAsAnyUnitAsks) {
+  RecordingUnit slow("slow", &calls_), fast("fast", &calls_);
+  fast.poll_ms = 1;
+  fast.end_at_round = 1;
+  fast.verdict = Verdict::Done();
+  ASSERT_TRUE(Run({&slow, &fast}).ok());
+  EXPECT_EQ(calls_[2], "sleep(1)");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -173,16 +295,17 @@ class CheckpointPolicyTest : public ::testing::Test {
 
   TempDir dir_;
   Logger log_{LogFormat::kJson, false};
-  monitoring::SupervisorStats stats_{2};
+  monitoring::CheckpointStats stats_;
+  shm::Segment seg_ = MakeSegment(Layout(Mode::kSync, 1, 0));  // for the policies that only write
 };
 
 TEST_F(CheckpointPolicyTest, AWrittenCheckpointHoldsTheStateAndTheRun) {
   const std::string path = dir_.File("c.bin");
-  CheckpointPolicy policy(Config(path), log_, stats_);
+  CheckpointPolicy policy(Config(path), seg_, log_, stats_);
   EXPECT_EQ(policy.last_written(), 2);
   ASSERT_TRUE(policy.Write(State(6, 1.5f, 2)).ok());
   EXPECT_EQ(policy.last_written(), 6);
-  EXPECT_EQ(stats_.checkpoint_failures(), 0u);
+  EXPECT_EQ(stats_.failures(), 0u);
   Checkpoint back;
   ASSERT_TRUE(LoadCheckpoint(path, &back).ok());
   EXPECT_EQ(back.step, 6);
@@ -195,14 +318,14 @@ TEST_F(CheckpointPolicyTest, AWrittenCheckpointHoldsTheStateAndTheRun) {
 TEST_F(CheckpointPolicyTest, FailedWritesAreCountedAndLoggedAndTheRunGoesOn) {
   const std::string sub = dir_.File("gone");
   const std::string path = sub + "/c.bin";
-  CheckpointPolicy policy(Config(path), log_, stats_);
+  CheckpointPolicy policy(Config(path), seg_, log_, stats_);
   testing::internal::CaptureStdout();
   const Status first = policy.Write(State(4, 1, 0));
   const Status second = policy.Write(State(6, 1, 0));
   const std::string out = testing::internal::GetCapturedStdout();
   EXPECT_FALSE(first.ok());
   EXPECT_FALSE(second.ok());
-  EXPECT_EQ(stats_.checkpoint_failures(), 2u);
+  EXPECT_EQ(stats_.failures(), 2u);
   EXPECT_EQ(policy.last_written(), 2) << "a failed checkpoint is not the last written";
   EXPECT_NE(out.find("\"event\":\"checkpoint_failed\""), std::string::npos) << out;
   EXPECT_NE(out.find("\"step\":6"), std::string::npos) << out;
@@ -210,12 +333,12 @@ TEST_F(CheckpointPolicyTest, FailedWritesAreCountedAndLoggedAndTheRunGoesOn) {
   fs::create_directory(sub);
   EXPECT_TRUE(policy.Write(State(8, 1, 0)).ok());
   EXPECT_EQ(policy.last_written(), 8);
-  EXPECT_EQ(stats_.checkpoint_failures(), 2u);
+  EXPECT_EQ(stats_.failures(), 2u);
 }
 
 TEST_F(CheckpointPolicyTest, NonFiniteStateIsNeverWritten) {
   const std::string path = dir_.File("c.bin");
-  CheckpointPolicy policy(Config(path), log_, stats_);
+  CheckpointPolicy policy(Config(path), seg_, log_, stats_);
   ASSERT_TRUE(policy.Write(State(4, 1, 2)).ok());
   Checkpoint bad_params = State(6, 2, 2);
   bad_params.params[3] = NAN;
@@ -227,7 +350,7 @@ TEST_F(CheckpointPolicyTest, NonFiniteStateIsNeverWritten) {
   testing::internal::GetCapturedStdout();
   EXPECT_EQ(s1.code(), Status::Code::kDiverged);
   EXPECT_EQ(s2.code(), Status::Code::kDiverged) << "the optimizer state is checked too";
-  EXPECT_EQ(stats_.checkpoint_failures(), 2u);
+  EXPECT_EQ(stats_.failures(), 2u);
   Checkpoint back;
   ASSERT_TRUE(LoadCheckpoint(path, &back).ok());
   EXPECT_EQ(back.step, 4) << "the last finite checkpoint stays";
@@ -245,16 +368,16 @@ TEST_F(CheckpointPolicyTest, SyncCopiesStepStateOnceEveryRankPausedThenReleases)
   std::fill(seg.state(0, 5), seg.state(0, 5) + w.size(), 99.f);
   std::fill(seg.state(1, 5), seg.state(1, 5) + w.size(), 99.f);
   const std::string path = dir_.File("c.bin");
-  CheckpointPolicy policy(Config(path, 4), log_, stats_);
+  CheckpointPolicy policy(Config(path, 4), seg, log_, stats_);
   ASSERT_EQ(policy.schedule().next(), 4);
   seg.block(0)->phase = 8;  // paused before step 4
   seg.block(1)->phase = 7;  // still in step 3's update
-  policy.Tick(seg, 4);
+  policy.Tick({seg, 4});
   EXPECT_FALSE(fs::exists(path)) << "rank 1 was not paused yet";
   EXPECT_EQ(seg.header()->released_step, 0);
   seg.block(1)->phase = 8;
   testing::internal::CaptureStdout();
-  policy.Tick(seg, 4);
+  policy.Tick({seg, 4});
   testing::internal::GetCapturedStdout();
   EXPECT_EQ(seg.header()->released_step, 4) << "the ranks are released";
   EXPECT_EQ(policy.schedule().next(), 8);
@@ -273,23 +396,23 @@ TEST_F(CheckpointPolicyTest, AsyncCopiesOnceEveryRankPausedAtOrPastTheMultipleTh
   std::copy(w.begin(), w.end(), seg.params(0));
   seg.header()->param_version = 5;
   const std::string path = dir_.File("c.bin");
-  CheckpointPolicy policy(Config(path, 5, Mode::kAsync), log_, stats_);
+  CheckpointPolicy policy(Config(path, 5, Mode::kAsync), seg, log_, stats_);
   ASSERT_EQ(policy.schedule().next(), 5);
   seg.block(0)->phase = 10;  // paused before ticket 5 (or a later one, below 10)
   seg.block(1)->phase = 20;  // no ticket below total_steps (10) left
   seg.block(2)->phase = 1;   // computing a ticket below 5: may still write W
-  policy.Tick(seg, 5);
+  policy.Tick({seg, 5});
   EXPECT_FALSE(fs::exists(path)) << "rank 2 may still apply";
   seg.block(2)->phase = 4;  // released from a pause before 2, computing below 5
-  policy.Tick(seg, 5);
+  policy.Tick({seg, 5});
   EXPECT_FALSE(fs::exists(path)) << "a pause before 2 is not one before 5";
   seg.block(2)->phase = 11;  // odd: never an async pause
-  policy.Tick(seg, 5);
+  policy.Tick({seg, 5});
   EXPECT_FALSE(fs::exists(path));
   EXPECT_EQ(seg.header()->released_step, 0);
   seg.block(2)->phase = 10;
   testing::internal::CaptureStdout();
-  policy.Tick(seg, 5);
+  policy.Tick({seg, 5});
   testing::internal::GetCapturedStdout();
   EXPECT_EQ(seg.header()->released_step, 5) << "the ranks are released";
   EXPECT_EQ(policy.schedule().next(), 10);
@@ -305,13 +428,13 @@ TEST_F(CheckpointPolicyTest, StopCheckpointOnlyWithACheckpointPath) {
   shm::Segment seg = MakeSegment(Layout(Mode::kSync, 1, 0));
   ASSERT_TRUE(seg.valid());
   seg.block(0)->phase = 7;  // step 3 done, step 4's gradient computed
-  CheckpointPolicy none(Config(""), log_, stats_);
-  EXPECT_TRUE(none.WriteOnStop(seg).ok());
+  CheckpointPolicy none(Config(""), seg, log_, stats_);
+  EXPECT_TRUE(none.WriteOnStop().ok());
   EXPECT_EQ(none.last_written(), 2);
   const std::string path = dir_.File("c.bin");
-  CheckpointPolicy policy(Config(path), log_, stats_);
+  CheckpointPolicy policy(Config(path), seg, log_, stats_);
   testing::internal::CaptureStdout();
-  ASSERT_TRUE(policy.WriteOnStop(seg).ok());
+  ASSERT_TRUE(policy.WriteOnStop().ok());
   const std::string out = testing::internal::GetCapturedStdout();
   EXPECT_NE(out.find("\"event\":\"checkpoint_on_stop\""), std::string::npos) << out;
   Checkpoint back;
@@ -322,7 +445,7 @@ TEST_F(CheckpointPolicyTest, StopCheckpointOnlyWithACheckpointPath) {
 TEST_F(CheckpointPolicyTest, ResumeRestoresTheStateAndTheProtocolWords) {
   const shm::Header layout = Layout(Mode::kSync, 3, 2);
   const std::string path = dir_.File("c.bin");
-  CheckpointPolicy policy(Config(path), log_, stats_);
+  CheckpointPolicy policy(Config(path), seg_, log_, stats_);
   ASSERT_TRUE(policy.Write(State(5, 7, 2)).ok());
   Checkpoint c;
   ASSERT_TRUE(LoadResume(path, Mode::kSync, 0xF1F2, "opt A", layout, 10, &c).ok());
@@ -343,7 +466,7 @@ TEST_F(CheckpointPolicyTest, ResumeRestoresTheStateAndTheProtocolWords) {
 
 TEST_F(CheckpointPolicyTest, ResumeRefusesAnotherRunsCheckpoint) {
   const std::string path = dir_.File("c.bin");
-  CheckpointPolicy policy(Config(path), log_, stats_);
+  CheckpointPolicy policy(Config(path), seg_, log_, stats_);
   ASSERT_TRUE(policy.Write(State(5, 7, 2)).ok());
   Checkpoint c;
   const shm::Header layout = Layout(Mode::kSync, 3, 2);
@@ -389,7 +512,7 @@ class ValidationTest : public ::testing::Test {
   data::Dataset val_;
   std::vector<float> good_, bad_;
   Logger log_{LogFormat::kJson, false};
-  monitoring::SupervisorStats stats_{2};
+  monitoring::ValidationStats stats_;
 };
 
 TEST_F(ValidationTest, WithoutEarlyStopASnapshotIsAckedOnceCopied) {
@@ -407,7 +530,7 @@ TEST_F(ValidationTest, WithoutEarlyStopASnapshotIsAckedOnceCopied) {
   v.Poll();
   EXPECT_EQ(seg.header()->eval_ack, 2);
   std::vector<float> params = bad_;
-  const nn::Metrics m = v.Finish(6, &params);
+  const nn::Metrics m = v.FinalEvaluation(6, &params);
   const std::string out = testing::internal::GetCapturedStdout();
   EXPECT_EQ(params, bad_) << "without --early-stop the last parameters are kept";
   EXPECT_DOUBLE_EQ(m.loss, Loss(bad_));
@@ -428,7 +551,7 @@ TEST_F(ValidationTest, EarlyStopNamesEvalKPlus2BeforeAckingKAndKeepsTheBest) {
   Publish(seg, 2, bad_);  // no better: with patience 1, eval 2 decides
   v.Poll();
   std::vector<float> params = bad_;
-  const nn::Metrics m = v.Finish(6, &params);
+  const nn::Metrics m = v.FinalEvaluation(6, &params);
   const std::string out = testing::internal::GetCapturedStdout();
   EXPECT_TRUE(v.stop_requested());
   EXPECT_EQ(seg.header()->stop_eval, 4) << "the ranks stop right before step (2 + 2) * 2";
@@ -741,9 +864,9 @@ std::string ScrapeOnce(const std::string& addr) {
 // combines the run loop observed.
 TEST(MetricsHostLabel, EverySeriesNamesTheHostIndexOfItsHostMaster) {
   shm::Segment seg = MakeSegment(Layout(Mode::kSync, 2, 0));
-  monitoring::SupervisorStats stats(2);
-  stats.ObserveCombine(0.003);  // in the bucket le="0.005"
-  stats.ObserveCombine(0.2);    // in the bucket le="0.25"
+  monitoring::RunStats stats(2);
+  stats.combine().Observe(0.003);  // in the bucket le="0.005"
+  stats.combine().Observe(0.2);    // in the bucket le="0.25"
   TrainOptions opts;
   opts.workers = 2;
   opts.host_index = 2;
@@ -800,6 +923,13 @@ class SleeperLauncher final : public Launcher {
   int spawned = 0;
 };
 
+// One round of the run loop for the supervisor alone: its sleep (1 ms at most), then its
+// tick. True while the run goes on.
+bool Round(Supervisor& sup, const shm::Segment& seg) {
+  sup.Wait(1);
+  return !sup.Tick({seg, Progress(seg), shm::MonotonicNs()}).ends;
+}
+
 // Chaos never kills twice while the run stands still: on a machine so loaded that no
 // replacement gets as far as one update between two kills, kills at every interval would stall
 // the run for ever. Here nothing moves the run: one kill, however many intervals pass, and the
@@ -808,21 +938,21 @@ TEST(SupervisorChaos, KillsOnlyOnceWhileTheRunStandsStill) {
   shm::Segment seg = MakeSegment(Layout(Mode::kAsync, 2, 0));
   SleeperLauncher launcher;
   Logger log(LogFormat::kJson, false);
-  monitoring::SupervisorStats stats(2);
+  monitoring::WorkerStats stats(2);
   SupervisorOptions opts;
   opts.heartbeat_timeout_ns = 3'600'000'000'000;
   opts.chaos_every_ns = 1'000'000;  // 1 ms
   Supervisor sup(seg, launcher, log, stats, opts);
-  ASSERT_TRUE(sup.StartAll().ok());
+  ASSERT_TRUE(sup.Start().ok());
   // Ticks until `done`, for 30 s at most (a loaded machine is slow to reap and restart).
   auto tick_until = [&](const std::function<bool()>& done) {
     const int64_t until = shm::MonotonicNs() + 30'000'000'000;
-    while (!done() && shm::MonotonicNs() < until) ASSERT_TRUE(sup.Tick(1).ok());
+    while (!done() && shm::MonotonicNs() < until) ASSERT_TRUE(Round(sup, seg));
   };
   // Ticks over at least 100 chaos intervals, and 100 ticks.
   auto tick_on = [&] {
     const int64_t until = shm::MonotonicNs() + 100 * opts.chaos_every_ns;
-    for (int n = 0; n < 100 || shm::MonotonicNs() < until; ++n) ASSERT_TRUE(sup.Tick(1).ok());
+    for (int n = 0; n < 100 || shm::MonotonicNs() < until; ++n) ASSERT_TRUE(Round(sup, seg));
   };
   tick_until([&] { return sup.restarts() >= 1; });
   tick_on();

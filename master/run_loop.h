@@ -1,0 +1,105 @@
+// The master's run loop: a list of units, each owning one concern, run in one order.
+//
+// A training run is the list RunTrain (master/run.cc) hands to RunLoop. The loop:
+//  1. starts each unit in list order (the supervisor starts the workers);
+//  2. runs rounds. A round sleeps once, in the supervisor's poll() on the workers' pidfds (a
+//     worker's end wakes it at once; else it wakes after the shortest wait any unit asks
+//     for, PollMs), reads the progress and the clock once, and shows that view to every
+//     unit in list order. A unit's round may end the run: a failure (a stop signal, a crash
+//     loop, a divergence, a lost host, ...), or Done when the workers' part is over; the
+//     units after it do not see that round;
+//  3. ends: every unit, in list order, sees how the run ended (RunEnd) and adds its part:
+//     the loss lines still due, the last evaluation, the workers stopped, a checkpoint on a
+//     stop signal, the model written, the summary line. A unit may turn a good end into a
+//     failure (parameters that are not finite, a model that cannot be written): the units
+//     after it see that.
+// The list is the order: where a unit stands says what it sees before and after it.
+//
+// The master never blocks on anything a worker can hold: the only sleep is the bounded
+// poll(), and a unit's round reads published words or does bounded work of its own.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "master/run_summary.h"
+#include "shm/segment.h"
+#include "shmtrain/status.h"
+
+namespace shmtrain::master {
+
+// A round's longest sleep when no unit asks for less: a worker's death wakes it anyway.
+inline constexpr int kPollMs = 5;
+
+// What every unit sees of one round, the same for all: read-only. A unit that writes a word
+// of the segment (an ack, a release, the abort word) holds the segment itself, and its header
+// names the words it owns.
+struct RunView {
+  const shm::Segment& seg;
+  int64_t progress = 0;  // Progress(seg), read once after the round's sleep
+  int64_t now_ns = 0;    // shm::MonotonicNs() then
+};
+
+// What a unit's round says of the run.
+struct Verdict {
+  bool ends = false;  // the run ends after this round
+  Status status;      // when it ends: ok if the workers' part is done, else why it ends
+
+  static Verdict GoOn() { return {}; }
+  static Verdict Done() { return {true, Status::Ok()}; }
+  // Goes on when s is ok; ends the run for s otherwise.
+  static Verdict EndIf(Status s) {
+    const bool ends = !s.ok();
+    return {ends, std::move(s)};
+  }
+};
+
+// How the run ended, shown to every unit in list order.
+struct RunEnd {
+  const shm::Segment& seg;
+  Status status{};  // ok: every worker has finished its part; else why the run ends
+  // The rest only when the loop ended well (set before any unit sees the end):
+  int64_t end_step = 0;         // Progress(): total_steps, or earlier after an early stop
+  int64_t end_ns = 0;           // shm::MonotonicNs() at the end of the workers' part
+  std::vector<float> params{};  // the parameters after end_step, or those a unit keeps instead
+  RunSummary summary{};         // the summary line's figures, each from the unit that knows it
+};
+
+// One unit of the run loop. Every duty has a default that does nothing.
+class RunUnit {
+ public:
+  virtual ~RunUnit() = default;
+  // Before the first round. Not ok: the run ends for that reason (no round runs).
+  virtual Status Start() { return Status::Ok(); }
+  // How soon this unit wants the next round, in milliseconds.
+  virtual int PollMs() const { return kPollMs; }
+  // One round.
+  virtual Verdict Tick(const RunView& view) {
+    (void)view;
+    return Verdict::GoOn();
+  }
+  // The run is over. A failure: the workers may still run until the supervisor's Finish has
+  // stopped them, so units before it only record, and act after it.
+  virtual void Finish(RunEnd& end) { (void)end; }
+};
+
+class RunLoop {
+ public:
+  // sleep(ms): a round's one sleep, at most ms milliseconds (Supervisor::Wait). units: the
+  // run's units in their order; a null entry (a unit this run does not have) is left out.
+  RunLoop(const shm::Segment& seg, std::function<void(int)> sleep, std::vector<RunUnit*> units);
+  // Starts, runs rounds until a unit ends the run, and ends it. Ok when the workers' part is
+  // done and no unit's Finish failed; else the reason the run ended.
+  Status Run();
+
+ private:
+  Status Rounds();
+  Status End(Status status);
+
+  const shm::Segment& seg_;
+  std::function<void(int)> sleep_;
+  std::vector<RunUnit*> units_;
+};
+
+}  // namespace shmtrain::master

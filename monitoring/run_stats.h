@@ -1,0 +1,124 @@
+// What only the master knows of a run, for its metrics endpoint (monitoring/exporter.h).
+//
+// One owner, RunStats, made beside the run's segment and read by scrapes; one part per unit
+// of the run loop, handed to the one unit that writes it:
+//   WorkerStats       the supervisor: which workers run, restarts and why, recoveries, torn
+//                     updates
+//   CheckpointStats   the checkpoint policy: write times, the last success, failures
+//   DurationHistogram the cross-host combiner: its time per step (combine())
+//   ValidationStats   the validation protocol: the latest evaluation
+//
+// Threads: a part is written by its unit (on the run loop's thread; the combiner's on its own)
+// and read by scrapes on the exporter's threads. Every value is an atomic, relaxed: a scrape
+// may see a moment-old value, and only the validation's count orders anything (its gauges).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "shm/layout.h"
+
+namespace shmtrain::monitoring {
+
+// Why a worker was replaced. Label values of shmtrain_worker_restarts_total. kPeerHang: it
+// timed out at a barrier waiting for a rank that was silent (killed as a hang): a victim,
+// not a failure of its own.
+enum class RestartReason { kCrash = 0, kHang = 1, kChaos = 2, kPeerHang = 3 };
+inline constexpr int kRestartReasons = 4;
+const char* ToString(RestartReason r);
+
+// A duration histogram over shm::kDurationBounds.
+struct DurationHistogram {
+  std::atomic<uint64_t> counts[shm::kDurationBuckets] = {};
+  std::atomic<uint64_t> sum_ns{0};
+  void Observe(double seconds);
+  // The mean duration so far, in microseconds (NaN before the first).
+  double MeanUs() const;
+};
+
+// The supervisor's.
+class WorkerStats {
+ public:
+  explicit WorkerStats(int workers);
+  void SetUp(int rank, bool up) { up_[rank].store(up ? 1 : 0, std::memory_order_relaxed); }
+  bool up(int rank) const { return up_[rank].load(std::memory_order_relaxed) != 0; }
+  void AddRestart(int rank, RestartReason why);
+  uint64_t restarts(int rank, RestartReason why) const;
+  void AddTornUpdate() { torn_.fetch_add(1, std::memory_order_relaxed); }
+  uint64_t torn_updates() const { return torn_.load(std::memory_order_relaxed); }
+  // A recovery: seconds from a death to the run's progress moving on.
+  void ObserveRecovery(double seconds) { recovery_.Observe(seconds); }
+  const DurationHistogram& recovery() const { return recovery_; }
+
+ private:
+  std::vector<std::atomic<int>> up_;
+  std::vector<std::atomic<uint64_t>> restarts_;  // rank * kRestartReasons + reason
+  std::atomic<uint64_t> torn_{0};
+  DurationHistogram recovery_;
+};
+
+// The checkpoint policy's.
+class CheckpointStats {
+ public:
+  // A checkpoint written in `seconds`, finished at unix time `unix_time`.
+  void ObserveWrite(double seconds, double unix_time) {
+    writes_.Observe(seconds);
+    last_unix_.store(unix_time, std::memory_order_relaxed);
+  }
+  // A checkpoint that could not be written (the run goes on; the next one is tried).
+  void AddFailure() { failures_.fetch_add(1, std::memory_order_relaxed); }
+  const DurationHistogram& writes() const { return writes_; }
+  double last_success_unix() const { return last_unix_.load(std::memory_order_relaxed); }
+  uint64_t failures() const { return failures_.load(std::memory_order_relaxed); }
+
+ private:
+  DurationHistogram writes_;
+  std::atomic<double> last_unix_{0};
+  std::atomic<uint64_t> failures_{0};
+};
+
+// The validation protocol's: the latest evaluation.
+class ValidationStats {
+ public:
+  // Loss, and accuracy (xent) or RMSE (mse).
+  void Set(double loss, double metric) {
+    loss_.store(loss, std::memory_order_relaxed);
+    metric_.store(metric, std::memory_order_relaxed);
+    validations_.fetch_add(1, std::memory_order_release);
+  }
+  uint64_t validations() const { return validations_.load(std::memory_order_acquire); }
+  double loss() const { return loss_.load(std::memory_order_relaxed); }
+  double metric() const { return metric_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<uint64_t> validations_{0};
+  std::atomic<double> loss_{0};
+  std::atomic<double> metric_{0};
+};
+
+// The owner: every part, for the units that write them and for the scrapes that read them all.
+class RunStats {
+ public:
+  explicit RunStats(int workers) : workers_(workers) {}
+  RunStats(const RunStats&) = delete;
+  RunStats& operator=(const RunStats&) = delete;
+
+  WorkerStats& workers() { return workers_; }
+  CheckpointStats& checkpoints() { return checkpoints_; }
+  // Several hosts: one cross-host combine of a step's sums (master/combiner.h).
+  DurationHistogram& combine() { return combine_; }
+  ValidationStats& validation() { return validation_; }
+  const WorkerStats& workers() const { return workers_; }
+  const CheckpointStats& checkpoints() const { return checkpoints_; }
+  const DurationHistogram& combine() const { return combine_; }
+  const ValidationStats& validation() const { return validation_; }
+
+ private:
+  WorkerStats workers_;
+  CheckpointStats checkpoints_;
+  DurationHistogram combine_;
+  ValidationStats validation_;
+};
+
+}  // namespace shmtrain::monitoring
