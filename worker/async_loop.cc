@@ -126,6 +126,42 @@ int PauseForCheckpoint(shm::Header* h, shm::WorkerBlock* self, shm::PhaseBarrier
   return r == shm::PhaseBarrier::Result::kOk ? kWorkerOk : ExitFor(r);
 }
 
+// The next update ticket below total_steps, recorded in the rank's block; -1 when none is
+// left to this rank: it writes W no more, so no checkpoint waits for it
+// (master/checkpoint_policy.cc, AllPausedBefore).
+int64_t ClaimTicket(shm::Header* h, shm::WorkerBlock* self, uint64_t total) {
+  const uint64_t u =
+      shm::LoadRelaxed(h->claimed) >= total ? total : shm::AddRelaxed<uint64_t>(h->claimed, 1);
+  if (u >= total) {
+    shm::StorePhase(*self, 2 * total);
+    return -1;
+  }
+  const auto ticket = static_cast<int64_t>(u);
+  shm::StoreRelaxed(self->ticket, ticket);
+  return ticket;
+}
+
+// The mean gradient of the minibatch (bx, by: rows idx of the stream) at w into *grad, its
+// squared norm into *sq; returns the mean loss. Dropout's mask follows the ticket and each
+// sample's row (nn/layer.h, PassInfo).
+double MeanGradient(const ModelSpec& spec, uint64_t seed, int64_t ticket,
+                    const std::vector<int64_t>& idx, const nn::AlignedVector<float>& bx,
+                    const nn::AlignedVector<float>& by, const nn::AlignedVector<float>& w,
+                    nn::Workspace<float>& ws, nn::AlignedVector<float>* grad, double* sq) {
+  const int64_t rows = static_cast<int64_t>(by.size());
+  nn::PassInfo pass;
+  pass.train = true;
+  pass.seed = seed;
+  pass.step = ticket;
+  pass.rows = idx.data();
+  const double loss =
+      nn::LossAndGrad<float>(spec, w.data(), bx.data(), by.data(), rows, grad->data(), ws, pass) /
+      static_cast<double>(rows);
+  *sq = nn::ScaleAndSquaredNorm(grad->data(), static_cast<int64_t>(grad->size()),
+                                1.0f / static_cast<float>(rows));
+  return loss;
+}
+
 }  // namespace
 
 int RunAsync(const shm::Segment& seg, int rank, uint32_t incarnation) {
@@ -170,18 +206,7 @@ int RunAsync(const shm::Segment& seg, int rank, uint32_t incarnation) {
     if (shm::LoadAbortEpoch(*h) != epoch) return kWorkerAborted;
     if (getppid() != master) return kWorkerOrphaned;
     if (shm::LoadAcquire(h->stop_eval) != shm::kNoStop) return kWorkerOk;  // early stop
-    if (ticket < 0) {
-      const uint64_t u =
-          shm::LoadRelaxed(h->claimed) >= total ? total : shm::AddRelaxed<uint64_t>(h->claimed, 1);
-      if (u >= total) {
-        // No ticket below total_steps is left to this rank: it writes W no more, so no
-        // checkpoint waits for it (master/checkpoint_policy.cc, AllPausedBefore).
-        shm::StorePhase(*self, 2 * total);
-        return kWorkerOk;
-      }
-      ticket = static_cast<int64_t>(u);
-      shm::StoreRelaxed(self->ticket, ticket);
-    }
+    if (ticket < 0 && (ticket = ClaimTicket(h, self, total)) < 0) return kWorkerOk;
     if (const int rc = PauseForCheckpoint(h, self, gate, ticket); rc != kWorkerOk) return rc;
     const int64_t b = static_cast<int64_t>(shm::LoadRelaxed(self->batches));
     // Fires while the ticket is held: the replacement must take it over.
@@ -196,17 +221,8 @@ int RunAsync(const shm::Segment& seg, int rank, uint32_t incarnation) {
       loaded = ticket;
     }
     const int64_t rows = static_cast<int64_t>(by.size());
-    // Dropout's mask follows the ticket and each sample's row (nn/layer.h, PassInfo).
-    nn::PassInfo pass;
-    pass.train = true;
-    pass.seed = c.seed;
-    pass.step = ticket;
-    pass.rows = idx.data();
-    const double loss = nn::LossAndGrad<float>(spec, w_bak.data(), bx.data(), by.data(), rows,
-                                               grad.data(), ws, pass) /
-                        static_cast<double>(rows);
-    const float inv = 1.0f / static_cast<float>(rows);
-    const double sq = nn::ScaleAndSquaredNorm(grad.data(), n, inv);
+    double sq = 0;
+    const double loss = MeanGradient(spec, c.seed, ticket, idx, bx, by, w_bak, ws, &grad, &sq);
     shm::StoreRelaxed<uint64_t>(self->batches, static_cast<uint64_t>(b + 1));
     shm::AddRelaxed<uint64_t>(self->samples_total, static_cast<uint64_t>(rows));
     if (!std::isfinite(loss) || !std::isfinite(sq)) {
