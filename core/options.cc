@@ -238,9 +238,6 @@ Status TrainOptions::BuildModel() {
 }
 
 Status TrainOptions::Validate() const {
-  if (workers < 1 || workers > 256) {
-    return Bad("--workers", "must be between 1 and 256, got " + std::to_string(workers));
-  }
   if (data_path.empty() == example.empty()) {
     return Status::Usage("give exactly one of --data FILE and --example parabola");
   }
@@ -262,13 +259,14 @@ Status TrainOptions::Validate() const {
   }
   const auto& layers = mlp_layers;
   if (!layers.empty()) {
-    if (layers.size() < 2 || layers.size() > 64) {
-      return Bad("--layers", "needs 2 to 64 sizes, e.g. 1,5,1; got " +
-                                 std::to_string(layers.size()));
+    if (layers.size() < 2 || layers.size() > kMaxMlpSizes) {
+      return Bad("--layers", "needs 2 to " + std::to_string(kMaxMlpSizes) +
+                                 " sizes, e.g. 1,5,1; got " + std::to_string(layers.size()));
     }
     for (size_t i = 0; i < layers.size(); ++i) {
-      if (layers[i] < 1 || layers[i] > 65536) {
-        return Bad("--layers", "size " + std::to_string(i + 1) + " must be between 1 and 65536, got " +
+      if (layers[i] < 1 || layers[i] > kMaxWidth) {
+        return Bad("--layers", "size " + std::to_string(i + 1) + " must be between 1 and " +
+                                   std::to_string(kMaxWidth) + ", got " +
                                    std::to_string(layers[i]));
       }
     }
@@ -284,9 +282,9 @@ Status TrainOptions::Validate() const {
   }
   if (input_shape.c != 0) {
     for (int64_t d : {input_shape.c, input_shape.h, input_shape.w}) {
-      if (d < 1 || d > 65536) {
-        return Bad("--input-shape", "each of C,H,W must be between 1 and 65536, got " +
-                                        std::to_string(d));
+      if (d < 1 || d > kMaxWidth) {
+        return Bad("--input-shape", "each of C,H,W must be between 1 and " +
+                                        std::to_string(kMaxWidth) + ", got " + std::to_string(d));
       }
     }
   }

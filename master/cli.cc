@@ -16,6 +16,7 @@
 #include "nn/layer.h"
 #include "nn/optimizer.h"
 #include "nn/schedule.h"
+#include "shm/layout.h"
 
 namespace shmtrain::master {
 namespace {
@@ -210,7 +211,8 @@ constexpr const char* kFault = "Fault tolerance";
 // own).
 std::vector<Flag> DataFlags(TrainOptions* o) {
   return {
-      {"--workers", "P", "worker processes, 1..256 (default 1)", Int<int>(&o->workers, 1, 256),
+      {"--workers", "P", "worker processes, 1.." + std::to_string(shm::kMaxWorkers) + " (default 1)",
+       Int<int>(&o->workers, 1, shm::kMaxWorkers),
        kWorkers},
       {"--mode", "sync|async", "how workers combine gradients (default sync)",
        Enum<Mode>(&o->mode, ParseMode, "sync, async"), kWorkers},
@@ -285,8 +287,8 @@ std::string LayerList() {
 std::vector<Flag> ModelFlags(TrainOptions* o) {
   return {
       {"--layers", "N0,N1,...",
-       "an MLP's layer sizes, inputs first: 2..64 sizes, each 1..65536, e.g. 1,5,1 (this or "
-       "--model is required)",
+       "an MLP's layer sizes, inputs first: 2.." + std::to_string(kMaxMlpSizes) + " sizes, each 1.." +
+           std::to_string(kMaxWidth) + ", e.g. 1,5,1 (this or --model is required)",
        IntList(&o->mlp_layers, "comma-separated layer sizes such as 1,5,1"), kModel},
       {"--activation", "tanh|relu|sigmoid|identity",
        "--layers' hidden-layer activation (default tanh)",
@@ -459,7 +461,7 @@ std::vector<Flag> FaultFlags(TrainOptions* o) {
        Int<int64_t>(&o->checkpoint_every, 1, kBig), kFault},
       {"--resume", "PATH", "continue the run saved in this checkpoint (default: a new run)",
        Str(&o->resume_path), kFault},
-      {"--fault-rank", "R", "test hook", Int<int>(&o->fault_rank, -1, 255), ""},
+      {"--fault-rank", "R", "test hook", Int<int>(&o->fault_rank, -1, shm::kMaxWorkers - 1), ""},
       {"--fault-step", "T", "test hook", Int<int64_t>(&o->fault_step, -1, kBig), ""},
       {"--fault-incarnations", "K", "test hook", Int<int>(&o->fault_incarnations, 0, 1 << 30),
        ""},
