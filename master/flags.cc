@@ -109,6 +109,14 @@ Status ParseNumber(const std::string& flag, std::string_view v, double* x) {
 
 std::string ShowReal(double x) { return std::isnan(x) ? "" : ShortestDecimal(x); }
 
+// A default as the help writes it: 1e-8, not 1e-08.
+std::string Written(double x) {
+  std::string s = ShortestDecimal(x);
+  const size_t e = s.find('e');
+  if (e != std::string::npos && e + 2 < s.size() && s[e + 2] == '0') s.erase(e + 2, 1);
+  return s;
+}
+
 FlagValue Real(Field<double> at, Precision precision) {
   return {[at, precision](Command* c, const FlagDef& f, std::string_view v) {
             double x = 0;
@@ -656,7 +664,7 @@ std::vector<FlagDef> OptimFlags() {
     checked.kind = Limits::Kind::kNone;  // CheckOptimizerOptions's
     f.push_back({.name = p.flag, .arg = p.switch_() ? "" : p.value_name,
                  .help = std::string(p.help) + " [" + nn::OptimizersWith(p.flag) + "]",
-                 .deflt_words = p.switch_() ? "off" : ShortestDecimal(p.default_value),
+                 .deflt_words = p.switch_() ? "off" : Written(p.default_value),
                  .limits = p.switch_() ? Limits{} : checked, .value = Hyper(p), .group = kOptim,
                  .commands = kTrainCmd, .workers = true, .trajectory = true});
   }
