@@ -2,6 +2,7 @@
 // below make every message name the flag and quote the value as typed.
 #include "master/flags.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -196,16 +197,15 @@ Status Unknown(const FlagDef& f, std::string_view v, const std::string& known = 
   return Status::Usage(f.name + ": unknown value '" + std::string(v) + "' (known: " + names + ")");
 }
 
-// The one of f.arg's names ("sync|async") for which `is` holds, or "".
-template <class Pred>
-std::string NameIn(const FlagDef& f, Pred is) {
+// f.arg's names: "sync|async" -> sync, async.
+std::vector<std::string> Names(const FlagDef& f) {
+  std::vector<std::string> names;
   for (size_t pos = 0; pos <= f.arg.size();) {
     const size_t bar = std::min(f.arg.find('|', pos), f.arg.size());
-    const std::string name = f.arg.substr(pos, bar - pos);
-    if (is(name)) return name;
+    names.push_back(f.arg.substr(pos, bar - pos));
     pos = bar + 1;
   }
-  return "";
+  return names;
 }
 
 // One of the names f.arg lists; `known` is how a refusal lists them (default: f.arg's).
@@ -218,20 +218,28 @@ FlagValue Choice(Field<E> at, std::optional<E> (*parse)(std::string_view), std::
             return Status::Ok();
           },
           [at, parse](const Command& c, const FlagDef& f) {
-            return NameIn(f, [&](const std::string& name) { return parse(name) == at.Of(c); });
+            for (const std::string& name : Names(f)) {
+              if (parse(name) == at.Of(c)) return name;
+            }
+            return std::string();
           }};
 }
 
-std::optional<LogFormat> ParseLogFormat(std::string_view s) {
-  if (s == "text") return LogFormat::kText;
-  if (s == "json") return LogFormat::kJson;
-  return std::nullopt;
-}
-std::optional<HeaderMode> ParseHeader(std::string_view s) {
-  if (s == "auto") return HeaderMode::kAuto;
-  if (s == "yes") return HeaderMode::kYes;
-  if (s == "no") return HeaderMode::kNo;
-  return std::nullopt;
+// One of f.arg's names, which are E's values in order ("text|json": kText, kJson).
+template <class E>
+FlagValue Named(Field<E> at) {
+  return {[at](Command* c, const FlagDef& f, std::string_view v) {
+            const std::vector<std::string> names = Names(f);
+            const auto it = std::find(names.begin(), names.end(), v);
+            if (it == names.end()) return Unknown(f, v);
+            at.Of(c) = static_cast<E>(it - names.begin());
+            return Status::Ok();
+          },
+          [at](const Command& c, const FlagDef& f) {
+            const std::vector<std::string> names = Names(f);
+            const auto i = static_cast<size_t>(at.Of(c));
+            return i < names.size() ? names[i] : std::string();
+          }};
 }
 
 // Comma-separated integers such as 1,5,1; nullopt when v is not that.
@@ -527,7 +535,7 @@ std::vector<FlagDef> FormatFlags() {
        .commands = kReadsData},
       {.name = "--header", .arg = "auto|yes|no",
        .help = "whether a CSV has a header line (default {default}: detected)", .deflt = "auto",
-       .value = Choice(Opt(&TO::header), ParseHeader), .group = kData, .commands = kReadsData},
+       .value = Named(Opt(&TO::header)), .group = kData, .commands = kReadsData},
       {.name = "--delimiter", .arg = ",|;|tab", .help = "CSV cell separator (default: {default})",
        .deflt_words = "detected from the first lines",
        .value = Choice(Opt(&TO::delimiter), ParseDelimiter, ", ; tab"), .group = kData,
@@ -751,7 +759,7 @@ std::vector<FlagDef> OutputFlags() {
        .to_workers = Copy<&TO::log_every, &RC::log_every>},
       {.name = "--log-format", .arg = "text|json",
        .help = "plain lines or one JSON object per line (default {default})", .deflt = "text",
-       .value = Choice(Opt(&TO::log_format), ParseLogFormat), .group = kOut,
+       .value = Named(Opt(&TO::log_format)), .group = kOut,
        .commands = kTrainSim | kExampleCmd | kEvalCmd | kPredictCmd},
       {.name = "--no-progress", .arg = "",
        .help = "never show the live progress line (default: {default})",
