@@ -28,21 +28,6 @@ std::string Seconds(double s) {
   return buf;
 }
 
-// The async rule's own limits (whether its flags apply is CheckApplies's).
-Status CheckAsyncRule(const TrainOptions& o) {
-  if (!std::isnan(o.lambda) && !(o.lambda >= 0 && std::isfinite(o.lambda))) {
-    return Bad("--lambda", "must be a finite number >= 0, got " + o.As("--lambda", G(o.lambda)));
-  }
-  if (!(o.ms_decay >= 0 && o.ms_decay < 1)) {
-    return Bad("--ms-decay", "must be in [0, 1), got " + o.As("--ms-decay", G(o.ms_decay)));
-  }
-  if (!(o.epsilon > 0 && std::isfinite(o.epsilon))) {
-    return Bad("--epsilon", "must be a finite number > 0, got " + o.As("--epsilon", G(o.epsilon)));
-  }
-  if (o.max_staleness < -1) return Bad("--max-staleness", "must be >= 0 (or -1: never drop)");
-  return Status::Ok();
-}
-
 // A flag given on the command line that the run would ignore: an error, so that nobody
 // believes it took effect. Returns the first such flag's message, in this order.
 Status CheckApplies(const TrainOptions& o) {
@@ -73,11 +58,21 @@ Status CheckApplies(const TrainOptions& o) {
   if (o.Given("--features") && o.example != "blobs") {
     return Bad("--features", "applies to --example blobs only");
   }
-  const bool text = o.format == DataFormat::kAuto || o.format == DataFormat::kCsv;
   for (const char* f : {"--format", "--label-col", "--header", "--delimiter", "--decimal", "--labels",
                         "--npz-x", "--npz-y"}) {
     if (o.Given(f) && !file) return Bad(f, "applies to --data FILE only, not to a built-in example");
   }
+  if (Status s = CheckFormatFlags(o); !s.ok()) return s;
+  for (const char* f : {"--val-labels", "--val-npz-x", "--val-npz-y"}) {
+    if (o.Given(f) && o.val_data_path.empty()) return Bad(f, "applies with --val-data FILE only");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status CheckFormatFlags(const TrainOptions& o) {
+  const bool text = o.format == DataFormat::kAuto || o.format == DataFormat::kCsv;
   for (const char* f : {"--label-col", "--header", "--delimiter", "--decimal"}) {
     if (o.Given(f) && !text) {
       return Bad(f, std::string("applies to CSV files only, not to --format ") +
@@ -89,13 +84,8 @@ Status CheckApplies(const TrainOptions& o) {
     return Bad("--labels", std::string("applies to IDX and NumPy data, not to --format ") +
                                ToString(o.format) + " (whose labels are in the file)");
   }
-  for (const char* f : {"--val-labels", "--val-npz-x", "--val-npz-y"}) {
-    if (o.Given(f) && o.val_data_path.empty()) return Bad(f, "applies with --val-data FILE only");
-  }
   return Status::Ok();
 }
-
-}  // namespace
 
 std::optional<char> ParseDelimiter(std::string_view s) {
   if (s == ",") return ',';
@@ -147,18 +137,13 @@ Status ParseHostPort(std::string_view addr, HostPort* out) {
 
 // Held-out data and validation: the fraction or file, and what needs them.
 Status CheckHeldOut(const TrainOptions& o) {
-  if (!(o.val_split >= 0 && o.val_split < 1)) {
-    return Bad("--val-split", "must be in [0, 1), got " + o.As("--val-split", G(o.val_split)));
-  }
   if (o.val_split > 0 && !o.val_data_path.empty()) {
     return Status::Usage("give at most one of --val-split F and --val-data FILE");
   }
   const bool has_val = o.val_split > 0 || !o.val_data_path.empty();
-  if (o.eval_every < 0) return Bad("--eval-every", "must be >= 1");
   if (o.eval_every > 0 && !has_val) {
     return Bad("--eval-every", "needs held-out data (--val-split F or --val-data FILE)");
   }
-  if (o.early_stop < 0) return Bad("--early-stop", "must be >= 1");
   if (o.early_stop > 0 && !has_val) {
     return Bad("--early-stop", "needs held-out data (--val-split F or --val-data FILE)");
   }
@@ -173,10 +158,6 @@ Status CheckHeldOut(const TrainOptions& o) {
 
 // Deadlines, restarts, chaos and checkpoints.
 Status CheckFaultTolerance(const TrainOptions& o) {
-  if (!(o.heartbeat_timeout_s >= 0.05 && o.heartbeat_timeout_s <= 86400)) {
-    return Bad("--heartbeat-timeout", "must be between 50ms and 86400s, got " +
-                                          Seconds(o.heartbeat_timeout_s));
-  }
   if (o.heartbeat_timeout_s >= o.barrier_timeout_s) {
     return Bad("--heartbeat-timeout",
                Seconds(o.heartbeat_timeout_s) + " must be shorter than --barrier-timeout (" +
@@ -184,14 +165,6 @@ Status CheckFaultTolerance(const TrainOptions& o) {
                    "): a silent worker must be found and replaced before the healthy ones give "
                    "up waiting for it at the barrier");
   }
-  if (o.max_restarts < 0) return Bad("--max-restarts", "must be >= 0");
-  if (!(o.restart_window_s > 0 && o.restart_window_s <= 86400 * 7)) {
-    return Bad("--restart-window", "must be between 0 and 7 days");
-  }
-  if (!(o.chaos_every_s >= 0 && o.chaos_every_s <= 86400)) {
-    return Bad("--chaos-kill-every", "must be a duration up to 86400s");
-  }
-  if (o.checkpoint_every < 0) return Bad("--checkpoint-every", "must be >= 1");
   if (o.checkpoint_every > 0 && o.checkpoint_path.empty()) {
     return Bad("--checkpoint-every", "needs --checkpoint PATH");
   }
@@ -238,37 +211,25 @@ Status TrainOptions::BuildModel() {
 }
 
 Status TrainOptions::Validate() const {
-  if (workers < 1 || workers > 256) {
-    return Bad("--workers", "must be between 1 and 256, got " + std::to_string(workers));
-  }
   if (data_path.empty() == example.empty()) {
     return Status::Usage("give exactly one of --data FILE and --example parabola");
   }
   if (!example.empty() && example != "parabola" && example != "blobs") {
     return Bad("--example", "unknown example '" + example + "' (known: parabola, blobs)");
   }
-  if (example_features < 1 || example_features > 100000) {
-    return Bad("--features", "must be between 1 and 100000");
-  }
   if (example == "blobs" && model.loss != Loss::kXent) {
     return Bad("--example", "blobs is a classification set: use --loss xent");
   }
-  if (example_rows < 1 || example_rows > 10'000'000) {
-    return Bad("--rows", "must be between 1 and 10000000, got " + std::to_string(example_rows));
-  }
-  if (label_col < -1) {
-    return Bad("--label-col",
-               "must be >= 0 or -1 (the last column), got " + std::to_string(label_col));
-  }
   const auto& layers = mlp_layers;
   if (!layers.empty()) {
-    if (layers.size() < 2 || layers.size() > 64) {
-      return Bad("--layers", "needs 2 to 64 sizes, e.g. 1,5,1; got " +
-                                 std::to_string(layers.size()));
+    if (layers.size() < 2 || layers.size() > kMaxMlpSizes) {
+      return Bad("--layers", "needs 2 to " + std::to_string(kMaxMlpSizes) +
+                                 " sizes, e.g. 1,5,1; got " + std::to_string(layers.size()));
     }
     for (size_t i = 0; i < layers.size(); ++i) {
-      if (layers[i] < 1 || layers[i] > 65536) {
-        return Bad("--layers", "size " + std::to_string(i + 1) + " must be between 1 and 65536, got " +
+      if (layers[i] < 1 || layers[i] > kMaxWidth) {
+        return Bad("--layers", "size " + std::to_string(i + 1) + " must be between 1 and " +
+                                   std::to_string(kMaxWidth) + ", got " +
                                    std::to_string(layers[i]));
       }
     }
@@ -284,9 +245,9 @@ Status TrainOptions::Validate() const {
   }
   if (input_shape.c != 0) {
     for (int64_t d : {input_shape.c, input_shape.h, input_shape.w}) {
-      if (d < 1 || d > 65536) {
-        return Bad("--input-shape", "each of C,H,W must be between 1 and 65536, got " +
-                                        std::to_string(d));
+      if (d < 1 || d > kMaxWidth) {
+        return Bad("--input-shape", "each of C,H,W must be between 1 and " +
+                                        std::to_string(kMaxWidth) + ", got " + std::to_string(d));
       }
     }
   }
@@ -295,25 +256,9 @@ Status TrainOptions::Validate() const {
     if (Status s = CheckModel(model, model_text.empty() ? "--layers" : "--model"); !s.ok()) return s;
   }
   if (lr == 0 && !Given("--lr")) return Status::Usage("--lr is required (the learning rate)");
-  if (!(lr > 0) || !std::isfinite(lr)) {
-    return Bad("--lr", "must be a finite number > 0, got " + As("--lr", G(lr)));
-  }
   if ((steps > 0) == (epochs > 0)) {
-    if (steps < 0 || epochs < 0) return Status::Usage("--steps and --epochs must be >= 1");
     return Status::Usage("give exactly one of --steps N and --epochs E");
   }
-  if (steps < 0 || epochs < 0) return Status::Usage("--steps and --epochs must be >= 1");
-  if (batch < 0) return Bad("--batch", "must be >= 1, got " + std::to_string(batch));
-  if (log_every < 0) return Bad("--log-every", "must be >= 0, got " + std::to_string(log_every));
-  if (!(barrier_timeout_s >= 0.1 && barrier_timeout_s <= 86400)) {
-    return Bad("--barrier-timeout", "must be between 100ms and 86400s, got " +
-                                        Seconds(barrier_timeout_s));
-  }
-  if (!(host_timeout_s >= 0.1 && host_timeout_s <= 86400)) {
-    return Bad("--host-timeout", "must be between 100ms and 86400s, got " +
-                                     Seconds(host_timeout_s));
-  }
-  if (Status st = CheckAsyncRule(*this); !st.ok()) return st;
   if (Status st = nn::CheckOptimizerOptions(*this); !st.ok()) return st;
   if (Status st = CheckHeldOut(*this); !st.ok()) return st;
   if (task && loss_given && TaskOf(model.loss) != *task) {

@@ -10,6 +10,7 @@
 #include "fuzz/fuzz_util.h"
 #include "master/cli.h"
 #include "nn/layer.h"
+#include "shm/layout.h"
 
 using namespace shmtrain;
 
@@ -34,12 +35,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (s.ok() && cmd.kind == master::Command::Kind::kTrain) {
     // The limits include/shmtrain/options.h states, which the segment and the workers rely on.
     const TrainOptions& o = cmd.train;
-    SHMTRAIN_FUZZ_CHECK(o.workers >= 1 && o.workers <= 256, "--workers %d accepted", o.workers);
+    SHMTRAIN_FUZZ_CHECK(o.workers >= 1 && o.workers <= shm::kMaxWorkers, "--workers %d accepted", o.workers);
     if (!o.mlp_layers.empty()) {
-      SHMTRAIN_FUZZ_CHECK(o.mlp_layers.size() >= 2 && o.mlp_layers.size() <= 64,
+      SHMTRAIN_FUZZ_CHECK(o.mlp_layers.size() >= 2 && o.mlp_layers.size() <= kMaxMlpSizes,
                           "%zu layers accepted", o.mlp_layers.size());
       for (int l : o.mlp_layers) {
-        SHMTRAIN_FUZZ_CHECK(l >= 1 && l <= 65536, "a layer of %d units accepted", l);
+        SHMTRAIN_FUZZ_CHECK(l >= 1 && l <= kMaxWidth, "a layer of %d units accepted", l);
       }
     }
     SHMTRAIN_FUZZ_CHECK(!o.model.layers.empty(), "a model without layers accepted");

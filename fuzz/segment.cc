@@ -38,7 +38,7 @@ using u128 = unsigned __int128;
 bool ModelOf(const RunConfig& c, ModelSpec* spec) {
   if (std::memchr(c.model, '\0', sizeof c.model) == nullptr) return false;
   for (int64_t d : c.input_shape) {
-    if (d < 1 || d > 65536) return false;
+    if (d < 1 || d > kMaxWidth) return false;
   }
   spec->input = {c.input_shape[0], c.input_shape[1], c.input_shape[2]};
   if (!nn::ParseModelText(c.model, &spec->layers).ok()) return false;

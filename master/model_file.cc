@@ -26,12 +26,12 @@ Status DecodeMlpSpec(ByteReader& r, ModelSpec* spec) {
   const std::string cut = "cut short (truncated) in the ";
   uint32_t layers = 0, act = 0;
   if (!r.Get(&layers)) return Status::Data(cut + "header");
-  if (layers < 2 || layers > 64) return Status::Data("layer count " + std::to_string(layers));
+  if (layers < 2 || layers > kMaxMlpSizes) return Status::Data("layer count " + std::to_string(layers));
   std::vector<int> sizes;
   for (uint32_t i = 0; i < layers; ++i) {
     int32_t v = 0;
     if (!r.Get(&v)) return Status::Data(cut + "layer sizes");
-    if (v < 1 || v > 65536) return Status::Data("layer size " + std::to_string(v));
+    if (v < 1 || v > kMaxWidth) return Status::Data("layer size " + std::to_string(v));
     sizes.push_back(v);
   }
   if (!r.Get(&act)) return Status::Data(cut + "header");

@@ -24,6 +24,7 @@
 #include "master/run_lines.h"
 #include "master/run_loop.h"
 #include "master/run_summary.h"
+#include "master/segment_header.h"
 #include "master/signals.h"
 #include "master/supervisor.h"
 #include "master/validation.h"
@@ -40,62 +41,6 @@ std::atomic<int> g_stop_signal{0};
 char g_segment_path[256] = "";
 
 namespace {
-
-shm::Header MakeHeader(const TrainOptions& o, const OptimConfig& optim, int64_t rows,
-                       int features, int64_t total_steps, int64_t eval_every) {
-  shm::Header proto{};
-  shm::RunConfig& c = proto.config;
-  c.mode = static_cast<uint32_t>(o.mode);
-  c.loss = static_cast<uint32_t>(o.model.loss);
-  c.input_shape[0] = o.model.input.c;
-  c.input_shape[1] = o.model.input.h;
-  c.input_shape[2] = o.model.input.w;
-  const std::string text = o.model.Text();  // shorter than the field (TrainOptions::Validate)
-  std::snprintf(c.model, sizeof c.model, "%s", text.c_str());
-  c.workers = static_cast<uint32_t>(o.workers);
-  c.hosts = static_cast<uint32_t>(o.host_count);
-  c.host_index = static_cast<uint32_t>(o.host_index);
-  c.param_count = o.model.ParamCount();
-  c.rows = rows;
-  c.features = features;
-  c.batch = o.batch;
-  c.total_steps = total_steps;
-  c.log_every = o.log_every;
-  c.seed = o.seed;
-  c.optim = optim;
-  c.barrier_timeout_s = o.barrier_timeout_s;
-  // Spinning pays only while every worker has a core of its own.
-  c.spin_ns = o.workers * o.host_local_count <=
-                      static_cast<int>(std::thread::hardware_concurrency())
-                  ? 50'000
-                  : 0;
-  c.master_pid = getpid();
-  c.fault_rank = o.host_index == o.fault_host ? o.fault_rank : -1;
-  c.fault_step = o.fault_step;
-  c.fault_point = static_cast<uint32_t>(o.fault_point);
-  c.fault_incarnations = static_cast<uint32_t>(o.fault_incarnations);
-  c.checkpoint_every = o.checkpoint_every;
-  c.rule = static_cast<uint32_t>(o.rule);
-  c.lambda = o.LambdaOrDefault();
-  c.ms_decay = o.ms_decay;
-  c.epsilon = o.epsilon;
-  c.max_staleness = o.max_staleness;
-  c.eval_every = o.mode == Mode::kSync ? eval_every : 0;
-  // The snapshot ring: ranks run up to its length in evaluations ahead of the master's copy
-  // (its 1 ms look), so a longer ring keeps fast epochs from waiting. Up to 16 snapshots
-  // within 32 MiB, never fewer than 2. Early stopping needs exactly 2 (see run loop).
-  const uint64_t vec_bytes = (c.param_count * sizeof(float) + shm::kCacheLine - 1) /
-                             shm::kCacheLine * shm::kCacheLine;
-  c.snapshots = o.early_stop > 0
-                    ? 2
-                    : std::clamp<int64_t>(static_cast<int64_t>((32u << 20) / vec_bytes), 2, 16);
-  proto.stop_eval = shm::kNoStop;
-  proto.diverged_step = shm::kNoStop;
-  proto.creator_pid = getpid();
-  proto.creator_start_time = shm::ProcessStartTime(getpid());
-  shm::ComputeLayout(&proto);
-  return proto;
-}
 
 
 std::string Bytes(double b) {
@@ -127,13 +72,6 @@ uint64_t ShmFree() {
   return static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
 }
 
-
-int64_t EvalEvery(const TrainOptions& o, int64_t rows) {
-  if (o.val_split <= 0 && o.val_data_path.empty()) return 0;
-  if (o.eval_every > 0) return o.eval_every;
-  if (o.batch > 0) return o.StepsPerEpoch(rows);
-  return o.log_every > 0 ? o.log_every : 50;
-}
 
 // The memory check of train, eval and predict: the data as float32 with its targets (the
 // master's copy), plus the segment (whose pages are memory too; 0 outside train).

@@ -115,12 +115,22 @@ std::string ScheduleHelp() {
 
 // "step: ...; exponential: ...; G in (0, 1] (default 0.1 for step; required by exponential)".
 std::string ScheduleFlagHelp(const ScheduleFlag& f) {
-  std::string meanings, required;
-  std::vector<std::pair<double, std::string>> defaults;  // a default and who has it
+  std::string meanings;
   for (const ScheduleDef* d : Schedules()) {
     const ScheduleTakes* use = TakesOf(*d, f.flag);
     if (use == nullptr) continue;
     meanings += (meanings.empty() ? "" : "; ") + std::string(d->name) + ": " + use->meaning;
+  }
+  return meanings + "; " + f.limits + " (" + ScheduleFlagDefaults(f) + ")";
+}
+
+// "default 0.1 for step; required by exponential".
+std::string ScheduleFlagDefaults(const ScheduleFlag& f) {
+  std::string required;
+  std::vector<std::pair<double, std::string>> defaults;  // a default and who has it
+  for (const ScheduleDef* d : Schedules()) {
+    const ScheduleTakes* use = TakesOf(*d, f.flag);
+    if (use == nullptr) continue;
     if (use->required) {
       required += (required.empty() ? "" : " or ") + std::string(d->name);
       continue;
@@ -140,7 +150,7 @@ std::string ScheduleFlagHelp(const ScheduleFlag& f) {
             (alone ? "" : " for " + names);
   }
   if (!required.empty()) when += (when.empty() ? "required by " : "; required by ") + required;
-  return meanings + "; " + f.limits + " (" + when + ")";
+  return when;
 }
 
 // Every refusal below is kUsage with "--flag: what is wrong".

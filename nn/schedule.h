@@ -86,6 +86,8 @@ const std::vector<ScheduleFlag>& ScheduleFlags();
 // its limits, defaults and which schedules require it.
 std::string ScheduleHelp();
 std::string ScheduleFlagHelp(const ScheduleFlag& f);
+// The defaults part of ScheduleFlagHelp: "default 0.1 for step; required by exponential".
+std::string ScheduleFlagDefaults(const ScheduleFlag& f);
 
 // The command-line checks of the schedule: a known name, each ScheduleFlag given only to a
 // schedule that takes it, given when required, within its limits; the warmup >= 0. kUsage

@@ -46,6 +46,11 @@ struct LayerSpec {
 
 // The longest model text (canonical, nn/layer.h) a run, a segment or a model file holds.
 inline constexpr size_t kMaxModelText = 4096;
+// The most sizes an MLP lists, inputs first (--layers, version-2 model files): 63 layers.
+inline constexpr int kMaxMlpSizes = 64;
+// The widest a layer's output (an MLP's size, linear and conv2d outputs) or a dimension of an
+// input sample (--input-shape, the segment's input shape) may be.
+inline constexpr int kMaxWidth = 65536;
 
 // A model: the shape of one input sample, a sequence of layers and a loss. The last layer's
 // outputs are compared with the target directly by mse, through softmax by xent.

@@ -1,8 +1,10 @@
-// Every setting of a training run, with its default and its limits.
+// Every setting of a training run, with its default.
 //
-// The CLI fills a TrainOptions, Validate() checks it, and the master copies the parts the
-// workers need into the segment header (shm/layout.h), which is the workers' only source of
-// truth. A field added here that workers need must be added there too (and the ABI bumped).
+// The CLI fills a TrainOptions from the flag table (master/flags.h), which states each flag's
+// default and limits and checks every value against its limits as it is read; Validate() then
+// checks the fields against each other. The master copies the parts the workers need into the
+// segment header (shm/layout.h), which is the workers' only source of truth: the flag's row in
+// the table says so and writes its RunConfig field (an added field there bumps the ABI).
 #pragma once
 
 #include <cstdint>
@@ -60,7 +62,7 @@ inline Task TaskOf(Loss l) { return l == Loss::kXent ? Task::kClassification : T
 Status CheckModel(const ModelSpec& model, const char* flag);
 
 struct TrainOptions {
-  // Number of worker processes. Default 1; 1 <= workers <= 256.
+  // Number of worker processes. Default 1; 1..shm::kMaxWorkers.
   int workers = 1;
   Mode mode = Mode::kSync;
 
@@ -247,8 +249,10 @@ struct TrainOptions {
   // Validate.
   Status BuildModel();
 
-  // Checks every field against its limits and the fields against each other (data-dependent
-  // checks such as layer sizes against the data live in the master). Returns kUsage.
+  // Checks the fields against each other, what is required, and the model (--layers' count
+  // and sizes, the model text's length, --input-shape); each flag's own limits are the flag
+  // table's, checked as the command line is read (master/flags.h). Data-dependent checks such
+  // as layer sizes against the data live in the master. Returns kUsage.
   Status Validate() const;
 
   // Steps the run takes once the dataset has `rows` rows.
@@ -256,5 +260,9 @@ struct TrainOptions {
   // Steps of one pass over `rows` rows: ceil(rows / batch), or 1 full batch.
   int64_t StepsPerEpoch(int64_t rows) const { return batch > 0 ? (rows + batch - 1) / batch : 1; }
 };
+
+// The data format flags given against --format: those of CSV files only, --labels of IDX and
+// NumPy data only. kUsage naming the first that does not apply.
+Status CheckFormatFlags(const TrainOptions& o);
 
 }  // namespace shmtrain

@@ -337,7 +337,7 @@ extern const LayerType kConv2d = {
     .name = "conv2d",
     .torch = "Conv2d",
     .summary = "2-D convolution: out channels, a kernel x kernel window, zero padding",
-    .args = {{"out", true, 0, 1, 65536, true},
+    .args = {{"out", true, 0, 1, kMaxWidth, true},
              {"kernel", true, 0, 1, 1024, true},
              {"stride", false, 1, 1, 1024, true},
              {"padding", false, 0, 0, 1024, true}},

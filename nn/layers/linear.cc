@@ -108,7 +108,7 @@ extern const LayerType kLinear = {
     .name = "linear",
     .torch = "Linear",
     .summary = "y = W x + b over the flattened input; out units",
-    .args = {{"out", true, 0, 1, 65536, true}},
+    .args = {{"out", true, 0, 1, kMaxWidth, true}},
     .out_shape = OutShape,
     .params = Params,
     .init = InitLinear,
