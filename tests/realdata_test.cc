@@ -1136,7 +1136,12 @@ TEST_F(RealData, PipedCsvHeldAsAFileIs) {
   ASSERT_EQ(file.exit_code, 0) << file.err;
   ASSERT_EQ(pipe.exit_code, 0) << pipe.err;
   EXPECT_EQ(pipe.out, file.out);  // the same rows, loss and accuracy
-  EXPECT_LT(static_cast<double>(pipe.peak_kib), 1.25 * static_cast<double>(file.peak_kib))
+  std::printf("[ peak ] pipe %ld KiB, file %ld KiB\n", static_cast<long>(pipe.peak_kib),
+              static_cast<long>(file.peak_kib));
+  // Measured: the pipe's peak is 1.08..1.31 times the file's, varying from run to run with
+  // how the reads and the kernel's page handling interleave; the text held whole would make it
+  // about 2.3 (the file's peak plus 61 MB).
+  EXPECT_LT(static_cast<double>(pipe.peak_kib), 1.4 * static_cast<double>(file.peak_kib))
       << "pipe " << pipe.peak_kib << " KiB, file " << file.peak_kib << " KiB";
 }
 
