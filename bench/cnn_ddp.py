@@ -8,13 +8,14 @@ Usage: cnn_ddp.py WORLD PER_RANK STEPS
 import os
 import socket
 import sys
-import time
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
+
+from cnn_small import cnn_small, timed_steps
 
 
 def worker(rank, world, per_rank, steps, port, queue):
@@ -23,11 +24,7 @@ def worker(rank, world, per_rank, steps, port, queue):
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(1)
-    model = nn.Sequential(
-        nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(3136, 128), nn.ReLU(), nn.Linear(128, 10))
-    model = model.to(memory_format=torch.channels_last)
+    model = cnn_small().to(memory_format=torch.channels_last)
     ddp = DistributedDataParallel(model)
     torch.manual_seed(2 + rank)
     x = torch.rand(per_rank, 1, 28, 28).contiguous(memory_format=torch.channels_last)
@@ -40,15 +37,9 @@ def worker(rank, world, per_rank, steps, port, queue):
         loss_fn(ddp(x), y).backward()
         opt.step()
 
-    for _ in range(3):
-        step()
-    dist.barrier()
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        step()
-    dist.barrier()
+    seconds = timed_steps(step, steps, sync=dist.barrier)
     if rank == 0:
-        queue.put(world * per_rank * steps / (time.perf_counter() - t0))
+        queue.put(world * per_rank * steps / seconds)
     dist.destroy_process_group()
 
 
