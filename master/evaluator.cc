@@ -1,11 +1,20 @@
 #include "master/evaluator.h"
 
+#include <string>
 #include <utility>
+
+#include "master/signals.h"
 
 namespace shmtrain::master {
 
-Evaluator::Evaluator(const ModelSpec& spec, const data::Dataset& val)
-    : spec_(spec), val_(val), thread_([this] { Loop(); }) {}
+Evaluator::Evaluator(const ModelSpec& spec, const data::Dataset& val, EvaluateFn evaluate)
+    : spec_(spec),
+      val_(val),
+      evaluate_(evaluate ? std::move(evaluate)
+                         : [](const ModelSpec& s, const float* p, const data::Dataset& v) {
+                             return nn::Evaluate(s, p, v.x.data(), v.y.data(), v.rows);
+                           }),
+      thread_([this] { Loop(); }) {}
 
 Evaluator::~Evaluator() {
   {
@@ -28,17 +37,19 @@ void Evaluator::Submit(int64_t index, int64_t step, std::vector<float> params) {
   cv_.notify_all();
 }
 
-std::vector<Evaluator::Result> Evaluator::Take() {
+Status Evaluator::Take(std::vector<Result>* done) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
-  return std::exchange(done_, {});
+  if (!error_.ok()) return error_;
+  *done = std::exchange(done_, {});
+  return Status::Ok();
 }
 
-std::vector<Evaluator::Result> Evaluator::Finish() {
+Status Evaluator::Finish(std::vector<Result>* done) {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [this] { return (todo_.empty() && busy_ == 0) || error_ != nullptr; });
-  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
-  return std::exchange(done_, {});
+  cv_.wait(lock, [this] { return (todo_.empty() && busy_ == 0) || !error_.ok(); });
+  if (!error_.ok()) return error_;
+  *done = std::exchange(done_, {});
+  return Status::Ok();
 }
 
 void Evaluator::Loop() {
@@ -50,16 +61,17 @@ void Evaluator::Loop() {
     todo_.pop_front();
     ++busy_;
     lock.unlock();
-    std::exception_ptr error;
+    Status error;
     try {
-      r.metrics = nn::Evaluate(spec_, r.params.data(), val_.x.data(), val_.y.data(), val_.rows);
-    } catch (...) {
-      error = std::current_exception();
+      r.metrics = evaluate_(spec_, r.params.data(), val_);
+    } catch (...) {  // the standard library's boundary (bad_alloc), converted here
+      error = Status::Internal("internal error: the validation of step " + std::to_string(r.step) +
+                               ": " + DescribeException(std::current_exception()));
     }
     lock.lock();
     --busy_;
-    if (error) {
-      error_ = error;  // the first one wins; the run ends when the run loop sees it
+    if (!error.ok()) {
+      if (error_.ok()) error_ = error;  // the first one wins; the run ends when the loop sees it
       todo_.clear();
       cv_.notify_all();
       continue;

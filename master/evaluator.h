@@ -11,7 +11,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
-#include <exception>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -19,6 +19,7 @@
 #include "data/dataset.h"
 #include "nn/metrics.h"
 #include "shmtrain/model_spec.h"
+#include "shmtrain/status.h"
 
 namespace shmtrain::master {
 
@@ -31,31 +32,35 @@ class Evaluator {
     std::vector<float> params;
   };
 
+  // What an evaluation computes: nn::Evaluate, or a test's stand-in.
+  using EvaluateFn = std::function<nn::Metrics(const ModelSpec& spec, const float* params,
+                                               const data::Dataset& val)>;
   // spec and val must outlive the evaluator.
-  Evaluator(const ModelSpec& spec, const data::Dataset& val);
+  Evaluator(const ModelSpec& spec, const data::Dataset& val, EvaluateFn evaluate = nullptr);
   ~Evaluator();
   Evaluator(const Evaluator&) = delete;
   Evaluator& operator=(const Evaluator&) = delete;
 
   void Submit(int64_t index, int64_t step, std::vector<float> params);
-  // The evaluations finished since the last call, in submission order. An exception thrown
-  // by an evaluation on the evaluator's thread is rethrown here (and by Finish), on the run
-  // loop's thread, so that it ends the run through the normal cleanup.
-  std::vector<Result> Take();
+  // The evaluations finished since the last call, in submission order, into *done. Not ok
+  // when an evaluation failed on the evaluator's thread (an exception there, out of memory,
+  // is converted at once: docs/errors.md): the run loop ends the run for it.
+  Status Take(std::vector<Result>* done);
   // Waits until every submitted evaluation is finished, then returns them like Take().
-  std::vector<Result> Finish();
+  Status Finish(std::vector<Result>* done);
 
  private:
   void Loop();
   const ModelSpec& spec_;
   const data::Dataset& val_;
+  EvaluateFn evaluate_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Result> todo_;
   std::vector<Result> done_;
   int busy_ = 0;
   bool quit_ = false;
-  std::exception_ptr error_;
+  Status error_;  // the first evaluation that failed
   std::thread thread_;
 };
 

@@ -37,15 +37,16 @@ bool ValidationProtocol::wants_fast_poll() const {
   return plan_.eval_every > 0 && sync() && (!ack_after_eval_ || acked_ < next_eval_ - 1);
 }
 
-Verdict ValidationProtocol::Tick(const RunView& /*view*/) {
-  Poll();
-  return Verdict::GoOn();
-}
+Verdict ValidationProtocol::Tick(const RunView& /*view*/) { return Verdict::EndIf(Poll()); }
 
 void ValidationProtocol::Finish(RunEnd& end) {
   if (!end.status.ok()) return;
   RunSummary& s = end.summary;
-  s.val = FinalEvaluation(end.end_step, &end.params);  // may stop early, too
+  // May stop early, too.
+  if (Status f = FinalEvaluation(end.end_step, &end.params, &s.val); !f.ok()) {
+    end.status = std::move(f);
+    return;
+  }
   s.early_stop = plan_.early_stop > 0;
   s.stopped_early = stop_requested_;
   s.best_step = s.early_stop ? best_.step() : -1;
@@ -53,10 +54,13 @@ void ValidationProtocol::Finish(RunEnd& end) {
   s.classification = spec_.loss == Loss::kXent;
 }
 
-void ValidationProtocol::Poll() {
-  if (!evaluator_) return;
+Status ValidationProtocol::Poll() {
+  if (!evaluator_) return Status::Ok();
   SnapshotsToEvaluator();
-  HandleResults(evaluator_->Take());
+  std::vector<Evaluator::Result> done;
+  if (Status s = evaluator_->Take(&done); !s.ok()) return s;
+  HandleResults(std::move(done));
+  return Status::Ok();
 }
 
 void ValidationProtocol::SnapshotsToEvaluator() {
@@ -142,11 +146,17 @@ void ValidationProtocol::LogValidation(int64_t step, const nn::Metrics& m, int64
             j);
 }
 
-nn::Metrics ValidationProtocol::FinalEvaluation(int64_t end_step, std::vector<float>* params) {
+Status ValidationProtocol::FinalEvaluation(int64_t end_step, std::vector<float>* params,
+                                           nn::Metrics* out) {
   const int64_t end_ns = shm::MonotonicNs();
-  if (evaluator_) HandleResults(evaluator_->Finish());
-  nn::Metrics m = nn::Evaluate(spec_, params->data(), val_.x.data(), val_.y.data(), val_.rows);
-  if (!evaluator_) return m;
+  if (evaluator_) {
+    std::vector<Evaluator::Result> done;
+    if (Status s = evaluator_->Finish(&done); !s.ok()) return s;
+    HandleResults(std::move(done));
+  }
+  nn::Metrics& m = *out;
+  m = nn::Evaluate(spec_, params->data(), val_.x.data(), val_.y.data(), val_.rows);
+  if (!evaluator_) return Status::Ok();
   LogValidation(end_step, m, end_ns);
   best_.Observe(end_step, m, {});
   // With --early-stop the model kept is the one with the best validation loss.
@@ -161,7 +171,7 @@ nn::Metrics ValidationProtocol::FinalEvaluation(int64_t end_step, std::vector<fl
                   .Int("best_step", best_.step())
                   .Num("best_val_loss", best_.loss()));
   }
-  return m;
+  return Status::Ok();
 }
 
 }  // namespace shmtrain::master

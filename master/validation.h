@@ -69,16 +69,17 @@ class ValidationProtocol final : public RunUnit {
   Verdict Tick(const RunView& view) override;
   void Finish(RunEnd& end) override;
   // Copies out the snapshots ready, hands them to the evaluator, and handles the results
-  // back since the last call (logs, early stop, acks). Rethrows an evaluation's exception.
-  void Poll();
+  // back since the last call (logs, early stop, acks). Not ok when an evaluation failed.
+  Status Poll();
   // An early stop has been asked of the workers.
   bool stop_requested() const { return stop_requested_; }
 
   // Once every worker has ended at end_step, with *params the parameters after it: waits for
   // the outstanding evaluations, evaluates *params on the held-out set (logged as an
   // evaluation when validating) and, with --early-stop, replaces *params by the best
-  // evaluated ones. Returns the validation metrics of the parameters left in *params.
-  nn::Metrics FinalEvaluation(int64_t end_step, std::vector<float>* params);
+  // evaluated ones. The validation metrics of the parameters left in *params into *out; not
+  // ok when an outstanding evaluation failed.
+  Status FinalEvaluation(int64_t end_step, std::vector<float>* params, nn::Metrics* out);
   // With --early-stop, after FinalEvaluation(): the step of the parameters kept.
   int64_t best_step() const { return best_.step(); }
 

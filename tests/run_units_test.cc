@@ -17,12 +17,14 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
 #include "data/dataset.h"
 #include "master/checkpoint.h"
 #include "master/checkpoint_policy.h"
+#include "master/evaluator.h"
 #include "master/hosts.h"
 #include "master/launcher.h"
 #include "master/log.h"
@@ -524,13 +526,14 @@ TEST_F(ValidationTest, WithoutEarlyStopASnapshotIsAckedOnceCopied) {
   EXPECT_EQ(seg.header()->eval_ack, 1) << "a run resumed at step 2 has passed eval 1";
   EXPECT_TRUE(v.wants_fast_poll());
   seg.block(0)->snap_eval = 2;
-  v.Poll();
+  ASSERT_TRUE(v.Poll().ok());
   EXPECT_EQ(seg.header()->eval_ack, 1) << "rank 1 has not copied its slice yet";
   Publish(seg, 2, good_);
-  v.Poll();
+  ASSERT_TRUE(v.Poll().ok());
   EXPECT_EQ(seg.header()->eval_ack, 2);
   std::vector<float> params = bad_;
-  const nn::Metrics m = v.FinalEvaluation(6, &params);
+  nn::Metrics m;
+  ASSERT_TRUE(v.FinalEvaluation(6, &params, &m).ok());
   const std::string out = testing::internal::GetCapturedStdout();
   EXPECT_EQ(params, bad_) << "without --early-stop the last parameters are kept";
   EXPECT_DOUBLE_EQ(m.loss, Loss(bad_));
@@ -540,6 +543,29 @@ TEST_F(ValidationTest, WithoutEarlyStopASnapshotIsAckedOnceCopied) {
   EXPECT_FALSE(v.stop_requested());
 }
 
+// An evaluation that fails on the evaluator's thread (out of memory there) is a Status on
+// the run loop's thread, naming the step, from Take and from Finish: no exception crosses.
+TEST_F(ValidationTest, AFailedEvaluationIsAStatusOnTheRunLoopsThread) {
+  Evaluator ev(kSpec, val_, [](const ModelSpec&, const float*, const data::Dataset&) -> nn::Metrics {
+    throw std::bad_alloc();
+  });
+  ev.Submit(1, 4, good_);
+  std::vector<Evaluator::Result> done;
+  const Status finish = ev.Finish(&done);
+  EXPECT_EQ(finish.code(), Status::Code::kInternal);
+  EXPECT_EQ(finish.message(),
+            "internal error: the validation of step 4: out of memory (std::bad_alloc)");
+  EXPECT_TRUE(done.empty());
+  const Status take = ev.Take(&done);
+  EXPECT_EQ(take.code(), Status::Code::kInternal) << "the failure stays until the run ends";
+  // A good evaluation is handed back.
+  Evaluator fine(kSpec, val_);
+  fine.Submit(1, 2, good_);
+  ASSERT_TRUE(fine.Finish(&done).ok());
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].step, 2);
+}
+
 TEST_F(ValidationTest, EarlyStopNamesEvalKPlus2BeforeAckingKAndKeepsTheBest) {
   shm::Segment seg = MakeSegment(Layout(Mode::kSync, 2, 0, 2));
   ASSERT_TRUE(seg.valid());
@@ -547,11 +573,12 @@ TEST_F(ValidationTest, EarlyStopNamesEvalKPlus2BeforeAckingKAndKeepsTheBest) {
   ValidationProtocol v({.eval_every = 2, .early_stop = 1, .total_steps = 10}, kSpec, val_, seg,
                        log_, stats_);
   Publish(seg, 1, good_);
-  v.Poll();
+  ASSERT_TRUE(v.Poll().ok());
   Publish(seg, 2, bad_);  // no better: with patience 1, eval 2 decides
-  v.Poll();
+  ASSERT_TRUE(v.Poll().ok());
   std::vector<float> params = bad_;
-  const nn::Metrics m = v.FinalEvaluation(6, &params);
+  nn::Metrics m;
+  ASSERT_TRUE(v.FinalEvaluation(6, &params, &m).ok());
   const std::string out = testing::internal::GetCapturedStdout();
   EXPECT_TRUE(v.stop_requested());
   EXPECT_EQ(seg.header()->stop_eval, 4) << "the ranks stop right before step (2 + 2) * 2";
