@@ -125,8 +125,9 @@ Status ModelOf(const RunConfig& c, ModelSpec* spec) {
     return Status::Data("a model text without its end");
   }
   for (int64_t d : c.input_shape) {
-    if (d < 1 || d > 65536) {
-      return Status::Data("input dimension " + std::to_string(d) + " (1 to 65536)");
+    if (d < 1 || d > kMaxWidth) {
+      return Status::Data("input dimension " + std::to_string(d) + " (1 to " +
+                          std::to_string(kMaxWidth) + ")");
     }
   }
   spec->input = {c.input_shape[0], c.input_shape[1], c.input_shape[2]};
