@@ -21,7 +21,6 @@
 // c), then b (out). PyTorch's weight is (out, in, kh, kw): export reorders.
 #include <Eigen/Core>
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <type_traits>
 
