@@ -1,5 +1,6 @@
 #include "monitoring/run_stats.h"
 
+#include <chrono>
 #include <cmath>
 
 namespace shmtrain::monitoring {
@@ -38,6 +39,14 @@ void WorkerStats::AddRestart(int rank, RestartReason why) {
 
 uint64_t WorkerStats::restarts(int rank, RestartReason why) const {
   return restarts_[rank * kRestartReasons + static_cast<int>(why)].load(std::memory_order_relaxed);
+}
+
+}  // namespace shmtrain::monitoring
+
+namespace shmtrain::monitoring {
+
+double PushStats::UnixNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace shmtrain::monitoring

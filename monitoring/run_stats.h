@@ -6,6 +6,8 @@
 //                     updates
 //   CheckpointStats   the checkpoint policy: write times, the last success, failures
 //   DurationHistogram the cross-host combiner: its time per step (combine())
+//   PushStats         async across hosts: this host's pushes to the parts' owners and what it
+//                     did as the owner of its own part (master/param_server.h)
 //   ValidationStats   the validation protocol: the latest evaluation
 //
 // Threads: a part is written by its unit (on the run loop's thread; the combiner's on its own)
@@ -97,6 +99,42 @@ class ValidationStats {
   std::atomic<double> metric_{0};
 };
 
+// Async across hosts (master/param_server.h): what this host master's exchange thread did, as
+// a pusher (its host's updates sent to each part's owner) and as the owner of its own part
+// (pushes from every host applied or dropped, with their cross-host staleness).
+class PushStats {
+ public:
+  // This host sent a push of `bytes` bytes (header and payload) to an owner (itself included).
+  void AddSent(uint64_t bytes) {
+    sent_.fetch_add(1, std::memory_order_relaxed);
+    bytes_.fetch_add(bytes, std::memory_order_relaxed);
+    last_sent_unix_.store(UnixNow(), std::memory_order_relaxed);
+  }
+  // As the owner: a push applied with cross-host staleness tau, or dropped (--max-staleness).
+  void AddApplied(uint64_t tau) {
+    applied_.fetch_add(1, std::memory_order_relaxed);
+    tau_sum_.fetch_add(tau, std::memory_order_relaxed);
+    tau_hist_[shm::StalenessBucket(tau)].fetch_add(1, std::memory_order_relaxed);
+  }
+  void AddDropped() { dropped_.fetch_add(1, std::memory_order_relaxed); }
+  uint64_t sent() const { return sent_.load(std::memory_order_relaxed); }
+  uint64_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
+  uint64_t applied() const { return applied_.load(std::memory_order_relaxed); }
+  uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
+  uint64_t tau_sum() const { return tau_sum_.load(std::memory_order_relaxed); }
+  // Pushes applied with staleness <= shm::kStalenessBounds[k] (k < kStalenessBuckets - 1),
+  // and above the last bound (the last bucket); not cumulative.
+  uint64_t tau_bucket(int k) const { return tau_hist_[k].load(std::memory_order_relaxed); }
+  // Unix time of this host's last push (0: none yet).
+  double last_sent_unix() const { return last_sent_unix_.load(std::memory_order_relaxed); }
+
+ private:
+  static double UnixNow();
+  std::atomic<uint64_t> sent_{0}, bytes_{0}, applied_{0}, dropped_{0}, tau_sum_{0};
+  std::atomic<uint64_t> tau_hist_[shm::kStalenessBuckets] = {};
+  std::atomic<double> last_sent_unix_{0};
+};
+
 // The owner: every part, for the units that write them and for the scrapes that read them all.
 class RunStats {
  public:
@@ -109,6 +147,9 @@ class RunStats {
   // Several hosts: one cross-host combine of a step's sums (master/combiner.h).
   DurationHistogram& combine() { return combine_; }
   ValidationStats& validation() { return validation_; }
+  // Async across hosts: pushes and the owner's applies (master/param_server.h).
+  PushStats& pushes() { return pushes_; }
+  const PushStats& pushes() const { return pushes_; }
   const WorkerStats& workers() const { return workers_; }
   const CheckpointStats& checkpoints() const { return checkpoints_; }
   const DurationHistogram& combine() const { return combine_; }
@@ -119,6 +160,7 @@ class RunStats {
   CheckpointStats checkpoints_;
   DurationHistogram combine_;
   ValidationStats validation_;
+  PushStats pushes_;
 };
 
 }  // namespace shmtrain::monitoring
