@@ -713,6 +713,11 @@ std::vector<FlagDef> AsyncFlags() {
        .value = Int(Opt(&TO::max_staleness)), .group = kAsync, .commands = kTrainCmd,
        .workers = true, .to_workers = Copy<&TO::max_staleness, &RC::max_staleness>,
        .trajectory = true},
+      {.name = "--push-every", .arg = "K",
+       .help = "several hosts (mpirun): push this host's update of each part of the parameters "
+               "to its owner every K local updates, {limits} (default {default})",
+       .deflt = "4", .limits = IntRange(1, 1'000'000), .value = Int(Opt(&TO::push_every)),
+       .group = kAsync, .commands = kTrainCmd},  // the hosts agree on it (AgreeWithHosts)
   };
 }
 

@@ -64,10 +64,22 @@ Status JoinTheHosts(int* argc, char*** argv, shmtrain::TrainOptions* o,
   o->host_local_count = h.local_count();
   if (h.index() != 0) log.SetSecondary(h.Describe(h.index()));
   if (h.count() > 1 && o->mode == shmtrain::Mode::kAsync) {
-    return Status::Usage("--mode async runs on one host only: under mpirun with " +
-                         std::to_string(h.count()) +
-                         " host masters, use --mode sync (README \"Several hosts\" tells why "
-                         "and how async across hosts would work)");
+    // Async across hosts (master/param_server.h) keeps the owners' state outside the segment:
+    // no checkpoint holds it, and validation on each host sees its own parameters.
+    const std::pair<bool, const char*> refused[] = {
+        {!o->checkpoint_path.empty(), "--checkpoint"},
+        {o->checkpoint_every > 0, "--checkpoint-every"},
+        {!o->resume_path.empty(), "--resume"},
+        {o->early_stop > 0, "--early-stop"},
+    };
+    for (const auto& [given, flag] : refused) {
+      if (given) {
+        return Status::Usage(std::string(flag) + " is not available with --mode async across " +
+                             std::to_string(h.count()) + " hosts (mpirun): the parameter " +
+                             "server's parts live in the host masters, outside any checkpoint; "
+                             "use --mode sync, or one host (README \"Async across hosts\")");
+      }
+    }
   }
   return Status::Ok();
 }

@@ -1004,12 +1004,14 @@ TEST_F(HostsTest, EveryHostServesMetricsOnItsPortWithItsHostLabel) {
 // ---------------------------------------------------------------------------------------------
 // 5. Refusals, before any worker starts: exit 2, a message saying why, nothing left.
 
-TEST_F(HostsTest, AsyncUnderMpirunIsRefused) {
-  MpiJob job(2, WithoutMetrics(Train({"--mode", "async", "--workers", "2", "--steps", "100"})));
+TEST_F(HostsTest, AsyncCheckpointsUnderMpirunAreRefused) {
+  MpiJob job(2, WithoutMetrics(Train({"--mode", "async", "--workers", "2", "--steps", "100",
+                                      "--checkpoint", "/tmp/never-written.ckpt"})));
   const ProcResult r = job.Wait(kJobTimeout);
   ExpectJobGone(job, Clock::now(), milliseconds{2'000});
   EXPECT_TRUE(ExitedWith(r, 2));
-  EXPECT_TRUE(Contains(r.err, "--mode async runs on one host only")) << Clip(r.err);
+  EXPECT_TRUE(Contains(r.err, "--checkpoint is not available with --mode async across 2 hosts"))
+      << Clip(r.err);
   EXPECT_TRUE(Events(r.out, "worker_started").empty()) << Clip(r.out);
   for (int h = 0; h < 2; ++h) {
     EXPECT_TRUE(job.workers(h).empty()) << job.DescribeWorkers();

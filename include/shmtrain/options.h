@@ -155,6 +155,9 @@ struct TrainOptions {
   double ms_decay = 0.95;
   double epsilon = 1e-7;
   int64_t max_staleness = -1;
+  // Async across hosts (master/param_server.h): a host pushes its update of a part to the
+  // part's owner once this many local updates are in since its last push of that part.
+  int64_t push_every = 4;
   double LambdaOrDefault() const;
 
   // Held-out data: a fraction in [0, 1) of the rows (0 = none), taken after a shuffle seeded by
