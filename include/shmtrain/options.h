@@ -146,7 +146,7 @@ struct TrainOptions {
   // Live progress line: auto = when stderr is a terminal.
   bool progress = true;
 
-  // Async mode. rule: default dc-asgd-a. lambda: dc-asgd-c's constant (default 0.04) or
+  // Async mode. rule: default dc-asgd-a. lambda: dc-asgd-c's constant (default 0.01) or
   // dc-asgd-a's lambda0 (default 2); NaN = the rule's default; >= 0. ms_decay in [0, 1)
   // (default 0.95); epsilon > 0 (default 1e-7). max_staleness: drop a gradient more than this
   // many versions old (default -1 = never).
