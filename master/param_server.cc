@@ -10,7 +10,6 @@
 #include <string>
 
 #include "data/batch_plan.h"
-#include "master/combiner.h"
 #include "master/run.h"
 #include "nn/schedule.h"
 #include "shm/futex.h"
@@ -130,6 +129,7 @@ struct ParamServer::Body {
   Status Beats(int64_t now, bool* busy);
   Status Final();
   void Merge(int j, const float* g);
+  void Record(const OwnedPart::Outcome& o);
   void Withdraw();
   void Fail(Status s) {
     std::lock_guard<std::mutex> lock(mu);
@@ -178,7 +178,6 @@ struct ParamServer::Body {
 
   std::atomic<bool> stop{false};
   std::atomic<bool> local_done{false};  // this host's workers have all finished
-  std::promise<void> ended;
   mutable std::mutex mu;
   Status status;
   // The result, read by Finish once the thread has ended well.
@@ -315,13 +314,7 @@ Status ParamServer::Body::ServePushes(int64_t now, bool* busy) {
     const OwnedPart::Outcome o =
         owned.Apply(k, q.push_in.floats(), static_cast<int64_t>(head.updates), head.lr,
                     opts.max_staleness);
-    if (o.applied) {
-      stats.AddApplied(o.tau);
-      ++tau_counts[std::min<uint64_t>(o.tau, kTauCounts - 1)];
-      tau_max = std::max(tau_max, o.tau);
-    } else {
-      stats.AddDropped();
-    }
+    Record(o);
     *q.reply_out.head() = ReplyHead{owned.version(), o.tau, o.applied ? 1u : 0u, 0};
     std::copy(owned.values(), owned.values() + owned.size(), q.reply_out.floats());
     if (Status s = hosts.Send(k, kTagReply, q.reply_out.bytes.data(), q.reply_out.size(),
@@ -332,6 +325,17 @@ Status ParamServer::Body::ServePushes(int64_t now, bool* busy) {
     q.repost = true;
   }
   return Status::Ok();
+}
+
+// As the owner: a push's outcome, in the metrics and in the run's totals.
+void ParamServer::Body::Record(const OwnedPart::Outcome& o) {
+  if (!o.applied) {
+    stats.AddDropped();
+    return;
+  }
+  stats.AddApplied(o.tau);
+  ++tau_counts[std::min<uint64_t>(o.tau, kTauCounts - 1)];
+  tau_max = std::max(tau_max, o.tau);
 }
 
 // W_j moves by what the other hosts added since the snapshot; the part pulled is the new base.
@@ -390,16 +394,8 @@ Status ParamServer::Body::PushDue(bool* busy) {
     *p.out.head() = PushHead{k, lr};
     p.pushed_at = v;
     if (j == me) {
-      const OwnedPart::Outcome o =
-          owned.Apply(me, delta, static_cast<int64_t>(k), lr, opts.max_staleness);
       stats.AddSent(0);
-      if (o.applied) {
-        stats.AddApplied(o.tau);
-        ++tau_counts[std::min<uint64_t>(o.tau, kTauCounts - 1)];
-        tau_max = std::max(tau_max, o.tau);
-      } else {
-        stats.AddDropped();
-      }
+      Record(owned.Apply(me, delta, static_cast<int64_t>(k), lr, opts.max_staleness));
       Merge(me, owned.values());
       continue;
     }
@@ -531,26 +527,14 @@ Status ParamServer::Body::Final() {
 
 ParamServer::ParamServer(shm::Segment& seg, Hosts& hosts, monitoring::PushStats& stats,
                          const Options& o)
-    : seg_(seg),
-      body_(std::make_shared<Body>(seg, hosts, stats, o)),
-      ended_(body_->ended.get_future()),
-      thread_([body = body_] {
-        body->Run();
-        body->ended.set_value();
-      }) {}
+    : body_(std::make_shared<Body>(seg, hosts, stats, o)),
+      thread_(seg, [body = body_] { body->Run(); }) {}
 
 ParamServer::~ParamServer() { Stop(); }
 
 void ParamServer::Stop() {
   body_->stop.store(true);
-  if (!thread_.joinable()) return;
-  if (ended_.wait_for(std::chrono::milliseconds(Combiner::kStopGraceMs)) ==
-      std::future_status::ready) {
-    thread_.join();
-  } else {
-    seg_.LeaveMapped();
-    thread_.detach();
-  }
+  thread_.JoinOrLeave();
 }
 
 Status ParamServer::status() const {
@@ -565,14 +549,14 @@ void ParamServer::Finish(RunEnd& end) {
   }
   body_->local_done.store(true);
   // Waits for the other hosts to finish: each is watched by the thread (--host-timeout).
-  while (ended_.wait_for(std::chrono::milliseconds(kPollMs)) != std::future_status::ready) {
+  while (!thread_.Ended(kPollMs)) {
     if (g_stop_signal.load() != 0) {
       Stop();
       end.status = Status::Interrupted("stopped while the other hosts were finishing");
       return;
     }
   }
-  thread_.join();
+  thread_.JoinOrLeave();  // it has ended: joins
   if (Status s = status(); !s.ok()) {
     end.status = std::move(s);
     return;

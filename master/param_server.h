@@ -47,11 +47,10 @@
 #pragma once
 
 #include <cstdint>
-#include <future>
 #include <memory>
-#include <thread>
 #include <vector>
 
+#include "master/exchange_thread.h"
 #include "master/hosts.h"
 #include "master/run_loop.h"
 #include "master/run_summary.h"
@@ -101,8 +100,7 @@ class ParamServer final : public RunUnit {
   ParamServer(const ParamServer&) = delete;
   ParamServer& operator=(const ParamServer&) = delete;
 
-  // Ends the thread and joins it; one stuck in the transport is detached, as the sync
-  // combiner's (master/combiner.h).
+  // Ends the thread and joins it, or leaves a stuck one behind (ExchangeThread::JoinOrLeave).
   void Stop();
   Status status() const;
   Verdict Tick(const RunView& /*view*/) override { return Verdict::EndIf(status()); }
@@ -113,10 +111,8 @@ class ParamServer final : public RunUnit {
 
  private:
   struct Body;
-  shm::Segment& seg_;
   std::shared_ptr<Body> body_;
-  std::future<void> ended_;
-  std::thread thread_;
+  ExchangeThread thread_;
 };
 
 }  // namespace shmtrain::master
