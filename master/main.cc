@@ -64,21 +64,20 @@ Status JoinTheHosts(int* argc, char*** argv, shmtrain::TrainOptions* o,
   o->host_local_count = h.local_count();
   if (h.index() != 0) log.SetSecondary(h.Describe(h.index()));
   if (h.count() > 1 && o->mode == shmtrain::Mode::kAsync) {
-    // Async across hosts (master/param_server.h) keeps the owners' state outside the segment:
-    // no checkpoint holds it, and validation on each host sees its own parameters.
-    const std::pair<bool, const char*> refused[] = {
-        {!o->checkpoint_path.empty(), "--checkpoint"},
-        {o->checkpoint_every > 0, "--checkpoint-every"},
-        {!o->resume_path.empty(), "--resume"},
-        {o->early_stop > 0, "--early-stop"},
-    };
-    for (const auto& [given, flag] : refused) {
-      if (given) {
-        return Status::Usage(std::string(flag) + " is not available with --mode async across " +
-                             std::to_string(h.count()) + " hosts (mpirun): the parameter " +
-                             "server's parts live in the host masters, outside any checkpoint; "
-                             "use --mode sync, or one host (README \"Async across hosts\")");
-      }
+    // Async across hosts (master/param_server.h): each host validates its own parameters, so
+    // the hosts could not agree on the model an early stop keeps; checkpoints are sync points
+    // at a run's update t that every host reaches at its own update t / H.
+    if (o->early_stop > 0) {
+      return Status::Usage("--early-stop is not available with --mode async across " +
+                           std::to_string(h.count()) + " hosts (mpirun): each host validates its "
+                           "own parameters; use --mode sync, or one host");
+    }
+    if (o->checkpoint_every % h.count() != 0) {
+      return Status::Usage("--checkpoint-every " + std::to_string(o->checkpoint_every) +
+                           " with --mode async across " + std::to_string(h.count()) +
+                           " hosts must be a multiple of " + std::to_string(h.count()) +
+                           ": each host pauses at its own update N / " +
+                           std::to_string(h.count()) + " (README \"Async across hosts\")");
     }
   }
   return Status::Ok();

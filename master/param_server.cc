@@ -51,14 +51,23 @@ OwnedPart::Outcome OwnedPart::Apply(int host, const float* delta, int64_t update
   return out;
 }
 
+void OwnedPart::EveryHostPulled() {
+  for (size_t h = 0; h < pulled_.size(); ++h) {
+    std::copy(g_.begin(), g_.end(), bak_.begin() + static_cast<int64_t>(h) * len_);
+    pulled_[h] = version_;
+  }
+}
+
 // ---- Messages between host masters.
 
 namespace {
 
 constexpr int kTagPush = 11;   // a pusher's delta of a part, to its owner
 constexpr int kTagReply = 12;  // the owner's part after a push, to the pusher
-constexpr int kTagBeat = 13;   // liveness, and "done" at the end
-constexpr int kTagFinal = 14;  // the owner's final part and its host's counters, to every host
+constexpr int kTagBeat = 13;   // liveness, and the sync point a host has flushed for
+constexpr int kTagParts = 14;  // at a sync point: an owner's part and its host's counters
+// The sync point of the run's end (a checkpoint's is its step).
+constexpr int64_t kEnd = INT64_MAX;
 constexpr int kTauCounts = 65;  // exact tau counts 0..63, and 64 or more
 // A gap this long between two polls means this thread did not run (stopped, starved): not
 // the other hosts' fault, so their deadlines move by it (as in MpiHosts::WaitAll).
@@ -79,7 +88,9 @@ struct ReplyHead {
   uint64_t reserved;
 };
 struct Beat {
-  uint64_t done;  // the sender has pushed all of its updates and had every reply
+  // The latest sync point the sender has flushed for (its workers stopped or paused there,
+  // every update pushed and answered); -1: none yet.
+  int64_t flushed;
   uint64_t seq;
 };
 struct FinalHead {
@@ -127,8 +138,22 @@ struct ParamServer::Body {
   Status TakeReplies(int64_t now, bool* busy);
   Status PushDue(bool* busy);
   Status Beats(int64_t now, bool* busy);
-  Status Final();
+  // The sync point `point` once every host has flushed for it: every owner's part and
+  // counters to every host. A checkpoint's: this host's W and bases become the run's model.
+  Status SyncPoint(int64_t point);
+  Status ExchangeParts();
   void Merge(int j, const float* g);
+  // The sync point this host is at or heading to: the end once its workers have all finished,
+  // else the checkpoint the run loop waits for (-1: none).
+  int64_t Wanted() const { return local_done.load() ? kEnd : cut_wanted.load(); }
+  // Every host, this one included, has flushed for `point` and been told this one has.
+  bool Everyone(int64_t point) const {
+    bool all = flushed >= point;
+    for (int k = 0; k < H; ++k) {
+      if (k != me) all &= peers[static_cast<size_t>(k)].flushed >= point && peers[static_cast<size_t>(k)].told >= point;
+    }
+    return all;
+  }
   void Record(const OwnedPart::Outcome& o);
   void Withdraw();
   void Fail(Status s) {
@@ -163,10 +188,10 @@ struct ParamServer::Body {
     Buffer<PushHead> push_in;
     Buffer<ReplyHead> reply_out;
     Message push_recv, reply_send, beat_recv, beat_send;
-    Beat beat_in{}, beat_out{};
+    Beat beat_in{}, beat_out{-1, 0};
     bool repost = false;  // the push receive is posted again once the reply has gone
-    bool done = false;
-    bool told_done = false;  // a beat saying this host is done has been sent to it
+    int64_t flushed = -1;  // the latest sync point it has flushed for (its beats)
+    int64_t told = -1;     // the latest of this host's that a beat has told it
     int64_t last_heard_ns = 0, last_beat_ns = 0;
     Buffer<FinalHead> final_in;
     Message final_recv, final_send;
@@ -174,10 +199,13 @@ struct ParamServer::Body {
   std::vector<Pusher> pushers;
   std::vector<Peer> peers;  // [me] unused
   Buffer<FinalHead> final_out;
-  bool done_here = false;
+  int64_t flushed = -1;  // the latest sync point this host has flushed for
 
   std::atomic<bool> stop{false};
-  std::atomic<bool> local_done{false};  // this host's workers have all finished
+  // Sync points: the run loop asks (its workers have stopped at the end, or paused before a
+  // checkpoint's step); the thread says when every host has got there.
+  std::atomic<bool> local_done{false};
+  std::atomic<int64_t> cut_wanted{-1}, cut_done{-1};
   mutable std::mutex mu;
   Status status;
   // The result, read by Finish once the thread has ended well.
@@ -275,11 +303,9 @@ Status ParamServer::Body::Serve() {
                                 std::to_string(timeout_ns / 1'000'000) + " ms)");
       }
     }
-    bool all_done = done_here;
-    for (int k = 0; k < H; ++k) {
-      if (k != me) all_done &= peers[static_cast<size_t>(k)].done && peers[static_cast<size_t>(k)].told_done;
+    if (const int64_t point = Wanted(); point > cut_done.load() && Everyone(point)) {
+      if (Status s = SyncPoint(point); !s.ok() || point == kEnd) return s;
     }
-    if (all_done) return Final();
     idle = busy ? 0 : idle + 1;
     if (idle > kYieldPolls) {
       const timespec nap{0, std::min(kMaxNapNs, kNapNs * (idle - kYieldPolls))};
@@ -367,10 +393,11 @@ Status ParamServer::Body::TakeReplies(int64_t now, bool* busy) {
   return Status::Ok();
 }
 
-// As a pusher: a push of every part whose K local updates are in (at the end: of every part
-// with any), to its owner; this host's own part is applied at once.
+// As a pusher: a push of every part whose K local updates are in (at a sync point: of every
+// part with any), to its owner; this host's own part is applied at once.
 Status ParamServer::Body::PushDue(bool* busy) {
-  const bool flush = local_done.load();
+  const int64_t point = Wanted();
+  const bool flush = point > flushed;
   const uint64_t v = shm::LoadAcquire(h->param_version);
   const int64_t latest = std::max<int64_t>(static_cast<int64_t>(v), 1) - 1;
   const double lr = nn::LearningRate(h->config.optim, shm::AsyncMinibatch(h->config, latest));
@@ -409,14 +436,14 @@ Status ParamServer::Body::PushDue(bool* busy) {
     p.waiting = true;
     settled = false;
   }
-  if (settled && !done_here) {
-    done_here = true;  // every update of this host is at its owner
+  if (settled) {
+    flushed = point;  // every update of this host is at its owner
     *busy = true;
   }
   return Status::Ok();
 }
 
-// Liveness both ways, and "done" at the end.
+// Liveness both ways, and the sync point this host has flushed for.
 Status ParamServer::Body::Beats(int64_t now, bool* busy) {
   for (int k = 0; k < H; ++k) {
     if (k == me) continue;
@@ -425,28 +452,45 @@ Status ParamServer::Body::Beats(int64_t now, bool* busy) {
     if (Status s = hosts.Test(&q.beat_recv, &done); !s.ok()) return s;
     if (done) {
       q.last_heard_ns = now;
-      q.done = q.beat_in.done != 0;
+      q.flushed = q.beat_in.flushed;
       if (Status s = hosts.Receive(k, kTagBeat, &q.beat_in, sizeof q.beat_in, &q.beat_recv);
           !s.ok()) {
         return s;
       }
     }
     if (Status s = hosts.Test(&q.beat_send, &done); !s.ok()) return s;
-    const bool tell = done_here && !q.told_done;
+    const bool tell = flushed > q.told;
     if (!done || (!tell && now - q.last_beat_ns < kBeatMs * 1'000'000LL)) continue;
-    q.beat_out = Beat{done_here ? 1u : 0u, q.beat_out.seq + 1};
+    q.beat_out = Beat{flushed, q.beat_out.seq + 1};
     if (Status s = hosts.Send(k, kTagBeat, &q.beat_out, sizeof q.beat_out, &q.beat_send); !s.ok()) {
       return s;
     }
     q.last_beat_ns = now;
-    q.told_done |= done_here;
+    q.told = flushed;
     *busy |= tell;
   }
   return Status::Ok();
 }
 
-// Every host is done: the owners' final parts, and every host's counters, to every host.
-Status ParamServer::Body::Final() {
+// Every host has flushed for the point: no push is in flight anywhere, and no host's workers
+// write W until the point is passed.
+Status ParamServer::Body::SyncPoint(int64_t point) {
+  if (Status s = ExchangeParts(); !s.ok()) return s;
+  // This host's W is the run's model: its bases are what it pulled, every owner's backups
+  // what every host pulled.
+  for (int64_t i = 0; i < n; ++i) nn::SharedAccess::Store(w + i, final_params[static_cast<size_t>(i)]);
+  for (int j = 0; j < H; ++j) {
+    const data::BatchPlan::Range r = Part(j);
+    std::copy(final_params.begin() + r.begin, final_params.begin() + r.end,
+              pushers[static_cast<size_t>(j)].base.begin());
+  }
+  owned.EveryHostPulled();
+  cut_done.store(point);
+  return Status::Ok();
+}
+
+// Every owner's part, with its host's counters, to every host: into final_params and totals.
+Status ParamServer::Body::ExchangeParts() {
   FinalHead& f = *final_out.head();
   f = FinalHead{};
   f.updates = shm::LoadAcquire(h->param_version);
@@ -466,12 +510,12 @@ Status ParamServer::Body::Final() {
   for (int k = 0; k < H; ++k) {
     if (k == me) continue;
     Peer& q = peers[static_cast<size_t>(k)];
-    if (Status s = hosts.Receive(k, kTagFinal, q.final_in.bytes.data(), q.final_in.size(),
+    if (Status s = hosts.Receive(k, kTagParts, q.final_in.bytes.data(), q.final_in.size(),
                                  &q.final_recv);
         !s.ok()) {
       return s;
     }
-    if (Status s = hosts.Send(k, kTagFinal, final_out.bytes.data(), final_out.size(), &q.final_send);
+    if (Status s = hosts.Send(k, kTagParts, final_out.bytes.data(), final_out.size(), &q.final_send);
         !s.ok()) {
       return s;
     }
@@ -480,24 +524,22 @@ Status ParamServer::Body::Final() {
   for (int k = 0; k < H;) {
     if (stop.load()) return Status::Interrupted("the exchange between hosts: stopped");
     Peer& q = peers[static_cast<size_t>(k)];
-    bool a = true, b = true, c = true;
+    bool a = true, b = true;
     if (k != me) {
       if (Status s = hosts.Test(&q.final_recv, &a); !s.ok()) return s;
       if (Status s = hosts.Test(&q.final_send, &b); !s.ok()) return s;
-      if (Status s = hosts.Test(&q.beat_send, &c); !s.ok()) return s;
     }
-    if (a && b && c) {
+    if (a && b) {
       ++k;
       continue;
     }
     if (NowNs() > deadline) {
-      return Status::HostLost("async exchange, the end: nothing arrived from " + hosts.Describe(k) +
-                              " by the deadline (--host-timeout " +
+      return Status::HostLost("async exchange, a sync point: nothing arrived from " +
+                              hosts.Describe(k) + " by the deadline (--host-timeout " +
                               std::to_string(timeout_ns / 1'000'000) + " ms)");
     }
     sched_yield();
   }
-  // The run's model and totals.
   final_params.resize(static_cast<size_t>(n));
   totals = CrossHostTotals{};
   totals.tau_counts.assign(kTauCounts, 0);
@@ -518,8 +560,6 @@ Status ParamServer::Body::Final() {
     totals.tau_max = std::max(totals.tau_max, g.tau_max);
     for (int t = 0; t < kTauCounts; ++t) totals.tau_counts[static_cast<size_t>(t)] += g.tau_counts[t];
   }
-  // This host's W is the run's model too.
-  for (int64_t i = 0; i < n; ++i) nn::SharedAccess::Store(w + i, final_params[static_cast<size_t>(i)]);
   return Status::Ok();
 }
 
@@ -535,6 +575,12 @@ ParamServer::~ParamServer() { Stop(); }
 void ParamServer::Stop() {
   body_->stop.store(true);
   thread_.JoinOrLeave();
+}
+
+bool ParamServer::Cut(int64_t step) {
+  if (body_->cut_done.load() >= step) return true;
+  body_->cut_wanted.store(step);
+  return false;
 }
 
 Status ParamServer::status() const {

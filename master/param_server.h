@@ -31,11 +31,16 @@
 // message within --host-timeout is lost (exit 6 through the run loop, as in sync). A gap in
 // this thread's own polling (it was stopped or starved) moves the deadlines by the gap.
 //
-// End: once this host's workers have all finished (Finish), the thread pushes what is left
-// of every part, waits for the replies, and says "done" in its beats; it keeps serving until
-// every host is done. Then no push is in flight anywhere, and every owner sends its final G
-// and its counters to every host: every host ends with the same parameters (the run's model),
-// and host 0 reports the run's totals (updates, samples, pushes sent = applied + dropped).
+// Sync points: the end, and with --checkpoint-every each checkpoint's step. Once this host's
+// workers have all finished (Finish), or are all paused before the checkpoint's step (the
+// checkpoint policy asks through Cut), the thread pushes what is left of every part, waits
+// for the replies, and says in its beats that it has flushed for that point; it keeps serving
+// until every host has. Then no push is in flight anywhere and no worker writes W, and every
+// owner sends its G and its counters to every host: every host holds the same parameters
+// (the run's model), its bases and the owners' backups are exactly them. At the end host 0
+// reports the run's totals (updates, samples, pushes sent = applied + dropped); at a
+// checkpoint host 0 writes them, and resuming from it restores that state exactly but for
+// the owners' MeanSquares (dc-asgd-a), which start again as on one host.
 //
 // Races: the thread's move of W_j (load, add, store per element, relaxed) can interleave with
 // a worker's update of the same element, and either write may then be lost, as two workers'
@@ -51,6 +56,7 @@
 #include <vector>
 
 #include "master/exchange_thread.h"
+#include "master/checkpoint_policy.h"
 #include "master/hosts.h"
 #include "master/run_loop.h"
 #include "master/run_summary.h"
@@ -75,6 +81,8 @@ class OwnedPart {
   // (not applied) when tau > max_staleness >= 0. Either way `host` pulls G next: its backup
   // and version become the current ones.
   Outcome Apply(int host, const float* delta, int64_t updates, double lr, int64_t max_staleness);
+  // A sync point: every host has just pulled G (its backup is G, its version the current).
+  void EveryHostPulled();
   const float* values() const { return g_.data(); }
   int64_t size() const { return len_; }
   uint64_t version() const { return version_; }
@@ -87,7 +95,7 @@ class OwnedPart {
   uint64_t version_ = 0;
 };
 
-class ParamServer final : public RunUnit {
+class ParamServer final : public RunUnit, public CheckpointCut {
  public:
   struct Options {
     int64_t push_every = 4;      // local updates between two pushes of a part
@@ -104,6 +112,9 @@ class ParamServer final : public RunUnit {
   void Stop();
   Status status() const;
   Verdict Tick(const RunView& /*view*/) override { return Verdict::EndIf(status()); }
+  // A checkpoint's sync point (below): asked for once this host's workers are all paused
+  // before `step`; true once every host has flushed for it and this host's W is the run's.
+  bool Cut(int64_t step) override;
   // A good end: this host's workers are done; the exchange finishes with every host (above),
   // and the run's model and totals replace this host's. A failure: the thread stops.
   void Finish(RunEnd& end) override;

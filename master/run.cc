@@ -393,14 +393,24 @@ SupervisorOptions SupervisorOptionsFor(const TrainOptions& o) {
 // This host's share of the run's outputs: only host 0 writes the model and checkpoints (every
 // host holds the same parameters at every step), so the others neither pause for checkpoints
 // nor check output paths they will not write.
+// Async across hosts: every host pauses at every checkpoint for its sync point
+// (master/param_server.h), host 0 alone writes.
 TrainOptions ForThisHost(const TrainOptions& opts) {
   TrainOptions o = opts;
   if (o.host_index != 0) {
     o.save_path.clear();
     o.checkpoint_path.clear();
-    o.checkpoint_every = 0;
+    if (o.mode == Mode::kSync) o.checkpoint_every = 0;
   }
   return o;
+}
+
+// The options as this host's workers count: async across hosts, --checkpoint-every in this
+// host's updates (a multiple of the hosts, checked at the start).
+TrainOptions HostUnits(const TrainOptions& o) {
+  TrainOptions h = o;
+  if (o.mode == Mode::kAsync && o.host_count > 1) h.checkpoint_every /= o.host_count;
+  return h;
 }
 
 // This host's start: the checks, the data, the resumed checkpoint and the segment, made and
@@ -449,8 +459,9 @@ Status StartHere(TrainOptions& o, Logger& log, std::unique_ptr<monitoring::Expor
     }
   }
   if (Status s = nn::ResolveOptim(o, st->total_steps, &st->optim); !s.ok()) return s;
+  // Async across hosts: the workers count their host's updates (checkpoints too).
   const shm::Header proto =
-      MakeHeader(o, st->optim, d.rows, d.features, st->host_steps, st->eval_every);
+      MakeHeader(HostUnits(o), st->optim, d.rows, d.features, st->host_steps, st->eval_every);
   // Resuming: the checkpoint must come from this very run (same options and data).
   st->fingerprint = RunFingerprint(o, st->optim, d);
   st->optimizer = nn::Describe(st->optim);
@@ -460,6 +471,9 @@ Status StartHere(TrainOptions& o, Logger& log, std::unique_ptr<monitoring::Expor
         !s.ok()) {
       return s;
     }
+    // Async across hosts: a checkpoint at the run's update t (a multiple of the hosts, as
+    // --checkpoint-every is) is every host at its update t / H.
+    if (o.mode == Mode::kAsync && o.host_count > 1) st->resume.step /= o.host_count;
   }
   if (Status s = shm::Segment::Create(shm::MakeSegmentName(), proto, &st->seg); !s.ok()) return s;
   st->seg_name.emplace(st->seg);
@@ -622,12 +636,14 @@ Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher, Hosts
   }
   Supervisor sup(seg, launcher, log, stats.workers(), SupervisorOptionsFor(o));
   CheckpointPolicy checkpoints({.path = o.checkpoint_path,
-                                .every = o.checkpoint_every,
+                                .every = HostUnits(o).checkpoint_every,
                                 .mode = o.mode,
                                 .first_step = first,
                                 .total_steps = total,
                                 .fingerprint = st.fingerprint,
-                                .optimizer = st.optimizer},
+                                .optimizer = st.optimizer,
+                                .cut = server.get(),
+                                .hosts = server ? o.host_count : 1},
                                seg, log, stats.checkpoints());
   FinalModel model(o, st.rd);
   SummaryLine summary(o, first, st.rd.train.rows, t_start, log);

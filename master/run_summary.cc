@@ -82,6 +82,7 @@ void AddCrossHostTotals(RunSummary* s) {
   int64_t updates = 0;
   for (uint64_t u : c.host_updates) updates += static_cast<int64_t>(u);
   s->end_step = s->param_version = updates;
+  s->first_step *= static_cast<int64_t>(c.host_updates.size());  // a resumed run's, every host's
   s->samples = c.samples;
   s->staleness_sum = c.staleness_sum;
   s->dropped = c.dropped_local;

@@ -1004,13 +1004,13 @@ TEST_F(HostsTest, EveryHostServesMetricsOnItsPortWithItsHostLabel) {
 // ---------------------------------------------------------------------------------------------
 // 5. Refusals, before any worker starts: exit 2, a message saying why, nothing left.
 
-TEST_F(HostsTest, AsyncCheckpointsUnderMpirunAreRefused) {
+TEST_F(HostsTest, AsyncEarlyStopUnderMpirunIsRefused) {
   MpiJob job(2, WithoutMetrics(Train({"--mode", "async", "--workers", "2", "--steps", "100",
-                                      "--checkpoint", "/tmp/never-written.ckpt"})));
+                                      "--val-split", "0.2", "--early-stop", "3"})));
   const ProcResult r = job.Wait(kJobTimeout);
   ExpectJobGone(job, Clock::now(), milliseconds{2'000});
   EXPECT_TRUE(ExitedWith(r, 2));
-  EXPECT_TRUE(Contains(r.err, "--checkpoint is not available with --mode async across 2 hosts"))
+  EXPECT_TRUE(Contains(r.err, "--early-stop is not available with --mode async across 2 hosts"))
       << Clip(r.err);
   EXPECT_TRUE(Events(r.out, "worker_started").empty()) << Clip(r.out);
   for (int h = 0; h < 2; ++h) {
