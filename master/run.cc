@@ -448,6 +448,13 @@ Status StartHere(TrainOptions& o, Logger& log, std::unique_ptr<monitoring::Expor
   st->eval_every = EvalEvery(o, d.rows);
   if (o.mode == Mode::kAsync && o.host_count > 1) {
     st->host_steps = shm::AsyncHostUpdates(st->total_steps, o.host_count, o.host_index);
+    if (o.checkpoint_every > 0 && st->total_steps % o.host_count != 0) {
+      // Every host must reach every checkpoint's sync point: the hosts' shares must be equal.
+      return Status::Usage("--checkpoint-every with --mode async across " +
+                           std::to_string(o.host_count) + " hosts needs a run of a multiple of " +
+                           std::to_string(o.host_count) + " updates; this one has " +
+                           std::to_string(st->total_steps) + " (give --steps)");
+    }
     if (st->host_steps == 0) {
       return Status::Usage("--steps " + std::to_string(st->total_steps) + " leaves host " +
                            std::to_string(o.host_index) + " no update: async across " +
