@@ -103,6 +103,20 @@ TEST(OwnedPart, APushStalerThanTheBoundIsDroppedAndThePusherResynchronises) {
   EXPECT_NEAR(part.values()[1], 3.0f, kTol);
 }
 
+// A sync point: every host's backup is G and its staleness starts again from zero, so a push
+// made from G is applied without compensation even with a huge lambda.
+TEST(OwnedPart, AfterASyncPointEveryHostsBackupIsThePart) {
+  const std::vector<float> w0 = {0.5f, -0.5f};
+  OwnedPart part(w0.data(), 2, 2, Rule(AsyncRule::kDcAsgdC, 1e6));
+  const std::vector<float> d = {0.01f, -0.02f};
+  part.Apply(0, d.data(), 1, 0.1, -1);
+  part.EveryHostPulled();
+  const std::vector<float> g = {part.values()[0], part.values()[1]};
+  const auto o = part.Apply(1, d.data(), 1, 0.1, -1);
+  EXPECT_EQ(o.tau, 0u);
+  for (int i = 0; i < 2; ++i) EXPECT_NEAR(part.values()[i], g[i] + d[i], kTol) << i;
+}
+
 TEST(CrossHostTotals, QuantilesOfTheStaleness) {
   CrossHostTotals c;
   c.tau_counts = {5, 3, 1, 0, 1};  // tau 0 x5, 1 x3, 2 x1, 4+ x1
