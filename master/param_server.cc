@@ -72,10 +72,13 @@ constexpr int kTauCounts = 65;  // exact tau counts 0..63, and 64 or more
 // A gap this long between two polls means this thread did not run (stopped, starved): not
 // the other hosts' fault, so their deadlines move by it (as in MpiHosts::WaitAll).
 constexpr int64_t kStalledNs = 500'000'000;
-// Idle polling: yield for a while after the last event, then nap, longer the longer idle.
+// Idle polling: yield for a while after the last event, then nap, longer the longer idle, but
+// never past the moment this host's next push is expected (its workers' pace, measured): a
+// push is otherwise late by the nap, and carries more updates than --push-every.
 constexpr int kYieldPolls = 200;
-constexpr long kNapNs = 20'000;
-constexpr long kMaxNapNs = 500'000;
+constexpr int64_t kNapNs = 20'000;
+constexpr int64_t kMinNapNs = 10'000;
+constexpr int64_t kMaxNapNs = 500'000;
 
 struct PushHead {
   uint64_t updates;  // local updates the delta sums
@@ -155,6 +158,9 @@ struct ParamServer::Body {
     return all;
   }
   void Record(const OwnedPart::Outcome& o);
+  // How soon the next push of a part is due at the workers' pace (ns per local update, a
+  // moving average), from the updates the least advanced part still waits for.
+  int64_t NextPushNs(int64_t now);
   void Withdraw();
   void Fail(Status s) {
     std::lock_guard<std::mutex> lock(mu);
@@ -200,6 +206,9 @@ struct ParamServer::Body {
   std::vector<Peer> peers;  // [me] unused
   Buffer<FinalHead> final_out;
   int64_t flushed = -1;  // the latest sync point this host has flushed for
+  uint64_t pace_version = 0;  // NextPushNs: the local version and the time it was seen
+  int64_t pace_ns = 0;
+  double ns_per_update = static_cast<double>(kMaxNapNs);
 
   std::atomic<bool> stop{false};
   // Sync points: the run loop asks (its workers have stopped at the end, or paused before a
@@ -308,7 +317,8 @@ Status ParamServer::Body::Serve() {
     }
     idle = busy ? 0 : idle + 1;
     if (idle > kYieldPolls) {
-      const timespec nap{0, std::min(kMaxNapNs, kNapNs * (idle - kYieldPolls))};
+      const int64_t cap = std::clamp(NextPushNs(now), kMinNapNs, kMaxNapNs);
+      const timespec nap{0, std::min(cap, kNapNs * (idle - kYieldPolls))};
       nanosleep(&nap, nullptr);
     } else if (idle > 0) {
       sched_yield();
@@ -351,6 +361,25 @@ Status ParamServer::Body::ServePushes(int64_t now, bool* busy) {
     q.repost = true;
   }
   return Status::Ok();
+}
+
+int64_t ParamServer::Body::NextPushNs(int64_t now) {
+  const uint64_t v = shm::LoadAcquire(h->param_version);
+  if (v > pace_version && pace_ns > 0) {
+    const double per = static_cast<double>(now - pace_ns) / static_cast<double>(v - pace_version);
+    ns_per_update = 0.8 * ns_per_update + 0.2 * per;
+  }
+  if (v != pace_version || pace_ns == 0) {
+    pace_version = v;
+    pace_ns = now;
+  }
+  int64_t owed = opts.push_every;  // updates until the first part is due
+  for (const Pusher& p : pushers) {
+    if (!p.waiting) {
+      owed = std::min(owed, opts.push_every - static_cast<int64_t>(v - p.pushed_at));
+    }
+  }
+  return static_cast<int64_t>(static_cast<double>(std::max<int64_t>(owed, 1)) * ns_per_update);
 }
 
 // As the owner: a push's outcome, in the metrics and in the run's totals.
