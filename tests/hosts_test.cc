@@ -14,10 +14,10 @@
 //     host master SIGSTOPped: the other's --host-timeout ends the job (exit 6) naming it.
 //  4. Metrics: each host master serves on base + its local rank; each scrape passes promtool
 //     and every sample names its host.
-//  5. Refusals: async checkpoints, hosts given different data (an MPI app context), and a host
-//     that cannot start.
+//  5. Refusals: hosts given different data (an MPI app context), and a host that cannot start.
 //
-// The jobs and what "nothing left" means: tests/mpi_job.h.
+// The jobs and what "nothing left" means: tests/mpi_job.h. Async across hosts:
+// tests/hosts_async_test.cc.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -512,20 +512,6 @@ TEST_F(HostsTest, EveryHostServesMetricsOnItsPortWithItsHostLabel) {
 
 // ---------------------------------------------------------------------------------------------
 // 5. Refusals, before any worker starts: exit 2, a message saying why, nothing left.
-
-TEST_F(HostsTest, AsyncCheckpointsUnderMpirunAreRefused) {
-  MpiJob job(2, WithoutMetrics(Train({"--mode", "async", "--workers", "2", "--steps", "100",
-                                      "--checkpoint", "/tmp/never-written.ckpt"})));
-  const ProcResult r = job.Wait(kJobTimeout);
-  ExpectJobGone(job, Clock::now(), milliseconds{2'000});
-  EXPECT_TRUE(ExitedWith(r, 2));
-  EXPECT_TRUE(Contains(r.err, "--checkpoint is not available with --mode async across 2 hosts"))
-      << Clip(r.err);
-  EXPECT_TRUE(Events(r.out, "worker_started").empty()) << Clip(r.out);
-  for (int h = 0; h < 2; ++h) {
-    EXPECT_TRUE(job.workers(h).empty()) << job.DescribeWorkers();
-  }
-}
 
 // Every host is given the same flags but its own data file (an MPI app context per host): the
 // hosts' identities differ, and the run is refused before a worker starts.
