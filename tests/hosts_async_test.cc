@@ -29,11 +29,11 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "master/model_file.h"
 #include "shm/layout.h"
 #include "tests/mpi_job.h"
 #include "tests/proc_util.h"
 #include "tests/real_data.h"
+#include "tests/reference.h"
 
 namespace shmtrain {
 namespace {
@@ -189,6 +189,162 @@ TEST_F(HostsAsyncTest, DroppedPushesAreCountedAndTheSharesStayExact) {
   EXPECT_GT(Num(s, "pushes_dropped"), 0) << "no push was stale with 3 hosts pushing: " << s;
   EXPECT_LE(Num(s, "cross_staleness_max"), 0) << "a push staler than 0 was applied: " << s;
   EXPECT_EQ(Num(s, "dropped"), 0) << "one worker a host has no local staleness: " << s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. The owner's delay compensation. Workers compensate too: a worker's correction uses
+// w - w_bak, and with one worker a host no other local update moves w during its computation,
+// but the exchange does (a pulled part merged into W), so with the default --push-every a huge
+// lambda diverges whoever compensates (it did with the owner's lambda zeroed). With
+// --push-every past the host's share no host pushes before its workers are done: the workers'
+// w never moves under them (w = w_bak exactly), and the only compensation left is the owners',
+// on the end's pushes: at each owner one of the two hosts' pushes comes second, stale by the
+// other's (tau 1), and is compensated against its backup. A lambda of 1e12 then ruins the
+// model (non-finite: exit 5; or weights driven far out), lambda 0 sums the two hosts' work and
+// trains. An owner that skipped the compensation would give the lambda-0 model both times.
+
+double MaxAbsParam(const std::string& path) {
+  double most = 0;
+  for (float v : test::LoadSaved(path).params)
+    most = std::max(most, static_cast<double>(std::fabs(v)));
+  return most;
+}
+
+TEST_F(HostsAsyncTest, TheOwnerCompensatesTheStalePush) {
+  constexpr int64_t kSteps = 800;
+  TempDir dir;
+  auto run = [&](const std::string& lambda) {
+    return AsyncBlobs(4096, "16,512,4", 256,
+                      {"--rule", "dc-asgd-c", "--lambda", lambda, "--workers", "1", "--steps",
+                       std::to_string(kSteps), "--lr", "0.05", "--push-every", "1000000",
+                       "--log-every", "0", "--save", dir.File("lambda" + lambda + ".model")});
+  };
+  const ProcResult plain = RunJob(2, run("0"));
+  ASSERT_TRUE(ExitedWith(plain, 0));
+  const std::string s = SummaryOf(plain);
+  EXPECT_LT(Num(s, "final_loss"), 0.05) << "lambda 0 did not train: " << s;
+  EXPECT_EQ(Num(s, "pushes_sent"), 4) << "each host pushes each part once, at the end: " << s;
+  EXPECT_EQ(Num(s, "cross_staleness_max"), 1) << s;
+  const double plain_max = MaxAbsParam(dir.File("lambda0.model"));
+
+  const ProcResult wild = RunJob(2, run("1e12"));
+  if (wild.exited && wild.exit_code == 5) {
+    EXPECT_TRUE(Contains(wild.err, "not finite")) << Clip(wild.err);
+    std::printf("[ lambda 1e12 ] the owner's compensation made the model non-finite (exit 5)\n");
+    return;
+  }
+  ASSERT_TRUE(ExitedWith(wild, 0));
+  const double wild_max = MaxAbsParam(dir.File("lambda1e12.model"));
+  std::printf("[ lambda 1e12 ] weights up to %g (lambda 0: %g)\n", wild_max, plain_max);
+  EXPECT_GT(wild_max, 100 * plain_max)
+      << "lambda 1e12 trained as lambda 0: the owners applied no compensation\n"
+      << SummaryOf(wild);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. Workers killed on host 1 while the hosts exchange: rank 0 SIGKILLs itself halfway through
+// applying an update (--fault-point 7: a torn update, settled by host 1's master), and the test
+// SIGKILLs rank 1. Host 1's master replaces both (their incarnation 1 is seen), host 0 restarts
+// nothing, and the counts stay exact: every host trains exactly its share.
+
+TEST_F(HostsAsyncTest, WorkersKilledOnHost1KeepTheCountsExact) {
+  constexpr int64_t kSteps = 16000;  // a second or more: the kill lands mid-run
+  MpiJob job(2, AsyncBlobs(kCountRows, kCountLayers, kCountBatch,
+                           {"--workers", "2", "--steps", std::to_string(kSteps), "--lr", "0.05",
+                            "--log-every", "100", "--fault-host", "1", "--fault-rank", "0",
+                            "--fault-point", "7", "--fault-step", "50"}));
+  ASSERT_GT(job.mpirun(), 0);
+  ASSERT_TRUE(job.UntilRunning(2, kEventTimeout)) << "the job did not start; stderr:\n"
+                                                  << job.err() << job.DescribeWorkers();
+  ASSERT_TRUE(job.Until([](const std::string& l) { return JsonField(l, "event") == "step"; },
+                        kEventTimeout))
+      << job.err();
+  pid_t victim = -1;
+  for (const auto& [pid, w] : job.workers(1)) {
+    if (w.rank == 1 && w.incarnation == 0) victim = pid;
+  }
+  ASSERT_GT(victim, 0) << job.DescribeWorkers();
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  const ProcResult r = job.Wait(kJobTimeout);
+  ExpectJobGone(job, Clock::now(), milliseconds{2'000});
+  ASSERT_TRUE(ExitedWith(r, 0));
+  const std::string s = SummaryOf(r);
+  std::printf("[ killed on host 1 ] %s\n%s", s.c_str(), job.DescribeWorkers().c_str());
+  ExpectCrossHostCounts(s, kSteps, 2);
+  EXPECT_TRUE(job.SawIncarnation(1, 0, 1)) << "the torn update did not happen on host 1:\n"
+                                           << job.DescribeWorkers();
+  EXPECT_TRUE(job.SawIncarnation(1, 1, 1)) << "host 1's rank 1 was not replaced:\n"
+                                           << job.DescribeWorkers();
+  for (const auto& [pid, w] : job.workers(0)) {
+    EXPECT_EQ(w.incarnation, 0) << "host 0 restarted a worker:\n" << job.DescribeWorkers();
+  }
+  EXPECT_EQ(Num(s, "restarts"), 0) << "host 0's summary counts host 0's restarts: " << s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. A host master SIGKILLed mid-run (either host): mpirun ends the job (exit 137, naming the
+// rank); every process of the job and every segment is gone within the bound (the dead
+// master's workers remove its segment: without that, its segment was left). A host master
+// SIGSTOPped: the other's exchange hears nothing from it for --host-timeout (3 s here) and
+// ends the job with exit 6, naming host 1; nothing is left.
+
+std::vector<std::string> LongAsyncRun(const std::vector<std::string>& extra) {
+  std::vector<std::string> a = {"--workers", "1",    "--steps",     "100000000",
+                                "--lr",      "0.05", "--log-every", "200"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return AsyncBlobs(kCountRows, kCountLayers, kCountBatch, a);
+}
+
+// Until the job is training and exchanging: host 0 logged an update past 1000.
+bool UntilExchanging(MpiJob& job) {
+  return job.UntilRunning(1, kEventTimeout) &&
+         job.Until(
+             [](const std::string& l) {
+               return JsonField(l, "event") == "step" && std::stoll(*JsonField(l, "step")) >= 1000;
+             },
+             kEventTimeout);
+}
+
+TEST_F(HostsAsyncTest, HostMasterKilledEndsTheJob) {
+  for (const int victim : {1, 0}) {
+    SCOPED_TRACE("host " + std::to_string(victim) + "'s master SIGKILLed");
+    MpiJob job(2, LongAsyncRun({"--host-timeout", "60s"}));
+    ASSERT_GT(job.mpirun(), 0);
+    ASSERT_TRUE(UntilExchanging(job)) << "the job did not get going; stderr:\n"
+                                      << job.err() << job.DescribeWorkers();
+    ASSERT_EQ(kill(job.host(victim)->pid, SIGKILL), 0);
+    const Clock::time_point killed = Clock::now();
+    const ProcResult r = job.Wait(kGoneBound + milliseconds{5'000});
+    const Clock::duration took = ExpectJobGone(job, killed, kGoneBound);
+    std::printf("[ host %d killed ] mpirun ended after %lld ms, everything gone after %lld ms\n",
+                victim, Ms(r.end - killed), Ms(took));
+    EXPECT_LE(r.end - killed, kGoneBound) << "mpirun outlived the bound";
+    EXPECT_TRUE(ExitedWith(r, 128 + SIGKILL)) << "mpirun reports the dead rank's signal";
+    EXPECT_TRUE(Contains(r.err, "process rank " + std::to_string(victim)) &&
+                Contains(r.err, "exited on signal 9"))
+        << "no message naming rank " << victim << ":\n"
+        << Clip(r.err);
+  }
+}
+
+TEST_F(HostsAsyncTest, StoppedHostMasterEndsTheJobAfterTheHostTimeout) {
+  constexpr milliseconds kHostTimeout{3'000};
+  MpiJob job(2, LongAsyncRun({"--host-timeout", "3s"}));
+  ASSERT_GT(job.mpirun(), 0);
+  ASSERT_TRUE(UntilExchanging(job)) << "the job did not get going; stderr:\n"
+                                    << job.err() << job.DescribeWorkers();
+  ASSERT_EQ(kill(job.host(1)->pid, SIGSTOP), 0);
+  const Clock::time_point stopped = Clock::now();
+  const ProcResult r = job.Wait(kHostTimeout + kGoneBound + milliseconds{10'000});
+  const Clock::duration took = ExpectJobGone(job, stopped, kHostTimeout + kGoneBound);
+  std::printf("[ host 1 stopped ] mpirun ended after %lld ms, everything gone after %lld ms\n",
+              Ms(r.end - stopped), Ms(took));
+  EXPECT_TRUE(ExitedWith(r, 6));
+  EXPECT_LE(r.end - stopped, kHostTimeout + kGoneBound);
+  EXPECT_GE(r.end - stopped, kHostTimeout - milliseconds{500}) << "ended before the deadline";
+  EXPECT_TRUE(Contains(r.err, "async exchange: nothing arrived from host 1 (") &&
+              Contains(r.err, "by the deadline (--host-timeout 3000 ms)"))
+      << Clip(r.err);
 }
 
 // ---------------------------------------------------------------------------------------------
