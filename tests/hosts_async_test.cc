@@ -348,6 +348,109 @@ TEST_F(HostsAsyncTest, StoppedHostMasterEndsTheJobAfterTheHostTimeout) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// 6. A slow host slows no other. 2 hosts x 1 worker; host 1's worker is SIGSTOPped and let go
+// again in turns (phases of kPhase), and host 0's metrics endpoint is read at every turn: its
+// updates (shmtrain_steps_total) and its pushes (shmtrain_host_pushes_total) per second, in the
+// phases where host 1 trains and in those where it is stopped. The median rate of the stopped
+// phases must be at least 90% of the running phases' (stopping host 1's worker frees a core on
+// this 2-core machine, so the comparison can only favour the stopped phases: the slow host must
+// not make host 0 slower). Turns, not two runs, so that the machine's other load falls on both
+// kinds of phase alike. Host 0's workers never wait for the exchange, so its updates can only
+// slow through the CPU; its pushes would stop if the exchange waited for the slow host (pushes
+// held until host 1 had pushed again turned the test red: 0 pushes per second while host 1 was
+// stopped).
+
+// Host 0's counters, read from its endpoint.
+struct Counters {
+  double updates = -1, pushes = -1;
+  Clock::time_point at;
+};
+
+bool Scrape(const std::string& addr, Counters* c, std::string* error) {
+  const auto resp = test::HttpGet(addr, "/metrics", milliseconds{5'000}, error);
+  c->at = Clock::now();
+  if (!resp.has_value()) return false;
+  for (const std::string& line : test::SplitLines(resp->body)) {
+    if (line.empty() || line[0] == '#') continue;
+    test::Sample sample;
+    if (!test::ParseSampleLine(line, &sample)) continue;
+    if (sample.name == "shmtrain_steps_total") c->updates = sample.value;
+    if (sample.name == "shmtrain_host_pushes_total") c->pushes = sample.value;
+  }
+  if (c->updates < 0 || c->pushes < 0) *error = "no steps or pushes in:\n" + Clip(resp->body);
+  return c->updates >= 0 && c->pushes >= 0;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? NAN : v[v.size() / 2];
+}
+
+std::string List(const std::vector<double>& v) {
+  std::string s;
+  char buf[32];
+  for (double x : v) {
+    std::snprintf(buf, sizeof buf, "%s%.0f", s.empty() ? "" : " ", x);
+    s += buf;
+  }
+  return s;
+}
+
+// Sends SIGCONT to a stopped worker however the test ends.
+struct Resume {
+  pid_t pid;
+  ~Resume() {
+    if (pid > 0) kill(pid, SIGCONT);
+  }
+};
+
+TEST_F(HostsAsyncTest, AStoppedWorkerOnHost1SlowsNotHost0) {
+  constexpr int kTurns = 5;
+  constexpr milliseconds kPhase{500};
+  const int base = test::PickFreePorts(2);
+  ASSERT_GT(base, 0);
+  MpiJob job(2, LongAsyncRun({"--metrics-addr", "127.0.0.1:" + std::to_string(base)}));
+  ASSERT_GT(job.mpirun(), 0);
+  ASSERT_TRUE(UntilExchanging(job)) << "the job did not get going; stderr:\n"
+                                    << job.err() << job.DescribeWorkers();
+  pid_t slow = -1;
+  for (const auto& [pid, w] : job.workers(1)) slow = pid;
+  ASSERT_GT(slow, 0) << job.DescribeWorkers();
+  const Resume resume{slow};
+  const std::string addr = job.host(0)->metrics;
+  std::vector<double> updates[2], pushes[2];  // [0]: host 1 running, [1]: host 1 stopped
+  std::string error;
+  Counters last;
+  ASSERT_TRUE(Scrape(addr, &last, &error)) << error;
+  for (int phase = 0; phase < 2 * kTurns; ++phase) {
+    const int stopped = phase % 2;
+    ASSERT_EQ(kill(slow, stopped ? SIGSTOP : SIGCONT), 0);
+    ASSERT_TRUE(job.Pause(kPhase)) << "the run ended; stderr:\n" << job.err();
+    Counters now;
+    ASSERT_TRUE(Scrape(addr, &now, &error)) << error;
+    const double s = std::chrono::duration<double>(now.at - last.at).count();
+    updates[stopped].push_back((now.updates - last.updates) / s);
+    pushes[stopped].push_back((now.pushes - last.pushes) / s);
+    last = now;
+  }
+  ASSERT_EQ(kill(slow, SIGCONT), 0);
+  std::printf(
+      "[ host 0 per second ] updates: %s while host 1 runs, %s while it is stopped; pushes: %s, "
+      "%s\n",
+      List(updates[0]).c_str(), List(updates[1]).c_str(), List(pushes[0]).c_str(),
+      List(pushes[1]).c_str());
+  EXPECT_GT(Median(pushes[0]), 0) << "host 0 does not push while both hosts train";
+  EXPECT_GE(Median(updates[1]), 0.9 * Median(updates[0]))
+      << "host 0 trains slower while host 1's worker is stopped";
+  EXPECT_GE(Median(pushes[1]), 0.9 * Median(pushes[0]))
+      << "host 0 pushes slower while host 1's worker is stopped: its exchange waits for host 1";
+  ASSERT_TRUE(job.SignalMpirun(SIGINT));
+  const Clock::time_point ended = Clock::now();
+  (void)job.Wait(milliseconds{30'000});
+  ExpectJobGone(job, ended, kGoneBound);
+}
+
+// ---------------------------------------------------------------------------------------------
 // 7. Refusals, before any worker starts: exit 2, a message naming the flag, nothing left.
 
 struct Refusal {
