@@ -430,16 +430,19 @@ TEST_F(HostsAsyncTest, StoppedHostMasterEndsTheJobAfterTheHostTimeout) {
 
 // ---------------------------------------------------------------------------------------------
 // 6. A slow host slows no other. 2 hosts x 1 worker; host 1's worker is SIGSTOPped and let go
-// again in turns (phases of kPhase), and host 0's metrics endpoint is read at every turn: its
-// updates (shmtrain_steps_total) and its pushes (shmtrain_host_pushes_total) per second, in the
-// phases where host 1 trains and in those where it is stopped. The median rate of the stopped
-// phases must be at least 90% of the running phases' (stopping host 1's worker frees a core on
-// this 2-core machine, so the comparison can only favour the stopped phases: the slow host must
-// not make host 0 slower). Turns, not two runs, so that the machine's other load falls on both
-// kinds of phase alike. Host 0's workers never wait for the exchange, so its updates can only
-// slow through the CPU; its pushes would stop if the exchange waited for the slow host (pushes
-// held until host 1 had pushed again turned the test red: 0 pushes per second while host 1 was
-// stopped).
+// again in turns (phases of kPhase: running, stopped, running, ..., running), and host 0's
+// metrics endpoint is read at every turn: its updates (shmtrain_steps_total) and its pushes
+// (shmtrain_host_pushes_total) per second. Each stopped phase is compared with the mean of the
+// two running phases around it, and the median of those ratios must be 0.9 or more, for the
+// updates and for the pushes. Stopping host 1's worker frees a core on this 2-core machine, so
+// the comparison can only favour the stopped phases: the slow host must not make host 0
+// slower. Turns, not two runs, and each stopped phase against its neighbours, because the
+// machine's other load swings host 0's rate by 2 to 4 times within seconds (3000 to 16000
+// updates a second). A failed measurement is made once more in the same run, and the test
+// fails when both fail: a real wait on the slow host fails every time. Host 0's workers never
+// wait for the exchange, so its updates can only slow through the CPU; its pushes would stop if
+// the exchange waited for the slow host (pushes held until host 1 had pushed again turned the
+// test red: 4 pushes a second while host 1 was stopped, 337 while it ran).
 
 // Host 0's counters, read from its endpoint.
 struct Counters {
@@ -480,9 +483,53 @@ struct Resume {
   }
 };
 
+// Host 0's rates around the turns of host 1's worker: the ratios of each stopped phase's rate to
+// its running neighbours' mean, for the updates and the pushes.
+struct Turns {
+  std::vector<double> updates, pushes;           // per phase, per second
+  std::vector<double> update_ratio, push_ratio;  // per stopped phase
+  std::string Describe() const {
+    return "updates/s by phase (running, stopped, ...): " + List(updates) +
+           "\npushes/s by phase: " + List(pushes);
+  }
+};
+
+Turns MeasureTurns(MpiJob& job, pid_t slow, const std::string& addr) {
+  constexpr int kTurns = 8;
+  constexpr milliseconds kPhase{300};
+  Turns t;
+  std::string error;
+  Counters last;
+  if (!Scrape(addr, &last, &error)) {
+    ADD_FAILURE() << error;
+    return t;
+  }
+  for (int phase = 0; phase < 2 * kTurns + 1; ++phase) {
+    const bool stopped = phase % 2 == 1;
+    if (kill(slow, stopped ? SIGSTOP : SIGCONT) != 0 || !job.Pause(kPhase)) {
+      ADD_FAILURE() << "the run ended; stderr:\n" << job.err();
+      return t;
+    }
+    Counters now;
+    if (!Scrape(addr, &now, &error)) {
+      ADD_FAILURE() << error;
+      return t;
+    }
+    const double s = std::chrono::duration<double>(now.at - last.at).count();
+    t.updates.push_back((now.updates - last.updates) / s);
+    t.pushes.push_back((now.pushes - last.pushes) / s);
+    last = now;
+  }
+  kill(slow, SIGCONT);
+  for (size_t k = 1; k + 1 < t.updates.size(); k += 2) {
+    t.update_ratio.push_back(t.updates[k] /
+                             std::max(1.0, (t.updates[k - 1] + t.updates[k + 1]) / 2));
+    t.push_ratio.push_back(t.pushes[k] / std::max(1.0, (t.pushes[k - 1] + t.pushes[k + 1]) / 2));
+  }
+  return t;
+}
+
 TEST_F(HostsAsyncTest, AStoppedWorkerOnHost1SlowsNotHost0) {
-  constexpr int kTurns = 5;
-  constexpr milliseconds kPhase{500};
   const int base = test::PickFreePorts(2);
   ASSERT_GT(base, 0);
   MpiJob job(2, LongAsyncRun({"--metrics-addr", "127.0.0.1:" + std::to_string(base)}));
@@ -494,32 +541,22 @@ TEST_F(HostsAsyncTest, AStoppedWorkerOnHost1SlowsNotHost0) {
   ASSERT_GT(slow, 0) << job.DescribeWorkers();
   const Resume resume{slow};
   const std::string addr = job.host(0)->metrics;
-  std::vector<double> updates[2], pushes[2];  // [0]: host 1 running, [1]: host 1 stopped
-  std::string error;
-  Counters last;
-  ASSERT_TRUE(Scrape(addr, &last, &error)) << error;
-  for (int phase = 0; phase < 2 * kTurns; ++phase) {
-    const int stopped = phase % 2;
-    ASSERT_EQ(kill(slow, stopped ? SIGSTOP : SIGCONT), 0);
-    ASSERT_TRUE(job.Pause(kPhase)) << "the run ended; stderr:\n" << job.err();
-    Counters now;
-    ASSERT_TRUE(Scrape(addr, &now, &error)) << error;
-    const double s = std::chrono::duration<double>(now.at - last.at).count();
-    updates[stopped].push_back((now.updates - last.updates) / s);
-    pushes[stopped].push_back((now.pushes - last.pushes) / s);
-    last = now;
+  std::string seen;
+  bool held = false;
+  for (int attempt = 1; attempt <= 2 && !held; ++attempt) {
+    const Turns t = MeasureTurns(job, slow, addr);
+    ASSERT_FALSE(::testing::Test::HasFailure());
+    const double updates = Median(t.update_ratio), pushes = Median(t.push_ratio);
+    char line[160];
+    std::snprintf(line, sizeof line,
+                  "measurement %d: stopped against running, median ratio: updates %.2f, pushes "
+                  "%.2f\n",
+                  attempt, updates, pushes);
+    seen += line + t.Describe() + "\n";
+    held = updates >= 0.9 && pushes >= 0.9 && Median(t.pushes) > 0;
   }
-  ASSERT_EQ(kill(slow, SIGCONT), 0);
-  std::printf(
-      "[ host 0 per second ] updates: %s while host 1 runs, %s while it is stopped; pushes: %s, "
-      "%s\n",
-      List(updates[0]).c_str(), List(updates[1]).c_str(), List(pushes[0]).c_str(),
-      List(pushes[1]).c_str());
-  EXPECT_GT(Median(pushes[0]), 0) << "host 0 does not push while both hosts train";
-  EXPECT_GE(Median(updates[1]), 0.9 * Median(updates[0]))
-      << "host 0 trains slower while host 1's worker is stopped";
-  EXPECT_GE(Median(pushes[1]), 0.9 * Median(pushes[0]))
-      << "host 0 pushes slower while host 1's worker is stopped: its exchange waits for host 1";
+  std::printf("[ host 0 while host 1's worker is stopped ]\n%s", seen.c_str());
+  EXPECT_TRUE(held) << "host 0 trains or pushes slower while host 1's worker is stopped:\n" << seen;
   ASSERT_TRUE(job.SignalMpirun(SIGINT));
   const Clock::time_point ended = Clock::now();
   (void)job.Wait(milliseconds{30'000});
