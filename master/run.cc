@@ -458,7 +458,7 @@ Status StartHere(TrainOptions& o, Logger& log, std::unique_ptr<monitoring::Expor
     if (st->host_steps == 0) {
       return Status::Usage("--steps " + std::to_string(st->total_steps) + " leaves host " +
                            std::to_string(o.host_index) + " no update: async across " +
-                           std::to_string(o.host_count) + " hosts needs at least one a host");
+                           std::to_string(o.host_count) + " hosts needs at least one update a host");
     }
     if (st->eval_every > 0) {
       st->eval_every = std::max<int64_t>(

@@ -26,8 +26,11 @@ uint64_t TotalSamples(const shm::Segment& seg) {
 }
 
 std::vector<float> ParamsAfter(const shm::Segment& seg, int64_t step) {
-  const bool sync = static_cast<Mode>(seg.header()->config.mode) == Mode::kSync;
-  const float* w = seg.params(sync ? step : 0);
+  if (static_cast<Mode>(seg.header()->config.mode) != Mode::kSync) {
+    int64_t progress = 0;
+    return CopyParamsAsync(seg, &progress);
+  }
+  const float* w = seg.params(step);
   return std::vector<float>(w, w + seg.header()->config.param_count);
 }
 

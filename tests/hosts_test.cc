@@ -14,42 +14,33 @@
 //     host master SIGSTOPped: the other's --host-timeout ends the job (exit 6) naming it.
 //  4. Metrics: each host master serves on base + its local rank; each scrape passes promtool
 //     and every sample names its host.
-//  5. Refusals: --mode async, and hosts given different data (an MPI app context).
+//  5. Refusals: hosts given different data (an MPI app context), and a host that cannot start.
 //
-// Every job is tagged (mpirun -x SHMTRAIN_HOSTS_TEST_JOB=<tag>, inherited by the masters and
-// their workers), so "nothing left" means: no live process carries the tag, mpirun is gone,
-// and no segment of any of its host masters is in /dev/shm. Tests look at no other job's
-// processes or segments: other tests may run concurrently (ctest -j2).
+// The jobs and what "nothing left" means: tests/mpi_job.h. Async across hosts:
+// tests/hosts_async_test.cc.
 #include <arpa/inet.h>
-#include <dirent.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <functional>
 #include <map>
 #include <ostream>
-#include <random>
-#include <set>
-#include <sstream>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "master/model_file.h"
 #include "shmtrain/model_spec.h"
+#include "tests/mpi_job.h"
 #include "tests/proc_util.h"
 #include "tests/reference.h"
 
@@ -60,456 +51,29 @@ using std::chrono::milliseconds;
 using test::CheckpointStep;
 using test::Clip;
 using test::Clock;
+using test::Contains;
 using test::Events;
 using test::ExitedWith;
+using test::ExpectJobGone;
 using test::JsonField;
+using test::kEventTimeout;
+using test::kGoneBound;
+using test::kJobTimeout;
 using test::kRefTol;
 using test::MaxScaledDiff;
+using test::MpiJob;
+using test::Ms;
 using test::Num;
 using test::ProcResult;
+using test::RunJob;
 using test::SameBytes;
-using test::Subprocess;
 using test::SummaryOf;
 using test::SyncRun;
 using test::TempDir;
+using test::WithoutMetrics;
 
 constexpr const char* kMasterBin = SHMTRAIN_BIN;
-constexpr const char* kMpirun = MPIRUN_BIN;
 constexpr const char* kPromtool = PROMTOOL_BIN;
-
-// Generous bounds for whole jobs: a job here takes one or two seconds (most of it mpirun's own
-// start), but sanitizer builds under ctest -j2 are several times slower. A hang still fails.
-constexpr milliseconds kJobTimeout{120'000};
-constexpr milliseconds kEventTimeout{60'000};
-// The bound of the brief: after a host master's death, every process of the job and every
-// segment gone within this.
-constexpr milliseconds kGoneBound{5'000};
-// How often a watched job's processes are looked at. A replaced worker lives for the rest of
-// its run (a hundred steps and more), so a look every few milliseconds sees it; a look costs
-// a few /proc reads per host master.
-constexpr milliseconds kWatchTick{3};
-
-// The environment variable that marks every process of one job (mpirun -x).
-constexpr const char* kTagVar = "SHMTRAIN_HOSTS_TEST_JOB";
-
-bool Contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
-
-long long Ms(Clock::duration d) {
-  return std::chrono::duration_cast<milliseconds>(d).count();
-}
-
-milliseconds Left(Clock::time_point deadline) {
-  return std::max(milliseconds{0},
-                  std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
-}
-
-// ---------------------------------------------------------------------------------------------
-// /proc: a job's processes.
-
-// A small /proc file's contents ("" if it cannot be read: the process is gone).
-std::string ReadProcFile(const std::string& path) {
-  std::string out;
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return out;
-  char buf[4096];
-  for (;;) {
-    const ssize_t n = read(fd, buf, sizeof buf);
-    if (n > 0) {
-      out.append(buf, static_cast<size_t>(n));
-    } else if (n < 0 && errno == EINTR) {
-      continue;
-    } else {
-      break;
-    }
-  }
-  close(fd);
-  return out;
-}
-
-// Appends the pids listed in text (a /proc/.../children file) to *out.
-void ParsePids(const std::string& text, std::vector<pid_t>* out) {
-  std::istringstream in(text);
-  pid_t c;
-  while (in >> c) out->push_back(c);
-}
-
-// The children of pid that its main thread forked (a host master forks its workers there).
-std::vector<pid_t> MainThreadChildrenOf(pid_t pid) {
-  std::vector<pid_t> out;
-  const std::string p = std::to_string(pid);
-  ParsePids(ReadProcFile("/proc/" + p + "/task/" + p + "/children"), &out);
-  return out;
-}
-
-// The children of pid, over all its threads (mpirun may fork its ranks from any of them).
-std::vector<pid_t> ChildrenOf(pid_t pid) {
-  std::vector<pid_t> out;
-  const std::string task = "/proc/" + std::to_string(pid) + "/task";
-  DIR* d = opendir(task.c_str());
-  if (d == nullptr) return out;
-  while (const dirent* e = readdir(d)) {
-    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    ParsePids(ReadProcFile(task + "/" + e->d_name + "/children"), &out);
-  }
-  closedir(d);
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
-  return out;
-}
-
-// A process's argv (empty once it is gone, or for a zombie).
-std::vector<std::string> CmdlineOf(pid_t pid) {
-  const std::string raw = ReadProcFile("/proc/" + std::to_string(pid) + "/cmdline");
-  std::vector<std::string> argv;
-  size_t start = 0;
-  while (start < raw.size()) {
-    const size_t end = raw.find('\0', start);
-    argv.push_back(raw.substr(start, end == std::string::npos ? std::string::npos : end - start));
-    if (end == std::string::npos) break;
-    start = end + 1;
-  }
-  return argv;
-}
-
-// The live processes whose environment holds kTagVar=tag: every process of that job but
-// mpirun itself (which the test started, and reaps).
-std::vector<pid_t> TaggedProcesses(const std::string& tag) {
-  const std::string want = std::string(kTagVar) + "=" + tag;
-  std::vector<pid_t> found;
-  DIR* d = opendir("/proc");
-  if (d == nullptr) return found;
-  while (const dirent* e = readdir(d)) {
-    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    const pid_t pid = static_cast<pid_t>(std::atol(e->d_name));
-    const std::string env = ReadProcFile(std::string("/proc/") + e->d_name + "/environ");
-    size_t start = 0;
-    while (start < env.size()) {
-      const size_t end = std::min(env.find('\0', start), env.size());
-      if (env.compare(start, end - start, want) == 0) {
-        if (test::PidAlive(pid)) found.push_back(pid);
-        break;
-      }
-      start = end + 1;
-    }
-  }
-  closedir(d);
-  return found;
-}
-
-std::string PidList(const std::vector<pid_t>& pids) {
-  std::string s;
-  for (pid_t p : pids) {
-    const std::vector<std::string> argv = CmdlineOf(p);
-    s += (s.empty() ? "" : ", ") + std::to_string(p) + " (" +
-         (argv.empty() ? "?" : argv[0].substr(argv[0].rfind('/') + 1)) + ")";
-  }
-  return s;
-}
-
-// ---------------------------------------------------------------------------------------------
-// An mpirun job, watched while it runs.
-
-// Everything mpirun needs to run host masters on this machine over loopback TCP, and the tag.
-std::vector<std::string> MpirunFlags(const std::string& tag) {
-  return {kMpirun,
-          "--allow-run-as-root",
-          "--oversubscribe",
-          "--bind-to",
-          "none",
-          "--mca",
-          "btl",
-          "self,tcp",
-          "--mca",
-          "btl_tcp_if_include",
-          "lo",
-          "--mca",
-          "oob_tcp_if_include",
-          "lo",
-          "-x",
-          std::string(kTagVar) + "=" + tag};
-}
-
-std::string NewTag() {
-  static std::atomic<int> n{0};
-  return std::to_string(getpid()) + "-" + std::to_string(++n);
-}
-
-// What a host master said about itself (its "host" event).
-struct HostInfo {
-  pid_t pid = -1;
-  std::string segment;  // "/shmtrain-..."
-  std::string metrics;  // "127.0.0.1:PORT", or "" without metrics
-};
-
-// A worker as its command line names it: shmtrain-worker SEGMENT RANK INCARNATION.
-struct WorkerSeen {
-  int rank = -1;
-  int incarnation = -1;
-};
-
-// One mpirun job of host masters. Reads the job's stdout (the "host" events) and, every
-// kWatchTick while it reads, looks at mpirun's children (the host masters) and theirs (the
-// workers), so that a test knows every process of the job and every incarnation of every
-// rank it saw. On destruction, a job still running is ended (SIGTERM to mpirun, which ends its
-// ranks), and any process still carrying its tag is SIGKILLed by pid.
-class MpiJob {
- public:
-  // The same shmtrain command (argv[0] the binary) on `hosts` host masters.
-  MpiJob(int hosts, const std::vector<std::string>& shmtrain_argv)
-      : tag_(NewTag()), hosts_(hosts), p_(Argv(tag_, {{hosts, shmtrain_argv}})) {}
-  // One app context per entry: `count` ranks running its command.
-  explicit MpiJob(const std::vector<std::pair<int, std::vector<std::string>>>& contexts)
-      : tag_(NewTag()), hosts_(CountOf(contexts)), p_(Argv(tag_, contexts)) {}
-
-  ~MpiJob() {
-    if (p_.running()) {
-      p_.Signal(SIGTERM);
-      (void)p_.Wait(milliseconds{10'000});
-    }
-    const Clock::time_point until = Clock::now() + milliseconds{5'000};
-    while (!TaggedProcesses(tag_).empty() && Clock::now() < until) {
-      std::this_thread::sleep_for(milliseconds{10});
-    }
-    for (pid_t p : TaggedProcesses(tag_)) kill(p, SIGKILL);
-  }
-  MpiJob(const MpiJob&) = delete;
-  MpiJob& operator=(const MpiJob&) = delete;
-
-  pid_t mpirun() const { return p_.pid(); }
-  const std::string& tag() const { return tag_; }
-  int hosts() const { return hosts_; }
-  const std::string& err() const { return p_.err(); }
-  bool SignalMpirun(int sig) { return p_.Signal(sig); }
-
-  // Host h's "host" event, or nullptr before it came.
-  const HostInfo* host(int h) const {
-    const auto it = hosts_seen_.find(h);
-    return it == hosts_seen_.end() ? nullptr : &it->second;
-  }
-  // Every host master seen: mpirun's children and the pids of the host events.
-  std::set<pid_t> masters() const {
-    std::set<pid_t> m = masters_;
-    for (const auto& [h, info] : hosts_seen_) m.insert(info.pid);
-    return m;
-  }
-  // Every worker of host h seen so far (pid -> rank and incarnation).
-  std::map<pid_t, WorkerSeen> workers(int h) const {
-    const HostInfo* info = host(h);
-    if (info == nullptr) return {};
-    const auto it = workers_.find(info->pid);
-    return it == workers_.end() ? std::map<pid_t, WorkerSeen>() : it->second;
-  }
-  // Whether rank `rank` of host h was seen in incarnation `incarnation`.
-  bool SawIncarnation(int h, int rank, int incarnation) const {
-    for (const auto& [pid, w] : workers(h)) {
-      if (w.rank == rank && w.incarnation == incarnation) return true;
-    }
-    return false;
-  }
-
-  // Reads stdout until want(line) holds (the line in *hit). false if the output ended or the
-  // timeout passed first.
-  bool Until(const std::function<bool(const std::string&)>& want, milliseconds timeout,
-             std::string* hit = nullptr) {
-    const Clock::time_point deadline = Clock::now() + timeout;
-    std::string line;
-    for (;;) {
-      Watch();
-      if (Clock::now() >= deadline) return false;
-      if (!Read(&line, deadline)) {
-        if (ended_) return false;
-        continue;
-      }
-      if (want(line)) {
-        if (hit != nullptr) *hit = line;
-        return true;
-      }
-    }
-  }
-
-  // Reads stdout and watches until cond() holds; false at the end of the output or timeout.
-  bool UntilCondition(const std::function<bool()>& cond, milliseconds timeout) {
-    const Clock::time_point deadline = Clock::now() + timeout;
-    std::string line;
-    for (;;) {
-      Watch();
-      if (cond()) return true;
-      if (Clock::now() >= deadline || ended_) return false;
-      (void)Read(&line, deadline);
-    }
-  }
-
-  // Until every host's "host" event has come and `workers` ranks of every host were seen.
-  bool UntilRunning(int workers, milliseconds timeout) {
-    return UntilCondition(
-        [&] {
-          if (static_cast<int>(hosts_seen_.size()) < hosts_) return false;
-          for (int h = 0; h < hosts_; ++h) {
-            std::set<int> ranks;
-            for (const auto& [pid, w] : this->workers(h)) ranks.insert(w.rank);
-            if (static_cast<int>(ranks.size()) < workers) return false;
-          }
-          return true;
-        },
-        timeout);
-  }
-
-  // Waits for mpirun to end (watching meanwhile); past the timeout it is SIGKILLed and the
-  // test fails (Subprocess::Wait).
-  ProcResult Wait(milliseconds timeout) {
-    const Clock::time_point deadline = Clock::now() + timeout;
-    std::string line;
-    while (!ended_ && Clock::now() < deadline) {
-      Watch();
-      (void)Read(&line, deadline);
-    }
-    ProcResult r = p_.Wait(Left(deadline));
-    for (const std::string& l : test::SplitLines(r.out)) Note(l);
-    return r;
-  }
-
-  // How the workers of every host were seen, for failure messages.
-  std::string DescribeWorkers() const {
-    std::string s;
-    for (int h = 0; h < hosts_; ++h) {
-      s += "host " + std::to_string(h) + ":";
-      for (const auto& [pid, w] : workers(h)) {
-        s += " pid " + std::to_string(pid) + " rank " + std::to_string(w.rank) + " incarnation " +
-             std::to_string(w.incarnation) + ";";
-      }
-      s += "\n";
-    }
-    return s;
-  }
-
- private:
-  static int CountOf(const std::vector<std::pair<int, std::vector<std::string>>>& contexts) {
-    int n = 0;
-    for (const auto& c : contexts) n += c.first;
-    return n;
-  }
-
-  static std::vector<std::string> Argv(
-      const std::string& tag,
-      const std::vector<std::pair<int, std::vector<std::string>>>& contexts) {
-    std::vector<std::string> a = MpirunFlags(tag);
-    for (size_t i = 0; i < contexts.size(); ++i) {
-      if (i > 0) a.push_back(":");
-      a.insert(a.end(), {"-np", std::to_string(contexts[i].first)});
-      a.insert(a.end(), contexts[i].second.begin(), contexts[i].second.end());
-    }
-    return a;
-  }
-
-  // Reads one line of stdout for at most a watch tick, and notes it. false when none came; at
-  // the end of the output (ReadLine gives up before its timeout only there) ended_ turns true.
-  bool Read(std::string* line, Clock::time_point deadline) {
-    const milliseconds wait = std::min(Left(deadline), kWatchTick);
-    const Clock::time_point asked = Clock::now();
-    if (p_.ReadLine(line, wait)) {
-      Note(*line);
-      return true;
-    }
-    if (Clock::now() < asked + wait) ended_ = true;
-    return false;
-  }
-
-  void Note(const std::string& line) {
-    if (JsonField(line, "event") != "host") return;
-    const auto ev = test::ParseFlatJson(line);
-    HostInfo info;
-    info.pid = static_cast<pid_t>(std::stol(ev->at("pid")));
-    info.segment = ev->at("segment");
-    info.metrics = ev->at("metrics");
-    hosts_seen_[std::stoi(ev->at("host"))] = info;
-  }
-
-  // One look at the job's processes, at most every kWatchTick.
-  void Watch() {
-    if (p_.pid() <= 0 || Clock::now() < next_watch_) return;
-    next_watch_ = Clock::now() + kWatchTick;
-    if (static_cast<int>(masters_.size()) < hosts_) {
-      for (pid_t m : ChildrenOf(p_.pid())) masters_.insert(m);
-    }
-    for (pid_t m : masters()) {
-      auto& mine = workers_[m];
-      for (pid_t c : MainThreadChildrenOf(m)) {
-        if (mine.count(c) != 0) continue;
-        const std::vector<std::string> argv = CmdlineOf(c);
-        if (argv.size() != 4 || !Contains(argv[0], "shmtrain-worker")) continue;
-        mine[c] = WorkerSeen{std::stoi(argv[2]), std::stoi(argv[3])};
-      }
-    }
-  }
-
-  const std::string tag_;
-  const int hosts_;
-  Subprocess p_;
-  std::map<int, HostInfo> hosts_seen_;
-  std::set<pid_t> masters_;
-  std::map<pid_t, std::map<pid_t, WorkerSeen>> workers_;  // by master pid
-  bool ended_ = false;                                    // the end of stdout was read
-  Clock::time_point next_watch_;
-};
-
-// After the job has ended (or is ending): within `bound` of `since`, no process carries its
-// tag, no master or worker it saw is alive, no segment of any of its masters remains. Returns
-// how long that took from `since`; adds failures naming what is left.
-Clock::duration ExpectJobGone(MpiJob& job, Clock::time_point since, milliseconds bound) {
-  const Clock::time_point deadline = since + bound;
-  auto left = [&] {
-    std::vector<pid_t> alive = TaggedProcesses(job.tag());
-    for (pid_t m : job.masters()) {
-      if (test::PidAlive(m)) alive.push_back(m);
-    }
-    for (int h = 0; h < job.hosts(); ++h) {
-      for (const auto& [pid, w] : job.workers(h)) {
-        if (test::PidAlive(pid)) alive.push_back(pid);
-      }
-    }
-    std::sort(alive.begin(), alive.end());
-    alive.erase(std::unique(alive.begin(), alive.end()), alive.end());
-    std::vector<std::string> segments;
-    for (pid_t m : job.masters()) {
-      for (const std::string& s : test::SegmentsOf(m)) segments.push_back("/dev/shm/" + s);
-    }
-    for (int h = 0; h < job.hosts(); ++h) {
-      const HostInfo* info = job.host(h);
-      if (info != nullptr && test::FileExists("/dev/shm" + info->segment) &&
-          std::find(segments.begin(), segments.end(), "/dev/shm" + info->segment) ==
-              segments.end()) {
-        segments.push_back("/dev/shm" + info->segment);
-      }
-    }
-    return std::make_pair(alive, segments);
-  };
-  auto state = left();
-  while ((!state.first.empty() || !state.second.empty()) && Clock::now() < deadline) {
-    std::this_thread::sleep_for(milliseconds{10});
-    state = left();
-  }
-  const Clock::duration took = Clock::now() - since;
-  std::string hosts;  // which host master is which, for the messages
-  for (int h = 0; h < job.hosts(); ++h) {
-    if (job.host(h) != nullptr) {
-      hosts += " host " + std::to_string(h) + " = pid " + std::to_string(job.host(h)->pid) + ";";
-    }
-  }
-  EXPECT_TRUE(state.first.empty())
-      << "processes of the job alive " << Ms(took) << " ms on: " << PidList(state.first) << " ("
-      << hosts << ")\nmpirun's stderr:\n"
-      << Clip(job.err());
-  std::string segs;
-  for (const std::string& s : state.second) segs += s + " ";
-  EXPECT_TRUE(state.second.empty()) << "segments left " << Ms(took) << " ms on: " << segs << "("
-                                    << hosts << ")\nmpirun's stderr:\n"
-                                    << Clip(job.err());
-  EXPECT_GE(job.masters().size(), static_cast<size_t>(job.hosts()))
-      << "not every host master was seen";
-  return took;
-}
 
 // ---------------------------------------------------------------------------------------------
 // The runs.
@@ -528,28 +92,6 @@ std::vector<std::string> Train(const std::vector<std::string>& extra) {
       "--lr",       "0.05",  "--log-format", "json",  "--no-progress"};
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
-}
-
-// Whether the flags choose about metrics (--no-metrics or --metrics-addr).
-bool ChoosesMetrics(const std::vector<std::string>& a) {
-  for (const std::string& s : a) {
-    if (s == "--no-metrics" || s.rfind("--metrics-addr", 0) == 0) return true;
-  }
-  return false;
-}
-
-std::vector<std::string> WithoutMetrics(std::vector<std::string> a) {
-  if (!ChoosesMetrics(a)) a.push_back("--no-metrics");
-  return a;
-}
-
-// Runs a job to its end and expects nothing of it left; returns how it ended.
-ProcResult RunJob(int hosts, const std::vector<std::string>& argv) {
-  MpiJob job(hosts, argv);
-  EXPECT_GT(job.mpirun(), 0);
-  ProcResult r = job.Wait(kJobTimeout);
-  ExpectJobGone(job, Clock::now(), milliseconds{2'000});
-  return r;
 }
 
 std::vector<float> ParamsOf(const std::string& path) {
@@ -591,13 +133,7 @@ SyncRun BlobsRun(int workers) {
 constexpr double kHostsTol = 1e-5;
 
 // Every test needs mpirun (found by CMake).
-class HostsTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    ASSERT_TRUE(test::ToolFound(kMpirun)) << "mpirun was not found when CMake ran ('" << kMpirun
-                                          << "'); install Open MPI (Debian: openmpi-bin)";
-  }
-};
+class HostsTest : public test::MpiTest {};
 
 struct Shape {
   int hosts, workers;
@@ -951,38 +487,11 @@ TEST_F(HostsTest, StoppedHostMasterEndsTheJobAfterTheHostTimeout) {
 // The host label, shmtrain_hosts and shmtrain_host_combine_seconds come with the multi-host
 // metrics branch: until it is merged, those assertions fail.
 
-// Whether 127.0.0.1:port can be bound now (it is released again at once).
-bool PortFree(int port) {
-  test::Fd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  sa.sin_port = htons(static_cast<uint16_t>(port));
-  return fd.get() >= 0 && bind(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0;
-}
-
-// A base port p with 127.0.0.1:p and :p+1 both free, below the kernel's ephemeral range: the
-// ports that other tests get by binding port 0 come from that range, so none of them can take
-// p or p+1 between this check and the job's listen.
-int PickFreePortPair() {
-  int low = 32768;  // the first ephemeral port
-  std::istringstream(ReadProcFile("/proc/sys/net/ipv4/ip_local_port_range")) >> low;
-  const int first = 10'000, last = std::max(first + 100, low) - 2;
-  std::mt19937 rng(static_cast<unsigned>(getpid()) ^
-                   static_cast<unsigned>(Clock::now().time_since_epoch().count()));
-  std::uniform_int_distribution<int> pick(first, last);
-  for (int attempt = 0; attempt < 100; ++attempt) {
-    const int port = pick(rng);
-    if (PortFree(port) && PortFree(port + 1)) return port;
-  }
-  return -1;
-}
-
 TEST_F(HostsTest, EveryHostServesMetricsOnItsPortWithItsHostLabel) {
   ASSERT_TRUE(test::ToolFound(kPromtool)) << "promtool was not found when CMake ran ('" << kPromtool
                                           << "'); install it (Debian: prometheus)";
   TempDir dir;
-  const int base = PickFreePortPair();
+  const int base = test::PickFreePorts(2);
   ASSERT_GT(base, 0);
   MpiJob job(2, Train({"--workers", "2", "--steps", "100000000", "--log-every", "50",
                        "--metrics-addr", "127.0.0.1:" + std::to_string(base)}));
@@ -1058,20 +567,6 @@ TEST_F(HostsTest, EveryHostServesMetricsOnItsPortWithItsHostLabel) {
 // ---------------------------------------------------------------------------------------------
 // 5. Refusals, before any worker starts: exit 2, a message saying why, nothing left.
 
-TEST_F(HostsTest, AsyncEarlyStopUnderMpirunIsRefused) {
-  MpiJob job(2, WithoutMetrics(Train({"--mode", "async", "--workers", "2", "--steps", "100",
-                                      "--val-split", "0.2", "--early-stop", "3"})));
-  const ProcResult r = job.Wait(kJobTimeout);
-  ExpectJobGone(job, Clock::now(), milliseconds{2'000});
-  EXPECT_TRUE(ExitedWith(r, 2));
-  EXPECT_TRUE(Contains(r.err, "--early-stop is not available with --mode async across 2 hosts"))
-      << Clip(r.err);
-  EXPECT_TRUE(Events(r.out, "worker_started").empty()) << Clip(r.out);
-  for (int h = 0; h < 2; ++h) {
-    EXPECT_TRUE(job.workers(h).empty()) << job.DescribeWorkers();
-  }
-}
-
 // Every host is given the same flags but its own data file (an MPI app context per host): the
 // hosts' identities differ, and the run is refused before a worker starts.
 TEST_F(HostsTest, HostsGivenDifferentDataAreRefused) {
@@ -1130,7 +625,7 @@ TEST_F(HostsTest, AHostWhoseDataIsMissingLeavesNoSegmentOnAnyHost) {
 }
 
 TEST_F(HostsTest, AHostWhoseMetricsPortIsTakenLeavesNoSegmentOnAnyHost) {
-  const int base = PickFreePortPair();
+  const int base = test::PickFreePorts(2);
   ASSERT_GT(base, 0);
   // Host 1 listens on base + 1: taken here for the job's life.
   const int taken = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
