@@ -170,7 +170,7 @@ void ExpectCrossHostCounts(const std::string& s, int64_t steps, int hosts) {
 // seeds measured -0.8, -9.2, -1.4, +0.3, -3.6, -1.1 in six runs (single seeds down to -17
 // points). After, at a load average of 10: 5.6 to 9.4 updates a push, medians +0.28, -0.84,
 // +0.28, -0.84, +0.00, -0.56 in six runs.
-constexpr int kConvergenceSeeds = 5;
+constexpr int kConvergenceSeeds = 7;
 
 std::vector<std::string> Fashion8Run(const std::string& data, int workers, int seed) {
   return {kMasterBin,      "train",       "--mode",        "async",
@@ -188,18 +188,14 @@ std::vector<std::string> Fashion8Run(const std::string& data, int workers, int s
 class HostsAsyncConvergenceTest : public HostsAsyncTest,
                                   public ::testing::WithParamInterface<int> {};
 
-TEST_P(HostsAsyncConvergenceTest, ReachesTheAccuracyOfOneHost) {
-  SHMTRAIN_CONVERGENCE_TEST();
-  const int H = GetParam();
-  const std::string data = test::SmallFashionCsv();
-  ASSERT_FALSE(data.empty()) << "no data set: the failure above says why";
+// One comparison over the seeds: the median difference in points, and the runs' lines.
+double MedianDifference(const std::string& data, int H, std::string* runs) {
   std::vector<double> diffs;
-  std::string runs;
   for (int seed = 1; seed <= kConvergenceSeeds; ++seed) {
     const ProcResult one = test::RunProcess(Fashion8Run(data, H, seed), kJobTimeout);
-    ASSERT_TRUE(ExitedWith(one, 0));
+    EXPECT_TRUE(ExitedWith(one, 0));
     const ProcResult multi = RunJob(H, Fashion8Run(data, 1, seed));
-    ASSERT_TRUE(ExitedWith(multi, 0));
+    EXPECT_TRUE(ExitedWith(multi, 0));
     const std::string s1 = SummaryOf(one), sm = SummaryOf(multi);
     EXPECT_EQ(Num(sm, "updates"), 600) << sm;
     const double a1 = Num(s1, "val_accuracy"), am = Num(sm, "val_accuracy");
@@ -210,11 +206,28 @@ TEST_P(HostsAsyncConvergenceTest, ReachesTheAccuracyOfOneHost) {
                   "updates a push)\n",
                   seed, a1, H, am, diffs.back(), Num(sm, "pushes_sent"),
                   600.0 * H / std::max(1.0, Num(sm, "pushes_sent")));
-    runs += line;
+    *runs += line;
   }
-  const double median = Median(diffs);
-  std::printf("[ %d hosts x 1 worker against one host with %d ] median %+.2f points\n%s", H, H,
-              median, runs.c_str());
+  return Median(diffs);
+}
+
+// Both kinds of run are async, so neither is reproducible: a median past the bound is measured
+// once more before the test fails (a broken exchange misses it both times: see above).
+TEST_P(HostsAsyncConvergenceTest, ReachesTheAccuracyOfOneHost) {
+  SHMTRAIN_CONVERGENCE_TEST();
+  const int H = GetParam();
+  const std::string data = test::SmallFashionCsv();
+  ASSERT_FALSE(data.empty()) << "no data set: the failure above says why";
+  std::string runs;
+  double median = 0;
+  for (int attempt = 1; attempt <= 2; ++attempt) {
+    runs += "attempt " + std::to_string(attempt) + ":\n";
+    median = MedianDifference(data, H, &runs);
+    std::printf("[ %d hosts x 1 worker against one host with %d ] median %+.2f points\n", H, H,
+                median);
+    if (median >= -1.0 || ::testing::Test::HasFailure()) break;
+  }
+  std::printf("%s", runs.c_str());
   EXPECT_GE(median, -1.0) << H << " hosts fall more than 1 point short of one host:\n" << runs;
 }
 
