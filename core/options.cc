@@ -303,7 +303,7 @@ std::string TrainOptions::DivergenceHint() const {
 
 double TrainOptions::LambdaOrDefault() const {
   if (!std::isnan(lambda)) return lambda;
-  return rule == AsyncRule::kDcAsgdC ? 0.04 : rule == AsyncRule::kDcAsgdA ? 2.0 : 0.0;
+  return rule == AsyncRule::kDcAsgdC ? 0.01 : rule == AsyncRule::kDcAsgdA ? 2.0 : 0.0;
 }
 
 std::optional<Mode> ParseMode(std::string_view s) {

@@ -112,11 +112,13 @@ Verdict CheckpointPolicy::Tick(const RunView& view) {
   if (!schedule_.Due(view.progress)) return Verdict::GoOn();
   const int64_t step = schedule_.next();
   if (!AllPausedBefore(seg_, step)) return Verdict::GoOn();
+  if (config_.cut != nullptr && !config_.cut->Cut(step)) return Verdict::GoOn();
   Checkpoint c = config_.mode == Mode::kSync ? CopyStepState(seg_, step) : CopyAsync(seg_);
+  if (config_.cut != nullptr) c.step = step * config_.hosts;  // every host's updates
   shm::ReleaseCheckpoint(seg_.header(), step);  // the copy is taken: train on
   schedule_.Advance(step);
   // A failure is logged and counted (Write); the next checkpoint is tried as planned.
-  (void)Write(std::move(c));
+  if (!config_.path.empty()) (void)Write(std::move(c));
   return Verdict::GoOn();
 }
 
@@ -128,6 +130,13 @@ void CheckpointPolicy::Finish(RunEnd& end) {
 
 Status CheckpointPolicy::WriteOnStop() {
   if (config_.path.empty()) return Status::Ok();
+  if (config_.cut != nullptr) {
+    // Across hosts the state is whole only at a sync point, which a stop does not wait for.
+    log_.Info("no checkpoint on a stop in async across hosts: the last periodic one, at step " +
+                  std::to_string(last_written_) + ", stands",
+              JsonLine("checkpoint_on_stop_skipped").Int("step", last_written_));
+    return Status::Ok();
+  }
   Status s =
       Write(config_.mode == Mode::kSync ? CopyStepState(seg_, Progress(seg_)) : CopyAsync(seg_));
   if (s.ok()) {

@@ -78,6 +78,16 @@ class CheckpointSchedule {
   int64_t next_;
 };
 
+// Async across hosts (master/param_server.h): the hosts' sync point before a checkpoint.
+class CheckpointCut {
+ public:
+  virtual ~CheckpointCut() = default;
+  // Asked (again each round) once every rank of this host is paused before `step`: true once
+  // every host has got there with all its updates at their owners, and this host's W holds
+  // the run's parameters.
+  virtual bool Cut(int64_t step) = 0;
+};
+
 struct CheckpointConfig {
   std::string path;   // --checkpoint; "" = none (not even on a stop signal)
   int64_t every = 0;  // --checkpoint-every; 0 = on a stop signal only
@@ -86,6 +96,11 @@ struct CheckpointConfig {
   int64_t total_steps = 0;
   uint64_t fingerprint = 0;  // RunFingerprint() of the run, stored in every checkpoint
   std::string optimizer;     // nn::Describe of the run's OptimConfig, stored in every checkpoint
+  // Async across hosts: every host pauses at every checkpoint's step (counted in its own
+  // updates, `every` too) for the sync point, host 0 alone writes (path empty elsewhere), and
+  // the file counts every host's updates: step x hosts. Null on one host and in sync.
+  CheckpointCut* cut = nullptr;
+  int hosts = 1;
 };
 
 class CheckpointPolicy final : public RunUnit {

@@ -48,32 +48,20 @@ struct Combiner::Body {
   monitoring::DurationHistogram& times;
   const int64_t timeout_ns;
   std::atomic<bool> stop{false};
-  std::promise<void> ended;
   mutable std::mutex mu;
   Status status;
 };
 
 Combiner::Combiner(shm::Segment& seg, Hosts& hosts, monitoring::DurationHistogram& times,
                    double host_timeout_s)
-    : seg_(seg),
-      body_(std::make_shared<Body>(seg, hosts, times, static_cast<int64_t>(host_timeout_s * 1e9))),
-      ended_(body_->ended.get_future()),
-      thread_([body = body_] {
-        body->Loop();
-        body->ended.set_value();
-      }) {}
+    : body_(std::make_shared<Body>(seg, hosts, times, static_cast<int64_t>(host_timeout_s * 1e9))),
+      thread_(seg, [body = body_] { body->Loop(); }) {}
 
 Combiner::~Combiner() { Stop(); }
 
 void Combiner::Stop() {
   body_->stop.store(true);
-  if (!thread_.joinable()) return;
-  if (ended_.wait_for(std::chrono::milliseconds(kStopGraceMs)) == std::future_status::ready) {
-    thread_.join();
-  } else {
-    seg_.LeaveMapped();
-    thread_.detach();
-  }
+  thread_.JoinOrLeave();
 }
 
 Status Combiner::status() const {

@@ -18,10 +18,9 @@
 #pragma once
 
 #include <cstdint>
-#include <future>
 #include <memory>
-#include <thread>
 
+#include "master/exchange_thread.h"
 #include "master/hosts.h"
 #include "master/run_loop.h"
 #include "monitoring/run_stats.h"
@@ -40,13 +39,9 @@ class Combiner final : public RunUnit {
   Combiner(const Combiner&) = delete;
   Combiner& operator=(const Combiner&) = delete;
 
-  // Ends the thread (a combine in progress ends at its next poll) and joins it. A thread that
-  // has not ended within kStopGraceMs is stuck inside MPI (Open MPI's TCP transport can block
-  // for good once a peer has died): it is detached, with what it uses kept alive (its state,
-  // shared with it; the segment's mapping, left mapped) until the process exits, which follows
-  // at once: the run is over and its segment's name already removed.
+  // Ends the thread (a combine in progress ends at its next poll) and joins it, or leaves a
+  // stuck one behind (ExchangeThread::JoinOrLeave).
   void Stop();
-  static constexpr int kStopGraceMs = 250;
   // The mean time of a combine so far, in microseconds (NaN before the first).
   double MeanUs() const;
   // Ok while all is well; not ok once another host is lost or the exchange failed.
@@ -58,10 +53,8 @@ class Combiner final : public RunUnit {
 
  private:
   struct Body;  // everything the thread touches
-  shm::Segment& seg_;
   std::shared_ptr<Body> body_;
-  std::future<void> ended_;
-  std::thread thread_;
+  ExchangeThread thread_;
 };
 
 }  // namespace shmtrain::master

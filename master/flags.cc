@@ -686,9 +686,9 @@ std::vector<FlagDef> AsyncFlags() {
        .value = Choice(Opt(&TO::rule), ParseAsyncRule), .group = kAsync, .commands = kTrainSim,
        .workers = true, .to_workers = Copy<&TO::rule, &RC::rule>, .trajectory = true},
       {.name = "--lambda", .arg = "X",
-       .help = "DC-ASGD lambda {limits}: dc-asgd-c's constant (default 0.04), dc-asgd-a's "
+       .help = "DC-ASGD lambda {limits}: dc-asgd-c's constant (default 0.01), dc-asgd-a's "
                "lambda0 (default 2)",
-       .deflt_words = "0.04 for dc-asgd-c, 2 for dc-asgd-a",
+       .deflt_words = "0.01 for dc-asgd-c, 2 for dc-asgd-a",
        .limits = RealRange(0, INFINITY, false, false),
        .value = Real(Opt(&TO::lambda), Precision::kFloat32), .group = kAsync,
        .commands = kTrainSim, .workers = true,
@@ -713,6 +713,11 @@ std::vector<FlagDef> AsyncFlags() {
        .value = Int(Opt(&TO::max_staleness)), .group = kAsync, .commands = kTrainCmd,
        .workers = true, .to_workers = Copy<&TO::max_staleness, &RC::max_staleness>,
        .trajectory = true},
+      {.name = "--push-every", .arg = "K",
+       .help = "several hosts (mpirun): push this host's update of each part of the parameters "
+               "to its owner every K local updates, {limits} (default {default})",
+       .deflt = "4", .limits = IntRange(1, 1'000'000), .value = Int(Opt(&TO::push_every)),
+       .group = kAsync, .commands = kTrainCmd},  // the hosts agree on it (AgreeWithHosts)
   };
 }
 

@@ -37,6 +37,11 @@ class SingleHost final : public Hosts {
                  const std::function<bool()>&) override {
     return Status::Internal("a single host has nothing to combine");
   }
+  static Status NoPeers() { return Status::Internal("a single host has no other host to talk to"); }
+  Status Send(int, int, const void*, int64_t, Message*) override { return NoPeers(); }
+  Status Receive(int, int, void*, int64_t, Message*) override { return NoPeers(); }
+  Status Test(Message*, bool*) override { return NoPeers(); }
+  void Cancel(Message*) override {}
   void Finish() override {}
   [[noreturn]] void AbortJob(int code) override { std::_Exit(code); }
 };

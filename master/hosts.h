@@ -8,6 +8,10 @@
 //     so that every host computes the same steps from the same bits;
 //   - every sync step, the host sums of the gradient (master/combiner.h) and the step's
 //     totals, combined in host order so that every host gets the same bits;
+//   - async (master/param_server.h): pushes of a host's update of a part to the part's owner,
+//     the owner's replies, liveness beats and the final parts, as non-blocking messages that
+//     the exchange thread polls (Send/Receive/Test), so that it never waits on one host while
+//     others need serving;
 //   - at a failure, the end of the whole job (Open MPI 4.1 cannot shrink a communicator
 //     after a rank dies, so a lost host master ends the job; README "Several hosts").
 // Without mpirun, or built without MPI, there is one host and nothing is exchanged.
@@ -25,6 +29,12 @@ class Exporter;
 }
 
 namespace shmtrain::master {
+
+// A non-blocking message in flight (Hosts::Send/Receive): pending until Test says it is done.
+struct Message {
+  uintptr_t handle = 0;  // the transport's request; 0 = none in flight
+  bool pending() const { return handle != 0; }
+};
 
 // What a host contributes to a step besides its gradient sum.
 struct StepTotals {
@@ -62,6 +72,17 @@ class Hosts {
   // by deadline_ns (CLOCK_MONOTONIC), or kInterrupted when stop() turns true.
   virtual Status Combine(const float* in, float* out, int64_t n, StepTotals* totals,
                          int64_t deadline_ns, const std::function<bool()>& stop) = 0;
+  // Async across hosts: starts sending `bytes` bytes at `data` to host `to` on channel `tag`
+  // (the buffer must stay untouched until the message is done), or starts receiving at most
+  // `bytes` bytes from host `from` on `tag` into `data`. Messages between two hosts on one
+  // tag arrive in the order they were sent. Test polls one: *done turns true (and m is reset)
+  // once it has completed; a failure names the host. Cancel withdraws a pending receive (at
+  // the end of the exchange, before Finish). Only one thread calls these, and only between
+  // Agree and Finish/AbortJob.
+  virtual Status Send(int to, int tag, const void* data, int64_t bytes, Message* m) = 0;
+  virtual Status Receive(int from, int tag, void* data, int64_t bytes, Message* m) = 0;
+  virtual Status Test(Message* m, bool* done) = 0;
+  virtual void Cancel(Message* m) = 0;
   // The run ended well on this host: leave the job (MPI_Finalize).
   virtual void Finish() = 0;
   // Ends the job on every host with `code`; call after this host has cleaned up.

@@ -64,10 +64,21 @@ Status JoinTheHosts(int* argc, char*** argv, shmtrain::TrainOptions* o,
   o->host_local_count = h.local_count();
   if (h.index() != 0) log.SetSecondary(h.Describe(h.index()));
   if (h.count() > 1 && o->mode == shmtrain::Mode::kAsync) {
-    return Status::Usage("--mode async runs on one host only: under mpirun with " +
-                         std::to_string(h.count()) +
-                         " host masters, use --mode sync (README \"Several hosts\" tells why "
-                         "and how async across hosts would work)");
+    // Async across hosts (master/param_server.h): each host validates its own parameters, so
+    // the hosts could not agree on the model an early stop keeps; checkpoints are sync points
+    // at a run's update t that every host reaches at its own update t / H.
+    if (o->early_stop > 0) {
+      return Status::Usage("--early-stop is not available with --mode async across " +
+                           std::to_string(h.count()) + " hosts (mpirun): each host validates its "
+                           "own parameters; use --mode sync, or one host");
+    }
+    if (o->checkpoint_every % h.count() != 0) {
+      return Status::Usage("--checkpoint-every " + std::to_string(o->checkpoint_every) +
+                           " with --mode async across " + std::to_string(h.count()) +
+                           " hosts must be a multiple of " + std::to_string(h.count()) +
+                           ": each host pauses at its own update N / " +
+                           std::to_string(h.count()) + " (README \"Async across hosts\")");
+    }
   }
   return Status::Ok();
 }

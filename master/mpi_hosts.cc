@@ -12,7 +12,8 @@
 // has not sent its part, so the message can name it; a collective could not.
 //
 // Threads: MPI is initialised MPI_THREAD_SERIALIZED. The main thread calls Agree() and
-// AbortJob()/Finish(); the combiner thread calls Combine() only between them.
+// AbortJob()/Finish(); the combiner thread calls Combine() (sync), or the parameter server's
+// thread Send/Receive/Test/Cancel (async), only between them.
 #include <mpi.h>
 #include <sched.h>
 #include <time.h>
@@ -67,6 +68,10 @@ class MpiHosts final : public Hosts {
   bool failed_together() const override { return failed_together_; }
   Status Combine(const float* in, float* out, int64_t n, StepTotals* totals, int64_t deadline_ns,
                  const std::function<bool()>& stop) override;
+  Status Send(int to, int tag, const void* data, int64_t bytes, Message* m) override;
+  Status Receive(int from, int tag, void* data, int64_t bytes, Message* m) override;
+  Status Test(Message* m, bool* done) override;
+  void Cancel(Message* m) override;
   [[noreturn]] void AbortJob(int code) override {
     MPI_Abort(comm_, code);
     std::_Exit(code);
@@ -277,6 +282,62 @@ Status MpiHosts::Combine(const float* in, float* out, int64_t n, StepTotals* tot
     pending.push_back(p);
   }
   return WaitAll(&pending, deadline_ns, stop, what);
+}
+
+// A Message holds Open MPI's request handle (a pointer) as an integer; MPI_REQUEST_NULL, which
+// MPI_Test leaves behind, becomes 0.
+static_assert(sizeof(MPI_Request) <= sizeof(uintptr_t));
+MPI_Request RequestOf(const Message& m) {
+  MPI_Request r;
+  std::memcpy(&r, &m.handle, sizeof r);
+  return r;
+}
+void Hold(MPI_Request r, Message* m) {
+  m->handle = 0;
+  if (r != MPI_REQUEST_NULL) std::memcpy(&m->handle, &r, sizeof r);
+}
+
+Status MpiHosts::Send(int to, int tag, const void* data, int64_t bytes, Message* m) {
+  if (bytes > INT_MAX) return Status::Resource("a message to " + Describe(to) + " exceeds MPI's count");
+  MPI_Request r = MPI_REQUEST_NULL;
+  if (const int e = MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, to, tag, comm_, &r);
+      e != MPI_SUCCESS) {
+    return Status::HostLost("a send to " + Describe(to) + " failed: " + MpiError(e));
+  }
+  Hold(r, m);
+  return Status::Ok();
+}
+
+Status MpiHosts::Receive(int from, int tag, void* data, int64_t bytes, Message* m) {
+  if (bytes > INT_MAX) return Status::Resource("a message from " + Describe(from) + " exceeds MPI's count");
+  MPI_Request r = MPI_REQUEST_NULL;
+  if (const int e = MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, from, tag, comm_, &r);
+      e != MPI_SUCCESS) {
+    return Status::HostLost("a receive from " + Describe(from) + " failed: " + MpiError(e));
+  }
+  Hold(r, m);
+  return Status::Ok();
+}
+
+Status MpiHosts::Test(Message* m, bool* done) {
+  *done = !m->pending();
+  if (*done) return Status::Ok();
+  MPI_Request r = RequestOf(*m);
+  int flag = 0;
+  if (const int e = MPI_Test(&r, &flag, MPI_STATUS_IGNORE); e != MPI_SUCCESS) {
+    return Status::HostLost("a message between host masters failed: " + MpiError(e));
+  }
+  if (flag) m->handle = 0;
+  *done = flag != 0;
+  return Status::Ok();
+}
+
+void MpiHosts::Cancel(Message* m) {
+  if (!m->pending()) return;
+  MPI_Request r = RequestOf(*m);
+  MPI_Cancel(&r);
+  MPI_Request_free(&r);
+  m->handle = 0;
 }
 
 }  // namespace

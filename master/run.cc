@@ -21,6 +21,7 @@
 #include "master/combiner.h"
 #include "master/model_file.h"
 #include "master/output_path.h"
+#include "master/param_server.h"
 #include "master/run_lines.h"
 #include "master/run_loop.h"
 #include "master/run_summary.h"
@@ -392,14 +393,24 @@ SupervisorOptions SupervisorOptionsFor(const TrainOptions& o) {
 // This host's share of the run's outputs: only host 0 writes the model and checkpoints (every
 // host holds the same parameters at every step), so the others neither pause for checkpoints
 // nor check output paths they will not write.
+// Async across hosts: every host pauses at every checkpoint for its sync point
+// (master/param_server.h), host 0 alone writes.
 TrainOptions ForThisHost(const TrainOptions& opts) {
   TrainOptions o = opts;
   if (o.host_index != 0) {
     o.save_path.clear();
     o.checkpoint_path.clear();
-    o.checkpoint_every = 0;
+    if (o.mode == Mode::kSync) o.checkpoint_every = 0;
   }
   return o;
+}
+
+// The options as this host's workers count: async across hosts, --checkpoint-every in this
+// host's updates (a multiple of the hosts, checked at the start).
+TrainOptions HostUnits(const TrainOptions& o) {
+  TrainOptions h = o;
+  if (o.mode == Mode::kAsync && o.host_count > 1) h.checkpoint_every /= o.host_count;
+  return h;
 }
 
 // This host's start: the checks, the data, the resumed checkpoint and the segment, made and
@@ -408,7 +419,10 @@ TrainOptions ForThisHost(const TrainOptions& opts) {
 struct Start {
   OutputLock output_locks[2];  // --save, --checkpoint: held for the run's life
   RunData rd;
-  int64_t total_steps = 0;
+  int64_t total_steps = 0;  // the run's
+  // This host's: the run's, but async across hosts its share of the updates
+  // (shm::AsyncHostUpdates), and the evaluations spaced by as many of them.
+  int64_t host_steps = 0;
   int64_t eval_every = 0;
   OptimConfig optim;
   uint64_t fingerprint = 0;
@@ -430,10 +444,31 @@ Status StartHere(TrainOptions& o, Logger& log, std::unique_ptr<monitoring::Expor
   ReclaimStale(log);
   const data::Dataset& d = st->rd.train;
   st->total_steps = o.TotalSteps(d.rows);
+  st->host_steps = st->total_steps;
   st->eval_every = EvalEvery(o, d.rows);
+  if (o.mode == Mode::kAsync && o.host_count > 1) {
+    st->host_steps = shm::AsyncHostUpdates(st->total_steps, o.host_count, o.host_index);
+    if (o.checkpoint_every > 0 && st->total_steps % o.host_count != 0) {
+      // Every host must reach every checkpoint's sync point: the hosts' shares must be equal.
+      return Status::Usage("--checkpoint-every with --mode async across " +
+                           std::to_string(o.host_count) + " hosts needs a run of a multiple of " +
+                           std::to_string(o.host_count) + " updates; this one has " +
+                           std::to_string(st->total_steps) + " (give --steps)");
+    }
+    if (st->host_steps == 0) {
+      return Status::Usage("--steps " + std::to_string(st->total_steps) + " leaves host " +
+                           std::to_string(o.host_index) + " no update: async across " +
+                           std::to_string(o.host_count) + " hosts needs at least one a host");
+    }
+    if (st->eval_every > 0) {
+      st->eval_every = std::max<int64_t>(
+          shm::AsyncHostUpdates(st->eval_every, o.host_count, o.host_index), 1);
+    }
+  }
   if (Status s = nn::ResolveOptim(o, st->total_steps, &st->optim); !s.ok()) return s;
+  // Async across hosts: the workers count their host's updates (checkpoints too).
   const shm::Header proto =
-      MakeHeader(o, st->optim, d.rows, d.features, st->total_steps, st->eval_every);
+      MakeHeader(HostUnits(o), st->optim, d.rows, d.features, st->host_steps, st->eval_every);
   // Resuming: the checkpoint must come from this very run (same options and data).
   st->fingerprint = RunFingerprint(o, st->optim, d);
   st->optimizer = nn::Describe(st->optim);
@@ -443,6 +478,9 @@ Status StartHere(TrainOptions& o, Logger& log, std::unique_ptr<monitoring::Expor
         !s.ok()) {
       return s;
     }
+    // Async across hosts: a checkpoint at the run's update t (a multiple of the hosts, as
+    // --checkpoint-every is) is every host at its update t / H.
+    if (o.mode == Mode::kAsync && o.host_count > 1) st->resume.step /= o.host_count;
   }
   if (Status s = shm::Segment::Create(shm::MakeSegmentName(), proto, &st->seg); !s.ok()) return s;
   st->seg_name.emplace(st->seg);
@@ -478,8 +516,9 @@ Status AgreeWithHosts(const Status& here, const TrainOptions& o, Hosts& hosts, c
   }
   state = Crc32(st.rd.val.x.data(), st.rd.val.x.size() * sizeof(float), state);
   state = Crc32(st.rd.val.y.data(), st.rd.val.y.size() * sizeof(float), state);
-  const int64_t words[] = {static_cast<int64_t>(st.fingerprint), c.total_steps, c.first_step,
-                           o.eval_every,  o.early_stop, static_cast<int64_t>(state)};
+  const int64_t words[] = {static_cast<int64_t>(st.fingerprint), st.total_steps, c.first_step,
+                           o.eval_every,  o.early_stop, static_cast<int64_t>(state),
+                           o.push_every};
   const uint64_t identity =
       (static_cast<uint64_t>(Crc32(words, sizeof words)) << 32) ^ st.fingerprint;
   return hosts.Agree(here, identity, o.host_timeout_s, stop);
@@ -543,10 +582,14 @@ class SummaryLine final : public RunUnit {
     s.final_loss = nn::Evaluate(o_.model, end.params.data(), end.seg.x(), end.seg.y(), rows_).loss;
     ReadWorkerCounters(end.seg, &s);
     if (o_.host_count > 1) {
-      // The rows of every host's workers: each step is the whole global batch, split over them.
       s.hosts = o_.host_count;
-      const int64_t batch = o_.batch > 0 ? o_.batch : rows_;
-      s.samples = static_cast<uint64_t>((end.end_step - first_) * batch);
+      if (o_.mode == Mode::kSync) {
+        // The rows of every host's workers: each step is the whole global batch, split over them.
+        const int64_t batch = o_.batch > 0 ? o_.batch : rows_;
+        s.samples = static_cast<uint64_t>((end.end_step - first_) * batch);
+      } else {
+        AddCrossHostTotals(&s);  // every host's updates (master/param_server.h)
+      }
     }
     LogSummary(s, log_);
   }
@@ -567,7 +610,7 @@ Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher, Hosts
   const Status started = StartHere(o, log, &exporter, &st);
   if (Status s = AgreeWithHosts(started, o, hosts, st, exporter.get(), log); !s.ok()) return s;
   shm::Segment& seg = st.seg;
-  const int64_t first = st.resume.step, total = st.total_steps;
+  const int64_t first = st.resume.step, total = st.host_steps;
   monitoring::RunStats stats(o.workers);
   if (exporter) exporter->Attach(&seg, &stats, o);
   const DetachOnExit detach(exporter.get());
@@ -583,27 +626,37 @@ Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher, Hosts
                                  .early_stop = o.early_stop,
                                  .first_step = first,
                                  .total_steps = total,
-                                 .steps_per_epoch = o.StepsPerEpoch(st.rd.train.rows),
+                                 .steps_per_epoch = o.StepsPerEpoch(st.rd.train.rows) *
+                                                    total / std::max<int64_t>(st.total_steps, 1),
                                  .t_start_ns = t_start},
                                 o.model, st.rd.val, seg, log, stats.validation());
+  // Several hosts: sync combines every step's sums, async runs the parameter server.
   std::unique_ptr<Combiner> combiner;
-  if (hosts.count() > 1) {
+  std::unique_ptr<ParamServer> server;
+  if (hosts.count() > 1 && o.mode == Mode::kSync) {
     combiner = std::make_unique<Combiner>(seg, hosts, stats.combine(), o.host_timeout_s);
+  } else if (hosts.count() > 1) {
+    server = std::make_unique<ParamServer>(seg, hosts, stats.pushes(),
+                                           ParamServer::Options{.push_every = o.push_every,
+                                                                .host_timeout_s = o.host_timeout_s,
+                                                                .max_staleness = o.max_staleness});
   }
   Supervisor sup(seg, launcher, log, stats.workers(), SupervisorOptionsFor(o));
   CheckpointPolicy checkpoints({.path = o.checkpoint_path,
-                                .every = o.checkpoint_every,
+                                .every = HostUnits(o).checkpoint_every,
                                 .mode = o.mode,
                                 .first_step = first,
                                 .total_steps = total,
                                 .fingerprint = st.fingerprint,
-                                .optimizer = st.optimizer},
+                                .optimizer = st.optimizer,
+                                .cut = server.get(),
+                                .hosts = server ? o.host_count : 1},
                                seg, log, stats.checkpoints());
   FinalModel model(o, st.rd);
   SummaryLine summary(o, first, st.rd.train.rows, t_start, log);
   RunLoop loop(seg, [&sup](int ms) { sup.Wait(ms); },
-               {&*st.seg_name, &stop, &fault, &losses, &live, &validation, combiner.get(), &sup,
-                &checkpoints, &model, &summary});
+               {&*st.seg_name, &stop, &fault, &losses, &live, server.get(), &validation,
+                combiner.get(), &sup, &checkpoints, &model, &summary});
   return loop.Run();
 }
 

@@ -76,6 +76,24 @@ std::string SplitText(const RunSummary& s) {
          part("reduce+update", p.reduce_us) + ", " + part("barrier wait", p.barrier_us);
 }
 
+void AddCrossHostTotals(RunSummary* s) {
+  const CrossHostTotals& c = s->cross;
+  if (c.host_updates.empty()) return;
+  int64_t updates = 0;
+  for (uint64_t u : c.host_updates) updates += static_cast<int64_t>(u);
+  s->end_step = s->param_version = updates;
+  s->first_step *= static_cast<int64_t>(c.host_updates.size());  // a resumed run's, every host's
+  s->samples = c.samples;
+  s->staleness_sum = c.staleness_sum;
+  s->dropped = c.dropped_local;
+}
+
+namespace {
+double CrossStalenessMean(const CrossHostTotals& c) {
+  return c.applied == 0 ? NAN : static_cast<double>(c.tau_sum) / static_cast<double>(c.applied);
+}
+}  // namespace
+
 std::string SummaryText(const RunSummary& s) {
   const bool sync = s.mode == Mode::kSync;
   std::string text = "done: " + std::to_string(s.end_step) + (sync ? " steps" : " updates") +
@@ -87,6 +105,11 @@ std::string SummaryText(const RunSummary& s) {
   if (!sync) {
     text += " (" + std::string(ToString(s.rule)) + ", mean staleness " +
             Fmt("%.2f", MeanStaleness(s)) + ", " + std::to_string(s.dropped) + " dropped)";
+  }
+  if (const CrossHostTotals& c = s.cross; !c.host_updates.empty()) {
+    text += ", pushes " + std::to_string(c.sent) + " sent, " + std::to_string(c.applied) +
+            " applied, " + std::to_string(c.dropped) + " dropped (cross-host staleness mean " +
+            Fmt("%.2f", CrossStalenessMean(c)) + ", max " + std::to_string(c.tau_max) + ")";
   }
   if (s.val_rows > 0) {
     text += ", val loss " + Fmt("%.6g", s.val.loss);
@@ -127,6 +150,17 @@ JsonLine SummaryJson(const RunSummary& s) {
         .Ints("worker_updates", s.worker_updates)
         .Int("dropped", static_cast<int64_t>(s.dropped))
         .Num("mean_staleness", MeanStaleness(s));
+  }
+  if (const CrossHostTotals& c = s.cross; !c.host_updates.empty()) {
+    j.Ints("host_updates", c.host_updates)
+        .Int("pushes_sent", static_cast<int64_t>(c.sent))
+        .Int("pushes_applied", static_cast<int64_t>(c.applied))
+        .Int("pushes_dropped", static_cast<int64_t>(c.dropped))
+        .Int("push_bytes", static_cast<int64_t>(c.bytes))
+        .Num("cross_staleness_mean", CrossStalenessMean(c))
+        .Int("cross_staleness_p50", static_cast<int64_t>(c.TauQuantile(0.5)))
+        .Int("cross_staleness_p90", static_cast<int64_t>(c.TauQuantile(0.9)))
+        .Int("cross_staleness_max", static_cast<int64_t>(c.tau_max));
   }
   if (s.val_rows > 0) {
     j.Num("val_loss", s.val.loss);

@@ -20,6 +20,18 @@
 
 namespace shmtrain::master {
 
+// Async across hosts (master/param_server.h): the run's figures that only the hosts together
+// know, gathered at the end for host 0's summary line.
+struct CrossHostTotals {
+  std::vector<uint64_t> host_updates;  // each host's applied updates; empty: not such a run
+  uint64_t samples = 0, staleness_sum = 0, dropped_local = 0;  // the workers', summed
+  uint64_t sent = 0, applied = 0, dropped = 0, bytes = 0;      // the pushes, summed
+  uint64_t tau_sum = 0, tau_max = 0;
+  std::vector<uint64_t> tau_counts;  // applied pushes by tau (the last one: tau >= its index)
+  // The smallest tau with at least a fraction q of the applied pushes at or below it.
+  uint64_t TauQuantile(double q) const;
+};
+
 struct RunSummary {
   Mode mode = Mode::kSync;
   AsyncRule rule = AsyncRule::kAsgd;  // async only
@@ -56,6 +68,8 @@ struct RunSummary {
   uint64_t compute_ns = 0, reduce_ns = 0, barrier_ns = 0;
   // Several hosts: the cross-host combine's mean time per step (master/combiner.h), in us.
   double combine_us = NAN;
+  // Async across hosts: the totals of every host (host 0 reports them).
+  CrossHostTotals cross;
 };
 
 // Sync: the mean per worker and step of each phase, in microseconds.
@@ -66,6 +80,9 @@ StepSplit SplitPerStep(const RunSummary& s);
 
 // Fills the workers' counters of *s from the segment. Once no worker runs.
 void ReadWorkerCounters(const shm::Segment& seg, RunSummary* s);
+// Async across hosts: the run's updates, samples, staleness and drops are every host's
+// (s->cross), not this host's workers' alone.
+void AddCrossHostTotals(RunSummary* s);
 
 // Microseconds per step. Sync: between the ends of the run's first and last steps (NaN for
 // fewer than two steps), which leaves the workers' start out. Async: the wall time over the

@@ -61,6 +61,13 @@ METRICS = {
     "shmtrain_checkpoint_last_success_timestamp_seconds": ("gauge", (), None),
     "shmtrain_checkpoint_failures_total": ("counter", (), None),
     "shmtrain_host_combine_seconds": ("histogram", (), None),
+    # Async across hosts; served always (zeros until the exchange pushes).
+    "shmtrain_host_pushes_total": ("counter", (), None),
+    "shmtrain_host_push_bytes_total": ("counter", (), None),
+    "shmtrain_host_pushes_applied_total": ("counter", (), None),
+    "shmtrain_host_pushes_dropped_total": ("counter", (), None),
+    "shmtrain_host_push_staleness": ("histogram", (), None),
+    "shmtrain_host_last_push_timestamp_seconds": ("gauge", (), None),
     # Only once a run with held-out data has validated (absent otherwise: not on the dashboard).
     "shmtrain_validation_loss": ("gauge", (), None),
     "shmtrain_validation_accuracy": ("gauge", (), None),

@@ -258,7 +258,7 @@ class RunCollector final : public prometheus::Collectable {
   }
 
   // What only the master knows: recoveries, torn updates, checkpoints, the cross-host
-  // combine, validation.
+  // combine, the cross-host pushes, validation.
   void CollectSupervisor(Families* f) const {
     const WorkerStats& workers = stats_->workers();
     const CheckpointStats& checkpoints = stats_->checkpoints();
@@ -283,6 +283,7 @@ class RunCollector final : public prometheus::Collectable {
                        "Time of the cross-host combine of one step on this host: the exchange of "
                        "host sums between host masters, per step (empty with one host).",
                        stats_->combine());
+    CollectPushes(f);
     // Validation gauges appear with the first evaluation (none without held-out data).
     if (validation.validations() == 0) return;
     f->Gauge("shmtrain_validation_loss", "Mean loss on the held-out rows at the latest evaluation.",
@@ -295,6 +296,40 @@ class RunCollector final : public prometheus::Collectable {
       f->Gauge("shmtrain_validation_rmse", "RMSE on the held-out rows at the latest evaluation.",
                validation.metric());
     }
+  }
+
+  // Async across hosts (master/param_server.h): this host as a pusher to the parts' owners and
+  // as the owner of its own part. Served always, at zero in a run that does not exchange
+  // (sync, or one host), as the combine histogram is: a dashboard or rule never sees a
+  // family appear late.
+  void CollectPushes(Families* f) const {
+    const PushStats& pushes = stats_->pushes();
+    f->Counter("shmtrain_host_pushes_total",
+               "Async across hosts: pushes of this host's accumulated update of a part of the "
+               "parameters to the part's owner host (itself included).",
+               static_cast<double>(pushes.sent()));
+    f->Counter("shmtrain_host_push_bytes_total",
+               "Async across hosts: bytes of the pushes this host sent (header and payload).",
+               static_cast<double>(pushes.bytes()));
+    f->Counter("shmtrain_host_pushes_applied_total",
+               "Async across hosts: pushes from every host applied here, as the owner of this "
+               "host's part.",
+               static_cast<double>(pushes.applied()));
+    f->Counter("shmtrain_host_pushes_dropped_total",
+               "Async across hosts: pushes from every host dropped here, as the owner of this "
+               "host's part, as older than --max-staleness.",
+               static_cast<double>(pushes.dropped()));
+    uint64_t tau[shm::kStalenessBuckets];
+    for (int k = 0; k < shm::kStalenessBuckets; ++k) tau[k] = pushes.tau_bucket(k);
+    f->Add("shmtrain_host_push_staleness",
+           "Async across hosts: versions of this host's part applied between the pull a push "
+           "was computed from and its apply here (cross-host tau), of the pushes applied.",
+           MetricType::Histogram)
+        .metric.push_back(HistogramMetric(tau, shm::kStalenessBounds, shm::kStalenessBuckets,
+                                          static_cast<double>(pushes.tau_sum())));
+    f->Gauge("shmtrain_host_last_push_timestamp_seconds",
+             "Async across hosts: Unix time of this host's last push (0: none yet).",
+             pushes.last_sent_unix());
   }
 
   // Held by a scrape while it reads the segment, and by Detach(): never by the run loop

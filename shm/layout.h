@@ -100,6 +100,13 @@ inline int StalenessBucket(uint64_t tau) {
   return k;
 }
 
+// Async across hosts: the updates of a run of `total` that host h of `hosts` applies (its
+// tickets u with u * hosts + h < total), and the minibatch of the stream its ticket u trains on.
+// One host: all of them, and minibatch u.
+inline int64_t AsyncHostUpdates(int64_t total, int hosts, int h) {
+  return total > h ? (total - h + hosts - 1) / hosts : 0;
+}
+
 // Everything a worker needs to know about the run. Written by the master before any worker
 // starts; never changed afterwards. Enum fields hold the values of include/shmtrain/*.h.
 struct RunConfig {
@@ -110,9 +117,12 @@ struct RunConfig {
   int64_t input_shape[3];
   char model[kMaxModelText];
   uint32_t workers;   // P
-  // Several hosts (master/hosts.h): this segment serves host `host_index` of `hosts`; its rank
-  // r is worker host_index * P + r of hosts * P for the split of the data, and the update
-  // waits for the combiner's GS. hosts = 1: a single-host run, no HS and no GS.
+  // Several hosts (master/hosts.h): this segment serves host `host_index` of `hosts`. Sync:
+  // its rank r is worker host_index * P + r of hosts * P for the split of the data, and the
+  // update waits for the combiner's GS. Async (master/param_server.h): total_steps is this
+  // host's share of the run's updates and its ticket u trains on minibatch
+  // u * hosts + host_index of the stream (AsyncMinibatch). hosts = 1: a single-host run, no HS
+  // and no GS.
   uint32_t hosts;
   uint32_t host_index;
   uint32_t reserved0;
@@ -157,6 +167,12 @@ struct RunConfig {
   // (WorkerBlock.grad_sq_step), so that all scale by the same global norm.
   OptimConfig optim;
 };
+
+// Async: the minibatch of the stream that this host's update ticket u trains on (and whose
+// place in the learning-rate schedule it takes).
+inline int64_t AsyncMinibatch(const RunConfig& c, int64_t ticket) {
+  return ticket * static_cast<int64_t>(c.hosts) + static_cast<int64_t>(c.host_index);
+}
 
 // stop_eval when no stop is asked for.
 inline constexpr int64_t kNoStop = INT64_MAX;

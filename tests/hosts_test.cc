@@ -861,6 +861,60 @@ TEST_F(HostsTest, HostMasterKilledEndsTheJobAndTheCheckpointResumesExactly) {
   }
 }
 
+// Async across hosts: checkpoints are sync points (README "Async across hosts"). A host
+// master SIGKILLed after a checkpoint ends the job as in sync, with nothing left; host 0's
+// checkpoint, at a multiple of --checkpoint-every counting every host's updates, resumes
+// under mpirun: every host starts at its update step / 2 from the same parameters (the hosts
+// check that), applies exactly its share of the rest, and the run ends trained.
+TEST_F(HostsTest, AsyncHostMasterKilledResumesFromTheLastSyncPoint) {
+  TempDir dir;
+  const std::string ckpt = dir.File("async.ckpt");
+  constexpr int64_t kEvery = 200;
+  auto async_run = [&](int64_t steps, const std::vector<std::string>& extra) {
+    std::vector<std::string> a = {"--mode",    "async", "--rule",  "dc-asgd-a",
+                                  "--workers", std::to_string(kLongWorkers), "--batch", "32",
+                                  "--steps",   std::to_string(steps), "--log-every", "0"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return WithoutMetrics(Train(a));
+  };
+  {
+    MpiJob job(2, async_run(100'000'000, {"--checkpoint", ckpt, "--checkpoint-every",
+                                          std::to_string(kEvery), "--host-timeout", "60s"}));
+    ASSERT_GT(job.mpirun(), 0);
+    ASSERT_TRUE(job.UntilRunning(kLongWorkers, kEventTimeout)) << job.err() << job.DescribeWorkers();
+    int checkpoints = 0;
+    ASSERT_TRUE(job.Until(
+        [&](const std::string& l) {
+          return JsonField(l, "event") == "checkpoint" && ++checkpoints == 2;
+        },
+        kEventTimeout))
+        << "no second checkpoint came; stderr:\n" << job.err();
+    ASSERT_EQ(kill(job.host(1)->pid, SIGKILL), 0);
+    const Clock::time_point killed = Clock::now();
+    const ProcResult r = job.Wait(kGoneBound + milliseconds{5'000});
+    ExpectJobGone(job, killed, kGoneBound);
+    EXPECT_LE(r.end - killed, kGoneBound) << "mpirun outlived the bound";
+    EXPECT_TRUE(ExitedWith(r, 128 + SIGKILL)) << Clip(r.err);
+    // No checkpoint on the stop across hosts: the last sync point stands.
+    EXPECT_EQ(Events(r.out, "checkpoint_on_stop").size(), 0u) << Clip(r.out);
+  }
+  const int64_t step = CheckpointStep(ckpt);
+  ASSERT_GE(step, 2 * kEvery);
+  EXPECT_EQ(step % kEvery, 0) << "a checkpoint counts every host's updates";
+  const int64_t total = step + 1000;
+  const ProcResult r = RunJob(2, async_run(total, {"--resume", ckpt}));
+  ASSERT_TRUE(ExitedWith(r, 0)) << Clip(r.err);
+  const std::string s = SummaryOf(r);
+  EXPECT_EQ(Num(s, "first_step"), step);
+  EXPECT_EQ(Num(s, "updates"), total);
+  EXPECT_NE(s.find("\"host_updates\":[" + std::to_string(total / 2) + "," +
+                   std::to_string(total / 2) + "]"),
+            std::string::npos)
+      << s;
+  EXPECT_EQ(Num(s, "pushes_sent"), Num(s, "pushes_applied") + Num(s, "pushes_dropped")) << s;
+  EXPECT_LT(Num(s, "final_loss"), 0.1) << s;
+}
+
 // A stopped host master (SIGSTOP) sends nothing: the other's combine waits --host-timeout (3 s
 // here), then ends the job with exit 6, naming host 1 and the timeout. mpirun then ends the
 // stopped one; nothing is left within host-timeout + 5 s of the stop.
@@ -1004,12 +1058,14 @@ TEST_F(HostsTest, EveryHostServesMetricsOnItsPortWithItsHostLabel) {
 // ---------------------------------------------------------------------------------------------
 // 5. Refusals, before any worker starts: exit 2, a message saying why, nothing left.
 
-TEST_F(HostsTest, AsyncUnderMpirunIsRefused) {
-  MpiJob job(2, WithoutMetrics(Train({"--mode", "async", "--workers", "2", "--steps", "100"})));
+TEST_F(HostsTest, AsyncEarlyStopUnderMpirunIsRefused) {
+  MpiJob job(2, WithoutMetrics(Train({"--mode", "async", "--workers", "2", "--steps", "100",
+                                      "--val-split", "0.2", "--early-stop", "3"})));
   const ProcResult r = job.Wait(kJobTimeout);
   ExpectJobGone(job, Clock::now(), milliseconds{2'000});
   EXPECT_TRUE(ExitedWith(r, 2));
-  EXPECT_TRUE(Contains(r.err, "--mode async runs on one host only")) << Clip(r.err);
+  EXPECT_TRUE(Contains(r.err, "--early-stop is not available with --mode async across 2 hosts"))
+      << Clip(r.err);
   EXPECT_TRUE(Events(r.out, "worker_started").empty()) << Clip(r.out);
   for (int h = 0; h < 2; ++h) {
     EXPECT_TRUE(job.workers(h).empty()) << job.DescribeWorkers();

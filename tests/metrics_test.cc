@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -34,6 +35,11 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "monitoring/exporter.h"
+#include "monitoring/run_stats.h"
+#include "shm/layout.h"
+#include "shm/segment.h"
+#include "tests/parabola_layout.h"
 #include "tests/proc_util.h"
 
 namespace shmtrain {
@@ -150,6 +156,8 @@ class Listener {
 // fails the test.
 
 struct Scrape {
+  // The host label every sample is expected to carry (Value() adds it).
+  std::string host = kHost;
   std::string text;
   std::map<std::string, std::string> types;  // family name -> counter, gauge, histogram, ...
   std::vector<Sample> samples;
@@ -162,10 +170,10 @@ struct Scrape {
     }
     return out;
   }
-  // The value of the one sample named `name` with exactly these labels and host="0".
+  // The value of the one sample named `name` with exactly these labels and host="<host>".
   std::optional<double> Value(const std::string& name,
                               std::map<std::string, std::string> labels = {}) const {
-    labels.emplace("host", kHost);
+    labels.emplace("host", host);
     for (const Sample& s : samples) {
       if (s.name == name && s.labels == labels) return s.value;
     }
@@ -241,7 +249,7 @@ void ExpectHostLabel(const Scrape& s, const std::string& host) {
 }
 
 // Scrapes http://addr/metrics and parses it (fatal failure on any error); every sample must
-// carry host="0".
+// carry host="<out->host>" ("0" unless the caller set it).
 void ScrapeMetrics(const std::string& addr, Scrape* out) {
   std::string error;
   const std::optional<HttpResponse> r = HttpGet(addr, "/metrics", kScrapeTimeout, &error);
@@ -252,7 +260,7 @@ void ScrapeMetrics(const std::string& addr, Scrape* out) {
       << "no text/plain Content-Type";
   const std::string parse_error = ParseExposition(r->body, out);
   ASSERT_EQ(parse_error, "") << "malformed exposition:\n" << r->body;
-  ExpectHostLabel(*out, kHost);
+  ExpectHostLabel(*out, out->host);
 }
 
 // Every histogram series is consistent: buckets cumulative in le, +Inf present and equal to
@@ -582,6 +590,143 @@ TEST_F(MetricsTest, SeriesNameTheirHostAndTheHostFamiliesAreServed) {
     EXPECT_GT(buckets, 1u);
     EXPECT_EQ(s.Value(combine + "_bucket", {{"le", "+Inf"}}), std::optional<double>(0));
     t.Stop();
+  }
+}
+
+// Async across hosts: the exchange's counts (monitoring::PushStats) as the endpoint serves
+// them. In process: an exporter attached to a segment of the test's own and to a RunStats the
+// test fills, as host master 1 of 2 of an async run (no exchange thread runs). Every push
+// family is served before the first push, at zero, as the combine histogram is; then each
+// carries exactly the count the exchange recorded under its own name (two counters swapped
+// fail), the cross-host staleness histogram has the buckets of the workers' staleness
+// histogram, and every sample names host 1.
+
+// The cumulative counts of a histogram's buckets by bound (+Inf included), whatever its other
+// labels.
+std::map<double, double> BucketsByBound(const Scrape& s, const std::string& family) {
+  std::map<double, double> out;
+  for (const Sample* b : s.Named(family + "_bucket")) {
+    const auto le = b->labels.find("le");
+    if (le == b->labels.end()) {
+      ADD_FAILURE() << SeriesKey(b->name, b->labels) << " has no le";
+      continue;
+    }
+    out[std::strtod(le->second.c_str(), nullptr)] = b->value;  // strtod reads "+Inf"
+  }
+  return out;
+}
+
+double UnixNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+TEST_F(MetricsTest, HostPushSeriesServeTheExchangesCountsForTheirHost) {
+  const std::string push = "shmtrain_host_pushes_total";
+  const std::string bytes = "shmtrain_host_push_bytes_total";
+  const std::string applied = "shmtrain_host_pushes_applied_total";
+  const std::string dropped = "shmtrain_host_pushes_dropped_total";
+  const std::string stale = "shmtrain_host_push_staleness";
+  const std::string last = "shmtrain_host_last_push_timestamp_seconds";
+
+  shm::Segment seg;
+  const Status made =
+      shm::Segment::Create(shm::MakeSegmentName(), test::ParabolaLayout(Mode::kAsync, 2, 0), &seg);
+  ASSERT_TRUE(made.ok()) << made.message();
+  monitoring::RunStats stats(2);
+  TrainOptions opts;
+  opts.workers = 2;
+  opts.mode = Mode::kAsync;
+  opts.host_index = 1;
+  opts.host_count = 2;
+  std::unique_ptr<monitoring::Exporter> exporter;
+  const Status started = monitoring::Exporter::Start("127.0.0.1:0", &exporter);
+  ASSERT_TRUE(started.ok()) << started.message();
+  exporter->Attach(&seg, &stats, opts);
+
+  // Before the first push: every family, at zero.
+  Scrape before;
+  before.host = "1";
+  ASSERT_NO_FATAL_FAILURE(ScrapeMetrics(exporter->address(), &before));
+  {
+    SCOPED_TRACE("before the first push");
+    for (const std::string& name : {push, bytes, applied, dropped}) {
+      EXPECT_EQ(before.types[name], "counter") << name;
+      EXPECT_EQ(before.Value(name), std::optional<double>(0)) << name;
+    }
+    EXPECT_EQ(before.types[stale], "histogram");
+    EXPECT_EQ(before.Value(stale + "_count"), std::optional<double>(0));
+    EXPECT_EQ(before.Value(stale + "_sum"), std::optional<double>(0));
+    EXPECT_EQ(before.Value(stale + "_bucket", {{"le", "+Inf"}}), std::optional<double>(0));
+    EXPECT_EQ(before.types[last], "gauge");
+    EXPECT_EQ(before.Value(last), std::optional<double>(0)) << "no push yet";
+  }
+
+  // What an exchange thread records: 3 pushes of 3500 bytes in all; as the owner, 5 pushes
+  // applied (tau 0, 1, 3, 3 and 1000: a sum of 1007, the last above every bound) and 2
+  // dropped. Every count differs from every other.
+  monitoring::PushStats& p = stats.pushes();
+  const double sent_from = UnixNow();
+  for (uint64_t b : {1000, 2000, 500}) p.AddSent(b);
+  const double sent_to = UnixNow();
+  const std::vector<uint64_t> taus = {0, 1, 3, 3, 1000};
+  for (uint64_t tau : taus) p.AddApplied(tau);
+  p.AddDropped();
+  p.AddDropped();
+
+  Scrape s;
+  s.host = "1";
+  ASSERT_NO_FATAL_FAILURE(ScrapeMetrics(exporter->address(), &s));
+  exporter->Detach();
+  EXPECT_EQ(s.Value(push), std::optional<double>(3));
+  EXPECT_EQ(s.Value(bytes), std::optional<double>(3500));
+  EXPECT_EQ(s.Value(applied), std::optional<double>(5));
+  EXPECT_EQ(s.Value(dropped), std::optional<double>(2));
+  EXPECT_EQ(s.Value(stale + "_count"), std::optional<double>(5));
+  EXPECT_EQ(s.Value(stale + "_sum"), std::optional<double>(1007));
+  const std::optional<double> at = s.Value(last);
+  ASSERT_TRUE(at.has_value());
+  EXPECT_GE(*at, sent_from - 1e-3);  // the text format keeps about a microsecond of it
+  EXPECT_LE(*at, sent_to + 1e-3);
+
+  // The buckets: one per bound of shm::kStalenessBounds and +Inf, each the number of taus at
+  // or below its bound, as the workers' shmtrain_update_staleness has them.
+  std::map<double, double> want;
+  for (uint64_t bound : shm::kStalenessBounds) {
+    want[static_cast<double>(bound)] = static_cast<double>(
+        std::count_if(taus.begin(), taus.end(), [&](uint64_t tau) { return tau <= bound; }));
+  }
+  want[std::numeric_limits<double>::infinity()] = static_cast<double>(taus.size());
+  const std::map<double, double> got = BucketsByBound(s, stale);
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(got.at(0), 1);
+  EXPECT_EQ(got.at(2), 2);
+  EXPECT_EQ(got.at(4), 4);
+  std::set<double> worker_bounds;
+  for (const auto& [bound, count] : BucketsByBound(s, "shmtrain_update_staleness")) {
+    worker_bounds.insert(bound);
+  }
+  std::set<double> push_bounds;
+  for (const auto& [bound, count] : got) push_bounds.insert(bound);
+  EXPECT_EQ(push_bounds, worker_bounds);
+  ASSERT_NO_FATAL_FAILURE(ExpectHistogramsConsistent(s));
+
+  // Labels: the host (ScrapeMetrics checked every sample's value), and nothing else but a
+  // bucket's le. Help in the endpoint's words.
+  for (const std::string& name :
+       {push, bytes, applied, dropped, stale + "_bucket", stale + "_sum", stale + "_count", last}) {
+    const std::vector<const Sample*> samples = s.Named(name);
+    EXPECT_FALSE(samples.empty()) << name;
+    for (const Sample* x : samples) {
+      std::set<std::string> keys;
+      for (const auto& [k, v] : x->labels) keys.insert(k);
+      const std::set<std::string> labels = name == stale + "_bucket"
+                                               ? std::set<std::string>{"host", "le"}
+                                               : std::set<std::string>{"host"};
+      EXPECT_EQ(keys, labels) << SeriesKey(x->name, x->labels);
+    }
+  }
+  for (const std::string& name : {push, bytes, applied, dropped, stale, last}) {
+    EXPECT_TRUE(Contains(s.text, "# HELP " + name + " Async across hosts: ")) << name;
   }
 }
 

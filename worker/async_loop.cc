@@ -1,7 +1,8 @@
 // The async loop of one worker: update tickets over one seeded stream of minibatches.
 //
 // Update ticket u (handed out by Header.claimed, fetch_add) trains on minibatch u of
-// data::BatchPlan(rows, batch, seed), Share(u, 0, 1): the stream the sync loop uses. Every row
+// data::BatchPlan(rows, batch, seed), Share(u, 0, 1): the stream the sync loop uses. (Across
+// hosts, host h's ticket u trains on minibatch u * H + h: shm::AsyncMinibatch.) Every row
 // is then used once per epoch whoever runs, however the ranks are scheduled, and a rank never
 // has "no rows"; at P = 1 with --rule asgd the run is the sync run's plain SGD (the learning
 // rate schedule, weight decay and clipping included: ticket u is update u).
@@ -77,7 +78,7 @@ void LoadBatch(const shm::Segment& seg, data::BatchPlan& plan, int64_t ticket,
                std::vector<int64_t>* idx, nn::AlignedVector<float>* bx,
                nn::AlignedVector<float>* by) {
   const int64_t features = seg.header()->config.features;
-  plan.Share(ticket, 0, 1, idx);
+  plan.Share(shm::AsyncMinibatch(seg.header()->config, ticket), 0, 1, idx);
   data::GatherRows(seg.x(), seg.y(), features, *idx, bx, by);
 }
 
@@ -142,9 +143,9 @@ int64_t ClaimTicket(shm::Header* h, shm::WorkerBlock* self, uint64_t total) {
 }
 
 // The mean gradient of the minibatch (bx, by: rows idx of the stream) at w into *grad, its
-// squared norm into *sq; returns the mean loss. Dropout's mask follows the ticket and each
-// sample's row (nn/layer.h, PassInfo).
-double MeanGradient(const ModelSpec& spec, uint64_t seed, int64_t ticket,
+// squared norm into *sq; returns the mean loss. Dropout's mask follows the minibatch's number
+// and each sample's row (nn/layer.h, PassInfo).
+double MeanGradient(const ModelSpec& spec, uint64_t seed, int64_t minibatch,
                     const std::vector<int64_t>& idx, const nn::AlignedVector<float>& bx,
                     const nn::AlignedVector<float>& by, const nn::AlignedVector<float>& w,
                     nn::Workspace<float>& ws, nn::AlignedVector<float>* grad, double* sq) {
@@ -152,7 +153,7 @@ double MeanGradient(const ModelSpec& spec, uint64_t seed, int64_t ticket,
   nn::PassInfo pass;
   pass.train = true;
   pass.seed = seed;
-  pass.step = ticket;
+  pass.step = minibatch;
   pass.rows = idx.data();
   const double loss =
       nn::LossAndGrad<float>(spec, w.data(), bx.data(), by.data(), rows, grad->data(), ws, pass) /
@@ -222,7 +223,8 @@ int RunAsync(const shm::Segment& seg, int rank, uint32_t incarnation) {
     }
     const int64_t rows = static_cast<int64_t>(by.size());
     double sq = 0;
-    const double loss = MeanGradient(spec, c.seed, ticket, idx, bx, by, w_bak, ws, &grad, &sq);
+    const int64_t minibatch = shm::AsyncMinibatch(c, ticket);  // = ticket on one host
+    const double loss = MeanGradient(spec, c.seed, minibatch, idx, bx, by, w_bak, ws, &grad, &sq);
     shm::StoreRelaxed<uint64_t>(self->batches, static_cast<uint64_t>(b + 1));
     shm::AddRelaxed<uint64_t>(self->samples_total, static_cast<uint64_t>(rows));
     if (!std::isfinite(loss) || !std::isfinite(sq)) {
@@ -232,7 +234,7 @@ int RunAsync(const shm::Segment& seg, int rank, uint32_t incarnation) {
     }
 
     ClipAndDecay(c.optim, sq, w_bak.data(), grad.data(), n);
-    rp.lr = nn::LearningRate(c.optim, ticket);  // the schedule runs over update tickets
+    rp.lr = nn::LearningRate(c.optim, minibatch);  // the schedule runs over the stream
 
     const uint64_t v_now = shm::LoadAcquire(h->param_version);
     if (c.max_staleness >= 0 && v_now - v_read > static_cast<uint64_t>(c.max_staleness)) {

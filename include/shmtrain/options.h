@@ -146,7 +146,7 @@ struct TrainOptions {
   // Live progress line: auto = when stderr is a terminal.
   bool progress = true;
 
-  // Async mode. rule: default dc-asgd-a. lambda: dc-asgd-c's constant (default 0.04) or
+  // Async mode. rule: default dc-asgd-a. lambda: dc-asgd-c's constant (default 0.01) or
   // dc-asgd-a's lambda0 (default 2); NaN = the rule's default; >= 0. ms_decay in [0, 1)
   // (default 0.95); epsilon > 0 (default 1e-7). max_staleness: drop a gradient more than this
   // many versions old (default -1 = never).
@@ -155,6 +155,9 @@ struct TrainOptions {
   double ms_decay = 0.95;
   double epsilon = 1e-7;
   int64_t max_staleness = -1;
+  // Async across hosts (master/param_server.h): a host pushes its update of a part to the
+  // part's owner once this many local updates are in since its last push of that part.
+  int64_t push_every = 4;
   double LambdaOrDefault() const;
 
   // Held-out data: a fraction in [0, 1) of the rows (0 = none), taken after a shuffle seeded by
