@@ -10,13 +10,13 @@
 // (rate 10gbit for the other link; --burst and --latency change the bucket). Why 1mb and 50ms:
 // measured here with a raw MPI_Allreduce of 16 MB between 2 ranks (bench/combine_probe.cc), that
 // bucket delivered 0.96..1.03 Gbit/s at 1gbit and 9.2..9.6 Gbit/s at 10gbit on a quiet machine,
-// with no drops. A queue of 10 ms (1.25 MB at 1gbit) dropped 300..750 packets per probe, and TCP
-// then ran below the rate; a 4mb burst let a 16 MB transfer run 5..9% above 1 Gbit/s. The
-// bucket's own limit shows in every run: the probe below measures it, inside the namespace, at
-// each rate and without shaping (the machine's loopback limit, which 10gbit may exceed on 2 busy
-// cores). lo is one device: every rank's traffic, both directions, crosses the one qdisc, so the
-// rate is shared by all hosts, as on a hub; on a switch each host would have its own full-duplex
-// port at that rate, so H = 4 here is the harsher of the two.
+// with no drops. A queue of 10 ms (1.25 MB at 1gbit) dropped 300..750 packets per probe (TCP
+// retransmissions, which the link should not add); a 4mb burst let a 16 MB transfer run 5..9% above
+// 1 Gbit/s. The bucket's own limit shows in every run: the probe below measures it, inside the
+// namespace, at each rate and without shaping (the machine's loopback limit, which 10gbit may
+// exceed on 2 busy cores). lo is one device: every rank's traffic, both directions, crosses the one
+// qdisc, so the rate is shared by all hosts, as on a hub; on a switch each host would have its own
+// full-duplex port at that rate, so H = 4 here is the harsher of the two.
 //
 // Parts (--parts, default all of them):
 //   probe  the raw MPI_Allreduce (and the host masters' combine) of 16 MB between 2 ranks in the
@@ -33,20 +33,23 @@
 //          25..45 s before the link: by default (--cnn reduced) only 1 Gbit/s at P = 1 (8 cells);
 //          --cnn full runs the mlp part's 32 cells, --cnn off none.
 //   sweep  --push-every K for K in --sweep-k (default 1,2,4,8,16,32) at H = 2, P = 2, MLP,
-//          1 Gbit/s, dc-asgd-a: updates/s, cross-host staleness, pushes, test accuracy.
+//          1 Gbit/s, dc-asgd-a, --sweep-epochs (default 5: an MLP epoch of async takes well
+//          under a second), --sweep-runs (default 3): updates/s, cross-host staleness, pushes,
+//          test accuracy.
 //   h1     one host, no mpirun, no namespace: `shmtrain train --mode async` with the MLP's flags,
 //          P = 2, each rule, --h1-epochs (default 5): updates/s medians, to quote against the
 //          previous release's async (compared elsewhere; --shmtrain runs another binary).
 // Per cell: samples/s and updates/s (the summary's samples_per_s; steps or updates over wall_s,
 // which includes the validations), test accuracy (val_accuracy), cross-host staleness tau
 // (mean, p50, p90, max), pushes sent / applied / dropped and their bytes, and the link's use:
-// sync's combine bytes (each host sends 2(H-1)/H of the parameters a step) or async's push
-// bytes, over wall_s, in Gbit/s. Then the ratios: DC-ASGD-a against ASGD test accuracy at equal
-// epochs, async against sync samples/s on the 1 Gbit/s link. Runs of a part are interleaved
-// (--runs, default 1: the full matrix is long); with several runs a cell prints medians. A field
-// the binary does not print is "-"; a job that fails prints its exit status and last line
-// without stopping the others. Each job has a deadline (--timeout, default 1800 s).
-// Without root, or when unshare or tc fail, prints why and exits 0.
+// sync's combine bytes (each host sends 2(H-1)/H of the parameters a step) or async's pushes
+// and their replies (twice push_bytes), over wall_s, in Gbit/s. Then the ratios: DC-ASGD-a
+// against ASGD test accuracy at equal epochs, async against sync samples/s on the 1 Gbit/s
+// link. Runs of a part are interleaved (--runs, default 1: the full matrix is long); with
+// several runs a cell prints medians. A field the binary does not print is "-"; a job that
+// fails prints its exit status and what it said without stopping the others. Each job has a
+// deadline (--timeout, default 1800 s). Without root, or when unshare or tc fail, prints why and
+// exits 0.
 //
 // Usage: hosts_async_bench [--parts probe,mlp,cnn,sweep,h1] [--runs R] [--mlp-epochs E]
 //   [--cnn reduced|full|off] [--cnn-epochs E] [--push-every K] [--sweep-k 1,2,...]
@@ -97,7 +100,7 @@ struct Settings {
   std::string cnn = "reduced";
   int push_every = 0;  // 0: the binary's default
   std::vector<int> sweep_k = {1, 2, 4, 8, 16, 32};
-  int sweep_runs = 3, sweep_epochs = 0;  // 0: mlp_epochs
+  int sweep_runs = 3, sweep_epochs = 5;
   int h1_runs = 5, h1_epochs = 5;
   std::string burst = "1mb", latency = "50ms";
   int timeout_s = 1800;
@@ -118,7 +121,8 @@ struct Settings {
 std::vector<std::string> Split(const std::string& s) {
   std::vector<std::string> out;
   size_t b = 0;
-  for (size_t e; (e = s.find(',', b)) != std::string::npos; b = e + 1) out.push_back(s.substr(b, e - b));
+  for (size_t e; (e = s.find(',', b)) != std::string::npos; b = e + 1)
+    out.push_back(s.substr(b, e - b));
   out.push_back(s.substr(b));
   return out;
 }
@@ -178,7 +182,6 @@ Settings Parse(int argc, char** argv) {
       Usage(("unknown flag " + flag).c_str());
     }
   }
-  if (s.sweep_epochs == 0) s.sweep_epochs = s.mlp_epochs;
   return s;
 }
 
@@ -209,13 +212,14 @@ std::string NamespacedCommand(const Settings& s, const Link& link, int hosts,
   if (*link.rate) script += TcCommand(s, link) + " && ";
   script += "exec " + Quote(kMpirun) +
             " --allow-run-as-root --oversubscribe --mca btl self,tcp --mca btl_tcp_if_include lo"
-            " -np " + std::to_string(hosts) + " " + Join(argv);
+            " -np " +
+            std::to_string(hosts) + " " + Join(argv);
   return "timeout -k 10 " + std::to_string(s.timeout_s) + " unshare --net sh -c " + Quote(script);
 }
 
 struct Output {
-  int status = -1;                         // the exit code, 128 + N for signal N
-  std::vector<std::string> lines;          // everything it printed (stdout and stderr)
+  int status = -1;                 // the exit code, 128 + N for signal N
+  std::vector<std::string> lines;  // everything it printed (stdout and stderr)
   // The first or the last line of a JSON event; "" when none came.
   std::string Event(const std::string& event, bool last = true) const {
     std::string hit;
@@ -242,8 +246,10 @@ struct Output {
       if (l.find_first_not_of('-') == std::string::npos) {
         if (!l.empty()) in_box = !in_box;
       } else if (l[0] != '{') {
-        if (!in_box && l[0] != '[') said = l;
-        else if (mpirun.empty()) mpirun = l;
+        if (!in_box && l[0] != '[')
+          said = l;
+        else if (mpirun.empty())
+          mpirun = l;
       }
     }
     return said.empty() ? mpirun : said;
@@ -314,8 +320,8 @@ Outcome Judge(const Output& out, int hosts, bool sync) {
   const std::string summary = out.Last("summary");
   if (out.status != 0 || summary.empty() || !Numbers(summary, &o.f)) {
     const std::string text = out.Said();
-    o.why = "exit " + std::to_string(out.status) +
-            (summary.empty() ? ", no summary" : "") + (text.empty() ? "" : ": " + text);
+    o.why = "exit " + std::to_string(out.status) + (summary.empty() ? ", no summary" : "") +
+            (text.empty() ? "" : ": " + text);
     return o;
   }
   Fields seg;
@@ -325,9 +331,12 @@ Outcome Judge(const Output& out, int hosts, bool sync) {
   o.f["updates_per_s"] = updates / wall;
   if (sync) {
     // Each host sends 2(H-1)/H of the gradient (float32) per step: reduce-scatter, allgather.
-    o.f["wire_gbit_s"] = Get(o.f, "steps") * 2.0 * (hosts - 1) * Get(o.f, "params") * 4 * 8 / wall / 1e9;
+    o.f["wire_gbit_s"] =
+        Get(o.f, "steps") * 2.0 * (hosts - 1) * Get(o.f, "params") * 4 * 8 / wall / 1e9;
   } else {
-    o.f["wire_gbit_s"] = Get(o.f, "push_bytes") * 8 / wall / 1e9;
+    // Every push (the summary's push_bytes, over all hosts) is answered with the part it
+    // updated, the same number of floats.
+    o.f["wire_gbit_s"] = 2 * Get(o.f, "push_bytes") * 8 / wall / 1e9;
   }
   o.ok = true;
   return o;
@@ -383,12 +392,13 @@ struct Cell {
 };
 
 std::vector<std::string> TrainArgs(const Settings& s, const Cell& c) {
-  std::vector<std::string> a = {s.shmtrain, "train",
-                                "--data", kData + "train-images-idx3-ubyte.gz",
-                                "--labels", kData + "train-labels-idx1-ubyte.gz",
-                                "--val-data", kData + "t10k-images-idx3-ubyte.gz",
+  std::vector<std::string> a = {s.shmtrain,     "train",
+                                "--data",       kData + "train-images-idx3-ubyte.gz",
+                                "--labels",     kData + "train-labels-idx1-ubyte.gz",
+                                "--val-data",   kData + "t10k-images-idx3-ubyte.gz",
                                 "--val-labels", kData + "t10k-labels-idx1-ubyte.gz",
-                                "--normalize", "minmax", "--loss", "xent"};
+                                "--normalize",  "minmax",
+                                "--loss",       "xent"};
   a.insert(a.end(), c.model.args.begin(), c.model.args.end());
   for (const std::string& x :
        {std::string("--lr"), std::string("0.1"), std::string("--epochs"), std::to_string(c.epochs),
@@ -421,9 +431,9 @@ void RunCells(const Settings& s, int runs, std::vector<Cell>* cells) {
   for (int r = 0; r < runs; ++r) {
     for (Cell& c : *cells) {
       const std::vector<std::string> argv = TrainArgs(s, c);
-      const std::string cmd = c.hosts > 1 ? NamespacedCommand(s, c.link, c.hosts, argv)
-                                          : "timeout -k 10 " + std::to_string(s.timeout_s) + " " +
-                                                Join(argv);
+      const std::string cmd =
+          c.hosts > 1 ? NamespacedCommand(s, c.link, c.hosts, argv)
+                      : "timeout -k 10 " + std::to_string(s.timeout_s) + " " + Join(argv);
       const auto t0 = std::chrono::steady_clock::now();
       c.runs.push_back(Judge(Run(cmd), c.hosts, !c.async()));
       const double secs =
@@ -463,30 +473,30 @@ std::string HostUpdates(const Fields& m) {
 }
 
 void PrintHeader(bool with_k) {
-  std::printf("  %-4s %s %s %-9s %s %9s %8s %7s  %6s %5s %5s %5s  %8s %8s %8s %8s %7s %6s %6s  %s\n",
-              "link", "H", "P", "mode", with_k ? " K" : "", "samples/s", "upd/s", "test acc",
-              "tau", "p50", "p90", "max", "pushes", "applied", "dropped", "push MB", "wire Gb",
-              "wall s", "job s", "host updates");
+  std::printf(
+      "  %-4s %s %s %-9s %s %9s %8s %7s  %6s %5s %5s %5s  %8s %8s %8s %8s %7s %6s %6s  %s\n",
+      "link", "H", "P", "mode", with_k ? " K" : "", "samples/s", "upd/s", "test acc", "tau", "p50",
+      "p90", "max", "pushes", "applied", "dropped", "push MB", "wire Gb", "wall s", "job s",
+      "host updates");
 }
 
 void PrintRow(const Cell& c, bool with_k) {
   const Fields& m = c.med;
   const double pb = Get(m, "push_bytes");
-  std::printf("  %-4s %d %d %-9s %s %9s %8s %7s  %6s %5s %5s %5s  %8s %8s %8s %8s %7s %6s %6s  %s%s\n",
-              c.link.name, c.hosts, c.workers, c.mode.c_str(),
-              with_k ? Fmt(c.push_every, "%2.0f").c_str() : "",
-              Fmt(Get(m, "samples_per_s"), "%.0f").c_str(),
-              Fmt(Get(m, "updates_per_s"), "%.1f").c_str(),
-              Fmt(Get(m, "val_accuracy"), "%.4f").c_str(),
-              Fmt(Get(m, "cross_staleness_mean"), "%.2f").c_str(),
-              Fmt(Get(m, "cross_staleness_p50"), "%.0f").c_str(),
-              Fmt(Get(m, "cross_staleness_p90"), "%.0f").c_str(),
-              Fmt(Get(m, "cross_staleness_max"), "%.0f").c_str(),
-              Fmt(Get(m, "pushes_sent"), "%.0f").c_str(),
-              Fmt(Get(m, "pushes_applied"), "%.0f").c_str(),
-              Fmt(Get(m, "pushes_dropped"), "%.0f").c_str(), Fmt(pb / 1e6, "%.1f").c_str(),
-              Fmt(Get(m, "wire_gbit_s"), "%.3f").c_str(), Fmt(Get(m, "wall_s"), "%.1f").c_str(),
-              Fmt(Get(m, "job_s"), "%.1f").c_str(), HostUpdates(m).c_str(), OkText(c).c_str());
+  std::printf(
+      "  %-4s %d %d %-9s %s %9s %8s %7s  %6s %5s %5s %5s  %8s %8s %8s %8s %7s %6s %6s  %s%s\n",
+      c.link.name, c.hosts, c.workers, c.mode.c_str(),
+      with_k ? Fmt(c.push_every, "%2.0f").c_str() : "",
+      Fmt(Get(m, "samples_per_s"), "%.0f").c_str(), Fmt(Get(m, "updates_per_s"), "%.1f").c_str(),
+      Fmt(Get(m, "val_accuracy"), "%.4f").c_str(),
+      Fmt(Get(m, "cross_staleness_mean"), "%.2f").c_str(),
+      Fmt(Get(m, "cross_staleness_p50"), "%.0f").c_str(),
+      Fmt(Get(m, "cross_staleness_p90"), "%.0f").c_str(),
+      Fmt(Get(m, "cross_staleness_max"), "%.0f").c_str(),
+      Fmt(Get(m, "pushes_sent"), "%.0f").c_str(), Fmt(Get(m, "pushes_applied"), "%.0f").c_str(),
+      Fmt(Get(m, "pushes_dropped"), "%.0f").c_str(), Fmt(pb / 1e6, "%.1f").c_str(),
+      Fmt(Get(m, "wire_gbit_s"), "%.3f").c_str(), Fmt(Get(m, "wall_s"), "%.1f").c_str(),
+      Fmt(Get(m, "job_s"), "%.1f").c_str(), HostUpdates(m).c_str(), OkText(c).c_str());
 }
 
 const char* kLegend =
@@ -494,8 +504,9 @@ const char* kLegend =
     "staleness mean, p50, p90, max;\n"
     "  pushes: sent, applied by the owner, dropped; push MB: the summary's push_bytes; wire Gb: "
     "Gbit/s all hosts sent over wall_s\n"
-    "  (sync: the combine, 2(H-1)/H of the parameters per host and step; async: push_bytes "
-    "alone); wall s: the summary's (training and its validations); job s: the whole\n"
+    "  (sync: the combine, 2(H-1)/H of the parameters per host and step; async: the pushes and "
+    "their replies, 2 x push MB); wall s: the summary's (training and its validations); job s: the "
+    "whole\n"
     "  mpirun job (start-up, loading, and the final loss over the 60000 training rows, which every "
     "host computes after wall s ends).\n";
 
@@ -519,11 +530,12 @@ std::vector<Cell> MatrixCells(const Settings& s, const Model& model, int epochs,
 void PrintMatrix(const Settings& s, const std::vector<Cell>& cells, int epochs, int runs,
                  const char* note) {
   if (cells.empty()) return;
-  std::printf("\n%s, Fashion-MNIST (60000 train / 10000 test, minmax), SGD lr 0.1, %d epoch%s, "
-              "%s%s; push every: %s:\n",
-              cells[0].model.text, epochs, epochs == 1 ? "" : "s",
-              runs == 1 ? "1 run" : ("medians of " + std::to_string(runs) + " interleaved runs").c_str(),
-              note, s.push_every > 0 ? std::to_string(s.push_every).c_str() : "the binary's default");
+  std::printf(
+      "\n%s, Fashion-MNIST (60000 train / 10000 test, minmax), SGD lr 0.1, %d epoch%s, "
+      "%s%s; push every: %s:\n",
+      cells[0].model.text, epochs, epochs == 1 ? "" : "s",
+      runs == 1 ? "1 run" : ("medians of " + std::to_string(runs) + " interleaved runs").c_str(),
+      note, s.push_every > 0 ? std::to_string(s.push_every).c_str() : "the binary's default");
   PrintHeader(false);
   for (const Cell& c : cells) PrintRow(c, false);
   std::fputs(kLegend, stdout);
@@ -542,8 +554,9 @@ const Cell* Find(const std::vector<Cell>& cells, const Cell& like, const std::st
 
 void PrintRatios(const std::vector<Cell>& cells) {
   if (cells.empty()) return;
-  std::printf("\nDC-ASGD-a against ASGD, test accuracy at equal epochs (dc-asgd-a - asgd, and the "
-              "ratio):\n");
+  std::printf(
+      "\nDC-ASGD-a against ASGD, test accuracy at equal epochs (dc-asgd-a - asgd, and the "
+      "ratio):\n");
   for (const Cell& c : cells) {
     if (c.mode != "dc-asgd-a") continue;
     const Cell* a = Find(cells, c, "asgd");
@@ -579,8 +592,8 @@ double ProbeField(const std::string& line, const std::string& key) {
 }
 
 ProbeResult Probe(const Settings& s, const Link& link) {
-  const Output out = Run(NamespacedCommand(
-      s, link, 2, {COMBINE_PROBE_BIN, std::to_string(kProbeFloats), "2"}));
+  const Output out =
+      Run(NamespacedCommand(s, link, 2, {COMBINE_PROBE_BIN, std::to_string(kProbeFloats), "2"}));
   ProbeResult r;
   for (const std::string& l : out.lines) {
     if (l.rfind("combine_probe ", 0) == 0) {
@@ -589,35 +602,38 @@ ProbeResult Probe(const Settings& s, const Link& link) {
     }
   }
   if (out.status != 0 || std::isnan(r.allreduce_us)) {
-    std::printf("  %-5s probe failed: exit %d: %s\n", link.name, out.status,
-                out.Said().c_str());
+    std::printf("  %-5s probe failed: exit %d: %s\n", link.name, out.status, out.Said().c_str());
   }
   return r;
 }
 
 // The achieved rate, Gbit/s, of moving 2 x the probe's bytes through lo in `us`.
-double ProbeGbit(double us) { return 2.0 * kProbeFloats * 4 * 8 / (us * 1e3); }
+double ProbeGbit(double us) {
+  return 2.0 * kProbeFloats * 4 * 8 / (us * 1e3);
+}
 
 void PrintProbes(const Settings& s, const char* when) {
-  std::printf("\nlink check %s: raw MPI_Allreduce of %.1f MB between 2 ranks (2 x %.1f MB through "
-              "lo) in the namespace, tbf burst %s latency %s; median of 20:\n",
-              when, kProbeFloats * 4 / 1e6, kProbeFloats * 4 / 1e6, s.burst.c_str(),
-              s.latency.c_str());
+  std::printf(
+      "\nlink check %s: raw MPI_Allreduce of %.1f MB between 2 ranks (2 x %.1f MB through "
+      "lo) in the namespace, tbf burst %s latency %s; median of 20:\n",
+      when, kProbeFloats * 4 / 1e6, kProbeFloats * 4 / 1e6, s.burst.c_str(), s.latency.c_str());
   double unshaped = NAN;
   for (const Link& l : {kUnshaped, k10G, k1G}) {
     const ProbeResult r = Probe(s, l);
     if (std::isnan(r.allreduce_us)) continue;
     const double g = ProbeGbit(r.allreduce_us);
     if (!*l.rate) unshaped = g;
-    std::printf("  %-11s allreduce %7.1f ms = %6.2f Gbit/s%s; host combine %7.1f ms = %6.2f Gbit/s\n",
-                *l.rate ? (std::string("nominal ") + l.name).c_str() : "unshaped",
-                r.allreduce_us / 1e3, g,
-                *l.rate ? (" (" + Fmt(g / l.gbit, "%.2f") + " of nominal, " +
-                           Fmt(g / unshaped, "%.2f") + " of unshaped)").c_str()
-                        : " (the machine's limit now)",
-                r.combine_us / 1e3, ProbeGbit(r.combine_us));
+    std::printf(
+        "  %-11s allreduce %7.1f ms = %6.2f Gbit/s%s; host combine %7.1f ms = %6.2f Gbit/s\n",
+        *l.rate ? (std::string("nominal ") + l.name).c_str() : "unshaped", r.allreduce_us / 1e3, g,
+        *l.rate ? (" (" + Fmt(g / l.gbit, "%.2f") + " of nominal, " + Fmt(g / unshaped, "%.2f") +
+                   " of unshaped)")
+                      .c_str()
+                : " (the machine's limit now)",
+        r.combine_us / 1e3, ProbeGbit(r.combine_us));
   }
-  std::printf("  a shaped link delivers at most the lower of its nominal rate and the unshaped one\n");
+  std::printf(
+      "  a shaped link delivers at most the lower of its nominal rate and the unshaped one\n");
   std::fflush(stdout);
 }
 
@@ -632,8 +648,8 @@ std::string LoadAverage() {
 // Empty when a shaped namespace can be made; otherwise what is missing.
 std::string NamespaceProblem(const Settings& s) {
   if (geteuid() != 0) return "needs root for unshare --net and tc";
-  const Output out = Run("unshare --net sh -c " +
-                         Quote("ip link set lo up && " + TcCommand(s, k1G)));
+  const Output out =
+      Run("unshare --net sh -c " + Quote("ip link set lo up && " + TcCommand(s, k1G)));
   if (out.status != 0) {
     return "unshare --net or tc failed (" + out.Said() +
            "): needs root, util-linux's unshare, iproute2's ip and tc, and the sch_tbf module";
@@ -650,8 +666,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (access((kData + "train-images-idx3-ubyte.gz").c_str(), R_OK) != 0) {
-    std::printf("hosts_async_bench: no Fashion-MNIST in %s (Debian's dataset-fashion-mnist): "
-                "skipped\n", kData.c_str());
+    std::printf(
+        "hosts_async_bench: no Fashion-MNIST in %s (Debian's dataset-fashion-mnist): "
+        "skipped\n",
+        kData.c_str());
     return 0;
   }
   std::printf("hosts_async_bench: %s; load average %s\n", s.shmtrain.c_str(),
@@ -667,8 +685,9 @@ int main(int argc, char** argv) {
   }
   if (s.parts.count("cnn") && s.cnn != "off") {
     const bool full = s.cnn == "full";
-    std::vector<Cell> cells = full ? MatrixCells(s, Cnn(), s.cnn_epochs, {k10G, k1G}, {2, 4}, {1, 2})
-                                   : MatrixCells(s, Cnn(), s.cnn_epochs, {k1G}, {2, 4}, {1});
+    std::vector<Cell> cells = full
+                                  ? MatrixCells(s, Cnn(), s.cnn_epochs, {k10G, k1G}, {2, 4}, {1, 2})
+                                  : MatrixCells(s, Cnn(), s.cnn_epochs, {k1G}, {2, 4}, {1});
     RunCells(s, s.runs, &cells);
     PrintMatrix(s, cells, s.cnn_epochs, s.runs,
                 full ? "" : "; reduced (1 Gbit/s, P = 1 only; --cnn full for the whole matrix)");
@@ -676,13 +695,16 @@ int main(int argc, char** argv) {
   }
   if (s.parts.count("sweep")) {
     std::vector<Cell> cells;
-    for (int k : s.sweep_k) cells.push_back({Mlp(), k1G, 2, 2, "dc-asgd-a", s.sweep_epochs, k, {}, {}});
+    for (int k : s.sweep_k)
+      cells.push_back({Mlp(), k1G, 2, 2, "dc-asgd-a", s.sweep_epochs, k, {}, {}});
     RunCells(s, s.sweep_runs, &cells);
-    std::printf("\n--push-every sweep: MLP 784-256-10, H=2, P=2, 1 Gbit/s, dc-asgd-a, %d epoch%s, "
-                "%s:\n", s.sweep_epochs, s.sweep_epochs == 1 ? "" : "s",
-                s.sweep_runs == 1 ? "1 run"
-                                  : ("medians of " + std::to_string(s.sweep_runs) +
-                                     " interleaved runs").c_str());
+    std::printf(
+        "\n--push-every sweep: MLP 784-256-10, H=2, P=2, 1 Gbit/s, dc-asgd-a, %d epoch%s, "
+        "%s:\n",
+        s.sweep_epochs, s.sweep_epochs == 1 ? "" : "s",
+        s.sweep_runs == 1
+            ? "1 run"
+            : ("medians of " + std::to_string(s.sweep_runs) + " interleaved runs").c_str());
     PrintHeader(true);
     for (const Cell& c : cells) PrintRow(c, true);
     std::fflush(stdout);
@@ -694,19 +716,22 @@ int main(int argc, char** argv) {
       cells.push_back({Mlp(), kUnshaped, 1, 2, rule, s.h1_epochs, 0, {}, {}});
     }
     RunCells(s, s.h1_runs, &cells);
-    std::printf("\none host (no mpirun), async, MLP 784-256-10 on Fashion-MNIST, P=2, %d epochs, "
-                "medians of %d interleaved runs:\n", s.h1_epochs, s.h1_runs);
+    std::printf(
+        "\none host (no mpirun), async, MLP 784-256-10 on Fashion-MNIST, P=2, %d epochs, "
+        "medians of %d interleaved runs:\n",
+        s.h1_epochs, s.h1_runs);
     for (const Cell& c : cells) {
       std::vector<double> ups;
       for (const Outcome& o : c.runs) {
         if (o.ok) ups.push_back(Get(o.f, "updates_per_s"));
       }
-      std::printf("  %-9s %8s updates/s (min %s, max %s), %8s samples/s, test accuracy %s%s\n",
-                  c.mode.c_str(), Fmt(Get(c.med, "updates_per_s"), "%.1f").c_str(),
-                  Fmt(ups.empty() ? NAN : *std::min_element(ups.begin(), ups.end()), "%.1f").c_str(),
-                  Fmt(ups.empty() ? NAN : *std::max_element(ups.begin(), ups.end()), "%.1f").c_str(),
-                  Fmt(Get(c.med, "samples_per_s"), "%.0f").c_str(),
-                  Fmt(Get(c.med, "val_accuracy"), "%.4f").c_str(), OkText(c).c_str());
+      std::printf(
+          "  %-9s %8s updates/s (min %s, max %s), %8s samples/s, test accuracy %s%s\n",
+          c.mode.c_str(), Fmt(Get(c.med, "updates_per_s"), "%.1f").c_str(),
+          Fmt(ups.empty() ? NAN : *std::min_element(ups.begin(), ups.end()), "%.1f").c_str(),
+          Fmt(ups.empty() ? NAN : *std::max_element(ups.begin(), ups.end()), "%.1f").c_str(),
+          Fmt(Get(c.med, "samples_per_s"), "%.0f").c_str(),
+          Fmt(Get(c.med, "val_accuracy"), "%.4f").c_str(), OkText(c).c_str());
     }
     std::fflush(stdout);
   }
