@@ -502,13 +502,13 @@ void PrintRow(const Cell& c, bool with_k) {
 const char* kLegend =
     "  samples/s: the summary's; upd/s: updates (sync: steps) / wall_s; tau: cross-host "
     "staleness mean, p50, p90, max;\n"
-    "  pushes: sent, applied by the owner, dropped; push MB: the summary's push_bytes; wire Gb: "
-    "Gbit/s all hosts sent over wall_s\n"
-    "  (sync: the combine, 2(H-1)/H of the parameters per host and step; async: the pushes and "
-    "their replies, 2 x push MB); wall s: the summary's (training and its validations); job s: the "
-    "whole\n"
-    "  mpirun job (start-up, loading, and the final loss over the 60000 training rows, which every "
-    "host computes after wall s ends).\n";
+    "  pushes: sent, applied by the owner, dropped; push MB: the summary's push_bytes;\n"
+    "  wire Gb: Gbit/s all hosts sent over wall_s (sync: the combine, 2(H-1)/H of the parameters "
+    "per host and step;\n"
+    "  async: the pushes and their replies, 2 x push MB); wall s: the summary's (training and its "
+    "validations);\n"
+    "  job s: the whole mpirun job (start-up, loading, and the final loss over the 60000 training "
+    "rows, after wall s).\n";
 
 std::vector<Cell> MatrixCells(const Settings& s, const Model& model, int epochs,
                               const std::vector<Link>& links, const std::vector<int>& hosts,
@@ -737,5 +737,6 @@ int main(int argc, char** argv) {
   }
   if (s.parts.count("probe")) PrintProbes(s, "after the jobs");
   PrintRatios(all);
+  std::printf("load average at the end: %s\n", LoadAverage().c_str());
   return 0;
 }
