@@ -69,15 +69,16 @@ Status JoinTheHosts(int* argc, char*** argv, shmtrain::TrainOptions* o,
     // at a run's update t that every host reaches at its own update t / H.
     if (o->early_stop > 0) {
       return Status::Usage("--early-stop is not available with --mode async across " +
-                           std::to_string(h.count()) + " hosts (mpirun): each host validates its "
+                           std::to_string(h.count()) +
+                           " hosts (mpirun): each host validates its "
                            "own parameters; use --mode sync, or one host");
     }
     if (o->checkpoint_every % h.count() != 0) {
       return Status::Usage("--checkpoint-every " + std::to_string(o->checkpoint_every) +
                            " with --mode async across " + std::to_string(h.count()) +
                            " hosts must be a multiple of " + std::to_string(h.count()) +
-                           ": each host pauses at its own update N / " +
-                           std::to_string(h.count()) + " (README \"Async across hosts\")");
+                           ": each host pauses at its own update N / " + std::to_string(h.count()) +
+                           " (README \"Async across hosts\")");
     }
   }
   return Status::Ok();

@@ -298,7 +298,8 @@ void Hold(MPI_Request r, Message* m) {
 }
 
 Status MpiHosts::Send(int to, int tag, const void* data, int64_t bytes, Message* m) {
-  if (bytes > INT_MAX) return Status::Resource("a message to " + Describe(to) + " exceeds MPI's count");
+  if (bytes > INT_MAX)
+    return Status::Resource("a message to " + Describe(to) + " exceeds MPI's count");
   MPI_Request r = MPI_REQUEST_NULL;
   if (const int e = MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, to, tag, comm_, &r);
       e != MPI_SUCCESS) {
@@ -309,7 +310,8 @@ Status MpiHosts::Send(int to, int tag, const void* data, int64_t bytes, Message*
 }
 
 Status MpiHosts::Receive(int from, int tag, void* data, int64_t bytes, Message* m) {
-  if (bytes > INT_MAX) return Status::Resource("a message from " + Describe(from) + " exceeds MPI's count");
+  if (bytes > INT_MAX)
+    return Status::Resource("a message from " + Describe(from) + " exceeds MPI's count");
   MPI_Request r = MPI_REQUEST_NULL;
   if (const int e = MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, from, tag, comm_, &r);
       e != MPI_SUCCESS) {

@@ -115,7 +115,9 @@ struct Buffer {
   int64_t size() const { return static_cast<int64_t>(bytes.size()); }
 };
 
-int64_t NowNs() { return shm::MonotonicNs(); }
+int64_t NowNs() {
+  return shm::MonotonicNs();
+}
 
 }  // namespace
 
@@ -153,7 +155,9 @@ struct ParamServer::Body {
   bool Everyone(int64_t point) const {
     bool all = flushed >= point;
     for (int k = 0; k < H; ++k) {
-      if (k != me) all &= peers[static_cast<size_t>(k)].flushed >= point && peers[static_cast<size_t>(k)].told >= point;
+      if (k != me)
+        all &= peers[static_cast<size_t>(k)].flushed >= point &&
+               peers[static_cast<size_t>(k)].told >= point;
     }
     return all;
   }
@@ -187,7 +191,7 @@ struct ParamServer::Body {
     Buffer<PushHead> out;
     Buffer<ReplyHead> in;
     Message send, recv;
-    bool waiting = false;  // a push is out, its reply not yet merged
+    bool waiting = false;    // a push is out, its reply not yet merged
     uint64_t pushed_at = 0;  // the local version at the last push
   };
   struct Peer {  // another host, as a pusher to this host's part and as a live host
@@ -195,7 +199,7 @@ struct ParamServer::Body {
     Buffer<ReplyHead> reply_out;
     Message push_recv, reply_send, beat_recv, beat_send;
     Beat beat_in{}, beat_out{-1, 0};
-    bool repost = false;  // the push receive is posted again once the reply has gone
+    bool repost = false;   // the push receive is posted again once the reply has gone
     int64_t flushed = -1;  // the latest sync point it has flushed for (its beats)
     int64_t told = -1;     // the latest of this host's that a beat has told it
     int64_t last_heard_ns = 0, last_beat_ns = 0;
@@ -205,7 +209,7 @@ struct ParamServer::Body {
   std::vector<Pusher> pushers;
   std::vector<Peer> peers;  // [me] unused
   Buffer<FinalHead> final_out;
-  int64_t flushed = -1;  // the latest sync point this host has flushed for
+  int64_t flushed = -1;       // the latest sync point this host has flushed for
   uint64_t pace_version = 0;  // NextPushNs: the local version and the time it was seen
   int64_t pace_ns = 0;
   double ns_per_update = static_cast<double>(kMaxNapNs);
@@ -283,11 +287,13 @@ Status ParamServer::Body::Serve() {
     if (k == me) continue;
     Peer& q = peers[static_cast<size_t>(k)];
     q.last_heard_ns = start;
-    if (Status s = hosts.Receive(k, kTagPush, q.push_in.bytes.data(), q.push_in.size(), &q.push_recv);
+    if (Status s =
+            hosts.Receive(k, kTagPush, q.push_in.bytes.data(), q.push_in.size(), &q.push_recv);
         !s.ok()) {
       return s;
     }
-    if (Status s = hosts.Receive(k, kTagBeat, &q.beat_in, sizeof q.beat_in, &q.beat_recv); !s.ok()) {
+    if (Status s = hosts.Receive(k, kTagBeat, &q.beat_in, sizeof q.beat_in, &q.beat_recv);
+        !s.ok()) {
       return s;
     }
   }
@@ -336,8 +342,8 @@ Status ParamServer::Body::ServePushes(int64_t now, bool* busy) {
     if (!done) continue;
     if (q.repost) {
       q.repost = false;
-      if (Status s = hosts.Receive(k, kTagPush, q.push_in.bytes.data(), q.push_in.size(),
-                                   &q.push_recv);
+      if (Status s =
+              hosts.Receive(k, kTagPush, q.push_in.bytes.data(), q.push_in.size(), &q.push_recv);
           !s.ok()) {
         return s;
       }
@@ -347,14 +353,13 @@ Status ParamServer::Body::ServePushes(int64_t now, bool* busy) {
     *busy = true;
     q.last_heard_ns = now;
     const PushHead head = *q.push_in.head();
-    const OwnedPart::Outcome o =
-        owned.Apply(k, q.push_in.floats(), static_cast<int64_t>(head.updates), head.lr,
-                    opts.max_staleness);
+    const OwnedPart::Outcome o = owned.Apply(
+        k, q.push_in.floats(), static_cast<int64_t>(head.updates), head.lr, opts.max_staleness);
     Record(o);
     *q.reply_out.head() = ReplyHead{owned.version(), o.tau, o.applied ? 1u : 0u, 0};
     std::copy(owned.values(), owned.values() + owned.size(), q.reply_out.floats());
-    if (Status s = hosts.Send(k, kTagReply, q.reply_out.bytes.data(), q.reply_out.size(),
-                              &q.reply_send);
+    if (Status s =
+            hosts.Send(k, kTagReply, q.reply_out.bytes.data(), q.reply_out.size(), &q.reply_send);
         !s.ok()) {
       return s;
     }
@@ -507,7 +512,8 @@ Status ParamServer::Body::SyncPoint(int64_t point) {
   if (Status s = ExchangeParts(); !s.ok()) return s;
   // This host's W is the run's model: its bases are what it pulled, every owner's backups
   // what every host pulled.
-  for (int64_t i = 0; i < n; ++i) nn::SharedAccess::Store(w + i, final_params[static_cast<size_t>(i)]);
+  for (int64_t i = 0; i < n; ++i)
+    nn::SharedAccess::Store(w + i, final_params[static_cast<size_t>(i)]);
   for (int j = 0; j < H; ++j) {
     const data::BatchPlan::Range r = Part(j);
     std::copy(final_params.begin() + r.begin, final_params.begin() + r.end,
@@ -539,12 +545,13 @@ Status ParamServer::Body::ExchangeParts() {
   for (int k = 0; k < H; ++k) {
     if (k == me) continue;
     Peer& q = peers[static_cast<size_t>(k)];
-    if (Status s = hosts.Receive(k, kTagParts, q.final_in.bytes.data(), q.final_in.size(),
-                                 &q.final_recv);
+    if (Status s =
+            hosts.Receive(k, kTagParts, q.final_in.bytes.data(), q.final_in.size(), &q.final_recv);
         !s.ok()) {
       return s;
     }
-    if (Status s = hosts.Send(k, kTagParts, final_out.bytes.data(), final_out.size(), &q.final_send);
+    if (Status s =
+            hosts.Send(k, kTagParts, final_out.bytes.data(), final_out.size(), &q.final_send);
         !s.ok()) {
       return s;
     }
@@ -587,7 +594,8 @@ Status ParamServer::Body::ExchangeParts() {
     totals.dropped += g.dropped;
     totals.tau_sum += g.tau_sum;
     totals.tau_max = std::max(totals.tau_max, g.tau_max);
-    for (int t = 0; t < kTauCounts; ++t) totals.tau_counts[static_cast<size_t>(t)] += g.tau_counts[t];
+    for (int t = 0; t < kTauCounts; ++t)
+      totals.tau_counts[static_cast<size_t>(t)] += g.tau_counts[t];
   }
   return Status::Ok();
 }
@@ -599,7 +607,9 @@ ParamServer::ParamServer(shm::Segment& seg, Hosts& hosts, monitoring::PushStats&
     : body_(std::make_shared<Body>(seg, hosts, stats, o)),
       thread_(seg, [body = body_] { body->Run(); }) {}
 
-ParamServer::~ParamServer() { Stop(); }
+ParamServer::~ParamServer() {
+  Stop();
+}
 
 void ParamServer::Stop() {
   body_->stop.store(true);

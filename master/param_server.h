@@ -55,8 +55,8 @@
 #include <memory>
 #include <vector>
 
-#include "master/exchange_thread.h"
 #include "master/checkpoint_policy.h"
+#include "master/exchange_thread.h"
 #include "master/hosts.h"
 #include "master/run_loop.h"
 #include "master/run_summary.h"

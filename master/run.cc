@@ -458,11 +458,12 @@ Status StartHere(TrainOptions& o, Logger& log, std::unique_ptr<monitoring::Expor
     if (st->host_steps == 0) {
       return Status::Usage("--steps " + std::to_string(st->total_steps) + " leaves host " +
                            std::to_string(o.host_index) + " no update: async across " +
-                           std::to_string(o.host_count) + " hosts needs at least one update a host");
+                           std::to_string(o.host_count) +
+                           " hosts needs at least one update a host");
     }
     if (st->eval_every > 0) {
-      st->eval_every = std::max<int64_t>(
-          shm::AsyncHostUpdates(st->eval_every, o.host_count, o.host_index), 1);
+      st->eval_every =
+          std::max<int64_t>(shm::AsyncHostUpdates(st->eval_every, o.host_count, o.host_index), 1);
     }
   }
   if (Status s = nn::ResolveOptim(o, st->total_steps, &st->optim); !s.ok()) return s;
@@ -516,8 +517,12 @@ Status AgreeWithHosts(const Status& here, const TrainOptions& o, Hosts& hosts, c
   }
   state = Crc32(st.rd.val.x.data(), st.rd.val.x.size() * sizeof(float), state);
   state = Crc32(st.rd.val.y.data(), st.rd.val.y.size() * sizeof(float), state);
-  const int64_t words[] = {static_cast<int64_t>(st.fingerprint), st.total_steps, c.first_step,
-                           o.eval_every,  o.early_stop, static_cast<int64_t>(state),
+  const int64_t words[] = {static_cast<int64_t>(st.fingerprint),
+                           st.total_steps,
+                           c.first_step,
+                           o.eval_every,
+                           o.early_stop,
+                           static_cast<int64_t>(state),
                            o.push_every};
   const uint64_t identity =
       (static_cast<uint64_t>(Crc32(words, sizeof words)) << 32) ^ st.fingerprint;
@@ -626,8 +631,8 @@ Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher, Hosts
                                  .early_stop = o.early_stop,
                                  .first_step = first,
                                  .total_steps = total,
-                                 .steps_per_epoch = o.StepsPerEpoch(st.rd.train.rows) *
-                                                    total / std::max<int64_t>(st.total_steps, 1),
+                                 .steps_per_epoch = o.StepsPerEpoch(st.rd.train.rows) * total /
+                                                    std::max<int64_t>(st.total_steps, 1),
                                  .t_start_ns = t_start},
                                 o.model, st.rd.val, seg, log, stats.validation());
   // Several hosts: sync combines every step's sums, async runs the parameter server.

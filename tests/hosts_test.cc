@@ -407,9 +407,12 @@ TEST_F(HostsTest, AsyncHostMasterKilledResumesFromTheLastSyncPoint) {
   const std::string ckpt = dir.File("async.ckpt");
   constexpr int64_t kEvery = 200;
   auto async_run = [&](int64_t steps, const std::vector<std::string>& extra) {
-    std::vector<std::string> a = {"--mode",    "async", "--rule",  "dc-asgd-a",
-                                  "--workers", std::to_string(kLongWorkers), "--batch", "32",
-                                  "--steps",   std::to_string(steps), "--log-every", "0"};
+    std::vector<std::string> a = {"--mode",      "async",
+                                  "--rule",      "dc-asgd-a",
+                                  "--workers",   std::to_string(kLongWorkers),
+                                  "--batch",     "32",
+                                  "--steps",     std::to_string(steps),
+                                  "--log-every", "0"};
     a.insert(a.end(), extra.begin(), extra.end());
     return WithoutMetrics(Train(a));
   };
@@ -417,14 +420,16 @@ TEST_F(HostsTest, AsyncHostMasterKilledResumesFromTheLastSyncPoint) {
     MpiJob job(2, async_run(100'000'000, {"--checkpoint", ckpt, "--checkpoint-every",
                                           std::to_string(kEvery), "--host-timeout", "60s"}));
     ASSERT_GT(job.mpirun(), 0);
-    ASSERT_TRUE(job.UntilRunning(kLongWorkers, kEventTimeout)) << job.err() << job.DescribeWorkers();
+    ASSERT_TRUE(job.UntilRunning(kLongWorkers, kEventTimeout))
+        << job.err() << job.DescribeWorkers();
     int checkpoints = 0;
     ASSERT_TRUE(job.Until(
         [&](const std::string& l) {
           return JsonField(l, "event") == "checkpoint" && ++checkpoints == 2;
         },
         kEventTimeout))
-        << "no second checkpoint came; stderr:\n" << job.err();
+        << "no second checkpoint came; stderr:\n"
+        << job.err();
     ASSERT_EQ(kill(job.host(1)->pid, SIGKILL), 0);
     const Clock::time_point killed = Clock::now();
     const ProcResult r = job.Wait(kGoneBound + milliseconds{5'000});

@@ -1,12 +1,13 @@
 // The owner's rule of async across hosts (master/param_server.h, OwnedPart) against the
 // paper's server update worked by hand, and the summary's cross-host totals.
+#include "master/param_server.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <string>
 #include <vector>
 
-#include "master/param_server.h"
 #include "master/run_summary.h"
 
 namespace shmtrain::master {
@@ -144,9 +145,9 @@ TEST(CrossHostTotals, TheSummaryReportsEveryHostsUpdates) {
   EXPECT_EQ(s.end_step, 13);
   EXPECT_EQ(s.param_version, 13);
   const std::string j = SummaryJson(s).Done();
-  for (const char* field : {"\"updates\":13", "\"host_updates\":[7,6]", "\"pushes_sent\":11",
-                            "\"pushes_applied\":10", "\"pushes_dropped\":1",
-                            "\"cross_staleness_mean\":0.5", "\"cross_staleness_p90\":1"}) {
+  for (const char* field :
+       {"\"updates\":13", "\"host_updates\":[7,6]", "\"pushes_sent\":11", "\"pushes_applied\":10",
+        "\"pushes_dropped\":1", "\"cross_staleness_mean\":0.5", "\"cross_staleness_p90\":1"}) {
     EXPECT_NE(j.find(field), std::string::npos) << field << " in " << j;
   }
   EXPECT_NE(SummaryText(s).find("pushes 11 sent, 10 applied, 1 dropped"), std::string::npos)
