@@ -45,6 +45,7 @@ using test::Contains;
 using test::Events;
 using test::ExitedWith;
 using test::ExpectJobGone;
+using test::KillHostMaster;
 using test::JsonField;
 using test::kEventTimeout;
 using test::kGoneBound;
@@ -54,6 +55,7 @@ using test::Ms;
 using test::Num;
 using test::ProcResult;
 using test::RunJob;
+using test::StopHostMaster;
 using test::SummaryOf;
 using test::TempDir;
 using test::WithoutMetrics;
@@ -403,18 +405,7 @@ TEST_F(HostsAsyncTest, HostMasterKilledEndsTheJob) {
     ASSERT_GT(job.mpirun(), 0);
     ASSERT_TRUE(UntilExchanging(job)) << "the job did not get going; stderr:\n"
                                       << job.err() << job.DescribeWorkers();
-    ASSERT_EQ(kill(job.host(victim)->pid, SIGKILL), 0);
-    const Clock::time_point killed = Clock::now();
-    const ProcResult r = job.Wait(kGoneBound + milliseconds{5'000});
-    const Clock::duration took = ExpectJobGone(job, killed, kGoneBound);
-    std::printf("[ host %d killed ] mpirun ended after %lld ms, everything gone after %lld ms\n",
-                victim, Ms(r.end - killed), Ms(took));
-    EXPECT_LE(r.end - killed, kGoneBound) << "mpirun outlived the bound";
-    EXPECT_TRUE(ExitedWith(r, 128 + SIGKILL)) << "mpirun reports the dead rank's signal";
-    EXPECT_TRUE(Contains(r.err, "process rank " + std::to_string(victim)) &&
-                Contains(r.err, "exited on signal 9"))
-        << "no message naming rank " << victim << ":\n"
-        << Clip(r.err);
+    KillHostMaster(job, victim);
   }
 }
 
@@ -424,18 +415,7 @@ TEST_F(HostsAsyncTest, StoppedHostMasterEndsTheJobAfterTheHostTimeout) {
   ASSERT_GT(job.mpirun(), 0);
   ASSERT_TRUE(UntilExchanging(job)) << "the job did not get going; stderr:\n"
                                     << job.err() << job.DescribeWorkers();
-  ASSERT_EQ(kill(job.host(1)->pid, SIGSTOP), 0);
-  const Clock::time_point stopped = Clock::now();
-  const ProcResult r = job.Wait(kHostTimeout + kGoneBound + milliseconds{10'000});
-  const Clock::duration took = ExpectJobGone(job, stopped, kHostTimeout + kGoneBound);
-  std::printf("[ host 1 stopped ] mpirun ended after %lld ms, everything gone after %lld ms\n",
-              Ms(r.end - stopped), Ms(took));
-  EXPECT_TRUE(ExitedWith(r, 6));
-  EXPECT_LE(r.end - stopped, kHostTimeout + kGoneBound);
-  EXPECT_GE(r.end - stopped, kHostTimeout - milliseconds{500}) << "ended before the deadline";
-  EXPECT_TRUE(Contains(r.err, "async exchange: nothing arrived from host 1 (") &&
-              Contains(r.err, "by the deadline (--host-timeout 3000 ms)"))
-      << Clip(r.err);
+  StopHostMaster(job, kHostTimeout, "async exchange: nothing arrived from host 1 (");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -55,6 +55,7 @@ using test::Contains;
 using test::Events;
 using test::ExitedWith;
 using test::ExpectJobGone;
+using test::KillHostMaster;
 using test::JsonField;
 using test::kEventTimeout;
 using test::kGoneBound;
@@ -66,6 +67,7 @@ using test::Ms;
 using test::Num;
 using test::ProcResult;
 using test::RunJob;
+using test::StopHostMaster;
 using test::SameBytes;
 using test::SummaryOf;
 using test::SyncRun;
@@ -356,18 +358,7 @@ TEST_F(HostsTest, HostMasterKilledEndsTheJobAndTheCheckpointResumesExactly) {
                     kEventTimeout))
           << "no checkpoint came; stderr:\n"
           << job.err();
-      ASSERT_EQ(kill(job.host(victim)->pid, SIGKILL), 0);
-      const Clock::time_point killed = Clock::now();
-      const ProcResult r = job.Wait(kGoneBound + milliseconds{5'000});
-      const Clock::duration took = ExpectJobGone(job, killed, kGoneBound);
-      std::printf("[ host %d killed ] mpirun ended after %lld ms, everything gone after %lld ms\n",
-                  victim, Ms(r.end - killed), Ms(took));
-      EXPECT_LE(r.end - killed, kGoneBound) << "mpirun outlived the bound";
-      EXPECT_TRUE(ExitedWith(r, 128 + SIGKILL)) << "mpirun reports the dead rank's signal";
-      EXPECT_TRUE(Contains(r.err, "process rank " + std::to_string(victim)) &&
-                  Contains(r.err, "exited on signal 9"))
-          << "no message naming rank " << victim << ":\n"
-          << Clip(r.err);
+      const ProcResult r = KillHostMaster(job, victim);
       if (victim == 1) {
         // Host 0 was stopped by mpirun: it says so, and checkpoints where it stopped.
         EXPECT_TRUE(Contains(r.err, "stopped by SIGTERM") && Contains(r.err, "another host master"))
@@ -430,12 +421,7 @@ TEST_F(HostsTest, AsyncHostMasterKilledResumesFromTheLastSyncPoint) {
         kEventTimeout))
         << "no second checkpoint came; stderr:\n"
         << job.err();
-    ASSERT_EQ(kill(job.host(1)->pid, SIGKILL), 0);
-    const Clock::time_point killed = Clock::now();
-    const ProcResult r = job.Wait(kGoneBound + milliseconds{5'000});
-    ExpectJobGone(job, killed, kGoneBound);
-    EXPECT_LE(r.end - killed, kGoneBound) << "mpirun outlived the bound";
-    EXPECT_TRUE(ExitedWith(r, 128 + SIGKILL)) << Clip(r.err);
+    const ProcResult r = KillHostMaster(job, 1);
     // No checkpoint on the stop across hosts: the last sync point stands.
     EXPECT_EQ(Events(r.out, "checkpoint_on_stop").size(), 0u) << Clip(r.out);
   }
@@ -468,18 +454,7 @@ TEST_F(HostsTest, StoppedHostMasterEndsTheJobAfterTheHostTimeout) {
   ASSERT_TRUE(job.Until([](const std::string& l) { return JsonField(l, "event") == "step"; },
                         kEventTimeout))
       << job.err();
-  ASSERT_EQ(kill(job.host(1)->pid, SIGSTOP), 0);
-  const Clock::time_point stopped = Clock::now();
-  const ProcResult r = job.Wait(kHostTimeout + kGoneBound + milliseconds{10'000});
-  const Clock::duration took = ExpectJobGone(job, stopped, kHostTimeout + kGoneBound);
-  std::printf("[ host 1 stopped ] mpirun ended after %lld ms, everything gone after %lld ms\n",
-              Ms(r.end - stopped), Ms(took));
-  EXPECT_TRUE(ExitedWith(r, 6));
-  EXPECT_LE(r.end - stopped, kHostTimeout + kGoneBound);
-  EXPECT_GE(r.end - stopped, kHostTimeout - milliseconds{500}) << "ended before the deadline";
-  EXPECT_TRUE(Contains(r.err, "nothing arrived from host 1 (") &&
-              Contains(r.err, "by the deadline (--host-timeout 3000 ms)"))
-      << Clip(r.err);
+  StopHostMaster(job, kHostTimeout, "nothing arrived from host 1 (");
 }
 
 // ---------------------------------------------------------------------------------------------

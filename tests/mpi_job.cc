@@ -419,6 +419,38 @@ Clock::duration ExpectJobGone(MpiJob& job, Clock::time_point since, milliseconds
   return took;
 }
 
+ProcResult KillHostMaster(MpiJob& job, int victim) {
+  EXPECT_EQ(kill(job.host(victim)->pid, SIGKILL), 0);
+  const Clock::time_point killed = Clock::now();
+  ProcResult r = job.Wait(kGoneBound + milliseconds{5'000});
+  const Clock::duration took = ExpectJobGone(job, killed, kGoneBound);
+  std::printf("[ host %d killed ] mpirun ended after %lld ms, everything gone after %lld ms\n",
+              victim, Ms(r.end - killed), Ms(took));
+  EXPECT_LE(r.end - killed, kGoneBound) << "mpirun outlived the bound";
+  EXPECT_TRUE(ExitedWith(r, 128 + SIGKILL)) << "mpirun reports the dead rank's signal";
+  EXPECT_TRUE(Contains(r.err, "process rank " + std::to_string(victim)) &&
+              Contains(r.err, "exited on signal 9"))
+      << "no message naming rank " << victim << ":\n"
+      << Clip(r.err);
+  return r;
+}
+
+void StopHostMaster(MpiJob& job, milliseconds host_timeout, const std::string& what) {
+  ASSERT_EQ(kill(job.host(1)->pid, SIGSTOP), 0);
+  const Clock::time_point stopped = Clock::now();
+  const ProcResult r = job.Wait(host_timeout + kGoneBound + milliseconds{10'000});
+  const Clock::duration took = ExpectJobGone(job, stopped, host_timeout + kGoneBound);
+  std::printf("[ host 1 stopped ] mpirun ended after %lld ms, everything gone after %lld ms\n",
+              Ms(r.end - stopped), Ms(took));
+  EXPECT_TRUE(ExitedWith(r, 6));
+  EXPECT_LE(r.end - stopped, host_timeout + kGoneBound);
+  EXPECT_GE(r.end - stopped, host_timeout - milliseconds{500}) << "ended before the deadline";
+  EXPECT_TRUE(Contains(r.err, what) &&
+              Contains(r.err, "by the deadline (--host-timeout " +
+                                  std::to_string(host_timeout.count()) + " ms)"))
+      << Clip(r.err);
+}
+
 ProcResult RunJob(int hosts, const std::vector<std::string>& argv) {
   MpiJob job(hosts, argv);
   EXPECT_GT(job.mpirun(), 0);

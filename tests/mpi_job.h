@@ -135,6 +135,16 @@ class MpiJob {
 // how long that took from `since`; adds failures naming what is left.
 Clock::duration ExpectJobGone(MpiJob& job, Clock::time_point since, milliseconds bound);
 
+// SIGKILLs host `victim`'s master: mpirun must end the job within kGoneBound with the dead
+// rank's signal (exit 137) and a message naming the rank, and nothing of the job may be left
+// (README "Several hosts"). Returns how the job ended.
+ProcResult KillHostMaster(MpiJob& job, int victim);
+
+// SIGSTOPs host 1's master: the others must end the job with exit 6 once `host_timeout` has
+// passed (not before it, and within kGoneBound after it), naming host 1 in a message that
+// contains `what` ("nothing arrived from host 1 (" in sync), and nothing may be left.
+void StopHostMaster(MpiJob& job, milliseconds host_timeout, const std::string& what);
+
 // Runs a job of `hosts` host masters to its end and expects nothing of it left within 2 s;
 // returns how it ended.
 ProcResult RunJob(int hosts, const std::vector<std::string>& argv);
