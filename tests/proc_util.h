@@ -24,11 +24,16 @@
 // Sanitized builds skip it: its paths (loading, processes, updates) are each run there by
 // smaller tests, and its minutes of arithmetic at -O1 find nothing more. The normal build
 // runs it.
+// A rate test (one that compares how fast something goes under two conditions) is skipped
+// there too: the instrumentation, not the code under test, sets the pace.
 #ifdef SHMTRAIN_SANITIZED
 #define SHMTRAIN_CONVERGENCE_TEST() \
   GTEST_SKIP() << "a convergence test: the normal build runs it, smaller tests run its paths here"
+#define SHMTRAIN_RATE_TEST() \
+  GTEST_SKIP() << "a rate test: the normal build runs it, smaller tests run its paths here"
 #else
 #define SHMTRAIN_CONVERGENCE_TEST() static_cast<void>(0)
+#define SHMTRAIN_RATE_TEST() static_cast<void>(0)
 #endif
 
 namespace shmtrain::test {
