@@ -147,6 +147,8 @@ struct ParamServer::Body {
   // counters to every host. A checkpoint's: this host's W and bases become the run's model.
   Status SyncPoint(int64_t point);
   Status ExchangeParts();
+  void FillOwnParts();
+  void TakeParts();
   void Merge(int j, const float* g);
   // The sync point this host is at or heading to: the end once its workers have all finished,
   // else the checkpoint the run loop waits for (-1: none).
@@ -525,7 +527,8 @@ Status ParamServer::Body::SyncPoint(int64_t point) {
 }
 
 // Every owner's part, with its host's counters, to every host: into final_params and totals.
-Status ParamServer::Body::ExchangeParts() {
+// This host's message at a sync point: its workers' and its exchange's counters, its part.
+void ParamServer::Body::FillOwnParts() {
   FinalHead& f = *final_out.head();
   f = FinalHead{};
   f.updates = shm::LoadAcquire(h->param_version);
@@ -542,6 +545,35 @@ Status ParamServer::Body::ExchangeParts() {
   f.tau_max = tau_max;
   std::copy(tau_counts.begin(), tau_counts.end(), f.tau_counts);
   std::copy(owned.values(), owned.values() + owned.size(), final_out.floats());
+}
+
+// Every host's message (this one's in final_out): the run's parameters and totals.
+void ParamServer::Body::TakeParts() {
+  final_params.resize(static_cast<size_t>(n));
+  totals = CrossHostTotals{};
+  totals.tau_counts.assign(kTauCounts, 0);
+  for (int k = 0; k < H; ++k) {
+    const data::BatchPlan::Range r = Part(k);
+    Buffer<FinalHead>& src = k == me ? final_out : peers[static_cast<size_t>(k)].final_in;
+    const FinalHead& g = *src.head();
+    std::copy(src.floats(), src.floats() + (r.end - r.begin), final_params.begin() + r.begin);
+    totals.host_updates.push_back(g.updates);
+    totals.samples += g.samples;
+    totals.staleness_sum += g.staleness_sum;
+    totals.dropped_local += g.dropped_local;
+    totals.sent += g.sent;
+    totals.bytes += g.bytes;
+    totals.applied += g.applied;
+    totals.dropped += g.dropped;
+    totals.tau_sum += g.tau_sum;
+    totals.tau_max = std::max(totals.tau_max, g.tau_max);
+    for (int t = 0; t < kTauCounts; ++t)
+      totals.tau_counts[static_cast<size_t>(t)] += g.tau_counts[t];
+  }
+}
+
+Status ParamServer::Body::ExchangeParts() {
+  FillOwnParts();
   for (int k = 0; k < H; ++k) {
     if (k == me) continue;
     Peer& q = peers[static_cast<size_t>(k)];
@@ -576,27 +608,7 @@ Status ParamServer::Body::ExchangeParts() {
     }
     sched_yield();
   }
-  final_params.resize(static_cast<size_t>(n));
-  totals = CrossHostTotals{};
-  totals.tau_counts.assign(kTauCounts, 0);
-  for (int k = 0; k < H; ++k) {
-    const data::BatchPlan::Range r = Part(k);
-    Buffer<FinalHead>& src = k == me ? final_out : peers[static_cast<size_t>(k)].final_in;
-    const FinalHead& g = *src.head();
-    std::copy(src.floats(), src.floats() + (r.end - r.begin), final_params.begin() + r.begin);
-    totals.host_updates.push_back(g.updates);
-    totals.samples += g.samples;
-    totals.staleness_sum += g.staleness_sum;
-    totals.dropped_local += g.dropped_local;
-    totals.sent += g.sent;
-    totals.bytes += g.bytes;
-    totals.applied += g.applied;
-    totals.dropped += g.dropped;
-    totals.tau_sum += g.tau_sum;
-    totals.tau_max = std::max(totals.tau_max, g.tau_max);
-    for (int t = 0; t < kTauCounts; ++t)
-      totals.tau_counts[static_cast<size_t>(t)] += g.tau_counts[t];
-  }
+  TakeParts();
   return Status::Ok();
 }
 
