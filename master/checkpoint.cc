@@ -110,8 +110,10 @@ uint64_t RunFingerprint(const TrainOptions& o, const OptimConfig& optim, const d
   return h.value();
 }
 
-Status SaveCheckpoint(const std::string& path, const Checkpoint& c) {
+std::string EncodeCheckpoint(const Checkpoint& c) {
   std::string s(kCheckpointMagic, sizeof kCheckpointMagic);
+  s.reserve(CheckpointSize(static_cast<int64_t>(c.params.size()), static_cast<int>(c.states.size()),
+                           c.optimizer));
   AppendRaw<uint32_t>(&s, kCheckpointVersion);
   AppendRaw<uint32_t>(&s, static_cast<uint32_t>(c.mode));
   AppendRaw<int64_t>(&s, c.step);
@@ -125,7 +127,12 @@ Status SaveCheckpoint(const std::string& path, const Checkpoint& c) {
     s.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
   }
   AppendRaw<uint32_t>(&s, Crc32(s.data(), s.size()));
-  return WriteFileDurably(path, s);
+  return s;
+}
+
+uint64_t CheckpointSize(int64_t n, int states, const std::string& optimizer) {
+  const uint64_t head = sizeof kCheckpointMagic + 4 + 4 + 8 + 8 + 8 + 4 + 4;
+  return head + optimizer.size() + uint64_t(n) * sizeof(float) * (1 + uint64_t(states)) + 4;
 }
 
 Status LoadCheckpoint(const std::string& path, Checkpoint* out) {

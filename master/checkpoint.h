@@ -41,7 +41,10 @@ struct Checkpoint {
 uint64_t RunFingerprint(const TrainOptions& o, const OptimConfig& optim,
                         const data::Dataset& train);
 
-Status SaveCheckpoint(const std::string& path, const Checkpoint& c);
+// The file's bytes (written with master/output_write.h), and their count for n parameters,
+// `states` optimizer state vectors and the optimizer's description.
+std::string EncodeCheckpoint(const Checkpoint& c);
+uint64_t CheckpointSize(int64_t n, int states, const std::string& optimizer);
 // kData with a message naming the file on any damage (short, bad magic or version, sizes,
 // checksum), and when a parameter or an optimizer state value is not finite (naming the first).
 Status LoadCheckpoint(const std::string& path, Checkpoint* out);

@@ -152,7 +152,8 @@ Status CheckpointPolicy::Write(Checkpoint c) {
   c.fingerprint = config_.fingerprint;
   c.optimizer = config_.optimizer;
   const Status s = StateFinite(c)
-                       ? SaveCheckpoint(config_.path, c)
+                       ? WriteFileDurably(config_.path, EncodeCheckpoint(c),
+                                          {.reservation = config_.reservation})
                        : Status::Diverged("the parameters at step " + std::to_string(c.step) +
                                           " are not finite; the checkpoint was not written");
   if (!s.ok()) {

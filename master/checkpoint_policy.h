@@ -18,9 +18,11 @@
 //    and the master's next look, not for the disk, unless the next multiple comes before the
 //    write of this one ends: then they wait for it (with small N the run goes at the pace of
 //    the writes, about 15 ms each with fsync here).
-//  - Write. Durable (SaveCheckpoint). Non-finite state is never written, so the last finite
-//    checkpoint stays usable. A checkpoint that cannot be written does not end the run: it is
-//    logged (`warning: ...`, JSON `checkpoint_failed`) and counted
+//  - Write. Durable (master/output_write.h; the first into the room reserved when the run
+//    started, CheckpointConfig::reservation), interruptible by a stop signal. --checkpoint is
+//    a regular file (master/output_path.h, OutputKinds). Non-finite state is never written, so the
+//    last finite checkpoint stays usable. A checkpoint that cannot be written does not end the run:
+//    it is logged (`warning: ...`, JSON `checkpoint_failed`) and counted
 //    (CheckpointStats::AddFailure); a written one is timed and logged (JSON
 //    `checkpoint`).
 //  - Stop. On a stop signal, once every worker is gone, the state at Progress() is written.
@@ -46,6 +48,7 @@
 
 #include "master/checkpoint.h"
 #include "master/log.h"
+#include "master/output_write.h"
 #include "master/run_loop.h"
 #include "monitoring/run_stats.h"
 #include "shm/segment.h"
@@ -101,6 +104,8 @@ struct CheckpointConfig {
   // the file counts every host's updates: step x hosts. Null on one host and in sync.
   CheckpointCut* cut = nullptr;
   int hosts = 1;
+  // The room taken for the first file when the run started (master/output_write.h); null: none.
+  OutputReservation* reservation = nullptr;
 };
 
 class CheckpointPolicy final : public RunUnit {

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "master/output_path.h"
+#include "master/output_write.h"
 #include "nn/layer.h"
 
 namespace shmtrain::master {

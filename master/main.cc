@@ -185,6 +185,9 @@ int main(int argc, char** argv) {
     default:
       break;
   }
+  // No workers to stop: a stop signal removes what the command was writing (its temporary
+  // file, its lock) and ends it at once.
+  master::InstallSignalHandlers(master::StopAction::kRemoveAndDie);
   master::Logger log(cmd.train.log_format, false);
   return Outcome(Guarded([&] { return RunCommand(cmd, log); }), log);
 }

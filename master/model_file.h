@@ -55,45 +55,11 @@ std::string NonFiniteName(float v);
 // Every value of v is finite: what a run must hold before it writes a model or a checkpoint.
 bool AllFinite(const std::vector<float>& v);
 
-// Where the bytes written to an output path go, its symbolic links followed to the end.
-struct OutputTarget {
-  enum class Kind {
-    kFile,    // a regular file, or nothing yet: replaced atomically (temporary file, rename)
-    kStream,  // a FIFO or a character device: written in place, never replaced
-    kFd,      // one of this process's descriptors (/dev/stdout, /dev/fd/N): written to `fd`
-  };
-  Kind kind = Kind::kFile;
-  std::string path;   // kFile: the final target (never a symlink); kStream: the node
-  bool fifo = false;  // kStream: a FIFO (else a character device)
-  int fd = -1;        // kFd
-};
-// Follows the symbolic links of `path` (up to 40) to what its bytes would go to. A directory,
-// a block device, a socket, or a descriptor not open for writing is kUsage with a message that
-// says what it is (without the path: callers name it).
-Status ResolveOutput(const std::string& path, OutputTarget* out);
-
-// How long a write to a FIFO waits for a reader to open it before it fails.
-inline constexpr int kFifoReaderWaitMs = 10'000;
-
-// Writes `bytes` to `path`, whatever ResolveOutput finds there:
-//  - a regular file (or none, or a symlink to either, dangling or not): durably, as above,
-//    with the temporary file in the final target's directory, so the link stays a link and
-//    its target gets the bytes;
-//  - a FIFO or a character device (/dev/null, a terminal): straight into it, no temporary
-//    file and no rename; a FIFO waits up to `fifo_wait_ms` for a reader, then fails;
-//  - /dev/stdout, /dev/stderr, /dev/fd/N: straight into that descriptor.
-// kResource on failure, naming the path; nothing is left behind.
-Status WriteFileDurably(const std::string& path, const std::string& bytes,
-                        int fifo_wait_ms = kFifoReaderWaitMs);
-// The directory of a path: "." for a bare name, "/" for a file at the root.
-std::string DirOf(const std::string& path);
-
 // Reads all of file `path`: the one whole-file read of the binary formats (model files,
 // checkpoints). kData naming the path and `what` ("model file") when it cannot be opened or
 // read.
 Status ReadFileBytes(const std::string& path, const std::string& what, std::string* out);
 
-Status SaveModel(const std::string& path, const Model& m);
 Status LoadModel(const std::string& path, Model* out);
 
 }  // namespace shmtrain

@@ -10,6 +10,7 @@
 #include "data/preprocess.h"
 #include "master/model_file.h"
 #include "master/output_path.h"
+#include "master/output_write.h"
 #include "master/run.h"
 #include "nn/metrics.h"
 #include "nn/model.h"

@@ -21,6 +21,7 @@
 #include "master/combiner.h"
 #include "master/model_file.h"
 #include "master/output_path.h"
+#include "master/output_write.h"
 #include "master/param_server.h"
 #include "master/run_lines.h"
 #include "master/run_loop.h"
@@ -37,9 +38,6 @@
 #include "shm/segment.h"
 
 namespace shmtrain::master {
-
-std::atomic<int> g_stop_signal{0};
-char g_segment_path[256] = "";
 
 namespace {
 
@@ -283,7 +281,8 @@ Status CheckOutputPaths(const TrainOptions& o, OutputLock (&locks)[2]) {
                                  {{"--data", o.data_path},
                                   {"--labels", o.labels_path},
                                   {"--val-data", o.val_data_path},
-                                  {"--val-labels", o.val_labels_path}});
+                                  {"--val-labels", o.val_labels_path}},
+                                 OutputKinds::kRegularFile);
       !s.ok()) {
     return s;
   }
@@ -299,26 +298,24 @@ void ReclaimStale(Logger& log) {
   }
 }
 
-// Names the segment in g_segment_path for main's last-resort handlers while this run owns it
-// (declared right after the segment: cleared before the segment is removed, on every path
-// out). The run's end begins here: the name goes first (the mapping stays for the units
-// after it), since under mpirun a host master the job is ending has a grace period of about
-// a second before its SIGKILL, and stopping the workers may take that long.
+// Registers the segment's name for main's last-resort handlers while this run owns it
+// (RemovedOnDeath; declared right after the segment: forgotten before the segment is removed,
+// on every path out). The run's end begins here: the name goes first (the mapping stays for
+// the units after it), since under mpirun a host master the job is ending has a grace period
+// of about a second before its SIGKILL, and stopping the workers may take that long.
 class SegmentName final : public RunUnit {
  public:
-  explicit SegmentName(shm::Segment& seg) : seg_(seg) {
-    std::snprintf(g_segment_path, sizeof g_segment_path, "/dev/shm/%s", seg.name().c_str());
-  }
-  ~SegmentName() override { g_segment_path[0] = '\0'; }
+  explicit SegmentName(shm::Segment& seg) : seg_(seg), on_death_("/dev/shm/" + seg.name()) {}
   SegmentName(const SegmentName&) = delete;
   SegmentName& operator=(const SegmentName&) = delete;
   void Finish(RunEnd& /*end*/) override {
     seg_.Unlink();
-    g_segment_path[0] = '\0';
+    on_death_.Forget();
   }
 
  private:
   shm::Segment& seg_;
+  RemovedOnDeath on_death_;
 };
 
 // Stops the exporter's reads of the run. Declared after the segment and the stats: destroyed
@@ -418,6 +415,8 @@ TrainOptions HostUnits(const TrainOptions& o) {
 // segment, so a start that fails anywhere leaves nothing behind.
 struct Start {
   OutputLock output_locks[2];  // --save, --checkpoint: held for the run's life
+  // Their room on disk, taken once the sizes are known (Reserve); used by the writes.
+  OutputReservation reserved[2];
   RunData rd;
   int64_t total_steps = 0;  // the run's
   // This host's: the run's, but async across hosts its share of the updates
@@ -431,6 +430,22 @@ struct Start {
   shm::Segment seg;
   std::optional<SegmentName> seg_name;  // set once seg exists
 };
+
+// The room the outputs will take, reserved before the training (master/output_write.h): a
+// full disk is found now, not after the run, when the model would be lost.
+Status Reserve(const TrainOptions& o, const RunData& rd, const OptimConfig& optim,
+               const std::string& optimizer, OutputReservation (&out)[2]) {
+  const Model shape{o.model, rd.norm, rd.train.classes, std::vector<float>(o.model.ParamCount())};
+  if (Status s = OutputReservation::Make("--save", o.save_path, EncodeModel(shape).size(), &out[0]);
+      !s.ok()) {
+    return s;
+  }
+  return OutputReservation::Make(
+      "--checkpoint", o.checkpoint_path,
+      CheckpointSize(static_cast<int64_t>(o.model.ParamCount()),
+                     o.mode == Mode::kSync ? static_cast<int>(optim.num_states) : 0, optimizer),
+      &out[1]);
+}
 
 Status StartHere(TrainOptions& o, Logger& log, std::unique_ptr<monitoring::Exporter>* exporter,
                  Start* st) {
@@ -473,6 +488,7 @@ Status StartHere(TrainOptions& o, Logger& log, std::unique_ptr<monitoring::Expor
   // Resuming: the checkpoint must come from this very run (same options and data).
   st->fingerprint = RunFingerprint(o, st->optim, d);
   st->optimizer = nn::Describe(st->optim);
+  if (Status s = Reserve(o, st->rd, st->optim, st->optimizer, st->reserved); !s.ok()) return s;
   if (!o.resume_path.empty()) {
     if (Status s = LoadResume(o.resume_path, o.mode, st->fingerprint, st->optimizer, proto,
                               st->total_steps, &st->resume);
@@ -548,7 +564,8 @@ class MasterFault final : public RunUnit {
 // gradient; this guards what they cannot see (an update that overflowed at the very last step).
 class FinalModel final : public RunUnit {
  public:
-  FinalModel(const TrainOptions& o, const RunData& rd) : o_(o), rd_(rd) {}
+  FinalModel(const TrainOptions& o, const RunData& rd, OutputReservation* reserved)
+      : o_(o), rd_(rd), reserved_(reserved) {}
   void Finish(RunEnd& end) override {
     if (!end.status.ok()) return;
     if (!AllFinite(end.params)) {
@@ -557,7 +574,7 @@ class FinalModel final : public RunUnit {
           " are not finite (NaN or infinite); " + o_.DivergenceHint() + "; no model was saved");
     } else if (!o_.save_path.empty()) {
       Model m{o_.model, rd_.norm, rd_.train.classes, std::move(end.params)};
-      end.status = SaveModel(o_.save_path, m);
+      end.status = WriteFileDurably(o_.save_path, EncodeModel(m), {.reservation = reserved_});
       end.params = std::move(m.params);  // for the summary's final loss
     }
   }
@@ -565,6 +582,7 @@ class FinalModel final : public RunUnit {
  private:
   const TrainOptions& o_;
   const RunData& rd_;
+  OutputReservation* reserved_;
 };
 
 // The summary line of a good end: what the run itself knows (mode, steps, wall time, the kept
@@ -655,9 +673,10 @@ Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher, Hosts
                                 .fingerprint = st.fingerprint,
                                 .optimizer = st.optimizer,
                                 .cut = server.get(),
-                                .hosts = server ? o.host_count : 1},
+                                .hosts = server ? o.host_count : 1,
+                                .reservation = &st.reserved[1]},
                                seg, log, stats.checkpoints());
-  FinalModel model(o, st.rd);
+  FinalModel model(o, st.rd, &st.reserved[0]);
   SummaryLine summary(o, first, st.rd.train.rows, t_start, log);
   RunLoop loop(seg, [&sup](int ms) { sup.Wait(ms); },
                {&*st.seg_name, &stop, &fault, &losses, &live, server.get(), &validation,

@@ -10,8 +10,6 @@
 // gives the workers a bounded time to leave before it kills them.
 #pragma once
 
-#include <atomic>
-#include <csignal>
 #include <memory>
 
 #include "data/dataset.h"
@@ -19,24 +17,12 @@
 #include "master/hosts.h"
 #include "master/launcher.h"
 #include "master/log.h"
+#include "master/signals.h"
 #include "monitoring/exporter.h"
 #include "shmtrain/options.h"
 #include "shmtrain/status.h"
 
 namespace shmtrain::master {
-
-// The signal that asked the run to stop (SIGINT, SIGTERM, SIGHUP, ...), 0 if none. Set by
-// main's handler (on whichever thread the kernel picks: MPI's own threads among them, hence an
-// atomic, lock-free and so async-signal-safe); the run loop stops the workers, checkpoints and
-// exits 128 + the signal.
-extern std::atomic<int> g_stop_signal;
-static_assert(std::atomic<int>::is_always_lock_free, "stored from a signal handler");
-
-// "/dev/shm/<name>" of the segment while this process owns one, else "". Written by the run
-// loop before any worker starts and cleared before the segment goes; read by main's last-resort
-// handlers (a fatal signal, an exception that escaped another thread), which unlink it
-// (async-signal-safe) because no destructor will run.
-extern char g_segment_path[256];
 
 // The data a run trains and validates on: loaded, split (--val-split) and scaled
 // (--normalize, fitted on the training rows), and checked against the model. A --model given

@@ -9,6 +9,7 @@
 #include <exception>
 #include <new>
 #include <string>
+#include <utility>
 
 #include "master/run.h"
 #include "shmtrain/status.h"
@@ -26,25 +27,44 @@ constexpr bool kOwnCrashHandlers = false;
 constexpr bool kOwnCrashHandlers = true;
 #endif
 
-void UnlinkSegment() {
-  if (g_segment_path[0] != '\0') unlink(g_segment_path);  // async-signal-safe
+// The slots of RemovedOnDeath: a path is written while its slot is kFilling and unlinked by a
+// handler only once kReady, so a handler never reads a path half written.
+constexpr int kSlots = 16;
+enum SlotState : int { kFree = 0, kFilling = 1, kReady = 2 };
+struct Slot {
+  std::atomic<int> state{kFree};
+  char path[4096];
+};
+static_assert(std::atomic<int>::is_always_lock_free, "read from a signal handler");
+Slot g_slots[kSlots];
+StopAction g_stop_action = StopAction::kRaiseFlag;
+
+void RemoveAll() {  // async-signal-safe
+  for (Slot& s : g_slots) {
+    if (s.state.load() == kReady) unlink(s.path);
+  }
 }
 
 void OnStopSignal(int sig, siginfo_t* info, void*) {
   // The kernel's SIGPIPE for our own write carries our own pid as the sender.
   if (sig == SIGPIPE && info != nullptr && info->si_pid == getpid()) return;
   g_stop_signal = sig;
+  if (g_stop_action == StopAction::kRemoveAndDie) {
+    RemoveAll();
+    signal(sig, SIG_DFL);
+    raise(sig);
+  }
 }
 
 void OnCrashSignal(int sig) {
-  UnlinkSegment();
+  RemoveAll();
   signal(sig, SIG_DFL);
   raise(sig);
 }
 
 void OnTerminate() {
   const std::string what = DescribeException(std::current_exception());
-  UnlinkSegment();
+  RemoveAll();
   std::fprintf(stderr, "shmtrain: error: internal error: %s\n", what.c_str());
   std::fflush(nullptr);
   std::_Exit(kExitInternal);
@@ -57,6 +77,35 @@ std::string SignalName(int sig) {
 }
 
 }  // namespace
+
+std::atomic<int> g_stop_signal{0};
+
+RemovedOnDeath::RemovedOnDeath(const std::string& path) {
+  if (path.empty() || path.size() >= sizeof(Slot::path)) return;
+  for (int k = 0; k < kSlots; ++k) {
+    int free = kFree;
+    if (!g_slots[k].state.compare_exchange_strong(free, kFilling)) continue;
+    std::memcpy(g_slots[k].path, path.c_str(), path.size() + 1);
+    g_slots[k].state.store(kReady);
+    slot_ = k;
+    return;
+  }
+}
+
+RemovedOnDeath& RemovedOnDeath::operator=(RemovedOnDeath&& o) noexcept {
+  if (this != &o) {
+    Forget();
+    slot_ = std::exchange(o.slot_, -1);
+  }
+  return *this;
+}
+
+void RemovedOnDeath::Forget() {
+  if (slot_ < 0) return;
+  g_slots[slot_].state.store(kFilling);  // no handler reads it from here on
+  g_slots[slot_].state.store(kFree);
+  slot_ = -1;
+}
 
 Verdict StopSignal::Tick(const RunView& view) {
   const int sig = g_stop_signal.load();
@@ -84,7 +133,8 @@ std::string DescribeException(std::exception_ptr e) {
   }
 }
 
-void InstallSignalHandlers() {
+void InstallSignalHandlers(StopAction stop) {
+  g_stop_action = stop;
   struct sigaction sa {};
   sigemptyset(&sa.sa_mask);
   sa.sa_sigaction = OnStopSignal;

@@ -1,9 +1,5 @@
 // Tests of saved model files (master/model_file.h): round trip, and every kind of damage.
-#include "gtest/gtest.h"
 #include "master/model_file.h"
-#include "master/checkpoint.h"
-#include "core/bytes.h"
-#include "core/crc32.h"
 
 #include <dirent.h>
 #include <sys/stat.h>
@@ -20,6 +16,12 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "core/bytes.h"
+#include "core/crc32.h"
+#include "gtest/gtest.h"
+#include "master/checkpoint.h"
+#include "master/output_write.h"
 
 namespace shmtrain {
 namespace {
@@ -507,6 +509,11 @@ TEST(ModelFileTest, NonFiniteValuesAreRefusedNamingTheFirst) {
   ExpectRefused(EncodeModel(m), "the input offset of feature 1 is NaN");
 }
 
+// What `train --save` does with a model.
+Status SaveModel(const std::string& path, const Model& m) {
+  return master::WriteFileDurably(path, EncodeModel(m));
+}
+
 // A fresh directory under $TMPDIR (or /tmp), removed afterwards.
 class ModelFileDirTest : public ::testing::Test {
  protected:
@@ -607,7 +614,7 @@ TEST_F(ModelFileDirTest, FifoWithoutReaderFailsAtItsDeadline) {
   const std::string fifo = dir_ + "/out.fifo";
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
   const auto t0 = std::chrono::steady_clock::now();
-  const Status s = WriteFileDurably(fifo, "bytes\n", 300);
+  const Status s = master::WriteFileDurably(fifo, "bytes\n", {.reader_wait_ms = 300});
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                       std::chrono::steady_clock::now() - t0)
                       .count();
@@ -633,7 +640,7 @@ TEST_F(ModelFileDirTest, FifoReaderThatComesLateGetsTheBytes) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     got = ReadAll(fifo);
   });
-  const Status s = WriteFileDurably(fifo, bytes, 10'000);
+  const Status s = master::WriteFileDurably(fifo, bytes, {.reader_wait_ms = 10'000});
   reader.join();
   ASSERT_TRUE(s.ok()) << s.message();
   EXPECT_EQ(got.size(), bytes.size());
