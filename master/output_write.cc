@@ -92,7 +92,9 @@ int OpenStream(const OutputTarget& t, int wait_ms, const std::function<bool()>& 
 }
 
 Status Interrupted(const std::string& path) {
-  return Status::Interrupted("stopped while writing " + path +
+  const int sig = g_stop_signal.load();
+  return Status::Interrupted("stopped" + (sig != 0 ? " by " + SignalName(sig) : "") +
+                             " while writing " + path +
                              ", which was not taking the bytes (a FIFO or pipe whose reader does "
                              "not read, or a terminal that does not print); it was not written");
 }

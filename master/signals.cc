@@ -70,15 +70,14 @@ void OnTerminate() {
   std::_Exit(kExitInternal);
 }
 
-// "SIGHUP" for 1, for messages.
+}  // namespace
+
+std::atomic<int> g_stop_signal{0};
+
 std::string SignalName(int sig) {
   const char* abbrev = sigabbrev_np(sig);
   return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
 }
-
-}  // namespace
-
-std::atomic<int> g_stop_signal{0};
 
 RemovedOnDeath::RemovedOnDeath(const std::string& path) {
   if (path.empty() || path.size() >= sizeof(Slot::path)) return;

@@ -126,7 +126,10 @@ TEST(BlockingOutputs, ASaveThatCannotBeWrittenEndsOnAStopSignal) {
     const auto took = std::chrono::duration_cast<milliseconds>(r.end - t0).count();
     ASSERT_TRUE(test::ExitedWith(r, 128 + sig)) << sigabbrev_np(sig);
     EXPECT_LT(took, 10'000) << "the stop took " << took << " ms";
-    EXPECT_NE(r.err.find("stopped while writing " + fifo), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(std::string("stopped by SIG") + sigabbrev_np(sig) + " while writing " +
+                         fifo),
+              std::string::npos)
+        << r.err;
     ExpectCleanedUp(r);
   }
 }
