@@ -122,7 +122,7 @@ Verdict CheckpointPolicy::Tick(const RunView& view) {
   return Verdict::GoOn();
 }
 
-void CheckpointPolicy::Finish(RunEnd& end) {
+void CheckpointPolicy::Save(RunEnd& end) {
   if (end.status.code() == Status::Code::kInterrupted) {
     (void)WriteOnStop();  // a failure is logged and counted
   }

@@ -37,7 +37,7 @@
 // none of which knows which optimizer runs.
 //
 // A unit of the run loop (master/run_loop.h): each round takes the checkpoint due; a run ended
-// by a stop signal writes one in Finish, after the supervisor has stopped the workers.
+// by a stop signal writes one at its end's Save step, once the workers are stopped.
 //
 // Threads: the run loop's only. The segment is read without locks: copies happen while every
 // rank is paused (async ones through relaxed atomic loads, as the ranks write W).
@@ -122,7 +122,7 @@ class CheckpointPolicy final : public RunUnit {
   // never ends the run.
   Verdict Tick(const RunView& view) override;
   // A run ended by a stop signal (kInterrupted): WriteOnStop().
-  void Finish(RunEnd& end) override;
+  void Save(RunEnd& end) override;
   // On a stop signal, once no worker runs (the state is frozen; sync: W[t%2] at the lowest
   // completed step t is intact). Writes the state at Progress() and logs where it went;
   // Ok without writing when there is no --checkpoint.

@@ -18,16 +18,19 @@ constexpr int64_t kSliceNs = 20'000'000;
 }  // namespace
 
 // The thread's view of the segment is plain pointers into the mapping, taken once: the Segment
-// object itself may change under a detached thread (Segment::LeaveMapped), the mapping not.
+// object is the run loop's and goes when the run does, the mapping of a thread left behind
+// never (Segment::LeaveMapped).
 struct Combiner::Body {
-  Body(const shm::Segment& seg, Hosts& hosts, monitoring::DurationHistogram& times,
-       int64_t timeout_ns)
-      : h(seg.header()),
+  Body(const shm::Segment& seg, std::shared_ptr<Hosts> hosts_in,
+       std::shared_ptr<monitoring::DurationHistogram> times_in, int64_t timeout_ns)
+      : hosts_share(std::move(hosts_in)),
+        times_share(std::move(times_in)),
+        h(seg.header()),
         blocks(seg.block(0)),
         host_sum(seg.host_sum()),
         global_sum(seg.global_sum()),
-        hosts(hosts),
-        times(times),
+        hosts(*hosts_share),
+        times(*times_share),
         timeout_ns(timeout_ns) {
     for (uint32_t q = 0; q < h->config.workers; ++q) slots.push_back(seg.slot(static_cast<int>(q)));
   }
@@ -39,6 +42,10 @@ struct Combiner::Body {
     status = std::move(s);
   }
 
+  // What the thread uses besides the mapping is its own share (a thread left behind outlives
+  // the run loop's objects): kept here, and used through the references below.
+  const std::shared_ptr<Hosts> hosts_share;
+  const std::shared_ptr<monitoring::DurationHistogram> times_share;
   shm::Header* const h;
   const shm::WorkerBlock* const blocks;
   const float* const host_sum;
@@ -52,9 +59,10 @@ struct Combiner::Body {
   Status status;
 };
 
-Combiner::Combiner(shm::Segment& seg, Hosts& hosts, monitoring::DurationHistogram& times,
-                   double host_timeout_s)
-    : body_(std::make_shared<Body>(seg, hosts, times, static_cast<int64_t>(host_timeout_s * 1e9))),
+Combiner::Combiner(shm::Segment& seg, std::shared_ptr<Hosts> hosts,
+                   std::shared_ptr<monitoring::DurationHistogram> times, double host_timeout_s)
+    : body_(std::make_shared<Body>(seg, std::move(hosts), std::move(times),
+                                   static_cast<int64_t>(host_timeout_s * 1e9))),
       thread_(seg, [body = body_] { body->Loop(); }) {}
 
 Combiner::~Combiner() { Stop(); }

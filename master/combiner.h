@@ -33,8 +33,10 @@ class Combiner final : public RunUnit {
  public:
   // Combines steps first_step .. total_steps - 1 of seg's run; starts at once. Each combine's
   // time goes to `times` (the combine's part of the run's metrics), written here only.
-  Combiner(shm::Segment& seg, Hosts& hosts, monitoring::DurationHistogram& times,
-           double host_timeout_s);
+  // The thread keeps its share of hosts and times: one left behind stuck in the transport
+  // outlives the run.
+  Combiner(shm::Segment& seg, std::shared_ptr<Hosts> hosts,
+           std::shared_ptr<monitoring::DurationHistogram> times, double host_timeout_s);
   ~Combiner() override;  // Stop()
   Combiner(const Combiner&) = delete;
   Combiner& operator=(const Combiner&) = delete;
@@ -47,7 +49,10 @@ class Combiner final : public RunUnit {
   // Ok while all is well; not ok once another host is lost or the exchange failed.
   Status status() const;
   Verdict Tick(const RunView& /*view*/) override { return Verdict::EndIf(status()); }
-  void Finish(RunEnd& end) override {
+  // The run's end: the thread ends (a good end has combined every step); then the mean
+  // combine time goes into the summary.
+  void Stop(RunEnd& /*end*/) override { Stop(); }
+  void Collect(RunEnd& end) override {
     if (end.status.ok()) end.summary.combine_us = MeanUs();
   }
 

@@ -15,8 +15,9 @@ namespace shmtrain::master {
 class ExchangeThread {
  public:
   // Runs body() on a thread of its own, at once. What body uses must outlive a detached thread:
-  // keep it in state the body's closure shares (a shared_ptr), and its view of seg in plain
-  // pointers into the mapping, which a detach leaves mapped.
+  // keep it in state the body's closure owns (shared_ptrs, the transport and the metrics it
+  // writes included, never references to the run loop's objects), and its view of seg in
+  // plain pointers into the mapping, which a detach leaves mapped.
   ExchangeThread(shm::Segment& seg, std::function<void()> body)
       : seg_(seg), thread_([body = std::move(body), done = std::move(done_)]() mutable {
           body();
@@ -34,6 +35,7 @@ class ExchangeThread {
   // Once the body has been asked to stop: joins it, or, when it has not returned within
   // kStopGraceMs, detaches it with the segment's mapping left in place until the process
   // exits, which follows at once (the run is over and its segment's name already removed).
+  // The Segment stays valid for the rest of the run's end (Segment::LeaveMapped).
   void JoinOrLeave() {
     if (!thread_.joinable()) return;
     if (Ended(kStopGraceMs)) {

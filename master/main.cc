@@ -92,16 +92,18 @@ Status JoinTheHosts(int* argc, char*** argv, shmtrain::TrainOptions* o,
   master::InstallSignalHandlers();
 
   master::Logger log(o.log_format, o.progress);
-  std::unique_ptr<master::Hosts> hosts;
-  if (Status s = Guarded([&] { return JoinTheHosts(argc, argv, &o, &hosts, log); }); !s.ok()) {
+  std::unique_ptr<master::Hosts> joined;
+  if (Status s = Guarded([&] { return JoinTheHosts(argc, argv, &o, &joined, log); }); !s.ok()) {
     const int code = Outcome(s, log);
     std::fflush(nullptr);
-    if (hosts) hosts->AbortJob(code);
+    if (joined) joined->AbortJob(code);
     std::_Exit(code);
   }
+  // Shared with the run's cross-host thread, which a failed end may leave behind.
+  const std::shared_ptr<master::Hosts> hosts = std::move(joined);
   master::ProcessLauncher launcher(master::DefaultWorkerPath());
   std::unique_ptr<monitoring::Exporter> exporter;
-  const Status s = Guarded([&] { return master::RunTrain(o, log, launcher, *hosts, &exporter); });
+  const Status s = Guarded([&] { return master::RunTrain(o, log, launcher, hosts, &exporter); });
   const int code = Outcome(s, log);
   // The workers are reaped and the segment removed by now. Ending here rather than returning
   // skips the metrics server's shutdown, which would wait out civetweb's 2 s poll quantum;

@@ -136,7 +136,8 @@ uint64_t CrossHostTotals::TauQuantile(double q) const {
 // ---- The exchange thread.
 
 struct ParamServer::Body {
-  Body(const shm::Segment& seg, Hosts& hosts, monitoring::PushStats& stats, const Options& o);
+  Body(const shm::Segment& seg, std::shared_ptr<Hosts> hosts,
+       std::shared_ptr<monitoring::PushStats> stats, const Options& o);
   void Run();
   Status Serve();
   Status ServePushes(int64_t now, bool* busy);
@@ -174,6 +175,10 @@ struct ParamServer::Body {
   }
   data::BatchPlan::Range Part(int j) const { return data::BatchPlan::ShareOf(n, j, H); }
 
+  // What the thread uses besides the mapping is its own share (a thread left behind outlives
+  // the run loop's objects): kept here, and used through the references below.
+  const std::shared_ptr<Hosts> hosts_share;
+  const std::shared_ptr<monitoring::PushStats> stats_share;
   // The segment, as plain pointers taken once (see Combiner::Body).
   shm::Header* const h;
   const shm::WorkerBlock* const blocks;
@@ -223,22 +228,24 @@ struct ParamServer::Body {
   std::atomic<int64_t> cut_wanted{-1}, cut_done{-1};
   mutable std::mutex mu;
   Status status;
-  // The result, read by Finish once the thread has ended well.
+  // The result, read by Collect once the thread has ended well.
   std::vector<float> final_params;
   CrossHostTotals totals;
 };
 
-ParamServer::Body::Body(const shm::Segment& seg, Hosts& hosts, monitoring::PushStats& stats,
-                        const Options& o)
-    : h(seg.header()),
+ParamServer::Body::Body(const shm::Segment& seg, std::shared_ptr<Hosts> hosts_in,
+                        std::shared_ptr<monitoring::PushStats> stats_in, const Options& o)
+    : hosts_share(std::move(hosts_in)),
+      stats_share(std::move(stats_in)),
+      h(seg.header()),
       blocks(seg.block(0)),
       w(seg.params(0)),
       n(static_cast<int64_t>(seg.header()->config.param_count)),
-      H(hosts.count()),
-      me(hosts.index()),
+      H(hosts_share->count()),
+      me(hosts_share->index()),
       P(static_cast<int>(seg.header()->config.workers)),
-      hosts(hosts),
-      stats(stats),
+      hosts(*hosts_share),
+      stats(*stats_share),
       opts(o),
       timeout_ns(static_cast<int64_t>(o.host_timeout_s * 1e9)),
       owned(seg.params(0) + Part(me).begin, Part(me).end - Part(me).begin, H,
@@ -247,8 +254,8 @@ ParamServer::Body::Body(const shm::Segment& seg, Hosts& hosts, monitoring::PushS
                            .lambda0 = seg.header()->config.lambda,
                            .ms_decay = seg.header()->config.ms_decay,
                            .epsilon = seg.header()->config.epsilon}),
-      pushers(static_cast<size_t>(hosts.count())),
-      peers(static_cast<size_t>(hosts.count())) {
+      pushers(static_cast<size_t>(H)),
+      peers(static_cast<size_t>(H)) {
   const int64_t mine = owned.size();
   for (int j = 0; j < H; ++j) {
     const data::BatchPlan::Range r = Part(j);
@@ -614,9 +621,9 @@ Status ParamServer::Body::ExchangeParts() {
 
 // ---- The unit.
 
-ParamServer::ParamServer(shm::Segment& seg, Hosts& hosts, monitoring::PushStats& stats,
-                         const Options& o)
-    : body_(std::make_shared<Body>(seg, hosts, stats, o)),
+ParamServer::ParamServer(shm::Segment& seg, std::shared_ptr<Hosts> hosts,
+                         std::shared_ptr<monitoring::PushStats> stats, const Options& o)
+    : body_(std::make_shared<Body>(seg, std::move(hosts), std::move(stats), o)),
       thread_(seg, [body = body_] { body->Run(); }) {}
 
 ParamServer::~ParamServer() {
@@ -639,7 +646,7 @@ Status ParamServer::status() const {
   return body_->status;
 }
 
-void ParamServer::Finish(RunEnd& end) {
+void ParamServer::Stop(RunEnd& end) {
   if (!end.status.ok()) {
     Stop();
     return;
@@ -654,10 +661,11 @@ void ParamServer::Finish(RunEnd& end) {
     }
   }
   thread_.JoinOrLeave();  // it has ended: joins
-  if (Status s = status(); !s.ok()) {
-    end.status = std::move(s);
-    return;
-  }
+  if (Status s = status(); !s.ok()) end.status = std::move(s);
+}
+
+void ParamServer::Collect(RunEnd& end) {
+  if (!end.status.ok()) return;
   end.params = std::move(body_->final_params);
   end.summary.cross = std::move(body_->totals);
 }

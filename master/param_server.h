@@ -32,7 +32,7 @@
 // this thread's own polling (it was stopped or starved) moves the deadlines by the gap.
 //
 // Sync points: the end, and with --checkpoint-every each checkpoint's step. Once this host's
-// workers have all finished (Finish), or are all paused before the checkpoint's step (the
+// workers have all finished (the Stop step of the run's end), or are all paused before the checkpoint's step (the
 // checkpoint policy asks through Cut), the thread pushes what is left of every part, waits
 // for the replies, and says in its beats that it has flushed for that point; it keeps serving
 // until every host has. Then no push is in flight anywhere and no worker writes W, and every
@@ -102,8 +102,10 @@ class ParamServer final : public RunUnit, public CheckpointCut {
     double host_timeout_s = 60;  // a host heard from by no message for this long is lost
     int64_t max_staleness = -1;  // pushes staler than this are dropped (-1: never)
   };
-  // Starts the exchange thread at once; seg's workers may start after.
-  ParamServer(shm::Segment& seg, Hosts& hosts, monitoring::PushStats& stats, const Options& o);
+  // Starts the exchange thread at once; seg's workers may start after. The thread keeps its
+  // share of hosts and stats: one left behind stuck in the transport outlives the run.
+  ParamServer(shm::Segment& seg, std::shared_ptr<Hosts> hosts,
+              std::shared_ptr<monitoring::PushStats> stats, const Options& o);
   ~ParamServer() override;  // Stop()
   ParamServer(const ParamServer&) = delete;
   ParamServer& operator=(const ParamServer&) = delete;
@@ -115,9 +117,11 @@ class ParamServer final : public RunUnit, public CheckpointCut {
   // A checkpoint's sync point (below): asked for once this host's workers are all paused
   // before `step`; true once every host has flushed for it and this host's W is the run's.
   bool Cut(int64_t step) override;
-  // A good end: this host's workers are done; the exchange finishes with every host (above),
-  // and the run's model and totals replace this host's. A failure: the thread stops.
-  void Finish(RunEnd& end) override;
+  // The run's end. Stop: on a good end this host's workers are done, and the exchange finishes
+  // with every host (above), which may fail (a lost host) or be stopped by a signal; on a
+  // failure the thread stops. Collect: the run's model and totals replace this host's.
+  void Stop(RunEnd& end) override;
+  void Collect(RunEnd& end) override;
   static constexpr int kBeatMs = 100;
 
  private:

@@ -308,7 +308,7 @@ class SegmentName final : public RunUnit {
   explicit SegmentName(shm::Segment& seg) : seg_(seg), on_death_("/dev/shm/" + seg.name()) {}
   SegmentName(const SegmentName&) = delete;
   SegmentName& operator=(const SegmentName&) = delete;
-  void Finish(RunEnd& /*end*/) override {
+  void Stop(RunEnd& /*end*/) override {
     seg_.Unlink();
     on_death_.Forget();
   }
@@ -566,7 +566,7 @@ class FinalModel final : public RunUnit {
  public:
   FinalModel(const TrainOptions& o, const RunData& rd, OutputReservation* reserved)
       : o_(o), rd_(rd), reserved_(reserved) {}
-  void Finish(RunEnd& end) override {
+  void Save(RunEnd& end) override {
     if (!end.status.ok()) return;
     if (!AllFinite(end.params)) {
       end.status = Status::Diverged(
@@ -593,7 +593,7 @@ class SummaryLine final : public RunUnit {
   SummaryLine(const TrainOptions& o, int64_t first_step, int64_t rows, int64_t t_start_ns,
               Logger& log)
       : o_(o), first_(first_step), rows_(rows), t_start_(t_start_ns), log_(log) {}
-  void Finish(RunEnd& end) override {
+  void Report(RunEnd& end) override {
     if (!end.status.ok()) return;
     RunSummary& s = end.summary;
     s.mode = o_.mode;
@@ -625,8 +625,10 @@ class SummaryLine final : public RunUnit {
 
 }  // namespace
 
-Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher, Hosts& hosts,
+Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher,
+                const std::shared_ptr<Hosts>& hosts_share,
                 std::unique_ptr<monitoring::Exporter>* exporter_out) {
+  Hosts& hosts = *hosts_share;
   TrainOptions o = ForThisHost(opts);  // StartHere sets a --model's input from the data
   std::unique_ptr<monitoring::Exporter>& exporter = *exporter_out;
   Start st;
@@ -634,7 +636,9 @@ Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher, Hosts
   if (Status s = AgreeWithHosts(started, o, hosts, st, exporter.get(), log); !s.ok()) return s;
   shm::Segment& seg = st.seg;
   const int64_t first = st.resume.step, total = st.host_steps;
-  monitoring::RunStats stats(o.workers);
+  // Shared with the cross-host thread, whose share may outlive the run (exchange_thread.h).
+  const auto run_stats = std::make_shared<monitoring::RunStats>(o.workers);
+  monitoring::RunStats& stats = *run_stats;
   if (exporter) exporter->Attach(&seg, &stats, o);
   const DetachOnExit detach(exporter.get());
   LogSegment(o, st.rd, seg, exporter.get(), log);
@@ -657,9 +661,13 @@ Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher, Hosts
   std::unique_ptr<Combiner> combiner;
   std::unique_ptr<ParamServer> server;
   if (hosts.count() > 1 && o.mode == Mode::kSync) {
-    combiner = std::make_unique<Combiner>(seg, hosts, stats.combine(), o.host_timeout_s);
+    combiner = std::make_unique<Combiner>(
+        seg, hosts_share,
+        std::shared_ptr<monitoring::DurationHistogram>(run_stats, &stats.combine()),
+        o.host_timeout_s);
   } else if (hosts.count() > 1) {
-    server = std::make_unique<ParamServer>(seg, hosts, stats.pushes(),
+    server = std::make_unique<ParamServer>(seg, hosts_share,
+                                           std::shared_ptr<monitoring::PushStats>(run_stats, &stats.pushes()),
                                            ParamServer::Options{.push_every = o.push_every,
                                                                 .host_timeout_s = o.host_timeout_s,
                                                                 .max_staleness = o.max_staleness});

@@ -47,7 +47,9 @@ data::LoadOptions LoadOptionsFor(const TrainOptions& opts, Task task);
 // match hosts). On failure, every worker is gone and the segment removed before this returns.
 // The metrics endpoint, if any, is left in *exporter: stopping it costs civetweb's 2 s poll
 // quantum, so the caller lets the process's exit close it instead.
-Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher, Hosts& hosts,
+// hosts is shared with the run's cross-host thread, which a failure may leave behind.
+Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher,
+                const std::shared_ptr<Hosts>& hosts,
                 std::unique_ptr<monitoring::Exporter>* exporter);
 
 }  // namespace shmtrain::master

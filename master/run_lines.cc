@@ -23,7 +23,7 @@ Verdict LossLog::Tick(const RunView& view) {
   return Verdict::GoOn();
 }
 
-void LossLog::Finish(RunEnd& end) {
+void LossLog::Report(RunEnd& end) {
   if (!end.status.ok()) return;
   Drain(end.seg);
   ReportLost();
@@ -86,7 +86,7 @@ Verdict ProgressLine::Tick(const RunView& view) {
   return Verdict::GoOn();
 }
 
-void ProgressLine::Finish(RunEnd& /*end*/) {
+void ProgressLine::Stop(RunEnd& /*end*/) {
   log_.ClearProgress();
 }
 

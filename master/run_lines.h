@@ -20,7 +20,7 @@ class LossLog final : public RunUnit {
   // log_every: the segment's (RunConfig::log_every); first_step: the step the run starts from.
   LossLog(Logger& log, int64_t log_every, int64_t first_step);
   Verdict Tick(const RunView& view) override;
-  void Finish(RunEnd& end) override;
+  void Report(RunEnd& end) override;
 
  private:
   void Drain(const shm::Segment& seg);
@@ -37,7 +37,7 @@ class ProgressLine final : public RunUnit {
  public:
   ProgressLine(Logger& log, int64_t first_step, int64_t total_steps, int64_t t_start_ns);
   Verdict Tick(const RunView& view) override;
-  void Finish(RunEnd& end) override;
+  void Stop(RunEnd& end) override;
 
  private:
   Logger& log_;

@@ -35,12 +35,15 @@ Status RunLoop::Rounds() {
 
 Status RunLoop::End(Status status) {
   RunEnd end{seg_, std::move(status)};
-  if (end.status.ok()) {  // no worker runs: the state is final
+  for (RunUnit* u : units_) u->Stop(end);
+  if (end.status.ok()) {  // nothing runs any more: the state is final
     end.end_step = Progress(seg_);
     end.end_ns = shm::MonotonicNs();
     end.params = ParamsAfter(seg_, end.end_step);
   }
-  for (RunUnit* u : units_) u->Finish(end);
+  for (RunUnit* u : units_) u->Collect(end);
+  for (RunUnit* u : units_) u->Save(end);
+  for (RunUnit* u : units_) u->Report(end);
   return std::move(end.status);
 }
 

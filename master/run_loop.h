@@ -8,12 +8,22 @@
 //     unit in list order. A unit's round may end the run: a failure (a stop signal, a crash
 //     loop, a divergence, a lost host, ...), or Done when the workers' part is over; the
 //     units after it do not see that round;
-//  3. ends: every unit, in list order, sees how the run ended (RunEnd) and adds its part:
-//     the loss lines still due, the last evaluation, the workers stopped, a checkpoint on a
-//     stop signal, the model written, the summary line. A unit may turn a good end into a
-//     failure (parameters that are not finite, a model that cannot be written): the units
-//     after it see that.
-// The list is the order: where a unit stands says what it sees before and after it.
+//  3. ends, in a fixed sequence of four steps that the loop owns, each shown to every unit in
+//     list order before the next step begins (RunEnd):
+//       Stop     what still runs stops: the segment's name goes, the live line is cleared, a
+//                cross-host thread ends (on a good end, once it has finished with every
+//                host), and on a failure the workers are stopped;
+//       Collect  the final state: the loop reads the parameters at the end step (a good end),
+//                then units put in what they own instead or besides (the run's model across
+//                hosts, the kept model of an early stop, the summary's figures);
+//       Save     what the run writes: a checkpoint on a stop signal, the model;
+//       Report   what the run prints: the loss lines still due, the summary line.
+//     A unit may turn a good end into a failure at any step (a lost host, parameters that are
+//     not finite, a model that cannot be written): the units and the steps after it see that.
+//     So nothing is saved before every process and thread that could change the state has
+//     stopped, and no step depends on where a unit of another concern stands in the list.
+// Within a round or a step, the list is the order: where a unit stands says what it sees
+// before and after it.
 //
 // The master never blocks on anything a worker can hold: the only sleep is the bounded
 // poll(), and a unit's round reads published words or does bounded work of its own.
@@ -55,11 +65,11 @@ struct Verdict {
   }
 };
 
-// How the run ended, shown to every unit in list order.
+// How the run ended, shown to every unit at each step of the end.
 struct RunEnd {
   const shm::Segment& seg;
   Status status{};  // ok: every worker has finished its part; else why the run ends
-  // The rest only when the loop ended well (set before any unit sees the end):
+  // The rest only when the run is ending well, set by the loop after the Stop step:
   int64_t end_step = 0;         // Progress(): total_steps, or earlier after an early stop
   int64_t end_ns = 0;           // shm::MonotonicNs() at the end of the workers' part
   std::vector<float> params{};  // the parameters after end_step, or those a unit keeps instead
@@ -79,9 +89,11 @@ class RunUnit {
     (void)view;
     return Verdict::GoOn();
   }
-  // The run is over. A failure: the workers may still run until the supervisor's Finish has
-  // stopped them, so units before it only record, and act after it.
-  virtual void Finish(RunEnd& end) { (void)end; }
+  // The steps of the run's end (above), in this order.
+  virtual void Stop(RunEnd& end) { (void)end; }
+  virtual void Collect(RunEnd& end) { (void)end; }
+  virtual void Save(RunEnd& end) { (void)end; }
+  virtual void Report(RunEnd& end) { (void)end; }
 };
 
 class RunLoop {
@@ -90,7 +102,7 @@ class RunLoop {
   // run's units in their order; a null entry (a unit this run does not have) is left out.
   RunLoop(const shm::Segment& seg, std::function<void(int)> sleep, std::vector<RunUnit*> units);
   // Starts, runs rounds until a unit ends the run, and ends it. Ok when the workers' part is
-  // done and no unit's Finish failed; else the reason the run ended.
+  // done and no step of the end failed; else the reason the run ended.
   Status Run();
 
  private:

@@ -18,9 +18,10 @@ int64_t Progress(const shm::Segment& seg);
 // Samples processed so far by every worker, summed over their blocks.
 uint64_t TotalSamples(const shm::Segment& seg);
 
-// The parameters after `step` once no worker runs: sync W[step % 2], async the one buffer, read
-// as CopyParamsAsync reads it: across hosts the parameter server's thread still merges pulled
-// parts into W after the workers have finished, until its Finish (master/param_server.h).
+// The parameters after `step` once no worker and no exchange thread runs (the run's end reads
+// them after its Stop step): sync W[step % 2], async the one buffer, read with relaxed atomic
+// loads as CopyParamsAsync reads it, as every read of a buffer that threads of this process
+// have written with atomics (the parameter server's merges, master/param_server.h).
 std::vector<float> ParamsAfter(const shm::Segment& seg, int64_t step);
 
 // Async: a copy of W read while the workers update it (each element is some recent value),

@@ -170,11 +170,12 @@ Verdict Supervisor::WorkDone() {
   return Verdict::EndIf(ResumeAsync());
 }
 
-void Supervisor::Finish(RunEnd& end) {
-  if (!end.status.ok()) {
-    AbortAll();
-    return;
-  }
+void Supervisor::Stop(RunEnd& end) {
+  if (!end.status.ok()) AbortAll();
+}
+
+void Supervisor::Collect(RunEnd& end) {
+  if (!end.status.ok()) return;
   end.summary.restarts = restarts_;
   end.summary.torn_updates = torn_;
   end.summary.recoveries = recoveries_;

@@ -73,7 +73,8 @@ class Supervisor final : public RunUnit {
   Verdict Tick(const RunView& view) override;
   // A failure: abort word up, a bounded wait for the workers to leave, SIGKILL for the rest.
   // A good end: the restarts, torn updates and recoveries into the summary.
-  void Finish(RunEnd& end) override;
+  void Stop(RunEnd& end) override;     // a failure: every worker stopped
+  void Collect(RunEnd& end) override;  // a good end: restarts, torn updates, recoveries
 
   int64_t restarts() const { return restarts_; }
   int64_t torn_updates() const { return torn_; }

@@ -39,7 +39,7 @@ bool ValidationProtocol::wants_fast_poll() const {
 
 Verdict ValidationProtocol::Tick(const RunView& /*view*/) { return Verdict::EndIf(Poll()); }
 
-void ValidationProtocol::Finish(RunEnd& end) {
+void ValidationProtocol::Collect(RunEnd& end) {
   if (!end.status.ok()) return;
   RunSummary& s = end.summary;
   // May stop early, too.

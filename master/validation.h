@@ -67,7 +67,7 @@ class ValidationProtocol final : public RunUnit {
   bool wants_fast_poll() const;
   int PollMs() const override { return wants_fast_poll() ? 1 : kPollMs; }
   Verdict Tick(const RunView& view) override;
-  void Finish(RunEnd& end) override;
+  void Collect(RunEnd& end) override;
   // Copies out the snapshots ready, hands them to the evaluator, and handles the results
   // back since the last call (logs, early stop, acks). Not ok when an evaluation failed.
   Status Poll();

@@ -440,12 +440,10 @@ void Segment::Unlink() {
 void Segment::LeaveMapped() {
   Unlink();
   if (region_ != nullptr) KeepMappedUntilExit(std::move(region_));
-  base_ = nullptr;
-  size_ = 0;
 }
 
 void Segment::Release() {
-  region_.reset();  // unmaps
+  region_.reset();  // unmaps, unless LeaveMapped gave the mapping away
   Unlink();
   base_ = nullptr;
   size_ = 0;

@@ -93,8 +93,10 @@ class Segment {
 
   // Removes the name now (the mapping stays valid until destruction).
   void Unlink();
-  // Removes the name and gives up the mapping without unmapping it: a thread that cannot be
-  // stopped may still touch it, and the process is about to exit.
+  // Removes the name and gives the mapping to the process, which never unmaps it: a thread
+  // that cannot be stopped may still touch it, and the process is about to exit. This object
+  // stays valid and its accessors keep working (the run's end still reads the segment after
+  // a thread was left behind); neither its moves nor its destruction unmap it.
   void LeaveMapped();
 
   bool valid() const { return base_ != nullptr; }

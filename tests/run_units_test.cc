@@ -11,6 +11,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -25,6 +26,7 @@
 #include "master/checkpoint.h"
 #include "master/checkpoint_policy.h"
 #include "master/evaluator.h"
+#include "master/exchange_thread.h"
 #include "master/hosts.h"
 #include "master/launcher.h"
 #include "master/log.h"
@@ -39,6 +41,7 @@
 #include "shm/futex.h"
 #include "shm/segment.h"
 #include "tests/parabola_layout.h"
+#include "tests/proc_util.h"
 
 namespace shmtrain::master {
 namespace {
@@ -111,7 +114,7 @@ class RecordingUnit final : public RunUnit {
       : name_(std::move(name)), calls_(calls) {}
   // What the unit does: at its n-th round (from 1) it answers `verdict`; it asks for rounds
   // `poll_ms` apart; it fails to start with start_status; at a good end it turns the run into
-  // finish_status when that is not ok.
+  // finish_status when that is not ok, at the Save step of the end.
   int end_at_round = 0;
   Verdict verdict;
   int poll_ms = kPollMs;
@@ -126,13 +129,19 @@ class RecordingUnit final : public RunUnit {
     Record("tick@" + std::to_string(view.progress));
     return ++rounds_ == end_at_round ? verdict : Verdict::GoOn();
   }
-  void Finish(RunEnd& end) override {
-    Record("finish:" + (end.status.ok() ? std::string("ok") : end.status.message()));
+  void Stop(RunEnd& end) override { RecordEnd("stop", end); }
+  void Collect(RunEnd& end) override { RecordEnd("collect", end); }
+  void Save(RunEnd& end) override {
+    RecordEnd("save", end);
     if (!finish_status.ok() && end.status.ok()) end.status = finish_status;
   }
+  void Report(RunEnd& end) override { RecordEnd("report", end); }
 
  private:
   void Record(const std::string& what) { calls_->push_back(name_ + "." + what); }
+  void RecordEnd(const std::string& step, const RunEnd& end) {
+    Record(step + ":" + (end.status.ok() ? std::string("ok") : end.status.message()));
+  }
   std::string name_;
   std::vector<std::string>* calls_;
   int rounds_ = 0;
@@ -151,17 +160,23 @@ class RunLoopTest : public ::testing::Test {
   shm::Segment seg_ = MakeSegment(Layout(Mode::kSync, 1, 0));
 };
 
-TEST_F(RunLoopTest, RoundsShowEveryUnitTheViewInListOrderThenTheEndInTheSameOrder) {
+// Each step of the end is shown to every unit before the next step begins: nothing is saved
+// before everything has stopped, whatever the list order.
+TEST_F(RunLoopTest, RoundsShowEveryUnitTheViewInListOrderThenEachStepOfTheEndInTurn) {
   seg_.block(0)->phase = 6;  // step 3 done
   RecordingUnit a("a", &calls_), b("b", &calls_), c("c", &calls_);
   c.end_at_round = 2;
   c.verdict = Verdict::Done();
   const Status s = Run({&a, nullptr, &b, &c});
   EXPECT_TRUE(s.ok()) << s.message();
-  EXPECT_EQ(calls_, (std::vector<std::string>{"a.start", "b.start", "c.start",                 //
-                                              "sleep(5)", "a.tick@3", "b.tick@3", "c.tick@3",  //
-                                              "sleep(5)", "a.tick@3", "b.tick@3", "c.tick@3",  //
-                                              "a.finish:ok", "b.finish:ok", "c.finish:ok"}));
+  EXPECT_EQ(calls_, (std::vector<std::string>{"a.start",     "b.start",     "c.start",       //
+                                              "sleep(5)",    "a.tick@3",    "b.tick@3",      //
+                                              "c.tick@3",    "sleep(5)",    "a.tick@3",      //
+                                              "b.tick@3",    "c.tick@3",                     //
+                                              "a.stop:ok",   "b.stop:ok",   "c.stop:ok",     //
+                                              "a.collect:ok", "b.collect:ok", "c.collect:ok",  //
+                                              "a.save:ok",   "b.save:ok",   "c.save:ok",     //
+                                              "a.report:ok", "b.report:ok", "c.report:ok"}));
 }
 
 TEST_F(RunLoopTest, AUnitThatEndsTheRunIsTheLastToSeeItsRound) {
@@ -170,9 +185,13 @@ TEST_F(RunLoopTest, AUnitThatEndsTheRunIsTheLastToSeeItsRound) {
   stop.verdict = Verdict::EndIf(Status::Interrupted("stopped by SIGINT"));
   const Status s = Run({&stop, &after});
   EXPECT_EQ(s.code(), Status::Code::kInterrupted);
-  EXPECT_EQ(calls_, (std::vector<std::string>{"stop.start", "after.start", "sleep(5)",
-                                              "stop.tick@0", "stop.finish:stopped by SIGINT",
-                                              "after.finish:stopped by SIGINT"}));
+  const std::string why = ":stopped by SIGINT";
+  EXPECT_EQ(calls_, (std::vector<std::string>{
+                        "stop.start", "after.start", "sleep(5)", "stop.tick@0",         //
+                        "stop.stop" + why, "after.stop" + why,                          //
+                        "stop.collect" + why, "after.collect" + why,                    //
+                        "stop.save" + why, "after.save" + why,                          //
+                        "stop.report" + why, "after.report" + why}));
 }
 
 TEST_F(RunLoopTest, AStartThatFailsRunsNoRoundAndEveryUnitSeesTheEnd) {
@@ -180,12 +199,15 @@ TEST_F(RunLoopTest, AStartThatFailsRunsNoRoundAndEveryUnitSeesTheEnd) {
   workers.start_status = Status::Resource("cannot start worker 0");
   const Status s = Run({&workers, &after});
   EXPECT_EQ(s.code(), Status::Code::kResource);
-  EXPECT_EQ(calls_,
-            (std::vector<std::string>{"workers.start", "workers.finish:cannot start worker 0",
-                                      "after.finish:cannot start worker 0"}));
+  const std::string why = ":cannot start worker 0";
+  EXPECT_EQ(calls_, (std::vector<std::string>{"workers.start",                                  //
+                                              "workers.stop" + why, "after.stop" + why,        //
+                                              "workers.collect" + why, "after.collect" + why,  //
+                                              "workers.save" + why, "after.save" + why,        //
+                                              "workers.report" + why, "after.report" + why}));
 }
 
-TEST_F(RunLoopTest, AFinishThatFailsIsSeenByTheUnitsAfterItAndReturned) {
+TEST_F(RunLoopTest, AnEndStepThatFailsIsSeenByTheUnitsAndStepsAfterItAndReturned) {
   const std::vector<float> w = Filled(4);
   std::copy(w.begin(), w.end(), seg_.params(2));
   seg_.block(0)->phase = 4;  // every worker finished step 1: the run ends at step 2
@@ -197,7 +219,7 @@ TEST_F(RunLoopTest, AFinishThatFailsIsSeenByTheUnitsAfterItAndReturned) {
   class Peek final : public RunUnit {
    public:
     explicit Peek(RunEnd* out) : out_(out) {}
-    void Finish(RunEnd& end) override {
+    void Collect(RunEnd& end) override {
       out_->end_step = end.end_step;
       out_->params = end.params;
     }
@@ -207,7 +229,11 @@ TEST_F(RunLoopTest, AFinishThatFailsIsSeenByTheUnitsAfterItAndReturned) {
   } peek(&seen);
   const Status s = Run({&peek, &before, &model, &summary});
   EXPECT_EQ(s.code(), Status::Code::kDiverged);
-  EXPECT_EQ(calls_.back(), "summary.finish:not finite");
+  EXPECT_EQ(calls_.back(), "summary.report:not finite");
+  EXPECT_NE(std::find(calls_.begin(), calls_.end(), "summary.save:not finite"), calls_.end())
+      << "the units after it in its step see it";
+  EXPECT_NE(std::find(calls_.begin(), calls_.end(), "before.report:not finite"), calls_.end())
+      << "the steps after it see it";
   EXPECT_EQ(seen.end_step, 2) << "a good end names the step the workers ended at";
   EXPECT_EQ(seen.params, w) << "and the parameters after it";
 }
@@ -945,9 +971,11 @@ class SleeperLauncher final : public Launcher {
       return Status::Resource("cannot start /bin/sleep");
     }
     ++spawned;
+    pids.push_back(*pid);
     return Status::Ok();
   }
   int spawned = 0;
+  std::vector<pid_t> pids;
 };
 
 // One round of the run loop for the supervisor alone: its sleep (1 ms at most), then its
@@ -989,6 +1017,46 @@ TEST(SupervisorChaos, KillsOnlyOnceWhileTheRunStandsStill) {
   tick_until([&] { return sup.restarts() >= 2; });
   tick_on();
   EXPECT_EQ(sup.restarts(), 2) << "chaos should kill once more after the run moved";
+}
+
+
+// A cross-host thread stuck in the transport is left behind at a failed end, and with it the
+// segment's mapping (ExchangeThread::JoinOrLeave): the steps after it still read the segment,
+// the supervisor's among them, which stops the workers through the segment's abort word.
+TEST(RunEnd, AThreadLeftBehindLeavesTheSegmentToTheUnitsAfterIt) {
+  shm::Segment seg = MakeSegment(Layout(Mode::kSync, 2, 0));
+  auto release = std::make_shared<std::atomic<bool>>(false);
+  // A unit whose thread never returns until released (the test hook of a stuck exchange), and
+  // whose round ends the run as a lost host would.
+  class Stuck final : public RunUnit {
+   public:
+    Stuck(shm::Segment& seg, std::shared_ptr<std::atomic<bool>> release)
+        : thread_(seg, [release] {
+            while (!release->load()) usleep(1000);
+          }) {}
+    Verdict Tick(const RunView& /*view*/) override {
+      return Verdict::EndIf(Status::HostLost("host 1 sent nothing"));
+    }
+    void Stop(RunEnd& /*end*/) override { thread_.JoinOrLeave(); }
+
+   private:
+    ExchangeThread thread_;
+  } stuck(seg, release);
+  SleeperLauncher launcher;
+  Logger log(LogFormat::kJson, false);
+  monitoring::WorkerStats stats(2);
+  SupervisorOptions opts;
+  opts.heartbeat_timeout_ns = 3'600'000'000'000;
+  Supervisor sup(seg, launcher, log, stats, opts);
+  RunLoop loop(seg, [&sup](int ms) { sup.Wait(ms); }, {&stuck, &sup});
+  const Status s = loop.Run();
+  EXPECT_EQ(s.code(), Status::Code::kHostLost) << s.message();
+  ASSERT_TRUE(seg.valid());
+  EXPECT_GT(shm::LoadRelaxed(seg.header()->abort_epoch), 0u) << "the workers were not aborted";
+  for (const pid_t pid : launcher.pids) {
+    EXPECT_TRUE(test::WaitPidGone(pid, std::chrono::milliseconds(5000))) << "worker " << pid;
+  }
+  release->store(true);
 }
 
 }  // namespace
