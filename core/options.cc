@@ -32,7 +32,8 @@ std::string Seconds(double s) {
 // believes it took effect. Returns the first such flag's message, in this order.
 Status CheckApplies(const TrainOptions& o) {
   const bool async = o.mode == Mode::kAsync;
-  for (const char* f : {"--rule", "--lambda", "--ms-decay", "--epsilon", "--max-staleness"}) {
+  for (const char* f :
+       {"--rule", "--lambda", "--ms-decay", "--epsilon", "--max-staleness", "--push-every"}) {
     if (!async && o.Given(f)) {
       return Bad(f, "applies to async mode only (add --mode async); this run is sync");
     }

@@ -65,7 +65,16 @@ Status CheckFinite(const Checkpoint& c) {
 
 }  // namespace
 
+DataDigest DigestOf(const data::Dataset& d) {
+  return {d.rows, d.features, Crc32(d.x.data(), d.x.size() * sizeof(float)),
+          Crc32(d.y.data(), d.y.size() * sizeof(float))};
+}
+
 uint64_t RunFingerprint(const TrainOptions& o, const OptimConfig& optim, const data::Dataset& d) {
+  return RunFingerprint(o, optim, DigestOf(d));
+}
+
+uint64_t RunFingerprint(const TrainOptions& o, const OptimConfig& optim, const DataDigest& d) {
   Hasher h;
   h.Add<uint32_t>(static_cast<uint32_t>(o.mode));
   // An MLP hashes as the releases before layered models did, so their checkpoints resume;
@@ -105,8 +114,8 @@ uint64_t RunFingerprint(const TrainOptions& o, const OptimConfig& optim, const d
   h.Add<int64_t>(o.max_staleness);
   h.Add<int64_t>(d.rows);
   h.Add<int32_t>(d.features);
-  h.Add<uint32_t>(Crc32(d.x.data(), d.x.size() * sizeof(float)));
-  h.Add<uint32_t>(Crc32(d.y.data(), d.y.size() * sizeof(float)));
+  h.Add<uint32_t>(d.x_crc);
+  h.Add<uint32_t>(d.y_crc);
   return h.value();
 }
 

@@ -36,10 +36,19 @@ struct Checkpoint {
   std::vector<std::vector<float>> states;  // K optimizer state vectors of params.size() each
 };
 
+// What the fingerprint keeps of the training rows: their shape and checksums.
+struct DataDigest {
+  int64_t rows = 0;
+  int32_t features = 0;
+  uint32_t x_crc = 0, y_crc = 0;
+};
+DataDigest DigestOf(const data::Dataset& train);
+
 // The fingerprint of a run: options that shape the trajectory, its resolved optimizer, and
 // the training rows.
 uint64_t RunFingerprint(const TrainOptions& o, const OptimConfig& optim,
                         const data::Dataset& train);
+uint64_t RunFingerprint(const TrainOptions& o, const OptimConfig& optim, const DataDigest& train);
 
 // The file's bytes (written with master/output_write.h), and their count for n parameters,
 // `states` optimizer state vectors and the optimizer's description.

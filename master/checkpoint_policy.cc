@@ -176,7 +176,7 @@ Status CheckpointPolicy::Write(Checkpoint c) {
 
 Status LoadResume(const std::string& path, Mode mode, uint64_t fingerprint,
                   const std::string& optimizer, const shm::Header& layout, int64_t total_steps,
-                  Checkpoint* out) {
+                  const std::function<std::string(uint64_t)>& other_run, Checkpoint* out) {
   Checkpoint c;
   if (Status s = LoadCheckpoint(path, &c); !s.ok()) return s;
   // The optimizer's settings first: the likeliest slip, and the one a message can name.
@@ -184,6 +184,12 @@ Status LoadResume(const std::string& path, Mode mode, uint64_t fingerprint,
     return Status::Usage(path + ": the checkpoint was written with " + c.optimizer +
                          "; this run uses " + optimizer +
                          ". Resume with the optimizer settings it was written with");
+  }
+  if (const std::string why =
+          c.fingerprint != fingerprint && other_run ? other_run(c.fingerprint) : "";
+      !why.empty()) {
+    return Status::Usage(path + ": the checkpoint belongs to another run: " + why +
+                         "; resume with the options it was written with");
   }
   if (c.fingerprint != fingerprint || c.mode != mode || !StateFitsLayout(c, layout)) {
     return Status::Usage(path +

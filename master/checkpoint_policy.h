@@ -44,6 +44,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "master/checkpoint.h"
@@ -148,10 +149,12 @@ class CheckpointPolicy final : public RunUnit {
 // optimizer settings, described by `optimizer` as nn::Describe does; its fingerprint and
 // mode; a state that fits the segment laid out in `layout`) and is before total_steps. kData
 // naming the file when it is damaged, kUsage when it is another run's (naming both optimizer
-// settings when those differ) or past the end.
+// settings when those differ, and what `other_run` says of the checkpoint's fingerprint, e.g.
+// that it was written with another count of hosts or workers, when it says anything) or past
+// the end.
 Status LoadResume(const std::string& path, Mode mode, uint64_t fingerprint,
                   const std::string& optimizer, const shm::Header& layout, int64_t total_steps,
-                  Checkpoint* out);
+                  const std::function<std::string(uint64_t)>& other_run, Checkpoint* out);
 
 // Puts a resumed checkpoint into a fresh segment (no worker started yet): its state where
 // step c.step reads it (sync: the buffers of c.step; async: the one parameter buffer), and the

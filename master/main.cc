@@ -63,6 +63,11 @@ Status JoinTheHosts(int* argc, char*** argv, shmtrain::TrainOptions* o,
   o->host_local = h.local();
   o->host_local_count = h.local_count();
   if (h.index() != 0) log.SetSecondary(h.Describe(h.index()));
+  if (h.count() == 1 && o->Given("--push-every")) {
+    return Status::Usage(
+        "--push-every: applies across hosts only (under mpirun with more than one rank, each "
+        "host's updates are pushed to the parameters' owners); this run is on one host");
+  }
   if (h.count() > 1 && o->mode == shmtrain::Mode::kAsync) {
     // Async across hosts (master/param_server.h): each host validates its own parameters, so
     // the hosts could not agree on the model an early stop keeps; checkpoints are sync points

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <new>
 #include <optional>
@@ -431,6 +432,58 @@ struct Start {
   std::optional<SegmentName> seg_name;  // set once seg exists
 };
 
+// What differs in the run that wrote a checkpoint of fingerprint f, when it is only the count
+// of hosts or of workers (the likeliest slips on a resume: another mpirun -np or --workers),
+// found by trying those counts with this run's other options; "" otherwise.
+constexpr int kMaxResumeHosts = 256;  // the host counts OtherRunExplainer tries
+
+std::function<std::string(uint64_t)> OtherRunExplainer(const TrainOptions& o,
+                                                       const OptimConfig& optim,
+                                                       const data::Dataset& d) {
+  return [&o, &optim, digest = DigestOf(d)](uint64_t f) -> std::string {
+    auto shape = [](int hosts, int workers) {
+      return std::to_string(hosts) + (hosts == 1 ? " host" : " hosts") + " x " +
+             std::to_string(workers) + (workers == 1 ? " worker" : " workers");
+    };
+    TrainOptions other = o;
+    for (int hosts = 1; hosts <= kMaxResumeHosts; ++hosts) {
+      for (int workers = 1; workers <= shm::kMaxWorkers; ++workers) {
+        other.host_count = hosts;
+        other.workers = workers;
+        if (RunFingerprint(other, optim, digest) != f) continue;
+        return "it was written by a run of " + shape(hosts, workers) + " (mpirun -np " +
+               std::to_string(hosts) + ", --workers " + std::to_string(workers) +
+               "), and this run is " + shape(o.host_count, o.workers);
+      }
+    }
+    return "";
+  };
+}
+
+// Async across hosts: a host pushes a part once --push-every of its updates are in, so with
+// fewer updates than that in a host's share its parts reach their owners only at the sync
+// points (the end, checkpoints). Allowed (a run may want exactly that), but said.
+void WarnIfPushesWait(const TrainOptions& o, int64_t total_steps, Logger& log) {
+  int64_t least = INT64_MAX;
+  int host = 0;
+  for (int h = 0; h < o.host_count; ++h) {
+    const int64_t share = shm::AsyncHostUpdates(total_steps, o.host_count, h);
+    if (share < least) {
+      least = share;
+      host = h;
+    }
+  }
+  if (o.push_every <= least) return;
+  log.Info("warning: --push-every " + std::to_string(o.push_every) + " is more than the " +
+               std::to_string(least) + " updates of host " + std::to_string(host) +
+               ": its parts reach their owners only at the end of the run (and at checkpoints); "
+               "give a smaller --push-every for an exchange during the run",
+           JsonLine("push_every_exceeds_share")
+               .Int("push_every", o.push_every)
+               .Int("host", host)
+               .Int("updates", least));
+}
+
 // The room the outputs will take, reserved before the training (master/output_write.h): a
 // full disk is found now, not after the run, when the model would be lost.
 Status Reserve(const TrainOptions& o, const RunData& rd, const OptimConfig& optim,
@@ -480,6 +533,7 @@ Status StartHere(TrainOptions& o, Logger& log, std::unique_ptr<monitoring::Expor
       st->eval_every =
           std::max<int64_t>(shm::AsyncHostUpdates(st->eval_every, o.host_count, o.host_index), 1);
     }
+    WarnIfPushesWait(o, st->total_steps, log);
   }
   if (Status s = nn::ResolveOptim(o, st->total_steps, &st->optim); !s.ok()) return s;
   // Async across hosts: the workers count their host's updates (checkpoints too).
@@ -491,7 +545,7 @@ Status StartHere(TrainOptions& o, Logger& log, std::unique_ptr<monitoring::Expor
   if (Status s = Reserve(o, st->rd, st->optim, st->optimizer, st->reserved); !s.ok()) return s;
   if (!o.resume_path.empty()) {
     if (Status s = LoadResume(o.resume_path, o.mode, st->fingerprint, st->optimizer, proto,
-                              st->total_steps, &st->resume);
+                              st->total_steps, OtherRunExplainer(o, st->optim, d), &st->resume);
         !s.ok()) {
       return s;
     }

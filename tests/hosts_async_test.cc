@@ -629,6 +629,12 @@ TEST_F(HostsAsyncTest, StepsThatLeaveAHostNoUpdateAreRefused) {
       RunJob(2, AsyncBlobs(400, "16,32,4", 16, {"--workers", "1", "--steps", "2", "--lr", "0.05"}));
   ASSERT_TRUE(ExitedWith(ok, 0));
   EXPECT_EQ(Join(Ints(SummaryOf(ok), "host_updates")), "[1,1]");
+  // --push-every above those shares (the default is 4): the parts meet their owners only at
+  // the end, which the run says.
+  const auto warned = Events(ok.out, "push_every_exceeds_share");
+  ASSERT_EQ(warned.size(), 1u) << Clip(ok.out);
+  EXPECT_EQ(warned[0].at("push_every"), "4");
+  EXPECT_EQ(warned[0].at("updates"), "1");
 }
 
 }  // namespace

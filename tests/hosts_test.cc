@@ -375,6 +375,14 @@ TEST_F(HostsTest, HostMasterKilledEndsTheJobAndTheCheckpointResumesExactly) {
     ASSERT_GE(step, kCheckpointEvery);
 
     const int64_t total = std::max(kResumeTotal, step + kResumeMore);
+    if (victim == 1) {
+      // On one host the checkpoint is another run's, and the message says what differs.
+      const ProcResult one = RunJob(1, LongRun(total, {"--log-every", "0", "--resume", ckpt}));
+      EXPECT_TRUE(ExitedWith(one, 2));
+      EXPECT_TRUE(Contains(one.err, "it was written by a run of 2 hosts x 2 workers (mpirun -np 2, "
+                                    "--workers 2), and this run is 1 host x 2 workers"))
+          << Clip(one.err);
+    }
     const std::string model = dir.File("resumed" + std::to_string(victim) + ".model");
     const ProcResult r =
         RunJob(2, LongRun(total, {"--log-every", "0", "--resume", ckpt, "--save", model}));

@@ -476,7 +476,7 @@ TEST_F(CheckpointPolicyTest, ResumeRestoresTheStateAndTheProtocolWords) {
   CheckpointPolicy policy(Config(path), seg_, log_, stats_);
   ASSERT_TRUE(policy.Write(State(5, 7, 2)).ok());
   Checkpoint c;
-  ASSERT_TRUE(LoadResume(path, Mode::kSync, 0xF1F2, "opt A", layout, 10, &c).ok());
+  ASSERT_TRUE(LoadResume(path, Mode::kSync, 0xF1F2, "opt A", layout, 10, {}, &c).ok());
   shm::Segment seg = MakeSegment(layout);
   ASSERT_TRUE(seg.valid());
   ResumeInto(c, &seg);
@@ -498,22 +498,32 @@ TEST_F(CheckpointPolicyTest, ResumeRefusesAnotherRunsCheckpoint) {
   ASSERT_TRUE(policy.Write(State(5, 7, 2)).ok());
   Checkpoint c;
   const shm::Header layout = Layout(Mode::kSync, 3, 2);
-  EXPECT_EQ(LoadResume(path, Mode::kSync, 0xBAD, "opt A", layout, 10, &c).code(), Status::Code::kUsage);
-  const Status other = LoadResume(path, Mode::kSync, 0xF1F2, "opt B", layout, 10, &c);
+  EXPECT_EQ(LoadResume(path, Mode::kSync, 0xBAD, "opt A", layout, 10, {}, &c).code(), Status::Code::kUsage);
+  const Status other = LoadResume(path, Mode::kSync, 0xF1F2, "opt B", layout, 10, {}, &c);
   EXPECT_EQ(other.code(), Status::Code::kUsage);
   EXPECT_NE(other.message().find("was written with opt A; this run uses opt B"), std::string::npos)
       << other.message();
-  EXPECT_EQ(LoadResume(path, Mode::kAsync, 0xF1F2, "opt A", layout, 10, &c).code(), Status::Code::kUsage);
-  EXPECT_EQ(LoadResume(path, Mode::kSync, 0xF1F2, "opt A", Layout(Mode::kSync, 3, 0), 10, &c).code(),
+  EXPECT_EQ(LoadResume(path, Mode::kAsync, 0xF1F2, "opt A", layout, 10, {}, &c).code(), Status::Code::kUsage);
+  EXPECT_EQ(LoadResume(path, Mode::kSync, 0xF1F2, "opt A", Layout(Mode::kSync, 3, 0), 10, {}, &c).code(),
             Status::Code::kUsage)
       << "a run without optimizer state cannot take one";
-  EXPECT_EQ(LoadResume(path, Mode::kSync, 0xF1F2, "opt A", Layout(Mode::kSync, 3, 1), 10, &c).code(),
+  EXPECT_EQ(LoadResume(path, Mode::kSync, 0xF1F2, "opt A", Layout(Mode::kSync, 3, 1), 10, {}, &c).code(),
             Status::Code::kUsage)
       << "nor one with another number of state vectors";
-  const Status past = LoadResume(path, Mode::kSync, 0xF1F2, "opt A", layout, 5, &c);
+  // What the run can say of the checkpoint's fingerprint (another count of hosts) is said.
+  const Status hosts = LoadResume(path, Mode::kSync, 0xBAD, "opt A", layout, 10,
+                                  [](uint64_t f) {
+                                    return f == 0xF1F2 ? std::string("written on 2 hosts") : "";
+                                  },
+                                  &c);
+  EXPECT_EQ(hosts.code(), Status::Code::kUsage);
+  EXPECT_NE(hosts.message().find("belongs to another run: written on 2 hosts; resume with"),
+            std::string::npos)
+      << hosts.message();
+  const Status past = LoadResume(path, Mode::kSync, 0xF1F2, "opt A", layout, 5, {}, &c);
   EXPECT_EQ(past.code(), Status::Code::kUsage);
   EXPECT_NE(past.message().find("the run has only 5"), std::string::npos) << past.message();
-  EXPECT_EQ(LoadResume(dir_.File("none.bin"), Mode::kSync, 0xF1F2, "opt A", layout, 10, &c).code(),
+  EXPECT_EQ(LoadResume(dir_.File("none.bin"), Mode::kSync, 0xF1F2, "opt A", layout, 10, {}, &c).code(),
             Status::Code::kData);
 }
 
