@@ -258,9 +258,10 @@ Status PrepareData(TrainOptions& o, RunData* rd) {
     if (Status s = data::LoadFile(o.val_data_path, lo, &rd->val); !s.ok()) return s;
   }
   rd->norm = data::Normalizer::Fit(rd->train, o.normalize);
-  rd->norm.Apply(&rd->train);
-  rd->norm.Apply(&rd->val);
-  return Status::Ok();
+  const std::string src = o.example.empty() ? o.data_path : "example " + o.example;
+  if (Status s = rd->norm.Apply(&rd->train, src); !s.ok()) return s;
+  return rd->norm.Apply(&rd->val, o.val_data_path.empty() ? "the held-out rows of " + src
+                                                          : o.val_data_path);
 }
 
 

@@ -1779,6 +1779,43 @@ TEST(SplitValidationTest, WithoutLabels) {
   }
 }
 
+// ---- Normalizer ----
+
+// Two features of 4 rows: `a` and `b` per row.
+Dataset TwoFeatures(const std::vector<float>& a, const std::vector<float>& b) {
+  Dataset d;
+  d.rows = static_cast<int64_t>(a.size());
+  d.features = 2;
+  for (size_t i = 0; i < a.size(); ++i) {
+    d.x.push_back(a[i]);
+    d.x.push_back(b[i]);
+  }
+  return d;
+}
+
+// A feature whose spread is so small that 1 / spread is beyond float (values below about
+// 3e-39 apart: only subnormal floats are) is constant to float arithmetic: scale 1, as for a
+// spread of 0, so that it scales to finite values whatever comes later. Its scale was +inf, and
+// (x - min) * inf made NaN of the training rows themselves.
+TEST(NormalizerTest, AScaleBeyondFloatMakesTheFeatureConstant) {
+  const float tiny = 1e-40f;  // subnormal
+  const Dataset d = TwoFeatures({0, tiny, 0, tiny}, {1, 2, 3, 4});
+  for (const Normalize kind : {Normalize::kMinMax, Normalize::kStandard}) {
+    const Normalizer n = Normalizer::Fit(d, kind);
+    EXPECT_EQ(n.scale[0], 1.0f) << ToString(kind);
+    EXPECT_TRUE(std::isfinite(n.scale[1])) << ToString(kind);
+    EXPECT_NE(n.scale[1], 1.0f) << ToString(kind) << ": an ordinary feature keeps its scale";
+    Dataset later = TwoFeatures({tiny, 1000}, {2, 3});
+    ASSERT_TRUE(n.Apply(&later, "later").ok()) << ToString(kind);
+    for (const float v : later.x) EXPECT_TRUE(std::isfinite(v)) << ToString(kind);
+  }
+  // A spread whose reciprocal float holds keeps it: features in small units (masses in
+  // kilograms, 1e-27) are features, not constants.
+  const Normalizer small = Normalizer::Fit(TwoFeatures({0, 1e-37f, 0, 1e-37f}, {1, 2, 3, 4}),
+                                           Normalize::kMinMax);
+  EXPECT_FLOAT_EQ(small.scale[0], 1e37f);
+}
+
 // ---- MakeParabola ----
 
 TEST(MakeParabolaTest, FiftyPoints) {

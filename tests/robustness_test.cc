@@ -8,7 +8,9 @@
 //    place, never replaced; block devices and sockets are refused.
 //  - Two runs never write the same output: the second is refused, naming the first's pid; a
 //    killed run's lock does not outlive it.
-//  - A model file or checkpoint with a valid checksum but non-finite values is refused.
+//  - A model file or checkpoint with a valid checksum but non-finite values is refused; a
+//    finite model whose scaled inputs or outputs on some data are not finite is exit 5,
+//    naming the rows, with nothing written.
 //  - A checkpoint that fails mid-run is logged, counted on the metrics endpoint and retried;
 //    the run goes on.
 //  - Divergence (a non-finite loss or gradient) ends the run with exit 5 naming the step, and
@@ -703,6 +705,103 @@ TEST(NonFinite, ModelFilesAreRefusedByEvalPredictAndExport) {
           << argv[1] << ": " << r.err;
       EXPECT_EQ(r.out, "") << argv[1] << " printed results of a broken model";
       EXPECT_FALSE(test::FileExists(out)) << argv[1] << " wrote an output";
+    }
+  }
+}
+
+// A finite model on finite data can still compute values beyond float. Feature 0 of the
+// training rows spans 1e-37, so --normalize minmax scales it by 1e37 and a value of 1000 in new
+// data scales to inf. eval printed `loss -nan`, predict wrote `-nan` probabilities and a
+// validation kept a model "at val loss -nan", all with exit 0: each is exit 5 now, naming the
+// rows, the feature and the statistics, and nothing is written.
+TEST(NonFinite, InputsThatScaleBeyondFloatAreAnErrorNamingTheRows) {
+  TempDir dir;
+  std::string train = "f0,f1,y\n";
+  for (int i = 0; i < 20; ++i) {
+    train += std::string(i % 2 ? "1e-37" : "0") + "," + std::to_string(i / 20.0) + "," +
+             (i < 10 ? "a" : "b") + "\n";
+  }
+  const std::string data = dir.Write("train.csv", train);
+  const std::string labelled = dir.Write("new.csv", "f0,f1,y\n0,0.1,a\n1000,0.2,a\n0,0.9,b\n"
+                                                    "1000,0.8,b\n");
+  const std::string unlabelled = dir.Write("newx.csv", "f0,f1\n0,0.1\n1000,0.2\n0,0.9\n");
+  const std::string model = dir.File("m.bin"), out = dir.File("p.csv");
+  const std::vector<std::string> run = {kBin,          "train",    "--workers",   "1",
+                                        "--data",      data,       "--layers",    "2,4,2",
+                                        "--activation", "relu",    "--loss",      "xent",
+                                        "--normalize", "minmax",   "--lr",        "0.1",
+                                        "--steps",     "20",       "--no-metrics"};
+  std::vector<std::string> save = run;
+  save.insert(save.end(), {"--save", model});
+  ASSERT_TRUE(test::ExitedWith(test::RunProcess(save, kRunTimeout), 0));
+  const std::string how = "feature 0 is (1000 - 0) x 1e+37 = inf, where 0 is the training rows' "
+                          "minimum and 1e+37 is 1 / their range (1e-37, --normalize minmax)";
+  const ProcResult e =
+      test::RunProcess({kBin, "eval", "--model", model, "--data", labelled}, kRunTimeout);
+  EXPECT_TRUE(test::ExitedWith(e, 5)) << e.err;
+  EXPECT_NE(e.err.find(labelled + ": the normalised input is not finite (NaN or infinite) in "
+                                  "rows 1 and 3 (0-based): row 1, " + how),
+            std::string::npos)
+      << e.err;
+  EXPECT_EQ(e.out, "");
+  const ProcResult p = test::RunProcess(
+      {kBin, "predict", "--model", model, "--data", unlabelled, "--out", out}, kRunTimeout);
+  EXPECT_TRUE(test::ExitedWith(p, 5)) << p.err;
+  EXPECT_NE(p.err.find(unlabelled + ": the normalised input is not finite (NaN or infinite) in "
+                                    "row 1 (0-based): its " + how),
+            std::string::npos)
+      << p.err;
+  EXPECT_FALSE(test::FileExists(out));
+  // Held-out rows are scaled before training starts: the run starts no worker.
+  std::vector<std::string> validated = run;
+  validated.insert(validated.end(), {"--val-data", labelled, "--eval-every", "5", "--early-stop",
+                                     "2", "--save", dir.File("v.bin"), "--log-format", "json"});
+  const ProcResult v = test::RunProcess(validated, kRunTimeout);
+  EXPECT_TRUE(test::ExitedWith(v, 5)) << v.err;
+  EXPECT_NE(v.err.find(labelled + ": the normalised input is not finite"), std::string::npos)
+      << v.err;
+  EXPECT_TRUE(WorkerPids(v.out).empty()) << v.out;
+  EXPECT_FALSE(test::FileExists(dir.File("v.bin")));
+}
+
+// Huge but finite weights: the model file is valid, its outputs on some rows are not finite.
+// Hidden unit 0 is tanh(x), the others 0, and the output FLT_MAX * tanh(x) + FLT_MAX, which
+// is +inf for x > 0 and finite for x < 0.
+TEST(NonFinite, OutputsBeyondFloatAreAnErrorNamingTheRows) {
+  TempDir dir;
+  const Predictable p = MakePredictable(dir);  // x: 0.1, 0.2, -0.5
+  const std::string labelled = dir.Write("xy.csv", "x,y\n0.1,0.01\n0.2,0.04\n-0.5,0.25\n");
+  std::string bytes = test::ReadWholeFile(p.model);
+  const size_t params = bytes.size() - 4 - 16 * sizeof(float);  // the parameters come last
+  const float big = std::numeric_limits<float>::max();
+  // 1-5-1: W0 (5 x 1) at 0..4, b0 at 5..9, W1 (1 x 5) at 10..14, b1 at 15.
+  for (int i = 0; i < 16; ++i) {
+    bytes = WithFloat(bytes, params + i * 4, i == 0 ? 1.0f : i == 10 || i == 15 ? big : 0.0f);
+  }
+  const std::string model = dir.Write("huge.bin", bytes);
+  const std::string out = dir.File("p.csv");
+  const ProcResult e =
+      test::RunProcess({kBin, "eval", "--model", model, "--data", labelled}, kRunTimeout);
+  EXPECT_TRUE(test::ExitedWith(e, 5)) << e.err;
+  EXPECT_NE(e.err.find(labelled + ": the model " + model +
+                       " gives outputs that are not finite (NaN or infinite) in rows 0 and 1 "
+                       "(0-based), so its loss is not finite either"),
+            std::string::npos)
+      << e.err;
+  EXPECT_EQ(e.out, "");
+  for (const bool to_file : {true, false}) {
+    std::vector<std::string> argv = {kBin, "predict", "--model", model, "--data", p.data};
+    if (to_file) argv.insert(argv.end(), {"--out", out});
+    const ProcResult r = test::RunProcess(argv, kRunTimeout);
+    EXPECT_TRUE(test::ExitedWith(r, 5)) << r.err;
+    EXPECT_NE(r.err.find(p.data + ": the model " + model +
+                         " gives outputs that are not finite (NaN or infinite) in rows 0 and 1 "
+                         "(0-based) (the values); nothing was written"),
+              std::string::npos)
+        << r.err;
+    EXPECT_EQ(r.out, "");
+    if (to_file) {
+      EXPECT_FALSE(test::FileExists(out));
     }
   }
 }
