@@ -19,6 +19,7 @@
 #include "master/checkpoint.h"
 #include "master/checkpoint_policy.h"
 #include "master/combiner.h"
+#include "master/divergence.h"
 #include "master/model_file.h"
 #include "master/output_path.h"
 #include "master/param_server.h"
@@ -380,14 +381,14 @@ void LogSegment(const TrainOptions& o, const RunData& rd, const shm::Segment& se
   }
 }
 
-SupervisorOptions SupervisorOptionsFor(const TrainOptions& o) {
+SupervisorOptions SupervisorOptionsFor(const TrainOptions& o, const DivergenceCause& divergence) {
   SupervisorOptions so;
   so.heartbeat_timeout_ns = static_cast<int64_t>(o.heartbeat_timeout_s * 1e9);
   so.max_restarts = o.max_restarts;
   so.restart_window_ns = static_cast<int64_t>(o.restart_window_s * 1e9);
   so.chaos_every_ns = static_cast<int64_t>(o.chaos_every_s * 1e9);
   so.chaos_seed = o.chaos_seed;
-  so.divergence_hint = o.DivergenceHint();
+  so.divergence = divergence;
   return so;
 }
 
@@ -549,13 +550,15 @@ class MasterFault final : public RunUnit {
 // gradient; this guards what they cannot see (an update that overflowed at the very last step).
 class FinalModel final : public RunUnit {
  public:
-  FinalModel(const TrainOptions& o, const RunData& rd) : o_(o), rd_(rd) {}
+  FinalModel(const TrainOptions& o, const RunData& rd, const DivergenceCause& divergence)
+      : o_(o), rd_(rd), divergence_(divergence) {}
   void Finish(RunEnd& end) override {
     if (!end.status.ok()) return;
     if (!AllFinite(end.params)) {
-      end.status = Status::Diverged(
-          "training diverged: the parameters after step " + std::to_string(end.end_step) +
-          " are not finite (NaN or infinite); " + o_.DivergenceHint() + "; no model was saved");
+      end.status =
+          Status::Diverged("training diverged: the parameters after step " +
+                           std::to_string(end.end_step) + " are not finite (NaN or infinite); " +
+                           divergence_.At(end.end_step - 1) + "; no model was saved");
     } else if (!o_.save_path.empty()) {
       Model m{o_.model, rd_.norm, rd_.train.classes, std::move(end.params)};
       end.status = SaveModel(o_.save_path, m);
@@ -566,6 +569,7 @@ class FinalModel final : public RunUnit {
  private:
   const TrainOptions& o_;
   const RunData& rd_;
+  const DivergenceCause& divergence_;
 };
 
 // The summary line of a good end: what the run itself knows (mode, steps, wall time, the kept
@@ -647,7 +651,8 @@ Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher, Hosts
                                                                 .host_timeout_s = o.host_timeout_s,
                                                                 .max_staleness = o.max_staleness});
   }
-  Supervisor sup(seg, launcher, log, stats.workers(), SupervisorOptionsFor(o));
+  const DivergenceCause divergence(o, st.resume);
+  Supervisor sup(seg, launcher, log, stats.workers(), SupervisorOptionsFor(o, divergence));
   CheckpointPolicy checkpoints({.path = o.checkpoint_path,
                                 .every = HostUnits(o).checkpoint_every,
                                 .mode = o.mode,
@@ -658,7 +663,7 @@ Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher, Hosts
                                 .cut = server.get(),
                                 .hosts = server ? o.host_count : 1},
                                seg, log, stats.checkpoints());
-  FinalModel model(o, st.rd);
+  FinalModel model(o, st.rd, divergence);
   SummaryLine summary(o, first, st.rd.train.rows, t_start, log);
   RunLoop loop(seg, [&sup](int ms) { sup.Wait(ms); },
                {&*st.seg_name, &stop, &fault, &losses, &live, server.get(), &validation,

@@ -861,6 +861,64 @@ TEST(NonFinite, CheckpointsAreRefusedByResume) {
   EXPECT_TRUE(test::FileExists(model));
 }
 
+// A checkpoint whose values are finite but huge (a damaged or crafted file, or a run about to
+// diverge) makes the resumed run diverge: the message blamed --lr, which the run shares with
+// the one that wrote the checkpoint. It names the checkpoint and its largest value instead:
+// parameters of 1e38 diverge at the first step after the resume; a momentum of 3e38 (above
+// 2^64, whose square float cannot hold) one step later.
+TEST(NonFinite, ADivergenceFromTheResumedStateNamesTheCheckpoint) {
+  TempDir dir;
+  const std::string ck = dir.File("ck.bin");
+  const std::vector<std::string> run = {
+      kBin,      "train", "--example", "parabola", "--layers",   "1,5,1", "--lr",        "0.01",
+      "--steps", "300",   "--workers", "2",        "--momentum", "0.9",   "--no-metrics"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = run;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  ASSERT_TRUE(test::ExitedWith(
+      test::RunProcess(with({"--checkpoint", ck, "--checkpoint-every", "100"}), kRunTimeout), 0));
+  ASSERT_EQ(test::CheckpointStep(ck), 200);
+  std::string params = test::ReadWholeFile(ck), momentum = params;
+  // Header (master/checkpoint.h): 48 bytes, the optimizer's m at 44; then its name, W[16], S[16].
+  uint32_t m = 0;
+  std::memcpy(&m, params.data() + 44, 4);
+  const size_t w = 48 + m, s0 = w + 16 * 4;
+  for (int i = 0; i < 16; ++i) {
+    params = WithFloat(params, w + i * 4, i == 3 ? -1e38f : 1e37f);
+    momentum = WithFloat(momentum, s0 + i * 4, i == 9 ? 3e38f : 1e30f);
+  }
+  struct Case {
+    std::string path, what;
+  };
+  const Case cases[] = {
+      {dir.Write("params.ckpt", params),
+       "training diverged at step 200: the loss or gradient is not finite (NaN or infinite); "
+       "it is the first step after resuming from " +
+           dir.File("params.ckpt") +
+           ", so the state resumed from it is what went non-finite (its largest value: "
+           "parameter 3 of 16 is -1e+38); resume from another checkpoint, or train afresh"},
+      {dir.Write("momentum.ckpt", momentum),
+       "training diverged at step 201: the loss or gradient is not finite (NaN or infinite); "
+       "the state resumed from " +
+           dir.File("momentum.ckpt") +
+           " holds values beyond what float arithmetic on them survives (optimizer state 0 of "
+           "1 (sgd), entry 9 of 16, is 3e+38; the product of two values above 2^64 = 1.8e19 "
+           "overflows float); resume from another checkpoint, or train afresh"},
+  };
+  for (const Case& c : cases) {
+    const ProcResult r = test::RunProcess(
+        with({"--resume", c.path, "--save", dir.File("m.bin"), "--log-format", "json"}),
+        kRunTimeout);
+    EXPECT_TRUE(test::ExitedWith(r, 5)) << c.path;
+    EXPECT_NE(r.err.find(c.what), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("--lr"), std::string::npos) << r.err;
+    EXPECT_FALSE(test::FileExists(dir.File("m.bin")));
+    ExpectCleanedUp(r);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // One writer per output.
 
