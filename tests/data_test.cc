@@ -568,6 +568,25 @@ TEST_F(CsvTest, EmptyClassLabel) {
   ExpectError("1,2,cat\n3,4, \n", Classify(), "2:3: ", "label cell is empty");
 }
 
+// A class name goes into predict's CSV, messages and logs: a label holding a control byte (a
+// NUL, a tab, ...), which a damaged or binary file gives, was written raw into predict's
+// output, where C tools, R and Python's csv before 3.11 stop at a NUL. It is refused where it
+// is first seen, with a given class map too.
+TEST_F(CsvTest, ClassLabelWithAControlByteRefused) {
+  const std::string why = " (class names must be printable text)";
+  ExpectError(std::string("x,y\n1,cat\n2,\"a\0b\"\n3,a\0b\n", 24), Classify(),
+              "3:2: ", "label 'a\\x00b' holds a control byte (\\x00 at byte 1)" + why);
+  ExpectError("x,y\n1,cat\n2,\"c\ta\"\n", Classify(),
+              "3:2: ", "label 'c\\x09a' holds a control byte (\\x09 at byte 1)" + why);
+  ExpectError("1;\"\x7f\"\n2;dog\n", Classify(),
+              "1:2: ", "label '\\x7f' holds a control byte (\\x7f at byte 0)" + why);
+  const ClassMap map = ClassMap::Build({"cat", "dog"});
+  LoadOptions o = Classify();
+  o.classes = &map;
+  ExpectError("1,dog\n2,\"\x01\"\n", o,
+              "2:2: ", "label '\\x01' holds a control byte (\\x01 at byte 0)" + why);
+}
+
 TEST_F(CsvTest, NanClassLabelRefused) {
   ExpectError("1,cat\n2,nan\n3,dog\n", Classify(), "2:2: ", "value 'nan' is not finite");
   ExpectError("x,c\n1,0\n2,1\n3, NaN \n", Classify(), "4:2: ", "value 'NaN' is not finite");
@@ -1610,6 +1629,12 @@ TEST_F(LibsvmTest, CsvIsNotLibsvm) {
   // A label without features is still a row of zeros.
   Dataset ds = Load("cat\ndog 1:1\n", o);
   EXPECT_EQ(ds.x, (std::vector<float>{0, 0, 1, 0}));
+}
+
+TEST_F(LibsvmTest, ClassLabelWithAControlByteRefused) {
+  ExpectError("cat 1:1\nd\x01g 1:2\n", Svm(Task::kClassification), "2: ",
+              "label 'd\\x01g' holds a control byte (\\x01 at byte 1) (class names must be "
+              "printable text)");
 }
 
 TEST_F(LibsvmTest, NanClassLabelRefused) {
