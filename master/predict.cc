@@ -106,7 +106,7 @@ Status RunEval(const Command& cmd, Logger& log) {
     text += ", rmse " + Fmt("%.6g", r.rmse);
   }
   log.Line(text, j);
-  return Status::Ok();
+  return log.stdout_status();
 }
 
 Status RunPredict(const Command& cmd, Logger& log) {
@@ -167,8 +167,7 @@ Status RunPredict(const Command& cmd, Logger& log) {
                                 "; nothing was written");
   }
   if (cmd.out_path.empty()) {
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    if (std::fflush(stdout) != 0) return Status::Resource("cannot write the predictions to stdout");
+    if (Status s = WriteStdout(text); !s.ok()) return s;
   } else {
     if (Status s = WriteFileDurably(cmd.out_path, text); !s.ok()) return s;
     log.Info("predict: " + std::to_string(d.rows) + " rows written to " + cmd.out_path,

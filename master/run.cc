@@ -668,7 +668,13 @@ Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher, Hosts
   RunLoop loop(seg, [&sup](int ms) { sup.Wait(ms); },
                {&*st.seg_name, &stop, &fault, &losses, &live, server.get(), &validation,
                 combiner.get(), &sup, &checkpoints, &model, &summary});
-  return loop.Run();
+  const Status s = loop.Run();
+  // A log that cannot be written (a full disk, a closed pipe) does not stop the training it
+  // reports on: the run ends, its model saved, and then says that stdout failed.
+  if (!s.ok() || log.stdout_status().ok()) return s;
+  return Status::Resource(
+      log.stdout_status().message() + "; the run finished" +
+      (o.save_path.empty() ? "" : " and its model was saved to " + o.save_path));
 }
 
 }  // namespace shmtrain::master

@@ -6,7 +6,8 @@
 //    stops the workers, writes a checkpoint if one is configured, removes the segment, and
 //    the process exits 128 + n. A
 //    SIGPIPE the master raised itself (a write to a closed stdout or a scraper that hung up)
-//    is ignored: the write fails with EPIPE and training goes on.
+//    is ignored: the write fails with EPIPE and training goes on (a failed stdout ends a run
+//    that ends well with exit 4, once its model is saved: Logger::stdout_status, RunTrain).
 //  - Crash signals (SEGV, BUS, FPE, ILL, ABRT, TRAP, SYS): the segment is unlinked, then the
 //    signal is re-raised with its default action. Workers die with the master
 //    (PR_SET_PDEATHSIG).

@@ -19,6 +19,8 @@
 //    workers gone, segment removed.
 //  - The live progress line (on a terminal) shows the current loss whatever --log-every is.
 //  - Early stopping names the model it keeps, and that is the one the summary reports.
+//  - A standard output that cannot be written (full, or a pipe whose reader is gone) is exit 4
+//    for every command; train still saves its model first.
 #include <fcntl.h>
 #include <poll.h>
 #include <pty.h>
@@ -980,6 +982,78 @@ TEST(OutputLocks, AKilledRunsLockDoesNotOutliveIt) {
     EXPECT_TRUE(test::WaitPidGone(w, milliseconds(5000))) << "worker " << w << " left behind";
   }
   for (const std::string& name : test::SegmentsOf(killed.pid)) shm_unlink(name.c_str());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Standard output that cannot be written.
+
+// argv run with stdout on /dev/full ("full": writes fail with ENOSPC) or on a pipe whose reader
+// has exited before it starts ("closed", as `| true` that was quicker: writes fail with EPIPE and
+// raise SIGPIPE).
+ProcResult WithStdout(const std::string& how, const std::vector<std::string>& argv) {
+  std::vector<std::string> a = {"/bin/bash", "-c",
+                                "if [ \"$0\" = full ]; then exec \"$@\" > /dev/full; fi\n"
+                                "exec > >(exit 0)\n"
+                                "wait $!\n"
+                                "exec \"$@\"\n",
+                                how};
+  a.insert(a.end(), argv.begin(), argv.end());
+  return test::RunProcess(a, kRunTimeout);
+}
+
+std::string StdoutError(const std::string& how) {
+  return "shmtrain: error: cannot write standard output: " +
+         std::string(how == "full" ? "No space left on device" : "Broken pipe");
+}
+
+// eval and simulate printed into a full or closed stdout and exited 0 (simulate was killed by
+// the SIGPIPE, 141): like predict, each is exit 4 with the reason.
+TEST(Stdout, EvalSimulateAndPredictThatCannotWriteItExit4) {
+  TempDir dir;
+  const Predictable p = MakePredictable(dir);
+  const std::string labelled = dir.Write("xy.csv", "x,y\n0.1,0.01\n0.2,0.04\n-0.5,0.25\n");
+  const std::vector<std::vector<std::string>> commands = {
+      {kBin, "eval", "--model", p.model, "--data", labelled},
+      {kBin, "eval", "--model", p.model, "--data", labelled, "--log-format", "json"},
+      {kBin, "predict", "--model", p.model, "--data", p.data},
+      {kBin, "simulate", "--workers", "2,4", "--compare", "--example", "parabola", "--layers",
+       "1,5,1", "--lr", "0.01", "--steps", "20"},
+      {kBin, "simulate", "--workers", "2", "--rule", "asgd", "--example", "parabola", "--layers",
+       "1,5,1", "--lr", "0.01", "--steps", "20", "--log-format", "json"}};
+  for (const std::string how : {"full", "closed"}) {
+    for (const auto& argv : commands) {
+      const ProcResult r = WithStdout(how, argv);
+      EXPECT_TRUE(test::ExitedWith(r, 4)) << how << ": " << argv[1];
+      EXPECT_NE(r.err.find(StdoutError(how)), std::string::npos) << how << ": " << r.err;
+    }
+  }
+}
+
+// A run whose log cannot be written still trains to its end and saves its model, then exits 4
+// saying so: a closed terminal pipe must not cost the training.
+TEST(Stdout, TrainSavesItsModelThenExits4) {
+  TempDir dir;
+  const std::string model = dir.File("m.bin");
+  const std::vector<std::vector<std::string>> runs = {
+      {kBin, "train", "--example", "parabola", "--layers", "1,5,1", "--lr", "0.01", "--steps",
+       "2000", "--log-every", "1", "--workers", "2", "--no-metrics", "--save", model},
+      {kBin, "train", "--example", "parabola", "--layers", "1,5,1", "--lr", "0.01", "--steps",
+       "2000", "--log-every", "1", "--workers", "2", "--no-metrics", "--save", model,
+       "--log-format", "json"},
+      {kBin, "example", "parabola", "--no-metrics", "--save", model}};
+  for (const std::string how : {"full", "closed"}) {
+    for (const auto& argv : runs) {
+      std::filesystem::remove(model);
+      const ProcResult r = WithStdout(how, argv);
+      EXPECT_TRUE(test::ExitedWith(r, 4)) << how << ": " << argv[1];
+      EXPECT_NE(
+          r.err.find(StdoutError(how) + "; the run finished and its model was saved to " + model),
+          std::string::npos)
+          << how << ": " << r.err;
+      EXPECT_EQ(test::ReadWholeFile(model).substr(0, 8), "SHMTMODL") << how;
+      EXPECT_TRUE(test::SegmentsOf(r.pid).empty()) << "segment left behind";
+    }
+  }
 }
 
 }  // namespace
