@@ -546,23 +546,35 @@ class MasterFault final : public RunUnit {
 };
 
 // The model a good end keeps (the last parameters, or those the validation kept): never one
-// that is not finite, and saved with --save. Workers stop at the first non-finite loss or
-// gradient; this guards what they cannot see (an update that overflowed at the very last step).
+// that is not finite, nor one whose outputs on the training rows are not, and saved with
+// --save. Workers stop at the first non-finite loss or gradient; this guards what they cannot
+// see (an update that overflowed at the very last step). Its loss over the training rows goes
+// into the summary.
 class FinalModel final : public RunUnit {
  public:
   FinalModel(const TrainOptions& o, const RunData& rd, const DivergenceCause& divergence)
       : o_(o), rd_(rd), divergence_(divergence) {}
   void Finish(RunEnd& end) override {
     if (!end.status.ok()) return;
+    const std::string cause = "; " + divergence_.At(end.end_step - 1) + "; no model was saved";
     if (!AllFinite(end.params)) {
-      end.status =
-          Status::Diverged("training diverged: the parameters after step " +
-                           std::to_string(end.end_step) + " are not finite (NaN or infinite); " +
-                           divergence_.At(end.end_step - 1) + "; no model was saved");
+      end.status = Status::Diverged("training diverged: the parameters after step " +
+                                    std::to_string(end.end_step) +
+                                    " are not finite (NaN or infinite)" + cause);
+      return;
+    }
+    const nn::Metrics train =
+        nn::Evaluate(o_.model, end.params.data(), end.seg.x(), end.seg.y(), rd_.train.rows);
+    end.summary.final_loss = train.loss;
+    if (!train.finite()) {
+      end.status = Status::Diverged("training diverged: the model after step " +
+                                    std::to_string(end.end_step) +
+                                    " gives outputs that are not finite (NaN or infinite) in " +
+                                    train.nonfinite.Text() + " of the training rows" + cause);
     } else if (!o_.save_path.empty()) {
       Model m{o_.model, rd_.norm, rd_.train.classes, std::move(end.params)};
       end.status = SaveModel(o_.save_path, m);
-      end.params = std::move(m.params);  // for the summary's final loss
+      end.params = std::move(m.params);
     }
   }
 
@@ -572,9 +584,9 @@ class FinalModel final : public RunUnit {
   const DivergenceCause& divergence_;
 };
 
-// The summary line of a good end: what the run itself knows (mode, steps, wall time, the kept
-// model's loss over the training rows, the workers' counters) beside what the units before it
-// put in (restarts, validation, the cross-host combine).
+// The summary line of a good end: what the run itself knows (mode, steps, wall time, the
+// workers' counters) beside what the units before it put in (the kept model's loss over the
+// training rows, restarts, validation, the cross-host combine).
 class SummaryLine final : public RunUnit {
  public:
   SummaryLine(const TrainOptions& o, int64_t first_step, int64_t rows, int64_t t_start_ns,
@@ -589,7 +601,6 @@ class SummaryLine final : public RunUnit {
     s.first_step = first_;
     s.end_step = end.end_step;
     s.wall_s = (end.end_ns - t_start_) / 1e9;
-    s.final_loss = nn::Evaluate(o_.model, end.params.data(), end.seg.x(), end.seg.y(), rows_).loss;
     ReadWorkerCounters(end.seg, &s);
     if (o_.host_count > 1) {
       s.hosts = o_.host_count;

@@ -921,6 +921,43 @@ TEST(NonFinite, ADivergenceFromTheResumedStateNamesTheCheckpoint) {
   }
 }
 
+// The workers check every step's loss and gradient, but not what the last update makes of the
+// parameters: finite parameters whose outputs on the training rows are not finite were saved
+// with "final loss inf" and exit 0. A momentum of 3e38 resumed before the last step (of a run at
+// --lr 0.5) moves every parameter to about -1.35e38, where each row's output overflows.
+TEST(NonFinite, AFinalModelWithOutputsBeyondFloatIsNotSaved) {
+  TempDir dir;
+  const std::string ck = dir.File("ck.bin"), model = dir.File("m.bin");
+  const std::vector<std::string> run = {
+      kBin,      "train", "--example", "parabola", "--layers",   "1,5,1", "--lr",        "0.5",
+      "--steps", "300",   "--workers", "2",        "--momentum", "0.9",   "--no-metrics"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = run;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  ASSERT_TRUE(test::ExitedWith(
+      test::RunProcess(with({"--checkpoint", ck, "--checkpoint-every", "299"}), kRunTimeout), 0));
+  ASSERT_EQ(test::CheckpointStep(ck), 299);
+  std::string bytes = test::ReadWholeFile(ck);
+  uint32_t m = 0;
+  std::memcpy(&m, bytes.data() + 44, 4);
+  const size_t s0 = 48 + m + 16 * 4;  // the momentum, after the header, the name and W[16]
+  for (int i = 0; i < 16; ++i) bytes = WithFloat(bytes, s0 + i * 4, 3e38f);
+  const std::string resumed = dir.Write("huge.ckpt", bytes);
+  const ProcResult r = test::RunProcess(with({"--resume", resumed, "--save", model}), kRunTimeout);
+  EXPECT_TRUE(test::ExitedWith(r, 5));
+  EXPECT_NE(r.err.find("training diverged: the model after step 300 gives outputs that are not "
+                       "finite (NaN or infinite) in 50 rows, the first 0, 1 and 2 (0-based) of "
+                       "the training rows; "),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("resuming from " + resumed), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("; no model was saved"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("done:"), std::string::npos) << r.out;
+  EXPECT_FALSE(test::FileExists(model));
+}
+
 // ---------------------------------------------------------------------------------------------
 // One writer per output.
 
