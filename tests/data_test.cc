@@ -1204,8 +1204,10 @@ TEST_F(CsvTest, CarriageReturnInsideALineIsText) {
   ExpectError("x,y\n1,2\r3\n", {}, "2:2: ", "cell '2\\x0d3' is not a number" + kNumericTargets);
   ExpectError("x,y,z\n1\r,2,3\n", {}, "2:1: ", "cell '1\\x0d' is not a number");
   ExpectError("x,y,z\n1,2 \r,3\n", {}, "2:2: ", "cell '2 \\x0d' is not a number");
-  Dataset ds = Load("x,c\n1,a\rb\n2,a\r\n", Classify());
-  EXPECT_EQ(ds.classes.names, (std::vector<std::string>{"a", "a\rb"}));
+  // In a label too, where it is then refused: class names are printable text.
+  ExpectError("x,c\n1,a\rb\n2,a\r\n", Classify(), "2:2: ",
+              "label 'a\\x0db' holds a control byte (\\x0d at byte 1) (class names must be "
+              "printable text)");
 }
 
 // Every '\r' that ends a line goes ("\r\r\n", as a doubled conversion writes it): a label is
