@@ -97,11 +97,10 @@ Status Normalizer::Apply(Dataset* d, const std::string& src) const {
   return Status::Diverged(
       src + ": the normalised input is not finite (NaN or infinite) in " + bad.Text() + ": " +
       (bad.count == 1 ? "its" : "row " + std::to_string(bad.first[0]) + ",") + " feature " +
-      std::to_string(feature) + " is (" +
-      FloatText(raw) + " - " + FloatText(offset[feature]) + ") x " + FloatText(scale[feature]) +
-      " = " + FloatText(scaled) + ", where " + FloatText(offset[feature]) +
-      " is the training rows' " + (minmax ? "minimum" : "mean") + " and " +
-      FloatText(scale[feature]) + " is 1 / their " + stat + " (" +
+      std::to_string(feature) + " is (" + FloatText(raw) + " - " + FloatText(offset[feature]) +
+      ") x " + FloatText(scale[feature]) + " = " + FloatText(scaled) + ", where " +
+      FloatText(offset[feature]) + " is the training rows' " + (minmax ? "minimum" : "mean") +
+      " and " + FloatText(scale[feature]) + " is 1 / their " + stat + " (" +
       FloatText(1 / scale[feature]) + ", --normalize " + ToString(kind) +
       "); float holds at most 3.4e38");
 }

@@ -261,8 +261,8 @@ Status PrepareData(TrainOptions& o, RunData* rd) {
   rd->norm = data::Normalizer::Fit(rd->train, o.normalize);
   const std::string src = o.example.empty() ? o.data_path : "example " + o.example;
   if (Status s = rd->norm.Apply(&rd->train, src); !s.ok()) return s;
-  return rd->norm.Apply(&rd->val, o.val_data_path.empty() ? "the held-out rows of " + src
-                                                          : o.val_data_path);
+  return rd->norm.Apply(&rd->val,
+                        o.val_data_path.empty() ? "the held-out rows of " + src : o.val_data_path);
 }
 
 

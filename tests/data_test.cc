@@ -1838,8 +1838,8 @@ TEST(NormalizerTest, AScaleBeyondFloatMakesTheFeatureConstant) {
   }
   // A spread whose reciprocal float holds keeps it: features in small units (masses in
   // kilograms, 1e-27) are features, not constants.
-  const Normalizer small = Normalizer::Fit(TwoFeatures({0, 1e-37f, 0, 1e-37f}, {1, 2, 3, 4}),
-                                           Normalize::kMinMax);
+  const Normalizer small =
+      Normalizer::Fit(TwoFeatures({0, 1e-37f, 0, 1e-37f}, {1, 2, 3, 4}), Normalize::kMinMax);
   EXPECT_FLOAT_EQ(small.scale[0], 1e37f);
 }
 

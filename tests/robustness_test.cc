@@ -724,33 +724,38 @@ TEST(NonFinite, InputsThatScaleBeyondFloatAreAnErrorNamingTheRows) {
              (i < 10 ? "a" : "b") + "\n";
   }
   const std::string data = dir.Write("train.csv", train);
-  const std::string labelled = dir.Write("new.csv", "f0,f1,y\n0,0.1,a\n1000,0.2,a\n0,0.9,b\n"
-                                                    "1000,0.8,b\n");
+  const std::string labelled = dir.Write("new.csv",
+                                         "f0,f1,y\n0,0.1,a\n1000,0.2,a\n0,0.9,b\n"
+                                         "1000,0.8,b\n");
   const std::string unlabelled = dir.Write("newx.csv", "f0,f1\n0,0.1\n1000,0.2\n0,0.9\n");
   const std::string model = dir.File("m.bin"), out = dir.File("p.csv");
-  const std::vector<std::string> run = {kBin,          "train",    "--workers",   "1",
-                                        "--data",      data,       "--layers",    "2,4,2",
-                                        "--activation", "relu",    "--loss",      "xent",
-                                        "--normalize", "minmax",   "--lr",        "0.1",
-                                        "--steps",     "20",       "--no-metrics"};
+  const std::vector<std::string> run = {
+      kBin,    "train",        "--workers", "1",      "--data",      data,          "--layers",
+      "2,4,2", "--activation", "relu",      "--loss", "xent",        "--normalize", "minmax",
+      "--lr",  "0.1",          "--steps",   "20",     "--no-metrics"};
   std::vector<std::string> save = run;
   save.insert(save.end(), {"--save", model});
   ASSERT_TRUE(test::ExitedWith(test::RunProcess(save, kRunTimeout), 0));
-  const std::string how = "feature 0 is (1000 - 0) x 1e+37 = inf, where 0 is the training rows' "
-                          "minimum and 1e+37 is 1 / their range (1e-37, --normalize minmax)";
+  const std::string how =
+      "feature 0 is (1000 - 0) x 1e+37 = inf, where 0 is the training rows' "
+      "minimum and 1e+37 is 1 / their range (1e-37, --normalize minmax)";
   const ProcResult e =
       test::RunProcess({kBin, "eval", "--model", model, "--data", labelled}, kRunTimeout);
   EXPECT_TRUE(test::ExitedWith(e, 5)) << e.err;
-  EXPECT_NE(e.err.find(labelled + ": the normalised input is not finite (NaN or infinite) in "
-                                  "rows 1 and 3 (0-based): row 1, " + how),
+  EXPECT_NE(e.err.find(labelled +
+                       ": the normalised input is not finite (NaN or infinite) in "
+                       "rows 1 and 3 (0-based): row 1, " +
+                       how),
             std::string::npos)
       << e.err;
   EXPECT_EQ(e.out, "");
   const ProcResult p = test::RunProcess(
       {kBin, "predict", "--model", model, "--data", unlabelled, "--out", out}, kRunTimeout);
   EXPECT_TRUE(test::ExitedWith(p, 5)) << p.err;
-  EXPECT_NE(p.err.find(unlabelled + ": the normalised input is not finite (NaN or infinite) in "
-                                    "row 1 (0-based): its " + how),
+  EXPECT_NE(p.err.find(unlabelled +
+                       ": the normalised input is not finite (NaN or infinite) in "
+                       "row 1 (0-based): its " +
+                       how),
             std::string::npos)
       << p.err;
   EXPECT_FALSE(test::FileExists(out));

@@ -623,8 +623,8 @@ TEST_F(ValidationTest, AModelWithANonFiniteValidationLossIsNeverKept) {
     shm::Segment seg = MakeSegment(Layout(Mode::kSync, 2, 0, 2));
     ASSERT_TRUE(seg.valid());
     testing::internal::CaptureStdout();
-    ValidationProtocol v({.eval_every = 2, .early_stop = patience, .total_steps = 10}, kSpec,
-                         val_, seg, log_, stats_);
+    ValidationProtocol v({.eval_every = 2, .early_stop = patience, .total_steps = 10}, kSpec, val_,
+                         seg, log_, stats_);
     Publish(seg, 1, huge_);
     ASSERT_TRUE(v.Poll().ok());
     Publish(seg, 2, good_);
@@ -664,8 +664,7 @@ TEST_F(ValidationTest, AModelWithANonFiniteValidationLossIsNeverKept) {
   const Status s = v.FinalEvaluation(4, &params, &m);
   testing::internal::GetCapturedStdout();
   EXPECT_EQ(s.code(), Status::Code::kDiverged) << s.message();
-  EXPECT_NE(s.message().find("no evaluated model had a finite validation loss"),
-            std::string::npos)
+  EXPECT_NE(s.message().find("no evaluated model had a finite validation loss"), std::string::npos)
       << s.message();
 }
 
