@@ -1,6 +1,7 @@
 #include "master/validation.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
@@ -132,10 +133,11 @@ void ValidationProtocol::RequestEarlyStop(int64_t k) {
   const std::string best = best_.has_best() ? "best so far " + Fmt("%.6g", best_.loss()) +
                                                   " at step " + std::to_string(best_.step())
                                             : "none was finite";
-  log_.Info(
-      "early stop: no better validation loss in " + std::to_string(plan_.early_stop) +
-          " evaluations (" + best + "); training stops " + until,
-      JsonLine("early_stop").Int("best_step", best_.step()).Num("best_val_loss", best_.loss()));
+  log_.Info("early stop: no better validation loss in " + std::to_string(plan_.early_stop) +
+                " evaluations (" + best + "); training stops " + until,
+            JsonLine("early_stop")
+                .Int("best_step", best_.step())
+                .Num("best_val_loss", best_.has_best() ? best_.loss() : NAN));  // none: -1 and null
 }
 
 // taken_ns: when the evaluated parameters were taken from the segment; the event's elapsed_s

@@ -652,17 +652,23 @@ TEST_F(ValidationTest, AModelWithANonFiniteValidationLossIsNeverKept) {
     EXPECT_EQ(params, good_) << "the best finite evaluation is kept";
     EXPECT_DOUBLE_EQ(m.loss, Loss(good_));
   }
-  // No finite evaluation at all.
+  // No finite evaluation at all: the early stop names none, and the run keeps no model.
   shm::Segment seg = MakeSegment(Layout(Mode::kSync, 2, 0, 2));
   testing::internal::CaptureStdout();
   ValidationProtocol v({.eval_every = 2, .early_stop = 2, .total_steps = 10}, kSpec, val_, seg,
                        log_, stats_);
   Publish(seg, 1, huge_);
   ASSERT_TRUE(v.Poll().ok());
+  Publish(seg, 2, huge_);
+  ASSERT_TRUE(v.Poll().ok());
   std::vector<float> params = huge_;
   nn::Metrics m;
-  const Status s = v.FinalEvaluation(4, &params, &m);
-  testing::internal::GetCapturedStdout();
+  const Status s = v.FinalEvaluation(6, &params, &m);
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_TRUE(v.stop_requested());
+  EXPECT_NE(out.find("{\"event\":\"early_stop\",\"best_step\":-1,\"best_val_loss\":null}"),
+            std::string::npos)
+      << out;
   EXPECT_EQ(s.code(), Status::Code::kDiverged) << s.message();
   EXPECT_NE(s.message().find("no evaluated model had a finite validation loss"), std::string::npos)
       << s.message();
