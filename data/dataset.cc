@@ -7,6 +7,7 @@
 #include "nn/rng.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <string>
 #include <string_view>
 
@@ -109,6 +110,17 @@ ClassMap ClassMap::FromValues(std::vector<double> values) {
   for (double v : values) m.names.push_back(NumberName(v));
   m.values = std::move(values);
   return m;
+}
+
+std::string ClassMap::NameError(std::string_view name) {
+  for (size_t i = 0; i < name.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(name[i]);
+    if (c >= 0x20 && c != 0x7f) continue;
+    char byte[8];
+    std::snprintf(byte, sizeof byte, "\\x%02x", c);
+    return std::string("holds a control byte (") + byte + " at byte " + std::to_string(i) + ")";
+  }
+  return "";
 }
 
 int ClassMap::FindValue(double v) const {

@@ -1,13 +1,35 @@
 #include "data/preprocess.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
+#include "nn/metrics.h"
 #include "nn/rng.h"
 
 namespace shmtrain::data {
+namespace {
+
+// The scale of a feature of this spread (max - min, or stddev): 1 / spread, or 1 when spread
+// is 0 or 1 / spread is beyond float (spread < 1 / FLT_MAX, about 2.9e-39: subnormal values),
+// where the feature is constant to float arithmetic (preprocess.h).
+float ScaleOf(double spread) {
+  const double scale = spread > 0 ? 1.0 / spread : 1.0;
+  return scale <= std::numeric_limits<float>::max() ? static_cast<float>(scale) : 1.0f;
+}
+
+// A float as its shortest text: "1e+37", "1000", "inf".
+std::string FloatText(float v) {
+  if (!std::isfinite(v)) return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
+}  // namespace
 
 Normalizer Normalizer::Fit(const Dataset& train, Normalize kind) {
   Normalizer n;
@@ -38,27 +60,49 @@ Normalizer Normalizer::Fit(const Dataset& train, Normalize kind) {
     }
   }
   for (int j = 0; j < f; ++j) {
-    const double sd = std::sqrt(sq[j] / train.rows);
-    if (kind == Normalize::kMinMax) {
-      n.offset[j] = static_cast<float>(lo[j]);
-      n.scale[j] = hi[j] > lo[j] ? static_cast<float>(1.0 / (hi[j] - lo[j])) : 1.0f;
-    } else {
-      n.offset[j] = static_cast<float>(mean[j]);
-      n.scale[j] = sd > 0 ? static_cast<float>(1.0 / sd) : 1.0f;
-    }
+    const bool minmax = kind == Normalize::kMinMax;
+    const double spread = minmax ? hi[j] - lo[j] : std::sqrt(sq[j] / train.rows);
+    n.offset[j] = static_cast<float>(minmax ? lo[j] : mean[j]);
+    n.scale[j] = ScaleOf(spread);
   }
   return n;
 }
 
-void Normalizer::Apply(Dataset* d) const {
-  if (kind == Normalize::kNone) return;
+Status Normalizer::Apply(Dataset* d, const std::string& src) const {
+  if (kind == Normalize::kNone) return Status::Ok();
   const int f = d->features;
+  nn::NonFiniteRows bad;
+  int feature = 0;
+  float raw = 0, scaled = 0;  // the first value that scales to a non-finite one
   for (int64_t i = 0; i < d->rows; ++i) {
+    bool row_bad = false;
     for (int j = 0; j < f; ++j) {
       float& v = d->x[i * f + j];
+      const float was = v;
       v = (v - offset[j]) * scale[j];
+      if (!std::isfinite(v) && !row_bad) {
+        row_bad = true;
+        if (bad.empty()) {
+          feature = j;
+          raw = was;
+          scaled = v;
+        }
+      }
     }
+    if (row_bad) bad.Add(i);
   }
+  if (bad.empty()) return Status::Ok();
+  const bool minmax = kind == Normalize::kMinMax;
+  const std::string stat = minmax ? "range" : "standard deviation";
+  return Status::Diverged(
+      src + ": the normalised input is not finite (NaN or infinite) in " + bad.Text() + ": " +
+      (bad.count == 1 ? "its" : "row " + std::to_string(bad.first[0]) + ",") + " feature " +
+      std::to_string(feature) + " is (" + FloatText(raw) + " - " + FloatText(offset[feature]) +
+      ") x " + FloatText(scale[feature]) + " = " + FloatText(scaled) + ", where " +
+      FloatText(offset[feature]) + " is the training rows' " + (minmax ? "minimum" : "mean") +
+      " and " + FloatText(scale[feature]) + " is 1 / their " + stat + " (" +
+      FloatText(1 / scale[feature]) + ", --normalize " + ToString(kind) +
+      "); float holds at most 3.4e38");
 }
 
 Status SplitValidation(Dataset all, double frac, uint64_t seed, Dataset* train, Dataset* val) {

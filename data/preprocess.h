@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "data/dataset.h"
@@ -17,14 +18,23 @@ namespace shmtrain::data {
 // x' = (x - offset[j]) * scale[j] for feature j.
 //   minmax:   offset = min, scale = 1 / (max - min)  -> [0, 1] on the training rows
 //   standard: offset = mean, scale = 1 / stddev (population)
-// A constant feature gets scale 1 (it becomes 0), never a division by zero.
+// A constant feature gets scale 1 (it becomes 0), never a division by zero; so does a feature
+// whose spread (max - min, or stddev) is so small that 1 / spread is beyond float (below about
+// 2.9e-39, which only subnormal values reach): every scaled value, later data's included, would
+// be infinite or NaN. (scikit-learn's scalers treat a zero spread as 1 too.) Any spread whose
+// reciprocal float holds keeps it: data ten spreads outside the training range then scales to
+// about 10, and a feature in small units (1e-27) is a feature, not a constant.
 struct Normalizer {
   Normalize kind = Normalize::kNone;
   std::vector<float> offset;
   std::vector<float> scale;
 
   static Normalizer Fit(const Dataset& train, Normalize kind);
-  void Apply(Dataset* d) const;
+  // Scales every row of d (its values are finite: the loaders refuse others). kDiverged when a
+  // scaled value is not finite, as a value far outside the training rows' range can make it
+  // ((1000 - 0) * 1e37 on a feature that spans 1e-37 in training): the message names src, the
+  // rows, and the first such value with its feature and statistics. d is then partly scaled.
+  Status Apply(Dataset* d, const std::string& src) const;
 };
 
 // Moves round(frac * rows) rows, chosen by a permutation drawn from

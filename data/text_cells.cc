@@ -192,6 +192,13 @@ void LabelBook::Clear() {
 }
 
 Status LabelBook::MapClasses(const std::string& path, const LoadOptions& opts, Dataset* ds) const {
+  // Texts are in the order of their first rows: the first refused is the first row's.
+  for (size_t t = 0; t < texts_.size(); ++t) {
+    if (const std::string e = ClassMap::NameError(texts_[t]); !e.empty()) {
+      return Status::Data(LabelAt(path, line_[t], col_[t]) + "label " + Quote(texts_[t]) + " " + e +
+                          " (class names must be printable text)");
+    }
+  }
   ClassMap built;
   if (opts.classes == nullptr) {
     // The map of the distinct texts is the map of all the labels.

@@ -97,7 +97,9 @@ constexpr const char* kMainHelp =
     "\n"
     "flags: --help (on every command), --version\n"
     "exit codes: 0 ok, 1 internal error, 2 bad flag or input, 3 a worker failed,\n"
-    "            4 out of resources, 5 training diverged, 6 another host's master failed,\n"
+    "            4 out of resources or stdout unwritable, 5 a value became NaN or infinite\n"
+    "            (training diverged, or a model's inputs or outputs on some rows),\n"
+    "            6 another host's master failed,\n"
     "            130/143 stopped by SIGINT/SIGTERM (another stop signal n: 128 + n)\n";
 
 constexpr const char* kTrainUsage =

@@ -82,7 +82,8 @@ void Evaluator::Loop() {
 }
 
 bool EarlyStop::Observe(int64_t step, const nn::Metrics& m, std::vector<float> params) {
-  if (step_ < 0 || m.loss < metrics_.loss) {
+  // Not finite: never the best (a NaN kept first would stay, as nothing compares lower).
+  if (m.finite() && (step_ < 0 || m.loss < metrics_.loss)) {
     step_ = step;
     metrics_ = m;
     since_ = 0;

@@ -65,12 +65,14 @@ class Evaluator {
 };
 
 // --early-stop: the best validation loss so far (strictly lower counts as better), the
-// parameters that had it, and how many evaluations since.
+// parameters that had it, and how many evaluations since. An evaluation that is not finite
+// (nn::Metrics::finite) is never the best: it counts as one without improvement.
 class EarlyStop {
  public:
   explicit EarlyStop(int64_t patience) : patience_(patience) {}
   // Records an evaluation; true once `patience` evaluations in a row brought no improvement
-  // (never when patience is 0). The parameters are kept only when patience > 0.
+  // (never when patience is 0). The parameters are kept only when patience > 0. has_best() is
+  // false until a finite evaluation comes.
   bool Observe(int64_t step, const nn::Metrics& m, std::vector<float> params);
   bool has_best() const { return step_ >= 0; }
   double loss() const { return metrics_.loss; }

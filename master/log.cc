@@ -1,9 +1,13 @@
 #include "master/log.h"
 
+#include <stdio_ext.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "core/utf8.h"
@@ -14,6 +18,17 @@ std::string Fmt(const char* format, double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, format, v);
   return buf;
+}
+
+Status WriteStdout(std::string_view s) {
+  errno = 0;
+  if (std::fwrite(s.data(), 1, s.size(), stdout) == s.size() && std::fflush(stdout) == 0) {
+    return Status::Ok();
+  }
+  const int e = errno != 0 ? errno : EIO;
+  __fpurge(stdout);
+  std::clearerr(stdout);
+  return Status::Resource(std::string("cannot write standard output: ") + std::strerror(e));
 }
 
 namespace {
@@ -81,18 +96,25 @@ void Logger::SetSecondary(std::string who) {
   live_ = false;
 }
 
+void Logger::Out(const std::string& s) {
+  if (stdout_.ok()) stdout_ = WriteStdout(s);
+}
+
 void Logger::Always(const JsonLine& json) {
   if (format_ != LogFormat::kJson) return;
-  std::fputs((json.Done() + "\n").c_str(), stdout);
-  std::fflush(stdout);
+  Out(json.Done() + "\n");
 }
 
 void Logger::Line(const std::string& text, const JsonLine& json) {
   if (secondary()) return;
   ClearProgress();
-  const std::string s = (format_ == LogFormat::kJson ? json.Done() : text) + "\n";
-  std::fputs(s.c_str(), stdout);
-  std::fflush(stdout);
+  Out((format_ == LogFormat::kJson ? json.Done() : text) + "\n");
+}
+
+void Logger::Text(const std::string& text) {
+  if (secondary() || format_ == LogFormat::kJson) return;
+  ClearProgress();
+  Out(text);
 }
 
 void Logger::Info(const std::string& text, const JsonLine& json) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "shmtrain/options.h"
+#include "shmtrain/status.h"
 
 namespace shmtrain::master {
 
@@ -38,6 +39,12 @@ class JsonLine {
 // One number through a printf format, e.g. Fmt("%.4f", 0.97).
 std::string Fmt(const char* format, double v);
 
+// Writes s to standard output and flushes it. kResource "cannot write standard output:
+// <reason>" when that fails: a full disk (ENOSPC), a pipe whose reader has gone (EPIPE: every
+// command ignores the SIGPIPE it raises itself, master/signals.h and main.cc). What stdio still
+// holds of s is then dropped, so that the exit does not write it again.
+Status WriteStdout(std::string_view s);
+
 class Logger {
  public:
   // progress: show the live line when stderr is a terminal.
@@ -46,6 +53,11 @@ class Logger {
 
   // A line for stdout: the text form, or the JSON form in json mode.
   void Line(const std::string& text, const JsonLine& json);
+  // Text for stdout in text mode only (a table; json mode has events instead).
+  void Text(const std::string& text);
+  // Ok, or the first write to stdout that failed (WriteStdout); nothing more is written to
+  // stdout after it. A command ends with it once its work is done (README "Exit codes").
+  const Status& stdout_status() const { return stdout_; }
   // A diagnostic: the text on stderr in text mode (stdout stays the training log), the JSON
   // event on stdout in json mode.
   void Info(const std::string& text, const JsonLine& json);
@@ -68,8 +80,12 @@ class Logger {
   void Always(const JsonLine& json);
 
  private:
+  // Writes s to stdout unless a write failed before (stdout_).
+  void Out(const std::string& s);
+
   LogFormat format_;
   bool live_;
+  Status stdout_;
   bool live_shown_ = false;
   std::string who_;  // empty on host 0 and in single-host runs
 };

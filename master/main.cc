@@ -160,6 +160,7 @@ Status RunCommand(const shmtrain::master::Command& cmd, shmtrain::master::Logger
     case Kind::kExport:
       return shmtrain::master::RunExport(cmd, log);
     case Kind::kSimulate:
+      std::signal(SIGPIPE, SIG_IGN);
       return shmtrain::master::RunSimulate(cmd.train, cmd.sim_workers, cmd.compare, log);
     case Kind::kHelp:
     case Kind::kVersion:

@@ -12,6 +12,7 @@
 
 #include "core/bytes.h"
 #include "core/crc32.h"
+#include "core/utf8.h"
 #include "nn/layer.h"
 
 namespace shmtrain {
@@ -236,6 +237,8 @@ Status DecodeModel(const std::string& bytes, const std::string& path, Model* out
       m.classes.values.push_back(v);
     } else if (!m.classes.names.empty() && !(name > m.classes.names.back())) {
       return bad("class names out of order");
+    } else if (const std::string e = data::ClassMap::NameError(name); !e.empty()) {
+      return bad("class " + std::to_string(i) + "'s name '" + Printable(name) + "' " + e);
     }
     m.classes.names.push_back(std::move(name));
   }

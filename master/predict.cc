@@ -35,6 +35,12 @@ std::string Describe(const Model& m) {
   return s;
 }
 
+// The rows the model is applied to, for messages that number them.
+std::string RowsOf(const Command& cmd) {
+  return cmd.train.val_split > 0 ? "the held-out rows of " + cmd.train.data_path
+                                 : cmd.train.data_path;
+}
+
 // The rows the model is applied to: the file (or its held-out part), scaled as in training.
 Status LoadFor(const Command& cmd, const Model& m, bool labels, data::Dataset* out) {
   const TrainOptions& o = cmd.train;
@@ -53,8 +59,7 @@ Status LoadFor(const Command& cmd, const Model& m, bool labels, data::Dataset* o
   } else {
     *out = std::move(all);
   }
-  m.norm.Apply(out);
-  return Status::Ok();
+  return m.norm.Apply(out, RowsOf(cmd));
 }
 
 Status Load(const Command& cmd, Logger& log, Model* m) {
@@ -73,6 +78,15 @@ std::string CsvField(const std::string& s) {
   return q + "\"";
 }
 
+// Outputs of the model that are not finite (NaN or infinite) in some rows: exit 5, as a
+// divergence, naming the rows; `what` says which outputs.
+Status NonFiniteOutputs(const Command& cmd, const nn::NonFiniteRows& rows,
+                        const std::string& what) {
+  return Status::Diverged(RowsOf(cmd) + ": the model " + cmd.model_path +
+                          " gives outputs that are not finite (NaN or infinite) in " + rows.Text() +
+                          what);
+}
+
 }  // namespace
 
 Status RunEval(const Command& cmd, Logger& log) {
@@ -81,6 +95,7 @@ Status RunEval(const Command& cmd, Logger& log) {
   data::Dataset d;
   if (Status s = LoadFor(cmd, m, true, &d); !s.ok()) return s;
   const nn::Metrics r = nn::Evaluate(m.spec, m.params.data(), d.x.data(), d.y.data(), d.rows);
+  if (!r.finite()) return NonFiniteOutputs(cmd, r.nonfinite, ", so its loss is not finite either");
   JsonLine j("eval");
   j.Str("data", cmd.train.data_path).Int("rows", d.rows).Num("loss", r.loss);
   std::string text = "eval: " + std::to_string(d.rows) + " rows, loss " + Fmt("%.6g", r.loss);
@@ -92,7 +107,7 @@ Status RunEval(const Command& cmd, Logger& log) {
     text += ", rmse " + Fmt("%.6g", r.rmse);
   }
   log.Line(text, j);
-  return Status::Ok();
+  return log.stdout_status();
 }
 
 Status RunPredict(const Command& cmd, Logger& log) {
@@ -121,12 +136,17 @@ Status RunPredict(const Command& cmd, Logger& log) {
   const int64_t kChunk = nn::EvalChunk(m.spec);
   nn::Workspace<float> ws;
   std::vector<float> z;
+  nn::NonFiniteRows bad;
   for (int64_t r0 = 0; r0 < d.rows; r0 += kChunk) {
     const int64_t k = std::min(kChunk, d.rows - r0);
     z.resize(static_cast<size_t>(k * out));
     nn::Predict<float>(m.spec, m.params.data(), d.x.data() + r0 * d.features, k, z.data(), ws);
     for (int64_t i = 0; i < k; ++i) {
       const float* zi = z.data() + i * out;
+      if (!std::all_of(zi, zi + out, [](float v) { return std::isfinite(v); })) {
+        bad.Add(r0 + i);
+        continue;
+      }
       if (!xent) {
         text += Fmt("%.9g", zi[0]) + "\n";
         continue;
@@ -142,9 +162,13 @@ Status RunPredict(const Command& cmd, Logger& log) {
       text += "\n";
     }
   }
+  if (!bad.empty()) {
+    return NonFiniteOutputs(cmd, bad,
+                            std::string(xent ? " (the class probabilities)" : " (the values)") +
+                                "; nothing was written");
+  }
   if (cmd.out_path.empty()) {
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    if (std::fflush(stdout) != 0) return Status::Resource("cannot write the predictions to stdout");
+    if (Status s = WriteStdout(text); !s.ok()) return s;
   } else {
     if (Status s = WriteFileDurably(cmd.out_path, text); !s.ok()) return s;
     log.Info("predict: " + std::to_string(d.rows) + " rows written to " + cmd.out_path,

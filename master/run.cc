@@ -20,6 +20,7 @@
 #include "master/checkpoint.h"
 #include "master/checkpoint_policy.h"
 #include "master/combiner.h"
+#include "master/divergence.h"
 #include "master/model_file.h"
 #include "master/output_path.h"
 #include "master/output_write.h"
@@ -257,9 +258,10 @@ Status PrepareData(TrainOptions& o, RunData* rd) {
     if (Status s = data::LoadFile(o.val_data_path, lo, &rd->val); !s.ok()) return s;
   }
   rd->norm = data::Normalizer::Fit(rd->train, o.normalize);
-  rd->norm.Apply(&rd->train);
-  rd->norm.Apply(&rd->val);
-  return Status::Ok();
+  const std::string src = o.example.empty() ? o.data_path : "example " + o.example;
+  if (Status s = rd->norm.Apply(&rd->train, src); !s.ok()) return s;
+  return rd->norm.Apply(&rd->val,
+                        o.val_data_path.empty() ? "the held-out rows of " + src : o.val_data_path);
 }
 
 
@@ -377,14 +379,14 @@ void LogSegment(const TrainOptions& o, const RunData& rd, const shm::Segment& se
   }
 }
 
-SupervisorOptions SupervisorOptionsFor(const TrainOptions& o) {
+SupervisorOptions SupervisorOptionsFor(const TrainOptions& o, const DivergenceCause& divergence) {
   SupervisorOptions so;
   so.heartbeat_timeout_ns = static_cast<int64_t>(o.heartbeat_timeout_s * 1e9);
   so.max_restarts = o.max_restarts;
   so.restart_window_ns = static_cast<int64_t>(o.restart_window_s * 1e9);
   so.chaos_every_ns = static_cast<int64_t>(o.chaos_every_s * 1e9);
   so.chaos_seed = o.chaos_seed;
-  so.divergence_hint = o.DivergenceHint();
+  so.divergence = divergence;
   return so;
 }
 
@@ -614,34 +616,53 @@ class MasterFault final : public RunUnit {
 };
 
 // The model a good end keeps (the last parameters, or those the validation kept): never one
-// that is not finite, and saved with --save. Workers stop at the first non-finite loss or
-// gradient; this guards what they cannot see (an update that overflowed at the very last step).
+// that is not finite, nor one whose outputs on the training rows are not, and saved with
+// --save. Workers stop at the first non-finite loss or gradient; this guards what they cannot
+// see (an update that overflowed at the very last step). Its loss over the training rows goes
+// into the summary.
 class FinalModel final : public RunUnit {
  public:
-  FinalModel(const TrainOptions& o, const RunData& rd, OutputReservation* reserved)
-      : o_(o), rd_(rd), reserved_(reserved) {}
-  void Save(RunEnd& end) override {
+  FinalModel(const TrainOptions& o, const RunData& rd, const DivergenceCause& divergence,
+             OutputReservation* reserved)
+      : o_(o), rd_(rd), divergence_(divergence), reserved_(reserved) {}
+  // The kept parameters checked, and their loss over the training rows.
+  void Collect(RunEnd& end) override {
     if (!end.status.ok()) return;
+    const std::string cause = "; " + divergence_.At(end.end_step - 1) + "; no model was saved";
     if (!AllFinite(end.params)) {
-      end.status = Status::Diverged(
-          "training diverged: the parameters after step " + std::to_string(end.end_step) +
-          " are not finite (NaN or infinite); " + o_.DivergenceHint() + "; no model was saved");
-    } else if (!o_.save_path.empty()) {
-      Model m{o_.model, rd_.norm, rd_.train.classes, std::move(end.params)};
-      end.status = WriteFileDurably(o_.save_path, EncodeModel(m), {.reservation = reserved_});
-      end.params = std::move(m.params);  // for the summary's final loss
+      end.status = Status::Diverged("training diverged: the parameters after step " +
+                                    std::to_string(end.end_step) +
+                                    " are not finite (NaN or infinite)" + cause);
+      return;
     }
+    const nn::Metrics train =
+        nn::Evaluate(o_.model, end.params.data(), end.seg.x(), end.seg.y(), rd_.train.rows);
+    end.summary.final_loss = train.loss;
+    if (!train.finite()) {
+      end.status = Status::Diverged("training diverged: the model after step " +
+                                    std::to_string(end.end_step) +
+                                    " gives outputs that are not finite (NaN or infinite) in " +
+                                    train.nonfinite.Text() + " of the training rows" + cause);
+    }
+  }
+  // Written with --save, into the room reserved at the start.
+  void Save(RunEnd& end) override {
+    if (!end.status.ok() || o_.save_path.empty()) return;
+    Model m{o_.model, rd_.norm, rd_.train.classes, std::move(end.params)};
+    end.status = WriteFileDurably(o_.save_path, EncodeModel(m), {.reservation = reserved_});
+    end.params = std::move(m.params);
   }
 
  private:
   const TrainOptions& o_;
   const RunData& rd_;
+  const DivergenceCause& divergence_;
   OutputReservation* reserved_;
 };
 
-// The summary line of a good end: what the run itself knows (mode, steps, wall time, the kept
-// model's loss over the training rows, the workers' counters) beside what the units before it
-// put in (restarts, validation, the cross-host combine).
+// The summary line of a good end: what the run itself knows (mode, steps, wall time, the
+// workers' counters) beside what the units before it put in (the kept model's loss over the
+// training rows, restarts, validation, the cross-host combine).
 class SummaryLine final : public RunUnit {
  public:
   SummaryLine(const TrainOptions& o, int64_t first_step, int64_t rows, int64_t t_start_ns,
@@ -656,7 +677,6 @@ class SummaryLine final : public RunUnit {
     s.first_step = first_;
     s.end_step = end.end_step;
     s.wall_s = (end.end_ns - t_start_) / 1e9;
-    s.final_loss = nn::Evaluate(o_.model, end.params.data(), end.seg.x(), end.seg.y(), rows_).loss;
     ReadWorkerCounters(end.seg, &s);
     if (o_.host_count > 1) {
       s.hosts = o_.host_count;
@@ -726,7 +746,8 @@ Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher,
                                                                 .host_timeout_s = o.host_timeout_s,
                                                                 .max_staleness = o.max_staleness});
   }
-  Supervisor sup(seg, launcher, log, stats.workers(), SupervisorOptionsFor(o));
+  const DivergenceCause divergence(o, st.resume);
+  Supervisor sup(seg, launcher, log, stats.workers(), SupervisorOptionsFor(o, divergence));
   CheckpointPolicy checkpoints({.path = o.checkpoint_path,
                                 .every = HostUnits(o).checkpoint_every,
                                 .mode = o.mode,
@@ -738,12 +759,18 @@ Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher,
                                 .hosts = server ? o.host_count : 1,
                                 .reservation = &st.reserved[1]},
                                seg, log, stats.checkpoints());
-  FinalModel model(o, st.rd, &st.reserved[0]);
+  FinalModel model(o, st.rd, divergence, &st.reserved[0]);
   SummaryLine summary(o, first, st.rd.train.rows, t_start, log);
   RunLoop loop(seg, [&sup](int ms) { sup.Wait(ms); },
                {&*st.seg_name, &stop, &fault, &losses, &live, server.get(), &validation,
                 combiner.get(), &sup, &checkpoints, &model, &summary});
-  return loop.Run();
+  const Status s = loop.Run();
+  // A log that cannot be written (a full disk, a closed pipe) does not stop the training it
+  // reports on: the run ends, its model saved, and then says that stdout failed.
+  if (!s.ok() || log.stdout_status().ok()) return s;
+  return Status::Resource(
+      log.stdout_status().message() + "; the run finished" +
+      (o.save_path.empty() ? "" : " and its model was saved to " + o.save_path));
 }
 
 }  // namespace shmtrain::master

@@ -1,6 +1,5 @@
 #include "master/simulate.h"
 
-#include <cstdio>
 #include <string>
 
 #include "data/batch_plan.h"
@@ -105,8 +104,8 @@ Status RunSimulate(const TrainOptions& opts, const std::vector<int>& workers, bo
     }
     table += "\n";
   }
-  if (!log.json()) std::fputs(table.c_str(), stdout);
-  return Status::Ok();
+  log.Text(table);
+  return log.stdout_status();
 }
 
 }  // namespace shmtrain::master

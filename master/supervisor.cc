@@ -217,11 +217,11 @@ Status Supervisor::OnExit(int r) {
   const int code = WIFEXITED(c.status) ? WEXITSTATUS(c.status) : -1;
   if (code == kWorkerDiverged) {
     // Not a fault of the process: a replacement would compute the same non-finite numbers.
-    const int64_t at = shm::LoadRelaxed(seg_.header()->diverged_step);
-    return Status::Diverged(
-        "training diverged at step " +
-        (at == shm::kNoStop ? std::to_string(Progress(seg_)) : std::to_string(at)) +
-        ": the loss or gradient is not finite (NaN or infinite); " + opts_.divergence_hint);
+    int64_t at = shm::LoadRelaxed(seg_.header()->diverged_step);
+    if (at == shm::kNoStop) at = Progress(seg_);
+    return Status::Diverged("training diverged at step " + std::to_string(at) +
+                            ": the loss or gradient is not finite (NaN or infinite); " +
+                            opts_.divergence.At(at));
   }
   const int64_t now = shm::MonotonicNs();
   const int64_t progress = Progress(seg_);

@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "master/divergence.h"
 #include "master/launcher.h"
 #include "master/log.h"
 #include "master/run_loop.h"
@@ -51,8 +52,8 @@ struct SupervisorOptions {
   int64_t restart_window_ns = 60'000'000'000;
   int64_t chaos_every_ns = 0;  // 0 = no chaos
   uint64_t chaos_seed = 1;
-  // What a divergence most likely comes from, naming the flag (TrainOptions::DivergenceHint).
-  std::string divergence_hint = "the learning rate is probably too large";
+  // What a divergence is blamed on: the flag it most likely comes from, or the resumed state.
+  DivergenceCause divergence;
 };
 
 class Supervisor final : public RunUnit {

@@ -1,8 +1,10 @@
 #include "master/validation.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "master/segment_reads.h"
 #include "shm/barrier.h"
@@ -10,6 +12,17 @@
 #include "shmtrain/options.h"
 
 namespace shmtrain::master {
+namespace {
+
+// What is not finite in an evaluation that is not: "gives outputs that are not finite (NaN or
+// infinite) in rows 1 and 3 (0-based) of the held-out rows".
+std::string NonFiniteText(const nn::Metrics& m) {
+  if (m.nonfinite.empty()) return "gives a validation loss that is not finite";
+  return "gives outputs that are not finite (NaN or infinite) in " + m.nonfinite.Text() +
+         " of the held-out rows";
+}
+
+}  // namespace
 
 ValidationProtocol::ValidationProtocol(const ValidationPlan& plan, const ModelSpec& spec,
                                        const data::Dataset& val, shm::Segment& seg, Logger& log,
@@ -117,11 +130,14 @@ void ValidationProtocol::RequestEarlyStop(int64_t k) {
   const std::string until =
       sync() ? "at step " + std::to_string(std::min(plan_.total_steps, (k + 2) * plan_.eval_every))
              : "at the workers' next update";
-  log_.Info(
-      "early stop: no better validation loss in " + std::to_string(plan_.early_stop) +
-          " evaluations (best so far " + Fmt("%.6g", best_.loss()) + " at step " +
-          std::to_string(best_.step()) + "); training stops " + until,
-      JsonLine("early_stop").Int("best_step", best_.step()).Num("best_val_loss", best_.loss()));
+  const std::string best = best_.has_best() ? "best so far " + Fmt("%.6g", best_.loss()) +
+                                                  " at step " + std::to_string(best_.step())
+                                            : "none was finite";
+  log_.Info("early stop: no better validation loss in " + std::to_string(plan_.early_stop) +
+                " evaluations (" + best + "); training stops " + until,
+            JsonLine("early_stop")
+                .Int("best_step", best_.step())
+                .Num("best_val_loss", best_.has_best() ? best_.loss() : NAN));  // none: -1 and null
 }
 
 // taken_ns: when the evaluated parameters were taken from the segment; the event's elapsed_s
@@ -144,6 +160,14 @@ void ValidationProtocol::LogValidation(int64_t step, const nn::Metrics& m, int64
                 (xent ? ", val accuracy " + Fmt("%.4f", m.accuracy)
                       : ", val rmse " + Fmt("%.6g", m.rmse)),
             j);
+  if (m.finite()) return;
+  std::vector<uint64_t> first(m.nonfinite.first.begin(), m.nonfinite.first.end());
+  log_.Info("warning: the model of step " + std::to_string(step) + " " + NonFiniteText(m) +
+                ": it is never the model a run keeps",
+            JsonLine("validation_nonfinite")
+                .Int("step", step)
+                .Int("rows", m.nonfinite.count)
+                .Ints("first_rows", first));
 }
 
 Status ValidationProtocol::FinalEvaluation(int64_t end_step, std::vector<float>* params,
@@ -160,9 +184,17 @@ Status ValidationProtocol::FinalEvaluation(int64_t end_step, std::vector<float>*
   LogValidation(end_step, m, end_ns);
   best_.Observe(end_step, m, {});
   // With --early-stop the model kept is the one with the best validation loss.
-  if (plan_.early_stop > 0 && best_.step() != end_step) {
+  if (plan_.early_stop > 0 && best_.has_best() && best_.step() != end_step) {
     *params = best_.params();
     m = best_.metrics();
+  }
+  if (!m.finite()) {
+    return Status::Diverged(std::string("validation: ") +
+                            (plan_.early_stop > 0 ? "no evaluated model had a finite validation "
+                                                    "loss, and "
+                                                  : "") +
+                            "the model after step " + std::to_string(end_step) + " " +
+                            NonFiniteText(m) + "; no model was saved");
   }
   if (stop_requested_) {
     log_.Info("early stop: keeping the model of step " + std::to_string(best_.step()) +

@@ -18,6 +18,9 @@
 //    the metrics (ValidationStats::Set) in evaluation order.
 //  - FinalEvaluation(): the outstanding evaluations, then the final parameters' one; with
 //    --early-stop the parameters kept are the evaluated ones with the lowest validation loss.
+//  - An evaluation that is not finite (outputs NaN or infinite on some held-out rows) is logged
+//    with a warning naming the rows and is never the best (EarlyStop); a run whose kept model
+//    has no finite validation loss ends kDiverged, so that no such model is saved.
 //  - The protocol owns eval_ack and stop_eval in the segment header; it sets eval_ack for the
 //    run's first step when it is constructed, before any worker starts.
 //
@@ -78,7 +81,7 @@ class ValidationProtocol final : public RunUnit {
   // the outstanding evaluations, evaluates *params on the held-out set (logged as an
   // evaluation when validating) and, with --early-stop, replaces *params by the best
   // evaluated ones. The validation metrics of the parameters left in *params into *out; not
-  // ok when an outstanding evaluation failed.
+  // ok when an outstanding evaluation failed, and kDiverged when those metrics are not finite.
   Status FinalEvaluation(int64_t end_step, std::vector<float>* params, nn::Metrics* out);
   // With --early-stop, after FinalEvaluation(): the step of the parameters kept.
   int64_t best_step() const { return best_.step(); }

@@ -1,11 +1,22 @@
 #include "nn/metrics.h"
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "nn/model.h"
 
 namespace shmtrain::nn {
+
+std::string NonFiniteRows::Text() const {
+  std::string list;
+  for (size_t i = 0; i < first.size(); ++i) {
+    list += (i == 0 ? "" : i + 1 == first.size() ? " and " : ", ") + std::to_string(first[i]);
+  }
+  if (count == 1) return "row " + list + " (0-based)";
+  if (count <= static_cast<int64_t>(kFirst)) return "rows " + list + " (0-based)";
+  return std::to_string(count) + " rows, the first " + list + " (0-based)";
+}
 
 Metrics Evaluate(const ModelSpec& spec, const float* params, const float* x, const float* y,
                  int64_t rows) {
@@ -21,7 +32,15 @@ Metrics Evaluate(const ModelSpec& spec, const float* params, const float* x, con
     const int64_t k = std::min(kChunk, rows - r0);
     const float* xs = x + r0 * in;
     const float* ys = y + r0;
-    loss += LossSum<float>(spec, params, xs, ys, k, ws);
+    const double chunk = LossSum<float>(spec, params, xs, ys, k, ws);
+    loss += chunk;
+    if (!std::isfinite(chunk)) {
+      for (int64_t i = 0; i < k; ++i) {
+        if (!std::isfinite(LossSum<float>(spec, params, xs + i * in, ys + i, 1, ws))) {
+          m.nonfinite.Add(r0 + i);
+        }
+      }
+    }
     if (spec.loss == Loss::kXent) {
       pred.resize(static_cast<size_t>(k * out));
       Predict<float>(spec, params, xs, k, pred.data(), ws);

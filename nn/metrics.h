@@ -1,17 +1,41 @@
 // Metrics of a model on a dataset: mean loss, and accuracy (xent) or RMSE (mse).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "shmtrain/model_spec.h"
 
 namespace shmtrain::nn {
+
+// Rows (0-based) whose values are not finite (NaN or infinite): how many, and the first few, in
+// order, for a message that names them.
+struct NonFiniteRows {
+  static constexpr size_t kFirst = 3;
+  int64_t count = 0;
+  std::vector<int64_t> first;  // the first kFirst of them
+
+  void Add(int64_t row) {
+    if (first.size() < kFirst) first.push_back(row);
+    ++count;
+  }
+  bool empty() const { return count == 0; }
+  // "row 4 (0-based)", "rows 1, 3 and 7 (0-based)", "12 rows, the first 1, 3 and 7 (0-based)".
+  std::string Text() const;
+};
 
 struct Metrics {
   double loss = 0;      // mean per-sample loss (the training objective)
   double accuracy = 0;  // xent: fraction of rows whose largest output is the label
   double rmse = 0;      // mse: sqrt of the mean squared error
   int64_t rows = 0;
+  // The rows whose loss is not finite, and so `loss`. Their outputs are not finite either:
+  // finite outputs always give a finite loss (mse in double; xent as log-sum-exp with the
+  // largest output subtracted, nn/loss.cc).
+  NonFiniteRows nonfinite;
+  bool finite() const { return nonfinite.empty() && std::isfinite(loss); }
 };
 
 // x: rows x inputs row-major; y: targets or class indices. Works in chunks, so memory stays

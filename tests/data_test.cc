@@ -568,6 +568,25 @@ TEST_F(CsvTest, EmptyClassLabel) {
   ExpectError("1,2,cat\n3,4, \n", Classify(), "2:3: ", "label cell is empty");
 }
 
+// A class name goes into predict's CSV, messages and logs: a label holding a control byte (a
+// NUL, a tab, ...), which a damaged or binary file gives, was written raw into predict's
+// output, where C tools, R and Python's csv before 3.11 stop at a NUL. It is refused where it
+// is first seen, with a given class map too.
+TEST_F(CsvTest, ClassLabelWithAControlByteRefused) {
+  const std::string why = " (class names must be printable text)";
+  ExpectError(std::string("x,y\n1,cat\n2,\"a\0b\"\n3,a\0b\n", 24), Classify(),
+              "3:2: ", "label 'a\\x00b' holds a control byte (\\x00 at byte 1)" + why);
+  ExpectError("x,y\n1,cat\n2,\"c\ta\"\n", Classify(),
+              "3:2: ", "label 'c\\x09a' holds a control byte (\\x09 at byte 1)" + why);
+  ExpectError("1;\"\x7f\"\n2;dog\n", Classify(),
+              "1:2: ", "label '\\x7f' holds a control byte (\\x7f at byte 0)" + why);
+  const ClassMap map = ClassMap::Build({"cat", "dog"});
+  LoadOptions o = Classify();
+  o.classes = &map;
+  ExpectError("1,dog\n2,\"\x01\"\n", o,
+              "2:2: ", "label '\\x01' holds a control byte (\\x01 at byte 0)" + why);
+}
+
 TEST_F(CsvTest, NanClassLabelRefused) {
   ExpectError("1,cat\n2,nan\n3,dog\n", Classify(), "2:2: ", "value 'nan' is not finite");
   ExpectError("x,c\n1,0\n2,1\n3, NaN \n", Classify(), "4:2: ", "value 'NaN' is not finite");
@@ -1185,8 +1204,10 @@ TEST_F(CsvTest, CarriageReturnInsideALineIsText) {
   ExpectError("x,y\n1,2\r3\n", {}, "2:2: ", "cell '2\\x0d3' is not a number" + kNumericTargets);
   ExpectError("x,y,z\n1\r,2,3\n", {}, "2:1: ", "cell '1\\x0d' is not a number");
   ExpectError("x,y,z\n1,2 \r,3\n", {}, "2:2: ", "cell '2 \\x0d' is not a number");
-  Dataset ds = Load("x,c\n1,a\rb\n2,a\r\n", Classify());
-  EXPECT_EQ(ds.classes.names, (std::vector<std::string>{"a", "a\rb"}));
+  // In a label too, where it is then refused: class names are printable text.
+  ExpectError("x,c\n1,a\rb\n2,a\r\n", Classify(), "2:2: ",
+              "label 'a\\x0db' holds a control byte (\\x0d at byte 1) (class names must be "
+              "printable text)");
 }
 
 // Every '\r' that ends a line goes ("\r\r\n", as a doubled conversion writes it): a label is
@@ -1612,6 +1633,12 @@ TEST_F(LibsvmTest, CsvIsNotLibsvm) {
   EXPECT_EQ(ds.x, (std::vector<float>{0, 0, 1, 0}));
 }
 
+TEST_F(LibsvmTest, ClassLabelWithAControlByteRefused) {
+  ExpectError("cat 1:1\nd\x01g 1:2\n", Svm(Task::kClassification), "2: ",
+              "label 'd\\x01g' holds a control byte (\\x01 at byte 1) (class names must be "
+              "printable text)");
+}
+
 TEST_F(LibsvmTest, NanClassLabelRefused) {
   ExpectError("1 1:1\nnan 1:2\n", Svm(Task::kClassification), "2: ", "value 'nan' is not finite");
   ExpectError("NaN 1:2\n", Svm(Task::kClassification), "1: ", "value 'NaN' is not finite");
@@ -1777,6 +1804,43 @@ TEST(SplitValidationTest, WithoutLabels) {
   for (int64_t i = 0; i < val2.rows; ++i) {
     EXPECT_EQ(val2.y[i], static_cast<float>(static_cast<int>(val2.x[2 * i]) % 2));
   }
+}
+
+// ---- Normalizer ----
+
+// Two features of 4 rows: `a` and `b` per row.
+Dataset TwoFeatures(const std::vector<float>& a, const std::vector<float>& b) {
+  Dataset d;
+  d.rows = static_cast<int64_t>(a.size());
+  d.features = 2;
+  for (size_t i = 0; i < a.size(); ++i) {
+    d.x.push_back(a[i]);
+    d.x.push_back(b[i]);
+  }
+  return d;
+}
+
+// A feature whose spread is so small that 1 / spread is beyond float (values below about
+// 3e-39 apart: only subnormal floats are) is constant to float arithmetic: scale 1, as for a
+// spread of 0, so that it scales to finite values whatever comes later. Its scale was +inf, and
+// (x - min) * inf made NaN of the training rows themselves.
+TEST(NormalizerTest, AScaleBeyondFloatMakesTheFeatureConstant) {
+  const float tiny = 1e-40f;  // subnormal
+  const Dataset d = TwoFeatures({0, tiny, 0, tiny}, {1, 2, 3, 4});
+  for (const Normalize kind : {Normalize::kMinMax, Normalize::kStandard}) {
+    const Normalizer n = Normalizer::Fit(d, kind);
+    EXPECT_EQ(n.scale[0], 1.0f) << ToString(kind);
+    EXPECT_TRUE(std::isfinite(n.scale[1])) << ToString(kind);
+    EXPECT_NE(n.scale[1], 1.0f) << ToString(kind) << ": an ordinary feature keeps its scale";
+    Dataset later = TwoFeatures({tiny, 1000}, {2, 3});
+    ASSERT_TRUE(n.Apply(&later, "later").ok()) << ToString(kind);
+    for (const float v : later.x) EXPECT_TRUE(std::isfinite(v)) << ToString(kind);
+  }
+  // A spread whose reciprocal float holds keeps it: features in small units (masses in
+  // kilograms, 1e-27) are features, not constants.
+  const Normalizer small =
+      Normalizer::Fit(TwoFeatures({0, 1e-37f, 0, 1e-37f}, {1, 2, 3, 4}), Normalize::kMinMax);
+  EXPECT_FLOAT_EQ(small.scale[0], 1e37f);
 }
 
 // ---- MakeParabola ----

@@ -476,6 +476,17 @@ TEST(ModelFileTest, NumericClassesOutOfOrderRefused) {
   ExpectRefused(EncodeModel(m), "class values out of order");
 }
 
+// Class names are printable text (data/dataset.h): the loaders refuse a label with a control
+// byte, and so does a model file (crafted, or written before they did), which would put it
+// raw into predict's CSV.
+TEST(ModelFileTest, ClassNamesWithAControlByteRefused) {
+  Model m = Classifier();
+  m.classes.names = {std::string("c\0t", 3), "dog"};
+  ExpectRefused(EncodeModel(m), "class 0's name 'c\\x00t' holds a control byte (\\x00 at byte 1)");
+  m.classes.names = {"cat", "d\ng"};
+  ExpectRefused(EncodeModel(m), "class 1's name 'd\\x0ag' holds a control byte (\\x0a at byte 1)");
+}
+
 // A valid checksum says only that the bytes are the ones written: a model whose parameters or
 // scaling are not finite (NaN, Inf) would predict NaN for every row, and is refused, naming
 // the first bad value and where it sits in the layers.

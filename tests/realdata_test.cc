@@ -1148,18 +1148,21 @@ TEST_F(RealData, PipedCsvHeldAsAFileIs) {
 // Bytes that are not UTF-8 in a label or a path reach the JSON log as valid UTF-8, and a NUL
 // in a label shows in the message (escaped), which goes on to its end.
 TEST_F(RealData, JsonLogIsValidUtf8WhateverTheData) {
-  std::string csv = Floats20Csv(60, 3);
-  csv += std::string("0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,a\0b\n", 44);
-  csv += "0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,\xff\xfe\n";
-  const std::string data = dir_.Write("odd.csv", csv);
-  const ProcResult r =
-      Shm({"train", "--workers", "1", "--data", data, "--layers", "20,4,3", "--loss", "xent",
-           "--lr", "0.1", "--steps", "5", "--log-format", "json"});
-  EXPECT_TRUE(ExitedWith(r, 2));
-  EXPECT_TRUE(
-      Contains(r.err, "has 5 classes (0, 1, 2, a\\x00b, \\xff\\xfe); make it one output per class"))
-      << r.err;
-  EXPECT_TRUE(JsonLinesValid(dir_, r.out));
+  const std::string csv = Floats20Csv(60, 3) + "0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,\xff\xfe\n";
+  // A label with a NUL is refused (class names are printable text), and its message shows it.
+  const std::string nul = std::string("0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,a\0b\n", 44);
+  const std::string data = dir_.Write("odd.csv", csv), data_nul = dir_.Write("nul.csv", csv + nul);
+  for (const auto& [path, what] :
+       {std::pair{data, std::string("has 4 classes (0, 1, 2, \\xff\\xfe); make it one output "
+                                    "per class")},
+        std::pair{data_nul, std::string(":63:21: label 'a\\x00b' holds a control byte")}}) {
+    const ProcResult r =
+        Shm({"train", "--workers", "1", "--data", path, "--layers", "20,4,3", "--loss", "xent",
+             "--lr", "0.1", "--steps", "5", "--log-format", "json"});
+    EXPECT_TRUE(ExitedWith(r, 2));
+    EXPECT_TRUE(Contains(r.err, what)) << r.err;
+    EXPECT_TRUE(JsonLinesValid(dir_, r.out));
+  }
   // A path that is not UTF-8 goes into the JSON events as it is otherwise.
   const std::string model = Floats20Model(dir_);
   const std::string odd = dir_.File("m\xff.bin");

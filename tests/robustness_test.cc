@@ -8,7 +8,9 @@
 //    place, never replaced; block devices and sockets are refused.
 //  - Two runs never write the same output: the second is refused, naming the first's pid; a
 //    killed run's lock does not outlive it.
-//  - A model file or checkpoint with a valid checksum but non-finite values is refused.
+//  - A model file or checkpoint with a valid checksum but non-finite values is refused; a
+//    finite model whose scaled inputs or outputs on some data are not finite is exit 5,
+//    naming the rows, with nothing written.
 //  - A checkpoint that fails mid-run is logged, counted on the metrics endpoint and retried;
 //    the run goes on.
 //  - Divergence (a non-finite loss or gradient) ends the run with exit 5 naming the step, and
@@ -17,6 +19,8 @@
 //    workers gone, segment removed.
 //  - The live progress line (on a terminal) shows the current loss whatever --log-every is.
 //  - Early stopping names the model it keeps, and that is the one the summary reports.
+//  - A standard output that cannot be written (full, or a pipe whose reader is gone) is exit 4
+//    for every command; train still saves its model first.
 #include <fcntl.h>
 #include <poll.h>
 #include <pty.h>
@@ -707,6 +711,108 @@ TEST(NonFinite, ModelFilesAreRefusedByEvalPredictAndExport) {
   }
 }
 
+// A finite model on finite data can still compute values beyond float. Feature 0 of the
+// training rows spans 1e-37, so --normalize minmax scales it by 1e37 and a value of 1000 in new
+// data scales to inf. eval printed `loss -nan`, predict wrote `-nan` probabilities and a
+// validation kept a model "at val loss -nan", all with exit 0: each is exit 5 now, naming the
+// rows, the feature and the statistics, and nothing is written.
+TEST(NonFinite, InputsThatScaleBeyondFloatAreAnErrorNamingTheRows) {
+  TempDir dir;
+  std::string train = "f0,f1,y\n";
+  for (int i = 0; i < 20; ++i) {
+    train += std::string(i % 2 ? "1e-37" : "0") + "," + std::to_string(i / 20.0) + "," +
+             (i < 10 ? "a" : "b") + "\n";
+  }
+  const std::string data = dir.Write("train.csv", train);
+  const std::string labelled = dir.Write("new.csv",
+                                         "f0,f1,y\n0,0.1,a\n1000,0.2,a\n0,0.9,b\n"
+                                         "1000,0.8,b\n");
+  const std::string unlabelled = dir.Write("newx.csv", "f0,f1\n0,0.1\n1000,0.2\n0,0.9\n");
+  const std::string model = dir.File("m.bin"), out = dir.File("p.csv");
+  const std::vector<std::string> run = {
+      kBin,    "train",        "--workers", "1",      "--data",      data,          "--layers",
+      "2,4,2", "--activation", "relu",      "--loss", "xent",        "--normalize", "minmax",
+      "--lr",  "0.1",          "--steps",   "20",     "--no-metrics"};
+  std::vector<std::string> save = run;
+  save.insert(save.end(), {"--save", model});
+  ASSERT_TRUE(test::ExitedWith(test::RunProcess(save, kRunTimeout), 0));
+  const std::string how =
+      "feature 0 is (1000 - 0) x 1e+37 = inf, where 0 is the training rows' "
+      "minimum and 1e+37 is 1 / their range (1e-37, --normalize minmax)";
+  const ProcResult e =
+      test::RunProcess({kBin, "eval", "--model", model, "--data", labelled}, kRunTimeout);
+  EXPECT_TRUE(test::ExitedWith(e, 5)) << e.err;
+  EXPECT_NE(e.err.find(labelled +
+                       ": the normalised input is not finite (NaN or infinite) in "
+                       "rows 1 and 3 (0-based): row 1, " +
+                       how),
+            std::string::npos)
+      << e.err;
+  EXPECT_EQ(e.out, "");
+  const ProcResult p = test::RunProcess(
+      {kBin, "predict", "--model", model, "--data", unlabelled, "--out", out}, kRunTimeout);
+  EXPECT_TRUE(test::ExitedWith(p, 5)) << p.err;
+  EXPECT_NE(p.err.find(unlabelled +
+                       ": the normalised input is not finite (NaN or infinite) in "
+                       "row 1 (0-based): its " +
+                       how),
+            std::string::npos)
+      << p.err;
+  EXPECT_FALSE(test::FileExists(out));
+  // Held-out rows are scaled before training starts: the run starts no worker.
+  std::vector<std::string> validated = run;
+  validated.insert(validated.end(), {"--val-data", labelled, "--eval-every", "5", "--early-stop",
+                                     "2", "--save", dir.File("v.bin"), "--log-format", "json"});
+  const ProcResult v = test::RunProcess(validated, kRunTimeout);
+  EXPECT_TRUE(test::ExitedWith(v, 5)) << v.err;
+  EXPECT_NE(v.err.find(labelled + ": the normalised input is not finite"), std::string::npos)
+      << v.err;
+  EXPECT_TRUE(WorkerPids(v.out).empty()) << v.out;
+  EXPECT_FALSE(test::FileExists(dir.File("v.bin")));
+}
+
+// Huge but finite weights: the model file is valid, its outputs on some rows are not finite.
+// Hidden unit 0 is tanh(x), the others 0, and the output FLT_MAX * tanh(x) + FLT_MAX, which
+// is +inf for x > 0 and finite for x < 0.
+TEST(NonFinite, OutputsBeyondFloatAreAnErrorNamingTheRows) {
+  TempDir dir;
+  const Predictable p = MakePredictable(dir);  // x: 0.1, 0.2, -0.5
+  const std::string labelled = dir.Write("xy.csv", "x,y\n0.1,0.01\n0.2,0.04\n-0.5,0.25\n");
+  std::string bytes = test::ReadWholeFile(p.model);
+  const size_t params = bytes.size() - 4 - 16 * sizeof(float);  // the parameters come last
+  const float big = std::numeric_limits<float>::max();
+  // 1-5-1: W0 (5 x 1) at 0..4, b0 at 5..9, W1 (1 x 5) at 10..14, b1 at 15.
+  for (int i = 0; i < 16; ++i) {
+    bytes = WithFloat(bytes, params + i * 4, i == 0 ? 1.0f : i == 10 || i == 15 ? big : 0.0f);
+  }
+  const std::string model = dir.Write("huge.bin", bytes);
+  const std::string out = dir.File("p.csv");
+  const ProcResult e =
+      test::RunProcess({kBin, "eval", "--model", model, "--data", labelled}, kRunTimeout);
+  EXPECT_TRUE(test::ExitedWith(e, 5)) << e.err;
+  EXPECT_NE(e.err.find(labelled + ": the model " + model +
+                       " gives outputs that are not finite (NaN or infinite) in rows 0 and 1 "
+                       "(0-based), so its loss is not finite either"),
+            std::string::npos)
+      << e.err;
+  EXPECT_EQ(e.out, "");
+  for (const bool to_file : {true, false}) {
+    std::vector<std::string> argv = {kBin, "predict", "--model", model, "--data", p.data};
+    if (to_file) argv.insert(argv.end(), {"--out", out});
+    const ProcResult r = test::RunProcess(argv, kRunTimeout);
+    EXPECT_TRUE(test::ExitedWith(r, 5)) << r.err;
+    EXPECT_NE(r.err.find(p.data + ": the model " + model +
+                         " gives outputs that are not finite (NaN or infinite) in rows 0 and 1 "
+                         "(0-based) (the values); nothing was written"),
+              std::string::npos)
+        << r.err;
+    EXPECT_EQ(r.out, "");
+    if (to_file) {
+      EXPECT_FALSE(test::FileExists(out));
+    }
+  }
+}
+
 TEST(NonFinite, CheckpointsAreRefusedByResume) {
   TempDir dir;
   const std::string ck = dir.File("ck.bin");
@@ -760,6 +866,101 @@ TEST(NonFinite, CheckpointsAreRefusedByResume) {
   EXPECT_TRUE(test::ExitedWith(
       test::RunProcess(with({"--resume", ck, "--save", model}), kRunTimeout), 0));
   EXPECT_TRUE(test::FileExists(model));
+}
+
+// A checkpoint whose values are finite but huge (a damaged or crafted file, or a run about to
+// diverge) makes the resumed run diverge: the message blamed --lr, which the run shares with
+// the one that wrote the checkpoint. It names the checkpoint and its largest value instead:
+// parameters of 1e38 diverge at the first step after the resume; a momentum of 3e38 (above
+// 2^64, whose square float cannot hold) one step later.
+TEST(NonFinite, ADivergenceFromTheResumedStateNamesTheCheckpoint) {
+  TempDir dir;
+  const std::string ck = dir.File("ck.bin");
+  const std::vector<std::string> run = {
+      kBin,      "train", "--example", "parabola", "--layers",   "1,5,1", "--lr",        "0.01",
+      "--steps", "300",   "--workers", "2",        "--momentum", "0.9",   "--no-metrics"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = run;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  ASSERT_TRUE(test::ExitedWith(
+      test::RunProcess(with({"--checkpoint", ck, "--checkpoint-every", "100"}), kRunTimeout), 0));
+  ASSERT_EQ(test::CheckpointStep(ck), 200);
+  std::string params = test::ReadWholeFile(ck), momentum = params;
+  // Header (master/checkpoint.h): 48 bytes, the optimizer's m at 44; then its name, W[16], S[16].
+  uint32_t m = 0;
+  std::memcpy(&m, params.data() + 44, 4);
+  const size_t w = 48 + m, s0 = w + 16 * 4;
+  for (int i = 0; i < 16; ++i) {
+    params = WithFloat(params, w + i * 4, i == 3 ? -1e38f : 1e37f);
+    momentum = WithFloat(momentum, s0 + i * 4, i == 9 ? 3e38f : 1e30f);
+  }
+  struct Case {
+    std::string path, what;
+  };
+  const Case cases[] = {
+      {dir.Write("params.ckpt", params),
+       "training diverged at step 200: the loss or gradient is not finite (NaN or infinite); "
+       "it is the first step after resuming from " +
+           dir.File("params.ckpt") +
+           ", so the state resumed from it is what went non-finite (its largest value: "
+           "parameter 3 of 16 is -1e+38); resume from another checkpoint, or train afresh"},
+      {dir.Write("momentum.ckpt", momentum),
+       "training diverged at step 201: the loss or gradient is not finite (NaN or infinite); "
+       "the state resumed from " +
+           dir.File("momentum.ckpt") +
+           " holds values beyond what float arithmetic on them survives (optimizer state 0 of "
+           "1 (sgd), entry 9 of 16, is 3e+38; the product of two values above 2^64 = 1.8e19 "
+           "overflows float); resume from another checkpoint, or train afresh"},
+  };
+  for (const Case& c : cases) {
+    const ProcResult r = test::RunProcess(
+        with({"--resume", c.path, "--save", dir.File("m.bin"), "--log-format", "json"}),
+        kRunTimeout);
+    EXPECT_TRUE(test::ExitedWith(r, 5)) << c.path;
+    EXPECT_NE(r.err.find(c.what), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("--lr"), std::string::npos) << r.err;
+    EXPECT_FALSE(test::FileExists(dir.File("m.bin")));
+    ExpectCleanedUp(r);
+  }
+}
+
+// The workers check every step's loss and gradient, but not what the last update makes of the
+// parameters: finite parameters whose outputs on the training rows are not finite were saved
+// with "final loss inf" and exit 0. A momentum of 3e38 resumed before the last step (of a run at
+// --lr 0.5) moves every parameter to about -1.35e38, where each row's output overflows.
+TEST(NonFinite, AFinalModelWithOutputsBeyondFloatIsNotSaved) {
+  TempDir dir;
+  const std::string ck = dir.File("ck.bin"), model = dir.File("m.bin");
+  const std::vector<std::string> run = {
+      kBin,      "train", "--example", "parabola", "--layers",   "1,5,1", "--lr",        "0.5",
+      "--steps", "300",   "--workers", "2",        "--momentum", "0.9",   "--no-metrics"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = run;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  ASSERT_TRUE(test::ExitedWith(
+      test::RunProcess(with({"--checkpoint", ck, "--checkpoint-every", "299"}), kRunTimeout), 0));
+  ASSERT_EQ(test::CheckpointStep(ck), 299);
+  std::string bytes = test::ReadWholeFile(ck);
+  uint32_t m = 0;
+  std::memcpy(&m, bytes.data() + 44, 4);
+  const size_t s0 = 48 + m + 16 * 4;  // the momentum, after the header, the name and W[16]
+  for (int i = 0; i < 16; ++i) bytes = WithFloat(bytes, s0 + i * 4, 3e38f);
+  const std::string resumed = dir.Write("huge.ckpt", bytes);
+  const ProcResult r = test::RunProcess(with({"--resume", resumed, "--save", model}), kRunTimeout);
+  EXPECT_TRUE(test::ExitedWith(r, 5));
+  EXPECT_NE(r.err.find("training diverged: the model after step 300 gives outputs that are not "
+                       "finite (NaN or infinite) in 50 rows, the first 0, 1 and 2 (0-based) of "
+                       "the training rows; "),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("resuming from " + resumed), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("; no model was saved"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("done:"), std::string::npos) << r.out;
+  EXPECT_FALSE(test::FileExists(model));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -823,6 +1024,81 @@ TEST(OutputLocks, AKilledRunsLockDoesNotOutliveIt) {
     EXPECT_TRUE(test::WaitPidGone(w, milliseconds(5000))) << "worker " << w << " left behind";
   }
   for (const std::string& name : test::SegmentsOf(killed.pid)) shm_unlink(name.c_str());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Standard output that cannot be written.
+
+// argv run with stdout on /dev/full ("full": writes fail with ENOSPC) or on a pipe whose reader
+// has exited before it starts ("closed", as `| true` that was quicker: writes fail with EPIPE and
+// raise SIGPIPE).
+ProcResult WithStdout(const std::string& how, const std::vector<std::string>& argv) {
+  std::vector<std::string> a = {"/bin/bash", "-c",
+                                "if [ \"$0\" = full ]; then exec \"$@\" > /dev/full; fi\n"
+                                "exec > >(exit 0)\n"
+                                "wait $!\n"
+                                "exec \"$@\"\n",
+                                how};
+  a.insert(a.end(), argv.begin(), argv.end());
+  return test::RunProcess(a, kRunTimeout);
+}
+
+std::string StdoutError(const std::string& how) {
+  return "shmtrain: error: cannot write standard output: " +
+         std::string(how == "full" ? "No space left on device" : "Broken pipe");
+}
+
+// eval and simulate printed into a full or closed stdout and exited 0 (simulate was killed by
+// the SIGPIPE, 141): like predict, each is exit 4 with the reason.
+TEST(Stdout, EvalSimulateAndPredictThatCannotWriteItExit4) {
+  TempDir dir;
+  const Predictable p = MakePredictable(dir);
+  const std::string labelled = dir.Write("xy.csv", "x,y\n0.1,0.01\n0.2,0.04\n-0.5,0.25\n");
+  const std::vector<std::string> simulate = {
+      kBin,       "simulate", "--workers", "2,4",  "--compare", "--example", "parabola",
+      "--layers", "1,5,1",    "--lr",      "0.01", "--steps",   "20"};
+  std::vector<std::string> simulate_json = simulate;
+  simulate_json.insert(simulate_json.end(), {"--log-format", "json"});
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"full", {kBin, "eval", "--model", p.model, "--data", labelled}},
+      {"closed", {kBin, "eval", "--model", p.model, "--data", labelled, "--log-format", "json"}},
+      {"closed", {kBin, "predict", "--model", p.model, "--data", p.data}},
+      {"closed", simulate},
+      {"full", simulate_json}};
+  for (const auto& [how, argv] : cases) {
+    const ProcResult r = WithStdout(how, argv);
+    EXPECT_TRUE(test::ExitedWith(r, 4)) << how << ": " << argv[1];
+    EXPECT_NE(r.err.find(StdoutError(how)), std::string::npos) << how << ": " << r.err;
+  }
+}
+
+// A run whose log cannot be written still trains to its end and saves its model, then exits 4
+// saying so: a closed terminal pipe must not cost the training. A line every step meets the
+// closed pipe at once and then many times.
+TEST(Stdout, TrainSavesItsModelThenExits4) {
+  TempDir dir;
+  const std::string model = dir.File("m.bin");
+  const std::vector<std::string> train = {
+      kBin,        "train", "--example",    "parabola", "--layers",    "1,5,1",
+      "--lr",      "0.01",  "--steps",      "500",      "--log-every", "1",
+      "--workers", "2",     "--no-metrics", "--save",   model};
+  std::vector<std::string> train_json = train;
+  train_json.insert(train_json.end(), {"--log-format", "json"});
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"closed", train},
+      {"full", train_json},
+      {"closed", {kBin, "example", "parabola", "--no-metrics", "--save", model}}};
+  for (const auto& [how, argv] : cases) {
+    std::filesystem::remove(model);
+    const ProcResult r = WithStdout(how, argv);
+    EXPECT_TRUE(test::ExitedWith(r, 4)) << how << ": " << argv[1];
+    EXPECT_NE(
+        r.err.find(StdoutError(how) + "; the run finished and its model was saved to " + model),
+        std::string::npos)
+        << how << ": " << r.err;
+    EXPECT_EQ(test::ReadWholeFile(model).substr(0, 8), "SHMTMODL") << how;
+    EXPECT_TRUE(test::SegmentsOf(r.pid).empty()) << "segment left behind";
+  }
 }
 
 }  // namespace

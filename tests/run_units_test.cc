@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <new>
 #include <string>
@@ -537,6 +538,11 @@ class ValidationTest : public ::testing::Test {
     good_.resize(kSpec.ParamCount());
     nn::InitParams(kSpec, Init::kTorch, 1, good_.data());
     bad_.assign(kSpec.ParamCount(), 100.f);
+    // Finite, but hidden unit 0 is tanh(x), the others 0, and the output FLT_MAX * tanh(x) +
+    // FLT_MAX: +inf on the 25 rows with x > 0 (rows 25 to 49), finite on the others.
+    huge_.assign(kSpec.ParamCount(), 0.f);
+    huge_[0] = 1;
+    huge_[10] = huge_[15] = std::numeric_limits<float>::max();
   }
   // Every rank has copied `params` into snapshot k.
   static void Publish(shm::Segment& seg, int64_t k, const std::vector<float>& params) {
@@ -548,7 +554,7 @@ class ValidationTest : public ::testing::Test {
   }
 
   data::Dataset val_;
-  std::vector<float> good_, bad_;
+  std::vector<float> good_, bad_, huge_;
   Logger log_{LogFormat::kJson, false};
   monitoring::ValidationStats stats_;
 };
@@ -624,6 +630,84 @@ TEST_F(ValidationTest, EarlyStopNamesEvalKPlus2BeforeAckingKAndKeepsTheBest) {
   EXPECT_DOUBLE_EQ(m.loss, Loss(good_));
   EXPECT_NE(out.find("\"event\":\"early_stop\""), std::string::npos) << out;
   EXPECT_NE(out.find("\"event\":\"early_stop_model\",\"best_step\":2"), std::string::npos) << out;
+}
+
+// NaN is lower than nothing and nothing is lower than NaN: a first evaluation at NaN stayed
+// "the best" whatever came after, and early stopping kept that model. A non-finite evaluation
+// is never the best; it counts as one without improvement.
+TEST(EarlyStop, ANonFiniteEvaluationIsNeverTheBest) {
+  nn::Metrics nan, inf, fine;
+  nan.loss = std::nan("");
+  inf.loss = INFINITY;
+  fine.loss = 7;
+  EarlyStop es(2);
+  EXPECT_FALSE(es.Observe(2, nan, {1}));
+  EXPECT_FALSE(es.has_best());
+  EXPECT_FALSE(es.Observe(4, fine, {2}));
+  EXPECT_EQ(es.step(), 4);
+  EXPECT_FALSE(es.Observe(6, inf, {3}));
+  EXPECT_TRUE(es.Observe(8, nan, {4})) << "two evaluations without a lower loss";
+  EXPECT_EQ(es.step(), 4);
+  EXPECT_EQ(es.params(), std::vector<float>{2});
+}
+
+// The run's model is never one whose validation loss is not finite: early stopping keeps the
+// best finite evaluation; with none (or without early stopping, a final evaluation that is not
+// finite) the run ends as a divergence, naming the rows. Each such evaluation is logged.
+TEST_F(ValidationTest, AModelWithANonFiniteValidationLossIsNeverKept) {
+  for (const int64_t patience : {0, 2}) {
+    shm::Segment seg = MakeSegment(Layout(Mode::kSync, 2, 0, 2));
+    ASSERT_TRUE(seg.valid());
+    testing::internal::CaptureStdout();
+    ValidationProtocol v({.eval_every = 2, .early_stop = patience, .total_steps = 10}, kSpec, val_,
+                         seg, log_, stats_);
+    Publish(seg, 1, huge_);
+    ASSERT_TRUE(v.Poll().ok());
+    Publish(seg, 2, good_);
+    ASSERT_TRUE(v.Poll().ok());
+    std::vector<float> params = huge_;
+    nn::Metrics m;
+    const Status s = v.FinalEvaluation(6, &params, &m);
+    const std::string out = testing::internal::GetCapturedStdout();
+    EXPECT_NE(out.find("{\"event\":\"validation_nonfinite\",\"step\":2,\"rows\":25,"
+                       "\"first_rows\":[25,26,27]}"),
+              std::string::npos)
+        << out;
+    EXPECT_NE(out.find("{\"event\":\"validation_nonfinite\",\"step\":6,"), std::string::npos)
+        << out;
+    if (patience == 0) {
+      EXPECT_EQ(s.code(), Status::Code::kDiverged) << s.message();
+      EXPECT_EQ(s.message(),
+                "validation: the model after step 6 gives outputs that are not finite (NaN or "
+                "infinite) in 25 rows, the first 25, 26 and 27 (0-based) of the held-out rows; "
+                "no model was saved");
+      continue;
+    }
+    ASSERT_TRUE(s.ok()) << s.message();
+    EXPECT_EQ(v.best_step(), 4);
+    EXPECT_EQ(params, good_) << "the best finite evaluation is kept";
+    EXPECT_DOUBLE_EQ(m.loss, Loss(good_));
+  }
+  // No finite evaluation at all: the early stop names none, and the run keeps no model.
+  shm::Segment seg = MakeSegment(Layout(Mode::kSync, 2, 0, 2));
+  testing::internal::CaptureStdout();
+  ValidationProtocol v({.eval_every = 2, .early_stop = 2, .total_steps = 10}, kSpec, val_, seg,
+                       log_, stats_);
+  Publish(seg, 1, huge_);
+  ASSERT_TRUE(v.Poll().ok());
+  Publish(seg, 2, huge_);
+  ASSERT_TRUE(v.Poll().ok());
+  std::vector<float> params = huge_;
+  nn::Metrics m;
+  const Status s = v.FinalEvaluation(6, &params, &m);
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_TRUE(v.stop_requested());
+  EXPECT_NE(out.find("{\"event\":\"early_stop\",\"best_step\":-1,\"best_val_loss\":null}"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(s.code(), Status::Code::kDiverged) << s.message();
+  EXPECT_NE(s.message().find("no evaluated model had a finite validation loss"), std::string::npos)
+      << s.message();
 }
 
 // ---------------------------------------------------------------------------------------------
