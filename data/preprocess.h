@@ -20,6 +20,8 @@ namespace shmtrain::data {
 // A constant feature gets scale 1 (it becomes 0), never a division by zero.
 struct Normalizer {
   Normalize kind = Normalize::kNone;
+  // One per feature; empty for kNone (the identity, which nothing needs to hold: a model file
+  // without scaling holds none, however many inputs its model declares).
   std::vector<float> offset;
   std::vector<float> scale;
 

@@ -172,6 +172,13 @@ def model3(task, shape, text, n, loss, classes):
 put("model", "cnn", model3(1, (1, 6, 6), "conv2d(2,3,padding=1),relu,maxpool2d(2),flatten,linear(3)",
                            2 * 9 + 2 + 18 * 3 + 3, 1, ["a", "b", "c"]))
 put("model", "mlp_v3", model3(0, (3, 1, 1), "linear(4),tanh,linear(1)", 4 * 4 + 5, 0, []))
+# Regressions: files of about 100 bytes that declare 2^24 inputs and 2^40 parameters, cut short
+# (without scaling, after its F; with, after two of its 2^24 offsets). The decoder once
+# allocated their scaling, 2 x 64 MiB, before it found them cut short.
+big = "flatten,linear(65536),relu,linear(65536),relu,linear(2)"
+big_head = b"SHMTMODL" + struct.pack("<IIIIII", 3, 1, 1, 4096, 4096, len(big)) + big.encode()
+put("model", "regress-declares_2e24_inputs", big_head + struct.pack("<III", 1, 0, 0))
+put("model", "regress-declares_2e24_features", big_head + struct.pack("<III", 1, 2, 1 << 24) + bytes(8))
 
 
 def checkpoint(mode, step, n, k, optimizer):
@@ -183,6 +190,9 @@ put("checkpoint", "sgd", checkpoint(0, 10, 4, 0, "sgd lr 0.1"))
 put("checkpoint", "momentum", checkpoint(0, 3, 3, 1, "sgd lr 0.1 momentum 0.9"))
 put("checkpoint", "adam_async", checkpoint(1, 7, 2, 2, "adam lr 0.001"))
 put("checkpoint", "no_states", checkpoint(0, 0, 1, 0, ""))
+# A header declaring 2^28 parameters and a state vector in a file that holds 3 of each.
+put("checkpoint", "regress-declares_2e28_params",
+    checkpoint(0, 1, 3, 1, "adam")[:32] + struct.pack("<Q", 1 << 28) + checkpoint(0, 1, 3, 1, "adam")[40:])
 
 
 # The segment target: flags, the mapped size, then a RunConfig (shm/layout.h) for flag 1.
