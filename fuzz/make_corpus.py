@@ -179,6 +179,11 @@ big = "flatten,linear(65536),relu,linear(65536),relu,linear(2)"
 big_head = b"SHMTMODL" + struct.pack("<IIIIII", 3, 1, 1, 4096, 4096, len(big)) + big.encode()
 put("model", "regress-declares_2e24_inputs", big_head + struct.pack("<III", 1, 0, 0))
 put("model", "regress-declares_2e24_features", big_head + struct.pack("<III", 1, 2, 1 << 24) + bytes(8))
+# Regressions: model texts that --model reads but shmtrain never writes (it writes the canonical
+# text). A file once decoded them, and re-encoded to other bytes than its own.
+put("model", "regress-noncanonical_spaces", model3(0, (3, 1, 1), "linear( 4 ),tanh,linear(1)", 21, 0, []))
+put("model", "regress-noncanonical_default",
+    model3(0, (3, 1, 1), "linear(out=4),dropout(p=0.5),tanh(),linear(+1)", 21, 0, []))
 
 
 def checkpoint(mode, step, n, k, optimizer):

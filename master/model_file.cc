@@ -55,7 +55,9 @@ Status DecodeSpec(ByteReader& r, ModelSpec* spec) {
                                             : cut + "model text");
   }
   spec->input = {c, h, w};
-  if (Status s = nn::ParseModelText(text, &spec->layers); !s.ok()) return Status::Data(s.message());
+  if (Status s = nn::ParseStoredModelText(text, &spec->layers); !s.ok()) {
+    return Status::Data(s.message());
+  }
   std::vector<Shape> shapes;
   if (Status s = nn::ResolveShapes(spec->input, spec->layers, &shapes); !s.ok()) {
     return Status::Data(s.message());

@@ -4,6 +4,7 @@
 #include "master/checkpoint.h"
 #include "core/bytes.h"
 #include "core/crc32.h"
+#include "nn/layer.h"
 #include "tests/largest_allocation.h"
 
 #include <dirent.h>
@@ -435,6 +436,40 @@ TEST(ModelFileTest, InconsistentFieldsRefused) {
   b = v3;
   std::memcpy(b.data() + 32 + 22, "1", 1);  // linear(1) with xent
   ExpectRefused(b, "loss xent with 1 outputs");
+}
+
+// Classifier()'s version 3 file with its model text replaced by `text`, length and checksum
+// made to fit.
+std::string WithModelText(const std::string& text) {
+  const std::string v3 = EncodeModel(Classifier());
+  std::string b = v3.substr(0, 28);
+  Put<uint32_t>(&b, static_cast<uint32_t>(text.size()));
+  b += text + v3.substr(32 + 24, v3.size() - 4 - 56);
+  Put<uint32_t>(&b, Crc32(b.data(), b.size()));
+  return b;
+}
+
+// The model text of a file is the canonical text EncodeModel writes (README.md, "Model
+// files"): a file whose text is spelled otherwise was not written by shmtrain, and the same
+// model spelled two ways would be two files. --model reads such spellings (they are
+// canonicalised there); a file's decoder does not.
+TEST(ModelFileTest, NonCanonicalModelTextRefused) {
+  const std::string canonical = "linear(4),tanh,linear(2)";
+  Model back;
+  ASSERT_TRUE(DecodeModel(WithModelText(canonical), "m.bin", &back).ok());
+  for (const char* text :
+       {"linear( 4 ),tanh,linear(2)", "linear(4), tanh,linear(2)", " linear(4),tanh,linear(2)",
+        "linear(+4),tanh,linear(2)", "linear(04),tanh,linear(2)", "linear(4.0),tanh,linear(2)",
+        "linear(out=4),tanh,linear(2)", "linear(4),tanh(),linear(2)",
+        "linear(4),dropout(p=0.5),tanh,linear(2)", "linear(4),tanh,linear(2)\t"}) {
+    SCOPED_TRACE(text);
+    std::vector<LayerSpec> layers;
+    ASSERT_TRUE(nn::ParseModelText(text, &layers).ok()) << "--model reads it";
+    const std::string written = nn::ModelText(layers);
+    ExpectRefused(WithModelText(text),
+                  "model text '" + std::string(text) +
+                      "' is not in the canonical form that shmtrain writes ('" + written + "')");
+  }
 }
 
 TEST(ModelFileTest, InconsistentFieldsOfVersion2Refused) {
