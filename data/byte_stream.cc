@@ -186,7 +186,8 @@ class FileSource final : public ByteSource {
   }
 
   // After a member's end: the file's end, another member (RFC 1952 allows several, and gzip
-  // reads them as one stream), or garbage, refused as `gzip -t` refuses it.
+  // reads them as one stream), zero bytes to the end (padding: tapes and some tools pad a file
+  // with zeros, and gzip ignores them), or garbage, refused as `gzip -t` refuses it.
   Status NextMember() {
     while (z_.avail_in < 2 && !eof_) {
       if (Status s = Fill(); !s.ok()) return s;
@@ -195,6 +196,7 @@ class FileSource final : public ByteSource {
       end_ = true;
       return Status::Ok();
     }
+    if (z_.next_in[0] == 0) return ZeroPadding();
     if (z_.avail_in < 2 || z_.next_in[0] != 0x1f || z_.next_in[1] != 0x8b) {
       return Damaged(
           name(), "trailing garbage after the gzip stream at byte " + std::to_string(Consumed()));
@@ -202,6 +204,29 @@ class FileSource final : public ByteSource {
     inflateReset(&z_);
     member_done_ = false;
     return Status::Ok();
+  }
+
+  // Zero bytes from here: the end of the stream when they go on to the end of the file, else
+  // garbage from here (gzip too calls zeros followed by anything, a member included, garbage).
+  Status ZeroPadding() {
+    const uint64_t from = Consumed();
+    for (;;) {
+      while (z_.avail_in > 0 && z_.next_in[0] == 0) {
+        ++z_.next_in;
+        --z_.avail_in;
+      }
+      if (z_.avail_in > 0) {
+        return Damaged(name(), "trailing garbage after the gzip stream at byte " +
+                                   std::to_string(from) +
+                                   " (zero bytes, then a non-zero byte at byte " +
+                                   std::to_string(Consumed()) + ")");
+      }
+      if (eof_) {
+        end_ = true;
+        return Status::Ok();
+      }
+      if (Status s = Fill(); !s.ok()) return s;
+    }
   }
 
   Fd fd_;

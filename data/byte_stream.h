@@ -70,9 +70,10 @@ Status ExpectEnd(ByteSource& src, const std::string& what);
 Status ExpectAtLeast(const ByteSource& src, uint64_t need, const std::string& what);
 
 // A file, decompressed when it starts with the gzip magic. A gzip file is checked as `gzip -t`
-// checks it: its CRC-32 and length, every member, and no byte after the last member (trailing
-// garbage is refused with its offset); a damaged stream is refused at the compressed byte where
-// inflation failed. Every message names the path.
+// checks it: its CRC-32 and length, every member, and nothing after the last member but zero
+// bytes to the end (padding, which gzip ignores too; anything else is refused as trailing
+// garbage with its offset); a damaged stream is refused at the compressed byte where inflation
+// failed. Every message names the path.
 Status OpenFile(const std::string& path, std::unique_ptr<ByteSource>* out);
 
 // The names of the members of a zip archive, in the archive's order. Two members of one name

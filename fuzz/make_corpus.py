@@ -106,6 +106,11 @@ put("idx", "u8_images.gz", gz(idx(0x08, (2, 2, 2), bytes(range(8)))))
 put("idx", "u8_labels.gz", gz(idx(0x08, (4,), bytes([0, 1, 0, 1]))))
 put("idx", "zero_dim-idx2", idx(0x08, (0, 3), b""))
 put("idx", "bad_type-idx1", idx(0x0A, (1,), b"\0"))
+# Regressions: zero padding after the last gzip member, which gzip ignores and the reader once
+# refused; and zeros followed by another member, which both call trailing garbage.
+put("idx", "regress-gzip_zero_padding.gz", gz(idx(0x08, (4,), bytes([0, 1, 0, 1]))) + bytes(1000))
+put("idx", "regress-gzip_zeros_then_member.gz",
+    gz(idx(0x08, (4,), bytes([0, 1, 0, 1]))) + bytes(3) + gz(idx(0x08, (1,), b"\1")))
 # idx_gz compresses its input itself: the same files, uncompressed.
 for name, data in [("u8_images", idx(0x08, (2, 2, 2), bytes(range(8)))),
                    ("u8_labels", idx(0x08, (4,), bytes([0, 1, 0, 1]))),

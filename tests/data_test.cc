@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <bit>
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "data/batch_plan.h"
+#include "data/byte_stream.h"
 #include "data/dataset.h"
 #include "data/line_blocks.h"
 #include "data/preprocess.h"
@@ -1998,6 +2000,65 @@ TEST(BatchPlanTest, RandomAccessMatchesInOrder) {
       EXPECT_EQ(idx, expect) << step << " " << r;
     }
   }
+}
+
+// ---- gzip ----
+
+// `text` as one gzip member (zlib's deflate with the gzip wrapper, as `gzip -c` writes).
+std::string Gzip(const std::string& text) {
+  z_stream z{};
+  EXPECT_EQ(deflateInit2(&z, 6, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY), Z_OK);
+  std::string out(deflateBound(&z, text.size()), '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
+  z.avail_in = static_cast<uInt>(text.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  EXPECT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  return out;
+}
+
+// The bytes OpenFile yields for `path` to their end, or the refusal's message.
+std::string ReadThrough(const std::string& path) {
+  std::unique_ptr<ByteSource> src;
+  if (Status s = OpenFile(path, &src); !s.ok()) return "refused: " + s.message();
+  std::string all;
+  char buf[4096];
+  for (size_t got = sizeof buf; got == sizeof buf;) {
+    if (Status s = src->Read(buf, sizeof buf, &got); !s.ok()) return "refused: " + s.message();
+    all.append(buf, got);
+  }
+  return all;
+}
+
+// Zero bytes after the last member are padding (tapes and some tools pad files with them):
+// `gzip -t` accepts them, and so does the reader. Anything else after the last member is
+// trailing garbage to both, zeros followed by something else and zeros followed by another
+// member included (gzip -t: "decompression OK, trailing garbage ignored", exit 2); so is a
+// byte that is not the start of a member.
+TEST_F(CsvTest, GzipZeroPaddingIsIgnoredLikeGzipDoes) {
+  const std::string text = "1,2,0\n3,4,1\n";
+  const std::string gz = Gzip(text), at = std::to_string(gz.size());
+  EXPECT_EQ(ReadThrough(Write(gz + std::string(1000, '\0'), "pad.gz")), text);
+  EXPECT_EQ(ReadThrough(Write(gz + std::string(1, '\0'), "pad1.gz")), text);
+  EXPECT_EQ(ReadThrough(Write(gz + Gzip(text) + std::string(7, '\0'), "two_pad.gz")), text + text);
+  const std::string garbage =
+      "refused: " + dir_ + "/%s: trailing garbage after the gzip stream at byte " + at;
+  auto refusal = [&](const std::string& name, const std::string& more) {
+    char buf[512];
+    std::snprintf(buf, sizeof buf, garbage.c_str(), name.c_str());
+    return std::string(buf) + more;
+  };
+  EXPECT_EQ(ReadThrough(Write(gz + "x", "junk.gz")), refusal("junk.gz", ""));
+  EXPECT_EQ(ReadThrough(Write(gz + std::string(10, '\0') + "x", "zeros_junk.gz")),
+            refusal("zeros_junk.gz", " (zero bytes, then a non-zero byte at byte " +
+                                         std::to_string(gz.size() + 10) + ")"));
+  EXPECT_EQ(ReadThrough(Write(gz + std::string(3, '\0') + gz, "zeros_member.gz")),
+            refusal("zeros_member.gz", " (zero bytes, then a non-zero byte at byte " +
+                                           std::to_string(gz.size() + 3) + ")"));
+  // Members one after another are one stream, as before.
+  EXPECT_EQ(ReadThrough(Write(gz + gz, "two.gz")), text + text);
 }
 
 }  // namespace
