@@ -497,13 +497,22 @@ Status CheckExtent(const std::string& name, int fd, const ZipEntry& e, uint64_t 
 Status OpenFile(const std::string& path, std::unique_ptr<ByteSource>* out) {
   Fd fd;
   if (Status s = OpenFd(path, &fd); !s.ok()) return s;
+  return OpenDescriptor(path, fd.release(), out);
+}
+
+Status OpenDescriptor(const std::string& path, int fd, std::unique_ptr<ByteSource>* out) {
   struct stat st {};
-  const bool regular = ::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode);
-  auto f = std::make_unique<FileSource>(path, fd.release(), regular,
+  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  auto f = std::make_unique<FileSource>(path, fd, regular,
                                         regular ? static_cast<uint64_t>(st.st_size) : 0);
   if (Status s = f->Start(); !s.ok()) return s;
   *out = std::move(f);
   return Status::Ok();
+}
+
+bool IsGzip(int fd) {
+  unsigned char magic[2];
+  return PreadAll(fd, magic, 2, 0) && magic[0] == 0x1f && magic[1] == 0x8b;
 }
 
 Status ListZip(const std::string& path, std::vector<std::string>* names) {

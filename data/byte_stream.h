@@ -75,6 +75,12 @@ Status ExpectAtLeast(const ByteSource& src, uint64_t need, const std::string& wh
 // garbage with its offset); a damaged stream is refused at the compressed byte where inflation
 // failed. Every message names the path.
 Status OpenFile(const std::string& path, std::unique_ptr<ByteSource>* out);
+// OpenFile on `fd`, open for reading on `path` (which names it in messages), from where the
+// descriptor stands: the source takes it over and closes it.
+Status OpenDescriptor(const std::string& path, int fd, std::unique_ptr<ByteSource>* out);
+// Whether the file open at `fd` (a regular file: read at offset 0, the descriptor's own offset
+// left alone) starts with the gzip magic.
+bool IsGzip(int fd);
 
 // The names of the members of a zip archive, in the archive's order. Two members of one name
 // are refused as ambiguous (readers disagree on which one counts), naming it.

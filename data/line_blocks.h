@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "data/byte_stream.h"
 #include "shmtrain/status.h"
 
 namespace shmtrain::data {
@@ -24,7 +25,9 @@ inline int64_t CountNewlines(const char* p, size_t n) {
 // Lines end in '\n' ("\r\n" too: the loaders drop the '\r's that end a line), or, in a file
 // whose first line ends in a lone '\r' (old Mac OS, as pandas and R read it), in '\r': each
 // '\r' of such a file is read as '\n'. A regular file and a pipe are read alike, a block at a
-// time; only a regular file can be measured (read twice) before its blocks are parsed.
+// time; only a regular file can be measured (read twice) before its blocks are parsed. A gzip
+// file is read inflated (data/byte_stream.h), as a pipe is: its text's size is known only once
+// it is read; and so is a pipe of gzip data.
 class LineBlocks {
  public:
   // block_bytes: how much is read at a time (a block holds more when a line is longer).
@@ -83,12 +86,15 @@ class LineBlocks {
   // text (see Open); else OK.
   Status CheckLongLine() const;
   Status ReadError() const;
+  // Reads up to n bytes of text at p; *got == 0 only at its end.
+  Status ReadSome(char* p, size_t n, size_t* got);
   void ZeroPadding() { std::memset(buf_.get() + data_, 0, kPadding); }
 
   std::string path_;
   size_t block_bytes_;
   size_t max_line_bytes_;
-  int fd_ = -1;
+  int fd_ = -1;                      // a regular file that is not gzip, read and measured as it is
+  std::unique_ptr<ByteSource> src_;  // else: gzip inflated, or a stream passed through
   bool regular_ = false;
   bool eof_ = false;
   bool moved_ = false;          // Next has dropped a block

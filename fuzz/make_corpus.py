@@ -129,6 +129,8 @@ put("csv", "crlf_bom.csv", "\ufeffa,b\r\n1,2\r\n\r\n3,4\r\n")
 put("csv", "text_labels.csv", "f1,f2,kind\n1,2,cat\n2,1,dog\n0,0,cat\n")
 put("csv", "ragged.csv", "1,2,3\n4,5\n")
 put("csv", "nan.csv", "1,nan\n2,inf\n")
+# Regression: gzipped text, once taken for an IDX file by its gzip magic.
+put("csv", "regress-gzip.csv", gz(b"a,b,label\n1,2,0\n3,4,1\n"))
 
 # LIBSVM: labels and index:value pairs, comments, qid, a gap in the indices, refusals
 # (descending indices, index 0).
@@ -138,6 +140,7 @@ put("libsvm", "float_labels.svm", "2.5 1:1\n-0.5 4:2\n")
 put("libsvm", "descending.svm", "1 3:1 1:1\n")
 put("libsvm", "index0.svm", "1 0:1\n")
 put("libsvm", "empty_row.svm", "1\n0 1:1\n")
+put("libsvm", "regress-gzip.svm", gz(b"1 1:0.5 3:2\n0 2:1\n"))
 
 
 # Model files (master/model_file.h, format version 2) and checkpoints

@@ -2061,5 +2061,42 @@ TEST_F(CsvTest, GzipZeroPaddingIsIgnoredLikeGzipDoes) {
   EXPECT_EQ(ReadThrough(Write(gz + gz, "two.gz")), text + text);
 }
 
+// A gzip file holds whatever its name says and its inflated bytes show, text too: a gzipped
+// CSV or LIBSVM file loads as the file itself does, named .csv.gz, .svm.gz or anything.
+TEST_F(CsvTest, GzippedTextLoadsAsItsText) {
+  const std::string csv = "a,b,label\n1,2,0\n3,4,1\n5,6,0\n";
+  const std::string svm = "1 1:0.5 3:2\n0 2:1\n1 1:1 2:1 3:1\n";
+  LoadOptions o;
+  o.task = Task::kClassification;
+  for (const auto& [text, names] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {csv, {"data.csv.gz", "data.gz", "blob"}}, {svm, {"data.svm.gz", "blob.gz", "blob2"}}}) {
+    Dataset plain;
+    const Status p = LoadFile(Write(text, "plain.txt"), o, &plain);
+    ASSERT_TRUE(p.ok()) << p.message();
+    for (const std::string& name : names) {
+      SCOPED_TRACE(name);
+      Dataset d;
+      const Status s = LoadFile(Write(Gzip(text), name), o, &d);
+      ASSERT_TRUE(s.ok()) << s.message();
+      EXPECT_EQ(d.rows, plain.rows);
+      EXPECT_EQ(d.features, plain.features);
+      EXPECT_EQ(d.x, plain.x);
+      EXPECT_EQ(d.y, plain.y);
+    }
+  }
+  // The text's errors name the file and the line, as for a plain file.
+  Dataset d;
+  const std::string bad = Write(Gzip("1,2,0\n3,x,1\n"), "bad.csv.gz");
+  const Status s = LoadFile(bad, o, &d);
+  EXPECT_EQ(s.message().rfind(bad + ":2:2: ", 0), 0u) << s.message();
+  // A damaged stream is refused at its byte, whatever the loader.
+  std::string cut = Gzip(csv);
+  cut.resize(cut.size() - 12);
+  const Status c = LoadFile(Write(cut, "cut.csv.gz"), o, &d);
+  EXPECT_NE(c.message().find("cut.csv.gz: truncated: the gzip stream ends at byte"),
+            std::string::npos)
+      << c.message();
+}
+
 }  // namespace
 }  // namespace shmtrain::data
