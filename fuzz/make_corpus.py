@@ -270,5 +270,7 @@ for name, args in [
                      "--delimiter", "tab", "--header", "yes", "--label-col", "name"]),
         ("help", ["help", "train"]),
         ("cleanup", ["cleanup", "--dry-run"]),
-        ("bad_list", ["train", "--layers", "1,,2", "--lr=0.1"])]:
-    put("cli", name, "\n".join(args) + "\n")
+        ("bad_list", ["train", "--layers", "1,,2", "--lr=0.1"]),
+        # Regression: a refused value of raw bytes in a json run (once printed raw, as text).
+        ("regress-json_raw_value", ["train", "--log-format", "json", "--lr", "\udcff\x01abc"])]:
+    put("cli", name, ("\n".join(args) + "\n").encode("utf-8", "surrogateescape"))
