@@ -156,9 +156,17 @@ class FileSource final : public ByteSource {
     return Status::Ok();
   }
 
+  // *got: what was inflated, before an error too.
   Status Inflate(Bytef* p, size_t n, size_t* got) {
     z_.next_out = p;
     z_.avail_out = static_cast<uInt>(std::min<size_t>(n, UINT_MAX));
+    const Status s = InflateToBuffer();
+    *got = static_cast<size_t>(z_.next_out - p);
+    return s;
+  }
+
+  // Inflates into z_.next_out until it is full or the stream ends.
+  Status InflateToBuffer() {
     while (z_.avail_out > 0 && !end_) {
       if (member_done_) {
         if (Status s = NextMember(); !s.ok()) return s;
@@ -181,7 +189,6 @@ class FileSource final : public ByteSource {
                                    (z_.msg ? z_.msg : "inflate failed"));
       }
     }
-    *got = static_cast<size_t>(z_.next_out - p);
     return Status::Ok();
   }
 

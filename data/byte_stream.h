@@ -44,7 +44,9 @@ class ByteSource {
  public:
   virtual ~ByteSource() = default;
   // Reads up to n bytes into buf; *got < n only at the end of the stream. A read error, or
-  // a compressed stream found damaged, is Status::Data naming the source.
+  // a compressed stream found damaged, is Status::Data naming the source; *got then counts the
+  // bytes before it, which are the stream's (a file's, and what gzip inflated up to the
+  // damage; 0 where a source cannot tell), so that a reader can use them before it reports it.
   virtual Status Read(void* buf, size_t n, size_t* got) = 0;
   // The bytes still to come (see Capacity): a bound that holds whatever the file declares.
   virtual Capacity Left() const = 0;

@@ -43,7 +43,8 @@ class LineBlocks {
   // file: <strerror>" or "... cannot read file: ...", or one of a line too long to be text:
   // "<path>:<line>: ..." for a line longer than max_line_bytes, or one of 64 KiB or more
   // with a NUL byte (binary data; a shorter line with one is the loaders' to refuse, at its
-  // cell). Extend and Next return these too.
+  // cell), or a gzip file's damage (data/byte_stream.h). Extend and Next return these too. A
+  // read error or a damaged gzip stream is returned once the whole lines before it are read.
   Status Open();
 
   // Bytes after the end of a block that may be read (parsers read words, not bytes): zeros or
@@ -74,8 +75,10 @@ class LineBlocks {
  private:
   enum class Ends { kUndecided, kLf, kCr };
 
-  // Appends up to `want` bytes of the file after the data (fewer at its end: eof_ is set).
-  Status Fill(size_t want);
+  // Appends up to `want` bytes of the file after the data (fewer at its end: eof_ is set; or
+  // at a read error, or a damaged gzip stream: failed_ is set, and returned once the lines
+  // read before it are used up, so the text before a fault is read as in blocks of any size).
+  void Fill(size_t want);
   // Decides the line ends at the first one read, and reads '\r' as '\n' from `from` on in a
   // file of '\r' line ends.
   void LineEnds(size_t from);
@@ -97,6 +100,7 @@ class LineBlocks {
   std::unique_ptr<ByteSource> src_;  // else: gzip inflated, or a stream passed through
   bool regular_ = false;
   bool eof_ = false;
+  Status failed_;               // the reading's error, after the data read before it
   bool moved_ = false;          // Next has dropped a block
   bool added_newline_ = false;  // a '\n' is in buf_ that the file does not have
   Ends ends_ = Ends::kUndecided;

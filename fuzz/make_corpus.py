@@ -131,6 +131,8 @@ put("csv", "ragged.csv", "1,2,3\n4,5\n")
 put("csv", "nan.csv", "1,nan\n2,inf\n")
 # Regression: gzipped text, once taken for an IDX file by its gzip magic.
 put("csv", "regress-gzip.csv", gz(b"a,b,label\n1,2,0\n3,4,1\n"))
+# A bad cell, then a gzip stream cut short: the error once depended on the block size.
+put("csv", "regress-gzip_cut_after_bad_cell.csv", gz(b"1,2,0\n3,x,1\n" + b"5,6,0\n" * 50)[:-12])
 
 # LIBSVM: labels and index:value pairs, comments, qid, a gap in the indices, refusals
 # (descending indices, index 0).
