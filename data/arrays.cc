@@ -191,8 +191,11 @@ DataFormat DetectFormat(const std::string& path) {
   if (head.rfind("\x93NUMPY", 0) == 0) return DataFormat::kNpy;
   if (IsIdxMagic(head)) return DataFormat::kIdx;
   if (head.rfind("\x1f\x8b", 0) == 0) {
-    // gzip: the array formats are the ones read compressed; IDX's header says what is wrong.
-    return PeekContent(path, 6).rfind("\x93NUMPY", 0) == 0 ? DataFormat::kNpy : DataFormat::kIdx;
+    // gzip: its inflated bytes tell the format as a plain file's do (text, CSV or LIBSVM, when
+    // they start no array; a damaged stream is then refused by the text loader, at its byte).
+    const std::string content = PeekContent(path, 6);
+    if (content.rfind("\x93NUMPY", 0) == 0) return DataFormat::kNpy;
+    if (IsIdxMagic(content)) return DataFormat::kIdx;
   }
   return DataFormat::kAuto;
 }

@@ -18,7 +18,7 @@ bool IsArrayFormat(DataFormat f);
 DataFormat FormatByName(std::string_view name);
 
 // The format by the file's name, then by its first bytes (a regular file only: a pipe is
-// never read ahead): kIdx, kNpy, kNpz or kLibsvm when
+// never read ahead; a gzip file's first inflated bytes): kIdx, kNpy, kNpz or kLibsvm when
 // they tell; kAuto when the file is text that its content must tell apart (CSV or LIBSVM).
 DataFormat DetectFormat(const std::string& path);
 

@@ -156,9 +156,17 @@ class FileSource final : public ByteSource {
     return Status::Ok();
   }
 
+  // *got: what was inflated, before an error too.
   Status Inflate(Bytef* p, size_t n, size_t* got) {
     z_.next_out = p;
     z_.avail_out = static_cast<uInt>(std::min<size_t>(n, UINT_MAX));
+    const Status s = InflateToBuffer();
+    *got = static_cast<size_t>(z_.next_out - p);
+    return s;
+  }
+
+  // Inflates into z_.next_out until it is full or the stream ends.
+  Status InflateToBuffer() {
     while (z_.avail_out > 0 && !end_) {
       if (member_done_) {
         if (Status s = NextMember(); !s.ok()) return s;
@@ -181,12 +189,12 @@ class FileSource final : public ByteSource {
                                    (z_.msg ? z_.msg : "inflate failed"));
       }
     }
-    *got = static_cast<size_t>(z_.next_out - p);
     return Status::Ok();
   }
 
   // After a member's end: the file's end, another member (RFC 1952 allows several, and gzip
-  // reads them as one stream), or garbage, refused as `gzip -t` refuses it.
+  // reads them as one stream), zero bytes to the end (padding: tapes and some tools pad a file
+  // with zeros, and gzip ignores them), or garbage, refused as `gzip -t` refuses it.
   Status NextMember() {
     while (z_.avail_in < 2 && !eof_) {
       if (Status s = Fill(); !s.ok()) return s;
@@ -195,6 +203,7 @@ class FileSource final : public ByteSource {
       end_ = true;
       return Status::Ok();
     }
+    if (z_.next_in[0] == 0) return ZeroPadding();
     if (z_.avail_in < 2 || z_.next_in[0] != 0x1f || z_.next_in[1] != 0x8b) {
       return Damaged(
           name(), "trailing garbage after the gzip stream at byte " + std::to_string(Consumed()));
@@ -202,6 +211,29 @@ class FileSource final : public ByteSource {
     inflateReset(&z_);
     member_done_ = false;
     return Status::Ok();
+  }
+
+  // Zero bytes from here: the end of the stream when they go on to the end of the file, else
+  // garbage from here (gzip too calls zeros followed by anything, a member included, garbage).
+  Status ZeroPadding() {
+    const uint64_t from = Consumed();
+    for (;;) {
+      while (z_.avail_in > 0 && z_.next_in[0] == 0) {
+        ++z_.next_in;
+        --z_.avail_in;
+      }
+      if (z_.avail_in > 0) {
+        return Damaged(name(), "trailing garbage after the gzip stream at byte " +
+                                   std::to_string(from) +
+                                   " (zero bytes, then a non-zero byte at byte " +
+                                   std::to_string(Consumed()) + ")");
+      }
+      if (eof_) {
+        end_ = true;
+        return Status::Ok();
+      }
+      if (Status s = Fill(); !s.ok()) return s;
+    }
   }
 
   Fd fd_;
@@ -472,13 +504,22 @@ Status CheckExtent(const std::string& name, int fd, const ZipEntry& e, uint64_t 
 Status OpenFile(const std::string& path, std::unique_ptr<ByteSource>* out) {
   Fd fd;
   if (Status s = OpenFd(path, &fd); !s.ok()) return s;
+  return OpenDescriptor(path, fd.release(), out);
+}
+
+Status OpenDescriptor(const std::string& path, int fd, std::unique_ptr<ByteSource>* out) {
   struct stat st {};
-  const bool regular = ::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode);
-  auto f = std::make_unique<FileSource>(path, fd.release(), regular,
+  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  auto f = std::make_unique<FileSource>(path, fd, regular,
                                         regular ? static_cast<uint64_t>(st.st_size) : 0);
   if (Status s = f->Start(); !s.ok()) return s;
   *out = std::move(f);
   return Status::Ok();
+}
+
+bool IsGzip(int fd) {
+  unsigned char magic[2];
+  return PreadAll(fd, magic, 2, 0) && magic[0] == 0x1f && magic[1] == 0x8b;
 }
 
 Status ListZip(const std::string& path, std::vector<std::string>* names) {

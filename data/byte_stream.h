@@ -44,7 +44,9 @@ class ByteSource {
  public:
   virtual ~ByteSource() = default;
   // Reads up to n bytes into buf; *got < n only at the end of the stream. A read error, or
-  // a compressed stream found damaged, is Status::Data naming the source.
+  // a compressed stream found damaged, is Status::Data naming the source; *got then counts the
+  // bytes before it, which are the stream's (a file's, and what gzip inflated up to the
+  // damage; 0 where a source cannot tell), so that a reader can use them before it reports it.
   virtual Status Read(void* buf, size_t n, size_t* got) = 0;
   // The bytes still to come (see Capacity): a bound that holds whatever the file declares.
   virtual Capacity Left() const = 0;
@@ -70,10 +72,17 @@ Status ExpectEnd(ByteSource& src, const std::string& what);
 Status ExpectAtLeast(const ByteSource& src, uint64_t need, const std::string& what);
 
 // A file, decompressed when it starts with the gzip magic. A gzip file is checked as `gzip -t`
-// checks it: its CRC-32 and length, every member, and no byte after the last member (trailing
-// garbage is refused with its offset); a damaged stream is refused at the compressed byte where
-// inflation failed. Every message names the path.
+// checks it: its CRC-32 and length, every member, and nothing after the last member but zero
+// bytes to the end (padding, which gzip ignores too; anything else is refused as trailing
+// garbage with its offset); a damaged stream is refused at the compressed byte where inflation
+// failed. Every message names the path.
 Status OpenFile(const std::string& path, std::unique_ptr<ByteSource>* out);
+// OpenFile on `fd`, open for reading on `path` (which names it in messages), from where the
+// descriptor stands: the source takes it over and closes it.
+Status OpenDescriptor(const std::string& path, int fd, std::unique_ptr<ByteSource>* out);
+// Whether the file open at `fd` (a regular file: read at offset 0, the descriptor's own offset
+// left alone) starts with the gzip magic.
+bool IsGzip(int fd);
 
 // The names of the members of a zip archive, in the archive's order. Two members of one name
 // are refused as ambiguous (readers disagree on which one counts), naming it.

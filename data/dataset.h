@@ -59,8 +59,9 @@ struct Dataset {
 
 struct LoadOptions {
   // kAuto: by name (.npy, .npz; IDX: "-idx<N>-ubyte" or .idx, with or without .gz; LIBSVM:
-  // .svm, .libsvm, .svmlight), then by content (the NPY, zip and IDX magic numbers, gzip;
-  // a first data line like "<label> <index>:<value>" is LIBSVM); otherwise CSV.
+  // .svm, .libsvm, .svmlight), then by content (the NPY, zip and IDX magic numbers, of the
+  // inflated bytes for gzip; a first data line like "<label> <index>:<value>" is LIBSVM);
+  // otherwise CSV. Every format but .npz may be gzip-compressed.
   DataFormat format = DataFormat::kAuto;
   // IDX and NumPy (data/arrays.h): the file of the labels (IDX, .npy, or an .npz whose y_key
   // array they are); empty: the y_key array of the data's own .npz.

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 namespace shmtrain::data {
@@ -59,19 +60,23 @@ Status LineBlocks::Open() {
   if (fd_ < 0) return Status::Data(path_ + ": cannot open file: " + std::strerror(errno));
   struct stat st {};
   size_t first = block_bytes_;
-  if (::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode)) {
+  if (::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode) && !IsGzip(fd_)) {
     regular_ = true;
     // +1: the end of the file is seen without another block.
     first = std::min(block_bytes_, static_cast<size_t>(st.st_size) + 1);
+  } else {
+    // A gzip file, or a stream (whose first bytes cannot be looked at and left for the
+    // reader): read through a ByteSource, which inflates gzip and passes anything else through.
+    if (Status s = OpenDescriptor(path_, std::exchange(fd_, -1), &src_); !s.ok()) return s;
   }
-  if (Status s = Fill(std::max<size_t>(first, 3)); !s.ok()) return s;  // 3: a whole BOM
+  Fill(std::max<size_t>(first, 3));  // 3: a whole BOM
   // A UTF-8 byte order mark (spreadsheet exports write one) is not part of the first cell.
   if (data_ >= 3 && std::memcmp(buf_.get(), kBom, 3) == 0) bom_ = 3;
   begin_ = end_ = bom_;
   return CutAtLine();
 }
 
-Status LineBlocks::Fill(size_t want) {
+void LineBlocks::Fill(size_t want) {
   // +1: room for the '\n' a last line may get.
   if (cap_ < data_ + want + 1 + kPadding) {
     const size_t cap = std::max(data_ + want + 1 + kPadding, cap_ + cap_ / 2);
@@ -81,20 +86,31 @@ Status LineBlocks::Fill(size_t want) {
     cap_ = cap;
   }
   const size_t from = data_;
-  for (size_t got = 0; got < want && !eof_;) {
-    const ssize_t n = ::read(fd_, buf_.get() + data_, want - got);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ReadError();
+  for (size_t got = 0; got < want && !eof_ && failed_.ok();) {
+    size_t n = 0;
+    const Status s = ReadSome(buf_.get() + data_, want - got, &n);
+    if (!s.ok()) {
+      failed_ = s;
+    } else if (n == 0) {
+      eof_ = true;
     }
-    if (n == 0) eof_ = true;
-    data_ += static_cast<size_t>(n);
-    got += static_cast<size_t>(n);
-    raw_bytes_ += n;
+    data_ += n;
+    got += n;
+    raw_bytes_ += static_cast<int64_t>(n);
   }
   LineEnds(from);
   ZeroPadding();
-  return Status::Ok();
+}
+
+Status LineBlocks::ReadSome(char* p, size_t n, size_t* got) {
+  if (src_ != nullptr) return src_->Read(p, n, got);
+  for (;;) {
+    const ssize_t r = ::read(fd_, p, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return ReadError();
+    *got = static_cast<size_t>(r);
+    return Status::Ok();
+  }
 }
 
 void LineBlocks::LineEnds(size_t from) {
@@ -149,15 +165,14 @@ Status LineBlocks::CutAtLine() {
     }
     // No whole line after the block yet (one longer than a block): read on until it ends.
     if (Status s = CheckLongLine(); !s.ok()) return s;
-    if (Status s = Fill(std::max(block_bytes_, data_ - begin_)); !s.ok()) return s;
+    if (!failed_.ok()) return failed_;
+    Fill(std::max(block_bytes_, data_ - begin_));
   }
 }
 
 Status LineBlocks::Extend() {
   if (eof_ && end_ == data_) return Status::Ok();
-  if (end_ == data_) {
-    if (Status s = Fill(block_bytes_); !s.ok()) return s;
-  }
+  if (end_ == data_) Fill(block_bytes_);
   return CutAtLine();
 }
 
@@ -169,9 +184,7 @@ Status LineBlocks::Next(bool* more) {
   data_ -= end_;
   ends_scan_ -= std::min(ends_scan_, end_);
   begin_ = end_ = 0;
-  if (!eof_) {
-    if (Status s = Fill(block_bytes_); !s.ok()) return s;
-  }
+  if (!eof_) Fill(block_bytes_);
   if (Status s = CutAtLine(); !s.ok()) return s;
   *more = end_ > begin_;
   return Status::Ok();

@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "data/byte_stream.h"
 #include "shmtrain/status.h"
 
 namespace shmtrain::data {
@@ -24,7 +25,9 @@ inline int64_t CountNewlines(const char* p, size_t n) {
 // Lines end in '\n' ("\r\n" too: the loaders drop the '\r's that end a line), or, in a file
 // whose first line ends in a lone '\r' (old Mac OS, as pandas and R read it), in '\r': each
 // '\r' of such a file is read as '\n'. A regular file and a pipe are read alike, a block at a
-// time; only a regular file can be measured (read twice) before its blocks are parsed.
+// time; only a regular file can be measured (read twice) before its blocks are parsed. A gzip
+// file is read inflated (data/byte_stream.h), as a pipe is: its text's size is known only once
+// it is read; and so is a pipe of gzip data.
 class LineBlocks {
  public:
   // block_bytes: how much is read at a time (a block holds more when a line is longer).
@@ -40,7 +43,8 @@ class LineBlocks {
   // file: <strerror>" or "... cannot read file: ...", or one of a line too long to be text:
   // "<path>:<line>: ..." for a line longer than max_line_bytes, or one of 64 KiB or more
   // with a NUL byte (binary data; a shorter line with one is the loaders' to refuse, at its
-  // cell). Extend and Next return these too.
+  // cell), or a gzip file's damage (data/byte_stream.h). Extend and Next return these too. A
+  // read error or a damaged gzip stream is returned once the whole lines before it are read.
   Status Open();
 
   // Bytes after the end of a block that may be read (parsers read words, not bytes): zeros or
@@ -71,8 +75,10 @@ class LineBlocks {
  private:
   enum class Ends { kUndecided, kLf, kCr };
 
-  // Appends up to `want` bytes of the file after the data (fewer at its end: eof_ is set).
-  Status Fill(size_t want);
+  // Appends up to `want` bytes of the file after the data (fewer at its end: eof_ is set; or
+  // at a read error, or a damaged gzip stream: failed_ is set, and returned once the lines
+  // read before it are used up, so the text before a fault is read as in blocks of any size).
+  void Fill(size_t want);
   // Decides the line ends at the first one read, and reads '\r' as '\n' from `from` on in a
   // file of '\r' line ends.
   void LineEnds(size_t from);
@@ -83,14 +89,18 @@ class LineBlocks {
   // text (see Open); else OK.
   Status CheckLongLine() const;
   Status ReadError() const;
+  // Reads up to n bytes of text at p; *got == 0 only at its end.
+  Status ReadSome(char* p, size_t n, size_t* got);
   void ZeroPadding() { std::memset(buf_.get() + data_, 0, kPadding); }
 
   std::string path_;
   size_t block_bytes_;
   size_t max_line_bytes_;
-  int fd_ = -1;
+  int fd_ = -1;                      // a regular file that is not gzip, read and measured as it is
+  std::unique_ptr<ByteSource> src_;  // else: gzip inflated, or a stream passed through
   bool regular_ = false;
   bool eof_ = false;
+  Status failed_;               // the reading's error, after the data read before it
   bool moved_ = false;          // Next has dropped a block
   bool added_newline_ = false;  // a '\n' is in buf_ that the file does not have
   Ends ends_ = Ends::kUndecided;

@@ -34,10 +34,11 @@ std::string FloatText(float v) {
 Normalizer Normalizer::Fit(const Dataset& train, Normalize kind) {
   Normalizer n;
   n.kind = kind;
+  if (kind == Normalize::kNone) return n;
   const int f = train.features;
   n.offset.assign(f, 0.0f);
   n.scale.assign(f, 1.0f);
-  if (kind == Normalize::kNone || train.rows == 0) return n;
+  if (train.rows == 0) return n;
   // Row by row, every column at once: the memory is read in order (a column at a time strides
   // over it). Each column's sums still add its rows in order, so the results are the same.
   std::vector<double> lo(f, INFINITY), hi(f, -INFINITY), sum(f, 0.0), sq(f, 0.0);

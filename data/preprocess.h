@@ -26,6 +26,8 @@ namespace shmtrain::data {
 // about 10, and a feature in small units (1e-27) is a feature, not a constant.
 struct Normalizer {
   Normalize kind = Normalize::kNone;
+  // One per feature; empty for kNone (the identity, which nothing needs to hold: a model file
+  // without scaling holds none, however many inputs its model declares).
   std::vector<float> offset;
   std::vector<float> scale;
 

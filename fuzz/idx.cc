@@ -3,10 +3,12 @@
 // itself as the labels (classification).
 //
 // gzip is transparent: a gzip input that loads must be one well-formed gzip stream (or
-// several, concatenated) with nothing after it, and must load exactly as its decompressed
-// bytes do. A file with bytes after its gzip data is damaged, not an array.
+// several, concatenated) with nothing after it but zero bytes (padding, as gzip reads it), and
+// must load exactly as its decompressed bytes do. A file with other bytes after its gzip data
+// is damaged, not an array.
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -19,11 +21,15 @@ using namespace shmtrain;
 
 namespace {
 
-// The decompression of `in`, strictly: every byte belongs to a complete gzip member.
+// The decompression of `in`, strictly: every byte belongs to a complete gzip member, or to
+// zero bytes that run from the end of the last member to the end of the file.
 bool StrictGunzip(const uint8_t* in, size_t n, std::string* out) {
   out->clear();
   size_t pos = 0;
   while (pos < n) {
+    if (pos > 0 && in[pos] == 0) {
+      return std::all_of(in + pos, in + n, [](uint8_t b) { return b == 0; });
+    }
     z_stream z{};
     if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) return false;
     z.next_in = const_cast<Bytef*>(in + pos);

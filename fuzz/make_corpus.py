@@ -106,6 +106,11 @@ put("idx", "u8_images.gz", gz(idx(0x08, (2, 2, 2), bytes(range(8)))))
 put("idx", "u8_labels.gz", gz(idx(0x08, (4,), bytes([0, 1, 0, 1]))))
 put("idx", "zero_dim-idx2", idx(0x08, (0, 3), b""))
 put("idx", "bad_type-idx1", idx(0x0A, (1,), b"\0"))
+# Regressions: zero padding after the last gzip member, which gzip ignores and the reader once
+# refused; and zeros followed by another member, which both call trailing garbage.
+put("idx", "regress-gzip_zero_padding.gz", gz(idx(0x08, (4,), bytes([0, 1, 0, 1]))) + bytes(1000))
+put("idx", "regress-gzip_zeros_then_member.gz",
+    gz(idx(0x08, (4,), bytes([0, 1, 0, 1]))) + bytes(3) + gz(idx(0x08, (1,), b"\1")))
 # idx_gz compresses its input itself: the same files, uncompressed.
 for name, data in [("u8_images", idx(0x08, (2, 2, 2), bytes(range(8)))),
                    ("u8_labels", idx(0x08, (4,), bytes([0, 1, 0, 1]))),
@@ -124,6 +129,10 @@ put("csv", "crlf_bom.csv", "\ufeffa,b\r\n1,2\r\n\r\n3,4\r\n")
 put("csv", "text_labels.csv", "f1,f2,kind\n1,2,cat\n2,1,dog\n0,0,cat\n")
 put("csv", "ragged.csv", "1,2,3\n4,5\n")
 put("csv", "nan.csv", "1,nan\n2,inf\n")
+# Regression: gzipped text, once taken for an IDX file by its gzip magic.
+put("csv", "regress-gzip.csv", gz(b"a,b,label\n1,2,0\n3,4,1\n"))
+# A bad cell, then a gzip stream cut short: the error once depended on the block size.
+put("csv", "regress-gzip_cut_after_bad_cell.csv", gz(b"1,2,0\n3,x,1\n" + b"5,6,0\n" * 50)[:-12])
 
 # LIBSVM: labels and index:value pairs, comments, qid, a gap in the indices, refusals
 # (descending indices, index 0).
@@ -133,6 +142,7 @@ put("libsvm", "float_labels.svm", "2.5 1:1\n-0.5 4:2\n")
 put("libsvm", "descending.svm", "1 3:1 1:1\n")
 put("libsvm", "index0.svm", "1 0:1\n")
 put("libsvm", "empty_row.svm", "1\n0 1:1\n")
+put("libsvm", "regress-gzip.svm", gz(b"1 1:0.5 3:2\n0 2:1\n"))
 
 
 # Model files (master/model_file.h, format version 2) and checkpoints
@@ -172,6 +182,18 @@ def model3(task, shape, text, n, loss, classes):
 put("model", "cnn", model3(1, (1, 6, 6), "conv2d(2,3,padding=1),relu,maxpool2d(2),flatten,linear(3)",
                            2 * 9 + 2 + 18 * 3 + 3, 1, ["a", "b", "c"]))
 put("model", "mlp_v3", model3(0, (3, 1, 1), "linear(4),tanh,linear(1)", 4 * 4 + 5, 0, []))
+# Regressions: files of about 100 bytes that declare 2^24 inputs and 2^40 parameters, cut short
+# (without scaling, after its F; with, after two of its 2^24 offsets). The decoder once
+# allocated their scaling, 2 x 64 MiB, before it found them cut short.
+big = "flatten,linear(65536),relu,linear(65536),relu,linear(2)"
+big_head = b"SHMTMODL" + struct.pack("<IIIIII", 3, 1, 1, 4096, 4096, len(big)) + big.encode()
+put("model", "regress-declares_2e24_inputs", big_head + struct.pack("<III", 1, 0, 0))
+put("model", "regress-declares_2e24_features", big_head + struct.pack("<III", 1, 2, 1 << 24) + bytes(8))
+# Regressions: model texts that --model reads but shmtrain never writes (it writes the canonical
+# text). A file once decoded them, and re-encoded to other bytes than its own.
+put("model", "regress-noncanonical_spaces", model3(0, (3, 1, 1), "linear( 4 ),tanh,linear(1)", 21, 0, []))
+put("model", "regress-noncanonical_default",
+    model3(0, (3, 1, 1), "linear(out=4),dropout(p=0.5),tanh(),linear(+1)", 21, 0, []))
 
 
 def checkpoint(mode, step, n, k, optimizer):
@@ -183,6 +205,9 @@ put("checkpoint", "sgd", checkpoint(0, 10, 4, 0, "sgd lr 0.1"))
 put("checkpoint", "momentum", checkpoint(0, 3, 3, 1, "sgd lr 0.1 momentum 0.9"))
 put("checkpoint", "adam_async", checkpoint(1, 7, 2, 2, "adam lr 0.001"))
 put("checkpoint", "no_states", checkpoint(0, 0, 1, 0, ""))
+# A header declaring 2^28 parameters and a state vector in a file that holds 3 of each.
+put("checkpoint", "regress-declares_2e28_params",
+    checkpoint(0, 1, 3, 1, "adam")[:32] + struct.pack("<Q", 1 << 28) + checkpoint(0, 1, 3, 1, "adam")[40:])
 
 
 # The segment target: flags, the mapped size, then a RunConfig (shm/layout.h) for flag 1.
@@ -247,5 +272,7 @@ for name, args in [
                      "--delimiter", "tab", "--header", "yes", "--label-col", "name"]),
         ("help", ["help", "train"]),
         ("cleanup", ["cleanup", "--dry-run"]),
-        ("bad_list", ["train", "--layers", "1,,2", "--lr=0.1"])]:
-    put("cli", name, "\n".join(args) + "\n")
+        ("bad_list", ["train", "--layers", "1,,2", "--lr=0.1"]),
+        # Regression: a refused value of raw bytes in a json run (once printed raw, as text).
+        ("regress-json_raw_value", ["train", "--log-format", "json", "--lr", "\udcff\x01abc"])]:
+    put("cli", name, ("\n".join(args) + "\n").encode("utf-8", "surrogateescape"))

@@ -181,10 +181,15 @@ Status DecodeCheckpoint(const std::string& b, const std::string& path, Checkpoin
       m > 4096) {
     return bad("header fields out of range");
   }
+  // Checked before anything is allocated for them (n <= 2^40: no wrap).
   const size_t body = kHead + m + n * sizeof(float) * (1 + k);
-  if (b.size() != body + 4) {
-    return bad(b.size() < body + 4 ? "cut short (truncated)" : "trailing bytes");
+  if (b.size() < body + 4) {
+    return bad("cut short (truncated): its header declares " + std::to_string(n) + " parameters, " +
+               std::to_string(k) + " optimizer state vector" + (k == 1 ? "" : "s") + " and a " +
+               std::to_string(m) + "-byte optimizer name, " + std::to_string(body - kHead) +
+               " bytes after the header; the file holds " + std::to_string(b.size() - kHead - 4));
   }
+  if (b.size() > body + 4) return bad("trailing bytes");
   uint32_t crc;
   std::memcpy(&crc, b.data() + body, 4);
   if (crc != Crc32(b.data(), body)) return bad("checksum mismatch (the file is damaged)");

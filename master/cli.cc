@@ -337,6 +337,22 @@ Status RefuseSwitchValues(const std::vector<std::string>& args, const Cli& cli) 
 
 }  // namespace
 
+LogFormat AskedLogFormat(const std::vector<std::string>& args) {
+  LogFormat format = LogFormat::kText;
+  const std::string flag = "--log-format";
+  for (size_t i = 1; i < args.size() && args[i] != "--"; ++i) {
+    std::string value;
+    if (args[i] == flag && i + 1 < args.size()) {
+      value = args[++i];
+    } else if (args[i].rfind(flag + "=", 0) == 0) {
+      value = args[i].substr(flag.size() + 1);
+    }
+    if (value == "json") format = LogFormat::kJson;
+    if (value == "text") format = LogFormat::kText;
+  }
+  return format;
+}
+
 Status ParseCommandLine(const std::vector<std::string>& args, Command* out) {
   if (args.size() < 2) {
     out->kind = Command::Kind::kHelp;

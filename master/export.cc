@@ -100,15 +100,20 @@ Status ExportArrays(const Model& m, const std::string& path, std::vector<data::N
     AppendLayered(m.spec, m.params.data(), &a);
   }
   const int64_t f = m.spec.inputs();
-  // The decoded model always holds F offsets and scales (0 and 1 without normalisation).
-  if (m.norm.offset.size() != static_cast<size_t>(f) ||
-      m.norm.scale.size() != static_cast<size_t>(f)) {
+  // Without normalisation the export still has F offsets and scales: 0 and 1.
+  const bool scaled = m.norm.kind != Normalize::kNone;
+  const size_t want = scaled ? static_cast<size_t>(f) : 0;
+  if (m.norm.offset.size() != want || m.norm.scale.size() != want) {
     return Status::Internal(path + ": the model's scaling has " +
                             std::to_string(m.norm.offset.size()) + " features, expected " +
-                            std::to_string(f));
+                            std::to_string(want));
   }
-  a.push_back(data::NpyArray::Float32("input.offset", {f}, m.norm.offset));
-  a.push_back(data::NpyArray::Float32("input.scale", {f}, m.norm.scale));
+  a.push_back(data::NpyArray::Float32(
+      "input.offset", {f},
+      scaled ? m.norm.offset : std::vector<float>(static_cast<size_t>(f), 0.0f)));
+  a.push_back(data::NpyArray::Float32(
+      "input.scale", {f},
+      scaled ? m.norm.scale : std::vector<float>(static_cast<size_t>(f), 1.0f)));
   if (Status s = AppendClasses(m, path, &a); !s.ok()) return s;
   if (mlp) {
     const std::vector<int64_t> layers(sizes.begin(), sizes.end());

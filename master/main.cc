@@ -178,7 +178,10 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv, argv + argc);
   master::Command cmd;
   if (Status s = master::ParseCommandLine(args, &cmd); !s.ok()) {
-    std::fprintf(stderr, "shmtrain: error: %s\n(see shmtrain --help)\n", s.message().c_str());
+    // As every error of the run it asked for: its bytes escaped, a JSON event in json mode.
+    master::Logger log(master::AskedLogFormat(args), false);
+    log.Error(s.message());
+    std::fputs("(see shmtrain --help)\n", stderr);
     return ExitCodeOf(s);
   }
   switch (cmd.kind) {

@@ -52,7 +52,9 @@ Status DecodeSpec(ByteReader& r, ModelSpec* spec) {
                                             : cut + "model text");
   }
   spec->input = {c, h, w};
-  if (Status s = nn::ParseModelText(text, &spec->layers); !s.ok()) return Status::Data(s.message());
+  if (Status s = nn::ParseStoredModelText(text, &spec->layers); !s.ok()) {
+    return Status::Data(s.message());
+  }
   std::vector<Shape> shapes;
   if (Status s = nn::ResolveShapes(spec->input, spec->layers, &shapes); !s.ok()) {
     return Status::Data(s.message());
@@ -210,20 +212,29 @@ Status DecodeModel(const std::string& bytes, const std::string& path, Model* out
   m.norm.kind = static_cast<Normalize>(norm);
   const uint32_t want_nf = m.norm.kind == Normalize::kNone ? 0 : static_cast<uint32_t>(m.spec.inputs());
   if (nf != want_nf) return bad("normalisation has " + std::to_string(nf) + " features, expected " + std::to_string(want_nf));
-  m.norm.offset.assign(m.spec.inputs(), 0.0f);
-  m.norm.scale.assign(m.spec.inputs(), 1.0f);
-  for (uint32_t j = 0; j < nf; ++j) {
-    if (!r.Get(&m.norm.offset[j])) return bad(cut + "normalisation");
+  // Every count below is held to the bytes left before anything is allocated for it: a short
+  // file may declare up to 2^24 features and 2^31 classes.
+  if (r.left() < uint64_t{nf} * 2 * sizeof(float)) {
+    return bad(cut + "normalisation: " + std::to_string(nf) + " features need " +
+               std::to_string(uint64_t{nf} * 2 * sizeof(float)) +
+               " bytes (an offset and a scale each), the file has only " +
+               std::to_string(r.left()) + " more");
   }
-  for (uint32_t j = 0; j < nf; ++j) {
-    if (!r.Get(&m.norm.scale[j])) return bad(cut + "normalisation");
-  }
+  m.norm.offset.resize(nf);
+  m.norm.scale.resize(nf);
+  for (float& v : m.norm.offset) r.Get(&v);  // whole: the size is checked above
+  for (float& v : m.norm.scale) r.Get(&v);
   if (!r.Get(&k) || !r.Get(&numeric)) return bad(cut + "class list");
   const uint32_t want_k = task == static_cast<uint32_t>(Task::kClassification) ? static_cast<uint32_t>(m.spec.outputs()) : 0;
   if (k != want_k) {
     return bad("class list of " + std::to_string(k) + " classes, expected " + std::to_string(want_k));
   }
   if (numeric > 1) return bad("class label kind " + std::to_string(numeric) + " (expected 0 or 1)");
+  if (r.left() < uint64_t{k} * sizeof(uint32_t)) {
+    return bad(cut + "class list: " + std::to_string(k) + " classes need at least " +
+               std::to_string(uint64_t{k} * sizeof(uint32_t)) +
+               " bytes (a length each), the file has only " + std::to_string(r.left()) + " more");
+  }
   m.classes.numeric = numeric == 1;
   for (uint32_t i = 0; i < k; ++i) {
     uint32_t len = 0;
@@ -248,10 +259,14 @@ Status DecodeModel(const std::string& bytes, const std::string& path, Model* out
     return bad("parameter count " + std::to_string(n) + " does not fit the layers (" +
                std::to_string(m.spec.ParamCount()) + ")");
   }
-  if (r.left() != n * sizeof(float) + sizeof(uint32_t)) {
-    return bad(r.left() < n * sizeof(float) + sizeof(uint32_t) ? cut + "parameters"
-                                                                 : "trailing bytes");
+  // n fits the layers: fewer than 4096 of at most 65536 x 2^31 parameters, so n * 4 cannot wrap.
+  if (r.left() < n * sizeof(float) + sizeof(uint32_t)) {
+    return bad(cut + "parameters: the layers' " + std::to_string(n) + " parameters need " +
+               std::to_string(n * sizeof(float)) + " bytes and the checksum " +
+               std::to_string(sizeof(uint32_t)) + ", the file has only " +
+               std::to_string(r.left()) + " more");
   }
+  if (r.left() > n * sizeof(float) + sizeof(uint32_t)) return bad("trailing bytes");
   m.params.resize(n);
   if (n > 0) std::memcpy(m.params.data(), r.here(), n * sizeof(float));
   const size_t body = r.pos() + n * sizeof(float);

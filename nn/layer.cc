@@ -284,6 +284,15 @@ std::string ModelText(const std::vector<LayerSpec>& layers) {
   return s;
 }
 
+Status ParseStoredModelText(std::string_view text, std::vector<LayerSpec>* layers) {
+  if (Status s = ParseModelText(text, layers); !s.ok()) return s;
+  const std::string canonical = ModelText(*layers);
+  if (canonical == text) return Status::Ok();
+  layers->clear();
+  return Status::Usage("model text '" + std::string(text) +
+                       "' is not in the canonical form that shmtrain writes ('" + canonical + "')");
+}
+
 std::string LayerName(const std::vector<LayerSpec>& layers, size_t index) {
   int same = 0;
   for (size_t i = 0; i <= index && i < layers.size(); ++i) same += layers[i].kind == layers[index].kind;

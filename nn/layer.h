@@ -133,6 +133,12 @@ Status ParseModelText(std::string_view text, std::vector<LayerSpec>* layers);
 // The canonical text of layers: required arguments by position, the others by name only when
 // they differ from their default. ParseModelText(ModelText(l)) gives l back.
 std::string ModelText(const std::vector<LayerSpec>& layers);
+// A model text as a model file or the segment stores it: ParseModelText, refused unless the
+// text is the canonical text of what it reads. --model takes any spelling ParseModelText
+// reads (spaces, "relu()", "linear(out=4)", a default given) and every store holds ModelText
+// of it, so one model is stored as one text: the same file bytes, fingerprint and segment.
+// A stored text spelled otherwise was not written by shmtrain.
+Status ParseStoredModelText(std::string_view text, std::vector<LayerSpec>* layers);
 // "conv2d #2 (layer 4)": the second conv2d, fourth layer (1-based), as messages name it.
 std::string LayerName(const std::vector<LayerSpec>& layers, size_t index);
 

@@ -131,7 +131,7 @@ Status ModelOf(const RunConfig& c, ModelSpec* spec) {
     }
   }
   spec->input = {c.input_shape[0], c.input_shape[1], c.input_shape[2]};
-  if (Status s = nn::ParseModelText(c.model, &spec->layers); !s.ok()) return s;
+  if (Status s = nn::ParseStoredModelText(c.model, &spec->layers); !s.ok()) return s;
   std::vector<Shape> shapes;
   return nn::ResolveShapes(spec->input, spec->layers, &shapes);
 }

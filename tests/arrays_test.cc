@@ -173,7 +173,7 @@ TEST_F(Arrays, BadFilesNameTheFileAndTheFault) {
       // gzip as `gzip -t` reads it: nothing after the last member, every error with its byte.
       {"garbage-idx3-ubyte.gz", "y4-idx1-ubyte", "x", "y", "garbage-idx3-ubyte.gz",
        "trailing garbage after the gzip stream at byte " + GzSize()},
-      {"zeros-idx3-ubyte.gz", "y4-idx1-ubyte", "x", "y", "zeros-idx3-ubyte.gz",
+      {"zerosjunk-idx3-ubyte.gz", "y4-idx1-ubyte", "x", "y", "zerosjunk-idx3-ubyte.gz",
        "trailing garbage after the gzip stream at byte " + GzSize()},
       {"damaged-idx3-ubyte.gz", "y4-idx1-ubyte", "x", "y", "damaged-idx3-ubyte.gz",
        "damaged gzip data at byte "},
@@ -202,7 +202,8 @@ TEST_F(Arrays, BadFilesNameTheFileAndTheFault) {
   }
 }
 
-// RFC 1952 allows several gzip members one after another, and gzip reads them as one stream.
+// RFC 1952 allows several gzip members one after another, and gzip reads them as one stream
+// (and zero padding after them as nothing).
 TEST_F(Arrays, ConcatenatedGzipMembersReadAsOneStream) {
   data::Dataset one, two;
   ASSERT_TRUE(data::LoadFile(Bad("x4-idx3-ubyte"), Classify(Bad("y4-idx1-ubyte")), &one).ok());
@@ -210,6 +211,12 @@ TEST_F(Arrays, ConcatenatedGzipMembersReadAsOneStream) {
   ASSERT_TRUE(s.ok()) << s.message();
   EXPECT_EQ(two.rows, 4);
   EXPECT_TRUE(two.x == one.x);
+  // Zero bytes after the last member are padding, as to gzip.
+  data::Dataset padded;
+  const Status z =
+      data::LoadFile(Bad("zeros-idx3-ubyte.gz"), Classify(Bad("y4-idx1-ubyte")), &padded);
+  ASSERT_TRUE(z.ok()) << z.message();
+  EXPECT_TRUE(padded.x == one.x);
 }
 
 // One element whose size is only known as it arrives (a deflated member): the room made for it

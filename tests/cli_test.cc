@@ -4,8 +4,10 @@
 // the barrier deadline; the default initialisation (torch) and what it reaches on fashion8.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 #include <string>
@@ -105,8 +107,8 @@ const std::vector<UsageCase>& UsageCases() {
        "--header: applies to --data FILE only"},
       {"EvalSeedWithoutSplit", {"eval", "--model", "m.bin", "--data", "d.csv", "--seed", "3"},
        "--seed: applies with --val-split F only"},
-      // Malformed metrics addresses, named, at parse time (JSON logs: a later refusal would be
-      // a JSON error event).
+      // Malformed metrics addresses, named, at parse time (in a JSON log, as a JSON error
+      // event, as a later refusal would be).
       {"MetricsAddrUnbracketedIpv6",
        {"train", "--example", "parabola", "--layers", "1,5,1", "--steps", "10", "--lr", "0.1",
         "--log-format", "json", "--metrics-addr", "::1:0"},
@@ -286,11 +288,66 @@ TEST_P(UsageErrorTest, ExitsTwoNamingTheFlag) {
   EXPECT_TRUE(r.exited && r.exit_code == 2) << r.Describe();
   EXPECT_EQ(r.err.rfind("shmtrain: error: ", 0), 0u) << r.err;
   EXPECT_TRUE(Contains(r.err, c.want)) << "stderr lacks \"" << c.want << "\":\n" << r.err;
-  EXPECT_EQ(r.out, "");
+  // A json run's stdout has the error event (JsonLog below), a text run's nothing.
+  const bool json = Contains(r.out, "{\"event\":\"error\"");
+  EXPECT_EQ(json, std::find(c.args.begin(), c.args.end(), "json") != c.args.end()) << r.out;
+  if (!json) {
+    EXPECT_EQ(r.out, "");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, UsageErrorTest, ::testing::ValuesIn(UsageCases()),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// With --log-format json anywhere on the command line, a usage error is one JSON error event on
+// stdout, as every other error of a json run is (its text on stderr too), whether the mistake
+// comes before the flag or after it. The bytes of a value that are not printable UTF-8 are
+// written \xNN in both, as the log writes every message (core/utf8.h, Printable): each line
+// of stdout is valid JSON, and the message reads back as the text shows it.
+TEST(JsonLog, UsageErrorsAreJsonEventsWithTheBytesEscaped) {
+  const std::string raw = std::string("\xff\x01") + "abc";
+  const std::string shown = "\\xff\\x01abc";
+  struct Case {
+    std::vector<std::string> args;
+    std::string want;  // in the message
+    bool json;
+  };
+  for (const Case& c : std::vector<Case>{
+           {Parabola({"--log-format", "json", "--lr", raw}), "--lr", true},
+           {Parabola({"--lr", raw, "--log-format", "json"}), "--lr", true},
+           {Parabola({"--log-format=json", "--lr", "0.1", "--bogus" + raw}),
+            "unknown flag --bogus" + shown, true},
+           {{"train", raw, "--log-format", "json"}, "'" + shown + "'", true},
+           {{"predict", "--bogus", "--log-format", "json"}, "unknown flag --bogus", true},
+           {Parabola({"--lr", raw}), "--lr", false},
+       }) {
+    SCOPED_TRACE(::testing::PrintToString(c.args));
+    const ProcResult r = Shmtrain(c.args);
+    EXPECT_TRUE(r.exited && r.exit_code == 2) << r.Describe();
+    EXPECT_EQ(r.err.rfind("shmtrain: error: ", 0), 0u) << r.err;
+    EXPECT_TRUE(Contains(r.err, c.want)) << r.err;
+    for (const std::string bad : {"\xff", "\x01"}) {
+      EXPECT_FALSE(Contains(r.err + r.out, bad)) << "a raw byte in:\n" << r.err << r.out;
+    }
+    if (!c.json) {
+      EXPECT_EQ(r.out, "");
+      continue;
+    }
+    std::vector<nlohmann::json> lines;
+    for (const std::string& line : test::SplitLines(r.out)) {
+      try {
+        lines.push_back(nlohmann::json::parse(line));
+      } catch (const nlohmann::json::exception& e) {
+        ADD_FAILURE() << "not a JSON line (" << e.what() << "): " << line;
+      }
+    }
+    ASSERT_EQ(lines.size(), 1u) << r.out;
+    EXPECT_EQ(lines[0].value("event", ""), "error");
+    const std::string message = lines[0].value("message", "");
+    EXPECT_TRUE(Contains(message, c.want)) << message;
+    EXPECT_TRUE(Contains(r.err, "shmtrain: error: " + message)) << r.err;
+  }
+}
 
 // -------------------------------------------------------------------------------------------
 // Accepted forms: each runs to the end (exit 0).

@@ -298,6 +298,12 @@ TEST(Layout, ValidateRefusesModelsAWorkerCannotRun) {
   Header h = ok;
   std::snprintf(h.config.model, sizeof h.config.model, "%s", "linear(5),tanx,linear(1)");
   EXPECT_REFUSED_FOR(h, "model: layer 2 'tanx': unknown layer 'tanx'");
+  // The master writes the canonical text (nn::ModelText); any other spelling is not its.
+  h = ok;
+  std::snprintf(h.config.model, sizeof h.config.model, "%s", "linear( 5 ),tanh,linear(1)");
+  EXPECT_REFUSED_FOR(h,
+                     "model: model text 'linear( 5 ),tanh,linear(1)' is not in the canonical "
+                     "form that shmtrain writes ('linear(5),tanh,linear(1)')");
   h = ok;
   std::memset(h.config.model, 'x', sizeof h.config.model);  // no end
   EXPECT_REFUSED_FOR(h, "model: a model text without its end");

@@ -106,7 +106,10 @@ def hostile(out):
 def gzip_cases(out, good):
     gz = open(f"{out}/x4-idx3-ubyte.gz", "rb").read()
     open(f"{out}/garbage-idx3-ubyte.gz", "wb").write(gz + b"garbage")
-    open(f"{out}/zeros-idx3-ubyte.gz", "wb").write(gz + bytes(4))
+    # Zero padding after the last member, which gzip ignores; zeros and then anything else
+    # are garbage to it.
+    open(f"{out}/zeros-idx3-ubyte.gz", "wb").write(gz + bytes(1000))
+    open(f"{out}/zerosjunk-idx3-ubyte.gz", "wb").write(gz + bytes(10) + b"x")
     open(f"{out}/two-idx3-ubyte.gz", "wb").write(gzip.compress(good[:10]) + gzip.compress(good[10:]))
     bad = bytearray(gz)
     bad[len(bad) // 2] ^= 0xFF  # inside the deflate data (the header holds the name)

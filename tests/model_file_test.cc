@@ -1,5 +1,11 @@
 // Tests of saved model files (master/model_file.h): round trip, and every kind of damage.
 #include "master/model_file.h"
+#include "master/checkpoint.h"
+#include "core/bytes.h"
+#include "core/crc32.h"
+#include "nn/layer.h"
+#include "tests/largest_allocation.h"
+#include "master/output_write.h"
 
 #include <dirent.h>
 #include <sys/stat.h>
@@ -50,14 +56,12 @@ Model Classifier() {
   return m;
 }
 
-// A 2-5-1 relu regressor without scaling (offsets 0 and scales 1, as Normalizer::Fit gives).
+// A 2-5-1 relu regressor without scaling (no offsets or scales, as Normalizer::Fit gives).
 Model Regressor() {
   Model m;
   m.spec = ModelSpec::Mlp({2, 5, 1}, Activation::kRelu, m.spec.loss);
   m.spec.loss = Loss::kMse;
   m.norm.kind = Normalize::kNone;
-  m.norm.offset = {0.0f, 0.0f};
-  m.norm.scale = {1.0f, 1.0f};
   m.params = DistinctParams(m.spec);
   return m;
 }
@@ -237,13 +241,14 @@ TEST(ModelFileTest, RegressionRoundTrip) {
   ASSERT_TRUE(s.ok()) << s.message();
   ExpectSameModel(back, m);
   EXPECT_EQ(back.classes.size(), 0);
-  // A default-constructed Normalizer (no vectors) decodes to offsets 0 and scales 1.
-  Model bare = m;
-  bare.norm = data::Normalizer{};
-  ASSERT_TRUE(DecodeModel(EncodeModel(bare), "m.bin", &back).ok());
-  EXPECT_EQ(back.norm.kind, Normalize::kNone);
-  EXPECT_EQ(back.norm.offset, (std::vector<float>{0, 0}));
-  EXPECT_EQ(back.norm.scale, (std::vector<float>{1, 1}));
+  // Without scaling the file holds no offsets or scales, and the decoded model none: they
+  // would be 2 x 4 bytes per input that the file does not justify (the identity).
+  EXPECT_TRUE(back.norm.offset.empty());
+  EXPECT_TRUE(back.norm.scale.empty());
+  Model identity = m;
+  identity.norm.offset = {0, 0};
+  identity.norm.scale = {1, 1};
+  EXPECT_EQ(EncodeModel(identity), bytes);
 }
 
 TEST(ModelFileTest, StandardScalingRoundTrip) {
@@ -262,8 +267,6 @@ TEST(ModelFileTest, NumericClassesRoundTrip) {
   m.spec = ModelSpec::Mlp({2, 3}, Activation::kIdentity, m.spec.loss);
   m.spec.loss = Loss::kXent;
   m.norm.kind = Normalize::kNone;
-  m.norm.offset = {0, 0};
-  m.norm.scale = {1, 1};
   m.classes = data::ClassMap::Build({"2.5", "1", "0", "1.0"});
   ASSERT_EQ(m.classes.names, (std::vector<std::string>{"0", "1", "2.5"}));
   m.params = DistinctParams(m.spec);
@@ -281,6 +284,14 @@ TEST(ModelFileTest, NumericClassesRoundTrip) {
   EXPECT_EQ(back.classes.values, (std::vector<double>{-1e20, 0.1, 3}));
 }
 
+// What a count declares against what the file holds, as the decoder says it.
+std::string Short(int count, const std::string& things, int bytes, const std::string& each,
+                  size_t left) {
+  return std::to_string(count) + " " + things + " need " + (things == "classes" ? "at least " : "") +
+         std::to_string(bytes) + " bytes (" + each + " each), the file has only " +
+         std::to_string(left) + " more";
+}
+
 TEST(ModelFileTest, EveryTruncationRefused) {
   const std::string bytes = EncodeModel(Classifier());
   ASSERT_EQ(bytes.size(), 230u);
@@ -290,9 +301,14 @@ TEST(ModelFileTest, EveryTruncationRefused) {
     if (len < 32) return kCut + "header";          // version, task, input shape, T
     if (len < 56) return kCut + "model text";
     if (len < 60) return kCut + "header";          // loss
-    if (len < 92) return kCut + "normalisation";   // kind, F, offsets, scales
-    if (len < 114) return kCut + "class list";     // K, numeric, names
-    return kCut + "parameters";                    // n, parameters, checksum
+    if (len < 68) return kCut + "normalisation";   // kind, F
+    if (len < 92) return kCut + "normalisation: " + Short(3, "features", 24, "an offset and a scale", len - 68);
+    if (len < 100) return kCut + "class list";     // K, numeric
+    if (len < 108) return kCut + "class list: " + Short(2, "classes", 8, "a length", len - 100);
+    if (len < 114) return kCut + "class list";     // the names
+    if (len < 122) return kCut + "parameters";     // n
+    return kCut + "parameters: the layers' 26 parameters need 104 bytes and the checksum 4, the "
+                  "file has only " + std::to_string(len - 122) + " more";
   };
   for (size_t len = 0; len < bytes.size(); ++len) {
     SCOPED_TRACE("cut at " + std::to_string(len));
@@ -312,9 +328,14 @@ TEST(ModelFileTest, EveryTruncationOfVersion2Refused) {
     if (len < 20) return kCut + "header";          // version, task, L
     if (len < 32) return kCut + "layer sizes";
     if (len < 40) return kCut + "header";          // activation, loss
-    if (len < 72) return kCut + "normalisation";   // kind, F, offsets, scales
-    if (len < 94) return kCut + "class list";      // K, numeric, names
-    return kCut + "parameters";                    // n, parameters, checksum
+    if (len < 48) return kCut + "normalisation";   // kind, F
+    if (len < 72) return kCut + "normalisation: " + Short(3, "features", 24, "an offset and a scale", len - 48);
+    if (len < 80) return kCut + "class list";      // K, numeric
+    if (len < 88) return kCut + "class list: " + Short(2, "classes", 8, "a length", len - 80);
+    if (len < 94) return kCut + "class list";      // the names
+    if (len < 102) return kCut + "parameters";     // n
+    return kCut + "parameters: the layers' 26 parameters need 104 bytes and the checksum 4, the "
+                  "file has only " + std::to_string(len - 102) + " more";
   };
   for (size_t len = 0; len < bytes.size(); ++len) {
     SCOPED_TRACE("cut at " + std::to_string(len));
@@ -423,6 +444,40 @@ TEST(ModelFileTest, InconsistentFieldsRefused) {
   ExpectRefused(b, "loss xent with 1 outputs");
 }
 
+// Classifier()'s version 3 file with its model text replaced by `text`, length and checksum
+// made to fit.
+std::string WithModelText(const std::string& text) {
+  const std::string v3 = EncodeModel(Classifier());
+  std::string b = v3.substr(0, 28);
+  Put<uint32_t>(&b, static_cast<uint32_t>(text.size()));
+  b += text + v3.substr(32 + 24, v3.size() - 4 - 56);
+  Put<uint32_t>(&b, Crc32(b.data(), b.size()));
+  return b;
+}
+
+// The model text of a file is the canonical text EncodeModel writes (README.md, "Model
+// files"): a file whose text is spelled otherwise was not written by shmtrain, and the same
+// model spelled two ways would be two files. --model reads such spellings (they are
+// canonicalised there); a file's decoder does not.
+TEST(ModelFileTest, NonCanonicalModelTextRefused) {
+  const std::string canonical = "linear(4),tanh,linear(2)";
+  Model back;
+  ASSERT_TRUE(DecodeModel(WithModelText(canonical), "m.bin", &back).ok());
+  for (const char* text :
+       {"linear( 4 ),tanh,linear(2)", "linear(4), tanh,linear(2)", " linear(4),tanh,linear(2)",
+        "linear(+4),tanh,linear(2)", "linear(04),tanh,linear(2)", "linear(4.0),tanh,linear(2)",
+        "linear(out=4),tanh,linear(2)", "linear(4),tanh(),linear(2)",
+        "linear(4),dropout(p=0.5),tanh,linear(2)", "linear(4),tanh,linear(2)\t"}) {
+    SCOPED_TRACE(text);
+    std::vector<LayerSpec> layers;
+    ASSERT_TRUE(nn::ParseModelText(text, &layers).ok()) << "--model reads it";
+    const std::string written = nn::ModelText(layers);
+    ExpectRefused(WithModelText(text),
+                  "model text '" + std::string(text) +
+                      "' is not in the canonical form that shmtrain writes ('" + written + "')");
+  }
+}
+
 TEST(ModelFileTest, InconsistentFieldsOfVersion2Refused) {
   const std::string bytes = EncodeV2(Classifier());
   // One u32 field patched at a time (offsets as pinned by ClassifierLayout).
@@ -518,6 +573,72 @@ TEST(ModelFileTest, NonFiniteValuesAreRefusedNamingTheFirst) {
   m = Classifier();
   m.norm.offset[1] = nan;
   ExpectRefused(EncodeModel(m), "the input offset of feature 1 is NaN");
+}
+
+// The head of a version 3 file that declares a large model, and nothing after `until`: the
+// input 1x4096x4096 (2^24 values, the most a model file may declare), two linear layers of
+// 65536 units and two classes (about 2^40 parameters), normalisation `norm`. Its F and the
+// sections after it are the format's (scaled: 2^24 features, else 0).
+std::string LargeModelHead(Normalize norm, const std::string& until) {
+  const std::string text = "flatten,linear(65536),relu,linear(65536),relu,linear(2)";
+  std::string s(kModelMagic, sizeof kModelMagic);
+  Put<uint32_t>(&s, kModelVersion);
+  Put<uint32_t>(&s, 1);  // classification
+  for (uint32_t d : {1u, 4096u, 4096u}) Put<uint32_t>(&s, d);
+  Put<uint32_t>(&s, static_cast<uint32_t>(text.size()));
+  s += text;
+  Put<uint32_t>(&s, 1);  // xent
+  Put<uint32_t>(&s, static_cast<uint32_t>(norm));
+  Put<uint32_t>(&s, norm == Normalize::kNone ? 0 : 1u << 24);
+  if (until == "normalisation") return s + std::string(8, '\0');  // two offsets
+  Put<uint32_t>(&s, 2);  // K
+  Put<uint32_t>(&s, 0);  // text labels
+  if (until == "class list") return s;
+  for (const char* name : {"a", "b"}) {
+    Put<uint32_t>(&s, 1);
+    s += name;
+  }
+  Put<uint64_t>(&s, uint64_t{1103806857218});  // 2^24 x 65536 + 65536 + 65536 x 65536 + ...
+  return s + std::string(12, '\0');  // three parameters
+}
+
+// The fourth adversarial trial: a 446-byte model file made the decoder allocate 2 x 64 MiB (the
+// identity scaling of 2^24 inputs) before it found the file cut short. Every size a file
+// declares is checked against the bytes it holds before anything is allocated for it, and the
+// refusal says what the header claims and what the file holds.
+TEST(ModelFileTest, DeclaredSizesAreCheckedAgainstTheFileBeforeAllocating) {
+  {
+    // The probe sees what it must catch.
+    test::LargestAllocation probe;
+    std::vector<float> v(size_t{1} << 19);
+    EXPECT_GE(probe.bytes(), v.size() * sizeof(float));
+  }
+  struct Case {
+    Normalize norm;
+    std::string until, what;
+  };
+  for (const Case& c : std::vector<Case>{
+           {Normalize::kNone, "class list",
+            kCut + "class list: 2 classes need at least 8 bytes (a length each), the file has "
+                   "only 0 more"},
+           {Normalize::kStandard, "normalisation",
+            kCut + "normalisation: 16777216 features need 134217728 bytes (an offset and a "
+                   "scale each), the file has only 8 more"},
+           {Normalize::kNone, "parameters",
+            kCut + "parameters: the layers' 1103806857218 parameters need 4415227428872 bytes "
+                   "and the checksum 4, the file has only 12 more"},
+       }) {
+    const std::string bytes = LargeModelHead(c.norm, c.until);
+    SCOPED_TRACE(c.what);
+    ASSERT_LT(bytes.size(), 512u);
+    test::LargestAllocation probe;
+    Model out;
+    const Status s = DecodeModel(bytes, "m.bin", &out);
+    EXPECT_EQ(s.message(), kBad + c.what);
+    EXPECT_LE(probe.bytes(), size_t{64} << 10)
+        << "a " << bytes.size() << "-byte file made the decoder allocate " << probe.bytes()
+        << " bytes at once";
+  }
 }
 
 // What `train --save` does with a model.
@@ -708,6 +829,21 @@ TEST(CheckpointDecodeTest, DamageIsNamedWithThePath) {
   Checkpoint c;
   const Status s = DecodeCheckpoint(b, "c.ckpt", &c);
   EXPECT_EQ(s.message(), "c.ckpt: not a usable checkpoint: checksum mismatch (the file is damaged)");
+}
+
+// A checkpoint's sizes are checked the same way: its header's parameter and state counts
+// against the file's length, before a vector is made.
+TEST(CheckpointDecodeTest, DeclaredSizesAreCheckedAgainstTheFileBeforeAllocating) {
+  std::string b = CheckpointBytes(3, 1);
+  const uint64_t n = uint64_t{1} << 28;
+  std::memcpy(b.data() + 32, &n, sizeof n);
+  test::LargestAllocation probe;
+  Checkpoint c;
+  const Status s = DecodeCheckpoint(b, "c.ckpt", &c);
+  EXPECT_EQ(s.message(), "c.ckpt: not a usable checkpoint: cut short (truncated): its header "
+                         "declares 268435456 parameters, 1 optimizer state vector and a 4-byte "
+                         "optimizer name, 2147483652 bytes after the header; the file holds 28");
+  EXPECT_LE(probe.bytes(), size_t{64} << 10);
 }
 
 }  // namespace
