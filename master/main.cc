@@ -128,21 +128,22 @@ Status JoinTheHosts(int* argc, char*** argv, shmtrain::TrainOptions* o,
 Status Cleanup(bool dry_run) {
   using namespace shmtrain;
   int live = 0, stale = 0;
+  std::string text;
   for (const shm::SegmentInfo& s : shm::ListSegments()) {
+    const std::string where = "  /dev/shm/" + s.name + "  " + std::to_string(s.bytes) + " bytes  (";
     if (s.live) {
       ++live;
-      std::printf("live   /dev/shm/%s  %llu bytes  (run of pid %lld: left alone)\n", s.name.c_str(),
-                  static_cast<unsigned long long>(s.bytes), static_cast<long long>(s.creator_pid));
+      text += "live " + where + "run of pid " + std::to_string(s.creator_pid) + ": left alone)\n";
       continue;
     }
     ++stale;
     const bool removed = !dry_run && shm::RemoveSegment(s.name);
-    std::printf("%s  /dev/shm/%s  %llu bytes  (%s)\n",
-                dry_run ? "stale  " : (removed ? "removed" : "failed "), s.name.c_str(),
-                static_cast<unsigned long long>(s.bytes), s.why.c_str());
+    text += std::string(dry_run ? "stale  " : (removed ? "removed" : "failed ")) + where + s.why +
+            ")\n";
   }
-  std::printf("%d live, %d stale%s\n", live, stale, dry_run ? " (dry run: nothing removed)" : "");
-  return Status::Ok();
+  text += std::to_string(live) + " live, " + std::to_string(stale) + " stale" +
+          (dry_run ? " (dry run: nothing removed)" : "") + "\n";
+  return master::WriteStdout(text);
 }
 
 // Every command but train, help and version: its outcome.
@@ -186,11 +187,13 @@ int main(int argc, char** argv) {
   }
   switch (cmd.kind) {
     case master::Command::Kind::kHelp:
-      std::fputs(cmd.help_text.c_str(), stdout);
-      return kExitOk;
-    case master::Command::Kind::kVersion:
-      std::puts("shmtrain " SHMTRAIN_VERSION);
-      return kExitOk;
+    case master::Command::Kind::kVersion: {
+      const std::string text = cmd.kind == master::Command::Kind::kHelp
+                                   ? cmd.help_text
+                                   : std::string("shmtrain " SHMTRAIN_VERSION "\n");
+      master::Logger log(LogFormat::kText, false);
+      return Outcome(master::WriteStdout(text), log);
+    }
     case master::Command::Kind::kTrain:
       TrainAndExit(cmd.train, &argc, &argv);
     default:

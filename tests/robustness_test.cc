@@ -1064,7 +1064,11 @@ TEST(Stdout, EvalSimulateAndPredictThatCannotWriteItExit4) {
       {"closed", {kBin, "eval", "--model", p.model, "--data", labelled, "--log-format", "json"}},
       {"closed", {kBin, "predict", "--model", p.model, "--data", p.data}},
       {"closed", simulate},
-      {"full", simulate_json}};
+      {"full", simulate_json},
+      {"full", {kBin, "cleanup", "--dry-run"}},
+      {"closed", {kBin, "cleanup", "--dry-run"}},
+      {"full", {kBin, "--help"}},
+      {"full", {kBin, "--version"}}};
   for (const auto& [how, argv] : cases) {
     const ProcResult r = WithStdout(how, argv);
     EXPECT_TRUE(test::ExitedWith(r, 4)) << how << ": " << argv[1];
