@@ -111,11 +111,53 @@ TrainOptions WithFlatInput(const TrainOptions& o, int features) {
   return probe;
 }
 
+// The flag or file a model's input shape comes from, as messages name it.
+std::string InputSource(const TrainOptions& o) {
+  if (!o.mlp_layers.empty()) return "--layers";
+  if (o.input_shape.c > 0) return "--input-shape";
+  if (o.example == "blobs") return "--features";
+  if (!o.example.empty()) return "--example " + o.example;
+  return o.data_path;
+}
+
+// The workers' own check of the run configuration (shm::CheckRunConfig) on a header this run
+// builds: what they would refuse is kUsage here, naming the flag or the file behind it.
+Status CheckConfig(const TrainOptions& o, const shm::Header& h) {
+  const shm::ConfigCheck check = shm::CheckRunConfig(h.config);
+  if (check.ok()) return Status::Ok();
+  std::string source;
+  switch (check.part) {
+    case shm::ConfigPart::kInput:
+      source = InputSource(o);
+      break;
+    case shm::ConfigPart::kModel:
+      source = o.model_text.empty() ? "--layers" : "--model";
+      break;
+    case shm::ConfigPart::kData:
+      source = o.example.empty() ? o.data_path : "--example " + o.example;
+      break;
+    case shm::ConfigPart::kOptimizer:
+      source = "--optimizer";
+      break;
+    case shm::ConfigPart::kValidation:
+      source = "--eval-every";
+      break;
+    case shm::ConfigPart::kProcesses:
+    case shm::ConfigPart::kNone:
+      source = "--workers";
+      break;
+  }
+  return Status::Usage(source + ": the workers would refuse this run: " + check.status.message());
+}
+
+// The run's configuration as the workers will check it, then its segment against /dev/shm and
+// the memory: before a row is made or stored.
 Status CheckFits(const std::string& src, int64_t rows, int features, const TrainOptions& o,
                  uint64_t shm_free, uint64_t mem_available) {
   OptimConfig optim;  // its state vectors count towards the segment's size
   if (Status s = nn::ResolveOptim(o, INT64_MAX, &optim); !s.ok()) return s;
   const shm::Header proto = MakeHeader(o, optim, rows, features, 1, EvalEvery(o, rows));
+  if (Status s = CheckConfig(o, proto); !s.ok()) return s;
   const uint64_t seg = proto.total_size;
   const std::string shape = "(" + std::to_string(rows) + " rows x " + std::to_string(features) +
                             " features, and the model)";
@@ -470,6 +512,7 @@ Status StartHere(TrainOptions& o, Logger& log, std::unique_ptr<monitoring::Expor
   // Async across hosts: the workers count their host's updates (checkpoints too).
   const shm::Header proto =
       MakeHeader(HostUnits(o), st->optim, d.rows, d.features, st->host_steps, st->eval_every);
+  if (Status s = CheckConfig(o, proto); !s.ok()) return s;
   // Resuming: the checkpoint must come from this very run (same options and data).
   st->fingerprint = RunFingerprint(o, st->optim, d);
   st->optimizer = nn::Describe(st->optim);
