@@ -243,14 +243,6 @@ Status TrainOptions::Validate() const {
                               " bytes written out, more than the " +
                               std::to_string(kMaxModelText - 1) + " a run holds");
   }
-  if (input_shape.c != 0) {
-    for (int64_t d : {input_shape.c, input_shape.h, input_shape.w}) {
-      if (d < 1 || d > kMaxWidth) {
-        return Bad("--input-shape", "each of C,H,W must be between 1 and " +
-                                        std::to_string(kMaxWidth) + ", got " + std::to_string(d));
-      }
-    }
-  }
   // A --model's input may come from the data (master/run.cc checks it then).
   if (model.input.c > 0) {
     if (Status s = CheckModel(model, model_text.empty() ? "--layers" : "--model"); !s.ok()) return s;
