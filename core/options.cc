@@ -171,9 +171,9 @@ Status CheckFaultTolerance(const TrainOptions& o) {
   return Status::Ok();
 }
 
-Status CheckModel(const ModelSpec& model, const char* flag) {
+Status CheckModel(const ModelSpec& model, const char* flag, bool flat_input) {
   std::vector<Shape> shapes;
-  if (Status s = nn::ResolveShapes(model.input, model.layers, &shapes); !s.ok()) {
+  if (Status s = nn::ResolveShapes(model.input, model.layers, &shapes, flat_input); !s.ok()) {
     return Bad(flag, s.message());
   }
   const int64_t out = model.outputs();

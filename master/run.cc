@@ -225,7 +225,7 @@ Status LoadData(const TrainOptions& o, data::Dataset* d) {
     // The width is known before a row is read: a mismatch is refused before memory is spent.
     const TrainOptions probe = WithFlatInput(o, features);
     if (o.model.input.c == 0) {
-      if (Status s = CheckModel(probe.model, "--model"); !s.ok()) return s;
+      if (Status s = CheckModel(probe.model, "--model", /*flat_input=*/true); !s.ok()) return s;
     }
     if (Status s = CheckInputs(probe, o.data_path, features); !s.ok()) return s;
     return CheckFits(o.data_path, rows, features, probe, shm_free, mem);
@@ -259,17 +259,15 @@ namespace {
 
 Status ResolveInputBeforeLoading(TrainOptions& o) {
   if (o.model.input.c > 0) return Status::Ok();
-  if (o.example == "parabola") {
-    o.model.input = {1, 1, 1};
-  } else if (o.example == "blobs") {
-    o.model.input = {o.example_features, 1, 1};
-  } else {
-    std::vector<int64_t> dims;
-    const data::LoadOptions lo = LoadOptionsFor(o, TaskOf(o.model.loss));
-    if (Status s = data::SampleShape(o.data_path, lo, &dims); !s.ok()) return s;
-    if (dims.size() == 2) o.model.input = {1, dims[0], dims[1]};
-    if (dims.size() == 3) o.model.input = {dims[0], dims[1], dims[2]};
+  if (!o.example.empty()) {
+    o.model.input = {o.example == "blobs" ? o.example_features : 1, 1, 1};
+    return CheckModel(o.model, "--model", /*flat_input=*/true);
   }
+  std::vector<int64_t> dims;
+  const data::LoadOptions lo = LoadOptionsFor(o, TaskOf(o.model.loss));
+  if (Status s = data::SampleShape(o.data_path, lo, &dims); !s.ok()) return s;
+  if (dims.size() == 2) o.model.input = {1, dims[0], dims[1]};
+  if (dims.size() == 3) o.model.input = {dims[0], dims[1], dims[2]};
   if (o.model.input.c == 0) return Status::Ok();
   return CheckModel(o.model, "--model");
 }
@@ -283,7 +281,7 @@ Status PrepareData(TrainOptions& o, RunData* rd) {
   if (o.model.input.c == 0) {
     // Flat data: the model's input is a row (LoadData's check_size has checked that it fits).
     o.model.input = {all.features, 1, 1};
-    if (Status s = CheckModel(o.model, "--model"); !s.ok()) return s;
+    if (Status s = CheckModel(o.model, "--model", /*flat_input=*/true); !s.ok()) return s;
   }
   if (Status s = data::SplitValidation(std::move(all), o.val_split, o.seed, &rd->train, &rd->val); !s.ok()) {
     return s;

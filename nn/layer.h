@@ -90,13 +90,21 @@ class Layer {
 template <class S>
 using LayerMaker = std::unique_ptr<Layer<S>> (*)(const LayerSpec& spec, Shape in, Shape out);
 
+// What a layer makes of the spatial shape of its input, as PyTorch's modules do. kWindows
+// slides a window over an image (conv2d, the pools) and gives an image, down to 1x1; flat data
+// and the vectors kFlattens layers give (linear, flatten) have no image shape for it (PyTorch's
+// conv2d refuses an (n, features) tensor). kKeeps layers give what they get (activations,
+// dropout).
+enum class Spatial { kKeeps, kWindows, kFlattens };
+
 struct LayerType {
   const char* name;     // in the model text: "conv2d"
   const char* torch;    // the PyTorch module: "Conv2d"
   const char* summary;  // one line for --help and README.md
   std::vector<LayerArg> args;
+  Spatial spatial;
   // The output shape for input shape `in`; a Status saying what does not fit otherwise (the
-  // caller names the layer).
+  // caller names the layer). A kWindows layer is given images only (ResolveShapes).
   Status (*out_shape)(const LayerSpec& spec, Shape in, Shape* out);
   // The parameter blocks in the flat vector's order; null: none.
   std::vector<ParamBlock> (*params)(const LayerSpec& spec, Shape in);
@@ -138,9 +146,11 @@ std::string LayerName(const std::vector<LayerSpec>& layers, size_t index);
 
 // The shape after each layer (shapes->size() == layers.size()), or a message naming the first
 // layer that does not fit: "conv2d #2 (layer 4): input 32x14x14, kernel 15 with padding 0
-// leaves no output".
+// leaves no output". The input is an image (of C x H x W, 1 x 1 too) unless flat_input says
+// that it is flat data (a row of features: master/run.cc, for data without an image shape),
+// which a kWindows layer refuses as it refuses a kFlattens layer's output.
 Status ResolveShapes(Shape input, const std::vector<LayerSpec>& layers,
-                     std::vector<Shape>* shapes);
+                     std::vector<Shape>* shapes, bool flat_input = false);
 
 // The number of parameters of layer `spec` of type `t` on input `in` (its blocks' sizes); -1
 // when it does not fit in int64_t (ParamBlock::Size).
@@ -148,8 +158,8 @@ int64_t ParamSize(const LayerType& t, const LayerSpec& spec, Shape in);
 
 // For layer files: an out_shape for layers that keep their input's shape.
 Status SameShape(const LayerSpec& spec, Shape in, Shape* out);
-// For layer files: ok for an image input; the refusal of flat data otherwise.
-Status NeedImage(Shape in);
+// For layer files' messages: "8x1x1", c x h x w even where Shape::Text() says a flat "8".
+std::string ImageText(Shape s);
 
 // For layer files: the initialisations of nn/model.h's InitParams for `weights` weights then
 // `biases` biases, with the fans of the layer (kTorch: U(+-1/sqrt(fan_in)) for both).

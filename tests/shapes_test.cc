@@ -95,5 +95,70 @@ TEST(RunConfig, WhatTheWorkersRefuseIsRefusedAtTheStart) {
   }
 }
 
+// Columns split at tabs or commas.
+std::vector<std::string> Cells(const std::string& line) {
+  std::vector<std::string> out(1);
+  for (char ch : line) {
+    if (ch == '\t' || ch == ',') {
+      out.emplace_back();
+    } else {
+      out.back() += ch;
+    }
+  }
+  return out;
+}
+
+// Trial 4: a 1x1 feature map was taken for flat data, so a convolution could not read it. As
+// in PyTorch, conv2d(8,8) on 8x8 images leaves 8x1x1 maps that conv2d(4,1) reads, and
+// --input-shape 4,1,1 gives rows a 1x1 image; both train, and predict computes what numpy does
+// with PyTorch's definitions of the layers on the export (tests/npz_numpy_forward.py).
+TEST(OneByOneMaps, TrainAndPredictAsPyTorchComputes) {
+  test::TempDir dir;
+  struct Case {
+    std::string model, shape;
+    int values;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"conv2d(8,8),relu,conv2d(4,1),conv2d(3,3,padding=1),flatten,linear(2)", "1,8,8", 64},
+           {"conv2d(6,1),tanh,conv2d(5,1),maxpool2d(1),flatten,linear(2)", "4,1,1", 4},
+       }) {
+    SCOPED_TRACE(c.model);
+    std::string csv;
+    for (int i = 0; i < 12; ++i) {
+      for (int j = 0; j < c.values; ++j) {
+        csv += std::to_string(((i * 7 + j * 3) % 11) / 10.0 + (j % 2 == i % 2 ? 0.5 : 0)) + ",";
+      }
+      csv += std::to_string(i % 2) + "\n";
+    }
+    const std::string data = dir.Write("d.csv", csv);
+    const std::string model = dir.File("m.bin");
+    ProcResult r = Shm({"train", "--data", data, "--input-shape", c.shape, "--model", c.model,
+                        "--loss", "xent", "--lr", "0.1", "--steps", "3", "--workers", "2",
+                        "--save", model});
+    ASSERT_TRUE(ExitedWith(r, 0));
+    r = Shm({"predict", "--model", model, "--data", data, "--out", dir.File("p.csv")});
+    ASSERT_TRUE(ExitedWith(r, 0));
+    r = Shm({"export", "--model", model, "--out", dir.File("m.npz")});
+    ASSERT_TRUE(ExitedWith(r, 0));
+    const ProcResult np =
+        test::RunProcess({NUMPY_PYTHON, NPZ_NUMPY_FORWARD_PY, dir.File("m.npz"), data}, kTimeout);
+    ASSERT_TRUE(ExitedWith(np, 0));
+    const std::vector<std::string> want = test::SplitLines(np.out);
+    const std::vector<std::string> got =
+        test::SplitLines(test::ReadWholeFile(dir.File("p.csv")));  // a header line first
+    ASSERT_EQ(want.size(), 12u);
+    ASSERT_EQ(got.size(), 13u);
+    for (size_t i = 0; i < want.size(); ++i) {
+      const std::vector<std::string> w = Cells(want[i]), g = Cells(got[i + 1]);
+      ASSERT_EQ(w.size(), 3u) << want[i];
+      ASSERT_EQ(g.size(), 3u) << got[i + 1];
+      EXPECT_EQ(w[0], g[0]) << "row " << i;
+      for (size_t k = 1; k < 3; ++k) {
+        EXPECT_NEAR(std::stod(w[k]), std::stod(g[k]), 2e-5) << "row " << i;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace shmtrain

@@ -50,6 +50,7 @@ LayerType Type(const char* name, const char* torch, const char* summary) {
           .torch = torch,
           .summary = summary,
           .args = {},
+          .spatial = Spatial::kKeeps,
           .out_shape = SameShape,
           .params = nullptr,
           .init = nullptr,

@@ -296,9 +296,8 @@ class Conv2d final : public Layer<S> {
 
 Status OutShape(const LayerSpec& spec, Shape in, Shape* out) {
   const int64_t k = spec.Int(1), stride = spec.Int(2), pad = spec.Int(3);
-  if (Status s = NeedImage(in); !s.ok()) return s;
   if (in.h + 2 * pad < k || in.w + 2 * pad < k) {
-    return Status::Usage("input " + in.Text() + ", kernel " + std::to_string(k) +
+    return Status::Usage("input " + ImageText(in) + ", kernel " + std::to_string(k) +
                          " with padding " + std::to_string(pad) + " leaves no output");
   }
   *out = {spec.Int(0), (in.h + 2 * pad - k) / stride + 1, (in.w + 2 * pad - k) / stride + 1};
@@ -340,6 +339,7 @@ extern const LayerType kConv2d = {
              {"kernel", true, 0, 1, 1024, true},
              {"stride", false, 1, 1, 1024, true},
              {"padding", false, 0, 0, 1024, true}},
+    .spatial = Spatial::kWindows,
     .out_shape = OutShape,
     .params = Params,
     .init = InitConv,

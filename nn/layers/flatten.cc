@@ -49,6 +49,7 @@ extern const LayerType kFlatten = {
     .torch = "Flatten",
     .summary = "(c, h, w) to c*h*w features, in PyTorch's order",
     .args = {},
+    .spatial = Spatial::kFlattens,
     .out_shape = OutShape,
     .params = nullptr,
     .init = nullptr,

@@ -109,6 +109,7 @@ extern const LayerType kLinear = {
     .torch = "Linear",
     .summary = "y = W x + b over the flattened input; out units",
     .args = {{"out", true, 0, 1, kMaxWidth, true}},
+    .spatial = Spatial::kFlattens,
     .out_shape = OutShape,
     .params = Params,
     .init = InitLinear,

@@ -124,10 +124,11 @@ struct Pooling {
 
 Status OutShape(const LayerSpec& spec, Shape in, Shape* out) {
   const int64_t k = spec.Int(0), stride = StrideOf(spec);
-  if (Status s = NeedImage(in); !s.ok()) return s;
   if (in.h < k || in.w < k) {
-    return Status::Usage("input " + in.Text() + ", kernel " + std::to_string(k) +
-                         " leaves no output");
+    const std::string kk = std::to_string(k);
+    return Status::Usage("input " + ImageText(in) + ": the window of kernel " + kk + " (" + kk +
+                         "x" + kk + ") does not fit in " + std::to_string(in.h) + "x" +
+                         std::to_string(in.w));
   }
   *out = {in.c, (in.h - k) / stride + 1, (in.w - k) / stride + 1};
   return Status::Ok();
@@ -139,6 +140,7 @@ LayerType Type(const char* name, const char* torch, const char* summary) {
           .torch = torch,
           .summary = summary,
           .args = {{"kernel", true, 0, 1, 1024, true}, {"stride", false, 0, 0, 1024, true}},
+          .spatial = Spatial::kWindows,
           .out_shape = OutShape,
           .params = nullptr,
           .init = nullptr,
