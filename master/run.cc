@@ -30,6 +30,7 @@
 #include "master/supervisor.h"
 #include "master/validation.h"
 #include "monitoring/exporter.h"
+#include "nn/layer.h"
 #include "nn/metrics.h"
 #include "nn/model.h"
 #include "nn/optimizer.h"
@@ -175,6 +176,16 @@ Status CheckMemory(const std::string& src, int64_t rows, int features) {
   return FitsInMemory(src, rows, features, 0, MemAvailable());
 }
 
+Status CheckImage(const ModelSpec& model, const std::string& model_src, const Shape& image,
+                  const std::string& data_src) {
+  if (model.input.c == 0 || image == model.input || !nn::TakesImages(model.input, model.layers)) {
+    return Status::Ok();
+  }
+  return Status::Usage(data_src + ": images of " + nn::ImageText(image) +
+                       ", but the model's input is " + nn::ImageText(model.input) + " (" +
+                       model_src + ")");
+}
+
 data::LoadOptions LoadOptionsFor(const TrainOptions& o, Task task) {
   data::LoadOptions lo;
   lo.format = o.format;
@@ -221,6 +232,9 @@ Status LoadData(const TrainOptions& o, data::Dataset* d) {
   // LIBSVM rows are as wide as the model's input (absent indices are 0); a CSV's columns
   // say its width, checked against the model afterwards.
   lo.libsvm_features = static_cast<int>(o.model.inputs());
+  lo.check_image = [&](const Shape& image) {
+    return CheckImage(o.model, InputSource(o), image, o.data_path);
+  };
   lo.check_size = [&](int64_t rows, int features) {
     // The width is known before a row is read: a mismatch is refused before memory is spent.
     const TrainOptions probe = WithFlatInput(o, features);
@@ -266,9 +280,9 @@ Status ResolveInputBeforeLoading(TrainOptions& o) {
   std::vector<int64_t> dims;
   const data::LoadOptions lo = LoadOptionsFor(o, TaskOf(o.model.loss));
   if (Status s = data::SampleShape(o.data_path, lo, &dims); !s.ok()) return s;
-  if (dims.size() == 2) o.model.input = {1, dims[0], dims[1]};
-  if (dims.size() == 3) o.model.input = {dims[0], dims[1], dims[2]};
-  if (o.model.input.c == 0) return Status::Ok();
+  const std::optional<Shape> image = data::SampleImage(dims);
+  if (!image.has_value()) return Status::Ok();
+  o.model.input = *image;
   return CheckModel(o.model, "--model");
 }
 
@@ -295,6 +309,9 @@ Status PrepareData(TrainOptions& o, RunData* rd) {
     lo.x_key = o.val_npz_x;
     lo.y_key = o.val_npz_y;
     if (lo.task == Task::kClassification) lo.classes = &rd->train.classes;
+    lo.check_image = [&](const Shape& image) {
+      return CheckImage(o.model, InputSource(o), image, o.val_data_path);
+    };
     if (Status s = data::LoadFile(o.val_data_path, lo, &rd->val); !s.ok()) return s;
   }
   rd->norm = data::Normalizer::Fit(rd->train, o.normalize);

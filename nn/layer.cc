@@ -289,6 +289,16 @@ std::string LayerName(const std::vector<LayerSpec>& layers, size_t index) {
          ")";
 }
 
+bool TakesImages(Shape input, const std::vector<LayerSpec>& layers) {
+  if (!input.Flat()) return true;
+  for (const LayerSpec& l : layers) {
+    const LayerType* t = FindLayerType(l.kind);
+    if (t == nullptr || t->spatial == Spatial::kFlattens) return false;
+    if (t->spatial == Spatial::kWindows) return true;
+  }
+  return false;
+}
+
 Status ResolveShapes(Shape input, const std::vector<LayerSpec>& layers,
                      std::vector<Shape>* shapes, bool flat_input) {
   shapes->clear();

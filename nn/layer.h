@@ -152,6 +152,12 @@ std::string LayerName(const std::vector<LayerSpec>& layers, size_t index);
 Status ResolveShapes(Shape input, const std::vector<LayerSpec>& layers,
                      std::vector<Shape>* shapes, bool flat_input = false);
 
+// Whether a model on `input` takes images: an input of more than one pixel, or a 1x1 one that
+// a kWindows layer reads before any kFlattens layer. Data whose samples have an image shape
+// must then have the input's (master/run.cc); a model that takes no images takes any of as
+// many values, as it takes flat data.
+bool TakesImages(Shape input, const std::vector<LayerSpec>& layers);
+
 // The number of parameters of layer `spec` of type `t` on input `in` (its blocks' sizes); -1
 // when it does not fit in int64_t (ParamBlock::Size).
 int64_t ParamSize(const LayerType& t, const LayerSpec& spec, Shape in);

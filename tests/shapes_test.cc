@@ -95,6 +95,61 @@ TEST(RunConfig, WhatTheWorkersRefuseIsRefusedAtTheStart) {
   }
 }
 
+// Trial 4: a model of 4x8x8 images evaluated 1x16x16 images (as many values) with exit 0, and
+// validated on them. Where both the model and the data give an image shape (IDX, .npy of 3 or
+// 4 dimensions, --input-shape), they must be the same: exit 2 naming both. Flat data of as
+// many values stays accepted by an image model, and image data by a flat one.
+TEST(ImageShapes, AModelAndItsDataMustAgree) {
+  test::TempDir dir;
+  const std::string y = Labels(dir, "y.npy", 8);
+  const std::string a = Npy(dir, "a.npy", {8, 4, 8, 8});
+  const std::string b = Npy(dir, "b.npy", {8, 1, 16, 16});
+  const std::string flat = Npy(dir, "flat.npy", {8, 256});
+  const std::string idx = Idx(dir, "b-idx3-ubyte", 8, 16, 16);
+  const std::string conv = dir.File("conv.bin"), mlp = dir.File("mlp.bin");
+  const std::vector<std::string> train = {"--loss", "xent", "--lr", "0.1", "--steps", "2"};
+  auto with = [&](std::vector<std::string> args) {
+    args.insert(args.end(), train.begin(), train.end());
+    return args;
+  };
+  ASSERT_TRUE(ExitedWith(Shm(with({"train", "--data", a, "--labels", y, "--model",
+                                   "conv2d(4,3),relu,flatten,linear(2)", "--save", conv})),
+                         0));
+  ASSERT_TRUE(ExitedWith(
+      Shm(with({"train", "--data", flat, "--labels", y, "--layers", "256,2", "--save", mlp})),
+      0));
+  struct Case {
+    std::vector<std::string> args;
+    std::string want;  // "" : accepted
+  };
+  const std::string refused = ": images of 1x16x16, but the model's input is 4x8x8 (";
+  for (const Case& c : std::vector<Case>{
+           {{"eval", "--model", conv, "--data", b, "--labels", y}, b + refused + conv + ")"},
+           {{"predict", "--model", conv, "--data", b}, b + refused + conv + ")"},
+           {{"eval", "--model", conv, "--data", idx, "--labels", y}, idx + refused + conv + ")"},
+           {with({"train", "--data", a, "--labels", y, "--val-data", b, "--val-labels", y,
+                  "--model", "conv2d(4,3),relu,flatten,linear(2)"}),
+            b + refused + a + ")"},
+           {with({"train", "--data", b, "--labels", y, "--input-shape", "4,8,8", "--model",
+                  "conv2d(4,3),relu,flatten,linear(2)"}),
+            b + refused + "--input-shape)"},
+           {{"eval", "--model", conv, "--data", a, "--labels", y}, ""},
+           {{"eval", "--model", conv, "--data", flat, "--labels", y}, ""},
+           {{"predict", "--model", mlp, "--data", b}, ""},
+           {with({"train", "--data", flat, "--labels", y, "--input-shape", "4,8,8", "--model",
+                  "conv2d(4,3),relu,flatten,linear(2)"}),
+            ""},
+       }) {
+    const ProcResult r = Shm(c.args);
+    if (c.want.empty()) {
+      EXPECT_TRUE(ExitedWith(r, 0)) << c.args[0] << " " << c.args[4];
+    } else {
+      EXPECT_TRUE(ExitedWith(r, 2)) << c.want;
+      EXPECT_TRUE(Has(r.err, "shmtrain: error: " + c.want)) << r.err;
+    }
+  }
+}
+
 // Columns split at tabs or commas.
 std::vector<std::string> Cells(const std::string& line) {
   std::vector<std::string> out(1);
