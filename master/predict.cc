@@ -45,7 +45,7 @@ Status LoadFor(const Command& cmd, const Model& m, bool labels, data::Dataset* o
     return CheckImage(m.spec, cmd.model_path, image, o.data_path);
   };
   lo.check_size = [&](int64_t rows, int features) {
-    return CheckMemory(o.data_path, rows, features);
+    return CheckMemory(o.data_path, rows, features, m.spec);
   };
   data::Dataset all;
   if (Status s = data::LoadFile(o.data_path, lo, &all); !s.ok()) return s;

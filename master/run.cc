@@ -75,19 +75,48 @@ uint64_t ShmFree() {
 }
 
 
+std::string Count(int64_t n, const std::string& what) {
+  return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
+}
+
+// The memory the model's passes take (nn::PassBytes, what the nets allocate), and what for.
+struct PassMemory {
+  double bytes = 0;
+  std::string what;  // "2.1 GiB for each of 2 workers (32 samples a pass), ..."
+};
+
+// Each worker's pass over the most rows it takes at once (sync: its share of a batch, or of
+// every row; async: a whole minibatch), and the master's evaluations (validation, the final
+// loss) beside them.
+PassMemory TrainingPasses(const TrainOptions& o, int64_t rows) {
+  const int64_t batch = o.batch > 0 ? std::min(o.batch, rows) : rows;
+  const int64_t world = int64_t{o.workers} * o.host_count;
+  const int64_t n = o.mode == Mode::kAsync ? batch : (batch + world - 1) / world;
+  const uint64_t worker = nn::PassBytes(o.model, n, /*backward=*/true);
+  const uint64_t eval = nn::EvaluateBytes(o.model, rows);
+  const int64_t eval_rows = std::min(nn::EvalChunk(o.model), rows);
+  return {static_cast<double>(worker) * o.workers + static_cast<double>(eval),
+          Bytes(static_cast<double>(worker)) + " for each of " + Count(o.workers, "worker") +
+              " (" + Count(n, "sample") + " a pass), " + Bytes(static_cast<double>(eval)) +
+              " for the master's evaluations (" + Count(eval_rows, "sample") + " a pass)"};
+}
+
 // The memory check of train, eval and predict: the data as float32 with its targets (the
-// master's copy), plus the segment (whose pages are memory too; 0 outside train).
+// master's copy), plus the segment (whose pages are memory too; 0 outside train), plus the
+// model's passes.
 Status FitsInMemory(const std::string& src, int64_t rows, int features, uint64_t seg,
-                    uint64_t mem_available) {
+                    const PassMemory& passes, uint64_t mem_available) {
   const double data = static_cast<double>(rows) * (features + 1.0) * sizeof(float);
-  if (mem_available == 0 || seg + data <= static_cast<double>(mem_available)) return Status::Ok();
+  const double need = static_cast<double>(seg) + data + passes.bytes;
+  if (mem_available == 0 || need <= static_cast<double>(mem_available)) return Status::Ok();
   const std::string shape = "(" + std::to_string(rows) + " rows x " + std::to_string(features) +
                             " features" + (seg > 0 ? ", and the model)" : ")");
   const std::string parts =
-      seg > 0 ? "a segment of " + Bytes(seg) + " " + shape + ", plus the master's copy of the data"
-              : "the data as 32-bit floats " + shape;
-  return Status::Resource(src + ": the run needs about " + Bytes(seg + data) + " of memory (" +
-                          parts + ") but " + Bytes(mem_available) + " is available");
+      (seg > 0 ? "a segment of " + Bytes(seg) + " " + shape + ", plus the master's copy of the data"
+               : "the data as 32-bit floats " + shape) +
+      ", plus the model's activations and scratch: " + passes.what;
+  return Status::Resource(src + ": the run needs about " + Bytes(need) + " of memory (" + parts +
+                          ") but " + Bytes(mem_available) + " is available");
 }
 
 // The model's inputs against the data's features.
@@ -167,13 +196,17 @@ Status CheckFits(const std::string& src, int64_t rows, int features, const Train
                             " " + shape + " but /dev/shm has " + Bytes(shm_free) +
                             " free; use fewer rows or features, or enlarge /dev/shm");
   }
-  return FitsInMemory(src, rows, features, seg, mem_available);
+  return FitsInMemory(src, rows, features, seg, TrainingPasses(o, rows), mem_available);
 }
 
 }  // namespace
 
-Status CheckMemory(const std::string& src, int64_t rows, int features) {
-  return FitsInMemory(src, rows, features, 0, MemAvailable());
+Status CheckMemory(const std::string& src, int64_t rows, int features, const ModelSpec& model) {
+  const int64_t n = std::min(nn::EvalChunk(model), rows);
+  const PassMemory eval{static_cast<double>(nn::EvaluateBytes(model, rows)),
+                        Bytes(static_cast<double>(nn::EvaluateBytes(model, rows))) +
+                            " for evaluation (" + Count(n, "sample") + " a pass)"};
+  return FitsInMemory(src, rows, features, 0, eval, MemAvailable());
 }
 
 Status CheckImage(const ModelSpec& model, const std::string& model_src, const Shape& image,

@@ -50,9 +50,11 @@ Status PrepareData(TrainOptions& opts, RunData* out);
 
 // The one check that data fits in memory, made by train, eval and predict through
 // LoadOptions::check_size before a row is read: rows x features as float32, and a target per
-// row, against MemAvailable of /proc/meminfo (unknown: nothing is refused). Train adds its
-// segment. Status::Resource naming src otherwise.
-Status CheckMemory(const std::string& src, int64_t rows, int features);
+// row, and the activations and scratch of the model's passes over them (nn::PassBytes: eval and
+// predict's chunks), against MemAvailable of /proc/meminfo (unknown: nothing is refused). Train
+// adds its segment and its workers' passes. Status::Resource naming src and the figures
+// otherwise.
+Status CheckMemory(const std::string& src, int64_t rows, int features, const ModelSpec& model);
 
 // How to read the data files named by the options (format, label column, header) for `task`.
 data::LoadOptions LoadOptionsFor(const TrainOptions& opts, Task task);

@@ -113,6 +113,11 @@ struct LayerType {
   // Writes the blocks in PyTorch's layout (block after block, each row-major in its
   // torch_shape) from ours; null: the layouts are the same.
   void (*to_torch)(const LayerSpec& spec, Shape in, const float* ours, float* torch);
+  // The elements of the layer's own scratch (besides its input and output) after passes over up
+  // to n samples, forward only or (backward) forward and backward: what the layer allocates,
+  // from the same computation (an upper bound where more decides it: the first layer's backward
+  // pass computes no dx), since nn::PassBytes counts it for the memory check. Null: none.
+  int64_t (*scratch)(const LayerSpec& spec, Shape in, Shape out, int64_t n, bool backward);
   LayerMaker<float> make_float;
   LayerMaker<double> make_double;
 
@@ -171,6 +176,16 @@ std::string ImageText(Shape s);
 // `biases` biases, with the fans of the layer (kTorch: U(+-1/sqrt(fan_in)) for both).
 void InitWeightsAndBias(Init init, int64_t fan_in, int64_t fan_out, int64_t weights,
                         int64_t biases, Rng& rng, float* params);
+
+// For sizes: the sum and the product of non-negative counts, INT64_MAX where they would pass it.
+inline int64_t SatAdd(int64_t a, int64_t b) {
+  int64_t r = 0;
+  return __builtin_add_overflow(a, b, &r) ? INT64_MAX : r;
+}
+inline int64_t SatMul(int64_t a, int64_t b) {
+  int64_t r = 0;
+  return __builtin_mul_overflow(a, b, &r) ? INT64_MAX : r;
+}
 
 // For layer files: builds the Layer of type L.
 template <template <class> class L, class S>

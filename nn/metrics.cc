@@ -1,11 +1,19 @@
 #include "nn/metrics.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "nn/model.h"
 
 namespace shmtrain::nn {
+
+uint64_t EvaluateBytes(const ModelSpec& spec, int64_t rows) {
+  const int64_t chunk = std::min(EvalChunk(spec), rows);
+  const uint64_t outputs = static_cast<uint64_t>(SatMul(chunk, spec.outputs())) * sizeof(float);
+  const uint64_t pass = PassBytes(spec, chunk, /*backward=*/false);
+  return pass > UINT64_MAX - outputs ? UINT64_MAX : pass + outputs;
+}
 
 Metrics Evaluate(const ModelSpec& spec, const float* params, const float* x, const float* y,
                  int64_t rows) {

@@ -2,11 +2,14 @@
 // image shapes that differ between a model and its data, and the memory a model's
 // activations need. Each is refused before a worker starts, naming the flag or the file.
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "data/npz_writer.h"
 #include "gtest/gtest.h"
+#include "master/model_file.h"
+#include "nn/layer.h"
 #include "tests/proc_util.h"
 
 namespace shmtrain {
@@ -147,6 +150,66 @@ TEST(ImageShapes, AModelAndItsDataMustAgree) {
       EXPECT_TRUE(ExitedWith(r, 2)) << c.want;
       EXPECT_TRUE(Has(r.err, "shmtrain: error: " + c.want)) << r.err;
     }
+  }
+}
+
+// An .npy file of `shape` whose data is a hole: no disk spent.
+std::string SparseNpy(const test::TempDir& dir, const std::string& name, const std::string& descr,
+                      const std::string& shape, int64_t data_bytes) {
+  std::string d = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (" + shape + "), }";
+  d += std::string(63 - (10 + d.size()) % 64, ' ') + "\n";
+  const std::string header = std::string("\x93NUMPY\x01\x00", 8) +
+                             static_cast<char>(d.size() & 0xFF) + static_cast<char>(d.size() >> 8) +
+                             d;
+  const std::string path = dir.Write(name, header);
+  std::filesystem::resize_file(path, header.size() + static_cast<uint64_t>(data_bytes));
+  return path;
+}
+
+// Trial 4: a model of 17k parameters whose convolution's im2col matrix alone is 64 GB for one
+// sample of 4x2048x2048 (a 31x31 kernel over 4 channels at every one of 4M pixels) passed
+// every check: the workers crash-looped on bad_alloc, eval and predict said "internal error:
+// out of memory". The activations and scratch a pass takes (nn::PassBytes, what the net
+// allocates) are now checked with the data, before a row is read: exit 4 with the figure.
+TEST(ActivationMemory, IsCheckedBeforeARowIsRead) {
+  test::TempDir dir;
+  const int64_t values = int64_t{4} * 2048 * 2048;
+  const std::string x = SparseNpy(dir, "x.npy", "<f4", "2, 4, 2048, 2048", 2 * values * 4);
+  const std::string y = Labels(dir, "y.npy", 2);
+  const char* kModel = "conv2d(4,31,padding=15),maxpool2d(128),flatten,linear(2)";
+  ProcResult r = Shm({"train", "--data", x, "--labels", y, "--model", kModel, "--loss", "xent",
+                      "--lr", "0.1", "--steps", "1", "--max-restarts", "0"});
+  EXPECT_TRUE(ExitedWith(r, 4));
+  EXPECT_TRUE(Has(r.err, "shmtrain: error: " + x + ": the run needs about ")) << r.err;
+  // Floats of a training pass over 2 samples: the input turned channels-last (2 x 4 x 2048^2),
+  // the outputs (2 x 4 x 2048^2, and 2 x 2050 more), two deltas as large as the largest layer
+  // input after the first (2 x 2 x 4 x 2048^2), one sample's im2col matrix (3844 x 2048^2:
+  // one sample a chunk) and the pool's 4 flags: 16257126408 floats, 60.6 GiB.
+  EXPECT_TRUE(Has(r.err, "the model's activations and scratch: 60.6 GiB for each of 1 worker "
+                         "(2 samples a pass)"))
+      << r.err;
+  EXPECT_TRUE(Has(r.err, " is available")) << r.err;
+  EXPECT_FALSE(Has(r.err, "shmtrain-worker") || Has(r.err, "exited with code")) << r.err;
+
+  // The same model, saved as training would have saved it, for eval and predict.
+  Model m;
+  m.spec.input = {4, 2048, 2048};
+  m.spec.loss = Loss::kXent;
+  ASSERT_TRUE(nn::ParseModelText(kModel, &m.spec.layers).ok());
+  m.params.assign(m.spec.ParamCount(), 0.01f);
+  m.classes = data::ClassMap::Build({"0", "1"});
+  const std::string model = dir.File("m.bin");
+  ASSERT_TRUE(SaveModel(model, m).ok());
+  for (const char* cmd : {"eval", "predict"}) {
+    std::vector<std::string> a = {cmd, "--model", model, "--data", x};
+    if (std::string(cmd) == "eval") a.insert(a.end(), {"--labels", y});
+    r = Shm(a);
+    EXPECT_TRUE(ExitedWith(r, 4)) << cmd;
+    EXPECT_TRUE(Has(r.err, "shmtrain: error: " + x + ": the run needs about ")) << r.err;
+    // Forward only, one sample a chunk (nn::EvalChunk): 16156461058 floats, and 2 outputs.
+    EXPECT_TRUE(Has(r.err, "the model's activations and scratch: 60.2 GiB for evaluation (1 "
+                           "sample a pass)"))
+        << r.err;
   }
 }
 

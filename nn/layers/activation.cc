@@ -55,6 +55,7 @@ LayerType Type(const char* name, const char* torch, const char* summary) {
           .params = nullptr,
           .init = nullptr,
           .to_torch = nullptr,
+          .scratch = nullptr,
           .make_float = MakeLayer<Elementwise<F>::template Layer, float>,
           .make_double = MakeLayer<Elementwise<F>::template Layer, double>};
 }

@@ -63,6 +63,7 @@ extern const LayerType kDropout = {
     .params = nullptr,
     .init = nullptr,
     .to_torch = nullptr,
+    .scratch = nullptr,
     .make_float = MakeLayer<Dropout, float>,
     .make_double = MakeLayer<Dropout, double>,
 };

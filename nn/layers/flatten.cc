@@ -54,6 +54,7 @@ extern const LayerType kFlatten = {
     .params = nullptr,
     .init = nullptr,
     .to_torch = nullptr,
+    .scratch = nullptr,
     .make_float = MakeLayer<Flatten, float>,
     .make_double = MakeLayer<Flatten, double>,
 };

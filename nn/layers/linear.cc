@@ -114,6 +114,7 @@ extern const LayerType kLinear = {
     .params = Params,
     .init = InitLinear,
     .to_torch = ToTorch,
+    .scratch = nullptr,
     .make_float = MakeLayer<Linear, float>,
     .make_double = MakeLayer<Linear, double>,
 };
