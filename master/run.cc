@@ -243,10 +243,9 @@ Status LoadData(const TrainOptions& o, data::Dataset* d) {
   const uint64_t shm_free = ShmFree(), mem = MemAvailable();
   if (!o.example.empty()) {
     const int features = o.example == "blobs" ? o.example_features : 1;
-    if (Status s = CheckFits("example " + o.example, o.example_rows, features, o, shm_free, mem);
-        !s.ok()) {
-      return s;
-    }
+    const std::string src = "example " + o.example;
+    if (Status s = CheckInputs(o, src, features); !s.ok()) return s;
+    if (Status s = CheckFits(src, o.example_rows, features, o, shm_free, mem); !s.ok()) return s;
   }
   if (o.example == "parabola") {
     *d = data::MakeParabola(o.example_rows);
