@@ -74,7 +74,6 @@ uint64_t ShmFree() {
   return static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
 }
 
-
 std::string Count(int64_t n, const std::string& what) {
   return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
 }
@@ -96,8 +95,8 @@ PassMemory TrainingPasses(const TrainOptions& o, int64_t rows) {
   const uint64_t eval = nn::EvaluateBytes(o.model, rows);
   const int64_t eval_rows = std::min(nn::EvalChunk(o.model), rows);
   return {static_cast<double>(worker) * o.workers + static_cast<double>(eval),
-          Bytes(static_cast<double>(worker)) + " for each of " + Count(o.workers, "worker") +
-              " (" + Count(n, "sample") + " a pass), " + Bytes(static_cast<double>(eval)) +
+          Bytes(static_cast<double>(worker)) + " for each of " + Count(o.workers, "worker") + " (" +
+              Count(n, "sample") + " a pass), " + Bytes(static_cast<double>(eval)) +
               " for the master's evaluations (" + Count(eval_rows, "sample") + " a pass)"};
 }
 

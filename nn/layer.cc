@@ -299,8 +299,8 @@ bool TakesImages(Shape input, const std::vector<LayerSpec>& layers) {
   return false;
 }
 
-Status ResolveShapes(Shape input, const std::vector<LayerSpec>& layers,
-                     std::vector<Shape>* shapes, bool flat_input) {
+Status ResolveShapes(Shape input, const std::vector<LayerSpec>& layers, std::vector<Shape>* shapes,
+                     bool flat_input) {
   shapes->clear();
   // Each tensor of one sample holds at most 2^31 values: the parameter blocks' sizes (a linear
   // layer's out x in) then fit in 64 bits.
@@ -324,12 +324,12 @@ Status ResolveShapes(Shape input, const std::vector<LayerSpec>& layers,
       return Status::Usage(LayerName(layers, i) + ": not a layer this build knows");
     }
     if (t->spatial == Spatial::kWindows && flat_from.has_value()) {
-      return Status::Usage(
-          LayerName(layers, i) + ": input " + in.Text() +
-          (*flat_from < 0 ? " has no image shape (--input-shape C,H,W gives flat data one)"
-                          : " is flat (the output of " +
-                                LayerName(layers, static_cast<size_t>(*flat_from)) +
-                                "), not an image"));
+      return Status::Usage(LayerName(layers, i) + ": input " + in.Text() +
+                           (*flat_from < 0
+                                ? " has no image shape (--input-shape C,H,W gives flat data one)"
+                                : " is flat (the output of " +
+                                      LayerName(layers, static_cast<size_t>(*flat_from)) +
+                                      "), not an image"));
     }
     if (t->spatial == Spatial::kWindows) flat_from.reset();
     if (t->spatial == Spatial::kFlattens) flat_from = static_cast<int64_t>(i);

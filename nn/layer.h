@@ -154,8 +154,8 @@ std::string LayerName(const std::vector<LayerSpec>& layers, size_t index);
 // leaves no output". The input is an image (of C x H x W, 1 x 1 too) unless flat_input says
 // that it is flat data (a row of features: master/run.cc, for data without an image shape),
 // which a kWindows layer refuses as it refuses a kFlattens layer's output.
-Status ResolveShapes(Shape input, const std::vector<LayerSpec>& layers,
-                     std::vector<Shape>* shapes, bool flat_input = false);
+Status ResolveShapes(Shape input, const std::vector<LayerSpec>& layers, std::vector<Shape>* shapes,
+                     bool flat_input = false);
 
 // Whether a model on `input` takes images: an input of more than one pixel, or a 1x1 one that
 // a kWindows layer reads before any kFlattens layer. Data whose samples have an image shape

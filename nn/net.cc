@@ -73,7 +73,7 @@ uint64_t PassBytes(const ModelSpec& spec, int64_t n, bool backward, size_t scala
   }
   uint64_t bytes = 0;
   return __builtin_mul_overflow(static_cast<uint64_t>(elements), scalar, &bytes) ? UINT64_MAX
-                                                                                  : bytes;
+                                                                                 : bytes;
 }
 
 template <class S>

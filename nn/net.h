@@ -40,7 +40,7 @@ using AlignedVector = std::vector<T, AlignedAllocator<T>>;
 // (LayerType::scratch): the net sizes its buffers from this plan, and PassBytes adds it up.
 struct NetPlan {
   explicit NetPlan(const ModelSpec& spec);  // spec must resolve (abort otherwise)
-  std::vector<Shape> shapes;  // each layer's output
+  std::vector<Shape> shapes;                // each layer's output
   // Images of c > 1 are turned channels-last into a buffer of the input's size first.
   bool reorder_input = false;
   int64_t delta = 0;  // each of the backward pass's two deltas: the largest layer input but

@@ -118,7 +118,6 @@ class Size {
   bool ok_ = true;
 };
 
-
 // A refusal of the segment: the worker exit code that reports it, and why.
 SegmentCheck Refuse(int worker_exit, std::string why) {
   return {Status::Data(std::move(why)), worker_exit};
@@ -280,11 +279,11 @@ ConfigCheck ModelOf(const RunConfig& c, ModelSpec* spec) {
   }
   for (int64_t d : c.input_shape) {
     if (d < 1 || d > kMaxWidth) {
-      return bad(ConfigPart::kInput,
-                 "input " + std::to_string(c.input_shape[0]) + "x" +
-                     std::to_string(c.input_shape[1]) + "x" + std::to_string(c.input_shape[2]) +
-                     " has a dimension of " + std::to_string(d) + " (each must be 1 to " +
-                     std::to_string(kMaxWidth) + ")");
+      return bad(ConfigPart::kInput, "input " + std::to_string(c.input_shape[0]) + "x" +
+                                         std::to_string(c.input_shape[1]) + "x" +
+                                         std::to_string(c.input_shape[2]) + " has a dimension of " +
+                                         std::to_string(d) + " (each must be 1 to " +
+                                         std::to_string(kMaxWidth) + ")");
     }
   }
   spec->input = {c.input_shape[0], c.input_shape[1], c.input_shape[2]};
@@ -305,8 +304,8 @@ ConfigCheck CheckRunConfig(const RunConfig& c) {
     return ConfigCheck{Status::Data(what), part};
   };
   if (c.workers < 1 || c.workers > static_cast<uint32_t>(kMaxWorkers)) {
-    return bad(ConfigPart::kProcesses, std::to_string(c.workers) + " workers (1 to " +
-                                           std::to_string(kMaxWorkers) + ")");
+    return bad(ConfigPart::kProcesses,
+               std::to_string(c.workers) + " workers (1 to " + std::to_string(kMaxWorkers) + ")");
   }
   if (c.hosts < 1 || c.host_index >= c.hosts) {
     return bad(ConfigPart::kProcesses,

@@ -427,7 +427,8 @@ TEST(Shapes, ResolveAndNameTheLayerThatDoesNotFit) {
   const std::pair<const char*, const char*> bad[] = {
       {"conv2d(32,5,padding=2),relu,maxpool2d(2),conv2d(64,15)",
        "conv2d #2 (layer 4): input 32x14x14, kernel 15 with padding 0 leaves no output"},
-      {"conv2d(8,3),linear(10)", "linear #1 (layer 2): input 8x26x26 is not flat (put flatten before it)"},
+      {"conv2d(8,3),linear(10)",
+       "linear #1 (layer 2): input 8x26x26 is not flat (put flatten before it)"},
       {"maxpool2d(30)",
        "maxpool2d #1 (layer 1): input 1x28x28: the window of kernel 30 (30x30) does not fit in "
        "28x28"},

@@ -21,7 +21,9 @@ using test::ProcResult;
 constexpr const char* kBin = SHMTRAIN_BIN;
 constexpr test::milliseconds kTimeout{120'000};
 
-bool Has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool Has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 ProcResult Shm(std::vector<std::string> args) {
   if (!args.empty() && args[0] == "train") {
@@ -59,7 +61,8 @@ std::string Labels(const test::TempDir& dir, const std::string& name, int64_t n)
 // An IDX file of uint8 images of h x w.
 std::string Idx(const test::TempDir& dir, const std::string& name, int n, int h, int w) {
   std::string b = {0, 0, 0x08, 3};
-  for (uint32_t d : {static_cast<uint32_t>(n), static_cast<uint32_t>(h), static_cast<uint32_t>(w)}) {
+  for (uint32_t d :
+       {static_cast<uint32_t>(n), static_cast<uint32_t>(h), static_cast<uint32_t>(w)}) {
     for (int k = 3; k >= 0; --k) b.push_back(static_cast<char>((d >> (8 * k)) & 0xFF));
   }
   for (int64_t i = 0; i < int64_t{n} * h * w; ++i) b.push_back(static_cast<char>(i % 251));
@@ -78,8 +81,8 @@ TEST(RunConfig, WhatTheWorkersRefuseIsRefusedAtTheStart) {
     std::vector<std::string> args;
     std::string named;
   };
-  const std::vector<std::string> run = {"--loss", "xent", "--lr", "0.1", "--steps", "5",
-                                        "--max-restarts", "0"};
+  const std::vector<std::string> run = {"--loss",  "xent", "--lr",           "0.1",
+                                        "--steps", "5",    "--max-restarts", "0"};
   for (const Case& c : std::vector<Case>{
            {{"--example", "blobs", "--rows", "20", "--features", "100000", "--model", "linear(4)"},
             "--features: "},
@@ -119,8 +122,7 @@ TEST(ImageShapes, AModelAndItsDataMustAgree) {
                                    "conv2d(4,3),relu,flatten,linear(2)", "--save", conv})),
                          0));
   ASSERT_TRUE(ExitedWith(
-      Shm(with({"train", "--data", flat, "--labels", y, "--layers", "256,2", "--save", mlp})),
-      0));
+      Shm(with({"train", "--data", flat, "--labels", y, "--layers", "256,2", "--save", mlp})), 0));
   struct Case {
     std::vector<std::string> args;
     std::string want;  // "" : accepted
@@ -185,8 +187,9 @@ TEST(ActivationMemory, IsCheckedBeforeARowIsRead) {
   // the outputs (2 x 4 x 2048^2, and 2 x 2050 more), two deltas as large as the largest layer
   // input after the first (2 x 2 x 4 x 2048^2), one sample's im2col matrix (3844 x 2048^2:
   // one sample a chunk) and the pool's 4 flags: 16257126408 floats, 60.6 GiB.
-  EXPECT_TRUE(Has(r.err, "the model's activations and scratch: 60.6 GiB for each of 1 worker "
-                         "(2 samples a pass)"))
+  EXPECT_TRUE(Has(r.err,
+                  "the model's activations and scratch: 60.6 GiB for each of 1 worker "
+                  "(2 samples a pass)"))
       << r.err;
   EXPECT_TRUE(Has(r.err, " is available")) << r.err;
   EXPECT_FALSE(Has(r.err, "shmtrain-worker") || Has(r.err, "exited with code")) << r.err;
@@ -207,8 +210,9 @@ TEST(ActivationMemory, IsCheckedBeforeARowIsRead) {
     EXPECT_TRUE(ExitedWith(r, 4)) << cmd;
     EXPECT_TRUE(Has(r.err, "shmtrain: error: " + x + ": the run needs about ")) << r.err;
     // Forward only, one sample a chunk (nn::EvalChunk): 16156461058 floats, and 2 outputs.
-    EXPECT_TRUE(Has(r.err, "the model's activations and scratch: 60.2 GiB for evaluation (1 "
-                           "sample a pass)"))
+    EXPECT_TRUE(Has(r.err,
+                    "the model's activations and scratch: 60.2 GiB for evaluation (1 "
+                    "sample a pass)"))
         << r.err;
   }
 }
@@ -250,9 +254,9 @@ TEST(OneByOneMaps, TrainAndPredictAsPyTorchComputes) {
     }
     const std::string data = dir.Write("d.csv", csv);
     const std::string model = dir.File("m.bin");
-    ProcResult r = Shm({"train", "--data", data, "--input-shape", c.shape, "--model", c.model,
-                        "--loss", "xent", "--lr", "0.1", "--steps", "3", "--workers", "2",
-                        "--save", model});
+    ProcResult r =
+        Shm({"train", "--data", data, "--input-shape", c.shape, "--model", c.model, "--loss",
+             "xent", "--lr", "0.1", "--steps", "3", "--workers", "2", "--save", model});
     ASSERT_TRUE(ExitedWith(r, 0));
     r = Shm({"predict", "--model", model, "--data", data, "--out", dir.File("p.csv")});
     ASSERT_TRUE(ExitedWith(r, 0));
