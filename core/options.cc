@@ -172,9 +172,9 @@ Status CheckFaultTolerance(const TrainOptions& o) {
   return Status::Ok();
 }
 
-Status CheckModel(const ModelSpec& model, const char* flag) {
+Status CheckModel(const ModelSpec& model, const char* flag, bool flat_input) {
   std::vector<Shape> shapes;
-  if (Status s = nn::ResolveShapes(model.input, model.layers, &shapes); !s.ok()) {
+  if (Status s = nn::ResolveShapes(model.input, model.layers, &shapes, flat_input); !s.ok()) {
     return Bad(flag, s.message());
   }
   const int64_t out = model.outputs();
@@ -243,14 +243,6 @@ Status TrainOptions::Validate() const {
     return Bad("--model", "the model's text is " + std::to_string(model.Text().size()) +
                               " bytes written out, more than the " +
                               std::to_string(kMaxModelText - 1) + " a run holds");
-  }
-  if (input_shape.c != 0) {
-    for (int64_t d : {input_shape.c, input_shape.h, input_shape.w}) {
-      if (d < 1 || d > kMaxWidth) {
-        return Bad("--input-shape", "each of C,H,W must be between 1 and " +
-                                        std::to_string(kMaxWidth) + ", got " + std::to_string(d));
-      }
-    }
   }
   // A --model's input may come from the data (master/run.cc checks it then).
   if (model.input.c > 0) {

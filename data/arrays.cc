@@ -214,6 +214,13 @@ Status Load(const std::string& path, DataFormat format, const LoadOptions& opts,
                         std::to_string(opts.features));
   }
   if (Status s = CheckDataSize(x); !s.ok()) return s;
+  if (opts.check_image && !x.header.shape.empty()) {
+    const std::optional<Shape> image =
+        SampleImage({x.header.shape.begin() + 1, x.header.shape.end()});
+    if (image.has_value()) {
+      if (Status s = opts.check_image(*image); !s.ok()) return s;
+    }
+  }
   ArrayReader y;
   if (!opts.no_labels) {
     if (Status s = OpenLabelsFor(path, format, opts, ds.rows, &y); !s.ok()) return s;
@@ -246,6 +253,12 @@ Status SampleShape(const std::string& path, const LoadOptions& opts, std::vector
   if (Status s = OpenArray(path, format, opts.x_key, &x); !s.ok()) return s;
   if (!x.header.shape.empty()) dims->assign(x.header.shape.begin() + 1, x.header.shape.end());
   return Status::Ok();
+}
+
+std::optional<Shape> SampleImage(const std::vector<int64_t>& dims) {
+  if (dims.size() == 2) return Shape{1, dims[0], dims[1]};
+  if (dims.size() == 3) return Shape{dims[0], dims[1], dims[2]};
+  return std::nullopt;
 }
 
 Status LoadArrays(const std::string& path, DataFormat format, const LoadOptions& opts,

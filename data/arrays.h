@@ -4,6 +4,7 @@
 // LoadOptions::labels_path names or from the .npz's own y_key array.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,5 +35,9 @@ Status LoadArrays(const std::string& path, DataFormat format, const LoadOptions&
 // array file, or not a regular file (a pipe is read once, by LoadArrays). Only the header is
 // read; its errors are LoadArrays' own.
 Status SampleShape(const std::string& path, const LoadOptions& opts, std::vector<int64_t>* dims);
+
+// The image shape of one sample of those dimensions: (H, W) is 1xHxW, (C, H, W) is CxHxW;
+// nullopt for flat data (one dimension, or more than three).
+std::optional<Shape> SampleImage(const std::vector<int64_t>& dims);
 
 }  // namespace shmtrain::data

@@ -102,6 +102,10 @@ struct LoadOptions {
   // the rows read so far, and at the end with all of them, so the load stops once they would
   // not fit.
   std::function<Status(int64_t rows, int features)> check_size;
+  // IDX and NumPy: called with the image shape the features array gives one sample (SampleImage,
+  // data/arrays.h), when it gives one, before check_size and before a row is read: a non-OK
+  // status ends the load with it (an image of another shape than the model's).
+  std::function<Status(const Shape& image)> check_image;
 };
 
 // Loads a CSV file (cells separated by ',', ';' or tab, see LoadOptions::delimiter; RFC 4180

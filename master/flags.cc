@@ -372,10 +372,18 @@ FlagValue Layers() {
           [](const Command& c, const FlagDef&) { return ShowList(c.train.mlp_layers); }};
 }
 
+// --input-shape: each dimension in range as it is read, for c = 0 is "not given" afterwards.
 FlagValue InputShape() {
   return {[](Command* c, const FlagDef& f, std::string_view v) {
             const std::optional<std::vector<int>> d = ParseIntList(v);
             if (!d || d->size() != 3) return Expected(f.name, "C,H,W such as 1,28,28", v);
+            for (int x : *d) {
+              if (x < 1 || x > kMaxWidth) {
+                return Status::Usage(f.name + ": each of C,H,W must be between 1 and " +
+                                     std::to_string(kMaxWidth) + ", got " + std::to_string(x) +
+                                     " in " + std::string(v));
+              }
+            }
             c->train.input_shape = {(*d)[0], (*d)[1], (*d)[2]};
             return Status::Ok();
           },
@@ -579,6 +587,7 @@ std::vector<FlagDef> ModelFlags() {
                "(default: {default})",
        .deflt_words = "the data's: IDX images and .npy of shape (n, H, W) are 1,H,W, (n, C, H, "
                       "W) is C,H,W",
+       .limits = Stated("each 1.." + std::to_string(kMaxWidth)),
        .value = InputShape(), .group = kModel, .commands = kTrainSim, .workers = true,
        .trajectory = true},
       {.name = "--loss", .arg = "mse|xent",

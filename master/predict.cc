@@ -48,8 +48,11 @@ Status LoadFor(const Command& cmd, const Model& m, bool labels, data::Dataset* o
   if (lo.task == Task::kClassification) lo.classes = &m.classes;
   lo.features = static_cast<int>(m.spec.inputs());
   lo.no_labels = !labels;
+  lo.check_image = [&](const Shape& image) {
+    return CheckImage(m.spec, cmd.model_path, image, o.data_path);
+  };
   lo.check_size = [&](int64_t rows, int features) {
-    return CheckMemory(o.data_path, rows, features);
+    return CheckMemory(o.data_path, rows, features, m.spec);
   };
   data::Dataset all;
   if (Status s = data::LoadFile(o.data_path, lo, &all); !s.ok()) return s;

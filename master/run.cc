@@ -33,6 +33,7 @@
 #include "master/supervisor.h"
 #include "master/validation.h"
 #include "monitoring/exporter.h"
+#include "nn/layer.h"
 #include "nn/metrics.h"
 #include "nn/model.h"
 #include "nn/optimizer.h"
@@ -73,20 +74,48 @@ uint64_t ShmFree() {
   return static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
 }
 
+std::string Count(int64_t n, const std::string& what) {
+  return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
+}
+
+// The memory the model's passes take (nn::PassBytes, what the nets allocate), and what for.
+struct PassMemory {
+  double bytes = 0;
+  std::string what;  // "2.1 GiB for each of 2 workers (32 samples a pass), ..."
+};
+
+// Each worker's pass over the most rows it takes at once (sync: its share of a batch, or of
+// every row; async: a whole minibatch), and the master's evaluations (validation, the final
+// loss) beside them.
+PassMemory TrainingPasses(const TrainOptions& o, int64_t rows) {
+  const int64_t batch = o.batch > 0 ? std::min(o.batch, rows) : rows;
+  const int64_t world = int64_t{o.workers} * o.host_count;
+  const int64_t n = o.mode == Mode::kAsync ? batch : (batch + world - 1) / world;
+  const uint64_t worker = nn::PassBytes(o.model, n, /*backward=*/true);
+  const uint64_t eval = nn::EvaluateBytes(o.model, rows);
+  const int64_t eval_rows = std::min(nn::EvalChunk(o.model), rows);
+  return {static_cast<double>(worker) * o.workers + static_cast<double>(eval),
+          Bytes(static_cast<double>(worker)) + " for each of " + Count(o.workers, "worker") + " (" +
+              Count(n, "sample") + " a pass), " + Bytes(static_cast<double>(eval)) +
+              " for the master's evaluations (" + Count(eval_rows, "sample") + " a pass)"};
+}
 
 // The memory check of train, eval and predict: the data as float32 with its targets (the
-// master's copy), plus the segment (whose pages are memory too; 0 outside train).
+// master's copy), plus the segment (whose pages are memory too; 0 outside train), plus the
+// model's passes.
 Status FitsInMemory(const std::string& src, int64_t rows, int features, uint64_t seg,
-                    uint64_t mem_available) {
+                    const PassMemory& passes, uint64_t mem_available) {
   const double data = static_cast<double>(rows) * (features + 1.0) * sizeof(float);
-  if (mem_available == 0 || seg + data <= static_cast<double>(mem_available)) return Status::Ok();
+  const double need = static_cast<double>(seg) + data + passes.bytes;
+  if (mem_available == 0 || need <= static_cast<double>(mem_available)) return Status::Ok();
   const std::string shape = "(" + std::to_string(rows) + " rows x " + std::to_string(features) +
                             " features" + (seg > 0 ? ", and the model)" : ")");
   const std::string parts =
-      seg > 0 ? "a segment of " + Bytes(seg) + " " + shape + ", plus the master's copy of the data"
-              : "the data as 32-bit floats " + shape;
-  return Status::Resource(src + ": the run needs about " + Bytes(seg + data) + " of memory (" +
-                          parts + ") but " + Bytes(mem_available) + " is available");
+      (seg > 0 ? "a segment of " + Bytes(seg) + " " + shape + ", plus the master's copy of the data"
+               : "the data as 32-bit floats " + shape) +
+      ", plus the model's activations and scratch: " + passes.what;
+  return Status::Resource(src + ": the run needs about " + Bytes(need) + " of memory (" + parts +
+                          ") but " + Bytes(mem_available) + " is available");
 }
 
 // The model's inputs against the data's features.
@@ -111,11 +140,53 @@ TrainOptions WithFlatInput(const TrainOptions& o, int features) {
   return probe;
 }
 
+// The flag or file a model's input shape comes from, as messages name it.
+std::string InputSource(const TrainOptions& o) {
+  if (!o.mlp_layers.empty()) return "--layers";
+  if (o.input_shape.c > 0) return "--input-shape";
+  if (o.example == "blobs") return "--features";
+  if (!o.example.empty()) return "--example " + o.example;
+  return o.data_path;
+}
+
+// The workers' own check of the run configuration (shm::CheckRunConfig) on a header this run
+// builds: what they would refuse is kUsage here, naming the flag or the file behind it.
+Status CheckConfig(const TrainOptions& o, const shm::Header& h) {
+  const shm::ConfigCheck check = shm::CheckRunConfig(h.config);
+  if (check.ok()) return Status::Ok();
+  std::string source;
+  switch (check.part) {
+    case shm::ConfigPart::kInput:
+      source = InputSource(o);
+      break;
+    case shm::ConfigPart::kModel:
+      source = o.model_text.empty() ? "--layers" : "--model";
+      break;
+    case shm::ConfigPart::kData:
+      source = o.example.empty() ? o.data_path : "--example " + o.example;
+      break;
+    case shm::ConfigPart::kOptimizer:
+      source = "--optimizer";
+      break;
+    case shm::ConfigPart::kValidation:
+      source = "--eval-every";
+      break;
+    case shm::ConfigPart::kProcesses:
+    case shm::ConfigPart::kNone:
+      source = "--workers";
+      break;
+  }
+  return Status::Usage(source + ": the workers would refuse this run: " + check.status.message());
+}
+
+// The run's configuration as the workers will check it, then its segment against /dev/shm and
+// the memory: before a row is made or stored.
 Status CheckFits(const std::string& src, int64_t rows, int features, const TrainOptions& o,
                  uint64_t shm_free, uint64_t mem_available) {
   OptimConfig optim;  // its state vectors count towards the segment's size
   if (Status s = nn::ResolveOptim(o, INT64_MAX, &optim); !s.ok()) return s;
   const shm::Header proto = MakeHeader(o, optim, rows, features, 1, EvalEvery(o, rows));
+  if (Status s = CheckConfig(o, proto); !s.ok()) return s;
   const uint64_t seg = proto.total_size;
   const std::string shape = "(" + std::to_string(rows) + " rows x " + std::to_string(features) +
                             " features, and the model)";
@@ -124,13 +195,27 @@ Status CheckFits(const std::string& src, int64_t rows, int features, const Train
                             " " + shape + " but /dev/shm has " + Bytes(shm_free) +
                             " free; use fewer rows or features, or enlarge /dev/shm");
   }
-  return FitsInMemory(src, rows, features, seg, mem_available);
+  return FitsInMemory(src, rows, features, seg, TrainingPasses(o, rows), mem_available);
 }
 
 }  // namespace
 
-Status CheckMemory(const std::string& src, int64_t rows, int features) {
-  return FitsInMemory(src, rows, features, 0, MemAvailable());
+Status CheckMemory(const std::string& src, int64_t rows, int features, const ModelSpec& model) {
+  const int64_t n = std::min(nn::EvalChunk(model), rows);
+  const PassMemory eval{static_cast<double>(nn::EvaluateBytes(model, rows)),
+                        Bytes(static_cast<double>(nn::EvaluateBytes(model, rows))) +
+                            " for evaluation (" + Count(n, "sample") + " a pass)"};
+  return FitsInMemory(src, rows, features, 0, eval, MemAvailable());
+}
+
+Status CheckImage(const ModelSpec& model, const std::string& model_src, const Shape& image,
+                  const std::string& data_src) {
+  if (model.input.c == 0 || image == model.input || !nn::TakesImages(model.input, model.layers)) {
+    return Status::Ok();
+  }
+  return Status::Usage(data_src + ": images of " + nn::ImageText(image) +
+                       ", but the model's input is " + nn::ImageText(model.input) + " (" +
+                       model_src + ")");
 }
 
 data::LoadOptions LoadOptionsFor(const TrainOptions& o, Task task) {
@@ -157,10 +242,9 @@ Status LoadData(const TrainOptions& o, data::Dataset* d) {
   const uint64_t shm_free = ShmFree(), mem = MemAvailable();
   if (!o.example.empty()) {
     const int features = o.example == "blobs" ? o.example_features : 1;
-    if (Status s = CheckFits("example " + o.example, o.example_rows, features, o, shm_free, mem);
-        !s.ok()) {
-      return s;
-    }
+    const std::string src = "example " + o.example;
+    if (Status s = CheckInputs(o, src, features); !s.ok()) return s;
+    if (Status s = CheckFits(src, o.example_rows, features, o, shm_free, mem); !s.ok()) return s;
   }
   if (o.example == "parabola") {
     *d = data::MakeParabola(o.example_rows);
@@ -179,11 +263,14 @@ Status LoadData(const TrainOptions& o, data::Dataset* d) {
   // LIBSVM rows are as wide as the model's input (absent indices are 0); a CSV's columns
   // say its width, checked against the model afterwards.
   lo.libsvm_features = static_cast<int>(o.model.inputs());
+  lo.check_image = [&](const Shape& image) {
+    return CheckImage(o.model, InputSource(o), image, o.data_path);
+  };
   lo.check_size = [&](int64_t rows, int features) {
     // The width is known before a row is read: a mismatch is refused before memory is spent.
     const TrainOptions probe = WithFlatInput(o, features);
     if (o.model.input.c == 0) {
-      if (Status s = CheckModel(probe.model, "--model"); !s.ok()) return s;
+      if (Status s = CheckModel(probe.model, "--model", /*flat_input=*/true); !s.ok()) return s;
     }
     if (Status s = CheckInputs(probe, o.data_path, features); !s.ok()) return s;
     return CheckFits(o.data_path, rows, features, probe, shm_free, mem);
@@ -217,18 +304,16 @@ namespace {
 
 Status ResolveInputBeforeLoading(TrainOptions& o) {
   if (o.model.input.c > 0) return Status::Ok();
-  if (o.example == "parabola") {
-    o.model.input = {1, 1, 1};
-  } else if (o.example == "blobs") {
-    o.model.input = {o.example_features, 1, 1};
-  } else {
-    std::vector<int64_t> dims;
-    const data::LoadOptions lo = LoadOptionsFor(o, TaskOf(o.model.loss));
-    if (Status s = data::SampleShape(o.data_path, lo, &dims); !s.ok()) return s;
-    if (dims.size() == 2) o.model.input = {1, dims[0], dims[1]};
-    if (dims.size() == 3) o.model.input = {dims[0], dims[1], dims[2]};
+  if (!o.example.empty()) {
+    o.model.input = {o.example == "blobs" ? o.example_features : 1, 1, 1};
+    return CheckModel(o.model, "--model", /*flat_input=*/true);
   }
-  if (o.model.input.c == 0) return Status::Ok();
+  std::vector<int64_t> dims;
+  const data::LoadOptions lo = LoadOptionsFor(o, TaskOf(o.model.loss));
+  if (Status s = data::SampleShape(o.data_path, lo, &dims); !s.ok()) return s;
+  const std::optional<Shape> image = data::SampleImage(dims);
+  if (!image.has_value()) return Status::Ok();
+  o.model.input = *image;
   return CheckModel(o.model, "--model");
 }
 
@@ -241,7 +326,7 @@ Status PrepareData(TrainOptions& o, RunData* rd) {
   if (o.model.input.c == 0) {
     // Flat data: the model's input is a row (LoadData's check_size has checked that it fits).
     o.model.input = {all.features, 1, 1};
-    if (Status s = CheckModel(o.model, "--model"); !s.ok()) return s;
+    if (Status s = CheckModel(o.model, "--model", /*flat_input=*/true); !s.ok()) return s;
   }
   if (Status s = data::SplitValidation(std::move(all), o.val_split, o.seed, &rd->train, &rd->val); !s.ok()) {
     return s;
@@ -255,6 +340,9 @@ Status PrepareData(TrainOptions& o, RunData* rd) {
     lo.x_key = o.val_npz_x;
     lo.y_key = o.val_npz_y;
     if (lo.task == Task::kClassification) lo.classes = &rd->train.classes;
+    lo.check_image = [&](const Shape& image) {
+      return CheckImage(o.model, InputSource(o), image, o.val_data_path);
+    };
     if (Status s = data::LoadFile(o.val_data_path, lo, &rd->val); !s.ok()) return s;
   }
   rd->norm = data::Normalizer::Fit(rd->train, o.normalize);
@@ -541,6 +629,7 @@ Status StartHere(TrainOptions& o, Logger& log, std::unique_ptr<monitoring::Expor
   // Async across hosts: the workers count their host's updates (checkpoints too).
   const shm::Header proto =
       MakeHeader(HostUnits(o), st->optim, d.rows, d.features, st->host_steps, st->eval_every);
+  if (Status s = CheckConfig(o, proto); !s.ok()) return s;
   // Resuming: the checkpoint must come from this very run (same options and data).
   st->fingerprint = RunFingerprint(o, st->optim, d);
   st->optimizer = nn::Describe(st->optim);

@@ -259,10 +259,8 @@ Status SameShape(const LayerSpec&, Shape in, Shape* out) {
   return Status::Ok();
 }
 
-Status NeedImage(Shape in) {
-  if (!in.Flat()) return Status::Ok();
-  return Status::Usage("input " + in.Text() +
-                       " has no image shape (--input-shape C,H,W gives flat data one)");
+std::string ImageText(Shape s) {
+  return std::to_string(s.c) + "x" + std::to_string(s.h) + "x" + std::to_string(s.w);
 }
 
 std::string ModelText(const std::vector<LayerSpec>& layers) {
@@ -300,8 +298,18 @@ std::string LayerName(const std::vector<LayerSpec>& layers, size_t index) {
          ")";
 }
 
-Status ResolveShapes(Shape input, const std::vector<LayerSpec>& layers,
-                     std::vector<Shape>* shapes) {
+bool TakesImages(Shape input, const std::vector<LayerSpec>& layers) {
+  if (!input.Flat()) return true;
+  for (const LayerSpec& l : layers) {
+    const LayerType* t = FindLayerType(l.kind);
+    if (t == nullptr || t->spatial == Spatial::kFlattens) return false;
+    if (t->spatial == Spatial::kWindows) return true;
+  }
+  return false;
+}
+
+Status ResolveShapes(Shape input, const std::vector<LayerSpec>& layers, std::vector<Shape>* shapes,
+                     bool flat_input) {
   shapes->clear();
   // Each tensor of one sample holds at most 2^31 values: the parameter blocks' sizes (a linear
   // layer's out x in) then fit in 64 bits.
@@ -316,11 +324,24 @@ Status ResolveShapes(Shape input, const std::vector<LayerSpec>& layers,
   }
   if (layers.empty()) return Status::Usage("a model without layers");
   Shape in = input;
+  // The layer whose output `in` is when that is a flat vector; -1: the input.
+  std::optional<int64_t> flat_from;
+  if (flat_input) flat_from = -1;
   for (size_t i = 0; i < layers.size(); ++i) {
     const LayerType* t = FindLayerType(layers[i].kind);
     if (t == nullptr || layers[i].args.size() != t->args.size()) {
       return Status::Usage(LayerName(layers, i) + ": not a layer this build knows");
     }
+    if (t->spatial == Spatial::kWindows && flat_from.has_value()) {
+      return Status::Usage(LayerName(layers, i) + ": input " + in.Text() +
+                           (*flat_from < 0
+                                ? " has no image shape (--input-shape C,H,W gives flat data one)"
+                                : " is flat (the output of " +
+                                      LayerName(layers, static_cast<size_t>(*flat_from)) +
+                                      "), not an image"));
+    }
+    if (t->spatial == Spatial::kWindows) flat_from.reset();
+    if (t->spatial == Spatial::kFlattens) flat_from = static_cast<int64_t>(i);
     Shape out;
     Status s = t->out_shape(layers[i], in, &out);
     if (!s.ok()) return Status::Usage(LayerName(layers, i) + ": " + s.message());

@@ -90,13 +90,21 @@ class Layer {
 template <class S>
 using LayerMaker = std::unique_ptr<Layer<S>> (*)(const LayerSpec& spec, Shape in, Shape out);
 
+// What a layer makes of the spatial shape of its input, as PyTorch's modules do. kWindows
+// slides a window over an image (conv2d, the pools) and gives an image, down to 1x1; flat data
+// and the vectors kFlattens layers give (linear, flatten) have no image shape for it (PyTorch's
+// conv2d refuses an (n, features) tensor). kKeeps layers give what they get (activations,
+// dropout).
+enum class Spatial { kKeeps, kWindows, kFlattens };
+
 struct LayerType {
   const char* name;     // in the model text: "conv2d"
   const char* torch;    // the PyTorch module: "Conv2d"
   const char* summary;  // one line for --help and README.md
   std::vector<LayerArg> args;
+  Spatial spatial;
   // The output shape for input shape `in`; a Status saying what does not fit otherwise (the
-  // caller names the layer).
+  // caller names the layer). A kWindows layer is given images only (ResolveShapes).
   Status (*out_shape)(const LayerSpec& spec, Shape in, Shape* out);
   // The parameter blocks in the flat vector's order; null: none.
   std::vector<ParamBlock> (*params)(const LayerSpec& spec, Shape in);
@@ -105,6 +113,11 @@ struct LayerType {
   // Writes the blocks in PyTorch's layout (block after block, each row-major in its
   // torch_shape) from ours; null: the layouts are the same.
   void (*to_torch)(const LayerSpec& spec, Shape in, const float* ours, float* torch);
+  // The elements of the layer's own scratch (besides its input and output) after passes over up
+  // to n samples, forward only or (backward) forward and backward: what the layer allocates,
+  // from the same computation (an upper bound where more decides it: the first layer's backward
+  // pass computes no dx), since nn::PassBytes counts it for the memory check. Null: none.
+  int64_t (*scratch)(const LayerSpec& spec, Shape in, Shape out, int64_t n, bool backward);
   LayerMaker<float> make_float;
   LayerMaker<double> make_double;
 
@@ -144,9 +157,17 @@ std::string LayerName(const std::vector<LayerSpec>& layers, size_t index);
 
 // The shape after each layer (shapes->size() == layers.size()), or a message naming the first
 // layer that does not fit: "conv2d #2 (layer 4): input 32x14x14, kernel 15 with padding 0
-// leaves no output".
-Status ResolveShapes(Shape input, const std::vector<LayerSpec>& layers,
-                     std::vector<Shape>* shapes);
+// leaves no output". The input is an image (of C x H x W, 1 x 1 too) unless flat_input says
+// that it is flat data (a row of features: master/run.cc, for data without an image shape),
+// which a kWindows layer refuses as it refuses a kFlattens layer's output.
+Status ResolveShapes(Shape input, const std::vector<LayerSpec>& layers, std::vector<Shape>* shapes,
+                     bool flat_input = false);
+
+// Whether a model on `input` takes images: an input of more than one pixel, or a 1x1 one that
+// a kWindows layer reads before any kFlattens layer. Data whose samples have an image shape
+// must then have the input's (master/run.cc); a model that takes no images takes any of as
+// many values, as it takes flat data.
+bool TakesImages(Shape input, const std::vector<LayerSpec>& layers);
 
 // The number of parameters of layer `spec` of type `t` on input `in` (its blocks' sizes); -1
 // when it does not fit in int64_t (ParamBlock::Size).
@@ -154,13 +175,23 @@ int64_t ParamSize(const LayerType& t, const LayerSpec& spec, Shape in);
 
 // For layer files: an out_shape for layers that keep their input's shape.
 Status SameShape(const LayerSpec& spec, Shape in, Shape* out);
-// For layer files: ok for an image input; the refusal of flat data otherwise.
-Status NeedImage(Shape in);
+// For layer files' messages: "8x1x1", c x h x w even where Shape::Text() says a flat "8".
+std::string ImageText(Shape s);
 
 // For layer files: the initialisations of nn/model.h's InitParams for `weights` weights then
 // `biases` biases, with the fans of the layer (kTorch: U(+-1/sqrt(fan_in)) for both).
 void InitWeightsAndBias(Init init, int64_t fan_in, int64_t fan_out, int64_t weights,
                         int64_t biases, Rng& rng, float* params);
+
+// For sizes: the sum and the product of non-negative counts, INT64_MAX where they would pass it.
+inline int64_t SatAdd(int64_t a, int64_t b) {
+  int64_t r = 0;
+  return __builtin_add_overflow(a, b, &r) ? INT64_MAX : r;
+}
+inline int64_t SatMul(int64_t a, int64_t b) {
+  int64_t r = 0;
+  return __builtin_mul_overflow(a, b, &r) ? INT64_MAX : r;
+}
 
 // For layer files: builds the Layer of type L.
 template <template <class> class L, class S>

@@ -1,5 +1,6 @@
 #include "nn/metrics.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -16,6 +17,13 @@ std::string NonFiniteRows::Text() const {
   if (count == 1) return "row " + list + " (0-based)";
   if (count <= static_cast<int64_t>(kFirst)) return "rows " + list + " (0-based)";
   return std::to_string(count) + " rows, the first " + list + " (0-based)";
+}
+
+uint64_t EvaluateBytes(const ModelSpec& spec, int64_t rows) {
+  const int64_t chunk = std::min(EvalChunk(spec), rows);
+  const uint64_t outputs = static_cast<uint64_t>(SatMul(chunk, spec.outputs())) * sizeof(float);
+  const uint64_t pass = PassBytes(spec, chunk, /*backward=*/false);
+  return pass > UINT64_MAX - outputs ? UINT64_MAX : pass + outputs;
 }
 
 Metrics Evaluate(const ModelSpec& spec, const float* params, const float* x, const float* y,

@@ -49,9 +49,36 @@ int64_t EvalChunk(const ModelSpec& spec) {
   return std::clamp<int64_t>(kFloats / std::max<int64_t>(1, per_sample), 1, 4096);
 }
 
+NetPlan::NetPlan(const ModelSpec& spec)
+    : shapes(Shapes(spec)), reorder_input(spec.input.c > 1 && !spec.input.Flat()) {
+  delta = shapes.back().Size();
+  for (size_t i = 0; i + 1 < shapes.size(); ++i) delta = std::max(delta, shapes[i].Size());
+}
+
+uint64_t PassBytes(const ModelSpec& spec, int64_t n, bool backward, size_t scalar) {
+  std::vector<Shape> shapes;
+  if (spec.layers.empty() || !ResolveShapes(spec.input, spec.layers, &shapes).ok()) return 0;
+  const NetPlan plan(spec);
+  int64_t per_sample = plan.reorder_input ? spec.input.Size() : 0;
+  for (const Shape& s : plan.shapes) per_sample = SatAdd(per_sample, s.Size());
+  if (backward) per_sample = SatAdd(per_sample, SatMul(2, plan.delta));
+  int64_t elements = SatMul(per_sample, n);
+  Shape in = spec.input;
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    const LayerType& t = *FindLayerType(spec.layers[i].kind);
+    if (t.scratch != nullptr) {
+      elements = SatAdd(elements, t.scratch(spec.layers[i], in, plan.shapes[i], n, backward));
+    }
+    in = plan.shapes[i];
+  }
+  uint64_t bytes = 0;
+  return __builtin_mul_overflow(static_cast<uint64_t>(elements), scalar, &bytes) ? UINT64_MAX
+                                                                                 : bytes;
+}
+
 template <class S>
-Net<S>::Net(const ModelSpec& spec) : spec_(spec) {
-  const std::vector<Shape> shapes = Shapes(spec);
+Net<S>::Net(const ModelSpec& spec) : spec_(spec), plan_(spec) {
+  const std::vector<Shape>& shapes = plan_.shapes;
   Shape in = spec.input;
   for (size_t i = 0; i < spec.layers.size(); ++i) {
     const LayerType& t = *FindLayerType(spec.layers[i].kind);
@@ -61,14 +88,13 @@ Net<S>::Net(const ModelSpec& spec) : spec_(spec) {
     in = shapes[i];
   }
   outputs_ = in.Size();
-  reorder_input_ = spec.input.c > 1 && !spec.input.Flat();
   acts_.resize(layers_.size());
 }
 
 template <class S>
 const S* Net<S>::Forward(const S* params, const S* x, int64_t n, const PassInfo& pass) {
   const S* prev = x;
-  if (reorder_input_) {
+  if (plan_.reorder_input) {
     // (c, h, w) to channels-last: each sample's (hw x c) matrix is its (c x hw) transposed.
     using Mat = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic>;
     const int64_t c = spec_.input.c, hw = spec_.input.h * spec_.input.w;
@@ -80,7 +106,7 @@ const S* Net<S>::Forward(const S* params, const S* x, int64_t n, const PassInfo&
     prev = input_.data();
   }
   for (size_t i = 0; i < layers_.size(); ++i) {
-    Reserve(acts_[i], layers_[i]->out().Size() * n);
+    Reserve(acts_[i], plan_.shapes[i].Size() * n);
     layers_[i]->Forward(params + offsets_[i], prev, n, pass, acts_[i].data());
     prev = acts_[i].data();
   }
@@ -102,16 +128,13 @@ double Net<S>::LossAndGrad(const S* params, const S* x, const S* y, int64_t n,
     return 0;
   }
   const S* input = Forward(params, x, n, pass);
-  Reserve(delta_, outputs_ * n);
+  Reserve(delta_, plan_.delta * n);
+  Reserve(delta_prev_, plan_.delta * n);
   const double loss = OutputLoss<S>(spec_.loss, input, y, outputs_, n, delta_.data());
-  if (reorder_input_) x = input_.data();
+  if (plan_.reorder_input) x = input_.data();
   for (size_t i = layers_.size(); i-- > 0;) {
     const S* layer_in = i == 0 ? x : acts_[i - 1].data();
-    S* dx = nullptr;
-    if (i > 0) {
-      Reserve(delta_prev_, layers_[i]->in().Size() * n);
-      dx = delta_prev_.data();
-    }
+    S* dx = i > 0 ? delta_prev_.data() : nullptr;
     layers_[i]->Backward(params + offsets_[i], layer_in, acts_[i].data(), delta_.data(), n, pass,
                          dx, grad + offsets_[i]);
     std::swap(delta_, delta_prev_);

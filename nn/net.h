@@ -36,6 +36,25 @@ struct AlignedAllocator {
 template <class T>
 using AlignedVector = std::vector<T, AlignedAllocator<T>>;
 
+// What a Net of a spec holds for each sample of a pass, besides its layers' scratch
+// (LayerType::scratch): the net sizes its buffers from this plan, and PassBytes adds it up.
+struct NetPlan {
+  explicit NetPlan(const ModelSpec& spec);  // spec must resolve (abort otherwise)
+  std::vector<Shape> shapes;                // each layer's output
+  // Images of c > 1 are turned channels-last into a buffer of the input's size first.
+  bool reorder_input = false;
+  int64_t delta = 0;  // each of the backward pass's two deltas: the largest layer input but
+                      // the first, or the outputs
+};
+
+// The bytes a Net<S> of `spec` (S of `scalar` bytes) holds after passes over up to n samples:
+// forward only (Predict, LossSum), or forward and backward (LossAndGrad, backward = true). Its
+// buffers and its layers' scratch, from the plan they are allocated by, so the figure the
+// master checks against the memory before a worker starts (master/run.cc) is what the workers
+// and the evaluator allocate (Eigen's own blocking buffers, bounded by the caches, aside).
+// Saturates at UINT64_MAX; 0 for a spec that does not resolve.
+uint64_t PassBytes(const ModelSpec& spec, int64_t n, bool backward, size_t scalar = sizeof(float));
+
 template <class S>
 class Net {
  public:
@@ -58,11 +77,11 @@ class Net {
   const S* Forward(const S* params, const S* x, int64_t n, const PassInfo& pass);
 
   ModelSpec spec_;
+  NetPlan plan_;
   std::vector<std::unique_ptr<Layer<S>>> layers_;
   std::vector<int64_t> offsets_;  // each layer's first parameter
   int64_t param_count_ = 0;
   int64_t outputs_ = 0;
-  bool reorder_input_ = false;  // c > 1 images: the input is turned channels-last
   AlignedVector<S> input_;
   std::vector<AlignedVector<S>> acts_;  // acts_[i]: layer i's output
   AlignedVector<S> delta_, delta_prev_;

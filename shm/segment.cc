@@ -118,24 +118,6 @@ class Size {
   bool ok_ = true;
 };
 
-// The config's model: its text parsed and its shapes resolved, or kData saying why not. The
-// text must end within its field; each value of a tensor fits in 2^31 (nn::ResolveShapes).
-Status ModelOf(const RunConfig& c, ModelSpec* spec) {
-  if (std::memchr(c.model, '\0', sizeof c.model) == nullptr) {
-    return Status::Data("a model text without its end");
-  }
-  for (int64_t d : c.input_shape) {
-    if (d < 1 || d > kMaxWidth) {
-      return Status::Data("input dimension " + std::to_string(d) + " (1 to " +
-                          std::to_string(kMaxWidth) + ")");
-    }
-  }
-  spec->input = {c.input_shape[0], c.input_shape[1], c.input_shape[2]};
-  if (Status s = nn::ParseStoredModelText(c.model, &spec->layers); !s.ok()) return s;
-  std::vector<Shape> shapes;
-  return nn::ResolveShapes(spec->input, spec->layers, &shapes);
-}
-
 // A refusal of the segment: the worker exit code that reports it, and why.
 SegmentCheck Refuse(int worker_exit, std::string why) {
   return {Status::Data(std::move(why)), worker_exit};
@@ -283,6 +265,91 @@ bool RemoveSegment(const std::string& name) {
   return bip::shared_memory_object::remove(name.c_str());
 }
 
+namespace {
+
+// The config's model: its text parsed and its shapes resolved, or kData saying why not, and
+// whether the input's dimensions or the layers are to blame. The text must end within its
+// field; each value of a tensor fits in 2^31 (nn::ResolveShapes).
+ConfigCheck ModelOf(const RunConfig& c, ModelSpec* spec) {
+  auto bad = [](ConfigPart part, const std::string& what) {
+    return ConfigCheck{Status::Data("model: " + what), part};
+  };
+  if (std::memchr(c.model, '\0', sizeof c.model) == nullptr) {
+    return bad(ConfigPart::kModel, "a model text without its end");
+  }
+  for (int64_t d : c.input_shape) {
+    if (d < 1 || d > kMaxWidth) {
+      return bad(ConfigPart::kInput, "input " + std::to_string(c.input_shape[0]) + "x" +
+                                         std::to_string(c.input_shape[1]) + "x" +
+                                         std::to_string(c.input_shape[2]) + " has a dimension of " +
+                                         std::to_string(d) + " (each must be 1 to " +
+                                         std::to_string(kMaxWidth) + ")");
+    }
+  }
+  spec->input = {c.input_shape[0], c.input_shape[1], c.input_shape[2]};
+  if (Status s = nn::ParseStoredModelText(c.model, &spec->layers); !s.ok()) {
+    return bad(ConfigPart::kModel, s.message());
+  }
+  std::vector<Shape> shapes;
+  if (Status s = nn::ResolveShapes(spec->input, spec->layers, &shapes); !s.ok()) {
+    return bad(ConfigPart::kModel, s.message());
+  }
+  return {};
+}
+
+}  // namespace
+
+ConfigCheck CheckRunConfig(const RunConfig& c) {
+  auto bad = [](ConfigPart part, const std::string& what) {
+    return ConfigCheck{Status::Data(what), part};
+  };
+  if (c.workers < 1 || c.workers > static_cast<uint32_t>(kMaxWorkers)) {
+    return bad(ConfigPart::kProcesses,
+               std::to_string(c.workers) + " workers (1 to " + std::to_string(kMaxWorkers) + ")");
+  }
+  if (c.hosts < 1 || c.host_index >= c.hosts) {
+    return bad(ConfigPart::kProcesses,
+               "host " + std::to_string(c.host_index) + " of " + std::to_string(c.hosts));
+  }
+  ModelSpec spec;
+  if (ConfigCheck m = ModelOf(c, &spec); !m.ok()) return m;
+  if (c.rows < 0) return bad(ConfigPart::kData, std::to_string(c.rows) + " rows");
+  if (c.features != spec.inputs()) {
+    return bad(ConfigPart::kData, std::to_string(c.features) + " features for a model input of " +
+                                      spec.input.Text() + " (" + std::to_string(spec.inputs()) +
+                                      " values)");
+  }
+  if (const auto n = spec.CheckedParamCount(); n != c.param_count) {
+    return bad(ConfigPart::kModel, "param_count " + std::to_string(c.param_count) +
+                                       " is not the layers' count" +
+                                       (n ? " (" + std::to_string(*n) + ")" : " (more than 2^64)"));
+  }
+  if (c.optim.num_states > static_cast<uint32_t>(kMaxStates)) {
+    return bad(ConfigPart::kOptimizer, std::to_string(c.optim.num_states) +
+                                           " optimizer states (at most " +
+                                           std::to_string(kMaxStates) + ")");
+  }
+  if (c.eval_every < 0) {
+    return bad(ConfigPart::kValidation,
+               "validation every " + std::to_string(c.eval_every) + " steps");
+  }
+  if (c.eval_every > 0 && c.snapshots < 2) {
+    return bad(ConfigPart::kValidation, "validation snapshots every " +
+                                            std::to_string(c.eval_every) + " steps in a ring of " +
+                                            std::to_string(c.snapshots) + " (at least 2)");
+  }
+  Header layout{};
+  layout.config = c;
+  if (!ComputeLayout(&layout)) {
+    return bad(ConfigPart::kData, "its regions add up to more than 2^64 bytes (rows " +
+                                      std::to_string(c.rows) + ", features " +
+                                      std::to_string(c.features) + ", params " +
+                                      std::to_string(c.param_count) + ", snapshots " +
+                                      std::to_string(c.snapshots) + ")");
+  }
+  return {};
+}
+
 SegmentCheck Segment::Validate(const Header& h, uint64_t mapped_size) {
   if (mapped_size < sizeof(h.magic) || h.magic != kMagic) {
     return Refuse(kWorkerBadMagic, "not a shmtrain segment (wrong magic number)");
@@ -300,44 +367,11 @@ SegmentCheck Segment::Validate(const Header& h, uint64_t mapped_size) {
       h.dtype != kDtypeFloat32) {
     return Refuse(kWorkerBadLayout, "struct sizes or dtype differ from this build");
   }
-  // The run configuration, as far as it decides where things are and how big: every size the
-  // layout is computed from is in range before the layout is.
-  const RunConfig& c = h.config;
-  auto bad = [](const std::string& what) {
-    return Refuse(kWorkerBadLayout, "run configuration: " + what);
-  };
-  if (c.workers < 1 || c.workers > static_cast<uint32_t>(kMaxWorkers)) {
-    return bad(std::to_string(c.workers) + " workers (1 to " + std::to_string(kMaxWorkers) + ")");
-  }
-  if (c.hosts < 1 || c.host_index >= c.hosts) {
-    return bad("host " + std::to_string(c.host_index) + " of " + std::to_string(c.hosts));
-  }
-  ModelSpec spec;
-  if (const Status s = ModelOf(c, &spec); !s.ok()) return bad("model: " + s.message());
-  if (c.rows < 0) return bad(std::to_string(c.rows) + " rows");
-  if (c.features != spec.inputs()) {
-    return bad(std::to_string(c.features) + " features for a model input of " +
-               spec.input.Text() + " (" + std::to_string(spec.inputs()) + " values)");
-  }
-  if (const auto n = spec.CheckedParamCount(); n != c.param_count) {
-    return bad("param_count " + std::to_string(c.param_count) + " is not the layers' count" +
-               (n ? " (" + std::to_string(*n) + ")" : " (more than 2^64)"));
-  }
-  if (c.optim.num_states > static_cast<uint32_t>(kMaxStates)) {
-    return bad(std::to_string(c.optim.num_states) + " optimizer states (at most " +
-               std::to_string(kMaxStates) + ")");
-  }
-  if (c.eval_every < 0) return bad("validation every " + std::to_string(c.eval_every) + " steps");
-  if (c.eval_every > 0 && c.snapshots < 2) {
-    return bad("validation snapshots every " + std::to_string(c.eval_every) +
-               " steps in a ring of " + std::to_string(c.snapshots) + " (at least 2)");
+  if (ConfigCheck check = CheckRunConfig(h.config); !check.ok()) {
+    return Refuse(kWorkerBadLayout, "run configuration: " + check.status.message());
   }
   Header expect = h;
-  if (!ComputeLayout(&expect)) {
-    return bad("its regions add up to more than 2^64 bytes (rows " + std::to_string(c.rows) +
-               ", features " + std::to_string(c.features) + ", params " +
-               std::to_string(c.param_count) + ", snapshots " + std::to_string(c.snapshots) + ")");
-  }
+  ComputeLayout(&expect);  // fits in 64 bits: CheckRunConfig has laid it out
   if (std::memcmp(&expect, &h, offsetof(Header, config)) != 0) {
     return Refuse(kWorkerBadLayout, "offsets differ from the layout this build computes");
   }

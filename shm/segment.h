@@ -67,6 +67,33 @@ struct [[nodiscard]] SegmentCheck {
   bool ok() const { return status.ok(); }
 };
 
+// Which part of a run configuration a refusal is about: the master names the flag or the file
+// that set it (master/run.cc).
+enum class ConfigPart {
+  kNone,
+  kProcesses,   // workers, hosts
+  kInput,       // the dimensions of the model's input
+  kModel,       // the model text, its shapes, its parameter count
+  kData,        // rows, features against the input, the regions' sizes
+  kOptimizer,   // its state vectors
+  kValidation,  // the steps between validations, the snapshot ring
+};
+
+// What CheckRunConfig found: ok, or kData saying what is wrong and the part it is about.
+struct [[nodiscard]] ConfigCheck {
+  Status status;
+  ConfigPart part = ConfigPart::kNone;
+  bool ok() const { return status.ok(); }
+};
+
+// The run configuration as far as a worker relies on it: every size the layout is computed from
+// in range and the layout within 64 bits, the model's text parsed, its input's dimensions within
+// kMaxWidth and its shapes resolved, the features and the parameter count the model's. The one
+// check of it: Segment::Validate makes it on every attach, and the master on the header it
+// builds, before a row is stored and before a worker starts, so that a run the workers would
+// refuse is refused at its start.
+ConfigCheck CheckRunConfig(const RunConfig& c);
+
 class Segment {
  public:
   // Out of line, like the destructor and the moves: they need mapped_region complete.

@@ -269,6 +269,15 @@ const std::vector<UsageCase>& UsageCases() {
        "--ms-decay: must be in [0, 1), got 1.0\n"},
       {"ValSplitAsTyped", Parabola({"--lr", "0.1", "--val-split", "1.50"}),
        "--val-split: must be in [0, 1), got 1.50\n"},
+      // --input-shape: 0 channels is no shape, not "the data's" (trial 4 ran it on the data's).
+      {"InputShapeOfNoChannels",
+       {"train", "--example", "parabola", "--model", "linear(1)", "--input-shape", "0,8,8",
+        "--lr", "0.1", "--steps", "2", "--no-metrics"},
+       "--input-shape: each of C,H,W must be between 1 and 65536, got 0 in 0,8,8"},
+      {"InputShapeOfNoRows",
+       {"train", "--example", "parabola", "--model", "linear(1)", "--input-shape", "1,0,8",
+        "--lr", "0.1", "--steps", "2", "--no-metrics"},
+       "--input-shape: each of C,H,W must be between 1 and 65536, got 0 in 1,0,8"},
       // Timeouts: the heartbeat deadline must be shorter than the barrier's.
       {"HeartbeatNotShorterThanDefaultBarrier", Parabola({"--lr", "0.1", "--heartbeat-timeout",
                                                           "2m"}),

@@ -77,7 +77,11 @@ std::vector<Case> Cases() {
                           {"conv2d(32,5,stride=2,padding=2)", {2, 7, 9}},
                           {"conv2d(16,2)", {6, 5, 8}},
                           {"maxpool2d(2)", {3, 6, 4}},
-                          {"avgpool2d(2)", {3, 6, 4}}}) {
+                          {"avgpool2d(2)", {3, 6, 4}},
+                          // 1x1 maps are images (PyTorch's conv2d and pools take them).
+                          {"conv2d(5,1)", {7, 1, 1}},
+                          {"conv2d(16,3,padding=1)", {3, 1, 1}},
+                          {"maxpool2d(1)", {3, 1, 1}}}) {
     std::vector<LayerSpec> l;
     if (!ParseModelText(text, &l).ok()) std::abort();
     cases.push_back({FindLayerType(l[0].kind), l[0], in, ModelText(l) + " on " + in.Text()});
@@ -184,7 +188,7 @@ TEST(EveryLayerCases, CoverEveryRegisteredTypeAndItsOptionalArguments) {
     size_t want = 1;
     for (const LayerArg& a : t->args) want += !a.required;
     const std::string name = t->name;
-    want += name == "conv2d" ? 3 : name.find("pool2d") != std::string::npos ? 1 : 0;
+    want += name == "conv2d" ? 5 : name == "maxpool2d" ? 2 : name == "avgpool2d" ? 1 : 0;
     EXPECT_EQ(std::count_if(cases.begin(), cases.end(), [&](const Case& c) { return c.type == t; }),
               static_cast<long>(want))
         << t->name << " has a variant on no input shape";
@@ -310,6 +314,56 @@ TEST(Layers, MatchPyTorchsDefinitionsWrittenAsLoops) {
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-12) << i;
 }
 
+// A 1x1 feature map is an image, as in PyTorch: a convolution of a kernel as large as its input
+// leaves 1x1 maps for a 1x1 convolution (and a padded 3x3 one) to read. Net against the loops.
+TEST(Layers, OneByOneMapsMatchPyTorchsDefinitions) {
+  ModelSpec spec;
+  spec.input = {2, 8, 8};
+  spec.loss = Loss::kMse;
+  ASSERT_TRUE(ParseModelText("conv2d(8,8),relu,conv2d(4,1),conv2d(3,3,padding=1),maxpool2d(1),"
+                             "flatten,linear(2)",
+                             &spec.layers)
+                  .ok());
+  std::vector<Shape> shapes;
+  const Status resolved = ResolveShapes(spec.input, spec.layers, &shapes);
+  ASSERT_TRUE(resolved.ok()) << resolved.message();
+  EXPECT_EQ(shapes[2], (Shape{4, 1, 1}));
+  EXPECT_EQ(shapes[4], (Shape{3, 1, 1}));
+  Net<double> net(spec);
+  const int64_t n = 3;
+  const std::vector<double> x = Random(spec.input.Size() * n, 21);
+  std::vector<float> pf(spec.ParamCount());
+  InitParams(spec, Init::kTorch, 22, pf.data());
+  const std::vector<double> params(pf.begin(), pf.end());
+  std::vector<double> got(net.Outputs() * n);
+  net.Predict(params.data(), x.data(), n, got.data());
+
+  // PyTorch's layouts of the convolutions' weights.
+  auto torch = [&](size_t i, Shape in) {
+    const LayerType& t = *FindLayerType(spec.layers[i].kind);
+    const int64_t size = ParamSize(t, spec.layers[i], in);
+    std::vector<float> theirs(size);
+    t.to_torch(spec.layers[i], in, pf.data() + net.param_offset(i), theirs.data());
+    return std::vector<double>(theirs.begin(), theirs.end());
+  };
+  const std::vector<double> c1 = torch(0, spec.input), c2 = torch(2, shapes[1]),
+                            c3 = torch(3, shapes[2]);
+  Tensor a{n, 2, 8, 8, x};
+  a = Conv(a, c1.data(), c1.data() + 8 * 2 * 64, 8, 8, 1, 0);
+  for (double& v : a.v) v = std::max(v, 0.0);
+  a = Conv(a, c2.data(), c2.data() + 4 * 8, 4, 1, 1, 0);
+  a = Conv(a, c3.data(), c3.data() + 3 * 4 * 9, 3, 3, 1, 1);
+  ASSERT_EQ(a.h * a.w, 1);
+  const double* lin = params.data() + net.param_offset(6);  // W (2 x 3, column-major), b
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t u = 0; u < 2; ++u) {
+      double s = lin[6 + u];
+      for (int64_t j = 0; j < 3; ++j) s += lin[u + j * 2] * a.get(i, j, 0, 0);
+      EXPECT_NEAR(got[i * 2 + u], s, 1e-12) << "sample " << i << ", output " << u;
+    }
+  }
+}
+
 // ---- the model text and shapes -------------------------------------------------------------
 
 TEST(ModelText, ParsesPyTorchsNamesAndPrintsItsCanonicalForm) {
@@ -373,18 +427,64 @@ TEST(Shapes, ResolveAndNameTheLayerThatDoesNotFit) {
   const std::pair<const char*, const char*> bad[] = {
       {"conv2d(32,5,padding=2),relu,maxpool2d(2),conv2d(64,15)",
        "conv2d #2 (layer 4): input 32x14x14, kernel 15 with padding 0 leaves no output"},
-      {"conv2d(8,3),linear(10)", "linear #1 (layer 2): input 8x26x26 is not flat (put flatten before it)"},
-      {"maxpool2d(30)", "maxpool2d #1 (layer 1): input 1x28x28, kernel 30 leaves no output"},
+      {"conv2d(8,3),linear(10)",
+       "linear #1 (layer 2): input 8x26x26 is not flat (put flatten before it)"},
+      {"maxpool2d(30)",
+       "maxpool2d #1 (layer 1): input 1x28x28: the window of kernel 30 (30x30) does not fit in "
+       "28x28"},
   };
   for (const auto& [text, want] : bad) {
     ASSERT_TRUE(ParseModelText(text, &l).ok()) << text;
     const Status s = ResolveShapes({1, 28, 28}, l, &shapes);
     EXPECT_EQ(s.message(), want);
   }
-  ASSERT_TRUE(ParseModelText("conv2d(8,3)", &l).ok());
-  EXPECT_EQ(ResolveShapes({784, 1, 1}, l, &shapes).message(),
-            "conv2d #1 (layer 1): input 784 has no image shape (--input-shape C,H,W gives flat "
+  ASSERT_TRUE(ParseModelText("relu,conv2d(8,1)", &l).ok());
+  EXPECT_EQ(ResolveShapes({784, 1, 1}, l, &shapes, /*flat_input=*/true).message(),
+            "conv2d #1 (layer 2): input 784 has no image shape (--input-shape C,H,W gives flat "
             "data one)");
+}
+
+// A map of 1x1 is an image (conv2d and the pools take it, as PyTorch's do); a flat vector, the
+// output of linear or flatten, is not (PyTorch's conv2d refuses (n, features)). A window that
+// does not fit says so, naming the input it gets.
+TEST(Shapes, AOneByOneMapIsAnImage) {
+  std::vector<LayerSpec> l;
+  std::vector<Shape> shapes;
+  const std::pair<const char*, Shape> ok[] = {
+      {"conv2d(8,8),conv2d(4,1)", {4, 1, 1}},
+      {"conv2d(8,8),relu,dropout,conv2d(4,3,padding=1)", {4, 1, 1}},
+      {"conv2d(8,8),maxpool2d(1),avgpool2d(1),flatten,linear(3)", {3, 1, 1}},
+      {"conv2d(8,8),linear(3)", {3, 1, 1}},  // a 1x1 map is already in flatten's order
+  };
+  for (const auto& [text, out] : ok) {
+    ASSERT_TRUE(ParseModelText(text, &l).ok()) << text;
+    const Status s = ResolveShapes({1, 8, 8}, l, &shapes);
+    EXPECT_TRUE(s.ok()) << text << ": " << s.message();
+    if (s.ok()) {
+      EXPECT_EQ(shapes.back(), out) << text;
+    }
+  }
+  ASSERT_TRUE(ParseModelText("conv2d(6,1),relu,conv2d(2,3,padding=1)", &l).ok());
+  const Status given = ResolveShapes({4, 1, 1}, l, &shapes);  // --input-shape 4,1,1
+  EXPECT_TRUE(given.ok()) << given.message();
+
+  const std::pair<const char*, const char*> bad[] = {
+      {"conv2d(8,8),maxpool2d(2)",
+       "maxpool2d #1 (layer 2): input 8x1x1: the window of kernel 2 (2x2) does not fit in 1x1"},
+      {"conv2d(8,7),avgpool2d(3)",
+       "avgpool2d #1 (layer 2): input 8x2x2: the window of kernel 3 (3x3) does not fit in 2x2"},
+      {"conv2d(8,8),conv2d(4,3)",
+       "conv2d #2 (layer 2): input 8x1x1, kernel 3 with padding 0 leaves no output"},
+      {"flatten,linear(16),relu,conv2d(4,1)",
+       "conv2d #1 (layer 4): input 16 is flat (the output of linear #1 (layer 2)), not an image"},
+      {"conv2d(8,8),flatten,maxpool2d(1)",
+       "maxpool2d #1 (layer 3): input 8 is flat (the output of flatten #1 (layer 2)), not an "
+       "image"},
+  };
+  for (const auto& [text, want] : bad) {
+    ASSERT_TRUE(ParseModelText(text, &l).ok()) << text;
+    EXPECT_EQ(ResolveShapes({1, 8, 8}, l, &shapes).message(), want) << text;
+  }
 }
 
 // ---- the MLP of --layers ------------------------------------------------------------------

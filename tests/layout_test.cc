@@ -309,7 +309,7 @@ TEST(Layout, ValidateRefusesModelsAWorkerCannotRun) {
   EXPECT_REFUSED_FOR(h, "model: a model text without its end");
   h = ok;
   h.config.input_shape[1] = 0;
-  EXPECT_REFUSED_FOR(h, "model: input dimension 0 (1 to 65536)");
+  EXPECT_REFUSED_FOR(h, "model: input 1x0x1 has a dimension of 0 (each must be 1 to 65536)");
   h = ok;
   h.config.input_shape[1] = 3;  // 1x3x1 into a linear layer
   EXPECT_REFUSED_FOR(h, "model: linear #1 (layer 1): input 1x3x1 is not flat");

@@ -58,8 +58,9 @@ const char* ToString(DataFormat f);
 inline Task TaskOf(Loss l) { return l == Loss::kXent ? Task::kClassification : Task::kRegression; }
 
 // The model's shapes and its outputs against its loss: kUsage naming `flag` (--layers or
-// --model) and the layer that does not fit. The input shape must be known (c > 0).
-Status CheckModel(const ModelSpec& model, const char* flag);
+// --model) and the layer that does not fit. The input shape must be known (c > 0); flat_input:
+// it is a row of flat data, which has no image shape (nn::ResolveShapes).
+Status CheckModel(const ModelSpec& model, const char* flag, bool flat_input = false);
 
 struct TrainOptions {
   // Number of worker processes. Default 1; 1..shm::kMaxWorkers.

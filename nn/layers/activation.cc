@@ -50,10 +50,12 @@ LayerType Type(const char* name, const char* torch, const char* summary) {
           .torch = torch,
           .summary = summary,
           .args = {},
+          .spatial = Spatial::kKeeps,
           .out_shape = SameShape,
           .params = nullptr,
           .init = nullptr,
           .to_torch = nullptr,
+          .scratch = nullptr,
           .make_float = MakeLayer<Elementwise<F>::template Layer, float>,
           .make_double = MakeLayer<Elementwise<F>::template Layer, double>};
 }

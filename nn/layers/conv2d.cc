@@ -63,6 +63,30 @@ void ForTiles(int64_t n, F&& f) {
   }
 }
 
+// What the layer's kernels hold, from its spec and shapes alone: the layer sizes its scratch
+// from it and Scratch() counts it for nn::PassBytes, so the memory the master checks is the
+// memory a worker allocates. Sizes saturate at INT64_MAX: a plan that large is refused by that
+// check before a layer is built.
+struct ConvPlan {
+  ConvPlan(const LayerSpec& spec, Shape in, Shape out)
+      : kdim(spec.Int(1) * spec.Int(1) * in.c),
+        pix(out.h * out.w),
+        chunk(std::max<int64_t>(1, kColTarget / SatMul(kdim, pix))),
+        direct_forward(in.c <= kDirectMaxIn && spec.Int(0) % kOb == 0),
+        direct_weight_grad(spec.Int(0) % kOb == 0),
+        padded(direct_forward || direct_weight_grad
+                   ? SatMul(SatMul(in.h + 2 * spec.Int(3), in.w + 2 * spec.Int(3)), in.c)
+                   : 0) {}
+  // The im2col matrix of m samples (m up to chunk).
+  int64_t Col(int64_t m) const { return SatMul(SatMul(kdim, m), pix); }
+
+  int64_t kdim;   // the taps of one output value: kernel x kernel x input channels
+  int64_t pix;    // one sample's output pixels
+  int64_t chunk;  // the samples of one im2col matrix
+  bool direct_forward, direct_weight_grad;
+  int64_t padded;  // the direct kernels' zero-padded sample (0: neither runs)
+};
+
 template <class S>
 class Conv2d final : public Layer<S> {
   // Eigen's SIMD packet for S (8 floats or 4 doubles with AVX2; S itself without vector units)
@@ -75,17 +99,18 @@ class Conv2d final : public Layer<S> {
  public:
   Conv2d(const LayerSpec& spec, Shape in, Shape out)
       : Layer<S>(in, out),
+        plan_(spec, in, out),
         co_(spec.Int(0)),
         k_(spec.Int(1)),
         stride_(spec.Int(2)),
         pad_(spec.Int(3)),
-        kdim_(k_ * k_ * in.c),
-        pix_(out.h * out.w),
-        chunk_(std::max<int64_t>(1, kColTarget / (kdim_ * pix_))),
-        direct_forward_(in.c <= kDirectMaxIn && co_ % kOb == 0),
-        direct_weight_grad_(co_ % kOb == 0),
+        kdim_(plan_.kdim),
+        pix_(plan_.pix),
+        chunk_(plan_.chunk),
+        direct_forward_(plan_.direct_forward),
+        direct_weight_grad_(plan_.direct_weight_grad),
         wp_(in.w + 2 * pad_) {
-    if (direct_forward_ || direct_weight_grad_) padded_.assign((in.h + 2 * pad_) * wp_ * in.c, S(0));
+    padded_.assign(plan_.padded, S(0));
   }
 
   void Forward(const S* params, const S* x, int64_t n, const PassInfo&, S* y) override {
@@ -230,7 +255,7 @@ class Conv2d final : public Layer<S> {
 
   // col_, grown to hold the im2col matrix of m samples.
   S* Col(int64_t m) {
-    if (static_cast<int64_t>(col_.size()) < kdim_ * m * pix_) col_.resize(kdim_ * m * pix_);
+    if (static_cast<int64_t>(col_.size()) < plan_.Col(m)) col_.resize(plan_.Col(m));
     return col_.data();
   }
 
@@ -287,6 +312,7 @@ class Conv2d final : public Layer<S> {
     }
   }
 
+  const ConvPlan plan_;
   const int64_t co_, k_, stride_, pad_, kdim_, pix_, chunk_;
   const bool direct_forward_, direct_weight_grad_;
   const int64_t wp_;  // the padded input's width
@@ -296,13 +322,21 @@ class Conv2d final : public Layer<S> {
 
 Status OutShape(const LayerSpec& spec, Shape in, Shape* out) {
   const int64_t k = spec.Int(1), stride = spec.Int(2), pad = spec.Int(3);
-  if (Status s = NeedImage(in); !s.ok()) return s;
   if (in.h + 2 * pad < k || in.w + 2 * pad < k) {
-    return Status::Usage("input " + in.Text() + ", kernel " + std::to_string(k) +
+    return Status::Usage("input " + ImageText(in) + ", kernel " + std::to_string(k) +
                          " with padding " + std::to_string(pad) + " leaves no output");
   }
   *out = {spec.Int(0), (in.h + 2 * pad - k) / stride + 1, (in.w + 2 * pad - k) / stride + 1};
   return Status::Ok();
+}
+
+// What Conv2d allocates: im2col matrices where the forward pass uses them (the direct kernel
+// does not), and in the backward pass (for the weight gradient unless the direct kernel takes
+// it, and for dx), then the padded sample.
+int64_t Scratch(const LayerSpec& spec, Shape in, Shape out, int64_t n, bool backward) {
+  const ConvPlan p(spec, in, out);
+  const int64_t col = !p.direct_forward || backward ? p.Col(std::min(p.chunk, n)) : 0;
+  return SatAdd(col, p.padded);
 }
 
 std::vector<ParamBlock> Params(const LayerSpec& spec, Shape in) {
@@ -340,10 +374,12 @@ extern const LayerType kConv2d = {
              {"kernel", true, 0, 1, 1024, true},
              {"stride", false, 1, 1, 1024, true},
              {"padding", false, 0, 0, 1024, true}},
+    .spatial = Spatial::kWindows,
     .out_shape = OutShape,
     .params = Params,
     .init = InitConv,
     .to_torch = ToTorch,
+    .scratch = Scratch,
     .make_float = MakeLayer<Conv2d, float>,
     .make_double = MakeLayer<Conv2d, double>,
 };

@@ -58,10 +58,12 @@ extern const LayerType kDropout = {
     .torch = "Dropout",
     .summary = "in training, zeroes each unit with probability p and scales the rest by 1/(1-p)",
     .args = {{"p", false, 0.5, 0, 0.99, false}},
+    .spatial = Spatial::kKeeps,
     .out_shape = SameShape,
     .params = nullptr,
     .init = nullptr,
     .to_torch = nullptr,
+    .scratch = nullptr,
     .make_float = MakeLayer<Dropout, float>,
     .make_double = MakeLayer<Dropout, double>,
 };

@@ -49,10 +49,12 @@ extern const LayerType kFlatten = {
     .torch = "Flatten",
     .summary = "(c, h, w) to c*h*w features, in PyTorch's order",
     .args = {},
+    .spatial = Spatial::kFlattens,
     .out_shape = OutShape,
     .params = nullptr,
     .init = nullptr,
     .to_torch = nullptr,
+    .scratch = nullptr,
     .make_float = MakeLayer<Flatten, float>,
     .make_double = MakeLayer<Flatten, double>,
 };

@@ -109,10 +109,12 @@ extern const LayerType kLinear = {
     .torch = "Linear",
     .summary = "y = W x + b over the flattened input; out units",
     .args = {{"out", true, 0, 1, kMaxWidth, true}},
+    .spatial = Spatial::kFlattens,
     .out_shape = OutShape,
     .params = Params,
     .init = InitLinear,
     .to_torch = ToTorch,
+    .scratch = nullptr,
     .make_float = MakeLayer<Linear, float>,
     .make_double = MakeLayer<Linear, double>,
 };

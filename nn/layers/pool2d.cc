@@ -19,6 +19,11 @@ enum class Pool { kMax, kAvg };
 
 int64_t StrideOf(const LayerSpec& spec) { return spec.Int(1) == 0 ? spec.Int(0) : spec.Int(1); }
 
+// Backward's flags (Layer::taken_): one per channel. Forward holds none.
+int64_t Scratch(const LayerSpec&, Shape in, Shape, int64_t, bool backward) {
+  return backward ? in.c : 0;
+}
+
 template <Pool P>
 struct Pooling {
   template <class S>
@@ -62,7 +67,8 @@ struct Pooling {
                   S* dx, S*) override {
       if (dx == nullptr) return;
       const Shape in = this->in(), out = this->out();
-      if (taken_.size() < static_cast<size_t>(in.c)) taken_.resize(in.c);
+      const auto taken = static_cast<size_t>(Scratch({}, in, out, n, /*backward=*/true));
+      if (taken_.size() < taken) taken_.resize(taken);
       // Windows that tile the input exactly (the usual stride = kernel on a multiple of it)
       // write each element of dx once; others leave gaps or overlap, so dx is zeroed and added.
       if (stride_ == k_ && in.h == out.h * k_ && in.w == out.w * k_) {
@@ -124,10 +130,11 @@ struct Pooling {
 
 Status OutShape(const LayerSpec& spec, Shape in, Shape* out) {
   const int64_t k = spec.Int(0), stride = StrideOf(spec);
-  if (Status s = NeedImage(in); !s.ok()) return s;
   if (in.h < k || in.w < k) {
-    return Status::Usage("input " + in.Text() + ", kernel " + std::to_string(k) +
-                         " leaves no output");
+    const std::string kk = std::to_string(k);
+    return Status::Usage("input " + ImageText(in) + ": the window of kernel " + kk + " (" + kk +
+                         "x" + kk + ") does not fit in " + std::to_string(in.h) + "x" +
+                         std::to_string(in.w));
   }
   *out = {in.c, (in.h - k) / stride + 1, (in.w - k) / stride + 1};
   return Status::Ok();
@@ -139,10 +146,12 @@ LayerType Type(const char* name, const char* torch, const char* summary) {
           .torch = torch,
           .summary = summary,
           .args = {{"kernel", true, 0, 1, 1024, true}, {"stride", false, 0, 0, 1024, true}},
+          .spatial = Spatial::kWindows,
           .out_shape = OutShape,
           .params = nullptr,
           .init = nullptr,
           .to_torch = nullptr,
+          .scratch = Scratch,
           .make_float = MakeLayer<Pooling<P>::template Layer, float>,
           .make_double = MakeLayer<Pooling<P>::template Layer, double>};
 }
