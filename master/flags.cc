@@ -524,7 +524,7 @@ std::vector<FlagDef> DataFlags() {
        .group = kData, .commands = kTrainSim},
       {.name = "--features", .arg = "F",
        .help = "features of the blobs example, {limits} (default {default})", .deflt = "16",
-       .limits = IntRange(1, 100000), .value = Int(Opt(&TO::example_features)), .group = kData,
+       .limits = IntRange(1, kMaxWidth), .value = Int(Opt(&TO::example_features)), .group = kData,
        .commands = kTrainSim},
   };
 }

@@ -576,12 +576,22 @@ void WarnIfPushesWait(const TrainOptions& o, int64_t total_steps, Logger& log) {
 
 // The room the outputs will take, reserved before the training (master/output_write.h): a
 // full disk is found now, not after the run, when the model would be lost.
+// The model file is read back through the decoder first (this model, its parameters zeros): a
+// model the format cannot hold (an input of more than 2^24 values) is refused now, not saved
+// after the training as a file that eval, predict and export refuse.
 Status Reserve(const TrainOptions& o, const RunData& rd, const OptimConfig& optim,
                const std::string& optimizer, OutputReservation (&out)[2]) {
-  const Model shape{o.model, rd.norm, rd.train.classes, std::vector<float>(o.model.ParamCount())};
-  if (Status s = OutputReservation::Make("--save", o.save_path, EncodeModel(shape).size(), &out[0]);
-      !s.ok()) {
-    return s;
+  if (!o.save_path.empty()) {
+    const std::string bytes = EncodeModel(
+        {o.model, rd.norm, rd.train.classes, std::vector<float>(o.model.ParamCount())});
+    Model back;
+    if (Status s = DecodeModel(bytes, o.save_path, &back); !s.ok()) {
+      return Status::Usage("--save: the model file of this run could not be read back: " +
+                           s.message());
+    }
+    if (Status s = OutputReservation::Make("--save", o.save_path, bytes.size(), &out[0]); !s.ok()) {
+      return s;
+    }
   }
   return OutputReservation::Make(
       "--checkpoint", o.checkpoint_path,

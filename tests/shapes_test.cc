@@ -81,12 +81,15 @@ TEST(RunConfig, WhatTheWorkersRefuseIsRefusedAtTheStart) {
   struct Case {
     std::vector<std::string> args;
     std::string named;
+    std::string why = "(each must be 1 to 65536)";
   };
   const std::vector<std::string> run = {"--loss",  "xent", "--lr",           "0.1",
                                         "--steps", "5",    "--max-restarts", "0"};
   for (const Case& c : std::vector<Case>{
+           // The flag's own range is the run's now.
            {{"--example", "blobs", "--rows", "20", "--features", "100000", "--model", "linear(4)"},
-            "--features: "},
+            "--features: ",
+            "100000 is out of range (1..65536)"},
            {{"--data", flat, "--labels", y, "--model", "linear(2)"}, flat + ": "},
            {{"--data", idx, "--labels", y, "--model", "flatten,linear(2)"}, idx + ": "},
        }) {
@@ -96,10 +99,26 @@ TEST(RunConfig, WhatTheWorkersRefuseIsRefusedAtTheStart) {
     const ProcResult r = Shm(a);
     EXPECT_TRUE(ExitedWith(r, 2)) << c.named;
     EXPECT_TRUE(Has(r.err, "shmtrain: error: " + c.named)) << r.err;
-    EXPECT_TRUE(Has(r.err, "(each must be 1 to 65536)")) << r.err;
+    EXPECT_TRUE(Has(r.err, c.why)) << r.err;
     EXPECT_FALSE(Has(r.err, "shmtrain-worker") || Has(r.err, "exited with code"))
         << "no worker may start: " << r.err;
   }
+}
+
+// What --save would write must be a model file eval, predict and export read back: an input of
+// more than 2^24 values (which model files refuse) is refused before the training, not found
+// after it in a file nothing can read.
+TEST(RunConfig, AModelThatItsFileCannotHoldIsRefusedBeforeTraining) {
+  test::TempDir dir;
+  const std::string x = Idx(dir, "big-idx3-ubyte", 1, 4097, 4097);  // 16785409 > 2^24 values
+  const std::string y = Labels(dir, "y.npy", 1);
+  const ProcResult r = Shm({"train", "--data", x, "--labels", y, "--model", "flatten,linear(1)",
+                            "--loss", "mse", "--lr", "0.01", "--steps", "1", "--save",
+                            dir.File("m.bin")});
+  EXPECT_TRUE(ExitedWith(r, 2));
+  EXPECT_TRUE(Has(r.err, "--save: the model file of this run could not be read back: ")) << r.err;
+  EXPECT_FALSE(Has(r.err, "worker")) << r.err;
+  EXPECT_FALSE(test::FileExists(dir.File("m.bin")));
 }
 
 // Trial 4: a model of 4x8x8 images evaluated 1x16x16 images (as many values) with exit 0, and
