@@ -486,19 +486,6 @@ uint64_t MemAvailableNow() {
   return 0;
 }
 
-// An .npy file of the given dtype and shape ("n, 4") whose data is a hole: no disk spent.
-std::string SparseNpy(const test::TempDir& dir, const std::string& name, const std::string& descr,
-                      const std::string& shape, int64_t data_bytes) {
-  std::string d = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (" + shape + "), }";
-  d += std::string(63 - (10 + d.size()) % 64, ' ') + "\n";
-  const std::string header = std::string("\x93NUMPY\x01\x00", 8) +
-                             static_cast<char>(d.size() & 0xFF) + static_cast<char>(d.size() >> 8) +
-                             d;
-  const std::string path = dir.Write(name, header);
-  std::filesystem::resize_file(path, header.size() + static_cast<uint64_t>(data_bytes));
-  return path;
-}
-
 // eval and predict make train's memory check: data the machine cannot hold is refused, with
 // what it needs, before a row is read. The file is sparse: twice the memory, no disk.
 TEST_F(Arrays, EvalAndPredictRefuseDataBeyondMemory) {
@@ -507,9 +494,9 @@ TEST_F(Arrays, EvalAndPredictRefuseDataBeyondMemory) {
   ASSERT_GT(avail, 0u);
   const int64_t rows = static_cast<int64_t>(avail * 2 / 16 + 1);
   const std::string path =
-      SparseNpy(*dir_, "huge.npy", "<f4", std::to_string(rows) + ", 4", rows * 16);
+      test::SparseNpy(*dir_, "huge.npy", "<f4", std::to_string(rows) + ", 4", rows * 16);
   const std::string labels =
-      SparseNpy(*dir_, "huge-y.npy", "|u1", std::to_string(rows) + ",", rows);
+      test::SparseNpy(*dir_, "huge-y.npy", "|u1", std::to_string(rows) + ",", rows);
   for (const char* cmd : {"eval", "predict"}) {
     std::vector<std::string> a = {cmd, "--model", model, "--data", path};
     if (std::string(cmd) == "eval") a.insert(a.end(), {"--labels", labels});
@@ -531,7 +518,7 @@ TEST_F(Arrays, MemoryTheSystemRefusesIsAResourceError) {
   const std::string model = SmallModel(*dir_, Bad(""));
   const int64_t rows = (int64_t{3} << 30) / 2 / 16;  // 1.5 GiB of float32, over the 1 GiB limit
   const std::string path =
-      SparseNpy(*dir_, "big.npy", "<f4", std::to_string(rows) + ", 4", rows * 16);
+      test::SparseNpy(*dir_, "big.npy", "<f4", std::to_string(rows) + ", 4", rows * 16);
   const Bounded r =
       RunBounded({"predict", "--model", model, "--data", path}, dir_->File("err.txt"));
   EXPECT_EQ(r.exit_code, 4) << r.err;

@@ -25,15 +25,7 @@ using test::ProcResult;
 constexpr const char* kBin = SHMTRAIN_BIN;
 constexpr test::milliseconds kTimeout{120'000};
 
-ProcResult Shm(std::vector<std::string> args) {
-  if (!args.empty() && args[0] == "train") {
-    args.insert(args.begin() + 1, {"--no-metrics", "--no-progress", "--log-every", "0"});
-  }
-  args.insert(args.begin(), kBin);
-  const ProcResult r = test::RunProcess(args, kTimeout);
-  EXPECT_EQ(test::SegmentsOf(r.pid), std::vector<std::string>()) << "segments left by " << r.pid;
-  return r;
-}
+ProcResult Shm(std::vector<std::string> args) { return test::Shmtrain(std::move(args), kTimeout); }
 
 Model Decode(const std::string& path) {
   Model m;

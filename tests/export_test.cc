@@ -63,15 +63,7 @@ double ToDouble(const std::string& s) {
 }
 
 // `shmtrain <args>`; train runs get --no-metrics and --no-progress. No run may leave a segment.
-ProcResult Shm(std::vector<std::string> args) {
-  if (!args.empty() && args[0] == "train") {
-    args.insert(args.begin() + 1, {"--no-metrics", "--no-progress", "--log-every", "0"});
-  }
-  args.insert(args.begin(), kBin);
-  const ProcResult r = test::RunProcess(args, kTimeout);
-  EXPECT_EQ(test::SegmentsOf(r.pid), std::vector<std::string>()) << "segments left by " << r.pid;
-  return r;
-}
+ProcResult Shm(std::vector<std::string> args) { return test::Shmtrain(std::move(args), kTimeout); }
 
 // tests/npz_forward.py <args>: its stdout, after asserting that it succeeded.
 std::string Py(const std::vector<std::string>& args) {

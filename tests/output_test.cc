@@ -90,23 +90,6 @@ class StuckReader {
   int capacity_ = 0;
 };
 
-std::vector<pid_t> WorkerPids(const std::string& out) {
-  std::vector<pid_t> pids;
-  for (const std::string& l : test::SplitLines(out)) {
-    if (test::JsonField(l, "event") == "worker_started") {
-      pids.push_back(static_cast<pid_t>(std::stol(*test::JsonField(l, "pid"))));
-    }
-  }
-  return pids;
-}
-
-void ExpectCleanedUp(const ProcResult& r) {
-  EXPECT_TRUE(test::SegmentsOf(r.pid).empty()) << "segment left behind";
-  for (const pid_t w : WorkerPids(r.out)) {
-    EXPECT_TRUE(test::WaitPidGone(w, milliseconds(5000))) << "worker " << w << " left behind";
-  }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Writes that block end on a stop signal.
 
@@ -130,7 +113,7 @@ TEST(BlockingOutputs, ASaveThatCannotBeWrittenEndsOnAStopSignal) {
                          fifo),
               std::string::npos)
         << r.err;
-    ExpectCleanedUp(r);
+    test::ExpectCleanedUp(r);
   }
 }
 
@@ -174,7 +157,7 @@ TEST(OutputKinds, ACheckpointMustBeARegularFile) {
         r.err.find("--checkpoint " + path + ": " + what + "; a checkpoint must be a regular file"),
         std::string::npos)
         << r.err;
-    EXPECT_TRUE(WorkerPids(r.out).empty()) << path << ": workers were started";
+    EXPECT_TRUE(test::StartedWorkers(r.out).empty()) << path << ": workers were started";
     EXPECT_LT(took, 10'000) << path;
   }
 }
@@ -190,7 +173,7 @@ TEST(OutputKinds, ADeviceThatCannotBeOpenedIsRefusedAtTheStart) {
                        "writing (No such device or address)"),
             std::string::npos)
       << r.err;
-  EXPECT_TRUE(WorkerPids(r.out).empty()) << "workers were started";
+  EXPECT_TRUE(test::StartedWorkers(r.out).empty()) << "workers were started";
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -223,7 +206,7 @@ TEST(FullDisk, SaveAndCheckpointReserveTheirBytesBeforeTraining) {
     EXPECT_NE(r.err.find(flag + " " + disk + "/out.bin: cannot reserve the "), std::string::npos)
         << r.err;
     EXPECT_NE(r.err.find("No space left on device"), std::string::npos) << r.err;
-    EXPECT_TRUE(WorkerPids(r.out).empty()) << flag << ": it trained before refusing";
+    EXPECT_TRUE(test::StartedWorkers(r.out).empty()) << flag << ": it trained before refusing";
     EXPECT_TRUE(test::SegmentsOf(r.pid).empty());
   }
   // The same run with room trains and writes its model where the reservation was.
@@ -257,7 +240,7 @@ TEST(Leftovers, AKilledRunsTemporaryFileIsRemovedByTheNextRun) {
   EXPECT_TRUE(test::ExitedWith(r, 0));
   EXPECT_FALSE(test::FileExists(tmp)) << "the killed run's temporary file is still there";
   EXPECT_TRUE(test::FileExists(other));
-  for (const pid_t w : WorkerPids(killed.out)) test::WaitPidGone(w, milliseconds(5000));
+  for (const pid_t w : test::StartedWorkers(killed.out)) test::WaitPidGone(w, milliseconds(5000));
   for (const std::string& name : test::SegmentsOf(killed.pid)) shm_unlink(name.c_str());
 }
 

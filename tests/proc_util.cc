@@ -554,6 +554,21 @@ std::vector<std::map<std::string, std::string>> Events(const std::string& out,
   return found;
 }
 
+std::vector<pid_t> StartedWorkers(const std::string& out) {
+  std::vector<pid_t> pids;
+  for (const auto& e : Events(out, "worker_started")) {
+    pids.push_back(static_cast<pid_t>(std::stol(e.at("pid"))));
+  }
+  return pids;
+}
+
+void ExpectCleanedUp(const ProcResult& r) {
+  EXPECT_TRUE(SegmentsOf(r.pid).empty()) << "segment left behind";
+  for (const pid_t w : StartedWorkers(r.out)) {
+    EXPECT_TRUE(WaitPidGone(w, milliseconds(5000))) << "worker " << w << " left behind";
+  }
+}
+
 ::testing::AssertionResult SameBytes(const std::string& got, const std::string& want) {
   if (got.empty()) return ::testing::AssertionFailure() << "the file is empty or missing";
   if (got == want) return ::testing::AssertionSuccess();
@@ -848,6 +863,28 @@ ProcResult RunShell(const std::string& script, const std::vector<std::string>& a
   std::vector<std::string> argv = {"/bin/sh", "-c", script};
   argv.insert(argv.end(), args.begin(), args.end());
   return RunProcess(argv, timeout);
+}
+
+ProcResult Shmtrain(std::vector<std::string> args, milliseconds timeout) {
+  if (!args.empty() && args[0] == "train") {
+    args.insert(args.begin() + 1, {"--no-metrics", "--no-progress", "--log-every", "0"});
+  }
+  args.insert(args.begin(), SHMTRAIN_BIN);
+  const ProcResult r = RunProcess(args, timeout);
+  EXPECT_EQ(SegmentsOf(r.pid), std::vector<std::string>()) << "segments left by " << r.pid;
+  return r;
+}
+
+std::string SparseNpy(const TempDir& dir, const std::string& name, const std::string& descr,
+                      const std::string& shape, int64_t data_bytes) {
+  std::string d = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (" + shape + "), }";
+  d += std::string(63 - (10 + d.size()) % 64, ' ') + "\n";
+  const std::string header = std::string("\x93NUMPY\x01\x00", 8) +
+                             static_cast<char>(d.size() & 0xFF) + static_cast<char>(d.size() >> 8) +
+                             d;
+  const std::string path = dir.Write(name, header);
+  std::filesystem::resize_file(path, header.size() + static_cast<uint64_t>(data_bytes));
+  return path;
 }
 
 bool ToolFound(const char* path) {

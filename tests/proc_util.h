@@ -176,6 +176,13 @@ double Num(const std::string& summary, const std::string& key);
 std::vector<std::map<std::string, std::string>> Events(const std::string& out,
                                                        const std::string& kind);
 
+// The pids of the json-mode worker_started events in `out`, in order.
+std::vector<pid_t> StartedWorkers(const std::string& out);
+
+// A finished run left nothing behind: no segment of its master's pid, and every worker it
+// started (StartedWorkers of its stdout) gone within 5 s.
+void ExpectCleanedUp(const ProcResult& r);
+
 // Success when `got` (a file's bytes) equals `want`; else the sizes and the first difference.
 ::testing::AssertionResult SameBytes(const std::string& got, const std::string& want);
 
@@ -236,6 +243,15 @@ bool ParseSampleLine(const std::string& line, Sample* s);
 // proc_util have stdin on /dev/null, so redirections happen in the shell.
 ProcResult RunShell(const std::string& script, const std::vector<std::string>& args,
                     milliseconds timeout = milliseconds{60'000});
+
+// `shmtrain <args>` run to its end (RunProcess); a train run gets --no-metrics, --no-progress and
+// --log-every 0. A run that leaves a segment fails the current test.
+ProcResult Shmtrain(std::vector<std::string> args, milliseconds timeout);
+
+// An .npy file `name` in dir of dtype descr ("<f4") and shape ("n, 4") whose data is a hole of
+// data_bytes: as large as it says, no disk spent.
+std::string SparseNpy(const TempDir& dir, const std::string& name, const std::string& descr,
+                      const std::string& shape, int64_t data_bytes);
 
 // Whether path (a tool CMake looked for) names an executable: not empty, not *-NOTFOUND.
 bool ToolFound(const char* path);

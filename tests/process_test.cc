@@ -140,17 +140,6 @@ void ReadUntilFirstStep(Subprocess& p, int workers, RunStart* out) {
   }
 }
 
-// The pids of every worker_started event in a finished run's stdout.
-std::vector<pid_t> StartedWorkers(const std::string& out) {
-  std::vector<pid_t> pids;
-  for (const std::string& line : test::SplitLines(out)) {
-    if (test::JsonField(line, "event") == "worker_started") {
-      pids.push_back(static_cast<pid_t>(std::stol(*test::JsonField(line, "pid"))));
-    }
-  }
-  return pids;
-}
-
 // Whether name is "/shmtrain-<uid>-<master_pid>-" followed by 16 lowercase hex digits.
 bool IsSegmentNameOf(const std::string& name, pid_t master_pid) {
   const std::string prefix =
@@ -394,7 +383,7 @@ TEST_F(ProcessTest, InjectedFaultIsReported) {
   EXPECT_TRUE(Contains(r.err, "code 20")) << r.err;
   EXPECT_TRUE(Contains(r.err, "step 5")) << r.err;
   EXPECT_FALSE(test::FileExists(model));
-  const std::vector<pid_t> workers = StartedWorkers(r.out);
+  const std::vector<pid_t> workers = test::StartedWorkers(r.out);
   EXPECT_EQ(workers.size(), 3u);
   ExpectPidsGone(workers);
   ExpectNoSegments(r.pid);
@@ -655,7 +644,7 @@ TEST(LogTest, JsonLogIsFlatObjectsEndingWithSummary) {
     EXPECT_EQ(summary->count(key), 1u) << "summary lacks " << key;
   }
   EXPECT_LT(std::stod(summary->at("final_loss")), first_loss);
-  EXPECT_EQ(StartedWorkers(r.out).size(), 2u);
+  EXPECT_EQ(test::StartedWorkers(r.out).size(), 2u);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -84,23 +84,6 @@ std::string WaitForEvent(Subprocess& p, const std::string& event, milliseconds t
   return "";
 }
 
-std::vector<pid_t> WorkerPids(const std::string& out) {
-  std::vector<pid_t> pids;
-  for (const std::string& l : test::SplitLines(out)) {
-    if (test::JsonField(l, "event") == "worker_started") {
-      pids.push_back(static_cast<pid_t>(std::stol(*test::JsonField(l, "pid"))));
-    }
-  }
-  return pids;
-}
-
-void ExpectCleanedUp(const ProcResult& r) {
-  EXPECT_TRUE(test::SegmentsOf(r.pid).empty()) << "segment left behind";
-  for (const pid_t w : WorkerPids(r.out)) {
-    EXPECT_TRUE(test::WaitPidGone(w, milliseconds(5000))) << "worker " << w << " left behind";
-  }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Stop signals.
 
@@ -120,7 +103,7 @@ TEST_P(StopSignal, CheckpointsRemovesTheSegmentAndExits128PlusN) {
   EXPECT_NE(r.err.find(std::string("stopped by SIG") + sigabbrev_np(sig)), std::string::npos)
       << r.err;
   EXPECT_TRUE(test::FileExists(ck)) << "no checkpoint written on SIG" << sigabbrev_np(sig);
-  ExpectCleanedUp(r);
+  test::ExpectCleanedUp(r);
 }
 
 INSTANTIATE_TEST_SUITE_P(EverySignal, StopSignal,
@@ -283,7 +266,7 @@ TEST(Checkpoints, AFailedCheckpointIsCountedAndTheNextOneIsTried) {
   ASSERT_TRUE(p.Signal(SIGTERM));
   const ProcResult r = p.Wait(kRunTimeout);
   EXPECT_TRUE(r.exited && r.exit_code == 143) << r.Describe();
-  ExpectCleanedUp(r);
+  test::ExpectCleanedUp(r);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -311,7 +294,7 @@ TEST(Divergence, SyncStopsAtTheStepWithExit5AndSavesNothing) {
     step = here;
     EXPECT_FALSE(test::FileExists(model)) << "a diverged run wrote a model";
     EXPECT_EQ(r.out.find("\"summary\""), std::string::npos) << r.out;
-    ExpectCleanedUp(r);
+    test::ExpectCleanedUp(r);
   }
 }
 
@@ -324,8 +307,8 @@ TEST(MasterException, EndsThroughTheNormalCleanup) {
   EXPECT_EQ(r.exit_code, 1) << r.Describe();
   EXPECT_NE(r.err.find("internal error: out of memory (std::bad_alloc)"), std::string::npos)
       << r.err;
-  EXPECT_EQ(WorkerPids(r.out).size(), 2u) << r.out;
-  ExpectCleanedUp(r);
+  EXPECT_EQ(test::StartedWorkers(r.out).size(), 2u) << r.out;
+  test::ExpectCleanedUp(r);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -767,7 +750,7 @@ TEST(NonFinite, InputsThatScaleBeyondFloatAreAnErrorNamingTheRows) {
   EXPECT_TRUE(test::ExitedWith(v, 5)) << v.err;
   EXPECT_NE(v.err.find(labelled + ": the normalised input is not finite"), std::string::npos)
       << v.err;
-  EXPECT_TRUE(WorkerPids(v.out).empty()) << v.out;
+  EXPECT_TRUE(test::StartedWorkers(v.out).empty()) << v.out;
   EXPECT_FALSE(test::FileExists(dir.File("v.bin")));
 }
 
@@ -813,18 +796,20 @@ TEST(NonFinite, OutputsBeyondFloatAreAnErrorNamingTheRows) {
   }
 }
 
+// 300 steps of the parabola with momentum at learning rate lr on 2 workers, and `extra`.
+std::vector<std::string> MomentumParabola(const std::string& lr,
+                                          const std::vector<std::string>& extra) {
+  std::vector<std::string> a = {kBin,      "train", "--example", "parabola", "--layers",   "1,5,1",
+                                "--lr",    lr,      "--steps",   "300",      "--workers",  "2",
+                                "--momentum", "0.9", "--no-metrics"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
 TEST(NonFinite, CheckpointsAreRefusedByResume) {
   TempDir dir;
   const std::string ck = dir.File("ck.bin");
-  const std::vector<std::string> run = {
-      kBin,          "train",   "--example", "parabola", "--layers", "1,5,1",    "--lr",
-      "0.01",        "--steps", "300",       "--workers", "2",       "--momentum", "0.9",
-      "--no-metrics"};
-  auto with = [&](std::vector<std::string> extra) {
-    std::vector<std::string> a = run;
-    a.insert(a.end(), extra.begin(), extra.end());
-    return a;
-  };
+  auto with = [](const std::vector<std::string>& extra) { return MomentumParabola("0.01", extra); };
   ASSERT_TRUE(test::ExitedWith(
       test::RunProcess(with({"--checkpoint", ck, "--checkpoint-every", "100"}), kRunTimeout), 0));
   ASSERT_EQ(test::CheckpointStep(ck), 200);
@@ -858,7 +843,7 @@ TEST(NonFinite, CheckpointsAreRefusedByResume) {
         kRunTimeout);
     EXPECT_TRUE(test::ExitedWith(r, 2)) << c.path;
     EXPECT_NE(r.err.find(c.path + ": " + c.what), std::string::npos) << r.err;
-    EXPECT_TRUE(WorkerPids(r.out).empty()) << "workers were started:\n" << r.out;
+    EXPECT_TRUE(test::StartedWorkers(r.out).empty()) << "workers were started:\n" << r.out;
     EXPECT_FALSE(test::FileExists(model));
     EXPECT_TRUE(test::SegmentsOf(r.pid).empty());
   }
@@ -876,14 +861,7 @@ TEST(NonFinite, CheckpointsAreRefusedByResume) {
 TEST(NonFinite, ADivergenceFromTheResumedStateNamesTheCheckpoint) {
   TempDir dir;
   const std::string ck = dir.File("ck.bin");
-  const std::vector<std::string> run = {
-      kBin,      "train", "--example", "parabola", "--layers",   "1,5,1", "--lr",        "0.01",
-      "--steps", "300",   "--workers", "2",        "--momentum", "0.9",   "--no-metrics"};
-  auto with = [&](std::vector<std::string> extra) {
-    std::vector<std::string> a = run;
-    a.insert(a.end(), extra.begin(), extra.end());
-    return a;
-  };
+  auto with = [](const std::vector<std::string>& extra) { return MomentumParabola("0.01", extra); };
   ASSERT_TRUE(test::ExitedWith(
       test::RunProcess(with({"--checkpoint", ck, "--checkpoint-every", "100"}), kRunTimeout), 0));
   ASSERT_EQ(test::CheckpointStep(ck), 200);
@@ -922,7 +900,7 @@ TEST(NonFinite, ADivergenceFromTheResumedStateNamesTheCheckpoint) {
     EXPECT_NE(r.err.find(c.what), std::string::npos) << r.err;
     EXPECT_EQ(r.err.find("--lr"), std::string::npos) << r.err;
     EXPECT_FALSE(test::FileExists(dir.File("m.bin")));
-    ExpectCleanedUp(r);
+    test::ExpectCleanedUp(r);
   }
 }
 
@@ -933,14 +911,7 @@ TEST(NonFinite, ADivergenceFromTheResumedStateNamesTheCheckpoint) {
 TEST(NonFinite, AFinalModelWithOutputsBeyondFloatIsNotSaved) {
   TempDir dir;
   const std::string ck = dir.File("ck.bin"), model = dir.File("m.bin");
-  const std::vector<std::string> run = {
-      kBin,      "train", "--example", "parabola", "--layers",   "1,5,1", "--lr",        "0.5",
-      "--steps", "300",   "--workers", "2",        "--momentum", "0.9",   "--no-metrics"};
-  auto with = [&](std::vector<std::string> extra) {
-    std::vector<std::string> a = run;
-    a.insert(a.end(), extra.begin(), extra.end());
-    return a;
-  };
+  auto with = [](const std::vector<std::string>& extra) { return MomentumParabola("0.5", extra); };
   ASSERT_TRUE(test::ExitedWith(
       test::RunProcess(with({"--checkpoint", ck, "--checkpoint-every", "299"}), kRunTimeout), 0));
   ASSERT_EQ(test::CheckpointStep(ck), 299);
@@ -980,7 +951,7 @@ TEST(OutputLocks, ASecondRunOnTheSameOutputIsRefusedNamingTheFirst) {
     const ProcResult r = test::RunProcess(LongRun(flags), milliseconds(30'000));
     EXPECT_TRUE(test::ExitedWith(r, 2)) << flags[0] << " " << flags[1];
     EXPECT_NE(r.err.find(flags[0] + " " + flags[1] + ": " + holder), std::string::npos) << r.err;
-    EXPECT_TRUE(WorkerPids(r.out).empty()) << "workers were started:\n" << r.out;
+    EXPECT_TRUE(test::StartedWorkers(r.out).empty()) << "workers were started:\n" << r.out;
     EXPECT_TRUE(test::SegmentsOf(r.pid).empty());
   }
   ASSERT_TRUE(first.running()) << "the refused runs disturbed the first";
@@ -990,7 +961,7 @@ TEST(OutputLocks, ASecondRunOnTheSameOutputIsRefusedNamingTheFirst) {
   EXPECT_TRUE(test::ExitedWith(r, 143));
   EXPECT_GT(test::CheckpointStep(ck), 0);
   EXPECT_FALSE(test::FileExists(ck + ".lock")) << "the lock file outlived its run";
-  ExpectCleanedUp(r);
+  test::ExpectCleanedUp(r);
   // One run resuming from and checkpointing to the same file is one writer.
   Subprocess again(LongRun({"--resume", ck, "--checkpoint", ck, "--log-every", "1000"}));
   const std::string segment = WaitForEvent(again, "segment", kRunTimeout);
@@ -1020,7 +991,7 @@ TEST(OutputLocks, AKilledRunsLockDoesNotOutliveIt) {
   EXPECT_EQ(test::ReadWholeFile(model).substr(0, 8), "SHMTMODL");
   EXPECT_FALSE(test::FileExists(model + ".lock"));
   // The killed master's workers see it gone and leave; its segment was reclaimed by the run.
-  for (const pid_t w : WorkerPids(killed.out)) {
+  for (const pid_t w : test::StartedWorkers(killed.out)) {
     EXPECT_TRUE(test::WaitPidGone(w, milliseconds(5000))) << "worker " << w << " left behind";
   }
   for (const std::string& name : test::SegmentsOf(killed.pid)) shm_unlink(name.c_str());

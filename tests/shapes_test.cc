@@ -26,15 +26,7 @@ bool Has(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }
 
-ProcResult Shm(std::vector<std::string> args) {
-  if (!args.empty() && args[0] == "train") {
-    args.insert(args.begin() + 1, {"--no-metrics", "--no-progress", "--log-every", "0"});
-  }
-  args.insert(args.begin(), kBin);
-  const ProcResult r = test::RunProcess(args, kTimeout);
-  EXPECT_EQ(test::SegmentsOf(r.pid), std::vector<std::string>()) << "segments left by " << r.pid;
-  return r;
-}
+ProcResult Shm(std::vector<std::string> args) { return test::Shmtrain(std::move(args), kTimeout); }
 
 // An .npy file of float32 `shape` in dir, its values 0, 1/n, 2/n, ...
 std::string Npy(const test::TempDir& dir, const std::string& name, std::vector<int64_t> shape) {
@@ -175,19 +167,6 @@ TEST(ImageShapes, AModelAndItsDataMustAgree) {
   }
 }
 
-// An .npy file of `shape` whose data is a hole: no disk spent.
-std::string SparseNpy(const test::TempDir& dir, const std::string& name, const std::string& descr,
-                      const std::string& shape, int64_t data_bytes) {
-  std::string d = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (" + shape + "), }";
-  d += std::string(63 - (10 + d.size()) % 64, ' ') + "\n";
-  const std::string header = std::string("\x93NUMPY\x01\x00", 8) +
-                             static_cast<char>(d.size() & 0xFF) + static_cast<char>(d.size() >> 8) +
-                             d;
-  const std::string path = dir.Write(name, header);
-  std::filesystem::resize_file(path, header.size() + static_cast<uint64_t>(data_bytes));
-  return path;
-}
-
 // Trial 4: a model of 17k parameters whose convolution's im2col matrix alone is 64 GB for one
 // sample of 4x2048x2048 (a 31x31 kernel over 4 channels at every one of 4M pixels) passed
 // every check: the workers crash-looped on bad_alloc, eval and predict said "internal error:
@@ -196,7 +175,7 @@ std::string SparseNpy(const test::TempDir& dir, const std::string& name, const s
 TEST(ActivationMemory, IsCheckedBeforeARowIsRead) {
   test::TempDir dir;
   const int64_t values = int64_t{4} * 2048 * 2048;
-  const std::string x = SparseNpy(dir, "x.npy", "<f4", "2, 4, 2048, 2048", 2 * values * 4);
+  const std::string x = test::SparseNpy(dir, "x.npy", "<f4", "2, 4, 2048, 2048", 2 * values * 4);
   const std::string y = Labels(dir, "y.npy", 2);
   const char* kModel = "conv2d(4,31,padding=15),maxpool2d(128),flatten,linear(2)";
   ProcResult r = Shm({"train", "--data", x, "--labels", y, "--model", kModel, "--loss", "xent",
