@@ -22,7 +22,6 @@ namespace {
 
 using test::ProcResult;
 
-constexpr const char* kBin = SHMTRAIN_BIN;
 constexpr test::milliseconds kTimeout{120'000};
 
 ProcResult Shm(std::vector<std::string> args) { return test::Shmtrain(std::move(args), kTimeout); }

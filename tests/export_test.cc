@@ -32,7 +32,6 @@ using test::ExitedWith;
 using test::ProcResult;
 using test::TempDir;
 
-constexpr const char* kBin = SHMTRAIN_BIN;
 constexpr const char* kPython = PYTHON3_BIN;
 constexpr const char* kScript = NPZ_FORWARD_PY;
 constexpr const char* kNumpyPython = NUMPY_PYTHON;  // Debian's python3, with python3-numpy

@@ -19,7 +19,6 @@ namespace {
 using test::ExitedWith;
 using test::ProcResult;
 
-constexpr const char* kBin = SHMTRAIN_BIN;
 constexpr test::milliseconds kTimeout{120'000};
 
 bool Has(const std::string& s, const std::string& part) {
