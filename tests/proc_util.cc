@@ -841,6 +841,36 @@ bool ParseSampleLine(const std::string& line, Sample* s) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Chaos at the pace of this build on this machine.
+
+std::vector<std::string> WithOneDeath(std::vector<std::string> argv) {
+  argv.insert(argv.end(), {"--fault-rank", "1", "--fault-step", "10", "--fault-point", "1"});
+  return argv;
+}
+
+double RecoverySeconds(const std::string& summary) {
+  const double s = Num(summary, "recovery_max_s");
+  EXPECT_TRUE(s > 0) << "no recovery measured: " << summary;
+  return s > 0 ? s : NAN;
+}
+
+int64_t ChaosEveryMs(double wall_s, double per_run, double recovery_s, double recoveries,
+                     int64_t floor_ms) {
+  const double ms = std::max(1e3 * wall_s / per_run, 1e3 * recoveries * recovery_s);
+  return std::max(floor_ms, static_cast<int64_t>(std::ceil(ms)));
+}
+
+int KillsAtLeast(double wall_s, int64_t every_ms) {
+  return static_cast<int>(std::floor(1e3 * wall_s / (2.0 * static_cast<double>(every_ms))));
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// ---------------------------------------------------------------------------------------------
 // Other tools.
 
 ProcResult RunShell(const std::string& script, const std::vector<std::string>& args,
