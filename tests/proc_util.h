@@ -255,12 +255,21 @@ double RecoverySeconds(const std::string& summary);
 int64_t ChaosEveryMs(double wall_s, double per_run, double recovery_s, double recoveries,
                      int64_t floor_ms);
 
+// The steps of a run that lasts `intervals` chaos intervals of every_ms at least, from one of
+// `steps` steps that took wall_s: steps itself, or a multiple of it (at most 10 times). Where a
+// recovery is long next to a run's steps (a sanitizer's build), a run of the usual length sees
+// hardly a kill at a pace that lets it move.
+int64_t StepsForIntervals(int64_t steps, double wall_s, int64_t every_ms, double intervals);
+
 // The kills a chaos run that lasted wall_s at an interval of every_ms has made at least: kills
 // come 0.5 to 1.5 intervals apart once the run has moved past the previous one, which it has
 // within a recovery (an interval of 2 recoveries or more leaves it that), so floor(wall_s /
 // 1.5 intervals); this gives floor(wall_s / 2 intervals), which leaves room for recoveries
 // slower than the one measured.
 int KillsAtLeast(double wall_s, int64_t every_ms);
+
+// "N restarts in T s (recoveries: median M s, max X s)", from a chaos run's summary line.
+std::string ChaosOutcome(const std::string& summary);
 
 // The median of v (NAN when empty); for an even count, the upper of the two middle values.
 double Median(std::vector<double> v);
