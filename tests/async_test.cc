@@ -461,18 +461,24 @@ TEST(AsyncRun, DivergenceEndsTheRunAndNamesTheStep) {
 }
 
 TEST(AsyncRun, StepLinesOverwrittenWhileTheMasterStoodStillAreCounted) {
-  // The master is stopped for 2 s once it has printed its first step; the workers go on and
-  // log far more updates than the ring's 4096 records. Every logged step is then printed or
-  // counted in the warning, and some are counted.
+  // The master is stopped once it has printed its first step, and let go only once its
+  // workers have all ended (zombies it cannot reap while stopped): they log every update of
+  // the run meanwhile, far more than the ring's 4096 records. Every logged step is then printed
+  // or counted in the warning, and some are counted. Waiting for the workers' end instead of a
+  // fixed pause makes the overwrite certain at any speed (a pause of 2 s once depended on the
+  // workers logging 4096 updates in it) and costs only the rest of the run (a quarter of a
+  // second in the normal build).
   test::TempDir dir;
   const std::string out = dir.path() + "/out.json";
-  const int64_t steps = 50000;
+  const int64_t steps = 100000;
   const ProcResult r = test::RunShell(
       "\"$0\" train --no-metrics --no-progress --mode async --workers 2 --example blobs --rows "
       "1000 --features 16 --layers 16,64,4 --loss xent --lr 0.01 --batch 10 --steps \"$2\" "
       "--log-every 1 --log-format json > \"$1\" & m=$!; "
       "until grep -q '\"event\":\"step\"' \"$1\"; do sleep 0.01; done; "
-      "kill -STOP $m; sleep 2; kill -CONT $m; wait $m",
+      "kill -STOP $m; "
+      "while kill -0 $m && ps --ppid $m -o stat= | grep -qv Z; do sleep 0.01; done; "
+      "kill -CONT $m; wait $m",
       {kBin, out, std::to_string(steps)}, milliseconds{240'000});
   const std::string log = test::ReadWholeFile(out);
   ASSERT_EQ(r.exit_code, 0) << r.Describe() << test::Clip(log);
@@ -501,8 +507,9 @@ TEST(AsyncTickets, MoreWorkersThanRowsFinishQuickly) {
     std::string cmd;
     for (const std::string& a : args) cmd += a + " ";
     SCOPED_TRACE(cmd);
-    // A few seconds at most (51 processes to start on a busy machine); 120 s when broken.
-    const ProcResult r = Shmtrain(args, 30000);
+    // A few seconds (51 processes to start on a busy machine); the default barrier timeout,
+    // 120 s, when broken: the deadline is half of that, whatever this machine's speed.
+    const ProcResult r = Shmtrain(args, 60000);
     ASSERT_TRUE(r.exited) << r.Describe();
     EXPECT_EQ(r.exit_code, 0) << r.Describe();
     const std::string s = Summary(r);
