@@ -511,20 +511,20 @@ TEST(FaultTest, RankZeroReplacedAtFirstOrLastStep) {
 TEST(FaultTest, SyncExactUnderManyRandomKills) {
   constexpr int kMinKills = 20;
   TempDir dir;
+  const double recovery_s = SyncRecoverySeconds();
+  ASSERT_FALSE(std::isnan(recovery_s));
 
   [&] {  // a failed ASSERT ends this part only
     SCOPED_TRACE("--chaos-kill-every");
     // Twice the usual length, and kills about 40 times per undisturbed run of this build, but
-    // never less than 4 recoveries apart (nor 20 ms): the run spends at most about a quarter of
-    // its time recovering, and at the shortest spacing (half an interval, 2 recoveries) a kill
-    // still leaves a recovery's time for steps. Kills faster than a replacement starts leave a
-    // run one step per kill.
+    // never less than 3 recoveries apart (nor 20 ms): the run spends at most about a third of
+    // its time recovering, and at the shortest spacing (half an interval, 1.5 recoveries) a
+    // kill still leaves half a recovery's time for steps. Kills faster than a replacement
+    // starts leave a run one step per kill.
     constexpr int64_t kChaosSteps = 2 * kLongSteps;
     const Reference& ref = SyncReference(kChaosSteps);
     ASSERT_FALSE(ref.model.empty());
-    const double recovery_s = SyncRecoverySeconds();
-    ASSERT_FALSE(std::isnan(recovery_s));
-    const int64_t every_ms = test::ChaosEveryMs(ref.wall_s, 40, recovery_s, 4, 20);
+    const int64_t every_ms = test::ChaosEveryMs(ref.wall_s, 40, recovery_s, 3, 20);
     const std::string model = dir.File("chaos.model");
     const ProcResult r = test::RunProcess(
         SyncRun(kChaosSteps, {"--chaos-kill-every", std::to_string(every_ms) + "ms",
@@ -559,8 +559,6 @@ TEST(FaultTest, SyncExactUnderManyRandomKills) {
     // recoveries each (a reference measured at a busier moment than this run is longer than
     // this run, but every kill holds the run for a recovery, so with pauses of one recovery on
     // average it moves little between kills and outlasts them).
-    const double recovery_s = SyncRecoverySeconds();
-    ASSERT_FALSE(std::isnan(recovery_s));
     const int max_pause_ms =
         std::max(2, static_cast<int>(1e3 * std::min(ref.wall_s / (4 * kMinKills), 2 * recovery_s)));
     std::uniform_int_distribution<int> pause(0, max_pause_ms);
@@ -724,13 +722,13 @@ TEST(FaultTest, AsyncUnderRandomKills) {
     // every 2 recoveries on average, so it is up at least about half the time and the run goes
     // on at about half its pace or better, instead of kills landing mostly on replacements
     // still starting. 20000 updates take only 0.06 s in the normal build: the run is made
-    // 15 recoveries long at least (and 0.3 s), for 7 kills at least; the normal build on a
+    // 10 recoveries long at least (and 0.3 s), for 5 kills at least; the normal build on a
     // quiet machine kills about 100 times.
     const double recovery_s = AsyncRecoverySeconds();
     ASSERT_FALSE(std::isnan(recovery_s));
     const int64_t steps =
         kAsyncSteps *
-        std::clamp<int64_t>(static_cast<int64_t>(std::ceil(std::max(0.3, 15 * recovery_s) / wall0)),
+        std::clamp<int64_t>(static_cast<int64_t>(std::ceil(std::max(0.3, 10 * recovery_s) / wall0)),
                             1, 50);
     const std::string clean = steps == kAsyncSteps ? s0 : CleanAsyncRun(steps);
     ASSERT_FALSE(clean.empty());
@@ -1376,7 +1374,7 @@ TEST(FaultTest, AnotherLengthResumesUnlessTheScheduleSpansTheRun) {
 // ---------------------------------------------------------------------------------------------
 // 10. The chaos flag as a user would try it: SIGKILLs every ~50 ms of a sync run that lasts
 // far longer (every twentieth of the undisturbed run in a build too slow for that, and never
-// less than 4 recoveries apart, measured now in this build: a sanitizer's replacements take
+// less than 3 recoveries apart, measured now in this build: a sanitizer's replacements take
 // long to start, and so do all on a loaded machine; tests/proc_util.h, "Chaos"), and the same
 // bits as without chaos.
 
@@ -1385,9 +1383,9 @@ void ExpectChaosEndsByteIdentical(int64_t usual_steps, const Rule& rule) {
   ASSERT_FALSE(usual.model.empty());
   const double recovery_s = SyncRecoverySeconds(rule);
   ASSERT_FALSE(std::isnan(recovery_s));
-  const int64_t every_ms = test::ChaosEveryMs(usual.wall_s, 20, recovery_s, 4, 50);
-  // A run of 4 intervals at least: 2 kills at least, at the longest spacing.
-  const int64_t steps = test::StepsForIntervals(usual_steps, usual.wall_s, every_ms, 4);
+  const int64_t every_ms = test::ChaosEveryMs(usual.wall_s, 20, recovery_s, 3, 50);
+  // A run of 3 intervals at least: a kill at least (KillsAtLeast), at the longest spacing.
+  const int64_t steps = test::StepsForIntervals(usual_steps, usual.wall_s, every_ms, 3);
   const Reference& ref = SyncReference(steps, rule);
   ASSERT_FALSE(ref.model.empty());
   TempDir dir;
