@@ -286,6 +286,14 @@ std::vector<std::string> FrozenBlobs(const std::string& mode, int workers, int64
   return a;
 }
 
+// A recovery from a worker's death in this build on this machine, now (tests/proc_util.h,
+// "Chaos"): the one of a short run of `hidden` with one death.
+double AsyncRecoverySeconds(int hidden) {
+  const ProcResult r = Shmtrain(test::WithOneDeath(FrozenBlobs("async", 2, 500, {}, hidden)));
+  EXPECT_EQ(r.exit_code, 0) << r.Describe();
+  return test::RecoverySeconds(Summary(r));
+}
+
 // The minibatch fingerprints of tickets 0 .. n-1: sync P = 1 logs minibatch t at step t.
 const std::vector<std::string>& TicketLosses(int64_t n, int hidden) {
   static auto* cache = new std::map<std::pair<int64_t, int>, std::vector<std::string>>();
@@ -395,40 +403,40 @@ TEST(AsyncTickets, SigkilledWorkersLoseOnlyTornTickets) {
   // replacement; only an update torn mid-apply loses its minibatch (it is not redone), and it
   // is made up by a fresh ticket past the end. The run applies exactly --steps updates.
   const int64_t steps = 2000;
-  // The kills come about 25 times per undisturbed run of this build, and never more often
-  // than a replacement can start: in sanitizer builds a worker takes tens of milliseconds to
-  // start, and kills faster than that would only ever hit starting workers. So the run must
-  // last 25 such intervals: the normal build does kHeavy's 2000 updates in under 100 ms, where
-  // kills 10 ms apart came only 7 times, and takes kHeavier there (more updates would outgrow
-  // the fingerprints: 11000 had 5 collisions); ASan's kHeavy run lasts long enough.
+  // The kills come about 25 times per undisturbed run of this build, and never more often than
+  // a replacement starts (once a recovery, measured now in this build: tests/proc_util.h,
+  // "Chaos"): kills faster than that would mostly hit starting workers. Each of the 2 workers
+  // is then killed every 2 recoveries on average, up at least about half the time. The run
+  // should last 20 such intervals (10 kills): the normal build does kHeavy's 2000 updates in
+  // under 100 ms, and takes kHeavier there (more updates would outgrow the fingerprints: 11000
+  // had 5 collisions); a sanitizer's kHeavy run, over 250 ms, stays, with the kills its
+  // recoveries allow (fewer, in a build whose every restart is slow: kHeavier would cost it
+  // eight times the run).
   int hidden = kHeavy;
+  const double recovery_s = AsyncRecoverySeconds(hidden);
+  ASSERT_FALSE(std::isnan(recovery_s));
   ProcResult calm = Shmtrain(FrozenBlobs("async", 2, steps, {}, hidden));
   ASSERT_EQ(calm.exit_code, 0) << calm.Describe();
-  double wall_ms = 1e3 * Num(Summary(calm), "wall_s");
-  if (wall_ms < 25 * 10) {
+  double wall_s = Num(Summary(calm), "wall_s");
+  int64_t every_ms = test::ChaosEveryMs(wall_s, 25, recovery_s, 1, 10);
+  if (wall_s < 0.25 && 1e3 * wall_s < 20.0 * every_ms) {
     hidden = kHeavier;
     calm = Shmtrain(FrozenBlobs("async", 2, steps, {}, hidden));
     ASSERT_EQ(calm.exit_code, 0) << calm.Describe();
-    wall_ms = 1e3 * Num(Summary(calm), "wall_s");
+    wall_s = Num(Summary(calm), "wall_s");
+    every_ms = test::ChaosEveryMs(wall_s, 25, recovery_s, 1, 10);
   }
-  // The machine's load can change between the calm run and the chaos run (a busy machine
-  // slows the calm one, and kills then come too rarely): a chaos run with too few kills is run
-  // again, its interval taken from its own length, at most three times.
-  ProcResult r;
-  std::string s;
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    const int every_ms = static_cast<int>(std::clamp(wall_ms / 25, 10.0, 500.0));
-    r = Shmtrain(FrozenBlobs(
-        "async", 2, steps,
-        {"--chaos-kill-every", std::to_string(every_ms) + "ms", "--chaos-seed", "5"}, hidden));
-    ASSERT_EQ(r.exit_code, 0) << r.Describe();
-    s = Summary(r);
-    std::printf("[ tickets under chaos ] every %d ms: %g restarts, %g torn\n", every_ms,
-                Num(s, "restarts"), Num(s, "torn_updates"));
-    if (Num(s, "restarts") >= 10) break;
-    wall_ms = 1e3 * Num(s, "wall_s");
-  }
-  EXPECT_GE(Num(s, "restarts"), 10) << s;
+  const ProcResult r = Shmtrain(FrozenBlobs(
+      "async", 2, steps,
+      {"--chaos-kill-every", std::to_string(every_ms) + "ms", "--chaos-seed", "5"}, hidden));
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  const std::string s = Summary(r);
+  std::printf("[ tickets under chaos ] a recovery %.3f s, every %lld ms: %s, %g torn\n", recovery_s,
+              static_cast<long long>(every_ms), test::ChaosOutcome(s).c_str(),
+              Num(s, "torn_updates"));
+  // The kills the run's length allows at that pace (a busy machine's calm run can be longer
+  // than its chaos run, whose kills then come fewer).
+  EXPECT_GE(Num(s, "restarts"), std::min(10, test::KillsAtLeast(Num(s, "wall_s"), every_ms))) << s;
   EXPECT_EQ(Num(s, "param_version"), steps) << s;
   const std::vector<long> per = WorkerUpdates(s);
   EXPECT_EQ(std::accumulate(per.begin(), per.end(), 0L), steps) << s;
@@ -455,18 +463,24 @@ TEST(AsyncRun, DivergenceEndsTheRunAndNamesTheStep) {
 }
 
 TEST(AsyncRun, StepLinesOverwrittenWhileTheMasterStoodStillAreCounted) {
-  // The master is stopped for 2 s once it has printed its first step; the workers go on and
-  // log far more updates than the ring's 4096 records. Every logged step is then printed or
-  // counted in the warning, and some are counted.
+  // The master is stopped once it has printed its first step, and let go only once its
+  // workers have all ended (zombies it cannot reap while stopped): they log every update of
+  // the run meanwhile, far more than the ring's 4096 records. Every logged step is then printed
+  // or counted in the warning, and some are counted. Waiting for the workers' end instead of a
+  // fixed pause makes the overwrite certain at any speed (a pause of 2 s once depended on the
+  // workers logging 4096 updates in it) and costs only the rest of the run (a quarter of a
+  // second in the normal build).
   test::TempDir dir;
   const std::string out = dir.path() + "/out.json";
-  const int64_t steps = 50000;
+  const int64_t steps = 100000;
   const ProcResult r = test::RunShell(
       "\"$0\" train --no-metrics --no-progress --mode async --workers 2 --example blobs --rows "
       "1000 --features 16 --layers 16,64,4 --loss xent --lr 0.01 --batch 10 --steps \"$2\" "
       "--log-every 1 --log-format json > \"$1\" & m=$!; "
       "until grep -q '\"event\":\"step\"' \"$1\"; do sleep 0.01; done; "
-      "kill -STOP $m; sleep 2; kill -CONT $m; wait $m",
+      "kill -STOP $m; "
+      "while kill -0 $m && ps --ppid $m -o stat= | grep -qv Z; do sleep 0.01; done; "
+      "kill -CONT $m; wait $m",
       {kBin, out, std::to_string(steps)}, milliseconds{240'000});
   const std::string log = test::ReadWholeFile(out);
   ASSERT_EQ(r.exit_code, 0) << r.Describe() << test::Clip(log);
@@ -495,8 +509,9 @@ TEST(AsyncTickets, MoreWorkersThanRowsFinishQuickly) {
     std::string cmd;
     for (const std::string& a : args) cmd += a + " ";
     SCOPED_TRACE(cmd);
-    // A few seconds at most (51 processes to start on a busy machine); 120 s when broken.
-    const ProcResult r = Shmtrain(args, 30000);
+    // A few seconds (51 processes to start on a busy machine); the default barrier timeout,
+    // 120 s, when broken: the deadline is half of that, whatever this machine's speed.
+    const ProcResult r = Shmtrain(args, 60000);
     ASSERT_TRUE(r.exited) << r.Describe();
     EXPECT_EQ(r.exit_code, 0) << r.Describe();
     const std::string s = Summary(r);
@@ -518,11 +533,43 @@ TEST(AsyncRun, LogsTheLossAtLoggedUpdates) {
   EXPECT_EQ(steps, want);
 }
 
+// The death is seen at once (the master polls its workers' pidfds): before the run's only
+// timeout, the heartbeat's (5 s here, half the barrier timeout), which is how a master that
+// missed it would have found the dead worker; a bound of the configuration, not of this
+// machine's speed.
 TEST(AsyncRun, KilledWorkerEndsTheRunCleanly) {
-  test::Subprocess p({kBin, "train", "--metrics-addr=127.0.0.1:0", "--mode", "async", "--workers", "2", "--example", "blobs",
-                      "--rows", "2000", "--features", "32", "--layers", "32,256,4", "--loss",
-                      "xent", "--lr", "0.01", "--batch", "32", "--steps", "100000000",
-                      "--log-format", "json", "--log-every", "100", "--max-restarts", "0"});
+  constexpr milliseconds kHeartbeatTimeout{5'000};
+  test::Subprocess p({kBin,
+                      "train",
+                      "--metrics-addr=127.0.0.1:0",
+                      "--mode",
+                      "async",
+                      "--workers",
+                      "2",
+                      "--example",
+                      "blobs",
+                      "--rows",
+                      "2000",
+                      "--features",
+                      "32",
+                      "--layers",
+                      "32,256,4",
+                      "--loss",
+                      "xent",
+                      "--lr",
+                      "0.01",
+                      "--batch",
+                      "32",
+                      "--steps",
+                      "100000000",
+                      "--log-format",
+                      "json",
+                      "--log-every",
+                      "100",
+                      "--max-restarts",
+                      "0",
+                      "--barrier-timeout",
+                      "10s"});
   std::string line;
   pid_t victim = -1;
   bool stepped = false;
@@ -535,7 +582,9 @@ TEST(AsyncRun, KilledWorkerEndsTheRunCleanly) {
   ASSERT_GT(victim, 0);
   ASSERT_TRUE(stepped);
   kill(victim, SIGKILL);
-  const ProcResult r = p.Wait(milliseconds(5000));
+  const auto killed = test::Clock::now();
+  const ProcResult r = p.Wait(4 * kHeartbeatTimeout);
+  EXPECT_LT(r.end - killed, kHeartbeatTimeout) << "the death was found by a timeout, not at once";
   EXPECT_EQ(r.exit_code, 3) << r.Describe();
   EXPECT_NE(r.err.find("worker 1"), std::string::npos) << r.err;
   EXPECT_TRUE(test::SegmentsOf(r.pid).empty());
@@ -601,14 +650,22 @@ TEST(AsyncCheckpoints, NoneIsSkippedWhileWorkersAreKilled) {
   // Chaos kills land in computations, applies and pauses. Each multiple is still written once;
   // a death can cost a ticket below the multiple (torn, or lost while claimed), made up past
   // the end, so a checkpoint's step is the multiple less at most one per death so far.
+  // The kills come about 10 times per undisturbed run, but never more often than a replacement
+  // starts (once a recovery, measured now in this build: tests/proc_util.h, "Chaos"), and the
+  // run lasts 3 intervals at least (more updates where a recovery is long next to them): a
+  // kill at least.
   test::TempDir dir;
   const std::string ckpt = dir.File("c.ckpt");
-  const int64_t steps = 1000, every = 100;
-  std::vector<std::string> args = FrozenBlobs("async", 2, steps, {}, kHeavy);
-  const ProcResult calm = Shmtrain(args);
+  constexpr int64_t kUsualSteps = 1000;
+  const double recovery_s = AsyncRecoverySeconds(kHeavy);
+  ASSERT_FALSE(std::isnan(recovery_s));
+  const ProcResult calm = Shmtrain(FrozenBlobs("async", 2, kUsualSteps, {}, kHeavy));
   ASSERT_EQ(calm.exit_code, 0) << calm.Describe();
-  const double wall_ms = 1e3 * Num(Summary(calm), "wall_s");
-  const int every_ms = static_cast<int>(std::clamp(wall_ms / 10, 10.0, 500.0));
+  const double wall_s = Num(Summary(calm), "wall_s");
+  const int64_t every_ms = test::ChaosEveryMs(wall_s, 10, recovery_s, 1, 10);
+  const int64_t steps = test::StepsForIntervals(kUsualSteps, wall_s, every_ms, 3);
+  const int64_t every = steps / 10;
+  std::vector<std::string> args = FrozenBlobs("async", 2, steps, {}, kHeavy);
   args.insert(args.end(), {"--checkpoint", ckpt, "--checkpoint-every", std::to_string(every),
                            "--chaos-kill-every", std::to_string(every_ms) + "ms",
                            "--chaos-seed", "3"});
@@ -616,9 +673,12 @@ TEST(AsyncCheckpoints, NoneIsSkippedWhileWorkersAreKilled) {
   ASSERT_EQ(r.exit_code, 0) << r.Describe();
   const std::string s = Summary(r);
   const double restarts = Num(s, "restarts");
-  std::printf("[ checkpoints under chaos ] %g restarts, %g torn\n", restarts,
-              Num(s, "torn_updates"));
-  EXPECT_GE(restarts, 1) << s;
+  std::printf(
+      "[ checkpoints under chaos ] %lld updates, a recovery %.3f s, every %lld ms: %s, "
+      "%g torn\n",
+      static_cast<long long>(steps), recovery_s, static_cast<long long>(every_ms),
+      test::ChaosOutcome(s).c_str(), Num(s, "torn_updates"));
+  EXPECT_GE(restarts, std::min(1, test::KillsAtLeast(Num(s, "wall_s"), every_ms))) << s;
   const std::vector<int64_t> got = CheckpointSteps(r);
   ASSERT_EQ(got.size(), static_cast<size_t>(steps / every - 1)) << r.out;
   for (size_t k = 0; k < got.size(); ++k) {
@@ -698,22 +758,40 @@ TEST(Simulate, IsDeterministic) {
   EXPECT_EQ(a.out, b.out);
 }
 
-// Held-out accuracy, measured: 0.758..0.802 in 13 runs, 0.772..0.780 in 7 more under ASan and
-// TSan (async varies with the scheduling; the same command in sync mode: 0.780), 0.078 with
-// --lr 1e-9; bound 0.72.
+// Held-out accuracy of async runs varies with the scheduling (the same command in sync mode:
+// 0.780; with --lr 1e-9: 0.078). Measured: 40 runs on this 2-core machine at its usual load (a
+// load average of about 9, others compiling): min 0.752, median 0.780, max 0.802; 100 runs with
+// 4 busy loops beside them besides: min 0.708 (twice), then 0.744, 0.749, median 0.772, max
+// 0.802; a CI run on a fresh machine: 0.716. One run falls below 0.72 about once in 50 under
+// load, so the bound holds the median of 5 runs: 3 of 5 at 0.72 or more (with 2 runs in 100
+// below, 5 runs miss it about once in 10^4), and the test stops at the third that is.
 TEST(AsyncRun, RealAsyncOnFashion8Reaches72Percent) {
   SHMTRAIN_CONVERGENCE_TEST();
+  constexpr double kBound = 0.72;
+  constexpr int kRuns = 5, kNeeded = 3;
   const std::string fashion8 = test::SmallFashionCsv();
   ASSERT_FALSE(fashion8.empty()) << "no data set: the failure above says why";
   std::vector<std::string> args = {"train", "--mode", "async", "--workers", "2", "--log-format",
                                    "json"};
   const std::vector<std::string> d = Fashion8Args(fashion8);
   args.insert(args.end(), d.begin(), d.end());
-  const ProcResult r = Shmtrain(args);
-  ASSERT_EQ(r.exit_code, 0) << r.Describe();
-  const std::string s = Summary(r);
-  EXPECT_GE(Num(s, "val_accuracy"), 0.72) << s;
-  EXPECT_EQ(Num(s, "param_version"), 3000);
+  std::vector<double> accuracies;
+  std::string runs;
+  int reached = 0;
+  for (int k = 0; k < kRuns && reached < kNeeded; ++k) {
+    const ProcResult r = Shmtrain(args);
+    ASSERT_EQ(r.exit_code, 0) << r.Describe();
+    const std::string s = Summary(r);
+    EXPECT_EQ(Num(s, "param_version"), 3000);
+    accuracies.push_back(Num(s, "val_accuracy"));
+    reached += accuracies.back() >= kBound;
+    runs += s + "\n";
+  }
+  std::string measured;
+  for (double a : accuracies) measured += " " + std::to_string(a).substr(0, 6);
+  std::printf("[ measured ] val_accuracy%s\n", measured.c_str());
+  EXPECT_GE(reached, kNeeded) << "the median of " << kRuns << " runs is below " << kBound << ":\n"
+                              << runs;
 }
 
 }  // namespace

@@ -1325,16 +1325,20 @@ IdleScrape ScrapeWithIdleClients(Trainer& t, int idle) {
 // queued the scrape behind the idle client (one serving thread, or threads that are not
 // freed) answers it only once the request timeout has dropped the idle client: no earlier than
 // kRequestTimeout after the idle connect. A healthy one answers a few milliseconds after the
-// 200 ms pause. Half the request timeout separates the two with 300 ms to spare on either
-// side; the bound follows from the server's configuration, not from this machine's speed.
+// 200 ms pause (a few hundred under TSan on a loaded machine). The request timeout itself
+// separates the two: a scrape answered before it was not queued behind the idle client,
+// however slow this machine; the bound follows from the server's configuration, not from this
+// machine's speed (half of it, once, left a slow healthy server 300 ms).
 TEST_F(MetricsTest, AnIdleClientDoesNotStallScrapes) {
   Trainer t("sync");
   ASSERT_NO_FATAL_FAILURE(t.WaitFor("metrics"));
   ASSERT_NO_FATAL_FAILURE(t.WaitFor("step"));
   const IdleScrape s = ScrapeWithIdleClients(t, kServingThreads - 1);
+  std::printf("[ measured ] the scrape ended %lld ms after the idle connect\n",
+              static_cast<long long>(s.since_idle.count()));
   EXPECT_TRUE(s.ok) << "with one idle connection open, a scrape failed after "
                     << s.since_idle.count() << " ms: " << s.error;
-  EXPECT_LT(s.since_idle, kRequestTimeout / 2)
+  EXPECT_LT(s.since_idle, kRequestTimeout)
       << "the scrape waited for the idle connection to time out";
   EXPECT_TRUE(s.idle_open) << "the idle connection was dropped before the scrape was answered";
   t.Stop();

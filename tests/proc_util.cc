@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <cmath>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -853,6 +854,49 @@ bool ParseSampleLine(const std::string& line, Sample* s) {
     }
   }
   return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Chaos at the pace of this build on this machine.
+
+std::vector<std::string> WithOneDeath(std::vector<std::string> argv) {
+  argv.insert(argv.end(), {"--fault-rank", "1", "--fault-step", "10", "--fault-point", "1"});
+  return argv;
+}
+
+double RecoverySeconds(const std::string& summary) {
+  const double s = Num(summary, "recovery_max_s");
+  EXPECT_TRUE(s > 0) << "no recovery measured: " << summary;
+  return s > 0 ? s : NAN;
+}
+
+int64_t ChaosEveryMs(double wall_s, double per_run, double recovery_s, double recoveries,
+                     int64_t floor_ms) {
+  const double ms = std::max(1e3 * wall_s / per_run, 1e3 * recoveries * recovery_s);
+  return std::max(floor_ms, static_cast<int64_t>(std::ceil(ms)));
+}
+
+int64_t StepsForIntervals(int64_t steps, double wall_s, int64_t every_ms, double intervals) {
+  const double times = std::ceil(1e-3 * intervals * static_cast<double>(every_ms) / wall_s);
+  return steps * static_cast<int64_t>(std::clamp(times, 1.0, 10.0));
+}
+
+int KillsAtLeast(double wall_s, int64_t every_ms) {
+  return static_cast<int>(std::floor(1e3 * wall_s / (2.0 * static_cast<double>(every_ms))));
+}
+
+std::string ChaosOutcome(const std::string& summary) {
+  char text[160];
+  std::snprintf(text, sizeof text, "%g restarts in %.3f s (recoveries: median %.3f s, max %.3f s)",
+                Num(summary, "restarts"), Num(summary, "wall_s"), Num(summary, "recovery_median_s"),
+                Num(summary, "recovery_max_s"));
+  return text;
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -237,6 +237,51 @@ std::string SeriesKey(const std::string& name, const std::map<std::string, std::
 bool ParseSampleLine(const std::string& line, Sample* s);
 
 // ---------------------------------------------------------------------------------------------
+// Chaos (--chaos-kill-every) at the pace of this build on this machine.
+//
+// A kill costs a run about one recovery: from the worker's death until its replacement has
+// attached and the run has moved on (the summary's recovery_max_s), most of it a process
+// start: tens of milliseconds in the normal build on a quiet machine, a second under TSan on a
+// loaded one. The supervisor kills again only once the run has moved past the previous kill,
+// so no interval stalls a run; but kills closer together than a recovery leave a sync run one
+// step per kill (a TSan run of the hosts' chaos test: 204 kills of one rank, one step each,
+// until its 120 s deadline). A chaos test therefore measures a recovery in the same build at
+// the same time (WithOneDeath, RecoverySeconds), keeps its kills a few recoveries apart
+// (ChaosEveryMs), and expects the kills the pace it chose allows (KillsAtLeast).
+
+// argv (a run of more than 10 steps with 2 workers or more, --log-format json) with rank 1
+// ending at the start of its step 10 (--fault-point 1): one death, replaced as any other.
+std::vector<std::string> WithOneDeath(std::vector<std::string> argv);
+
+// The recovery of that death in seconds, from the run's summary line; a failure and NAN when
+// the run recovered from no death.
+double RecoverySeconds(const std::string& summary);
+
+// A chaos interval in milliseconds: `per_run` kills per undisturbed run of wall_s, but never
+// less than `recoveries` x recovery_s, nor floor_ms.
+int64_t ChaosEveryMs(double wall_s, double per_run, double recovery_s, double recoveries,
+                     int64_t floor_ms);
+
+// The steps of a run that lasts `intervals` chaos intervals of every_ms at least, from one of
+// `steps` steps that took wall_s: steps itself, or a multiple of it (at most 10 times). Where a
+// recovery is long next to a run's steps (a sanitizer's build), a run of the usual length sees
+// hardly a kill at a pace that lets it move.
+int64_t StepsForIntervals(int64_t steps, double wall_s, int64_t every_ms, double intervals);
+
+// The kills a chaos run that lasted wall_s at an interval of every_ms has made at least: kills
+// come 0.5 to 1.5 intervals apart once the run has moved past the previous one, which it has
+// within a recovery (an interval of 2 recoveries or more leaves it that), so floor(wall_s /
+// 1.5 intervals); this gives floor(wall_s / 2 intervals), which leaves room for recoveries
+// slower than the one measured.
+int KillsAtLeast(double wall_s, int64_t every_ms);
+
+// "N restarts in T s (recoveries: median M s, max X s)", from a chaos run's summary line.
+std::string ChaosOutcome(const std::string& summary);
+
+// The median of v (NAN when empty); for an even count, the upper of the two middle values.
+double Median(std::vector<double> v);
+
+// ---------------------------------------------------------------------------------------------
 // Other tools.
 
 // Runs a shell command line with positional arguments ($0, $1, ...): the children of

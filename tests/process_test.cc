@@ -338,12 +338,18 @@ TEST(SignalTest, SigtermStopsCleanly) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 5. A worker killed mid-run never hangs the others: the master notices at once, abandons the
-// run within a second, names the worker and the signal, and leaves nothing behind.
+// 5. A worker killed mid-run never hangs the others: the master notices at once (it polls its
+// workers' pidfds), abandons the run, names the worker and the signal, and leaves nothing
+// behind. "At once" is bounded by the configuration, not by this machine's speed: the run's
+// shortest timeout, the heartbeat's (5 s here, half the barrier timeout), is how a master that
+// missed the death would have found it. Measured: 11 to 58 ms with 4 busy loops beside the
+// test on 2 cores.
 
-TEST(FaultTest, KilledWorkerEndsRunWithinOneSecond) {
+TEST(FaultTest, KilledWorkerEndsRunBeforeAnyTimeout) {
+  constexpr milliseconds kHeartbeatTimeout{5'000};
   std::vector<std::string> args = LongRun(3);
-  args.push_back("--max-restarts=0");  // no replacement: the run must end, and quickly
+  // No replacement: the run must end, and before any timeout could have ended it.
+  args.insert(args.end(), {"--max-restarts=0", "--barrier-timeout", "10s"});
   Subprocess p(args);
   ASSERT_GT(p.pid(), 0);
   RunStart start;
@@ -356,7 +362,7 @@ TEST(FaultTest, KilledWorkerEndsRunWithinOneSecond) {
   std::printf("[ no hang ] master exited %lld ms after SIGKILL of worker 1\n",
               static_cast<long long>(latency.count()));
   RecordProperty("exit_latency_ms", std::to_string(latency.count()));
-  EXPECT_LT(latency, milliseconds{1000});
+  EXPECT_LT(latency, kHeartbeatTimeout) << "the death was found by a timeout, not at once";
   ExpectExit(r, 3);
   EXPECT_TRUE(Contains(r.err, "worker 1")) << r.err;
   EXPECT_TRUE(Contains(r.err, "SIGKILL")) << r.err;
