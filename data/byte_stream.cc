@@ -174,14 +174,17 @@ class FileSource final : public ByteSource {
       }
       if (z_.avail_in == 0) {
         if (Status s = Fill(); !s.ok()) return s;
-        if (z_.avail_in == 0) {
-          return Damaged(name(), "truncated: the gzip stream ends at byte " +
-                                     std::to_string(read_) + ", inside its compressed data");
-        }
       }
+      // Inflated even when the file has no more bytes: zlib may hold decoded input it has not
+      // written for want of room (a match, whose distance it checks only when it copies it),
+      // and a full buffer of one size must find what a larger one finds. No progress with
+      // no input left is the file's end inside the stream.
       const int r = inflate(&z_, Z_NO_FLUSH);
       if (r == Z_STREAM_END) {
         member_done_ = true;
+      } else if (r == Z_BUF_ERROR && z_.avail_in == 0) {
+        return Damaged(name(), "truncated: the gzip stream ends at byte " +
+                                   std::to_string(read_) + ", inside its compressed data");
       } else if (r != Z_OK) {
         // The byte inflation failed at: the last one it read.
         const uint64_t at = Consumed() > 0 ? Consumed() - 1 : 0;

@@ -2188,5 +2188,28 @@ TEST_F(CsvTest, GzipDamageIsReportedWhereTheTextReachesIt) {
   }
 }
 
+// A match whose distance reaches before the stream's start, in the last bytes of a file: zlib
+// checks the distance only when it copies the match, so a reader whose buffer was full when
+// the match was decoded must still inflate it after the file's last byte (libsvm's fuzz target
+// found blocks of 15 bytes reporting the end of the file instead).
+TEST_F(CsvTest, GzipDamageIsTheSameWhateverTheBlock) {
+  const unsigned char kBytes[] = {0x1f, 0x8b, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x02, 0xff,
+                                  0x33, 0x54, 0x30, 0xb4, 0xd0, 0x32, 0x55, 0x30, 0x55, 0xe2,
+                                  0xb6, 0x77, 0x32, 0x32, 0x3f, 0x30, 0xb2, 0x32, 0xe4};
+  const std::string path =
+      Write(std::string(reinterpret_cast<const char*>(kBytes), sizeof kBytes), "far.svm");
+  LoadOptions opts;
+  opts.format = DataFormat::kLibsvm;
+  for (size_t block = 1; block <= 64; ++block) {
+    SCOPED_TRACE("blocks of " + std::to_string(block));
+    TextTuning t;
+    t.block_bytes = block;
+    t.threads = 1;
+    Dataset d;
+    const Status s = LoadText(path, opts, t, &d);
+    EXPECT_EQ(s.message(), path + ": damaged gzip data at byte 28: invalid distance too far back");
+  }
+}
+
 }  // namespace
 }  // namespace shmtrain::data
