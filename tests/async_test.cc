@@ -399,6 +399,7 @@ TEST(AsyncTickets, StaleGradientsAreDroppedAndRecomputed) {
 }
 
 TEST(AsyncTickets, SigkilledWorkersLoseOnlyTornTickets) {
+  SHMTRAIN_REPEATS_PATHS_TEST();
   // Chaos SIGKILLs at random moments: a ticket held by a killed rank is taken over by its
   // replacement; only an update torn mid-apply loses its minibatch (it is not redone), and it
   // is made up by a fresh ticket past the end. The run applies exactly --steps updates.
@@ -647,6 +648,7 @@ TEST(AsyncCheckpoints, OneWorkerResumesToTheUninterruptedBits) {
 }
 
 TEST(AsyncCheckpoints, NoneIsSkippedWhileWorkersAreKilled) {
+  SHMTRAIN_REPEATS_PATHS_TEST();
   // Chaos kills land in computations, applies and pauses. Each multiple is still written once;
   // a death can cost a ticket below the multiple (torn, or lost while claimed), made up past
   // the end, so a checkpoint's step is the multiple less at most one per death so far.

@@ -282,6 +282,7 @@ TEST_F(HostsTest, WorkerKilledOnHost1AtTheNormEndsByteIdentical) {
 // is long next to the job's steps (TSan's), is made longer, so that each host kills once at
 // least; the normal build kills about 15 times.
 TEST_F(HostsTest, ChaosOnEveryHostEndsByteIdentical) {
+  SHMTRAIN_REPEATS_PATHS_TEST();
   constexpr int64_t kSteps = 2000;  // about a second in the normal build on a quiet machine
   TempDir dir;
   const std::vector<std::string> rule = {"--batch", "64", "--momentum", "0.9"};

@@ -26,14 +26,22 @@
 // runs it.
 // A rate test (one that compares how fast something goes under two conditions) is skipped
 // there too: the instrumentation, not the code under test, sets the pace.
+// A test that repeats paths is skipped there as well: chaos (a kill every few recoveries, the
+// same death and replacement tens of times) and the fault points again under one more update
+// rule. Each path it takes is taken there by a test of one fault (a fault point, a kill at a
+// step, a resume), which is what a sanitizer checks; the normal build checks the outcome of the
+// repetition. (ASan's slowest tests were these: 108 s of its 593.)
 #ifdef SHMTRAIN_SANITIZED
 #define SHMTRAIN_CONVERGENCE_TEST() \
   GTEST_SKIP() << "a convergence test: the normal build runs it, smaller tests run its paths here"
 #define SHMTRAIN_RATE_TEST() \
   GTEST_SKIP() << "a rate test: the normal build runs it, smaller tests run its paths here"
+#define SHMTRAIN_REPEATS_PATHS_TEST() \
+  GTEST_SKIP() << "it repeats paths that tests of one fault each run here; the normal build runs it"
 #else
 #define SHMTRAIN_CONVERGENCE_TEST() static_cast<void>(0)
 #define SHMTRAIN_RATE_TEST() static_cast<void>(0)
+#define SHMTRAIN_REPEATS_PATHS_TEST() static_cast<void>(0)
 #endif
 
 namespace shmtrain::test {
