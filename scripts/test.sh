@@ -2,9 +2,10 @@
 # Builds and runs the tests in three configurations, each with what it can find
 # (tests/CMakeLists.txt labels every test executable):
 #   plain  the normal build: every test, the benchmarks built;
-#   asan   ASan+UBSan: parsers, model files, checkpoints, every process and fault path;
+#   asan   ASan+UBSan: parsers, model files, checkpoints, layers, every process and fault
+#          path;
 #   tsan   TSan: the master's threads (CSV loader, validation evaluator, metrics exporter,
-#          cross-host combiner);
+#          cross-host combiner and parameter server);
 # then fuzzes every parser for a short fixed time (scripts/fuzz.sh, with the targets of the
 # ASan build; any finding fails).
 # Usage: scripts/test.sh [all|plain|asan|tsan|fuzz]   (default: all)
@@ -44,7 +45,9 @@ configure() {
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
 }
 
-sanitized="shmtrain shmtrain-worker threaded_unit_tests realdata_tests metrics_tests"
+# What each sanitizer build compiles: what its label runs (tests/CMakeLists.txt).
+asan_targets="shmtrain shmtrain-worker unit_tests threaded_unit_tests cli_tests fuzz_all"
+tsan_targets="shmtrain shmtrain-worker threaded_unit_tests realdata_tests metrics_tests hosts_tests"
 # Three tests at once on two cores: most of a test is a process starting or waiting for
 # another (ASan's 707 tests: 131 s at -j2, 110 s at -j3). TSan's tests start mpirun jobs whose
 # host timeouts they measure: two at once.
@@ -59,9 +62,9 @@ export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 export CC=clang CXX=clang++
 asan=(-DSHMTRAIN_SANITIZE=address -DSHMTRAIN_FUZZ=ON -DSHMTRAIN_BENCH=OFF)
 [[ $what == all || $what == asan ]] &&
-  run build-asan asan "$sanitized unit_tests cli_tests fuzz_all" "${asan[@]}"
+  run build-asan asan "$asan_targets" "${asan[@]}"
 [[ $what == all || $what == tsan ]] &&
-  tests_at_once=2 run build-tsan tsan "$sanitized hosts_tests" -DSHMTRAIN_SANITIZE=thread -DSHMTRAIN_BENCH=OFF
+  tests_at_once=2 run build-tsan tsan "$tsan_targets" -DSHMTRAIN_SANITIZE=thread -DSHMTRAIN_BENCH=OFF
 # 10 s a target (was 20, then 15): the whole run must stay under 15 minutes on 2 cores, where
 # each second here is 5 of the wall; the seeded corpora keep a short run meaningful, and longer
 # campaigns run by hand (README.md, "Fuzzing").
