@@ -2,7 +2,7 @@
 // padding, no dilation and no groups.
 //
 // Two kernels, chosen per layer by its shape:
-// - im2col + one Eigen matrix product per chunk of samples, for layers with many input
+// - im2col + one matrix product (nn/gemm.h) per chunk of samples, for layers with many input
 //   channels. The input is channels-last (nn/layer.h), so the kernel's window over one input
 //   row is one contiguous run of memory, and im2col is a few copies per output pixel; the
 //   product's result (out x pixels, column-major) is the output, channels-last, with nothing
@@ -24,6 +24,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "nn/gemm.h"
 #include "nn/layer.h"
 #include "nn/rng.h"
 
@@ -126,7 +127,11 @@ class Conv2d final : public Layer<S> {
       const int64_t m = std::min(chunk_, n - i);
       Im2col(x + i * this->in().Size(), m);
       Eigen::Map<Mat<S>> out(y + i * this->out().Size(), co_, m * pix_);
-      out.noalias() = w * Eigen::Map<const Mat<S>>(col_.data(), kdim_, m * pix_);
+      if constexpr (std::is_same_v<S, float>) {
+        Gemm(co_, m * pix_, kdim_, {params, co_}, {col_.data(), kdim_}, out.data(), co_, false);
+      } else {
+        out.noalias() = w * Eigen::Map<const Mat<S>>(col_.data(), kdim_, m * pix_);
+      }
       out.colwise() += b;
     }
   }
@@ -147,13 +152,23 @@ class Conv2d final : public Layer<S> {
       Eigen::Map<const Mat<S>> d(dy + i * this->out().Size(), co_, m * pix_);
       if (!direct_weight_grad_) {
         Im2col(x + i * this->in().Size(), m);
-        grad_w.noalias() +=
-            d * Eigen::Map<const Mat<S>>(col_.data(), kdim_, m * pix_).transpose();
+        if constexpr (std::is_same_v<S, float>) {
+          Gemm(co_, kdim_, m * pix_, {d.data(), co_}, {col_.data(), kdim_, true}, dparams, co_,
+               true);
+        } else {
+          grad_w.noalias() +=
+              d * Eigen::Map<const Mat<S>>(col_.data(), kdim_, m * pix_).transpose();
+        }
       }
       for (int64_t j = 0; j < m * pix_; ++j) grad_b += d.col(j);
       if (dx != nullptr) {
-        Eigen::Map<Mat<S>>(Col(m), kdim_, m * pix_).noalias() =
-            Eigen::Map<const Mat<S>>(params, co_, kdim_).transpose() * d;
+        S* dcol = Col(m);
+        if constexpr (std::is_same_v<S, float>) {
+          Gemm(kdim_, m * pix_, co_, {params, co_, true}, {d.data(), co_}, dcol, kdim_, false);
+        } else {
+          Eigen::Map<Mat<S>>(dcol, kdim_, m * pix_).noalias() =
+              Eigen::Map<const Mat<S>>(params, co_, kdim_).transpose() * d;
+        }
         Col2im(m, dx + i * this->in().Size());
       }
     }

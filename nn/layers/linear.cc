@@ -3,10 +3,12 @@
 // Parameters: W (out x in, column-major: W(i, j) at i + j*out), then b (out). PyTorch's weight
 // is (out, in) row-major, so export transposes W. With the activation layers this is the MLP
 // of --layers to the bit: the same products and sums in the same order as the releases before
-// layers (tests/fixtures/ holds a model one of them trained).
+// layers (tests/fixtures/ holds a model one of them trained) on the AVX2 path of nn/gemm.h.
 #include <Eigen/Core>
 #include <cmath>
+#include <type_traits>
 
+#include "nn/gemm.h"
 #include "nn/layer.h"
 #include "nn/rng.h"
 
@@ -25,25 +27,35 @@ class Linear final : public Layer<S> {
       : Layer<S>(in, out), in_(in.Size()), out_(out.Size()) {}
 
   void Forward(const S* params, const S* x, int64_t n, const PassInfo&, S* y) override {
-    Eigen::Map<const Mat<S>> w(params, out_, in_);
     Eigen::Map<const Vec<S>> b(params + out_ * in_, out_);
     Eigen::Map<Mat<S>> z(y, out_, n);
-    z.noalias() = w * Eigen::Map<const Mat<S>>(x, in_, n);
+    if constexpr (std::is_same_v<S, float>) {
+      Gemm(out_, n, in_, {params, out_}, {x, in_}, y, out_, false);
+    } else {
+      z.noalias() = Eigen::Map<const Mat<S>>(params, out_, in_) * Eigen::Map<const Mat<S>>(x, in_, n);
+    }
     z.colwise() += b;
   }
 
   void Backward(const S* params, const S* x, const S*, const S* dy, int64_t n, const PassInfo&,
                 S* dx, S* dparams) override {
     Eigen::Map<const Mat<S>> d(dy, out_, n);
-    Eigen::Map<Mat<S>> grad_w(dparams, out_, in_);
-    grad_w.noalias() = d * Eigen::Map<const Mat<S>>(x, in_, n).transpose();
+    if constexpr (std::is_same_v<S, float>) {
+      Gemm(out_, in_, n, {dy, out_}, {x, in_, true}, dparams, out_, false);
+    } else {
+      Eigen::Map<Mat<S>>(dparams, out_, in_).noalias() =
+          d * Eigen::Map<const Mat<S>>(x, in_, n).transpose();
+    }
     // Column by column: each element is summed over the samples in sample order, the same
     // rounding whatever the address of dparams (rowwise().sum() reduces the rows of an
     // unaligned head in another order).
     Eigen::Map<Vec<S>> grad_b(dparams + out_ * in_, out_);
     grad_b.setZero();
     for (int64_t j = 0; j < n; ++j) grad_b += d.col(j);
-    if (dx != nullptr) {
+    if (dx == nullptr) return;
+    if constexpr (std::is_same_v<S, float>) {
+      Gemm(in_, n, out_, {params, out_, true}, {dy, out_}, dx, in_, false);
+    } else {
       Eigen::Map<Mat<S>>(dx, in_, n).noalias() =
           Eigen::Map<const Mat<S>>(params, out_, in_).transpose() * d;
     }

@@ -1,0 +1,44 @@
+// Gemm's dispatch and its AVX2 path, Eigen's product over the operands as maps: the expressions
+// the layers wrote before the seam, so that this path keeps their bits (tests/fixtures/).
+#include "nn/gemm.h"
+
+#include <Eigen/Core>
+
+#include "nn/cpu.h"
+
+namespace shmtrain::nn {
+namespace {
+
+using Mat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic>;
+using Map = Eigen::Map<const Mat, 0, Eigen::OuterStride<>>;
+
+template <class A, class B>
+void Product(const A& a, const B& b, int64_t m, int64_t n, float* c, int64_t ldc,
+             bool accumulate) {
+  Eigen::Map<Mat, 0, Eigen::OuterStride<>> out(c, m, n, Eigen::OuterStride<>(ldc));
+  if (accumulate) {
+    out.noalias() += a * b;
+  } else {
+    out.noalias() = a * b;
+  }
+}
+
+}  // namespace
+
+void GemmAvx2(int64_t m, int64_t n, int64_t k, Operand a, Operand b, float* c, int64_t ldc,
+              bool accumulate) {
+  const Map am(a.p, a.t ? k : m, a.t ? m : k, Eigen::OuterStride<>(a.ld));
+  const Map bm(b.p, b.t ? n : k, b.t ? k : n, Eigen::OuterStride<>(b.ld));
+  if (!a.t && !b.t) return Product(am, bm, m, n, c, ldc, accumulate);
+  if (!a.t) return Product(am, bm.transpose(), m, n, c, ldc, accumulate);
+  if (!b.t) return Product(am.transpose(), bm, m, n, c, ldc, accumulate);
+  Product(am.transpose(), bm.transpose(), m, n, c, ldc, accumulate);
+}
+
+void Gemm(int64_t m, int64_t n, int64_t k, Operand a, Operand b, float* c, int64_t ldc,
+          bool accumulate) {
+  if (UsedPath() == CpuPath::kAvx512) return GemmAvx512(m, n, k, a, b, c, ldc, accumulate);
+  GemmAvx2(m, n, k, a, b, c, ldc, accumulate);
+}
+
+}  // namespace shmtrain::nn

@@ -1,0 +1,43 @@
+// The matrix products of the layers: the one seam between a layer and the kernels that run it.
+//
+// C (m x n, column-major, leading dimension ldc) = op(A) (m x k) * op(B) (k x n), or C += that
+// product. An operand is column-major with its leading dimension, read as stored or
+// transposed. Which kernel runs is decided per process (nn/cpu.h):
+//   avx512  kernels of our own (nn/kernels/gemm_avx512.cc, compiled for AVX-512 alone): a
+//           32 x 12 tile of C in 24 ZMM registers, A and B packed into panels a block of k at a
+//           time;
+//   avx2    Eigen's product, compiled for the build's x86-64-v3: the products and the bits of
+//           the releases before this seam.
+// Each sums in an order fixed by m, n and k alone: the same operands give the same bits on
+// every run of one path. The paths differ by float rounding.
+#pragma once
+
+#include <cstdint>
+
+namespace shmtrain::nn {
+
+struct Operand {
+  const float* p;
+  int64_t ld;      // leading dimension of the matrix as stored
+  bool t = false;  // read transposed: op(X) = X^T
+};
+
+void Gemm(int64_t m, int64_t n, int64_t k, Operand a, Operand b, float* c, int64_t ldc,
+          bool accumulate);
+
+// The kernels behind Gemm, for tests and benchmarks that compare them.
+void GemmAvx2(int64_t m, int64_t n, int64_t k, Operand a, Operand b, float* c, int64_t ldc,
+              bool accumulate);
+// Only where UsedCpu().avx512 (or DetectedCpu()) holds: elsewhere it runs instructions the CPU
+// does not have.
+void GemmAvx512(int64_t m, int64_t n, int64_t k, Operand a, Operand b, float* c, int64_t ldc,
+                bool accumulate);
+// The bf16 kernel: op(A) and op(B) rounded to bf16 (nearest even), products summed in float.
+// Only where UsedCpu().avx512_bf16 holds.
+void GemmAvx512Bf16(int64_t m, int64_t n, int64_t k, Operand a, Operand b, float* c,
+                    int64_t ldc, bool accumulate);
+// x as bf16 bits by the kernel's own conversion (vcvtne2ps2bf16): for tests. Only where
+// UsedCpu().avx512_bf16 holds.
+void RoundToBf16Avx512(const float* x, int64_t n, uint16_t* out);
+
+}  // namespace shmtrain::nn

@@ -1,0 +1,286 @@
+// nn/gemm.h: every kernel path against a product in double, to the bound of float
+// summation; the same bits on every call; the paths equal to float rounding; nn/cpu.h's
+// SHMTRAIN_CPU.
+#include "nn/gemm.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "nn/cpu.h"
+
+namespace shmtrain::nn {
+namespace {
+
+using Kernel = void (*)(int64_t, int64_t, int64_t, Operand, Operand, float*, int64_t, bool);
+
+struct Path {
+  const char* name;
+  Kernel kernel;
+};
+
+// The paths this CPU can run: AVX2 always (the build's own), AVX-512 where it is there.
+std::vector<Path> Paths() {
+  std::vector<Path> p = {{"avx2", GemmAvx2}};
+  if (DetectedCpu().avx512) p.push_back({"avx512", GemmAvx512});
+  return p;
+}
+
+struct Case {
+  int64_t m, n, k;
+  bool ta, tb;
+};
+
+// The operands of a case, stored with leading dimensions larger than their rows (a kernel that
+// reads by rows instead of ld reads the padding, which is NaN).
+struct Operands {
+  Operands(const Case& c, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    const int64_t a_rows = c.ta ? c.k : c.m, a_cols = c.ta ? c.m : c.k;
+    const int64_t b_rows = c.tb ? c.n : c.k, b_cols = c.tb ? c.k : c.n;
+    lda = a_rows + 3;
+    ldb = b_rows + 5;
+    ldc = c.m + 2;
+    a.assign(lda * a_cols, NAN);
+    b.assign(ldb * b_cols, NAN);
+    c0.assign(ldc * c.n, NAN);
+    for (int64_t j = 0; j < a_cols; ++j) {
+      for (int64_t i = 0; i < a_rows; ++i) a[i + j * lda] = u(rng);
+    }
+    for (int64_t j = 0; j < b_cols; ++j) {
+      for (int64_t i = 0; i < b_rows; ++i) b[i + j * ldb] = u(rng);
+    }
+    for (int64_t j = 0; j < c.n; ++j) {
+      for (int64_t i = 0; i < c.m; ++i) c0[i + j * ldc] = u(rng);
+    }
+  }
+  float A(const Case& c, int64_t i, int64_t p) const {
+    return c.ta ? a[p + i * lda] : a[i + p * lda];
+  }
+  float B(const Case& c, int64_t p, int64_t j) const {
+    return c.tb ? b[j + p * ldb] : b[p + j * ldb];
+  }
+  std::vector<float> a, b, c0;
+  int64_t lda, ldb, ldc;
+};
+
+const std::vector<Case>& Cases() {
+  static const std::vector<Case> cases = [] {
+    std::vector<Case> v;
+    // Tiles and their edges (32 x 12 tiles, blocks of 128 rows, 768 columns, 256 of k), and the
+    // layers' shapes: cnn-small's second convolution (64 x 196 pixels x 800) and its dense
+    // layers (128 x 3136).
+    const int64_t shapes[][3] = {{1, 1, 1},     {1, 13, 7},     {31, 11, 5},   {32, 12, 256},
+                                 {33, 13, 257}, {129, 25, 300}, {64, 770, 9},  {7, 1, 1000},
+                                 {64, 392, 800}, {128, 64, 3136}, {800, 200, 64}, {10, 64, 128}};
+    for (const auto& s : shapes) {
+      for (int t = 0; t < 4; ++t) v.push_back({s[0], s[1], s[2], (t & 1) != 0, (t & 2) != 0});
+    }
+    return v;
+  }();
+  return cases;
+}
+
+std::string Name(const Case& c) {
+  return std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) +
+         (c.ta ? " A^T" : "") + (c.tb ? " B^T" : "");
+}
+
+// Each element within the bound of k float roundings of a sum of |products| (Higham's gamma_k,
+// with the first C added too), of a double product of the same floats.
+TEST(Gemm, EveryPathIsTheProductToFloatRounding) {
+  for (const Path& path : Paths()) {
+    for (const Case& c : Cases()) {
+      for (bool accumulate : {false, true}) {
+        SCOPED_TRACE(std::string(path.name) + " " + Name(c) + (accumulate ? " C +=" : " C ="));
+        const Operands o(c, 7);
+        std::vector<float> out = o.c0;
+        path.kernel(c.m, c.n, c.k, {o.a.data(), o.lda, c.ta}, {o.b.data(), o.ldb, c.tb},
+                    out.data(), o.ldc, accumulate);
+        int bad = 0;
+        for (int64_t j = 0; j < c.n && bad < 3; ++j) {
+          for (int64_t i = 0; i < c.m && bad < 3; ++i) {
+            double ref = accumulate ? o.c0[i + j * o.ldc] : 0.0, mag = std::fabs(ref);
+            for (int64_t p = 0; p < c.k; ++p) {
+              const double prod = double(o.A(c, i, p)) * o.B(c, p, j);
+              ref += prod;
+              mag += std::fabs(prod);
+            }
+            const double bound = (c.k + 1) * std::ldexp(1.0, -24) * mag * 1.01 + 1e-30;
+            const double got = out[i + j * o.ldc];
+            if (!(std::fabs(got - ref) <= bound)) {
+              ADD_FAILURE() << "C(" << i << "," << j << ") = " << got << ", the product is " << ref
+                            << " (bound " << bound << ")";
+              ++bad;
+            }
+          }
+        }
+        // Nothing outside C's m rows is written: the padding of each column keeps its NaN.
+        for (int64_t j = 0; j < c.n; ++j) {
+          for (int64_t i = c.m; i < o.ldc; ++i) ASSERT_TRUE(std::isnan(out[i + j * o.ldc]));
+        }
+      }
+    }
+  }
+}
+
+// Every call of a path on the same operands gives the same bits, wherever its output is.
+TEST(Gemm, EveryPathGivesTheSameBitsEveryCall) {
+  for (const Path& path : Paths()) {
+    const Case c{129, 770, 300, false, true};
+    SCOPED_TRACE(std::string(path.name) + " " + Name(c));
+    const Operands o(c, 3);
+    std::vector<float> first = o.c0, again = o.c0;
+    path.kernel(c.m, c.n, c.k, {o.a.data(), o.lda, c.ta}, {o.b.data(), o.ldb, c.tb}, first.data(),
+                o.ldc, false);
+    // Another product in between (the kernel's kept scratch holds other panels).
+    std::vector<float> other(64 * 64);
+    path.kernel(64, 64, 64, {o.a.data(), o.lda, false}, {o.b.data(), o.ldb, false}, other.data(),
+                64, false);
+    path.kernel(c.m, c.n, c.k, {o.a.data(), o.lda, c.ta}, {o.b.data(), o.ldb, c.tb}, again.data(),
+                o.ldc, false);
+    for (int64_t j = 0; j < c.n; ++j) {
+      for (int64_t i = 0; i < c.m; ++i) {
+        ASSERT_EQ(first[i + j * o.ldc], again[i + j * o.ldc]) << "C(" << i << "," << j << ")";
+      }
+    }
+  }
+}
+
+// k = 0: C = 0, or C kept.
+TEST(Gemm, AnEmptySumIsZero) {
+  for (const Path& path : Paths()) {
+    SCOPED_TRACE(path.name);
+    std::vector<float> c = {1, 2, 3, 4};
+    const float a = 5, b = 6;
+    path.kernel(2, 2, 0, {&a, 2}, {&b, 1}, c.data(), 2, true);
+    EXPECT_EQ(c, (std::vector<float>{1, 2, 3, 4}));
+    path.kernel(2, 2, 0, {&a, 2}, {&b, 1}, c.data(), 2, false);
+    EXPECT_EQ(c, (std::vector<float>{0, 0, 0, 0}));
+  }
+}
+
+// bf16 as the references write it (Kalamkar et al. 2019; Intel's vcvtne2ps2bf16): round to
+// nearest, ties to even; NaN stays a NaN; denormals become zeros of their sign.
+uint16_t ReferenceBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint32_t sign = u & 0x80000000u, exp = (u >> 23) & 0xff, mant = u & 0x7fffff;
+  if (exp == 0xff && mant != 0) return static_cast<uint16_t>((u >> 16) | 0x40);
+  if (exp == 0) return static_cast<uint16_t>(sign >> 16);
+  const uint32_t kept = u >> 16, dropped = u & 0xffff;
+  const bool up = dropped > 0x8000 || (dropped == 0x8000 && (kept & 1));
+  return static_cast<uint16_t>(kept + (up ? 1 : 0));
+}
+
+float FromBf16(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+bool HasBf16() { return DetectedCpu().avx512_bf16; }
+
+TEST(Bf16, TheKernelsRoundingIsNearestEven) {
+  if (!HasBf16()) GTEST_SKIP() << "this CPU has no avx512_bf16";
+  std::vector<float> x = {0.0f, -0.0f, 1.0f, -1.0f, 3.14159265f, 1e-40f, -1e-40f,
+                          std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN(),
+                          std::numeric_limits<float>::max(), 65504.0f};
+  // Ties both ways: 1 + 2^-8 lies halfway between bf16 1 and 1 + 2^-7 (to even: down), and
+  // 1 + 3 * 2^-8 halfway between 1 + 2^-7 and 1 + 2^-6 (to even: up); and one ulp either side.
+  for (float base : {1.0f, 1.0f + std::ldexp(1.0f, -7)}) {
+    const float tie = base + std::ldexp(1.0f, -8);
+    x.push_back(tie);
+    x.push_back(std::nextafter(tie, 0.0f));
+    x.push_back(std::nextafter(tie, 2.0f));
+    x.push_back(-tie);
+  }
+  std::mt19937 rng(5);
+  for (int i = 0; i < 1000; ++i) {
+    uint32_t u = rng();
+    float f;
+    std::memcpy(&f, &u, 4);
+    x.push_back(f);
+  }
+  std::vector<uint16_t> got(x.size());
+  RoundToBf16Avx512(x.data(), static_cast<int64_t>(x.size()), got.data());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const uint16_t want = ReferenceBf16(x[i]);
+    if (std::isnan(x[i])) {
+      EXPECT_TRUE(std::isnan(FromBf16(got[i]))) << i;
+    } else {
+      EXPECT_EQ(got[i], want) << "element " << i << " = " << x[i];
+    }
+  }
+}
+
+// The bf16 product: each element the float sum of the exact products of the operands rounded
+// to bf16 (the test's rounding), to the bound of float summation.
+TEST(Bf16, TheProductIsOfTheRoundedOperandsSummedInFloat) {
+  if (!HasBf16()) GTEST_SKIP() << "this CPU has no avx512_bf16";
+  for (const Case& c : Cases()) {
+    for (bool accumulate : {false, true}) {
+      SCOPED_TRACE(Name(c) + (accumulate ? " C +=" : " C ="));
+      const Operands o(c, 11);
+      std::vector<float> out = o.c0;
+      GemmAvx512Bf16(c.m, c.n, c.k, {o.a.data(), o.lda, c.ta}, {o.b.data(), o.ldb, c.tb},
+                     out.data(), o.ldc, accumulate);
+      int bad = 0;
+      for (int64_t j = 0; j < c.n && bad < 3; ++j) {
+        for (int64_t i = 0; i < c.m && bad < 3; ++i) {
+          double ref = accumulate ? o.c0[i + j * o.ldc] : 0.0, mag = std::fabs(ref);
+          for (int64_t p = 0; p < c.k; ++p) {
+            const double prod = double(FromBf16(ReferenceBf16(o.A(c, i, p)))) *
+                                FromBf16(ReferenceBf16(o.B(c, p, j)));
+            ref += prod;
+            mag += std::fabs(prod);
+          }
+          const double bound = (c.k + 1) * std::ldexp(1.0, -24) * mag * 1.01 + 1e-30;
+          const double got = out[i + j * o.ldc];
+          if (!(std::fabs(got - ref) <= bound)) {
+            ADD_FAILURE() << "C(" << i << "," << j << ") = " << got << ", the product is " << ref
+                          << " (bound " << bound << ")";
+            ++bad;
+          }
+        }
+      }
+      for (int64_t j = 0; j < c.n; ++j) {
+        for (int64_t i = c.m; i < o.ldc; ++i) ASSERT_TRUE(std::isnan(out[i + j * o.ldc]));
+      }
+    }
+  }
+}
+
+// SHMTRAIN_CPU: the known names, and a path above the CPU's refused.
+TEST(CpuPath, TheEnvironmentIsChecked) {
+  const char* old = std::getenv("SHMTRAIN_CPU");
+  const std::string saved = old == nullptr ? "" : old;
+  for (const char* ok : {"avx2", "native", ""}) {
+    setenv("SHMTRAIN_CPU", ok, 1);
+    EXPECT_TRUE(CheckCpuEnvironment().ok()) << ok;
+  }
+  setenv("SHMTRAIN_CPU", "avx9", 1);
+  EXPECT_EQ(CheckCpuEnvironment().message(),
+            "SHMTRAIN_CPU='avx9' is not a CPU path: use avx2, avx512 or native (or leave it unset)");
+  setenv("SHMTRAIN_CPU", "avx512", 1);
+  EXPECT_EQ(CheckCpuEnvironment().ok(), DetectedCpu().avx512);
+  if (old == nullptr) {
+    unsetenv("SHMTRAIN_CPU");
+  } else {
+    setenv("SHMTRAIN_CPU", saved.c_str(), 1);
+  }
+}
+
+}  // namespace
+}  // namespace shmtrain::nn
