@@ -17,6 +17,7 @@
 #include "master/run.h"
 #include "master/signals.h"
 #include "master/simulate.h"
+#include "nn/cpu.h"
 #include "shm/segment.h"
 
 namespace {
@@ -184,6 +185,15 @@ int main(int argc, char** argv) {
     log.Error(s.message());
     std::fputs("(see shmtrain --help)\n", stderr);
     return ExitCodeOf(s);
+  }
+  // The kernels' path is the environment's (nn/cpu.h): a value no kernel takes ends every
+  // command that would compute, before it starts.
+  if (cmd.kind != master::Command::Kind::kHelp && cmd.kind != master::Command::Kind::kVersion) {
+    if (Status s = nn::CheckCpuEnvironment(); !s.ok()) {
+      master::Logger log(cmd.train.log_format, false);
+      log.Error(s.message());
+      return ExitCodeOf(s);
+    }
   }
   switch (cmd.kind) {
     case master::Command::Kind::kHelp:

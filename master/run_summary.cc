@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "master/segment_reads.h"
+#include "nn/cpu.h"
 
 namespace shmtrain::master {
 namespace {
@@ -134,6 +135,7 @@ JsonLine SummaryJson(const RunSummary& s) {
       .Int("hosts", s.hosts)
       .Num("us_per_step", UsPerStep(s))
       .Str("mode", ToString(s.mode))
+      .Str("kernels", nn::PathName(nn::UsedPath()))
       .Int("first_step", s.first_step)
       .Int("restarts", s.restarts)
       .Int("torn_updates", s.torn_updates)

@@ -27,6 +27,7 @@
 #include "data/dataset.h"
 #include "gtest/gtest.h"
 #include "master/model_file.h"
+#include "nn/cpu.h"
 #include "shmtrain/model_spec.h"
 #include "tests/proc_util.h"
 #include "tests/real_data.h"
@@ -762,6 +763,39 @@ TEST(WorkerTest, HandStartedWorkerCannotJoinLiveRun) {
   ExpectExit(r, 143);
   ExpectPidsGone(start.workers);
   ExpectNoSegments(r.pid);
+}
+
+// The kernels' path (nn/cpu.h): SHMTRAIN_CPU lowers it for the master and its workers, the
+// summary says which ran, and a value no kernel takes is refused before anything starts.
+TEST(KernelPath, TheEnvironmentChoosesItAndTheSummarySaysIt) {
+  const std::vector<std::string> args = {"train", "--example", "parabola", "--layers", "1,8,1", "--lr", "0.05",
+                                         "--steps", "20", "--workers", "2", "--log-format",
+                                         "json"};
+  const auto run = [&](const char* cpu) {
+    setenv("SHMTRAIN_CPU", cpu, 1);
+    const ProcResult r = test::Shmtrain(args, kRunTimeout);
+    unsetenv("SHMTRAIN_CPU");
+    return r;
+  };
+  ProcResult r = run("avx2");
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  EXPECT_NE(r.out.find("\"kernels\":\"avx2\""), std::string::npos) << r.out;
+  r = run("");
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  const bool avx512 = nn::DetectedCpu().avx512;
+  EXPECT_NE(r.out.find(avx512 ? "\"kernels\":\"avx512\"" : "\"kernels\":\"avx2\""),
+            std::string::npos)
+      << r.out;
+  r = run("avx9");
+  EXPECT_EQ(r.exit_code, 2) << r.Describe();
+  EXPECT_NE(r.err.find("SHMTRAIN_CPU='avx9' is not a CPU path: use avx2, avx512 or native"),
+            std::string::npos)
+      << r.err;
+  if (!avx512) {
+    r = run("avx512");
+    EXPECT_EQ(r.exit_code, 2) << r.Describe();
+    EXPECT_NE(r.err.find("SHMTRAIN_CPU=avx512, but this CPU"), std::string::npos) << r.err;
+  }
 }
 
 }  // namespace

@@ -33,6 +33,7 @@
 #include "master/log.h"
 #include "master/run_loop.h"
 #include "master/run_summary.h"
+#include "nn/cpu.h"
 #include "master/segment_reads.h"
 #include "master/supervisor.h"
 #include "master/validation.h"
@@ -781,8 +782,10 @@ TEST(RunSummary, SyncJsonFieldsInOrder) {
   EXPECT_EQ(SummaryJson(SyncSummary()).Done(),
             "{\"event\":\"summary\",\"steps\":2000,\"final_loss\":0.0123456789,\"wall_s\":1.5,"
             "\"samples_per_s\":66666.66666666667,\"workers\":2,\"hosts\":1,\"us_per_step\":12.5,"
-            "\"mode\":\"sync\",\"first_step\":0,\"restarts\":3,\"torn_updates\":0,"
-            "\"recoveries\":3,\"recovery_median_s\":0.25,\"recovery_max_s\":0.5,"
+            "\"mode\":\"sync\",\"kernels\":\"" +
+                std::string(nn::PathName(nn::UsedPath())) +
+                "\",\"first_step\":0,\"restarts\":3,\"torn_updates\":0,"
+                "\"recoveries\":3,\"recovery_median_s\":0.25,\"recovery_max_s\":0.5,"
             "\"step_compute_us\":8,\"step_reduce_us\":1,\"step_barrier_us\":1}");
 }
 
