@@ -316,6 +316,11 @@ std::optional<Normalize> ParseNormalize(std::string_view s) {
   if (s == "standard") return Normalize::kStandard;
   return std::nullopt;
 }
+std::optional<ComputeType> ParseComputeType(std::string_view s) {
+  if (s == "float") return ComputeType::kFloat;
+  if (s == "bf16") return ComputeType::kBf16;
+  return std::nullopt;
+}
 std::optional<Task> ParseTask(std::string_view s) {
   if (s == "regression") return Task::kRegression;
   if (s == "classification") return Task::kClassification;
@@ -348,6 +353,13 @@ const char* ToString(AsyncRule r) {
     case AsyncRule::kAsgd: return "asgd";
     case AsyncRule::kDcAsgdC: return "dc-asgd-c";
     case AsyncRule::kDcAsgdA: return "dc-asgd-a";
+  }
+  return "unknown";
+}
+const char* ToString(ComputeType t) {
+  switch (t) {
+    case ComputeType::kFloat: return "float";
+    case ComputeType::kBf16: return "bf16";
   }
   return "unknown";
 }

@@ -96,6 +96,9 @@ uint64_t RunFingerprint(const TrainOptions& o, const OptimConfig& optim, const D
     h.Bytes(text.data(), text.size());
   }
   h.Add<uint32_t>(static_cast<uint32_t>(o.model.loss));
+  // bf16 products train another trajectory (hashed only then: float checkpoints keep their
+  // fingerprints).
+  if (o.precision != ComputeType::kFloat) h.Add<uint32_t>(static_cast<uint32_t>(o.precision));
   // The run's length matters only to a schedule that spans it (ScheduleDef::spans_run, e.g.
   // cosine): another --steps may otherwise extend a run from its checkpoint.
   OptimConfig oc = optim;

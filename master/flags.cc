@@ -601,6 +601,14 @@ std::vector<FlagDef> ModelFlags() {
                "he: scaled normal W, b = 0 (default {default})",
        .deflt = "torch", .value = Choice(Opt(&TO::init), ParseInit), .group = kModel,
        .commands = kTrainSim},
+      {.name = "--precision", .arg = "float|bf16",
+       .help = "the inputs of the products of linear and conv2d layers in the workers: float, "
+               "or bf16 (rounded to nearest even, summed in float; weights, optimizer, loss and "
+               "the sums across workers stay float; needs a CPU with avx512_bf16) (default "
+               "{default})",
+       .deflt = "float", .value = Choice(Opt(&TO::precision), ParseComputeType),
+       .group = kModel, .commands = kTrainCmd, .workers = true,
+       .to_workers = Copy<&TO::precision, &RC::precision>, .trajectory = true},
   };
 }
 

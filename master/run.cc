@@ -168,6 +168,9 @@ Status CheckConfig(const TrainOptions& o, const shm::Header& h) {
     case shm::ConfigPart::kOptimizer:
       source = "--optimizer";
       break;
+    case shm::ConfigPart::kPrecision:
+      source = "--precision bf16";
+      break;
     case shm::ConfigPart::kValidation:
       source = "--eval-every";
       break;

@@ -35,8 +35,21 @@ void GemmAvx2(int64_t m, int64_t n, int64_t k, Operand a, Operand b, float* c, i
   Product(am.transpose(), bm.transpose(), m, n, c, ldc, accumulate);
 }
 
+namespace {
+ComputeType inputs = ComputeType::kFloat;
+}  // namespace
+
+bool SetProductInputs(ComputeType t) {
+  if (t == ComputeType::kBf16 && !UsedCpu().avx512_bf16) return false;
+  inputs = t;
+  return true;
+}
+
+ComputeType ProductInputs() { return inputs; }
+
 void Gemm(int64_t m, int64_t n, int64_t k, Operand a, Operand b, float* c, int64_t ldc,
           bool accumulate) {
+  if (inputs == ComputeType::kBf16) return GemmAvx512Bf16(m, n, k, a, b, c, ldc, accumulate);
   if (UsedPath() == CpuPath::kAvx512) return GemmAvx512(m, n, k, a, b, c, ldc, accumulate);
   GemmAvx2(m, n, k, a, b, c, ldc, accumulate);
 }

@@ -14,6 +14,8 @@
 
 #include <cstdint>
 
+#include "shmtrain/options.h"
+
 namespace shmtrain::nn {
 
 struct Operand {
@@ -24,6 +26,14 @@ struct Operand {
 
 void Gemm(int64_t m, int64_t n, int64_t k, Operand a, Operand b, float* c, int64_t ldc,
           bool accumulate);
+
+// The inputs of every product Gemm computes in this process from now on (--precision): float,
+// or bf16 (GemmAvx512Bf16). A worker sets it from its run's configuration before its first
+// step; the master never does (eval, predict and validation compute in float). false, and
+// nothing changed, when bf16 is asked for where UsedCpu() has no avx512_bf16
+// (shm::CheckRunConfig refuses such a run before a worker starts).
+bool SetProductInputs(ComputeType t);
+ComputeType ProductInputs();
 
 // The kernels behind Gemm, for tests and benchmarks that compare them.
 void GemmAvx2(int64_t m, int64_t n, int64_t k, Operand a, Operand b, float* c, int64_t ldc,

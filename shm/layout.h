@@ -68,7 +68,7 @@ namespace shmtrain::shm {
 // "SHMTRAIN" read as a little-endian 64-bit integer.
 inline constexpr uint64_t kMagic = 0x4E494152544D4853ull;
 // Bump on every change to any struct in this file or to the meaning of a field.
-inline constexpr uint32_t kAbiVersion = 10;
+inline constexpr uint32_t kAbiVersion = 11;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr int kMaxWorkers = 256;
 // Loss records kept for the master's log (by log index modulo this).
@@ -125,7 +125,7 @@ struct RunConfig {
   // and no GS.
   uint32_t hosts;
   uint32_t host_index;
-  uint32_t reserved0;
+  uint32_t precision;  // ComputeType: the inputs of the layers' products (nn/gemm.h)
   uint64_t param_count;
   int64_t rows;
   int64_t features;

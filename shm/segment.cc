@@ -1,5 +1,6 @@
 #include "shm/segment.h"
 
+#include "nn/cpu.h"
 #include "nn/layer.h"
 
 #include <dirent.h>
@@ -23,6 +24,7 @@
 #include <utility>
 
 #include "shmtrain/model_spec.h"
+#include "shmtrain/options.h"
 
 namespace shmtrain::shm {
 namespace {
@@ -323,6 +325,17 @@ ConfigCheck CheckRunConfig(const RunConfig& c) {
     return bad(ConfigPart::kModel, "param_count " + std::to_string(c.param_count) +
                                        " is not the layers' count" +
                                        (n ? " (" + std::to_string(*n) + ")" : " (more than 2^64)"));
+  }
+  if (c.precision > static_cast<uint32_t>(ComputeType::kBf16)) {
+    return bad(ConfigPart::kPrecision, "precision " + std::to_string(c.precision));
+  }
+  if (c.precision == static_cast<uint32_t>(ComputeType::kBf16) && !nn::UsedCpu().avx512_bf16) {
+    return bad(ConfigPart::kPrecision,
+               nn::DetectedCpu().avx512_bf16
+                   ? "bf16 products need avx512_bf16, which SHMTRAIN_CPU hides on this CPU"
+                   : "bf16 products need a CPU with avx512_bf16 (vdpbf16ps: bf16 pairs summed "
+                     "into float), and this one has none; bf16 without it would be slower than "
+                     "float");
   }
   if (c.optim.num_states > static_cast<uint32_t>(kMaxStates)) {
     return bad(ConfigPart::kOptimizer, std::to_string(c.optim.num_states) +

@@ -74,6 +74,7 @@ enum class ConfigPart {
   kProcesses,   // workers, hosts
   kInput,       // the dimensions of the model's input
   kModel,       // the model text, its shapes, its parameter count
+  kPrecision,   // the products' inputs against this CPU's kernels
   kData,        // rows, features against the input, the regions' sizes
   kOptimizer,   // its state vectors
   kValidation,  // the steps between validations, the snapshot ring

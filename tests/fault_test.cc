@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "nn/cpu.h"
 #include "tests/proc_util.h"
 #include "tests/parabola_layout.h"
 #include "shm/segment.h"
@@ -106,6 +107,17 @@ Rule CnnWithDropout() {
           "--model", "conv2d(4,3,padding=1),relu,maxpool2d(2),flatten,dropout(0.3),linear(4)",
           "--batch", "32", "--momentum", "0.9"};
 }
+
+// The convolution with dropout in bf16 products (--precision bf16, nn/gemm.h): its conv2d and
+// linear layers' products take bf16 inputs. Only where the CPU has avx512_bf16.
+Rule Bf16Cnn() {
+  Rule r = CnnWithDropout();
+  r.insert(r.end(), {"--precision", "bf16"});
+  return r;
+}
+
+#define SKIP_WITHOUT_BF16()                                                                  \
+  if (!nn::UsedCpu().avx512_bf16) GTEST_SKIP() << "this CPU has no avx512_bf16"
 
 // The run of a rule: the parabola example on a 1-16-1 MLP, unless the rule names its own
 // model and data (--model).
@@ -447,6 +459,11 @@ TEST(FaultTest, AdamCosineWarmupClipExactAtEveryFaultPoint) {
 TEST(FaultTest, CnnWithDropoutExactAtEveryFaultPoint) {
   // 400 steps: a convolution step costs ten of the MLP's.
   ExpectExactAtFaultPoints(CnnWithDropout(), {1, 2, 3, 4, 5, 6}, 400);
+}
+
+TEST(FaultTest, Bf16CnnExactAtEveryFaultPoint) {
+  SKIP_WITHOUT_BF16();
+  ExpectExactAtFaultPoints(Bf16Cnn(), {1, 2, 3, 4, 5, 6}, 400);
 }
 
 TEST(FaultTest, NesterovCosineWarmupClipExactAtEveryFaultPoint) {
@@ -1106,39 +1123,50 @@ TEST(FaultTest, ResumeIsExact) {
 // correction from the checkpoint's step. The first checkpoint (step 1000) is inside the
 // warmup of 1500 steps; where the kill or the stop lands is up to the machine.
 
-TEST(FaultTest, ResumeIsExactWithAdamCosineWarmupClip) {
-  SHMTRAIN_REPEATS_PATHS_TEST();
-  const Rule rule = AdamEverything(1500);
-  constexpr int64_t kEvery = 1000;
-  const Reference& ref = SyncReference(kLongSteps, rule);
+// A run of `rule` for `steps` with checkpoints every `every`, its master SIGKILLed past a
+// checkpoint or stopped by SIGINT between two, resumes to the bytes of the undisturbed run.
+void ExpectResumeExact(const Rule& rule, int64_t steps, int64_t every, const char* what) {
+  const Reference& ref = SyncReference(steps, rule);
   ASSERT_FALSE(ref.model.empty());
   TempDir dir;
   for (const bool kill : {true, false}) {
     SCOPED_TRACE(kill ? "master SIGKILLed" : "master stopped by SIGINT");
     const std::string ckpt = dir.File(kill ? "killed.ckpt" : "stopped.ckpt");
     const std::vector<std::string> opts = {"--checkpoint", ckpt, "--checkpoint-every",
-                                           std::to_string(kEvery)};
+                                           std::to_string(every)};
     int64_t step = -1;
     if (kill) {
       KilledRun killed;
-      KillMasterPastCheckpoint(SyncRun(kLongSteps, opts, rule), ckpt, kEvery, &killed);
+      KillMasterPastCheckpoint(SyncRun(steps, opts, rule), ckpt, every, &killed);
       step = killed.step;
     } else {
-      StopMasterBetweenCheckpoints(SyncRun(kLongSteps, opts, rule), ckpt, &step);
+      StopMasterBetweenCheckpoints(SyncRun(steps, opts, rule), ckpt, &step);
     }
     if (::testing::Test::HasFatalFailure()) return;
-    std::printf("[ resume adam ] %s at step %lld\n", kill ? "SIGKILL, checkpoint" : "SIGINT",
+    std::printf("[ resume %s ] %s at step %lld\n", what, kill ? "SIGKILL, checkpoint" : "SIGINT",
                 static_cast<long long>(step));
 
     const std::string model = dir.File(kill ? "killed.model" : "stopped.model");
     std::vector<std::string> resume = opts;
     resume.insert(resume.end(), {"--resume", ckpt, "--save", model});
-    const ProcResult r = test::RunProcess(SyncRun(kLongSteps, resume, rule), kRunTimeout);
+    const ProcResult r = test::RunProcess(SyncRun(steps, resume, rule), kRunTimeout);
     ExpectNothingLeft(r);
     ASSERT_TRUE(ExitedWith(r, 0));
     EXPECT_EQ(Num(SummaryOf(r), "first_step"), step);
     EXPECT_TRUE(SameBytes(test::ReadWholeFile(model), ref.model));
   }
+}
+
+TEST(FaultTest, ResumeIsExactWithAdamCosineWarmupClip) {
+  SHMTRAIN_REPEATS_PATHS_TEST();
+  ExpectResumeExact(AdamEverything(1500), kLongSteps, 1000, "adam");
+}
+
+// bf16 products resume bit for bit too: the checkpoint holds float parameters and state, which
+// the resumed workers round to bf16 as the undisturbed ones did.
+TEST(FaultTest, ResumeIsExactInBf16) {
+  SKIP_WITHOUT_BF16();
+  ExpectResumeExact(Bf16Cnn(), 1200, 400, "bf16");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1414,6 +1442,12 @@ void ExpectChaosEndsByteIdentical(int64_t usual_steps, const Rule& rule) {
 TEST(FaultTest, ChaosFlagEndsByteIdentical) {
   SHMTRAIN_REPEATS_PATHS_TEST();
   ExpectChaosEndsByteIdentical(kLongSteps, MomentumSgd());
+}
+
+TEST(FaultTest, ChaosInBf16EndsByteIdentical) {
+  SHMTRAIN_REPEATS_PATHS_TEST();
+  SKIP_WITHOUT_BF16();
+  ExpectChaosEndsByteIdentical(kShortSteps, Bf16Cnn());
 }
 
 TEST(FaultTest, ChaosWithACnnAndDropoutEndsByteIdentical) {

@@ -192,6 +192,7 @@ const std::map<std::string, Sample>& Samples() {
   const std::vector<std::string> async = {"--mode", "async"};
   static const std::map<std::string, Sample> samples = {
       {"--workers", {{}, "2"}},
+      {"--precision", {{}, "bf16"}},
       {"--mode", {{}, "async"}},
       {"--layers", {{}, "1,3,1", "1,5,1"}},
       {"--activation", {{}, "relu"}},

@@ -94,7 +94,7 @@ TEST(Layout, PinsEveryField) {
   PIN(RunConfig, workers, 4128, 4);
   PIN(RunConfig, hosts, 4132, 4);
   PIN(RunConfig, host_index, 4136, 4);
-  PIN(RunConfig, reserved0, 4140, 4);
+  PIN(RunConfig, precision, 4140, 4);
   PIN(RunConfig, param_count, 4144, 8);
   PIN(RunConfig, rows, 4152, 8);
   PIN(RunConfig, features, 4160, 8);

@@ -798,5 +798,61 @@ TEST(KernelPath, TheEnvironmentChoosesItAndTheSummarySaysIt) {
   }
 }
 
+// --precision bf16 (nn/gemm.h): each P gives the same bits on every run, and P workers train
+// what one trains to float rounding. bf16 rounds the products' inputs element by element, the
+// same in every worker whatever its share, and each output of a forward pass sums its inputs
+// in an order fixed by the model alone; only the sums over samples (the weight gradients, and
+// their reduction across workers) are split otherwise, in float. So P = 2 and 3 differ from
+// P = 1 as float runs do, unless a weight moved by float rounding crosses a bf16 rounding
+// boundary, which changes a product's input by one bf16 unit (2^-8 relative) and what follows
+// by a step's share of that. Measured over 200 steps at lr 0.1: 5.9e-8 of the largest
+// parameter at P = 2 and 3 (float rounding), against 1.5e-3 between bf16 and float: the bound,
+// 1e-5, sits between the two, so a worker that rounded otherwise than the others would show.
+TEST(Bf16Run, EachPGivesItsBitsAndPWorkersTrainWhatOneTrains) {
+  if (!nn::UsedCpu().avx512_bf16) GTEST_SKIP() << "this CPU has no avx512_bf16";
+  TempDir dir;
+  const auto run = [&](int workers, const std::string& precision, const std::string& file) {
+    const ProcResult r = test::Shmtrain(
+        {"train", "--example", "blobs", "--rows", "2000", "--features", "32", "--model",
+         "linear(64),relu,linear(4)", "--loss", "xent", "--lr", "0.1", "--steps", "200",
+         "--batch", "64", "--workers", std::to_string(workers), "--precision", precision,
+         "--save", dir.File(file)},
+        kRunTimeout);
+    EXPECT_EQ(r.exit_code, 0) << r.Describe();
+    return test::ReadWholeFile(dir.File(file));
+  };
+  const std::string p2 = run(2, "bf16", "p2.model");
+  ASSERT_FALSE(p2.empty());
+  EXPECT_TRUE(p2 == run(2, "bf16", "p2again.model")) << "two bf16 runs of P = 2 differ";
+  run(1, "bf16", "p1.model");
+  run(3, "bf16", "p3.model");
+  run(1, "float", "float.model");
+  const Model one = LoadSaved(dir.File("p1.model"));
+  const std::vector<double> want(one.params.begin(), one.params.end());
+  for (const char* other : {"p2.model", "p3.model"}) {
+    const double d = MaxScaledDiff(LoadSaved(dir.File(other)).params, want);
+    std::printf("[ bf16 ] %s against P = 1: max scaled difference %.3g\n", other, d);
+    EXPECT_LE(d, 1e-5) << other;
+  }
+  const double f = MaxScaledDiff(LoadSaved(dir.File("float.model")).params, want);
+  std::printf("[ bf16 ] float against bf16 at P = 1: %.3g\n", f);
+  EXPECT_GT(f, 1e-4) << "--precision bf16 trained what float trains";
+}
+
+// bf16 where the CPU path has no avx512_bf16 (SHMTRAIN_CPU=avx512 hides it here, as a CPU with
+// AVX-512 but without it would): refused at the start, naming the feature; nothing left.
+TEST(Bf16Run, ACpuWithoutTheDotProductIsRefused) {
+  setenv("SHMTRAIN_CPU", nn::DetectedCpu().avx512 ? "avx512" : "avx2", 1);
+  const ProcResult r = test::Shmtrain({"train", "--example", "parabola", "--layers", "1,8,1",
+                                       "--lr", "0.05", "--steps", "20", "--precision", "bf16"},
+                                      kRunTimeout);
+  unsetenv("SHMTRAIN_CPU");
+  EXPECT_EQ(r.exit_code, 2) << r.Describe();
+  EXPECT_NE(r.err.find("--precision bf16: the workers would refuse this run: bf16 products need "
+                       "avx512_bf16"),
+            std::string::npos)
+      << r.err;
+}
+
 }  // namespace
 }  // namespace shmtrain

@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 
+#include "nn/gemm.h"
 #include "shm/futex.h"
 #include "shm/segment.h"
 #include "shmtrain/options.h"
@@ -92,6 +93,13 @@ int main(int argc, char** argv) {
     OnMasterDied(kMasterDied, &info, nullptr);
   }
   Eigen::setNbThreads(1);
+  // The products' inputs (--precision); the master's check of the configuration refused bf16
+  // where this CPU (as SHMTRAIN_CPU shows it, the master's environment) lacks it.
+  if (!nn::SetProductInputs(static_cast<ComputeType>(c.precision))) {
+    std::fprintf(stderr, "shmtrain-worker[%lld]: --precision %s: this CPU has no avx512_bf16\n",
+                 rank, ToString(static_cast<ComputeType>(c.precision)));
+    return kWorkerInternal;
+  }
   // Async across hosts: the host master's exchange thread (master/param_server.h) must get a
   // core promptly when a push or a reply is due, or pushes carry more updates and the hosts
   // drift apart; the workers yield to it (and to the master's other threads) by running at a

@@ -29,12 +29,16 @@ enum class DataFormat { kAuto, kCsv, kLibsvm, kIdx, kNpy, kNpz };
 enum class AsyncRule : uint32_t { kAsgd = 0, kDcAsgdC = 1, kDcAsgdA = 2 };
 // Feature scaling, fitted on the training rows only (values stored in files: append only).
 enum class Normalize : uint32_t { kNone = 0, kMinMax = 1, kStandard = 2 };
+// The inputs of the layers' products (nn/gemm.h): float, or bf16 with float sums (values
+// stored in the segment: append only).
+enum class ComputeType : uint32_t { kFloat = 0, kBf16 = 1 };
 // What the labels are: real targets (mse loss) or classes (xent loss). Stored in model files.
 enum class Task : uint32_t { kRegression = 0, kClassification = 1 };
 
 std::optional<Mode> ParseMode(std::string_view s);
 std::optional<AsyncRule> ParseAsyncRule(std::string_view s);
 std::optional<Normalize> ParseNormalize(std::string_view s);
+std::optional<ComputeType> ParseComputeType(std::string_view s);
 std::optional<Task> ParseTask(std::string_view s);
 std::optional<DataFormat> ParseDataFormat(std::string_view s);
 // --delimiter: ",", ";" or "tab" (also a literal tab) -> ',', ';', '\t'.
@@ -53,6 +57,7 @@ Status ParseHostPort(std::string_view addr, HostPort* out);
 const char* ToString(Mode m);
 const char* ToString(AsyncRule r);
 const char* ToString(Normalize n);
+const char* ToString(ComputeType t);
 const char* ToString(Task t);
 const char* ToString(DataFormat f);
 inline Task TaskOf(Loss l) { return l == Loss::kXent ? Task::kClassification : Task::kRegression; }
@@ -152,6 +157,9 @@ struct TrainOptions {
   // (default 0.95); epsilon > 0 (default 1e-7). max_staleness: drop a gradient more than this
   // many versions old (default -1 = never).
   AsyncRule rule = AsyncRule::kDcAsgdA;
+  // --precision: the inputs of the workers' products (eval, predict and validation compute in
+  // float whatever the run trained in).
+  ComputeType precision = ComputeType::kFloat;
   double lambda = std::numeric_limits<double>::quiet_NaN();
   double ms_decay = 0.95;
   double epsilon = 1e-7;
