@@ -289,9 +289,14 @@ std::vector<std::string> FrozenBlobs(const std::string& mode, int workers, int64
 // A recovery from a worker's death in this build on this machine, now (tests/proc_util.h,
 // "Chaos"): the one of a short run of `hidden` with one death.
 double AsyncRecoverySeconds(int hidden) {
-  const ProcResult r = Shmtrain(test::WithOneDeath(FrozenBlobs("async", 2, 500, {}, hidden)));
-  EXPECT_EQ(r.exit_code, 0) << r.Describe();
-  return test::RecoverySeconds(Summary(r));
+  return test::MeasureRecovery(
+      [hidden](int64_t steps) {
+        const ProcResult r =
+            Shmtrain(test::WithOneDeath(FrozenBlobs("async", 2, steps, {}, hidden)));
+        EXPECT_EQ(r.exit_code, 0) << r.Describe();
+        return Summary(r);
+      },
+      500);
 }
 
 // The minibatch fingerprints of tickets 0 .. n-1: sync P = 1 logs minibatch t at step t.

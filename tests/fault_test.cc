@@ -723,10 +723,14 @@ std::string CleanAsyncRun(int64_t steps) {
 // A recovery from a worker's death in this build on this machine, now (tests/proc_util.h,
 // "Chaos"): the one of a short async run with one death.
 double AsyncRecoverySeconds() {
-  const ProcResult r = test::RunProcess(test::WithOneDeath(AsyncRun(2000)), kRunTimeout);
-  ExpectNothingLeft(r);
-  EXPECT_TRUE(ExitedWith(r, 0));
-  return test::RecoverySeconds(SummaryOf(r));
+  return test::MeasureRecovery(
+      [](int64_t steps) {
+        const ProcResult r = test::RunProcess(test::WithOneDeath(AsyncRun(steps)), kRunTimeout);
+        ExpectNothingLeft(r);
+        EXPECT_TRUE(ExitedWith(r, 0));
+        return SummaryOf(r);
+      },
+      2000);
 }
 
 TEST(FaultTest, AsyncUnderRandomKills) {

@@ -870,6 +870,16 @@ double RecoverySeconds(const std::string& summary) {
   return s > 0 ? s : NAN;
 }
 
+double MeasureRecovery(const std::function<std::string(int64_t steps)>& summary_of,
+                       int64_t steps) {
+  std::string summary;
+  for (int attempt = 0; attempt < 4; ++attempt, steps *= 4) {
+    summary = summary_of(steps);
+    if (const double s = Num(summary, "recovery_max_s"); s > 0) return s;
+  }
+  return RecoverySeconds(summary);
+}
+
 int64_t ChaosEveryMs(double wall_s, double per_run, double recovery_s, double recoveries,
                      int64_t floor_ms) {
   const double ms = std::max(1e3 * wall_s / per_run, 1e3 * recoveries * recovery_s);
