@@ -94,39 +94,47 @@ std::string Name(const Case& c) {
          (c.ta ? " A^T" : "") + (c.tb ? " B^T" : "");
 }
 
-// Each element within the bound of k float roundings of a sum of |products| (Higham's gamma_k,
-// with the first C added too), of a double product of the same floats.
+// kernel's C against the product in double of op(A) and op(B) as `round` makes each element
+// (the float itself, or its bf16): each element within the bound of k float roundings of a sum
+// of |products| (Higham's gamma_k, with the first C added too); and nothing outside C's m rows
+// written (the padding of each column keeps its NaN).
+void ExpectProduct(Kernel kernel, const Case& c, bool accumulate, uint32_t seed,
+                   float (*round)(float)) {
+  const Operands o(c, seed);
+  std::vector<float> out = o.c0;
+  kernel(c.m, c.n, c.k, {o.a.data(), o.lda, c.ta}, {o.b.data(), o.ldb, c.tb}, out.data(), o.ldc,
+         accumulate);
+  int bad = 0;
+  for (int64_t j = 0; j < c.n && bad < 3; ++j) {
+    for (int64_t i = 0; i < c.m && bad < 3; ++i) {
+      double ref = accumulate ? o.c0[i + j * o.ldc] : 0.0, mag = std::fabs(ref);
+      for (int64_t p = 0; p < c.k; ++p) {
+        const double prod = double(round(o.A(c, i, p))) * round(o.B(c, p, j));
+        ref += prod;
+        mag += std::fabs(prod);
+      }
+      const double bound = (c.k + 1) * std::ldexp(1.0, -24) * mag * 1.01 + 1e-30;
+      const double got = out[i + j * o.ldc];
+      if (!(std::fabs(got - ref) <= bound)) {
+        ADD_FAILURE() << "C(" << i << "," << j << ") = " << got << ", the product is " << ref
+                      << " (bound " << bound << ")";
+        ++bad;
+      }
+    }
+  }
+  for (int64_t j = 0; j < c.n; ++j) {
+    for (int64_t i = c.m; i < o.ldc; ++i) ASSERT_TRUE(std::isnan(out[i + j * o.ldc]));
+  }
+}
+
+float AsIs(float x) { return x; }
+
 TEST(Gemm, EveryPathIsTheProductToFloatRounding) {
   for (const Path& path : Paths()) {
     for (const Case& c : Cases()) {
       for (bool accumulate : {false, true}) {
         SCOPED_TRACE(std::string(path.name) + " " + Name(c) + (accumulate ? " C +=" : " C ="));
-        const Operands o(c, 7);
-        std::vector<float> out = o.c0;
-        path.kernel(c.m, c.n, c.k, {o.a.data(), o.lda, c.ta}, {o.b.data(), o.ldb, c.tb},
-                    out.data(), o.ldc, accumulate);
-        int bad = 0;
-        for (int64_t j = 0; j < c.n && bad < 3; ++j) {
-          for (int64_t i = 0; i < c.m && bad < 3; ++i) {
-            double ref = accumulate ? o.c0[i + j * o.ldc] : 0.0, mag = std::fabs(ref);
-            for (int64_t p = 0; p < c.k; ++p) {
-              const double prod = double(o.A(c, i, p)) * o.B(c, p, j);
-              ref += prod;
-              mag += std::fabs(prod);
-            }
-            const double bound = (c.k + 1) * std::ldexp(1.0, -24) * mag * 1.01 + 1e-30;
-            const double got = out[i + j * o.ldc];
-            if (!(std::fabs(got - ref) <= bound)) {
-              ADD_FAILURE() << "C(" << i << "," << j << ") = " << got << ", the product is " << ref
-                            << " (bound " << bound << ")";
-              ++bad;
-            }
-          }
-        }
-        // Nothing outside C's m rows is written: the padding of each column keeps its NaN.
-        for (int64_t j = 0; j < c.n; ++j) {
-          for (int64_t i = c.m; i < o.ldc; ++i) ASSERT_TRUE(std::isnan(out[i + j * o.ldc]));
-        }
+        ExpectProduct(path.kernel, c, accumulate, 7, AsIs);
       }
     }
   }
@@ -225,6 +233,8 @@ TEST(Bf16, TheKernelsRoundingIsNearestEven) {
   }
 }
 
+float RoundedToBf16(float x) { return FromBf16(ReferenceBf16(x)); }
+
 // The bf16 product: each element the float sum of the exact products of the operands rounded
 // to bf16 (the test's rounding), to the bound of float summation.
 TEST(Bf16, TheProductIsOfTheRoundedOperandsSummedInFloat) {
@@ -232,32 +242,7 @@ TEST(Bf16, TheProductIsOfTheRoundedOperandsSummedInFloat) {
   for (const Case& c : Cases()) {
     for (bool accumulate : {false, true}) {
       SCOPED_TRACE(Name(c) + (accumulate ? " C +=" : " C ="));
-      const Operands o(c, 11);
-      std::vector<float> out = o.c0;
-      GemmAvx512Bf16(c.m, c.n, c.k, {o.a.data(), o.lda, c.ta}, {o.b.data(), o.ldb, c.tb},
-                     out.data(), o.ldc, accumulate);
-      int bad = 0;
-      for (int64_t j = 0; j < c.n && bad < 3; ++j) {
-        for (int64_t i = 0; i < c.m && bad < 3; ++i) {
-          double ref = accumulate ? o.c0[i + j * o.ldc] : 0.0, mag = std::fabs(ref);
-          for (int64_t p = 0; p < c.k; ++p) {
-            const double prod = double(FromBf16(ReferenceBf16(o.A(c, i, p)))) *
-                                FromBf16(ReferenceBf16(o.B(c, p, j)));
-            ref += prod;
-            mag += std::fabs(prod);
-          }
-          const double bound = (c.k + 1) * std::ldexp(1.0, -24) * mag * 1.01 + 1e-30;
-          const double got = out[i + j * o.ldc];
-          if (!(std::fabs(got - ref) <= bound)) {
-            ADD_FAILURE() << "C(" << i << "," << j << ") = " << got << ", the product is " << ref
-                          << " (bound " << bound << ")";
-            ++bad;
-          }
-        }
-      }
-      for (int64_t j = 0; j < c.n; ++j) {
-        for (int64_t i = c.m; i < o.ldc; ++i) ASSERT_TRUE(std::isnan(out[i + j * o.ldc]));
-      }
+      ExpectProduct(GemmAvx512Bf16, c, accumulate, 11, RoundedToBf16);
     }
   }
 }
