@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """cnn-small in PyTorch for bench/conv_bench.cc: trains it with SGD on random images at one
-batch size, one thread, NCHW or channels_last, and prints the samples/s of its steps.
+batch size, one thread, NCHW or channels_last, in float or under bf16 autocast (the one line a
+PyTorch user adds: torch.autocast("cpu", dtype=torch.bfloat16)), and prints the samples/s of its
+steps.
 
-Usage: cnn_torch.py BATCH nchw|channels_last STEPS
+Usage: cnn_torch.py BATCH nchw|channels_last STEPS [float|bf16]
 """
+import contextlib
 import sys
 
 import torch
@@ -13,6 +16,7 @@ from cnn_small import cnn_small, timed_steps
 
 torch.set_num_threads(1)
 batch, layout, steps = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+precision = sys.argv[4] if len(sys.argv) > 4 else "float"
 torch.manual_seed(1)
 model = cnn_small()
 x = torch.rand(batch, 1, 28, 28)
@@ -24,9 +28,17 @@ opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 loss_fn = nn.CrossEntropyLoss(reduction="sum")
 
 
+def autocast():
+    if precision == "bf16":
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
 def step():
     opt.zero_grad()
-    loss_fn(model(x), y).backward()
+    with autocast():
+        loss = loss_fn(model(x), y)
+    loss.backward()
     opt.step()
 
 

@@ -1,21 +1,23 @@
-// One core training cnn-small (the convolutional network of README.md, "Models") against this
-// machine's single-core GEMM rate, measured in the same run, and against PyTorch when it is
-// installed.
+// One core training cnn-small (the convolutional network of README.md, "Models") in float and,
+// where the CPU has avx512_bf16, in bf16 products (--precision bf16), against the core's own
+// peaks measured in the same run (the float FMA peak; vdpbf16ps's for bf16: bench/peak.h), and
+// against PyTorch when it is installed.
 //
-// Prints, at batch 64 and 128, one thread: each layer's forward and backward time and
-// GFLOP/s (multiply-adds count 2; pooling, activations and flatten count none), the whole
-// training step's samples/s and GFLOP/s, and the ratio of the step's rate to the GEMM rate.
+// Prints, at batch 64 and 128, one thread, per precision: each layer's forward and backward
+// time and GFLOP/s (multiply-adds count 2; pooling, activations and flatten count none), the
+// whole training step's samples/s and GFLOP/s, and the ratio of the step's rate to the peak.
 // With `/usr/bin/python3 -c "import torch"` working (Debian's python3-torch, for Debian's own
 // python3 whatever python3 PATH finds first: never installed by the scripts, not a test
-// dependency), bench/cnn_torch.py trains the same net in PyTorch in its
-// default NCHW layout and in channels_last, interleaved with ours, and the ratios are printed.
-// Medians of several runs.
+// dependency), bench/cnn_torch.py trains the same net in PyTorch in float (NCHW and
+// channels_last) and under bf16 autocast (channels_last), interleaved with ours, and the ratios
+// are printed. Medians of several runs, with the spread of the whole steps.
 //
 // Then sync scaling: the real `shmtrain train` on cnn-small (Fashion-MNIST from Debian's
-// dataset-fashion-mnist, batch 64) at P = 1 and P = 2, interleaved, samples/s of the summary;
-// P2/P1 against this machine's two-core limit measured in the same run (two processes
-// running the GEMM at once against one); and, with PyTorch, DistributedDataParallel at P = 2
-// (bench/cnn_ddp.py: gloo, channels_last, 32 images per rank) beside its serial run.
+// dataset-fashion-mnist, batch 64) at P = 1 and P = 2 in each precision, interleaved,
+// samples/s of the summary; P2/P1 against this machine's two-core limit measured in the same
+// run (two processes running the GEMM at once against one); and, with PyTorch,
+// DistributedDataParallel at P = 2 (bench/cnn_ddp.py: gloo, channels_last, 32 images per rank)
+// beside its serial run.
 //
 // Usage: conv_bench [runs=5] [steps per run=20] [steps of a training run=400]
 #include <sys/wait.h>
@@ -30,6 +32,9 @@
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "bench/peak.h"
+#include "nn/cpu.h"
+#include "nn/gemm.h"
 #include "nn/layer.h"
 #include "nn/model.h"
 
@@ -98,10 +103,10 @@ struct Row {
 
 // samples/s of PyTorch's run (bench/cnn_torch.py), or 0 when it does not run; its version.
 std::string g_torch_version = "?";
-double TorchRate(int batch, const char* layout, int steps) {
+double TorchRate(int batch, const char* layout, int steps, const char* precision = "float") {
   const std::string cmd = std::string(TORCH_PYTHON) + " " + SHMTRAIN_SOURCE_DIR "/bench/cnn_torch.py " +
                           std::to_string(batch) + " " + layout + " " + std::to_string(steps) +
-                          " 2>/dev/null";
+                          " " + precision + " 2>/dev/null";
   FILE* f = popen(cmd.c_str(), "r");
   if (f == nullptr) return 0;
   double rate = 0;
@@ -116,7 +121,47 @@ bool TorchWorks() {
   return std::system((std::string(TORCH_PYTHON) + " -c 'import torch' >/dev/null 2>&1").c_str()) == 0;
 }
 
-void Run(int batch, int runs, int steps, double gemm, bool torch) {
+// A precision the step is measured in: its name, what the workers' products take, and the peak
+// its ratio is taken against (the float FMA peak, or vdpbf16ps's for bf16).
+struct Precision {
+  const char* name;
+  ComputeType type;
+  double peak;
+};
+
+// One pass of the whole step and of each layer in `p`, appended to step_s and rows.
+void MeasureOnce(Net<float>& net, const Precision& p, std::vector<float>& params,
+                 std::vector<float>& grad, const std::vector<float>& x, const std::vector<float>& y,
+                 int batch, int steps, std::vector<std::vector<float>>& acts,
+                 std::vector<double>* step_s, std::vector<Row>* rows) {
+  if (!nn::SetProductInputs(p.type)) std::abort();
+  nn::PassInfo pass;
+  pass.train = true;
+  net.LossAndGrad(params.data(), x.data(), y.data(), batch, pass, grad.data());
+  auto t0 = Clock::now();
+  for (int s = 0; s < steps; ++s) {
+    pass.step = s;
+    net.LossAndGrad(params.data(), x.data(), y.data(), batch, pass, grad.data());
+  }
+  step_s->push_back(Seconds(t0, Clock::now()) / steps);
+  for (size_t i = 0; i < rows->size(); ++i) {
+    auto& layer = const_cast<nn::Layer<float>&>(net.layer(i));
+    const float* w = params.data() + net.param_offset(i);
+    std::vector<float> dy(acts[i + 1].size(), 0.01f), dx(acts[i].size());
+    t0 = Clock::now();
+    for (int s = 0; s < steps; ++s) layer.Forward(w, acts[i].data(), batch, pass, acts[i + 1].data());
+    (*rows)[i].fwd_s.push_back(Seconds(t0, Clock::now()) / steps);
+    t0 = Clock::now();
+    for (int s = 0; s < steps; ++s) {
+      layer.Backward(w, acts[i].data(), acts[i + 1].data(), dy.data(), batch, pass,
+                     i > 0 ? dx.data() : nullptr, grad.data() + net.param_offset(i));
+    }
+    (*rows)[i].bwd_s.push_back(Seconds(t0, Clock::now()) / steps);
+  }
+  nn::SetProductInputs(ComputeType::kFloat);
+}
+
+void Run(int batch, int runs, int steps, const std::vector<Precision>& precisions, bool torch) {
   ModelSpec spec;
   spec.input = {1, 28, 28};
   spec.loss = Loss::kXent;
@@ -129,11 +174,7 @@ void Run(int batch, int runs, int steps, double gemm, bool torch) {
   std::vector<float> x(784 * batch), y(batch);
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 2654435761u) % 256) / 255;
   for (int i = 0; i < batch; ++i) y[i] = static_cast<float>(i % 10);
-  nn::PassInfo pass;
-  pass.train = true;
 
-  // Per layer: its own forward and backward on tensors of its shapes.
-  std::vector<Row> rows(spec.layers.size());
   std::vector<std::vector<float>> acts(spec.layers.size() + 1);
   acts[0] = x;
   for (size_t i = 0; i < spec.layers.size(); ++i) acts[i + 1].resize(shapes[i].Size() * batch);
@@ -145,61 +186,57 @@ void Run(int batch, int runs, int steps, double gemm, bool torch) {
     step_flops += layer_fwd[i] + layer_bwd[i];
     in = shapes[i];
   }
-  std::vector<double> step_s, nchw, channels_last;
+  // Interleaved: each run measures PyTorch (float NCHW, float channels_last, bf16 autocast
+  // channels_last) and then ours in each precision.
+  std::vector<std::vector<double>> step_s(precisions.size());
+  std::vector<std::vector<Row>> rows(precisions.size(), std::vector<Row>(spec.layers.size()));
+  std::vector<double> nchw, channels_last, autocast;
   for (int r = 0; r < runs; ++r) {
     if (torch) {
       nchw.push_back(TorchRate(batch, "nchw", steps));
       channels_last.push_back(TorchRate(batch, "channels_last", steps));
+      autocast.push_back(TorchRate(batch, "channels_last", steps, "bf16"));
     }
-    // The whole step.
-    net.LossAndGrad(params.data(), x.data(), y.data(), batch, pass, grad.data());
-    auto t0 = Clock::now();
-    for (int s = 0; s < steps; ++s) {
-      pass.step = s;
-      net.LossAndGrad(params.data(), x.data(), y.data(), batch, pass, grad.data());
+    for (size_t k = 0; k < precisions.size(); ++k) {
+      MeasureOnce(net, precisions[k], params, grad, x, y, batch, steps, acts, &step_s[k],
+                  &rows[k]);
     }
-    step_s.push_back(Seconds(t0, Clock::now()) / steps);
-    // Layer by layer.
+  }
+  auto rate = [](double flops, double sec) {
+    return flops > 0 ? std::to_string(static_cast<int>(flops / sec / 1e9 * 10) / 10.0).substr(0, 5)
+                     : std::string("-");
+  };
+  for (size_t k = 0; k < precisions.size(); ++k) {
+    const Precision& p = precisions[k];
+    std::printf("\ncnn-small, batch %d, 1 thread, %s products (%.1f MFLOP a training sample):\n",
+                batch, p.name, step_flops / batch / 1e6);
+    std::printf("  %-28s %10s %9s %10s %9s\n", "layer", "fwd ms", "GFLOP/s", "bwd ms",
+                "GFLOP/s");
     for (size_t i = 0; i < spec.layers.size(); ++i) {
-      auto& layer = const_cast<nn::Layer<float>&>(net.layer(i));
-      const float* p = params.data() + net.param_offset(i);
-      std::vector<float> dy(acts[i + 1].size(), 0.01f), dx(acts[i].size());
-      t0 = Clock::now();
-      for (int s = 0; s < steps; ++s) {
-        layer.Forward(p, acts[i].data(), batch, pass, acts[i + 1].data());
-      }
-      rows[i].fwd_s.push_back(Seconds(t0, Clock::now()) / steps);
-      t0 = Clock::now();
-      for (int s = 0; s < steps; ++s) {
-        layer.Backward(p, acts[i].data(), acts[i + 1].data(), dy.data(), batch, pass,
-                       i > 0 ? dx.data() : nullptr, grad.data() + net.param_offset(i));
-      }
-      rows[i].bwd_s.push_back(Seconds(t0, Clock::now()) / steps);
+      const double f = bench::Median(rows[k][i].fwd_s), b = bench::Median(rows[k][i].bwd_s);
+      std::printf("  %-28s %10.3f %9s %10.3f %9s\n", nn::ModelText({spec.layers[i]}).c_str(),
+                  f * 1e3, rate(layer_fwd[i], f).c_str(), b * 1e3, rate(layer_bwd[i], b).c_str());
+    }
+    const double sec = bench::Median(step_s[k]);
+    const double g = step_flops / sec / 1e9;
+    std::printf("  whole step (%s): %.2f ms, %.0f samples/s (runs %.0f..%.0f), %.1f GFLOP/s = "
+                "%.2f of the %s peak (%.1f GFLOP/s; median of %d runs of %d steps)\n",
+                p.name, sec * 1e3, batch / sec,
+                batch / *std::max_element(step_s[k].begin(), step_s[k].end()),
+                batch / *std::min_element(step_s[k].begin(), step_s[k].end()), g, g / p.peak,
+                p.name, p.peak, runs, steps);
+    if (torch) {
+      const double a = bench::Median(nchw), b = bench::Median(channels_last),
+                   c = bench::Median(autocast);
+      std::printf("  PyTorch %s, 1 thread, interleaved: float NCHW %.0f samples/s (ours %.2fx), "
+                  "float channels_last %.0f (ours %.2fx), bf16 autocast channels_last %.0f "
+                  "(runs %.0f..%.0f; ours %.2fx)\n",
+                  g_torch_version.c_str(), a, batch / sec / a, b, batch / sec / b, c,
+                  *std::min_element(autocast.begin(), autocast.end()),
+                  *std::max_element(autocast.begin(), autocast.end()), batch / sec / c);
     }
   }
-  std::printf("\ncnn-small, batch %d, 1 thread (%.1f MFLOP a training sample):\n", batch,
-              step_flops / batch / 1e6);
-  std::printf("  %-28s %10s %9s %10s %9s\n", "layer", "fwd ms", "GFLOP/s", "bwd ms", "GFLOP/s");
-  for (size_t i = 0; i < spec.layers.size(); ++i) {
-    const double f = bench::Median(rows[i].fwd_s), b = bench::Median(rows[i].bwd_s);
-    auto rate = [](double flops, double s) {
-      return flops > 0 ? std::to_string(static_cast<int>(flops / s / 1e9 * 10) / 10.0).substr(0, 5)
-                       : std::string("-");
-    };
-    std::printf("  %-28s %10.3f %9s %10.3f %9s\n", nn::ModelText({spec.layers[i]}).c_str(),
-                f * 1e3, rate(layer_fwd[i], f).c_str(), b * 1e3, rate(layer_bwd[i], b).c_str());
-  }
-  const double s = bench::Median(step_s);
-  const double rate = step_flops / s / 1e9;
-  std::printf("  whole step: %.2f ms, %.0f samples/s, %.1f GFLOP/s = %.2f of the GEMM rate "
-              "(median of %d runs of %d steps)\n",
-              s * 1e3, batch / s, rate, rate / gemm, runs, steps);
-  if (torch) {
-    const double a = bench::Median(nchw), b = bench::Median(channels_last);
-    std::printf("  PyTorch %s, 1 thread, interleaved: NCHW %.0f samples/s (ours %.2fx), "
-                "channels_last %.0f samples/s (ours %.2fx)\n",
-                g_torch_version.c_str(), a, batch / s / a, b, batch / s / b);
-  } else {
+  if (!torch) {
     std::printf("  PyTorch: not run (%s -c 'import torch' fails: Debian's python3-torch is not "
                 "installed)\n", TORCH_PYTHON);
   }
@@ -229,13 +266,14 @@ double TwoCoreLimit(int samples) {
 }
 
 // samples/s of `shmtrain train` on cnn-small over Fashion-MNIST, P workers, batch 64.
-double TrainRate(int workers, int steps) {
+double TrainRate(int workers, int steps, const char* precision) {
   const std::string dir = "/usr/share/datasets/fashion-mnist/";
   const std::string cmd = std::string(SHMTRAIN_BIN) + " train --data " + dir +
                           "train-images-idx3-ubyte.gz --labels " + dir +
                           "train-labels-idx1-ubyte.gz --normalize minmax --loss xent --model '" +
                           kCnnSmall + "' --batch 64 --lr 0.02 --momentum 0.9 --steps " +
                           std::to_string(steps) + " --workers " + std::to_string(workers) +
+                          " --precision " + precision +
                           " --log-format json --log-every 0 --no-progress --no-metrics";
   return bench::ParseSyncSummary(bench::RunEvents(cmd, {"summary"}).at("summary"), false)
       .samples_per_s;
@@ -253,33 +291,41 @@ double DdpRate(int steps) {
   return rate;
 }
 
-void Scaling(int runs, int steps, bool torch) {
+void Scaling(int runs, int steps, const std::vector<Precision>& precisions, bool torch) {
   if (access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) != 0) {
     std::printf("\nsync scaling: not run (no Fashion-MNIST: Debian's dataset-fashion-mnist)\n");
     return;
   }
-  std::vector<double> one, two, limit, ddp, serial;
+  const size_t n = precisions.size();
+  std::vector<std::vector<double>> one(n), two(n);
+  std::vector<double> limit, ddp, serial;
   for (int r = 0; r < runs; ++r) {
     limit.push_back(TwoCoreLimit(3));
-    one.push_back(TrainRate(1, steps));
-    two.push_back(TrainRate(2, steps));
+    for (size_t k = 0; k < n; ++k) {
+      one[k].push_back(TrainRate(1, steps, precisions[k].name));
+      two[k].push_back(TrainRate(2, steps, precisions[k].name));
+    }
     if (torch) {
       ddp.push_back(DdpRate(steps / 2));
       serial.push_back(TorchRate(64, "channels_last", steps / 2));
     }
   }
-  const double p1 = bench::Median(one), p2 = bench::Median(two), l = bench::Median(limit);
+  const double l = bench::Median(limit);
   std::printf("\nsync scaling, cnn-small, Fashion-MNIST, batch 64 (median of %d interleaved runs "
               "of %d steps):\n", runs, steps);
-  std::printf("  shmtrain P=1 %.0f samples/s, P=2 %.0f samples/s: P2/P1 = %.2f (target >= 1.8: "
-              "%s)\n", p1, p2, p2 / p1, p2 / p1 >= 1.8 ? "met" : "MISSED");
-  std::printf("  two-core limit (two GEMM processes at once / one): %.2f; P2/P1 is %.2f of it\n",
-              l, p2 / p1 / l);
+  std::printf("  two-core limit (two GEMM processes at once / one): %.2f\n", l);
+  for (size_t k = 0; k < n; ++k) {
+    const double p1 = bench::Median(one[k]), p2 = bench::Median(two[k]);
+    std::printf("  shmtrain %s: P=1 %.0f samples/s, P=2 %.0f samples/s: P2/P1 = %.2f (target >= "
+                "1.8: %s), %.2f of the two-core limit\n",
+                precisions[k].name, p1, p2, p2 / p1, p2 / p1 >= 1.8 ? "met" : "MISSED",
+                p2 / p1 / l);
+  }
   if (torch) {
-    const double d = bench::Median(ddp), s1 = bench::Median(serial);
+    const double d = bench::Median(ddp), s1 = bench::Median(serial), p2 = bench::Median(two[0]);
     std::printf("  PyTorch DDP P=2 (gloo, channels_last, 32 per rank) %.0f samples/s = %.2fx its "
-                "serial run (%.0f); shmtrain P=2 / DDP P=2 = %.2f (target >= 1.2: %s)\n",
-                d, d / s1, s1, p2 / d, p2 / d >= 1.2 ? "met" : "MISSED");
+                "serial run (%.0f); shmtrain float P=2 / DDP P=2 = %.2f\n",
+                d, d / s1, s1, p2 / d);
   }
 }
 
@@ -294,10 +340,16 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: conv_bench [runs>=1] [steps>=1] [training steps>=2]\n");
     return 2;
   }
-  const double gemm = GemmGflops(7);
-  std::printf("GEMM limit: %.1f GFLOP/s\n", gemm);
+  const nn::CpuFeatures cpu = nn::UsedCpu();
+  std::vector<Precision> precisions = {
+      {"float", ComputeType::kFloat, cpu.avx512 ? bench::Fma512Peak() : bench::Fma256Peak()}};
+  if (cpu.avx512_bf16) precisions.push_back({"bf16", ComputeType::kBf16, bench::Bf16DotPeak()});
+  std::printf("kernels: %s; float FMA peak %.1f GFLOP/s", nn::PathName(nn::UsedPath()),
+              precisions[0].peak);
+  if (precisions.size() > 1) std::printf(", bf16 dot-product peak %.1f GFLOP/s", precisions[1].peak);
+  std::printf(" (one core, this run)\n");
   const bool torch = TorchWorks();
-  for (int batch : {64, 128}) Run(batch, runs, steps, gemm, torch);
-  Scaling(runs, train_steps, torch);
+  for (int batch : {64, 128}) Run(batch, runs, steps, precisions, torch);
+  Scaling(runs, train_steps, precisions, torch);
   return 0;
 }

@@ -1,7 +1,8 @@
 // The kernels of nn/gemm.h against the core's own limit, measured in the same run.
 //
 // Prints the float FMA peak of one core (a loop of independent 512-bit FMAs, and of 256-bit
-// ones: AVX2's), then, for each kernel path this CPU runs, GFLOP/s of the products of
+// ones: AVX2's) and the bf16 dot-product peak (vdpbf16ps), then, for each kernel this CPU runs
+// (avx2, avx512, and bf16 against the bf16 peak), GFLOP/s of the products of
 // cnn-small's second convolution and dense layers and of the benchmarks' 1M-parameter MLP
 // (784-1024-256-10), each as the layer computes it (forward, weight gradient, input gradient),
 // with the ratio to the path's peak. Medians of interleaved runs.
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "bench/peak.h"
 #include "nn/cpu.h"
 #include "nn/gemm.h"
 
@@ -28,51 +30,6 @@ namespace {
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
-}
-
-// 16 chains of FMAs (4 cycles of latency on 2 ports need 8 at least), 2 FLOPs per lane.
-__attribute__((target("avx512f"))) double Fma512Gflops() {
-  constexpr int kChains = 16;
-  constexpr int64_t kIters = 20'000'000;
-  __m512 acc[kChains];
-  for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_ps(1.0f + i * 1e-3f);
-  const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
-  const auto t0 = Clock::now();
-  for (int64_t it = 0; it < kIters; ++it) {
-#pragma GCC unroll 16
-    for (int i = 0; i < kChains; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
-  }
-  const double s = Seconds(t0, Clock::now());
-  float sink = 0;
-  alignas(64) float lanes[16];
-  for (int i = 0; i < kChains; ++i) {
-    _mm512_store_ps(lanes, acc[i]);
-    for (float l : lanes) sink += l;
-  }
-  if (sink == 12345.0f) std::puts("");
-  return 2.0 * 16 * kChains * kIters / s / 1e9;
-}
-
-double Fma256Gflops() {
-  constexpr int kChains = 12;
-  constexpr int64_t kIters = 20'000'000;
-  __m256 acc[kChains];
-  for (int i = 0; i < kChains; ++i) acc[i] = _mm256_set1_ps(1.0f + i * 1e-3f);
-  const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
-  const auto t0 = Clock::now();
-  for (int64_t it = 0; it < kIters; ++it) {
-#pragma GCC unroll 12
-    for (int i = 0; i < kChains; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
-  }
-  const double s = Seconds(t0, Clock::now());
-  float sink = 0;
-  alignas(32) float lanes[8];
-  for (int i = 0; i < kChains; ++i) {
-    _mm256_store_ps(lanes, acc[i]);
-    for (float l : lanes) sink += l;
-  }
-  if (sink == 12345.0f) std::puts("");
-  return 2.0 * 8 * kChains * kIters / s / 1e9;
 }
 
 struct Product {
@@ -132,8 +89,10 @@ int main(int argc, char** argv) {
     Kernel kernel;
     double (*peak)();
   };
-  std::vector<Path> paths = {{"avx2", nn::GemmAvx2, Fma256Gflops}};
-  if (cpu.avx512) paths.push_back({"avx512", nn::GemmAvx512, Fma512Gflops});
+  std::vector<Path> paths = {{"avx2", nn::GemmAvx2, bench::Fma256Peak}};
+  if (cpu.avx512) paths.push_back({"avx512", nn::GemmAvx512, bench::Fma512Peak});
+  // bf16 products (--precision bf16) against the vdpbf16ps peak.
+  if (cpu.avx512_bf16) paths.push_back({"bf16", nn::GemmAvx512Bf16, bench::Bf16DotPeak});
   // [path][product] rates of every run, and each path's peak per run: interleaved.
   std::vector<std::vector<std::vector<double>>> rate(
       paths.size(), std::vector<std::vector<double>>(Products().size()));
@@ -157,10 +116,10 @@ int main(int argc, char** argv) {
                   paths[i].name);
     }
   }
-  if (paths.size() == 2) {
-    std::printf("\navx512 / avx2 per product:");
+  for (size_t i = 1; i < paths.size(); ++i) {
+    std::printf("\n%s / %s per product:", paths[i].name, paths[i - 1].name);
     for (size_t j = 0; j < Products().size(); ++j) {
-      std::printf(" %.2f", bench::Median(rate[1][j]) / bench::Median(rate[0][j]));
+      std::printf(" %.2f", bench::Median(rate[i][j]) / bench::Median(rate[i - 1][j]));
     }
     std::printf("\n");
   }

@@ -12,6 +12,13 @@
 // order, block after block: the bits depend on m, n, k and the operands alone.
 #include <immintrin.h>
 
+// GCC 12 reports its own intrinsics' "undefined" vectors (`__m512 __Y = __Y;` in
+// _mm512_undefined_ps, behind the unpacks and lane shuffles) as maybe uninitialised once
+// they are inlined here.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -56,6 +63,41 @@ __mmask16 HighMask(int64_t rows) {
   return rows <= 16 ? 0 : rows >= 32 ? 0xffff : static_cast<__mmask16>((1u << (rows - 16)) - 1);
 }
 
+// r[i] (row i of a 16 x 16 block) becomes column i: unpacks, then in-lane shuffles, then two
+// rounds of 128-bit lane shuffles.
+inline void Transpose16(__m512 (&r)[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 2; ++i) {
+    for (int k = 0; k < 4; ++k) {
+      t[8 * i + k] = _mm512_shuffle_f32x4(r[8 * i + k], r[8 * i + 4 + k], 0x88);
+      t[8 * i + 4 + k] = _mm512_shuffle_f32x4(r[8 * i + k], r[8 * i + 4 + k], 0xdd);
+    }
+  }
+  for (int k = 0; k < 8; ++k) {
+    r[k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0x88);
+    r[8 + k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0xdd);
+  }
+}
+
+// 16 consecutive k values of `count` (<= 16) vectors stored at src + v * ld (zeros for the
+// others), transposed: r[q] holds the vectors' k value q.
+inline void LoadTransposed(const float* src, int64_t ld, int64_t count, __m512 (&r)[16]) {
+  for (int v = 0; v < 16; ++v) {
+    r[v] = v < count ? _mm512_loadu_ps(src + v * ld) : _mm512_setzero_ps();
+  }
+  Transpose16(r);
+}
+
 // op(A)'s rows [i0, i0+mc) x k [p0, p0+kc) into panels of kMr rows: panel r holds, for each p,
 // kMr consecutive floats (zeros past m).
 void PackFloatA(Operand a, int64_t m, int64_t i0, int64_t mc, int64_t p0, int64_t kc, float* dst) {
@@ -69,10 +111,20 @@ void PackFloatA(Operand a, int64_t m, int64_t i0, int64_t mc, int64_t p0, int64_
         _mm512_store_ps(dst + p * kMr + 16, _mm512_maskz_loadu_ps(m1, src + 16));
       }
     } else {
-      if (rows < kMr) std::memset(dst, 0, sizeof(float) * kMr * kc);
+      // Rows are contiguous in k: 16 x 16 blocks transposed, then the rest element by element.
+      int64_t p = 0;
+      for (; p + 16 <= kc; p += 16) {
+        for (int64_t h = 0; h < kMr; h += 16) {
+          __m512 t[16];
+          LoadTransposed(a.p + p0 + p + (i0 + r + h) * a.ld, a.ld,
+                         std::clamp<int64_t>(rows - h, 0, 16), t);
+          for (int q = 0; q < 16; ++q) _mm512_store_ps(dst + (p + q) * kMr + h, t[q]);
+        }
+      }
+      if (p < kc && rows < kMr) std::memset(dst + p * kMr, 0, sizeof(float) * kMr * (kc - p));
       for (int64_t i = 0; i < rows; ++i) {
         const float* src = a.p + p0 + (i0 + r + i) * a.ld;
-        for (int64_t p = 0; p < kc; ++p) dst[p * kMr + i] = src[p];
+        for (int64_t q = p; q < kc; ++q) dst[q * kMr + i] = src[q];
       }
     }
   }
@@ -92,10 +144,18 @@ void PackFloatB(Operand b, int64_t n, int64_t p0, int64_t kc, int64_t j0, int64_
         _mm512_mask_storeu_ps(dst + p * kNr, 0x0fff, v);
       }
     } else {
-      if (cols < kNr) std::memset(dst, 0, sizeof(float) * kNr * kc);
+      // Columns are contiguous in k: 16 x 16 blocks transposed (12 of their columns kept),
+      // then the rest element by element.
+      int64_t p = 0;
+      for (; p + 16 <= kc; p += 16) {
+        __m512 t[16];
+        LoadTransposed(b.p + p0 + p + (j0 + s) * b.ld, b.ld, cols, t);
+        for (int q = 0; q < 16; ++q) _mm512_mask_storeu_ps(dst + (p + q) * kNr, 0x0fff, t[q]);
+      }
+      if (p < kc && cols < kNr) std::memset(dst + p * kNr, 0, sizeof(float) * kNr * (kc - p));
       for (int64_t j = 0; j < cols; ++j) {
         const float* src = b.p + p0 + (j0 + s + j) * b.ld;
-        for (int64_t p = 0; p < kc; ++p) dst[p * kNr + j] = src[p];
+        for (int64_t q = p; q < kc; ++q) dst[q * kNr + j] = src[q];
       }
     }
   }

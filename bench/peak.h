@@ -1,0 +1,63 @@
+// One core's arithmetic peaks, measured by loops of independent vector instructions (16 chains
+// of 512-bit, 12 of 256-bit: more than the instructions' latency times their ports, so the
+// loop runs at the issue rate). The benchmarks divide their rates by these, measured in the
+// same run. Only call a 512-bit loop where nn::DetectedCpu() has the feature.
+#pragma once
+
+#include <immintrin.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+
+namespace shmtrain::bench {
+
+// The loop of one peak, written once: acc[i] = OP over CHAINS accumulators of type V for
+// kPeakIters rounds, each OP worth FLOPS; the lanes summed at the end keep it alive. A macro,
+// not a template taking lambdas: the intrinsics must be inlined into the function whose
+// target attribute allows them.
+inline constexpr int64_t kPeakIters = 20'000'000;
+#define SHMTRAIN_PEAK_LOOP(V, CHAINS, LANES, INIT, OP, STORE, FLOPS)                        \
+  V acc[CHAINS];                                                                             \
+  for (int i = 0; i < CHAINS; ++i) acc[i] = INIT(1.0f + i * 1e-3f);                          \
+  const auto t0 = std::chrono::steady_clock::now();                                          \
+  for (int64_t it = 0; it < kPeakIters; ++it) {                                              \
+    _Pragma("GCC unroll 16") for (int i = 0; i < CHAINS; ++i) acc[i] = OP;                   \
+  }                                                                                          \
+  const double s =                                                                           \
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();          \
+  float sink = 0;                                                                            \
+  alignas(64) float lanes[LANES];                                                            \
+  for (int i = 0; i < CHAINS; ++i) {                                                         \
+    STORE(lanes, acc[i]);                                                                    \
+    sink += lanes[0];                                                                        \
+  }                                                                                          \
+  if (sink == 12345.0f) std::puts("");                                                       \
+  return double(FLOPS) * CHAINS * kPeakIters / s / 1e9
+
+// 512-bit float FMAs: 32 FLOPs each.
+__attribute__((target("avx512f"))) inline double Fma512Peak() {
+  const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
+  SHMTRAIN_PEAK_LOOP(__m512, 16, 16, _mm512_set1_ps, _mm512_fmadd_ps(acc[i], a, b),
+                     _mm512_store_ps, 32);
+}
+
+// 256-bit float FMAs (AVX2): 16 FLOPs each.
+inline double Fma256Peak() {
+  const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
+  SHMTRAIN_PEAK_LOOP(__m256, 12, 8, _mm256_set1_ps, _mm256_fmadd_ps(acc[i], a, b),
+                     _mm256_store_ps, 16);
+}
+
+// 512-bit vdpbf16ps: 16 lanes each adding two bf16 products into float, 64 FLOPs (a multiply
+// and an add per product, as an FMA counts).
+__attribute__((target("avx512f,avx512bf16"))) inline double Bf16DotPeak() {
+  const __m512bh a = (__m512bh)_mm512_set1_epi32(0x3f803f80);  // (1, 1)
+  const __m512bh b = (__m512bh)_mm512_set1_epi32(0x33d633d6);  // (1e-7, 1e-7)
+  SHMTRAIN_PEAK_LOOP(__m512, 16, 16, _mm512_set1_ps, _mm512_dpbf16_ps(acc[i], a, b),
+                     _mm512_store_ps, 64);
+}
+
+#undef SHMTRAIN_PEAK_LOOP
+
+}  // namespace shmtrain::bench
