@@ -302,10 +302,23 @@ struct Bf16 {
           }
         }
       } else {
-        if (rows < kMr) std::memset(dst, 0, 4 * kMr * pairs);
+        // Rows are contiguous in k: 16 x 16 blocks transposed, then paired; the rest pair by
+        // pair.
+        int64_t q0 = 0;
+        for (; 2 * q0 + 16 <= kc; q0 += 8) {
+          for (int64_t h = 0; h < kMr; h += 16) {
+            __m512 t[16];
+            LoadTransposed(a.p + p0 + 2 * q0 + (i0 + r + h) * a.ld, a.ld,
+                           std::clamp<int64_t>(rows - h, 0, 16), t);
+            for (int q = 0; q < 8; ++q) {
+              _mm512_store_si512(dst + (q0 + q) * kMr + h, Pairs(t[2 * q], t[2 * q + 1]));
+            }
+          }
+        }
+        if (q0 < pairs && rows < kMr) std::memset(dst + q0 * kMr, 0, 4 * kMr * (pairs - q0));
         for (int64_t i = 0; i < rows; ++i) {
           const float* src = a.p + p0 + (i0 + r + i) * a.ld;
-          for (int64_t q = 0; q < pairs; ++q) {
+          for (int64_t q = q0; q < pairs; ++q) {
             dst[q * kMr + i] = ScalarPair(src[2 * q], 2 * q + 1 < kc ? src[2 * q + 1] : 0.0f);
           }
         }
@@ -329,10 +342,20 @@ struct Bf16 {
           _mm512_mask_storeu_epi32(dst + q * kNr, 0x0fff, Pairs(v0, v1));
         }
       } else {
-        if (cols < kNr) std::memset(dst, 0, 4 * kNr * pairs);
+        // Columns are contiguous in k: 16 x 16 blocks transposed (12 of their columns kept),
+        // then paired; the rest pair by pair.
+        int64_t q0 = 0;
+        for (; 2 * q0 + 16 <= kc; q0 += 8) {
+          __m512 t[16];
+          LoadTransposed(b.p + p0 + 2 * q0 + (j0 + s) * b.ld, b.ld, cols, t);
+          for (int q = 0; q < 8; ++q) {
+            _mm512_mask_storeu_epi32(dst + (q0 + q) * kNr, 0x0fff, Pairs(t[2 * q], t[2 * q + 1]));
+          }
+        }
+        if (q0 < pairs && cols < kNr) std::memset(dst + q0 * kNr, 0, 4 * kNr * (pairs - q0));
         for (int64_t j = 0; j < cols; ++j) {
           const float* src = b.p + p0 + (j0 + s + j) * b.ld;
-          for (int64_t q = 0; q < pairs; ++q) {
+          for (int64_t q = q0; q < pairs; ++q) {
             dst[q * kNr + j] = ScalarPair(src[2 * q], 2 * q + 1 < kc ? src[2 * q + 1] : 0.0f);
           }
         }
