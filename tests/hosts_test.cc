@@ -256,8 +256,17 @@ void ExpectExactAtHostFaultPoints(const std::vector<std::string>& rule,
   }
 }
 
+// Under a sanitizer only the points of the hosts' exchange (9, 10: mid host sum, host sum
+// published), where host 1's combiner thread meets the dead rank; the others are the single
+// host's points, which tests/fault_test.cc runs under ASan (and every point here in the normal
+// build): 43 s of TSan's 345.
 TEST_F(HostsTest, WorkerKilledOnHost1AtEverySyncPointEndsByteIdentical) {
-  ExpectExactAtHostFaultPoints({"--batch", "64", "--momentum", "0.9"}, {2, 3, 4, 5, 6, 9, 10});
+#ifdef SHMTRAIN_SANITIZED
+  const std::vector<int> points = {9, 10};
+#else
+  const std::vector<int> points = {2, 3, 4, 5, 6, 9, 10};
+#endif
+  ExpectExactAtHostFaultPoints({"--batch", "64", "--momentum", "0.9"}, points);
 }
 
 // Point 8 exists only with clipping: the rank dies between publishing its share of the global

@@ -14,7 +14,10 @@
 //   floats for every output pixel. The direct kernel reads one zero-padded sample (a few KB,
 //   in L1) and keeps a tile of kTile output pixels x kOb output channels in registers; its
 //   weight gradient keeps kTile kernel taps x kOb channels. bench/conv_bench measures both
-//   (README.md, "Performance").
+//   (README.md, "Performance"). Its weight gradient also serves layers with more input
+//   channels on the AVX2 path, where it beats Eigen's product; on the AVX-512 path (nn/cpu.h)
+//   those take nn/gemm.h's product, which is faster there and takes --precision bf16. The
+//   direct kernels compute in float whatever the precision.
 // Both sum in a fixed order: the same input gives the same bits on every run.
 //
 // Parameters: W (out x K, column-major) with K = kernel*kernel*in_channels ordered (ky, kx,
@@ -24,6 +27,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "nn/cpu.h"
 #include "nn/gemm.h"
 #include "nn/layer.h"
 #include "nn/rng.h"
@@ -74,7 +78,8 @@ struct ConvPlan {
         pix(out.h * out.w),
         chunk(std::max<int64_t>(1, kColTarget / SatMul(kdim, pix))),
         direct_forward(in.c <= kDirectMaxIn && spec.Int(0) % kOb == 0),
-        direct_weight_grad(spec.Int(0) % kOb == 0),
+        direct_weight_grad(spec.Int(0) % kOb == 0 &&
+                           (in.c <= kDirectMaxIn || UsedPath() == CpuPath::kAvx2)),
         padded(direct_forward || direct_weight_grad
                    ? SatMul(SatMul(in.h + 2 * spec.Int(3), in.w + 2 * spec.Int(3)), in.c)
                    : 0) {}
