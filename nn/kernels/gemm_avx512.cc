@@ -279,6 +279,19 @@ __m512i Pairs(__m512 x0, __m512 x1) {
   return _mm512_permutexvar_epi16(interleave, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(x1, x0)));
 }
 
+// The pairs q0 .. pairs-1 of `count` vectors contiguous in k (vector v at src + v * ld), one
+// by one, into a panel of `width` lanes a pair (zeros past count when count < width).
+void PairTail(const float* src, int64_t ld, int64_t count, int64_t width, int64_t q0,
+              int64_t pairs, int64_t kc, uint32_t* dst) {
+  if (q0 < pairs && count < width) std::memset(dst + q0 * width, 0, 4 * width * (pairs - q0));
+  for (int64_t v = 0; v < count; ++v) {
+    const float* x = src + v * ld;
+    for (int64_t q = q0; q < pairs; ++q) {
+      dst[q * width + v] = ScalarPair(x[2 * q], 2 * q + 1 < kc ? x[2 * q + 1] : 0.0f);
+    }
+  }
+}
+
 struct Bf16 {
   // A panel row of kc values: kc / 2 pairs rounded up, one 32-bit lane (a float's room) each.
   static int64_t Floats(int64_t kc) { return (kc + 1) / 2; }
@@ -315,13 +328,7 @@ struct Bf16 {
             }
           }
         }
-        if (q0 < pairs && rows < kMr) std::memset(dst + q0 * kMr, 0, 4 * kMr * (pairs - q0));
-        for (int64_t i = 0; i < rows; ++i) {
-          const float* src = a.p + p0 + (i0 + r + i) * a.ld;
-          for (int64_t q = q0; q < pairs; ++q) {
-            dst[q * kMr + i] = ScalarPair(src[2 * q], 2 * q + 1 < kc ? src[2 * q + 1] : 0.0f);
-          }
-        }
+        PairTail(a.p + p0 + (i0 + r) * a.ld, a.ld, rows, kMr, q0, pairs, kc, dst);
       }
     }
   }
@@ -352,13 +359,7 @@ struct Bf16 {
             _mm512_mask_storeu_epi32(dst + (q0 + q) * kNr, 0x0fff, Pairs(t[2 * q], t[2 * q + 1]));
           }
         }
-        if (q0 < pairs && cols < kNr) std::memset(dst + q0 * kNr, 0, 4 * kNr * (pairs - q0));
-        for (int64_t j = 0; j < cols; ++j) {
-          const float* src = b.p + p0 + (j0 + s + j) * b.ld;
-          for (int64_t q = q0; q < pairs; ++q) {
-            dst[q * kNr + j] = ScalarPair(src[2 * q], 2 * q + 1 < kc ? src[2 * q + 1] : 0.0f);
-          }
-        }
+        PairTail(b.p + p0 + (j0 + s) * b.ld, b.ld, cols, kNr, q0, pairs, kc, dst);
       }
     }
   }
