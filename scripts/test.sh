@@ -31,18 +31,22 @@ run() {
   echo "test.sh: $dir: built in $((t1 - t0)) s, tested in $((SECONDS - t1)) s"
 }
 
-# configure <build dir> <cmake args...>: the compiler is $CXX's (cmake's default when unset);
-# a directory configured with another compiler is made anew.
+# configure <build dir> <cmake args...>: the compiler is $CXX's (cmake's default when unset),
+# the generator Ninja where it is installed (scripts/install-deps.sh installs it; Make
+# otherwise); a directory configured with another compiler or generator is made anew.
 configure() {
   local dir=$1; shift
-  local cxx
+  local cxx generator="Unix Makefiles"
   cxx=$(command -v "${CXX:-c++}")
+  command -v ninja >/dev/null && generator=Ninja
   if [ -f "$dir/CMakeCache.txt" ] &&
-     ! grep -qx "CMAKE_CXX_COMPILER:[A-Z]*=$cxx" "$dir/CMakeCache.txt"; then
-    echo "test.sh: $dir was configured with another compiler than $cxx; configuring it anew"
+     { ! grep -qx "CMAKE_CXX_COMPILER:[A-Z]*=$cxx" "$dir/CMakeCache.txt" ||
+       ! grep -qx "CMAKE_GENERATOR:INTERNAL=$generator" "$dir/CMakeCache.txt"; }; then
+    echo "test.sh: $dir was configured with another compiler or generator than $cxx," \
+         "$generator; configuring it anew"
     rm -rf "$dir"
   fi
-  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+  cmake -S . -B "$dir" -G "$generator" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
 }
 
 # What each sanitizer build compiles: what its label runs (tests/CMakeLists.txt).
