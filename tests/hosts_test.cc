@@ -256,13 +256,14 @@ void ExpectExactAtHostFaultPoints(const std::vector<std::string>& rule,
   }
 }
 
-// Under a sanitizer only the points of the hosts' exchange (9, 10: mid host sum, host sum
-// published), where host 1's combiner thread meets the dead rank; the others are the single
-// host's points, which tests/fault_test.cc runs under ASan (and every point here in the normal
-// build): 43 s of TSan's 345.
+// Under a sanitizer only point 9 (mid host sum), where host 1's combiner thread meets a rank
+// that died inside the exchange; the others are the single host's points, which
+// tests/fault_test.cc runs under ASan, and point 10 (the host sum published, the rank dead
+// after it) is a replacement that only waits, as at point 8 below (every point runs in the
+// normal build). Each point is a 14 s job under TSan.
 TEST_F(HostsTest, WorkerKilledOnHost1AtEverySyncPointEndsByteIdentical) {
 #ifdef SHMTRAIN_SANITIZED
-  const std::vector<int> points = {9, 10};
+  const std::vector<int> points = {9};
 #else
   const std::vector<int> points = {2, 3, 4, 5, 6, 9, 10};
 #endif
@@ -408,6 +409,11 @@ TEST_F(HostsTest, HostMasterKilledEndsTheJobAndTheCheckpointResumesExactly) {
       }
     }();
     if (::testing::Test::HasFatalFailure()) return;
+#ifdef SHMTRAIN_SANITIZED
+    // Under a sanitizer host 1's checkpoint is resumed only: the resumed job takes the paths
+    // of host 0's (the normal build resumes both), and its two jobs are 15 s under TSan.
+    if (victim == 0) continue;
+#endif
     const int64_t step = CheckpointStep(ckpt);
     std::printf("[ host %d killed ] checkpoint at step %lld\n", victim,
                 static_cast<long long>(step));
