@@ -839,6 +839,47 @@ TEST(Bf16Run, EachPGivesItsBitsAndPWorkersTrainWhatOneTrains) {
   EXPECT_GT(f, 1e-4) << "--precision bf16 trained what float trains";
 }
 
+// Async DC-ASGD in bf16. One async worker is never stale, so its run is deterministic: it
+// gives the same bits twice and differs from the same run in float (the async worker rounds
+// its products' inputs; one that ignored --precision would train the float bits). Two workers
+// with each rule train the blobs to within twice the loss of the sync bf16 run of as many
+// updates, as the float async runs do (AsyncRun.ParabolaWithinTwiceTheSyncLoss).
+TEST(Bf16Run, AsyncDcAsgdTrainsInBf16) {
+  if (!nn::UsedCpu().avx512_bf16) GTEST_SKIP() << "this CPU has no avx512_bf16";
+  TempDir dir;
+  const auto run = [&](const std::string& mode, const std::string& rule, int workers,
+                       const std::string& precision, const std::string& file) {
+    std::vector<std::string> a = {
+        "train", "--mode", mode, "--example", "blobs", "--rows", "2000", "--features", "32",
+        "--model", "linear(64),relu,linear(4)", "--loss", "xent", "--lr", "0.1", "--steps", "400",
+        "--batch", "64", "--workers", std::to_string(workers), "--precision", precision,
+        "--log-format", "json", "--save", dir.File(file)};
+    if (mode == "async") a.insert(a.end(), {"--rule", rule});
+    const ProcResult r = test::Shmtrain(a, kRunTimeout);
+    EXPECT_EQ(r.exit_code, 0) << r.Describe();
+    return r.exit_code == 0 ? test::SummaryOf(r) : std::string();
+  };
+  run("async", "dc-asgd-a", 1, "bf16", "one.model");
+  run("async", "dc-asgd-a", 1, "bf16", "again.model");
+  run("async", "dc-asgd-a", 1, "float", "float.model");
+  const std::string one = test::ReadWholeFile(dir.File("one.model"));
+  ASSERT_FALSE(one.empty());
+  EXPECT_TRUE(one == test::ReadWholeFile(dir.File("again.model")))
+      << "two bf16 runs of one async worker differ";
+  EXPECT_FALSE(one == test::ReadWholeFile(dir.File("float.model")))
+      << "the async worker trained in float under --precision bf16";
+  const std::string sync = run("sync", "", 2, "bf16", "sync.model");
+  ASSERT_FALSE(sync.empty());
+  const double sync_loss = test::Num(sync, "final_loss");
+  for (const char* rule : {"dc-asgd-c", "dc-asgd-a"}) {
+    const std::string s = run("async", rule, 2, "bf16", std::string(rule) + ".model");
+    ASSERT_FALSE(s.empty()) << rule;
+    std::printf("[ bf16 async %s ] final loss %g (sync bf16: %g)\n", rule,
+                test::Num(s, "final_loss"), sync_loss);
+    EXPECT_LE(test::Num(s, "final_loss"), 2 * sync_loss) << rule << ": " << s;
+  }
+}
+
 // bf16 where the CPU path has no avx512_bf16 (SHMTRAIN_CPU=avx512 hides it here, as a CPU with
 // AVX-512 but without it would): refused at the start, naming the feature; nothing left.
 TEST(Bf16Run, ACpuWithoutTheDotProductIsRefused) {
