@@ -1,6 +1,7 @@
 // nn/gemm.h: every kernel path against a product in double, to the bound of float
 // summation; the same bits on every call; the paths equal to float rounding; nn/cpu.h's
-// SHMTRAIN_CPU.
+// SHMTRAIN_CPU. nn/kernels/direct_conv.h: the AVX-512 direct convolution sums in the layer's
+// order, bit for bit.
 #include "nn/gemm.h"
 
 #include <gtest/gtest.h>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "nn/cpu.h"
+#include "nn/kernels/direct_conv.h"
 
 namespace shmtrain::nn {
 namespace {
@@ -173,6 +175,73 @@ TEST(Gemm, AnEmptySumIsZero) {
     EXPECT_EQ(c, (std::vector<float>{1, 2, 3, 4}));
     path.kernel(2, 2, 0, {&a, 2}, {&b, 1}, c.data(), 2, false);
     EXPECT_EQ(c, (std::vector<float>{0, 0, 0, 0}));
+  }
+}
+
+// The AVX-512 direct convolution against loops that sum as nn/layers/conv2d.cc's own kernel
+// does (the bias, then the taps in (ky, kx, c) order; a weight gradient's pixels in row
+// order), each step one std::fma as the kernels' FMAs: the same bits. Shapes whose rows, runs
+// of taps and channel blocks are longer and shorter than a tile (12 pixels or taps, blocks of
+// 32 and 16 channels), strides 1 and 2.
+TEST(DirectConv, TheAvx512KernelsSumInTheLayersOrder) {
+  if (!DetectedCpu().avx512) GTEST_SKIP() << "this CPU has no AVX-512";
+  struct Shape {
+    int64_t c, k, stride, co, h, w;  // input channels and size (unpadded), padding k / 2
+  };
+  for (const Shape& sh : {Shape{1, 5, 1, 32, 28, 28}, Shape{3, 5, 1, 48, 6, 27},
+                          Shape{2, 3, 2, 16, 9, 30}, Shape{4, 1, 1, 64, 3, 13}}) {
+    SCOPED_TRACE("c " + std::to_string(sh.c) + " k " + std::to_string(sh.k) + " stride " +
+                 std::to_string(sh.stride) + " co " + std::to_string(sh.co) + " " +
+                 std::to_string(sh.h) + "x" + std::to_string(sh.w));
+    const int64_t pad = sh.k / 2, hp = sh.h + 2 * pad, wp = sh.w + 2 * pad;
+    const DirectConv d{sh.c,
+                       sh.k,
+                       sh.stride,
+                       sh.co,
+                       (hp - sh.k) / sh.stride + 1,
+                       (wp - sh.k) / sh.stride + 1,
+                       wp};
+    const int64_t kdim = sh.k * sh.k * sh.c, pix = d.out_h * d.out_w;
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    auto random = [&](int64_t n) {
+      std::vector<float> v(n);
+      for (float& x : v) x = u(rng);
+      return v;
+    };
+    std::vector<float> padded(hp * wp * sh.c, 0.0f);
+    for (int64_t y = 0; y < sh.h; ++y) {
+      for (int64_t x = 0; x < sh.w * sh.c; ++x) padded[((y + pad) * wp + pad) * sh.c + x] = u(rng);
+    }
+    const std::vector<float> w = random(sh.co * kdim), bias = random(sh.co),
+                             dy = random(pix * sh.co), g0 = random(sh.co * kdim);
+    // The tap t = (ky, kx, c) of output pixel (oy, ox) in `padded`.
+    auto tap = [&](int64_t oy, int64_t ox, int64_t t) {
+      const int64_t ky = t / (sh.k * sh.c), j = t % (sh.k * sh.c);
+      return padded[((oy * sh.stride + ky) * wp + ox * sh.stride) * sh.c + j];
+    };
+    std::vector<float> y(pix * sh.co), want(pix * sh.co);
+    DirectConvForwardAvx512(d, padded.data(), w.data(), bias.data(), y.data());
+    for (int64_t p = 0; p < pix; ++p) {
+      for (int64_t o = 0; o < sh.co; ++o) {
+        float acc = bias[o];
+        for (int64_t t = 0; t < kdim; ++t) acc = std::fma(tap(p / d.out_w, p % d.out_w, t), w[t * sh.co + o], acc);
+        want[p * sh.co + o] = acc;
+      }
+    }
+    EXPECT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * sizeof(float)))
+        << "the forward pass differs from the layer's order";
+    std::vector<float> g = g0, gwant = g0;
+    DirectConvWeightGradAvx512(d, padded.data(), dy.data(), g.data());
+    for (int64_t t = 0; t < kdim; ++t) {
+      for (int64_t o = 0; o < sh.co; ++o) {
+        float acc = gwant[t * sh.co + o];
+        for (int64_t p = 0; p < pix; ++p) acc = std::fma(tap(p / d.out_w, p % d.out_w, t), dy[p * sh.co + o], acc);
+        gwant[t * sh.co + o] = acc;
+      }
+    }
+    EXPECT_EQ(0, std::memcmp(g.data(), gwant.data(), g.size() * sizeof(float)))
+        << "the weight gradient differs from the layer's order";
   }
 }
 

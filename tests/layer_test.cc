@@ -72,9 +72,11 @@ std::vector<Case> Cases() {
   // Shapes that take other paths. The convolution's kernels (nn/layers/conv2d.cc): direct
   // forward for few input channels, direct weight gradient for multiples of 16 output
   // channels, im2col otherwise; rows of output pixels and runs of taps both longer and
-  // shorter than a tile of 6. Pooling whose windows tile the input exactly.
+  // shorter than a tile (6 pixels or taps, 12 on the AVX-512 path), channel blocks of 32 and
+  // 16. Pooling whose windows tile the input exactly.
   for (auto [text, in] : {std::pair<const char*, Shape>{"conv2d(16,3,padding=1)", {1, 5, 8}},
                           {"conv2d(32,5,stride=2,padding=2)", {2, 7, 9}},
+                          {"conv2d(48,3,padding=1)", {1, 2, 27}},
                           {"conv2d(16,2)", {6, 5, 8}},
                           {"maxpool2d(2)", {3, 6, 4}},
                           {"avgpool2d(2)", {3, 6, 4}},

@@ -17,7 +17,9 @@
 //   (README.md, "Performance"). Its weight gradient also serves layers with more input
 //   channels on the AVX2 path, where it beats Eigen's product; on the AVX-512 path (nn/cpu.h)
 //   those take nn/gemm.h's product, which is faster there and takes --precision bf16. The
-//   direct kernels compute in float whatever the precision.
+//   direct kernels compute in float whatever the precision; on the AVX-512 path they run
+//   nn/kernels/direct_conv.h's tiles (16 lanes, 12 pixels x 32 channels), which sum in the
+//   same order by the same FMAs and so give the same bits.
 // Both sum in a fixed order: the same input gives the same bits on every run.
 //
 // Parameters: W (out x K, column-major) with K = kernel*kernel*in_channels ordered (ky, kx,
@@ -29,6 +31,7 @@
 
 #include "nn/cpu.h"
 #include "nn/gemm.h"
+#include "nn/kernels/direct_conv.h"
 #include "nn/layer.h"
 #include "nn/rng.h"
 
@@ -115,7 +118,8 @@ class Conv2d final : public Layer<S> {
         chunk_(plan_.chunk),
         direct_forward_(plan_.direct_forward),
         direct_weight_grad_(plan_.direct_weight_grad),
-        wp_(in.w + 2 * pad_) {
+        wp_(in.w + 2 * pad_),
+        avx512_(UsedPath() == CpuPath::kAvx512) {
     padded_.assign(plan_.padded, S(0));
   }
 
@@ -180,6 +184,11 @@ class Conv2d final : public Layer<S> {
   }
 
  private:
+  // The direct kernels' shape for nn/kernels/direct_conv.h.
+  DirectConv Direct() const {
+    return {this->in().c, k_, stride_, co_, this->out().h, this->out().w, wp_};
+  }
+
   // Copies one sample into the interior of padded_ (its border stays zero).
   void Pad(const S* img) {
     const Shape in = this->in();
@@ -193,6 +202,11 @@ class Conv2d final : public Layer<S> {
   // one) for each block of kOb channels.
   void DirectForward(const S* params, const S* img, S* y) {
     Pad(img);
+    if constexpr (std::is_same_v<S, float>) {
+      if (avx512_) {
+        return DirectConvForwardAvx512(Direct(), padded_.data(), params, params + co_ * kdim_, y);
+      }
+    }
     const Shape out = this->out();
     for (int64_t ob = 0; ob < co_; ob += kOb) {
       for (int64_t oy = 0; oy < out.h; ++oy) {
@@ -235,6 +249,9 @@ class Conv2d final : public Layer<S> {
   // and each run of kTile taps within a kernel row, the sum over the output pixels.
   void DirectWeightGrad(const S* img, const S* dy, S* dparams) {
     Pad(img);
+    if constexpr (std::is_same_v<S, float>) {
+      if (avx512_) return DirectConvWeightGradAvx512(Direct(), padded_.data(), dy, dparams);
+    }
     const int64_t run = k_ * this->in().c;
     for (int64_t ob = 0; ob < co_; ob += kOb) {
       for (int64_t ky = 0; ky < k_; ++ky) {
@@ -336,6 +353,7 @@ class Conv2d final : public Layer<S> {
   const int64_t co_, k_, stride_, pad_, kdim_, pix_, chunk_;
   const bool direct_forward_, direct_weight_grad_;
   const int64_t wp_;  // the padded input's width
+  const bool avx512_;  // the direct kernels run nn/kernels/direct_conv.h's (float only)
   std::vector<S, Eigen::aligned_allocator<S>> col_;
   std::vector<S> padded_;  // the direct kernel's zero-padded sample
 };

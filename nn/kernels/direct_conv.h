@@ -1,0 +1,30 @@
+// The direct convolution of layers with few input channels (nn/layers/conv2d.cc) on the
+// AVX-512 path: the same tiles as the layer's own (AVX2) kernel, with 16 lanes a register and
+// tiles of up to 12 pixels (or kernel taps) x 32 channels in 24 ZMM registers. Each output
+// (or gradient element) is summed in the layer kernel's order, by the same FMAs: both paths
+// give the same bits.
+#pragma once
+
+#include <cstdint>
+
+namespace shmtrain::nn {
+
+struct DirectConv {
+  int64_t c, k, stride;  // input channels, kernel size, stride
+  int64_t co;            // output channels: a multiple of 16
+  int64_t out_h, out_w;  // the output's size
+  int64_t wp;            // the padded input's width
+};
+
+// One sample: y (out_h x out_w x co, channels-last) = bias + the convolution of `padded` (the
+// zero-padded sample, channels-last) with W (co x k*k*c, column-major, taps in (ky, kx, c)
+// order). Only where UsedCpu().avx512 holds (nn/cpu.h).
+void DirectConvForwardAvx512(const DirectConv& s, const float* padded, const float* w,
+                             const float* bias, float* y);
+// One sample's weight gradient added to g (co x k*k*c, column-major): for each tap, the sum
+// over the output pixels of the tap's input times dy, pixel after pixel in row order. Only
+// where UsedCpu().avx512 holds.
+void DirectConvWeightGradAvx512(const DirectConv& s, const float* padded, const float* dy,
+                                float* g);
+
+}  // namespace shmtrain::nn

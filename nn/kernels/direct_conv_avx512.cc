@@ -1,0 +1,123 @@
+// nn/kernels/direct_conv.h on AVX-512. Compiled for AVX-512 alone (CMakeLists.txt), with no
+// header that instantiates templates other files instantiate too (nn/kernels/gemm_avx512.cc
+// says why).
+//
+// Forward: for each block of 32 output channels (16 for a last odd block), each output row is
+// cut into tiles of up to kTile pixels; a tile's kTile x 2 accumulators start at the bias,
+// then each tap (ky, then kx and c as one run) adds input x weight: two loads of W, one
+// broadcast of the input per pixel. The weight gradient is the same with taps for pixels: a
+// tile of up to kTile taps of one kernel row x the block's channels, summed over the output
+// pixels in row order (two loads of dy, one broadcast per tap).
+#include "nn/kernels/direct_conv.h"
+
+#include <immintrin.h>
+
+#include <type_traits>
+#include <utility>
+
+namespace shmtrain::nn {
+namespace {
+
+constexpr int64_t kTile = 12;
+
+// f(integral_constant<N>, i) for tiles [i, i+N) covering [0, n): N = kTile but for a last,
+// narrower tile; N is a constant so that the tile stays in registers.
+template <class F>
+void ForTiles(int64_t n, F&& f) {
+  int64_t i = 0;
+  for (; i + kTile <= n; i += kTile) f(std::integral_constant<int, kTile>{}, i);
+  const int64_t rest = n - i;
+  [&]<int... N>(std::integer_sequence<int, N...>) {
+    ((rest == N + 1 ? (f(std::integral_constant<int, N + 1>{}, i), 0) : 0), ...);
+  }(std::make_integer_sequence<int, kTile - 1>{});
+}
+
+// Output pixels (oy, ox .. ox+NP-1), channels ob .. ob+16Q-1.
+template <int NP, int Q>
+void ForwardTile(const DirectConv& s, const float* padded, const float* w, const float* bias,
+                 int64_t ob, int64_t oy, int64_t ox, float* y) {
+  const int64_t run = s.k * s.c, step = s.stride * s.c;
+  __m512 acc[NP][Q];
+  for (int q = 0; q < Q; ++q) {
+    const __m512 b = _mm512_loadu_ps(bias + ob + 16 * q);
+    for (int p = 0; p < NP; ++p) acc[p][q] = b;
+  }
+  for (int64_t ky = 0; ky < s.k; ++ky) {
+    const float* src = padded + ((oy * s.stride + ky) * s.wp + ox * s.stride) * s.c;
+    const float* wk = w + ky * run * s.co + ob;
+    for (int64_t j = 0; j < run; ++j, wk += s.co) {
+      __m512 wv[Q];
+      for (int q = 0; q < Q; ++q) wv[q] = _mm512_loadu_ps(wk + 16 * q);
+      for (int p = 0; p < NP; ++p) {
+        const __m512 v = _mm512_set1_ps(src[p * step + j]);
+        for (int q = 0; q < Q; ++q) acc[p][q] = _mm512_fmadd_ps(v, wv[q], acc[p][q]);
+      }
+    }
+  }
+  float* dst = y + (oy * s.out_w + ox) * s.co + ob;
+  for (int p = 0; p < NP; ++p) {
+    for (int q = 0; q < Q; ++q) _mm512_storeu_ps(dst + p * s.co + 16 * q, acc[p][q]);
+  }
+}
+
+// Taps (ky, j .. j+NT-1) of kernel row ky (j counts (kx, c) pairs), channels ob .. ob+16Q-1.
+template <int NT, int Q>
+void WeightTile(const DirectConv& s, const float* padded, const float* dy, int64_t ob,
+                int64_t ky, int64_t j, float* g) {
+  const int64_t run = s.k * s.c;
+  float* gt = g + (ky * run + j) * s.co + ob;
+  __m512 acc[NT][Q];
+  for (int t = 0; t < NT; ++t) {
+    for (int q = 0; q < Q; ++q) acc[t][q] = _mm512_loadu_ps(gt + t * s.co + 16 * q);
+  }
+  for (int64_t oy = 0; oy < s.out_h; ++oy) {
+    const float* src = padded + ((oy * s.stride + ky) * s.wp) * s.c + j;
+    const float* d = dy + oy * s.out_w * s.co + ob;
+    for (int64_t ox = 0; ox < s.out_w; ++ox, src += s.stride * s.c, d += s.co) {
+      __m512 dv[Q];
+      for (int q = 0; q < Q; ++q) dv[q] = _mm512_loadu_ps(d + 16 * q);
+      for (int t = 0; t < NT; ++t) {
+        const __m512 v = _mm512_set1_ps(src[t]);
+        for (int q = 0; q < Q; ++q) acc[t][q] = _mm512_fmadd_ps(v, dv[q], acc[t][q]);
+      }
+    }
+  }
+  for (int t = 0; t < NT; ++t) {
+    for (int q = 0; q < Q; ++q) _mm512_storeu_ps(gt + t * s.co + 16 * q, acc[t][q]);
+  }
+}
+
+// f(integral_constant<Q>, ob) for each block of output channels: 32 (Q = 2), and 16 (Q = 1)
+// for a last one.
+template <class F>
+void ForBlocks(int64_t co, F&& f) {
+  int64_t ob = 0;
+  for (; ob + 32 <= co; ob += 32) f(std::integral_constant<int, 2>{}, ob);
+  if (ob < co) f(std::integral_constant<int, 1>{}, ob);
+}
+
+}  // namespace
+
+void DirectConvForwardAvx512(const DirectConv& s, const float* padded, const float* w,
+                             const float* bias, float* y) {
+  ForBlocks(s.co, [&](auto q, int64_t ob) {
+    for (int64_t oy = 0; oy < s.out_h; ++oy) {
+      ForTiles(s.out_w, [&](auto np, int64_t ox) {
+        ForwardTile<decltype(np)::value, decltype(q)::value>(s, padded, w, bias, ob, oy, ox, y);
+      });
+    }
+  });
+}
+
+void DirectConvWeightGradAvx512(const DirectConv& s, const float* padded, const float* dy,
+                                float* g) {
+  ForBlocks(s.co, [&](auto q, int64_t ob) {
+    for (int64_t ky = 0; ky < s.k; ++ky) {
+      ForTiles(s.k * s.c, [&](auto nt, int64_t j) {
+        WeightTile<decltype(nt)::value, decltype(q)::value>(s, padded, dy, ob, ky, j, g);
+      });
+    }
+  });
+}
+
+}  // namespace shmtrain::nn
