@@ -4,10 +4,10 @@
 // that runs on AVX2 machines.
 //
 // The loops of BLIS (Van Zee and van de Geijn, 2015): n in blocks of kNc columns, k in blocks
-// of kKc (op(B)'s block packed into panels of kNr columns, k-major), m in blocks of kMc (op(A)'s
-// block packed into panels of kMr rows, k-major), then a micro-kernel per kMr x kNr tile of C
-// that keeps the tile in 24 ZMM registers over the block's k: per k, two loads of A, kNr
-// broadcasts of B and 2 kNr FMAs. Panels are zero-padded, so the micro-kernel always runs a
+// of equal length, at most K::kKc (op(B)'s block packed into panels of kNr columns, k-major),
+// m in blocks of kMc (op(A)'s block packed into panels of kMr rows, k-major), then a
+// micro-kernel per kMr x kNr tile of C that keeps the tile in 24 ZMM registers over the block's
+// k: per k, two loads of A, kNr broadcasts of B and 2 kNr FMAs. Panels are zero-padded, so the micro-kernel always runs a
 // whole tile and stores only C's part of it. Each C element is its k products summed in k
 // order, block after block: the bits depend on m, n, k and the operands alone.
 #include <immintrin.h>
@@ -31,7 +31,7 @@ namespace shmtrain::nn {
 namespace {
 
 constexpr int64_t kMr = 32, kNr = 12;
-constexpr int64_t kKc = 256, kMc = 128, kNc = 768;  // kMc % kMr == 0, kNc % kNr == 0
+constexpr int64_t kMc = 128, kNc = 768;  // kMc % kMr == 0, kNc % kNr == 0 (k: K::kKc)
 
 // A scratch buffer of 64-byte aligned floats, kept between calls (workers are one thread).
 class Scratch {
@@ -209,13 +209,18 @@ void Blocked(int64_t m, int64_t n, int64_t k, Operand a, Operand b, float* c, in
   }
   const int64_t nc_max = std::min(kNc, (n + kNr - 1) / kNr * kNr);
   const int64_t mc_max = std::min(kMc, (m + kMr - 1) / kMr * kMr);
-  // Panels of kMr or kNr rows of K::Elems(kKc) floats' room each.
-  float* pb = packed_b.Get(K::Floats(kKc) * nc_max);
-  float* pa = packed_a.Get(K::Floats(kKc) * mc_max);
+  // k in blocks of equal length, at most K::kKc (rounded up to even: no block but the last has
+  // an odd length, whose pair the bf16 kernel would pad): no short last block, whose tiles
+  // would load and store C for a few k alone.
+  const int64_t blocks = (k + K::kKc - 1) / K::kKc;
+  const int64_t kc_len = std::min(K::kKc, ((k + blocks - 1) / blocks + 1) / 2 * 2);
+  // Panels of kMr or kNr rows of K::Floats(kc_len) floats' room each.
+  float* pb = packed_b.Get(K::Floats(kc_len) * nc_max);
+  float* pa = packed_a.Get(K::Floats(kc_len) * mc_max);
   for (int64_t j0 = 0; j0 < n; j0 += kNc) {
     const int64_t nc = std::min(kNc, n - j0), nc_pad = (nc + kNr - 1) / kNr * kNr;
-    for (int64_t p0 = 0; p0 < k; p0 += kKc) {
-      const int64_t kc = std::min(kKc, k - p0);
+    for (int64_t p0 = 0; p0 < k; p0 += kc_len) {
+      const int64_t kc = std::min(kc_len, k - p0);
       const bool add = accumulate || p0 > 0;
       K::PackB(b, n, p0, kc, j0, nc_pad, pb);
       for (int64_t i0 = 0; i0 < m; i0 += kMc) {
@@ -235,6 +240,7 @@ void Blocked(int64_t m, int64_t n, int64_t k, Operand a, Operand b, float* c, in
 
 // The float kernel: panels of floats.
 struct F32 {
+  static constexpr int64_t kKc = 256;  // a panel of kMr rows: 32 KB
   static int64_t Floats(int64_t kc) { return kc; }
   static void PackA(Operand a, int64_t m, int64_t i0, int64_t mc, int64_t p0, int64_t kc,
                     float* dst) {
@@ -293,6 +299,9 @@ void PairTail(const float* src, int64_t ld, int64_t count, int64_t width, int64_
 }
 
 struct Bf16 {
+  // k values a block: twice the float kernel's, so that a panel takes as many bytes (k in
+  // pairs of bf16) and each tile's C is loaded and stored once for as many FMAs' time.
+  static constexpr int64_t kKc = 512;
   // A panel row of kc values: kc / 2 pairs rounded up, one 32-bit lane (a float's room) each.
   static int64_t Floats(int64_t kc) { return (kc + 1) / 2; }
 
