@@ -1,4 +1,4 @@
-"""cnn-small (README.md, "Models") in PyTorch, and the timed loop of bench/cnn_torch.py and
+"""cnn-small (README.md, "Models") and the benchmarks' 1M-parameter MLP in PyTorch, and the timed loop of bench/cnn_torch.py and
 bench/cnn_ddp.py: 3 warm-up steps, then `steps` timed ones."""
 import time
 
@@ -10,6 +10,13 @@ def cnn_small():
         nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
         nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
         nn.Flatten(), nn.Linear(3136, 128), nn.ReLU(), nn.Linear(128, 10))
+
+
+def mlp():
+    """784-1024-256-10 with ReLUs on the 1x28x28 images, flattened."""
+    return nn.Sequential(
+        nn.Flatten(), nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 256), nn.ReLU(),
+        nn.Linear(256, 10))
 
 
 def timed_steps(step, steps, sync=lambda: None):

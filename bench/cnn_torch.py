@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""cnn-small in PyTorch for bench/conv_bench.cc: trains it with SGD on random images at one
+"""cnn-small (or the 1M-parameter MLP) in PyTorch for bench/conv_bench.cc: trains it with SGD on random images at one
 batch size, one thread, NCHW or channels_last, in float or under bf16 autocast (the one line a
 PyTorch user adds: torch.autocast("cpu", dtype=torch.bfloat16)), and prints the samples/s of its
 steps.
 
-Usage: cnn_torch.py BATCH nchw|channels_last STEPS [float|bf16]
+Usage: cnn_torch.py BATCH nchw|channels_last STEPS [float|bf16] [cnn-small|mlp]
 """
 import contextlib
 import sys
@@ -12,13 +12,13 @@ import sys
 import torch
 from torch import nn
 
-from cnn_small import cnn_small, timed_steps
+from cnn_small import cnn_small, mlp, timed_steps
 
 torch.set_num_threads(1)
 batch, layout, steps = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 precision = sys.argv[4] if len(sys.argv) > 4 else "float"
 torch.manual_seed(1)
-model = cnn_small()
+model = mlp() if len(sys.argv) > 5 and sys.argv[5] == "mlp" else cnn_small()
 x = torch.rand(batch, 1, 28, 28)
 y = torch.randint(0, 10, (batch,))
 if layout == "channels_last":

@@ -19,6 +19,10 @@
 // DistributedDataParallel at P = 2 (bench/cnn_ddp.py: gloo, channels_last, 32 images per rank)
 // beside its serial run.
 //
+// Then the same step measurements on the benchmarks' 1M-parameter MLP (784-1024-256-10, relu)
+// at batch 128, with PyTorch's (its layout makes no difference there: its rows for NCHW and
+// channels_last are two float runs).
+//
 // Usage: conv_bench [runs=5] [steps per run=20] [steps of a training run=400]
 #include <sys/wait.h>
 #include <unistd.h>
@@ -48,6 +52,15 @@ namespace {
 constexpr const char* kCnnSmall =
     "conv2d(32,5,padding=2),relu,maxpool2d(2),conv2d(64,5,padding=2),relu,maxpool2d(2),"
     "flatten,linear(128),relu,linear(10)";
+
+// A model the step is measured on: its name (bench/cnn_torch.py's too) and model text, on
+// 1x28x28 images.
+struct BenchModel {
+  const char* name;
+  const char* text;
+};
+constexpr BenchModel kCnn{"cnn-small", kCnnSmall};
+constexpr BenchModel kMlp{"mlp", "flatten,linear(1024),relu,linear(256),relu,linear(10)"};
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -103,10 +116,11 @@ struct Row {
 
 // samples/s of PyTorch's run (bench/cnn_torch.py), or 0 when it does not run; its version.
 std::string g_torch_version = "?";
-double TorchRate(int batch, const char* layout, int steps, const char* precision = "float") {
+double TorchRate(int batch, const char* layout, int steps, const char* precision = "float",
+                 const char* model = "cnn-small") {
   const std::string cmd = std::string(TORCH_PYTHON) + " " + SHMTRAIN_SOURCE_DIR "/bench/cnn_torch.py " +
                           std::to_string(batch) + " " + layout + " " + std::to_string(steps) +
-                          " " + precision + " 2>/dev/null";
+                          " " + precision + " " + model + " 2>/dev/null";
   FILE* f = popen(cmd.c_str(), "r");
   if (f == nullptr) return 0;
   double rate = 0;
@@ -161,11 +175,12 @@ void MeasureOnce(Net<float>& net, const Precision& p, std::vector<float>& params
   nn::SetProductInputs(ComputeType::kFloat);
 }
 
-void Run(int batch, int runs, int steps, const std::vector<Precision>& precisions, bool torch) {
+void Run(const BenchModel& model, int batch, int runs, int steps,
+         const std::vector<Precision>& precisions, bool torch) {
   ModelSpec spec;
   spec.input = {1, 28, 28};
   spec.loss = Loss::kXent;
-  if (!nn::ParseModelText(kCnnSmall, &spec.layers).ok()) std::abort();
+  if (!nn::ParseModelText(model.text, &spec.layers).ok()) std::abort();
   std::vector<Shape> shapes;
   if (!nn::ResolveShapes(spec.input, spec.layers, &shapes).ok()) std::abort();
   Net<float> net(spec);
@@ -193,9 +208,9 @@ void Run(int batch, int runs, int steps, const std::vector<Precision>& precision
   std::vector<double> nchw, channels_last, autocast;
   for (int r = 0; r < runs; ++r) {
     if (torch) {
-      nchw.push_back(TorchRate(batch, "nchw", steps));
-      channels_last.push_back(TorchRate(batch, "channels_last", steps));
-      autocast.push_back(TorchRate(batch, "channels_last", steps, "bf16"));
+      nchw.push_back(TorchRate(batch, "nchw", steps, "float", model.name));
+      channels_last.push_back(TorchRate(batch, "channels_last", steps, "float", model.name));
+      autocast.push_back(TorchRate(batch, "channels_last", steps, "bf16", model.name));
     }
     for (size_t k = 0; k < precisions.size(); ++k) {
       MeasureOnce(net, precisions[k], params, grad, x, y, batch, steps, acts, &step_s[k],
@@ -208,8 +223,8 @@ void Run(int batch, int runs, int steps, const std::vector<Precision>& precision
   };
   for (size_t k = 0; k < precisions.size(); ++k) {
     const Precision& p = precisions[k];
-    std::printf("\ncnn-small, batch %d, 1 thread, %s products (%.1f MFLOP a training sample):\n",
-                batch, p.name, step_flops / batch / 1e6);
+    std::printf("\n%s, batch %d, 1 thread, %s products (%.1f MFLOP a training sample):\n",
+                model.name, batch, p.name, step_flops / batch / 1e6);
     std::printf("  %-28s %10s %9s %10s %9s\n", "layer", "fwd ms", "GFLOP/s", "bwd ms",
                 "GFLOP/s");
     for (size_t i = 0; i < spec.layers.size(); ++i) {
@@ -349,7 +364,8 @@ int main(int argc, char** argv) {
   if (precisions.size() > 1) std::printf(", bf16 dot-product peak %.1f GFLOP/s", precisions[1].peak);
   std::printf(" (one core, this run)\n");
   const bool torch = TorchWorks();
-  for (int batch : {64, 128}) Run(batch, runs, steps, precisions, torch);
+  for (int batch : {64, 128}) Run(kCnn, batch, runs, steps, precisions, torch);
+  Run(kMlp, 128, runs, 4 * steps, precisions, torch);
   Scaling(runs, train_steps, precisions, torch);
   return 0;
 }
