@@ -5,7 +5,9 @@
 // (avx2, avx512, and bf16 against the bf16 peak), GFLOP/s of the products of
 // cnn-small's second convolution and dense layers and of the benchmarks' 1M-parameter MLP
 // (784-1024-256-10), each as the layer computes it (forward, weight gradient, input gradient),
-// with the ratio to the path's peak. Medians of interleaved runs.
+// with the ratio to the path's peak; and, on AVX-512 CPUs, Eigen's own product compiled for
+// AVX-512 (bench/eigen512_bench, run once a run) on the same products, against our kernel.
+// Medians of interleaved runs.
 //
 // Usage: kernel_bench [runs=7]
 #include <immintrin.h>
@@ -20,61 +22,37 @@
 
 #include "bench/bench_util.h"
 #include "bench/peak.h"
+#include "bench/products.h"
 #include "nn/cpu.h"
 #include "nn/gemm.h"
 
 using namespace shmtrain;
-using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double Seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
-struct Product {
-  const char* what;
-  int64_t m, n, k;
-  bool ta, tb;
-};
-
-// As the layers call nn::Gemm (nn/layers/linear.cc, conv2d.cc).
-const std::vector<Product>& Products() {
-  static const std::vector<Product> p = {
-      // cnn-small's conv2 (32 -> 64 channels, 5x5, 14x14 pixels), 8 samples an im2col chunk.
-      {"conv2 forward      64 x 1568 x 800", 64, 1568, 800, false, false},
-      {"conv2 weight grad  64 x 800 x 1568", 64, 800, 1568, false, true},
-      {"conv2 input grad   800 x 1568 x 64", 800, 1568, 64, true, false},
-      // cnn-small's linear(128) on 3136 features, batch 64.
-      {"linear1 forward    128 x 64 x 3136", 128, 64, 3136, false, false},
-      {"linear1 weight grad 128 x 3136 x 64", 128, 3136, 64, false, true},
-      {"linear1 input grad 3136 x 64 x 128", 3136, 64, 128, true, false},
-      // The MLP 784-1024-256-10 at batch 128: its largest layer.
-      {"mlp fc1 forward    1024 x 128 x 784", 1024, 128, 784, false, false},
-      {"mlp fc1 weight grad 1024 x 784 x 128", 1024, 784, 128, false, true},
-      {"mlp fc2 input grad 1024 x 128 x 256", 1024, 128, 256, true, false},
-  };
-  return p;
-}
+using bench::Product;
+using bench::Products;
 
 using Kernel = void (*)(int64_t, int64_t, int64_t, nn::Operand, nn::Operand, float*, int64_t,
                         bool);
 
 double Gflops(const Product& p, Kernel kernel) {
-  std::mt19937 rng(1);
-  std::uniform_real_distribution<float> u(-1, 1);
-  std::vector<float> a(p.m * p.k), b(p.k * p.n), c(p.m * p.n);
-  for (float& x : a) x = u(rng);
-  for (float& x : b) x = u(rng);
-  const int64_t lda = p.ta ? p.k : p.m, ldb = p.tb ? p.n : p.k;
-  const double flops = 2.0 * p.m * p.n * p.k;
-  const int reps = std::max<int>(3, static_cast<int>(2e9 / flops));
-  kernel(p.m, p.n, p.k, {a.data(), lda, p.ta}, {b.data(), ldb, p.tb}, c.data(), p.m, false);
-  const auto t0 = Clock::now();
-  for (int r = 0; r < reps; ++r) {
-    kernel(p.m, p.n, p.k, {a.data(), lda, p.ta}, {b.data(), ldb, p.tb}, c.data(), p.m, false);
-  }
-  return flops * reps / Seconds(t0, Clock::now()) / 1e9;
+  return bench::ProductGflops(p, [&](const float* a, int64_t lda, const float* b, int64_t ldb,
+                                     float* c) {
+    kernel(p.m, p.n, p.k, {a, lda, p.ta}, {b, ldb, p.tb}, c, p.m, false);
+  });
+}
+
+// One pass of bench/eigen512_bench (Eigen's product compiled for AVX-512, a binary of its own):
+// a rate per product, or none when it does not run.
+std::vector<double> EigenAvx512Rates() {
+  FILE* f = popen(EIGEN512_BENCH_BIN " 2>/dev/null", "r");
+  if (f == nullptr) return {};
+  std::vector<double> r;
+  double g = 0;
+  while (std::fscanf(f, "%lf", &g) == 1) r.push_back(g);
+  if (pclose(f) != 0 || r.size() != Products().size()) return {};
+  return r;
 }
 
 }  // namespace
@@ -97,12 +75,18 @@ int main(int argc, char** argv) {
   std::vector<std::vector<std::vector<double>>> rate(
       paths.size(), std::vector<std::vector<double>>(Products().size()));
   std::vector<std::vector<double>> peak(paths.size());
+  // Eigen compiled for AVX-512 (the other way to use the AVX-512 units): [product] rates.
+  std::vector<std::vector<double>> eigen512(Products().size());
   for (int r = 0; r < runs; ++r) {
     for (size_t i = 0; i < paths.size(); ++i) {
       peak[i].push_back(paths[i].peak());
       for (size_t j = 0; j < Products().size(); ++j) {
         rate[i][j].push_back(Gflops(Products()[j], paths[i].kernel));
       }
+    }
+    if (cpu.avx512) {
+      const std::vector<double> e = EigenAvx512Rates();
+      for (size_t j = 0; j < e.size(); ++j) eigen512[j].push_back(e[j]);
     }
   }
   for (size_t i = 0; i < paths.size(); ++i) {
@@ -114,6 +98,15 @@ int main(int argc, char** argv) {
       const double g = bench::Median(rate[i][j]);
       std::printf("  %-38s %7.1f GFLOP/s  %.2f of the %s peak\n", Products()[j].what, g, g / pk,
                   paths[i].name);
+    }
+  }
+  if (cpu.avx512 && !eigen512[0].empty()) {
+    const double pk = bench::Median(peak[1]);
+    std::printf("\nEigen 3.4's product compiled for AVX-512 (bench/eigen512_bench):\n");
+    for (size_t j = 0; j < Products().size(); ++j) {
+      const double g = bench::Median(eigen512[j]), ours = bench::Median(rate[1][j]);
+      std::printf("  %-38s %7.1f GFLOP/s  %.2f of the avx512 peak; avx512 kernel / it %.2f\n",
+                  Products()[j].what, g, g / pk, ours / g);
     }
   }
   for (size_t i = 1; i < paths.size(); ++i) {
