@@ -190,7 +190,7 @@ TEST(EveryLayerCases, CoverEveryRegisteredTypeAndItsOptionalArguments) {
     size_t want = 1;
     for (const LayerArg& a : t->args) want += !a.required;
     const std::string name = t->name;
-    want += name == "conv2d" ? 5 : name == "maxpool2d" ? 2 : name == "avgpool2d" ? 1 : 0;
+    want += name == "conv2d" ? 6 : name == "maxpool2d" ? 2 : name == "avgpool2d" ? 1 : 0;
     EXPECT_EQ(std::count_if(cases.begin(), cases.end(), [&](const Case& c) { return c.type == t; }),
               static_cast<long>(want))
         << t->name << " has a variant on no input shape";
