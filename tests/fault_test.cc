@@ -452,18 +452,30 @@ TEST(FaultTest, SyncExactAtEveryFaultPoint) {
 // The same with Adam (two state vectors, bias correction by step), a cosine schedule after a
 // warmup, weight decay and clipping active at the faulty step, and the point that exists only
 // with clipping: the rank dies between publishing its norm share and reading the others'.
+// Under a sanitizer the tests below run the points where their rule or model differs from
+// SyncExactAtEveryFaultPoint's (which runs every point there): Adam's state half written (5),
+// published (6) and the norm (8); the convolution's gradient half written (3) and its update (5).
+// Points before any of that are the same recovery, and the normal build runs them all.
+std::vector<int> Points(std::vector<int> all, [[maybe_unused]] std::vector<int> sanitized) {
+#ifdef SHMTRAIN_SANITIZED
+  return sanitized;
+#else
+  return all;
+#endif
+}
+
 TEST(FaultTest, AdamCosineWarmupClipExactAtEveryFaultPoint) {
-  ExpectExactAtFaultPoints(AdamEverything(), {1, 2, 3, 4, 5, 6, 8});
+  ExpectExactAtFaultPoints(AdamEverything(), Points({1, 2, 3, 4, 5, 6, 8}, {5, 6, 8}));
 }
 
 TEST(FaultTest, CnnWithDropoutExactAtEveryFaultPoint) {
   // 400 steps: a convolution step costs ten of the MLP's.
-  ExpectExactAtFaultPoints(CnnWithDropout(), {1, 2, 3, 4, 5, 6}, 400);
+  ExpectExactAtFaultPoints(CnnWithDropout(), Points({1, 2, 3, 4, 5, 6}, {3, 5}), 400);
 }
 
 TEST(FaultTest, Bf16CnnExactAtEveryFaultPoint) {
   SKIP_WITHOUT_BF16();
-  ExpectExactAtFaultPoints(Bf16Cnn(), {1, 2, 3, 4, 5, 6}, 400);
+  ExpectExactAtFaultPoints(Bf16Cnn(), Points({1, 2, 3, 4, 5, 6}, {3, 5}), 400);
 }
 
 TEST(FaultTest, NesterovCosineWarmupClipExactAtEveryFaultPoint) {

@@ -148,8 +148,13 @@ void PrintTo(const Shape& s, std::ostream* os) {
 class HostsShapeTest : public HostsTest, public ::testing::WithParamInterface<Shape> {};
 
 TEST_P(HostsShapeTest, MatchesOneHostAndTheReference) {
-  TempDir dir;
   const int H = GetParam().hosts, P = GetParam().workers;
+#ifdef SHMTRAIN_SANITIZED
+  // Under a sanitizer the 3 x 1 job alone: its combiner threads sum a ring of 3 hosts, the
+  // paths of 2 x 2's and more; 2 x 2 is 11 s of TSan's run, and the normal build runs both.
+  if (H * P == 4 && H == 2) GTEST_SKIP() << "3 x 1 takes its paths here; the normal build runs it";
+#endif
+  TempDir dir;
   const std::string name = std::to_string(H) + "x" + std::to_string(P);
   // One host with H*P workers, next to the reference from the same initial parameters.
   const test::RefComparison one = test::CompareWithReference(BlobsRun(H * P), dir);
