@@ -456,13 +456,8 @@ TEST(FaultTest, SyncExactAtEveryFaultPoint) {
 // SyncExactAtEveryFaultPoint's (which runs every point there): Adam's state half written (5),
 // published (6) and the norm (8); the convolution's gradient half written (3) and its update (5).
 // Points before any of that are the same recovery, and the normal build runs them all.
-std::vector<int> Points([[maybe_unused]] std::vector<int> all,
-                        [[maybe_unused]] std::vector<int> sanitized) {
-#ifdef SHMTRAIN_SANITIZED
-  return sanitized;
-#else
-  return all;
-#endif
+std::vector<int> Points(std::vector<int> all, std::vector<int> sanitized) {
+  return test::UnlessSanitized(std::move(all), std::move(sanitized));
 }
 
 TEST(FaultTest, AdamCosineWarmupClipExactAtEveryFaultPoint) {

@@ -348,11 +348,8 @@ TEST_F(HostsAsyncTest, TheOwnerCompensatesTheStalePush) {
 // nothing, and the counts stay exact: every host trains exactly its share.
 
 TEST_F(HostsAsyncTest, WorkersKilledOnHost1KeepTheCountsExact) {
-#ifdef SHMTRAIN_SANITIZED
-  constexpr int64_t kSteps = 4000;  // the instrumented build's steps are 5x longer or more
-#else
-  constexpr int64_t kSteps = 16000;  // a second or more: the kill lands mid-run
-#endif
+  // A second or more, so that the kill lands mid-run; instrumented steps are 5x longer or more.
+  const int64_t kSteps = test::UnlessSanitized<int64_t>(16000, 4000);
   MpiJob job(2, AsyncBlobs(kCountRows, kCountLayers, kCountBatch,
                            {"--workers", "2", "--steps", std::to_string(kSteps), "--lr", "0.05",
                             "--log-every", "100", "--fault-host", "1", "--fault-rank", "0",

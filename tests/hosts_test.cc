@@ -267,11 +267,8 @@ void ExpectExactAtHostFaultPoints(const std::vector<std::string>& rule,
 // after it) is a replacement that only waits, as at point 8 below (every point runs in the
 // normal build). Each point is a 14 s job under TSan.
 TEST_F(HostsTest, WorkerKilledOnHost1AtEverySyncPointEndsByteIdentical) {
-#ifdef SHMTRAIN_SANITIZED
-  const std::vector<int> points = {9};
-#else
-  const std::vector<int> points = {2, 3, 4, 5, 6, 9, 10};
-#endif
+  const std::vector<int> points =
+      test::UnlessSanitized<std::vector<int>>({2, 3, 4, 5, 6, 9, 10}, {9});
   ExpectExactAtHostFaultPoints({"--batch", "64", "--momentum", "0.9"}, points);
 }
 

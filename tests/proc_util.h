@@ -47,6 +47,17 @@
 
 namespace shmtrain::test {
 
+// `normal` in the normal build, `sanitized` under a sanitizer: what a test repeats (fault
+// points, steps) where the instrumentation makes each repetition costly and finds nothing more.
+template <class T>
+T UnlessSanitized([[maybe_unused]] T normal, [[maybe_unused]] T sanitized) {
+#ifdef SHMTRAIN_SANITIZED
+  return sanitized;
+#else
+  return normal;
+#endif
+}
+
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
