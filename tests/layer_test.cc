@@ -175,6 +175,55 @@ TEST_P(EveryLayer, FloatAgreesWithDouble) {
   for (size_t i = 0; i < dpd.size(); ++i) ASSERT_NEAR(dpf[i], dpd[i], 1e-5) << c.name << " dp " << i;
 }
 
+// Max pooling's ties (a window of equal values, as ReLU's zeros make): the gradient goes to
+// the first maximum in window order (rows, then columns), as PyTorch's CPU kernel sends it,
+// and the others get +0; in channels that fill SIMD packets and in the last few that do not
+// (19 = 2 packets of 8 floats + 3, or 4 of 4 doubles + 3), over windows that tile the input
+// (stride 2) and windows that overlap (stride 1), where dx adds.
+template <class S>
+void ExpectTiesGoToTheFirstMaximum() {
+  const int64_t c = 19;
+  for (const int stride : {2, 1}) {
+    SCOPED_TRACE("stride " + std::to_string(stride));
+    const LayerSpec spec{"maxpool2d", {2, static_cast<double>(stride)}};
+    const Shape in{c, 4, 4};
+    Shape out;
+    const LayerType& t = *FindLayerType("maxpool2d");
+    ASSERT_TRUE(t.out_shape(spec, in, &out).ok());
+    auto layer = t.maker<S>()(spec, in, out);
+    // Channel e: every value -1 but a tie of 2 at the positions of window (0, 0) that e picks
+    // (the bits of 1 + e % 15 over its four positions: often two or more).
+    std::vector<S> x(in.Size(), S(-1)), y(out.Size()), dx(in.Size(), S(7));
+    const int64_t pos[4][2] = {{0, 0}, {0, 1}, {1, 0}, {1, 1}};
+    for (int64_t e = 0; e < c; ++e) {
+      for (int q = 0; q < 4; ++q) {
+        if (((1 + e % 15) >> q & 1) != 0) x[(pos[q][0] * in.w + pos[q][1]) * c + e] = S(2);
+      }
+    }
+    PassInfo pass;
+    pass.train = true;
+    layer->Forward(nullptr, x.data(), 1, pass, y.data());
+    std::vector<S> dy(out.Size());
+    for (size_t i = 0; i < dy.size(); ++i) dy[i] = S(1 + i % 5);
+    layer->Backward(nullptr, x.data(), y.data(), dy.data(), 1, pass, dx.data(), nullptr);
+    for (int64_t e = 0; e < c; ++e) {
+      const int first = __builtin_ctz(static_cast<unsigned>(1 + e % 15));
+      // Stride 2: window (0, 0) alone covers its four positions. Stride 1: it alone covers
+      // (0, 0); the windows that overlap the others add what they send.
+      for (int q = 0; q < (stride == 2 ? 4 : 1); ++q) {
+        const int64_t at = (pos[q][0] * in.w + pos[q][1]) * c + e;
+        EXPECT_EQ(dx[at], q == first ? dy[e] : S(0)) << "channel " << e << " position " << q;
+        EXPECT_FALSE(std::signbit(dx[at])) << "channel " << e << " position " << q;
+      }
+    }
+  }
+}
+
+TEST(MaxPool, TiesSendTheGradientToTheFirstMaximum) {
+  ExpectTiesGoToTheFirstMaximum<float>();
+  ExpectTiesGoToTheFirstMaximum<double>();
+}
+
 INSTANTIATE_TEST_SUITE_P(Registry, EveryLayer, ::testing::ValuesIn(Cases()),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            std::string s = std::to_string(info.index) + "_" + info.param.name;

@@ -6,9 +6,9 @@
 // an elementwise max (or sum) of k*k vectors of c values. Max pooling keeps the first
 // maximum in window order (rows, then columns), as PyTorch's CPU kernel does; backward finds
 // it again from x and y rather than keeping indices from Forward, one window position at a
-// time over all channels (vectorised).
+// time over all channels (SIMD packets of channels, their flags in registers).
+#include <Eigen/Core>
 #include <algorithm>
-#include <vector>
 
 #include "nn/layer.h"
 
@@ -18,11 +18,6 @@ namespace {
 enum class Pool { kMax, kAvg };
 
 int64_t StrideOf(const LayerSpec& spec) { return spec.Int(1) == 0 ? spec.Int(0) : spec.Int(1); }
-
-// Backward's flags (Layer::taken_): one per channel. Forward holds none.
-int64_t Scratch(const LayerSpec&, Shape in, Shape, int64_t, bool backward) {
-  return backward ? in.c : 0;
-}
 
 template <Pool P>
 struct Pooling {
@@ -67,8 +62,6 @@ struct Pooling {
                   S* dx, S*) override {
       if (dx == nullptr) return;
       const Shape in = this->in(), out = this->out();
-      const auto taken = static_cast<size_t>(Scratch({}, in, out, n, /*backward=*/true));
-      if (taken_.size() < taken) taken_.resize(taken);
       // Windows that tile the input exactly (the usual stride = kernel on a multiple of it)
       // write each element of dx once; others leave gaps or overlap, so dx is zeroed and added.
       if (stride_ == k_ && in.h == out.h * k_ && in.w == out.w * k_) {
@@ -84,47 +77,55 @@ struct Pooling {
     void BackwardWindows(const S* x, const S* y, const S* dy, int64_t n, S* dx) {
       const Shape in = this->in(), out = this->out();
       const int64_t c = in.c;
-      const S scale = S(1) / static_cast<S>(k_ * k_);
       for (int64_t s = 0; s < n; ++s) {
         for (int64_t oy = 0; oy < out.h; ++oy) {
           for (int64_t ox = 0; ox < out.w; ++ox) {
             const int64_t at = s * out.Size() + (oy * out.w + ox) * c;
             const int64_t base = s * in.Size() + (oy * stride_ * in.w + ox * stride_) * c;
-            const S* yo = y + at;
-            const S* d = dy + at;
-            // Max: taken_[e] says whether channel e's first maximum is behind us, so that
-            // each window position is one pass over the c channels, with no branch.
-            std::fill(taken_.begin(), taken_.begin() + c, S(0));
-            S* taken = taken_.data();
-            for (int64_t ky = 0; ky < k_; ++ky) {
-              for (int64_t kx = 0; kx < k_; ++kx) {
-                const S* xi = x + base + (ky * in.w + kx) * c;
-                S* g = dx + base + (ky * in.w + kx) * c;
-                for (int64_t e = 0; e < c; ++e) {
-                  S v;
-                  if constexpr (P == Pool::kMax) {
-                    const S max = xi[e] == yo[e] ? S(1) : S(0);
-                    const S hit = max > taken[e] ? S(1) : S(0);  // the first maximum
-                    v = hit > S(0) ? d[e] : S(0);
-                    taken[e] += hit;
-                  } else {
-                    v = d[e] * scale;
-                  }
-                  if constexpr (kTiling) {
-                    g[e] = v;
-                  } else {
-                    g[e] += v;
-                  }
-                }
-              }
+            int64_t e = 0;
+            for (; e + kLanes <= c; e += kLanes) {
+              Window<kTiling, Packet>(x + base + e, y + at + e, dy + at + e, dx + base + e);
+            }
+            for (; e < c; ++e) {
+              Window<kTiling, S>(x + base + e, y + at + e, dy + at + e, dx + base + e);
             }
           }
         }
       }
     }
 
+    // One window's gradient for the channels of one V (a SIMD packet of channels, or S: one)
+    // at x, y, dy and dx (each offset to the first of them). Max: `taken` says whether the
+    // first maximum is behind us, so that each window position is one pass with no branch;
+    // dx is dy where the first maximum is (dy's bits) and +0 elsewhere.
+    template <bool kTiling, class V>
+    void Window(const S* x, const S* yo, const S* d, S* dx) const {
+      using namespace Eigen::internal;
+      const Shape in = this->in();
+      const V y = ploadu<V>(yo), dv = ploadu<V>(d);
+      const V scaled = pmul(dv, pset1<V>(S(1) / static_cast<S>(k_ * k_)));
+      V taken = pzero(y);
+      for (int64_t ky = 0; ky < k_; ++ky) {
+        for (int64_t kx = 0; kx < k_; ++kx) {
+          const int64_t off = (ky * in.w + kx) * in.c;
+          V v = scaled;
+          if constexpr (P == Pool::kMax) {
+            const V hit = pandnot(pcmp_eq(ploadu<V>(x + off), y), taken);  // the first maximum
+            taken = por(taken, hit);
+            v = pand(hit, dv);
+          }
+          if constexpr (kTiling) {
+            pstoreu(dx + off, v);
+          } else {
+            pstoreu(dx + off, padd(ploadu<V>(dx + off), v));
+          }
+        }
+      }
+    }
+
+    using Packet = typename Eigen::internal::packet_traits<S>::type;
+    static constexpr int64_t kLanes = Eigen::internal::unpacket_traits<Packet>::size;
     const int64_t k_, stride_;
-    std::vector<S> taken_;  // Backward's per-channel flags, for one window
   };
 };
 
@@ -151,7 +152,7 @@ LayerType Type(const char* name, const char* torch, const char* summary) {
           .params = nullptr,
           .init = nullptr,
           .to_torch = nullptr,
-          .scratch = Scratch,
+          .scratch = nullptr,
           .make_float = MakeLayer<Pooling<P>::template Layer, float>,
           .make_double = MakeLayer<Pooling<P>::template Layer, double>};
 }
