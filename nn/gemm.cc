@@ -3,6 +3,8 @@
 #include "nn/gemm.h"
 
 #include <Eigen/Core>
+#include <cstdlib>
+#include <new>
 
 #include "nn/cpu.h"
 
@@ -52,6 +54,32 @@ void Gemm(int64_t m, int64_t n, int64_t k, Operand a, Operand b, float* c, int64
   if (inputs == ComputeType::kBf16) return GemmAvx512Bf16(m, n, k, a, b, c, ldc, accumulate);
   if (UsedPath() == CpuPath::kAvx512) return GemmAvx512(m, n, k, a, b, c, ldc, accumulate);
   GemmAvx2(m, n, k, a, b, c, ldc, accumulate);
+}
+
+SameA::SameA(int64_t m, int64_t k, Operand a)
+    : m_(m),
+      k_(k),
+      a_(a),
+      kernel_(inputs == ComputeType::kBf16      ? Kernel::kBf16
+              : UsedPath() == CpuPath::kAvx512 ? Kernel::kAvx512
+                                               : Kernel::kAvx2) {
+  if (kernel_ == Kernel::kAvx2 || m <= 0 || k <= 0) return;
+  const int64_t floats = KeptAFloats(m, k, kernel_ == Kernel::kBf16);
+  buf_.reset(static_cast<float*>(std::aligned_alloc(64, (floats * 4 + 63) / 64 * 64)));
+  if (!buf_) throw std::bad_alloc();
+}
+
+void SameA::Free::operator()(float* p) const { std::free(p); }
+
+void SameA::Gemm(int64_t n, Operand b, float* c, int64_t ldc, bool accumulate) {
+  if (kernel_ == Kernel::kAvx2 || !buf_) {
+    if (kernel_ == Kernel::kBf16) return GemmAvx512Bf16(m_, n, k_, a_, b, c, ldc, accumulate);
+    if (kernel_ == Kernel::kAvx512) return GemmAvx512(m_, n, k_, a_, b, c, ldc, accumulate);
+    return GemmAvx2(m_, n, k_, a_, b, c, ldc, accumulate);
+  }
+  KeptA kept{buf_.get(), packed_};
+  GemmAvx512Kept(m_, n, k_, a_, b, c, ldc, accumulate, kernel_ == Kernel::kBf16, &kept);
+  packed_ = kept.packed;
 }
 
 }  // namespace shmtrain::nn

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "shmtrain/options.h"
 
@@ -26,6 +27,27 @@ struct Operand {
 
 void Gemm(int64_t m, int64_t n, int64_t k, Operand a, Operand b, float* c, int64_t ldc,
           bool accumulate);
+
+// Products that share op(A) (m x k), as a layer's weights over its chunks of samples: the
+// AVX-512 kernels pack op(A) once, on the first product, and read it back in the others, with
+// the same bits as Gemm's. op(A)'s values must not change while the object lives; the kernel
+// is chosen once, when it is made.
+class SameA {
+ public:
+  SameA(int64_t m, int64_t k, Operand a);
+  // C (m x n) = [C +] op(A) op(B), as Gemm(m, n, k, a, b, c, ldc, accumulate).
+  void Gemm(int64_t n, Operand b, float* c, int64_t ldc, bool accumulate);
+
+ private:
+  int64_t m_, k_;
+  Operand a_;
+  enum class Kernel { kAvx2, kAvx512, kBf16 } kernel_;
+  struct Free {
+    void operator()(float* p) const;
+  };
+  std::unique_ptr<float, Free> buf_;  // op(A) packed (AVX-512 kernels)
+  bool packed_ = false;
+};
 
 // The inputs of every product Gemm computes in this process from now on (--precision): float,
 // or bf16 (GemmAvx512Bf16). A worker sets it from its run's configuration before its first
@@ -46,6 +68,15 @@ void GemmAvx512(int64_t m, int64_t n, int64_t k, Operand a, Operand b, float* c,
 // Only where UsedCpu().avx512_bf16 holds.
 void GemmAvx512Bf16(int64_t m, int64_t n, int64_t k, Operand a, Operand b, float* c,
                     int64_t ldc, bool accumulate);
+// GemmAvx512 or GemmAvx512Bf16 with op(A) packed into (or, once kept->packed, read from)
+// kept->buf, KeptAFloats(m, k, bf16) 64-byte aligned floats: SameA's kernel.
+struct KeptA {
+  float* buf;
+  bool packed;
+};
+int64_t KeptAFloats(int64_t m, int64_t k, bool bf16);
+void GemmAvx512Kept(int64_t m, int64_t n, int64_t k, Operand a, Operand b, float* c, int64_t ldc,
+                    bool accumulate, bool bf16, KeptA* kept);
 // x as bf16 bits by the kernel's own conversion (vcvtne2ps2bf16): for tests. Only where
 // UsedCpu().avx512_bf16 holds.
 void RoundToBf16Avx512(const float* x, int64_t n, uint16_t* out);

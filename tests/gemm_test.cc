@@ -165,6 +165,39 @@ TEST(Gemm, EveryPathGivesTheSameBitsEveryCall) {
   }
 }
 
+// SameA: products over several B with one op(A) give Gemm's bits in each precision the CPU
+// has, though op(A) is packed by the first alone; op(A) crosses blocks of m and k, the first
+// product's B crosses blocks of n (so op(A)'s blocks are read back within it too), and a
+// product of another A in between leaves the kept one alone.
+TEST(Gemm, ProductsThatShareATakeGemmsBits) {
+  std::vector<ComputeType> inputs = {ComputeType::kFloat};
+  if (UsedCpu().avx512_bf16) inputs.push_back(ComputeType::kBf16);
+  for (ComputeType t : inputs) {
+    for (bool ta : {false, true}) {
+      ASSERT_TRUE(SetProductInputs(t));
+      SCOPED_TRACE(std::string(t == ComputeType::kBf16 ? "bf16" : "float") + (ta ? " A^T" : ""));
+      const Case c{150, 1540, 530, ta, false};
+      const Operands o(c, 11);
+      SameA same(c.m, c.k, {o.a.data(), o.lda, c.ta});
+      for (int64_t n : {c.n, int64_t{37}, int64_t{500}}) {
+        const Operands b(Case{c.m, n, c.k, c.ta, false}, static_cast<uint32_t>(n));
+        std::vector<float> want = b.c0, got = b.c0, other(64 * 64);
+        Gemm(c.m, n, c.k, {o.a.data(), o.lda, c.ta}, {b.b.data(), b.ldb}, want.data(), b.ldc,
+             n == 37);
+        same.Gemm(n, {b.b.data(), b.ldb}, got.data(), b.ldc, n == 37);
+        Gemm(64, 64, 64, {o.a.data(), o.lda}, {o.a.data(), o.lda}, other.data(), 64, false);
+        for (int64_t j = 0; j < n; ++j) {
+          for (int64_t i = 0; i < c.m; ++i) {
+            ASSERT_EQ(want[i + j * b.ldc], got[i + j * b.ldc])
+                << "n " << n << ": C(" << i << "," << j << ")";
+          }
+        }
+      }
+    }
+  }
+  SetProductInputs(ComputeType::kFloat);
+}
+
 // k = 0: C = 0, or C kept.
 TEST(Gemm, AnEmptySumIsZero) {
   for (const Path& path : Paths()) {

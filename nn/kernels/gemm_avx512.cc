@@ -197,9 +197,12 @@ void MicroKernel(int64_t kc, const float* a, const float* b, float* c, int64_t l
 
 // The loops over blocks, for the float kernel (F32) or the bf16 one (Bf16): K::Elems(kc) is
 // the packed size of one panel row of kc k values, K::PackA/PackB/Micro do the rest.
+// Where `kept` is given (SameA, nn/gemm.h), op(A)'s packed blocks live in kept->buf, one slot
+// of K::Floats(kc_len) * kMc floats per (m block, k block), packed by the first product and
+// read by the later ones; the packing is the same, so are the bits.
 template <class K>
 void Blocked(int64_t m, int64_t n, int64_t k, Operand a, Operand b, float* c, int64_t ldc,
-             bool accumulate) {
+             bool accumulate, KeptA* kept = nullptr) {
   if (m <= 0 || n <= 0) return;
   if (k <= 0) {
     if (!accumulate) {
@@ -216,7 +219,8 @@ void Blocked(int64_t m, int64_t n, int64_t k, Operand a, Operand b, float* c, in
   const int64_t kc_len = std::min(K::kKc, ((k + blocks - 1) / blocks + 1) / 2 * 2);
   // Panels of kMr or kNr rows of K::Floats(kc_len) floats' room each.
   float* pb = packed_b.Get(K::Floats(kc_len) * nc_max);
-  float* pa = packed_a.Get(K::Floats(kc_len) * mc_max);
+  float* pa = kept != nullptr ? nullptr : packed_a.Get(K::Floats(kc_len) * mc_max);
+  const int64_t slot = K::Floats(kc_len) * kMc;
   for (int64_t j0 = 0; j0 < n; j0 += kNc) {
     const int64_t nc = std::min(kNc, n - j0), nc_pad = (nc + kNr - 1) / kNr * kNr;
     for (int64_t p0 = 0; p0 < k; p0 += kc_len) {
@@ -225,7 +229,12 @@ void Blocked(int64_t m, int64_t n, int64_t k, Operand a, Operand b, float* c, in
       K::PackB(b, n, p0, kc, j0, nc_pad, pb);
       for (int64_t i0 = 0; i0 < m; i0 += kMc) {
         const int64_t mc = std::min(kMc, m - i0), mc_pad = (mc + kMr - 1) / kMr * kMr;
-        K::PackA(a, m, i0, mc_pad, p0, kc, pa);
+        if (kept != nullptr) {
+          pa = kept->buf + ((i0 / kMc) * blocks + p0 / kc_len) * slot;
+          if (!kept->packed) K::PackA(a, m, i0, mc_pad, p0, kc, pa);
+        } else {
+          K::PackA(a, m, i0, mc_pad, p0, kc, pa);
+        }
         for (int64_t s = 0; s < nc; s += kNr) {
           for (int64_t r = 0; r < mc; r += kMr) {
             K::Micro(kc, pa + r * K::Floats(kc), pb + s * K::Floats(kc),
@@ -235,7 +244,16 @@ void Blocked(int64_t m, int64_t n, int64_t k, Operand a, Operand b, float* c, in
         }
       }
     }
+    if (kept != nullptr) kept->packed = true;
   }
+}
+
+// The floats KeptA::buf holds for op(A) (m x k) in kernel K: a slot per (m block, k block).
+template <class K>
+int64_t KeptFloats(int64_t m, int64_t k) {
+  const int64_t blocks = (k + K::kKc - 1) / K::kKc;
+  const int64_t kc_len = std::min(K::kKc, ((k + blocks - 1) / blocks + 1) / 2 * 2);
+  return (m + kMc - 1) / kMc * blocks * K::Floats(kc_len) * kMc;
 }
 
 // The float kernel: panels of floats.
@@ -405,6 +423,16 @@ void GemmAvx512(int64_t m, int64_t n, int64_t k, Operand a, Operand b, float* c,
 void GemmAvx512Bf16(int64_t m, int64_t n, int64_t k, Operand a, Operand b, float* c, int64_t ldc,
                     bool accumulate) {
   Blocked<Bf16>(m, n, k, a, b, c, ldc, accumulate);
+}
+
+int64_t KeptAFloats(int64_t m, int64_t k, bool bf16) {
+  return bf16 ? KeptFloats<Bf16>(m, k) : KeptFloats<F32>(m, k);
+}
+
+void GemmAvx512Kept(int64_t m, int64_t n, int64_t k, Operand a, Operand b, float* c, int64_t ldc,
+                    bool accumulate, bool bf16, KeptA* kept) {
+  if (bf16) return Blocked<Bf16>(m, n, k, a, b, c, ldc, accumulate, kept);
+  Blocked<F32>(m, n, k, a, b, c, ldc, accumulate, kept);
 }
 
 void RoundToBf16Avx512(const float* x, int64_t n, uint16_t* out) {

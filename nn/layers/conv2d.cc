@@ -27,6 +27,7 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <type_traits>
 
 #include "nn/cpu.h"
@@ -132,12 +133,14 @@ class Conv2d final : public Layer<S> {
       }
       return;
     }
+    std::optional<SameA> weights;  // W, packed once for all chunks
+    if constexpr (std::is_same_v<S, float>) weights.emplace(co_, kdim_, Operand{params, co_});
     for (int64_t i = 0; i < n; i += chunk_) {
       const int64_t m = std::min(chunk_, n - i);
       Im2col(x + i * this->in().Size(), m);
       Eigen::Map<Mat<S>> out(y + i * this->out().Size(), co_, m * pix_);
       if constexpr (std::is_same_v<S, float>) {
-        Gemm(co_, m * pix_, kdim_, {params, co_}, {col_.data(), kdim_}, out.data(), co_, false);
+        weights->Gemm(m * pix_, {col_.data(), kdim_}, out.data(), co_, false);
       } else {
         out.noalias() = w * Eigen::Map<const Mat<S>>(col_.data(), kdim_, m * pix_);
       }
@@ -156,6 +159,10 @@ class Conv2d final : public Layer<S> {
         DirectWeightGrad(x + s * this->in().Size(), dy + s * this->out().Size(), dparams);
       }
     }
+    std::optional<SameA> weights_t;  // W^T, packed once for all chunks
+    if constexpr (std::is_same_v<S, float>) {
+      if (dx != nullptr) weights_t.emplace(kdim_, co_, Operand{params, co_, true});
+    }
     for (int64_t i = 0; i < n; i += chunk_) {
       const int64_t m = std::min(chunk_, n - i);
       Eigen::Map<const Mat<S>> d(dy + i * this->out().Size(), co_, m * pix_);
@@ -173,7 +180,7 @@ class Conv2d final : public Layer<S> {
       if (dx != nullptr) {
         S* dcol = Col(m);
         if constexpr (std::is_same_v<S, float>) {
-          Gemm(kdim_, m * pix_, co_, {params, co_, true}, {d.data(), co_}, dcol, kdim_, false);
+          weights_t->Gemm(m * pix_, {d.data(), co_}, dcol, kdim_, false);
         } else {
           Eigen::Map<Mat<S>>(dcol, kdim_, m * pix_).noalias() =
               Eigen::Map<const Mat<S>>(params, co_, kdim_).transpose() * d;
