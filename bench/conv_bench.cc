@@ -168,7 +168,8 @@ void MeasureOnce(Net<float>& net, const Precision& p, std::vector<float>& params
     t0 = Clock::now();
     for (int s = 0; s < steps; ++s) {
       layer.Backward(w, acts[i].data(), acts[i + 1].data(), dy.data(), batch, pass,
-                     i > 0 ? dx.data() : nullptr, grad.data() + net.param_offset(i));
+                     net.NeedsInputGradient(i) ? dx.data() : nullptr,
+                     grad.data() + net.param_offset(i));
     }
     (*rows)[i].bwd_s.push_back(Seconds(t0, Clock::now()) / steps);
   }
@@ -197,7 +198,9 @@ void Run(const BenchModel& model, int batch, int runs, int steps,
   std::vector<double> layer_fwd(spec.layers.size()), layer_bwd(spec.layers.size());
   Shape in = spec.input;
   for (size_t i = 0; i < spec.layers.size(); ++i) {
-    LayerFlops(spec.layers[i], in, shapes[i], batch, i > 0, &layer_fwd[i], &layer_bwd[i]);
+    LayerFlops(spec.layers[i], in, shapes[i], batch, net.NeedsInputGradient(i), &layer_fwd[i],
+               &layer_bwd[i]);
+    if (!net.RunsBackward(i)) layer_bwd[i] = 0;
     step_flops += layer_fwd[i] + layer_bwd[i];
     in = shapes[i];
   }

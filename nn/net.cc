@@ -53,6 +53,12 @@ NetPlan::NetPlan(const ModelSpec& spec)
     : shapes(Shapes(spec)), reorder_input(spec.input.c > 1 && !spec.input.Flat()) {
   delta = shapes.back().Size();
   for (size_t i = 0; i + 1 < shapes.size(); ++i) delta = std::max(delta, shapes[i].Size());
+  Shape in = spec.input;
+  for (first_params = 0; first_params < spec.layers.size(); ++first_params) {
+    const LayerSpec& l = spec.layers[first_params];
+    if (ParamSize(*FindLayerType(l.kind), l, in) > 0) break;
+    in = shapes[first_params];
+  }
 }
 
 uint64_t PassBytes(const ModelSpec& spec, int64_t n, bool backward, size_t scalar) {
@@ -132,9 +138,9 @@ double Net<S>::LossAndGrad(const S* params, const S* x, const S* y, int64_t n,
   Reserve(delta_prev_, plan_.delta * n);
   const double loss = OutputLoss<S>(spec_.loss, input, y, outputs_, n, delta_.data());
   if (plan_.reorder_input) x = input_.data();
-  for (size_t i = layers_.size(); i-- > 0;) {
+  for (size_t i = layers_.size(); i-- > plan_.first_params;) {
     const S* layer_in = i == 0 ? x : acts_[i - 1].data();
-    S* dx = i > 0 ? delta_prev_.data() : nullptr;
+    S* dx = NeedsInputGradient(i) ? delta_prev_.data() : nullptr;
     layers_[i]->Backward(params + offsets_[i], layer_in, acts_[i].data(), delta_.data(), n, pass,
                          dx, grad + offsets_[i]);
     std::swap(delta_, delta_prev_);

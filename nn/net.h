@@ -45,6 +45,11 @@ struct NetPlan {
   bool reorder_input = false;
   int64_t delta = 0;  // each of the backward pass's two deltas: the largest layer input but
                       // the first, or the outputs
+  // The first layer with parameters (the layer count if none): the backward pass stops there,
+  // and computes no gradient of its input, as nothing below it has a parameter to learn
+  // (`flatten,linear(...)`: the linear layer's input gradient would be a third of its
+  // backward pass, thrown away).
+  size_t first_params = 0;
 };
 
 // The bytes a Net<S> of `spec` (S of `scalar` bytes) holds after passes over up to n samples:
@@ -66,6 +71,10 @@ class Net {
   const Layer<S>& layer(size_t i) const { return *layers_[i]; }
   size_t layers() const { return layers_.size(); }
   int64_t param_offset(size_t i) const { return offsets_[i]; }
+  // Whether LossAndGrad runs layer i's backward pass, and whether it asks it for the gradient
+  // of its input (NetPlan::first_params).
+  bool RunsBackward(size_t i) const { return i >= plan_.first_params; }
+  bool NeedsInputGradient(size_t i) const { return i > plan_.first_params; }
 
   double LossSum(const S* params, const S* x, const S* y, int64_t n, const PassInfo& pass);
   double LossAndGrad(const S* params, const S* x, const S* y, int64_t n, const PassInfo& pass,

@@ -298,6 +298,43 @@ Tensor Pool(const Tensor& x, int64_t k, int64_t stride, bool max) {
   return y;
 }
 
+// Layers below the first with parameters get no backward pass, and that one computes no
+// input gradient (nothing below it learns); the gradients stay those of finite differences.
+TEST(Net, TheBackwardPassStopsAtTheFirstLayerWithParameters) {
+  ModelSpec spec;
+  spec.input = {2, 3, 3};
+  spec.loss = Loss::kMse;
+  ASSERT_TRUE(ParseModelText("relu,flatten,linear(4),tanh,linear(2)", &spec.layers).ok());
+  Net<double> net(spec);
+  const bool runs[] = {false, false, true, true, true};
+  const bool input_gradient[] = {false, false, false, true, true};
+  for (size_t i = 0; i < net.layers(); ++i) {
+    EXPECT_EQ(net.RunsBackward(i), runs[i]) << "layer " << i;
+    EXPECT_EQ(net.NeedsInputGradient(i), input_gradient[i]) << "layer " << i;
+  }
+  ModelSpec none = spec;
+  ASSERT_TRUE(ParseModelText("relu,flatten", &none.layers).ok());
+  Net<double> bare(none);
+  EXPECT_FALSE(bare.RunsBackward(0) || bare.RunsBackward(1));
+
+  const int64_t n = 3;
+  std::vector<double> params = Random(net.ParamCount(), 1), grad(params.size());
+  const std::vector<double> x = Random(spec.input.Size() * n, 2), y = Random(2 * n, 3);
+  PassInfo pass;
+  pass.train = true;
+  net.LossAndGrad(params.data(), x.data(), y.data(), n, pass, grad.data());
+  const double h = 1e-6;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const double keep = params[i];
+    params[i] = keep + h;
+    const double up = net.LossSum(params.data(), x.data(), y.data(), n, pass);
+    params[i] = keep - h;
+    const double down = net.LossSum(params.data(), x.data(), y.data(), n, pass);
+    params[i] = keep;
+    ASSERT_NEAR(grad[i], (up - down) / (2 * h), 1e-6) << "parameter " << i;
+  }
+}
+
 // The model's raw outputs (mse: no softmax) through Net, against the loops given PyTorch's
 // parameter layouts (LayerType::to_torch).
 TEST(Layers, MatchPyTorchsDefinitionsWrittenAsLoops) {
