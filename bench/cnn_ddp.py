@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""cnn-small in PyTorch DistributedDataParallel for bench/conv_bench.cc: WORLD processes on
-this host (gloo over loopback), one thread each, channels_last, PER_RANK random images per
-rank and step, SGD with momentum; prints the global samples/s of the timed steps.
+"""cnn-small (or the benchmarks' MLP) in PyTorch DistributedDataParallel for
+bench/conv_bench.cc: WORLD processes on this host (gloo over loopback), one thread each,
+channels_last, PER_RANK random images per rank and step, SGD with momentum; prints the global
+samples/s of the timed steps.
 
-Usage: cnn_ddp.py WORLD PER_RANK STEPS
+Usage: cnn_ddp.py WORLD PER_RANK STEPS [cnn-small|mlp]
 """
 import os
 import socket
@@ -15,16 +16,16 @@ import torch.multiprocessing as mp
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from cnn_small import cnn_small, timed_steps
+from cnn_small import cnn_small, mlp, timed_steps
 
 
-def worker(rank, world, per_rank, steps, port, queue):
+def worker(rank, world, per_rank, steps, model_name, port, queue):
     torch.set_num_threads(1)
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(1)
-    model = cnn_small().to(memory_format=torch.channels_last)
+    model = (mlp() if model_name == "mlp" else cnn_small()).to(memory_format=torch.channels_last)
     ddp = DistributedDataParallel(model)
     torch.manual_seed(2 + rank)
     x = torch.rand(per_rank, 1, 28, 28).contiguous(memory_format=torch.channels_last)
@@ -45,12 +46,13 @@ def worker(rank, world, per_rank, steps, port, queue):
 
 def main():
     world, per_rank, steps = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    model_name = sys.argv[4] if len(sys.argv) > 4 else "cnn-small"
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    mp.spawn(worker, args=(world, per_rank, steps, port, queue), nprocs=world, join=True)
+    mp.spawn(worker, args=(world, per_rank, steps, model_name, port, queue), nprocs=world, join=True)
     print("samples/s %.1f torch %s" % (queue.get(), torch.__version__))
 
 

@@ -7,7 +7,8 @@
 //   row is one contiguous run of memory, and im2col is a few copies per output pixel; the
 //   product's result (out x pixels, column-major) is the output, channels-last, with nothing
 //   to reorder. Samples are taken in chunks whose im2col matrix stays near the cache
-//   (kColTarget), not the whole batch's.
+//   (kColTarget), not the whole batch's; the weights, the same operand in every chunk's
+//   product, are packed once a pass (nn/gemm.h's SameA), not once a chunk.
 // - A direct convolution for layers with few input channels (kDirectMaxIn), typically the
 //   first one on images: there the product's inner dimension is k*k*c (25 on a 5x5 kernel
 //   over grey images), too short for the GEMM to run near its rate, and im2col moves 25
