@@ -852,7 +852,7 @@ TEST(Init, ExampleParabolaKeepsNormal) {
   EXPECT_NE(FinalLossLine(ex), FinalLossLine(torch));
 }
 
-// The README's run ("Model": 64-128-10 tanh, xent, lr 0.2, batch 32, 3000 steps, minmax, 20%
+// docs/models.md's run ("Model": 64-128-10 tanh, xent, lr 0.2, batch 32, 3000 steps, minmax, 20%
 // held out; on UCI digits about 97% held-out accuracy) with the default initialisation, on
 // fashion8 (tests/real_data.h). Measured: 0.777 in every run (sync, the default seed);
 // 0.730..0.777 over seeds 1..6; N(0, 1) 0.772, xavier 0.780; --lr 1e-9 0.045. Bound 0.72.
