@@ -1,4 +1,4 @@
-"""cnn-small (README.md, "Models") and the benchmarks' 1M-parameter MLP in PyTorch, and the timed loop of bench/cnn_torch.py and
+"""cnn-small (docs/models.md, "Models") and the benchmarks' 1M-parameter MLP in PyTorch, and the timed loop of bench/cnn_torch.py and
 bench/cnn_ddp.py: 3 warm-up steps, then `steps` timed ones."""
 import time
 

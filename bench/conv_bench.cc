@@ -1,4 +1,4 @@
-// One core training cnn-small (the convolutional network of README.md, "Models") in float and,
+// One core training cnn-small (the convolutional network of docs/models.md, "Models") in float and,
 // where the CPU has avx512_bf16, in bf16 products (--precision bf16), against the core's own
 // peaks measured in the same run (the float FMA peak; vdpbf16ps's for bf16: bench/peak.h), and
 // against PyTorch when it is installed.

@@ -1,6 +1,6 @@
 // Checkpoints: the state a run needs to continue exactly where it stopped.
 //
-// Format version 2 (little-endian; README.md, "Checkpoints"):
+// Format version 2 (little-endian; docs/failures.md, "Checkpoints"):
 //   char[8] "SHMTCKPT" | u32 version | u32 mode | i64 step | u64 run fingerprint |
 //   u64 n | u32 K | u32 m | char[m] optimizer | f32 W[n] | f32 S[K][n] | u32 CRC-32 of all before
 // A file whose parameters or optimizer state are not all finite is refused at load.

@@ -2,7 +2,7 @@
 // the segment for it, how it is written, what a failed one costs, and how a run resumes from
 // one. The file format itself is master/checkpoint.h's.
 //
-// Contract (README.md, "Checkpoints"):
+// Contract (docs/failures.md, "Checkpoints"):
 //  - Schedule. --checkpoint-every N: one checkpoint at every multiple t of N above the step the
 //    run started from and below its last step, none skipped. Sync ranks pause before step t
 //    (worker/sync_loop.cc), async ranks before computing ticket t or any later one

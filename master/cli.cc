@@ -161,8 +161,8 @@ constexpr const char* kExportUsage =
     "the weights and biases named as PyTorch's nn.Sequential(Linear, activation, ...,\n"
     "Linear) names its state dict (0.weight out x in, 0.bias, 2.weight, ...), the input\n"
     "scaling (input.offset, input.scale: x' = (x - offset) * scale), the class labels\n"
-    "(classes) and the model's layers, activation and loss. README.md, \"Using a model in\n"
-    "PyTorch\", shows how to load it.\n";
+    "(classes) and the model's layers, activation and loss. docs/models.md, \"Using a model\n"
+    "in PyTorch\", shows how to load it.\n";
 
 constexpr const char* kCleanupUsage =
     "usage: shmtrain cleanup [--dry-run]\n"

@@ -1,4 +1,4 @@
-// What a divergence of a training run is blamed on, for the message that ends it (README
+// What a divergence of a training run is blamed on, for the message that ends it (docs/failures.md,
 // "Divergence").
 //
 // A run's options are blamed by default: the flag that most likely made the loss or gradient

@@ -15,11 +15,11 @@
 //                 numbers, else a '<U' text array
 //   "layers"      an MLP: int64 (L), the layer sizes, inputs first
 //   "activation"  an MLP: 0-d '<U', "tanh", "relu", "sigmoid" or "identity"
-//   "model"       other models: 0-d '<U', the model text (README.md, "Models")
+//   "model"       other models: 0-d '<U', the model text (docs/models.md, "Models")
 //   "input_shape" other models: int64 (3), C, H, W of a sample (its F values in that order)
 //   "loss"        0-d '<U': "xent" (the outputs are logits: softmax gives the probabilities
 //                 predict prints) or "mse"
-// README.md, "Using a model in PyTorch", shows the lines that load it.
+// docs/models.md, "Using a model in PyTorch", shows the lines that load it.
 #pragma once
 
 #include <string>

@@ -579,7 +579,7 @@ std::vector<FlagDef> ModelFlags() {
       {.name = "--model", .arg = "LAYERS",
        .help = "the layers, PyTorch's names and arguments separated by commas, e.g. "
                "\"conv2d(32,5,padding=2),relu,maxpool2d(2),flatten,linear(10)\"; layers: " +
-               LayerList() + " ({default}; README.md, \"Models\")",
+               LayerList() + " ({default}; docs/models.md)",
        .deflt_words = "this or --layers is required", .value = Text(Opt(&TO::model_text)),
        .group = kModel, .commands = kTrainSim, .workers = true, .trajectory = true},
       {.name = "--input-shape", .arg = "C,H,W",
@@ -651,7 +651,7 @@ std::vector<FlagDef> OptimFlags() {
   std::vector<FlagDef> f = {
       {.name = "--optimizer", .arg = "NAME",
        .help = "the update rule: " + nn::OptimizerNames() +
-               " (default {default}; README.md, \"Optimizers\")",
+               " (default {default}; docs/guide.md, \"Optimizers\")",
        .deflt = "sgd", .value = Text(Opt(&TO::optimizer)), .group = kOptim,
        .commands = kTrainCmd, .workers = true, .trajectory = true},
       {.name = "--weight-decay", .arg = "W",

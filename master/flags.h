@@ -5,9 +5,9 @@
 // From the table come: the CLI11 wiring and --help (master/cli.cc); the check of each value
 // against its limits, made as the command line is read, their one home (TrainOptions::Validate
 // checks the fields against each other, never one field's limits); the segment's copy of what
-// the workers read (to_workers, applied by MakeHeader in master/segment_header.cc); README.md's
-// list of flags, which tests/flags_test.cc compares with the table (and rewrites when
-// SHMTRAIN_UPDATE_README=1).
+// the workers read (to_workers, applied by MakeHeader in master/segment_header.cc); the list of
+// flags in docs/guide.md, which tests/flags_test.cc compares with the table (and rewrites when
+// SHMTRAIN_UPDATE_DOCS=1).
 //
 // Adding a flag: its field in TrainOptions, its row here, and its test; nothing else names it.
 // A flag the workers read says `workers` and writes its RunConfig field in `to_workers`
@@ -47,7 +47,7 @@ inline constexpr uint32_t kAllCommands = (1u << 7) - 1;
 inline constexpr int64_t kUnbounded = INT64_MAX / 4;
 
 // A flag's limits, checked as its value is read. `text` is how --help ("{limits}") and
-// README.md state them.
+// docs/guide.md state them.
 struct Limits {
   enum class Kind {
     kNone,      // none, or checked by a registry (nn/optimizer.h, nn/schedule.h) or by Validate

@@ -80,7 +80,7 @@ Status JoinHosts(int* argc, char*** argv, std::unique_ptr<Hosts>* out) {
   if (ranks > 1) {
     return Status::Usage("started by mpirun with " + std::to_string(ranks) +
                          " ranks, but this shmtrain was built without MPI (install "
-                         "libopenmpi-dev and build again; README \"Several hosts\")");
+                         "libopenmpi-dev and build again; docs/hosts.md)");
   }
 #endif
   *out = std::make_unique<SingleHost>();

@@ -13,7 +13,7 @@
 //     the exchange thread polls (Send/Receive/Test), so that it never waits on one host while
 //     others need serving;
 //   - at a failure, the end of the whole job (Open MPI 4.1 cannot shrink a communicator
-//     after a rank dies, so a lost host master ends the job; README "Several hosts").
+//     after a rank dies, so a lost host master ends the job; docs/hosts.md).
 // Without mpirun, or built without MPI, there is one host and nothing is exchanged.
 #pragma once
 

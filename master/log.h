@@ -56,7 +56,7 @@ class Logger {
   // Text for stdout in text mode only (a table; json mode has events instead).
   void Text(const std::string& text);
   // Ok, or the first write to stdout that failed (WriteStdout); nothing more is written to
-  // stdout after it. A command ends with it once its work is done (README "Exit codes").
+  // stdout after it. A command ends with it once its work is done (docs/failures.md, "Exit codes").
   const Status& stdout_status() const { return stdout_; }
   // A diagnostic: the text on stderr in text mode (stdout stays the training log), the JSON
   // event on stdout in json mode.

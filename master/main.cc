@@ -84,7 +84,7 @@ Status JoinTheHosts(int* argc, char*** argv, shmtrain::TrainOptions* o,
                            " with --mode async across " + std::to_string(h.count()) +
                            " hosts must be a multiple of " + std::to_string(h.count()) +
                            ": each host pauses at its own update N / " + std::to_string(h.count()) +
-                           " (README \"Async across hosts\")");
+                           " (docs/hosts.md, \"Async across hosts\")");
     }
   }
   return Status::Ok();

@@ -1,6 +1,6 @@
 // Saved models: a self-describing, versioned, checksummed binary file.
 //
-// Format version 3 (all integers little-endian; the spec is README.md, "Model files"):
+// Format version 3 (all integers little-endian; the spec is docs/models.md, "Model files"):
 //   char[8] "SHMTMODL", u32 version (3), u32 task (Task), u32 c, u32 h, u32 w (the input
 //   shape), u32 T, T bytes of model text (nn/layer.h, canonical), u32 loss, u32 normalisation
 //   (Normalize), u32 F (c*h*w, or 0 without normalisation), f32[F] offsets, f32[F] scales,

@@ -665,7 +665,7 @@ Status StartHere(TrainOptions& o, Logger& log, std::unique_ptr<monitoring::Expor
 
 // Several hosts: every host brings its start to one exchange, failed or not, so that a host
 // whose start failed (a missing file, a taken port) ends every host's start the same way: each
-// removes its segment and leaves the job (README "Several hosts"). The started hosts must start
+// removes its segment and leaves the job (docs/hosts.md). The started hosts must start
 // the same run (options, data, validation and length) from the same state, or their sums would
 // mix different models: kUsage naming a host that differs, kHostLost when one does not answer.
 // In json mode every started host names its segment and pid (the "host" event), so that an

@@ -1,5 +1,5 @@
 // The run summary: the last line of a finished training run, `done: ...` in text mode or the
-// JSON `summary` event (README.md, "Logs"). Scripts and tests parse it: its fields, their
+// JSON `summary` event (docs/guide.md, "Logs"). Scripts and tests parse it: its fields, their
 // order and their formats are API.
 //
 // Owns the figures a finished run reports and their formatting. The run loop fills a

@@ -1,6 +1,6 @@
 // The supervisor: the master's view of its worker processes, and what it does when one ends.
 //
-// Failure model (README.md, "Failure model"):
+// Failure model (docs/failures.md, "Failure model"):
 //  - A death is seen at once: the supervisor sleeps only in poll() on the workers' pidfds.
 //  - A dead or hung worker is replaced in place: the same rank, incarnation + 1. Sync: the
 //    replacement resumes from the phase in its block and redoes only that phase; its peers

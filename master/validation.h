@@ -2,7 +2,7 @@
 // when, the acks that let sync ranks reuse a snapshot, early stopping, and the model kept.
 // The evaluations themselves run on master/evaluator.h's thread.
 //
-// Contract (README.md, "Validation snapshots"):
+// Contract (docs/design.md, "Validation snapshots"):
 //  - Sync. Before step t = k * eval_every, every rank copies its slice of W[t%2] into the
 //    snapshot ring and publishes snap_eval = k. Poll() copies snapshot k out once every rank
 //    has published it, hands the copy to the evaluator and acks k (shm::AckEval), so that

@@ -7,7 +7,7 @@
 // built for one input shape that runs forward and backward over a batch. The flat parameter
 // vector is the concatenation of the layers' blocks; nothing outside nn/ sees more than that
 // vector. Adding a layer type: its file in nn/layers/, one line in the registry
-// (nn/layer.cc), a row in README.md's layer table. The gradient check of tests/layer_test.cc
+// (nn/layer.cc), a row in docs/models.md's layer table. The gradient check of tests/layer_test.cc
 // runs on every registered type without a test of its own.
 //
 // Tensors. A sample's tensor has a Shape (c channels of h x w; flat data is (features, 1, 1))
@@ -100,7 +100,7 @@ enum class Spatial { kKeeps, kWindows, kFlattens };
 struct LayerType {
   const char* name;     // in the model text: "conv2d"
   const char* torch;    // the PyTorch module: "Conv2d"
-  const char* summary;  // one line for --help and README.md
+  const char* summary;  // one line for --help and docs/models.md
   std::vector<LayerArg> args;
   Spatial spatial;
   // The output shape for input shape `in`; a Status saying what does not fit otherwise (the
@@ -134,7 +134,7 @@ inline LayerMaker<double> LayerType::maker<double>() const {
   return make_double;
 }
 
-// The registry, in the order of README.md's table.
+// The registry, in the order of docs/models.md's table.
 const std::vector<const LayerType*>& LayerTypes();
 const LayerType* FindLayerType(std::string_view name);
 

@@ -8,7 +8,7 @@
 // The segment double-buffers the K state vectors as it does the parameters (shm/layout.h), the
 // sync loop calls Update on each rank's slice, and checkpoints store the K vectors, all without
 // knowing which optimizer runs. Adding one: its file in nn/optimizers/, one line in the
-// registry (nn/optimizer.cc), its test, its row in README.md's table.
+// registry (nn/optimizer.cc), its test, its row in docs/guide.md's table.
 //
 // Shared by every optimizer and applied outside it: gradient clipping (the mean gradient is
 // scaled before Update sees it) and the learning-rate schedule (nn/schedule.h; Update gets

@@ -14,7 +14,7 @@
 // length, its rate and its words for logs. The CLI's --lr-schedule names and help, the checks
 // of the schedule flags, the resolution into OptimConfig and Describe all come from the
 // registry. Adding one: its file in nn/schedules/ (CMakeLists.txt lists it), one line in the
-// registry (nn/schedule.cc), its rates against PyTorch's in tests, its row in README.md's
+// registry (nn/schedule.cc), its rates against PyTorch's in tests, its row in docs/guide.md's
 // table. tests/nn_test.cc and tests/cli_test.cc check every registered schedule (names, ids,
 // the rate after the warmup, refusals without a required flag, the run's length) without a
 // test of its own.

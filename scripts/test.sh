@@ -61,7 +61,7 @@ tests_at_once=3
 export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 # The sanitizer builds are clang's (the normal build is the default compiler's): clang compiles
-# them faster than g++ and its instrumented code runs faster (README.md, "Quick start"), and
+# them faster than g++ and its instrumented code runs faster (docs/testing.md), and
 # the fuzz targets (libFuzzer is clang's) share the ASan build.
 export CC=clang CXX=clang++
 asan=(-DSHMTRAIN_SANITIZE=address -DSHMTRAIN_FUZZ=ON -DSHMTRAIN_BENCH=OFF)
@@ -71,7 +71,7 @@ asan=(-DSHMTRAIN_SANITIZE=address -DSHMTRAIN_FUZZ=ON -DSHMTRAIN_BENCH=OFF)
   tests_at_once=2 run build-tsan tsan "$tsan_targets" -DSHMTRAIN_SANITIZE=thread -DSHMTRAIN_BENCH=OFF
 # 6 s a target (was 20, 15, then 10): the whole run must stay under 15 minutes on 2 cores,
 # where each second here is 5 of the wall; the seeded corpora (every past finding among them)
-# keep a short run meaningful, and longer campaigns run by hand (README.md, "Fuzzing").
+# keep a short run meaningful, and longer campaigns run by hand (docs/fuzzing.md).
 if [[ $what == all || $what == fuzz ]]; then
   [[ $what == all ]] || configure build-asan "${asan[@]}"
   FUZZ_BUILD=build-asan bash scripts/fuzz.sh -p 2 6

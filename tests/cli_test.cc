@@ -645,8 +645,8 @@ TEST(Help, EvalAndPredictDescribeTheirOwnData) {
 // -------------------------------------------------------------------------------------------
 // Heartbeat deadline: min(30s, barrier / 2) by default; an explicit one must be shorter.
 
-// The exit codes are API (include/shmtrain/status.h): the main help, README.md's table and the
-// worker table of docs/errors.md list exactly the codes the program defines.
+// The exit codes are API (include/shmtrain/status.h): the main help, docs/failures.md's table and
+// the worker table of docs/errors.md list exactly the codes the program defines.
 std::set<int> Numbers(const std::string& text, const std::regex& number) {
   std::set<int> out;
   for (auto it = std::sregex_iterator(text.begin(), text.end(), number);
@@ -677,9 +677,9 @@ TEST(ExitCodes, TheMainHelpListsEveryCode) {
   EXPECT_EQ(listed, defined) << r.out.substr(at);
 }
 
-TEST(ExitCodes, TheReadmeTableListsEveryCode) {
+TEST(ExitCodes, TheFailuresPageTableListsEveryCode) {
   const std::string table =
-      Section(std::string(SHMTRAIN_SOURCE_DIR) + "/README.md", "### Exit codes");
+      Section(std::string(SHMTRAIN_SOURCE_DIR) + "/docs/failures.md", "## Exit codes");
   const std::set<int> rows = Numbers(table, std::regex(R"(\n\| (\d+) \|)"));
   std::set<int> below_signals;
   for (const int c : kExitCodes) {
@@ -852,7 +852,7 @@ TEST(Init, ExampleParabolaKeepsNormal) {
   EXPECT_NE(FinalLossLine(ex), FinalLossLine(torch));
 }
 
-// The README's run ("Model": 64-128-10 tanh, xent, lr 0.2, batch 32, 3000 steps, minmax, 20%
+// docs/models.md's run ("Model": 64-128-10 tanh, xent, lr 0.2, batch 32, 3000 steps, minmax, 20%
 // held out; on UCI digits about 97% held-out accuracy) with the default initialisation, on
 // fashion8 (tests/real_data.h). Measured: 0.777 in every run (sync, the default seed);
 // 0.730..0.777 over seeds 1..6; N(0, 1) 0.772, xavier 0.780; --lr 1e-9 0.045. Bound 0.72.

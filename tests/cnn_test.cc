@@ -2,7 +2,7 @@
 // here, refusals that name the layer, and files that hold a layered model.
 //
 // The reference is a convolutional network's forward pass in plain NCHW loops in double,
-// with PyTorch's definitions (conv2d, relu, max pooling, flatten, dropout's mask as README.md
+// with PyTorch's definitions (conv2d, relu, max pooling, flatten, dropout's mask as docs/models.md
 // defines it, linear, softmax cross-entropy), and its gradient by central differences: it
 // shares no kernel with the product (nn/layers/), so a wrong forward or backward pass there
 // shows up as a difference.
@@ -67,7 +67,7 @@ struct Images {
 };
 
 // The model of these tests: conv2d(3,3,padding=1),relu,maxpool2d(2),flatten,dropout(0.25),
-// linear(3) on 1x6x6, parameters in the product's layout (README.md, "Model files"): the
+// linear(3) on 1x6x6, parameters in the product's layout (docs/models.md, "Model files"): the
 // convolution's W (3 x 9, column-major: W[o + k*3], k = ky*3 + kx), b (3); the linear layer's W
 // (3 x 27, column-major: W[o + j*3], j the flattened (c, h, w) index), b (3).
 constexpr const char* kModel = "conv2d(3,3,padding=1),relu,maxpool2d(2),flatten,dropout(p=0.25),linear(3)";
@@ -75,7 +75,7 @@ constexpr int kConvW = 27, kConvB = 3, kLinW = 81, kLinB = 3;
 constexpr int kParams = kConvW + kConvB + kLinW + kLinB;
 constexpr double kDrop = 0.25;
 
-// Dropout's mask as README.md defines it: unit u of row r at step t of seed s is dropped when
+// Dropout's mask as docs/models.md defines it: unit u of row r at step t of seed s is dropped when
 // the uniform draw of (s, t, r, u) is below p.
 bool Dropped(uint64_t seed, int64_t step, int64_t row, int64_t unit) {
   const uint64_t base = nn::MixSeed(nn::MixSeed(seed, 0x64726f706f7574ULL), step);

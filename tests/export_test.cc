@@ -387,7 +387,7 @@ TEST_F(ExportCommand, ArraysPredictWhatPredictDoes) {
   });
 }
 
-// The same with numpy itself: np.load reads the export without pickle, and the README's
+// The same with numpy itself: np.load reads the export without pickle, and docs/models.md's
 // recipe (the state-dict arrays, the input scaling, the classes) predicts what predict does.
 TEST_F(ExportCommand, NumpyLoadsItAndPredictsWhatPredictDoes) {
   ExpectPredictionsOfEveryCase(this, [](const std::string& npz, const std::string& data) {

@@ -1,6 +1,6 @@
 // The flag table (master/flags.h) against what it declares: each name once per command, the
-// defaults the options hold, the limits the values are checked against, README.md's list of
-// flags, and, for every flag it marks, that the flag's value reaches the workers' RunConfig
+// defaults the options hold, the limits the values are checked against, docs/guide.md's list
+// of flags, and, for every flag it marks, that the flag's value reaches the workers' RunConfig
 // and the run fingerprint.
 #include <gtest/gtest.h>
 
@@ -116,11 +116,11 @@ TEST(FlagTable, ValuesAreCheckedAgainstTheirLimits) {
   EXPECT_GT(checked, 30);
 }
 
-// ---- README.md's list of flags: made from the table, so the two never disagree.
+// ---- docs/guide.md's list of flags: made from the table, so the two never disagree.
 
 constexpr const char* kListStart =
     "<!-- The list below is made from master/flags.cc: tests/flags_test.cc fails when the two "
-    "differ; SHMTRAIN_UPDATE_README=1 ctest -R FlagTable.TheReadme writes it anew. -->\n";
+    "differ; SHMTRAIN_UPDATE_DOCS=1 ctest -R FlagTable.TheGuide writes it anew. -->\n";
 constexpr const char* kListEnd = "<!-- end of the flag list -->\n";
 
 std::string Cell(const std::string& s) {
@@ -144,27 +144,31 @@ std::string FlagList() {
   return s + kListEnd;
 }
 
-TEST(FlagTable, TheReadmeListsEveryFlagAsTheTableDoes) {
-  const std::string path = std::string(SHMTRAIN_SOURCE_DIR) + "/README.md";
-  std::string readme = test::ReadWholeFile(path);
-  const size_t start = readme.find(kListStart);
-  const size_t end = readme.find(kListEnd);
-  ASSERT_NE(start, std::string::npos) << "README.md lacks the flag list's first line";
-  ASSERT_NE(end, std::string::npos) << "README.md lacks the flag list's last line";
-  const std::string listed = readme.substr(start, end + std::strlen(kListEnd) - start);
+// SHMTRAIN_UPDATE_DOCS=1 (or SHMTRAIN_UPDATE_README=1, its name while the list was in README.md)
+// writes the list anew instead of comparing.
+TEST(FlagTable, TheGuideListsEveryFlagAsTheTableDoes) {
+  const std::string path = std::string(SHMTRAIN_SOURCE_DIR) + "/docs/guide.md";
+  std::string page = test::ReadWholeFile(path);
+  const size_t start = page.find(kListStart);
+  const size_t end = page.find(kListEnd);
+  ASSERT_NE(start, std::string::npos) << "docs/guide.md lacks the flag list's first line";
+  ASSERT_NE(end, std::string::npos) << "docs/guide.md lacks the flag list's last line";
+  const std::string listed = page.substr(start, end + std::strlen(kListEnd) - start);
   const std::string want = FlagList();
-  if (listed != want && std::getenv("SHMTRAIN_UPDATE_README") != nullptr) {
-    readme.replace(start, listed.size(), want);
-    std::ofstream(path, std::ios::binary) << readme;
+  const bool update = std::getenv("SHMTRAIN_UPDATE_DOCS") != nullptr ||
+                      std::getenv("SHMTRAIN_UPDATE_README") != nullptr;
+  if (listed != want && update) {
+    page.replace(start, listed.size(), want);
+    std::ofstream(path, std::ios::binary) << page;
     return;
   }
   const std::vector<std::string> got = test::SplitLines(listed), lines = test::SplitLines(want);
   size_t i = 0;
   while (i < got.size() && i < lines.size() && got[i] == lines[i]) ++i;
-  EXPECT_EQ(listed, want) << "README.md's flag list is not the table's, from line " << i + 1
-                          << " of the list on:\n  README: " << (i < got.size() ? got[i] : "(end)")
-                          << "\n  table:  " << (i < lines.size() ? lines[i] : "(end)")
-                          << "\n(SHMTRAIN_UPDATE_README=1 rewrites it)";
+  EXPECT_EQ(listed, want) << "docs/guide.md's flag list is not the table's, from line " << i + 1
+                          << " of the list on:\n  guide: " << (i < got.size() ? got[i] : "(end)")
+                          << "\n  table: " << (i < lines.size() ? lines[i] : "(end)")
+                          << "\n(SHMTRAIN_UPDATE_DOCS=1 rewrites it)";
 }
 
 // ---- Flags marked `workers` or `trajectory`: a change of the value reaches the segment's

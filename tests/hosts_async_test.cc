@@ -168,7 +168,7 @@ void ExpectCrossHostCounts(const std::string& s, int64_t steps, int hosts) {
 //
 // 3 hosts met the bound only once the exchange kept its pace on a machine whose cores are all
 // busy (the workers at nice +5 below their master, naps no longer than the next push is away;
-// README "Async across hosts"). Before: a push carried 7 to 110 updates and the median over 5
+// docs/hosts.md, async across hosts). Before: a push carried 7 to 110 updates and the median over 5
 // seeds measured -0.8, -9.2, -1.4, +0.3, -3.6, -1.1 in six runs (single seeds down to -17
 // points). After, at a load average of 10: 5.6 to 9.4 updates a push, medians +0.28, -0.84,
 // +0.28, -0.84, +0.00, -0.56 in six runs; in CI's normal build, beside its other tests (6 to

@@ -443,7 +443,7 @@ TEST_F(HostsTest, HostMasterKilledEndsTheJobAndTheCheckpointResumesExactly) {
   }
 }
 
-// Async across hosts: checkpoints are sync points (README "Async across hosts"). A host
+// Async across hosts: checkpoints are sync points (docs/hosts.md, "Async across hosts"). A host
 // master SIGKILLed after a checkpoint ends the job as in sync, with nothing left; host 0's
 // checkpoint, at a multiple of --checkpoint-every counting every host's updates, resumes
 // under mpirun: every host starts at its update step / 2 from the same parameters (the hosts

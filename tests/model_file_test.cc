@@ -71,7 +71,7 @@ void Put(std::string* s, T v) {
   s->append(reinterpret_cast<const char*>(&v), sizeof v);
 }
 
-// The file version 2 of an MLP, as the releases before layered models wrote it (README.md,
+// The file version 2 of an MLP, as the releases before layered models wrote it (docs/models.md,
 // "Model files"): what this build must still read. Written here independently of the product.
 std::string EncodeV2(const Model& m) {
   std::vector<int> sizes;
@@ -149,7 +149,7 @@ TEST(ModelFileTest, ClassifierRoundTrip) {
 }
 
 TEST(ModelFileTest, ClassifierLayout) {
-  // The layout of README.md's "Model files", field by field (version 3).
+  // The layout of docs/models.md's "Model files", field by field (version 3).
   const Model m = Classifier();
   const std::string b = EncodeModel(m);
   ASSERT_EQ(b.size(), 230u);
@@ -455,7 +455,7 @@ std::string WithModelText(const std::string& text) {
   return b;
 }
 
-// The model text of a file is the canonical text EncodeModel writes (README.md, "Model
+// The model text of a file is the canonical text EncodeModel writes (docs/models.md, "Model
 // files"): a file whose text is spelled otherwise was not written by shmtrain, and the same
 // model spelled two ways would be two files. --model reads such spellings (they are
 // canonicalised there); a file's decoder does not.

@@ -35,7 +35,7 @@ namespace shmtrain::test {
 // start), but sanitizer builds under ctest -j2 are several times slower. A hang still fails.
 constexpr milliseconds kJobTimeout{120'000};
 constexpr milliseconds kEventTimeout{60'000};
-// The bound of README "Several hosts": after a host master's death, every process of the job
+// The bound of docs/hosts.md ("Faults"): after a host master's death, every process of the job
 // and every segment gone within this (about 2 s documented; the rest is margin for a
 // sanitizer build under ctest -j2).
 constexpr milliseconds kGoneBound{5'000};
@@ -137,7 +137,7 @@ Clock::duration ExpectJobGone(MpiJob& job, Clock::time_point since, milliseconds
 
 // SIGKILLs host `victim`'s master: mpirun must end the job within kGoneBound with the dead
 // rank's signal (exit 137) and a message naming the rank, and nothing of the job may be left
-// (README "Several hosts"). Returns how the job ended.
+// (docs/hosts.md). Returns how the job ended.
 ProcResult KillHostMaster(MpiJob& job, int victim);
 
 // SIGSTOPs host 1's master: the others must end the job with exit 6 once `host_timeout` has

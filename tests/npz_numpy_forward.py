@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The README's way to use an export, with numpy itself (Debian's python3-numpy):
+"""docs/models.md's way to use an export, with numpy itself (Debian's python3-numpy):
 
   npz_numpy_forward.py NPZ CSV   np.load(NPZ) without pickle, the state-dict arrays applied to
                                  the first F cells of each CSV row (a first line with a

@@ -570,7 +570,7 @@ INSTANTIATE_TEST_SUITE_P(Commands, HelpTest,
                                                                     "--help"}),
                          HelpCaseName);
 
-// The example's help lists every flag the example accepts (README: "`shmtrain <command>
+// The example's help lists every flag the example accepts (docs/guide.md: "`shmtrain <command>
 // --help` describes every flag"): the contract is [--workers P] [--log-format json]
 // [--save FILE] [--seed S].
 TEST(HelpTextTest, ExampleHelpListsEveryAcceptedFlag) {

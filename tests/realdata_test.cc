@@ -614,7 +614,7 @@ TEST_F(RealData, LabelColumnByNameWithTextClasses) {
 
 // ---------------------------------------------------------------------------------------------
 // 6. Early stopping keeps the best model, and its summary says so. In sync mode the stop lands
-// exactly two evaluations after the one that decided (README: every rank stops right before
+// exactly two evaluations after the one that decided (docs/design.md: every rank stops right before
 // step (k + 2) * eval_every when eval k decides).
 
 TEST_F(RealData, EarlyStopKeepsBestModel) {

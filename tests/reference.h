@@ -1,6 +1,6 @@
 // An independent reference for sync training, and runs of the real binary judged against it.
 //
-// The reference is full-batch training written from the published formulas (README.md "Model";
+// The reference is full-batch training written from the published formulas (docs/models.md "Model";
 // for the optimisers, schedules and clipping, the definitions of PyTorch's that the train flags
 // follow: torch.optim.SGD/Adam/AdamW, clip_grad_norm_, LinearLR warmup, StepLR,
 // CosineAnnealingLR, ExponentialLR) with plain loops in double precision. It shares no arithmetic

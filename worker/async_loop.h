@@ -1,4 +1,4 @@
-// The async-mode loop of one worker (DC-ASGD; equations in nn/update.h and README.md).
+// The async-mode loop of one worker (DC-ASGD; equations in nn/update.h and docs/async.md).
 //
 // Repeat until the run's update budget is claimed:
 //   hold an update ticket u (a predecessor's, else claimed from Header.claimed); its

@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
   // core promptly when a push or a reply is due, or pushes carry more updates and the hosts
   // drift apart; the workers yield to it (and to the master's other threads) by running at a
   // lower priority. Measured with 3 hosts x 1 worker on 2 cores: 11 to 20 updates a push at
-  // nice 0, 8 to 10 at nice 5 (README "Async across hosts").
+  // nice 0, 8 to 10 at nice 5 (docs/hosts.md, "Async across hosts").
   if (static_cast<Mode>(c.mode) == Mode::kAsync && c.hosts > 1) (void)!nice(kAsyncHostsWorkerNice);
   shm::StoreRelaxed<int64_t>(self->pid, getpid());
   shm::StoreRelaxed(self->heartbeat_ns, shm::MonotonicNs());

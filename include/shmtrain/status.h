@@ -48,7 +48,7 @@ enum WorkerExit : int {
 const char* WorkerExitName(int code);
 
 // Every exit code of `shmtrain` (128 + n for the other stop signals aside): what its help and
-// README.md list, and a test holds them to it.
+// docs/failures.md list, and a test holds them to it.
 inline constexpr ExitCode kExitCodes[] = {kExitOk,           kExitInternal,    kExitUsage,
                                           kExitWorkerFailed, kExitResource,    kExitDiverged,
                                           kExitHostLost,     kExitInterrupted, kExitTerminated};

@@ -15,7 +15,7 @@
 //   floats for every output pixel. The direct kernel reads one zero-padded sample (a few KB,
 //   in L1) and keeps a tile of kTile output pixels x kOb output channels in registers; its
 //   weight gradient keeps kTile kernel taps x kOb channels. bench/conv_bench measures both
-//   (README.md, "Performance"). Its weight gradient also serves layers with more input
+//   (docs/benchmarks.md). Its weight gradient also serves layers with more input
 //   channels on the AVX2 path, where it beats Eigen's product; on the AVX-512 path (nn/cpu.h)
 //   those take nn/gemm.h's product, which is faster there and takes --precision bf16. The
 //   direct kernels compute in float whatever the precision; on the AVX-512 path they run
