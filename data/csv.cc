@@ -1,5 +1,6 @@
 // The CSV loader. A file is read in blocks of whole lines (data/line_blocks.h); the first
-// non-blank line fixes the shape and decides the header, and every later line is a row.
+// non-blank line fixes the shape and decides the header, and every later line is a row. Cells,
+// the delimiter and the decimal separator are the tokenizer's (data/csv_cells.h).
 //
 // Rows take one of two paths. The fast one (FastRow) finds the ends of the cells 64 bytes at a
 // time and reads each cell on its own: a plain integer in a few instructions, another number
@@ -24,12 +25,9 @@
 #include <vector>
 
 #include "core/utf8.h"
+#include "data/csv_cells.h"
 #include "data/text_cells.h"
 #include "data/text_load.h"
-
-#if defined(__SSE2__)
-#include <immintrin.h>
-#endif
 
 namespace shmtrain::data {
 namespace {
@@ -37,262 +35,23 @@ namespace {
 using text::At;
 using text::Cell;
 using text::CellError;
-using text::FastDecimal;
 using text::IsBlank;
 using text::LabelBook;
-using text::ParseCell;
 using text::Plural;
-using text::Quote;
-using text::Trim;
 
-// ---- Cells ----
-//
-// A cell is the text between two delimiters with its surrounding spaces and tabs trimmed (a
-// tab delimiter is not trimmed). A cell whose text starts with '"' is quoted (RFC 4180): it
-// runs to the next lone '"', `""` inside stands for one '"', a delimiter inside is text, the
-// text between the quotes is trimmed like any cell, and only spaces may follow the closing
-// quote. A quoted cell ends on its line. A '"' inside an unquoted cell is text.
-
-constexpr char kDelimiters[] = {',', ';', '\t'};
-
-inline bool IsPad(char c, char delim) {
-  return (c == ' ' || c == '\t') && c != delim;
-}
-
-// The delimiter as the --delimiter flag spells it.
-std::string DelimiterName(char d) {
-  return d == '\t' ? "tab" : "'" + std::string(1, d) + "'";
-}
-
-enum class QuoteError { kNone, kUnclosed, kTextAfter };
-
-// The number of cells of `line` split at `delim`, quotes honoured. A line without '"' costs
-// one memchr and one count. On a malformed quoted cell sets *err and *err_cell (1-based) and
-// returns the cells up to it.
-int64_t CountCells(std::string_view line, char delim, QuoteError* err, int64_t* err_cell) {
-  *err = QuoteError::kNone;
-  if (std::memchr(line.data(), '"', line.size()) == nullptr) {
-    return std::count(line.begin(), line.end(), delim) + 1;
-  }
-  const char* p = line.data();
-  const char* const e = p + line.size();
-  for (int64_t n = 1;; ++n) {
-    while (p < e && IsPad(*p, delim)) ++p;
-    if (p < e && *p == '"') {
-      ++p;
-      for (;;) {
-        const char* q = static_cast<const char*>(std::memchr(p, '"', e - p));
-        if (q == nullptr) {
-          *err = QuoteError::kUnclosed;
-          *err_cell = n;
-          return n;
-        }
-        p = q + 1;
-        if (p < e && *p == '"') {
-          ++p;  // "" inside a quoted cell
-          continue;
-        }
-        break;
-      }
-      while (p < e && IsPad(*p, delim)) ++p;
-      if (p == e) return n;
-      if (*p != delim) {
-        *err = QuoteError::kTextAfter;
-        *err_cell = n;
-        return n;
-      }
-      ++p;
-    } else {
-      const char* d = static_cast<const char*>(std::memchr(p, delim, e - p));
-      if (d == nullptr) return n;
-      p = d + 1;
-    }
-  }
-}
-
-std::string QuoteErrorText(QuoteError e) {
-  return e == QuoteError::kUnclosed
-             ? "quoted cell has no closing quote (a quoted cell must end on its line)"
-             : "text after the closing quote of a quoted cell (write \"\" for a quote inside one)";
-}
-
-enum class CellKind { kPlain, kQuoted, kEscaped };  // kEscaped: quoted, with "" inside
-
-// The trimmed, unquoted text of the cell at *p, and moves *p past its delimiter (to `e` after
-// the last cell). The line must have passed CountCells. A kEscaped cell's text still has its
-// "" pairs (Unescape). No allocation.
-std::string_view NextCell(const char** p, const char* e, char delim, CellKind* kind) {
-  const char* c = *p;
-  while (c < e && IsPad(*c, delim)) ++c;
-  if (c < e && *c == '"') {
-    const char* const b = ++c;
-    const char* q = e;
-    *kind = CellKind::kQuoted;
-    for (;;) {
-      q = c < e ? static_cast<const char*>(std::memchr(c, '"', static_cast<size_t>(e - c)))
-                : nullptr;
-      if (q == nullptr) {
-        q = e;
-        break;
-      }
-      c = q + 1;
-      if (c < e && *c == '"') {
-        ++c;
-        *kind = CellKind::kEscaped;
-        continue;
-      }
-      break;
-    }
-    while (c < e && *c != delim) ++c;  // pads only, as CountCells checked
-    *p = c < e ? c + 1 : e;
-    return Trim(std::string_view(b, q - b));
-  }
-  *kind = CellKind::kPlain;
-  // c <= e here; said again so that GCC does not see a negative length (-Wstringop-overread).
-  const char* d =
-      c < e ? static_cast<const char*>(std::memchr(c, delim, static_cast<size_t>(e - c))) : nullptr;
-  const char* ce = d ? d : e;
-  *p = d ? d + 1 : e;
-  while (ce > c && IsPad(ce[-1], delim)) --ce;
-  return std::string_view(c, ce - c);
-}
-
-// A quoted cell's text with each "" read as one '"'.
-std::string Unescape(std::string_view cell) {
-  std::string s;
-  s.reserve(cell.size());
-  for (size_t i = 0; i < cell.size(); ++i) {
-    s += cell[i];
-    if (cell[i] == '"' && i + 1 < cell.size() && cell[i + 1] == '"') ++i;
-  }
-  return s;
-}
-
-// Whether `cell` is a number written with a decimal comma: [+-]digits,digits.
-bool IsDecimalComma(std::string_view cell) {
-  if (!cell.empty() && (cell[0] == '+' || cell[0] == '-')) cell.remove_prefix(1);
-  const size_t comma = cell.find(',');
-  if (comma == 0 || comma == std::string_view::npos || comma + 1 == cell.size()) return false;
-  for (size_t i = 0; i < cell.size(); ++i) {
-    if (i != comma && (cell[i] < '0' || cell[i] > '9')) return false;
-  }
-  return true;
-}
-
-// Whether the n lines (trimmed, not blank) split at ';' hold a number with a decimal comma and
-// no other ',' outside quotes: the decimal commas of a ';'-separated file (R's write.csv2,
-// spreadsheets in many locales).
-bool DecimalCommas(const std::string_view* lines, int n) {
-  bool found = false;
-  for (int i = 0; i < n; ++i) {
-    QuoteError err;
-    int64_t bad = 0;
-    const int64_t cells = CountCells(lines[i], ';', &err, &bad);
-    if (err != QuoteError::kNone || cells < 2) return false;
-    const char* p = lines[i].data();
-    const char* const e = p + lines[i].size();
-    for (int64_t c = 0; c < cells; ++c) {
-      CellKind kind;
-      const std::string_view cell = NextCell(&p, e, ';', &kind);
-      if (kind != CellKind::kPlain || cell.find(',') == std::string_view::npos) continue;
-      if (!IsDecimalComma(cell)) return false;
-      found = true;
-    }
-  }
-  return found;
-}
-
-// The first two non-blank lines of `text`, trimmed, into lines; returns how many there are.
-int HeadLines(std::string_view text, std::string_view lines[2]) {
-  int n = 0;
-  while (!text.empty() && n < 2) {
-    const size_t nl = text.find('\n');
-    std::string_view line = text.substr(0, nl);
-    text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
-    line = text::DropCr(line);
-    if (!IsBlank(line)) lines[n++] = Trim(line);  // edge tabs are padding, not delimiters
-  }
-  return n;
-}
-
-// The decimal separator (LoadOptions::decimal) of a file with this delimiter.
-char DetectDecimal(std::string_view text, char delim, char decimal) {
-  if (decimal != 0) return decimal;
-  std::string_view lines[2];
-  const int n = HeadLines(text, lines);
-  return delim == ';' && DecimalCommas(lines, n) ? ',' : '.';
-}
-
-// The delimiter of a CSV file from its first two non-blank lines (the header, if any, and
-// the first data line): of ',', ';' and tab, the one found outside quotes on the first line
-// as often as on the second (and at least once), the most often; ties go to ',' then ';'
-// then tab. A one-line file takes the most frequent. When none fits (a ragged file), the most
-// frequent on the first line; with none at all, ','. With decimal commas (given, or ';' found
-// steadily and every ',' in a number such as "1,5" of its cells) ',' is no delimiter.
-char DetectDelimiter(std::string_view text, char decimal) {
-  std::string_view lines[2];
-  const int n = HeadLines(text, lines);
-  if (n == 0) return ',';  // only blank lines: the load reports that
-  char best = 0, most = 0;
-  int64_t best_n = 0, most_n = 0;
-  for (char d : kDelimiters) {
-    if (d == ',' && (decimal == ',' || (decimal == 0 && DecimalCommas(lines, n)))) continue;
-    QuoteError err;
-    int64_t cell = 0;
-    const int64_t first = CountCells(lines[0], d, &err, &cell) - 1;
-    if (first > most_n) {
-      most = d;
-      most_n = first;
-    }
-    const bool steady = n < 2 || CountCells(lines[1], d, &err, &cell) - 1 == first;
-    if (first > best_n && steady) {
-      best = d;
-      best_n = first;
-    }
-  }
-  return best ? best : most ? most : ',';
-}
-
-// For the message of a line that did not parse with `delim`: a hint when its unquoted cells
-// hold another delimiter, " (the line looks ';'-separated: try --delimiter ';')", or decimal
-// commas, else "". Only on the error path.
-std::string DelimiterHint(std::string_view line, char delim) {
-  QuoteError err;
-  int64_t bad = 0;
-  const int64_t cells = CountCells(line, delim, &err, &bad);
-  if (err != QuoteError::kNone) return "";
-  int64_t found[3] = {0, 0, 0};
-  std::string_view decimal;  // the first decimal-comma cell
-  bool all_decimal = true;   // every unquoted cell holding ',' is a decimal comma
-  const char* p = line.data();
-  const char* const e = p + line.size();
-  for (int64_t c = 0; c < cells; ++c) {
-    CellKind kind;
-    const std::string_view cell = NextCell(&p, e, delim, &kind);
-    if (kind != CellKind::kPlain) continue;
-    for (int i = 0; i < 3; ++i) {
-      if (kDelimiters[i] != delim) found[i] += std::count(cell.begin(), cell.end(), kDelimiters[i]);
-    }
-    if (cell.find(',') != std::string_view::npos) {
-      if (IsDecimalComma(cell)) {
-        if (decimal.empty()) decimal = cell;
-      } else {
-        all_decimal = false;
-      }
-    }
-  }
-  if (delim != ',' && cells > 1 && !decimal.empty() && all_decimal) {
-    return " (a decimal comma? --decimal , reads " + Quote(decimal) + " as a number)";
-  }
-  int best = -1;
-  for (int i = 0; i < 3; ++i) {
-    if (found[i] > 0 && (best < 0 || found[i] > found[best])) best = i;
-  }
-  if (best < 0) return "";
-  const char d = kDelimiters[best];
-  return " (the line looks " + DelimiterName(d) + "-separated: try --delimiter " +
-         DelimiterName(d) + ")";
-}
+using csv::CellEnds;
+using csv::CellKind;
+using csv::CellText;
+using csv::CellValue;
+using csv::CountCells;
+using csv::DelimiterHint;
+using csv::DetectDecimal;
+using csv::DetectDelimiter;
+using csv::NextCell;
+using csv::PlainClassLabel;
+using csv::QuoteError;
+using csv::QuoteErrorText;
+using csv::Unescape;
 
 // ---- The shape: what the first non-blank line decides ----
 
@@ -524,82 +283,6 @@ Status GeneralRow(const std::string& path, const Shape& sh, std::string_view lin
   }
   ++out->count;
   return Status::Ok();
-}
-
-// Bit i set when p[i] ends a cell: the delimiter or '\n'. Reads 64 bytes at p. Finding the
-// ends of many cells at once keeps the cells apart: the next cell's start does not wait for
-// this one's digits.
-inline uint64_t CellEnds(const char* p, char delim) {
-#if defined(__AVX2__)
-  const __m256i d = _mm256_set1_epi8(delim), nl = _mm256_set1_epi8('\n');
-  const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32));
-  const uint32_t ml = static_cast<uint32_t>(
-      _mm256_movemask_epi8(_mm256_or_si256(_mm256_cmpeq_epi8(lo, d), _mm256_cmpeq_epi8(lo, nl))));
-  const uint32_t mh = static_cast<uint32_t>(
-      _mm256_movemask_epi8(_mm256_or_si256(_mm256_cmpeq_epi8(hi, d), _mm256_cmpeq_epi8(hi, nl))));
-  return uint64_t{mh} << 32 | ml;
-#elif defined(__SSE2__)
-  const __m128i d = _mm_set1_epi8(delim), nl = _mm_set1_epi8('\n');
-  uint64_t m = 0;
-  for (int i = 0; i < 4; ++i) {
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * i));
-    const uint32_t b = static_cast<uint32_t>(
-        _mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(v, d), _mm_cmpeq_epi8(v, nl))));
-    m |= uint64_t{b} << (16 * i);
-  }
-  return m;
-#else
-  uint64_t m = 0;
-  for (int i = 0; i < 64; ++i) m |= uint64_t{p[i] == delim || p[i] == '\n'} << i;
-  return m;
-#endif
-}
-
-// The text of the unquoted cell [b, e) as NextCell gives it, where e is at its delimiter or
-// the line's '\n': without surrounding pads, nor the '\r's that end the line.
-inline std::string_view CellText(const char* b, const char* e, char delim) {
-  while (b < e && IsPad(*b, delim)) ++b;
-  if (*e == '\n') {
-    while (e > b && e[-1] == '\r') --e;
-  }
-  while (e > b && IsPad(e[-1], delim)) --e;
-  return {b, static_cast<size_t>(e - b)};
-}
-
-// The number in the unquoted cell [b, e) as a float: 1 to 7 digits alone (most cells of many
-// files) in a few instructions and converted once (exact below 2^24, so the same float as
-// through a double), else FastDecimal on its text, else ParseCell. False when it is not a
-// number that parses.
-inline bool CellValue(const char* b, const char* e, char delim, bool comma, float* out) {
-  const size_t len = static_cast<size_t>(e - b);
-  if constexpr (std::endian::native == std::endian::little) {
-    if (len - 1 < 7) {
-      uint64_t w;
-      std::memcpy(&w, b, 8);
-      if (text::FirstNonDigit(w) == static_cast<int>(len)) {
-        *out = static_cast<float>(static_cast<int32_t>(text::SwarDigits(w, static_cast<int>(len))));
-        return true;
-      }
-    }
-  }
-  const std::string_view t = CellText(b, e, delim);
-  // Decimal commas: numbers with a separator are the general path's.
-  if (comma && t.find_first_of(".,") != std::string_view::npos) return false;
-  const char* q = t.data();
-  double v;
-  if (!(FastDecimal(&q, &v) && q == t.data() + t.size()) && ParseCell(t, &v) != Cell::kOk) {
-    return false;
-  }
-  *out = static_cast<float>(v);
-  return true;
-}
-
-// Whether a class label takes the fast path: not empty, and not text that could be NaN or an
-// infinity (the general path refuses those).
-inline bool PlainClassLabel(std::string_view t) {
-  if (!t.empty() && (t[0] == '+' || t[0] == '-')) t.remove_prefix(1);
-  return !t.empty() && t[0] != 'n' && t[0] != 'N' && t[0] != 'i' && t[0] != 'I';
 }
 
 // The fast path: one line of unquoted cells at p that loads without error. Appends its row and

@@ -1,8 +1,9 @@
-// The CSV and LIBSVM targets (data/csv.cc, data/libsvm.cc, data/line_blocks.cc): the input is
-// the file. The options of a load come from a hash of the input, so that one file always
-// replays the same calls: the training path (features from the file, check_size refusing more
-// than 2^22 floats, as the master refuses what does not fit) or the predict / held-out path
-// (a model's width, no check_size), regression or classification, header auto, yes or no.
+// The CSV and LIBSVM targets (data/csv.cc, data/csv_cells.cc, data/libsvm.cc,
+// data/line_blocks.cc): the input is the file. The options of a load come from a hash of the
+// input, so that one file always replays the same calls: the training path (features from the
+// file, check_size refusing more than 2^22 floats, as the master refuses what does not fit) or
+// the predict / held-out path (a model's width, no check_size), regression or classification,
+// header auto, yes or no.
 //
 // A load in one block (LoadFile's text path, LoadText, with 64 KiB blocks) must give the same
 // result as one with blocks of a few bytes, parsed by one thread or two: the same rows, or

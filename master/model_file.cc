@@ -62,6 +62,155 @@ Status DecodeSpec(ByteReader& r, ModelSpec* spec) {
   return Status::Ok();
 }
 
+// The magic number, the format version and the task. The model's layers follow.
+Status DecodeHeader(ByteReader& r, size_t size, uint32_t* version, uint32_t* task) {
+  const std::string cut = "cut short (truncated) in the ";
+  char magic[8];
+  for (char& c : magic) {
+    if (!r.Get(&c)) {
+      return Status::Data("too short to hold a header (" + std::to_string(size) + " bytes)");
+    }
+  }
+  if (std::memcmp(magic, kModelMagic, sizeof magic) != 0) {
+    return Status::Data("wrong magic number (not written by shmtrain --save)");
+  }
+  if (!r.Get(version)) return Status::Data(cut + "header");
+  if (*version != kModelVersion && *version != kModelVersionMlp) {
+    return Status::Data("format version " + std::to_string(*version) +
+                        ", this build reads versions " + std::to_string(kModelVersionMlp) +
+                        " and " + std::to_string(kModelVersion) +
+                        " only (retrain, or use the build that wrote it)");
+  }
+  if (!r.Get(task)) return Status::Data(cut + "header");
+  if (*task > static_cast<uint32_t>(Task::kClassification)) {
+    return Status::Data("unknown task " + std::to_string(*task));
+  }
+  return Status::Ok();
+}
+
+// The loss, which must be the task's and fit the model's outputs.
+Status DecodeLoss(ByteReader& r, uint32_t task, ModelSpec* spec) {
+  const std::string cut = "cut short (truncated) in the ";
+  uint32_t loss = 0;
+  if (!r.Get(&loss)) return Status::Data(cut + "header");
+  if (loss > static_cast<uint32_t>(Loss::kXent)) return Status::Data("unknown loss");
+  spec->loss = static_cast<Loss>(loss);
+  if (static_cast<uint32_t>(TaskOf(spec->loss)) != task) {
+    return Status::Data("task and loss disagree");
+  }
+  if (spec->loss == Loss::kMse ? spec->outputs() != 1 : spec->outputs() < 2) {
+    return Status::Data("loss " + std::string(ToString(spec->loss)) + " with " +
+                        std::to_string(spec->outputs()) + " outputs");
+  }
+  return Status::Ok();
+}
+
+// The input scaling: its kind, and an offset and a scale per input unless it is kNone.
+Status DecodeNormalization(ByteReader& r, const ModelSpec& spec, data::Normalizer* norm) {
+  const std::string cut = "cut short (truncated) in the ";
+  uint32_t kind = 0, nf = 0;
+  if (!r.Get(&kind) || !r.Get(&nf)) return Status::Data(cut + "normalisation");
+  if (kind > static_cast<uint32_t>(Normalize::kStandard)) {
+    return Status::Data("unknown normalisation");
+  }
+  norm->kind = static_cast<Normalize>(kind);
+  const uint32_t want_nf =
+      norm->kind == Normalize::kNone ? 0 : static_cast<uint32_t>(spec.inputs());
+  if (nf != want_nf) {
+    return Status::Data("normalisation has " + std::to_string(nf) + " features, expected " +
+                        std::to_string(want_nf));
+  }
+  // Every count below is held to the bytes left before anything is allocated for it: a short
+  // file may declare up to 2^24 features and 2^31 classes.
+  if (r.left() < uint64_t{nf} * 2 * sizeof(float)) {
+    return Status::Data(cut + "normalisation: " + std::to_string(nf) + " features need " +
+                        std::to_string(uint64_t{nf} * 2 * sizeof(float)) +
+                        " bytes (an offset and a scale each), the file has only " +
+                        std::to_string(r.left()) + " more");
+  }
+  norm->offset.resize(nf);
+  norm->scale.resize(nf);
+  for (float& v : norm->offset) r.Get(&v);  // whole: the size is checked above
+  for (float& v : norm->scale) r.Get(&v);
+  return Status::Ok();
+}
+
+// The class list of a classification (empty otherwise): numbers in increasing order, or names
+// in increasing order that a data file could hold.
+Status DecodeClasses(ByteReader& r, uint32_t task, int64_t outputs, data::ClassMap* classes) {
+  const std::string cut = "cut short (truncated) in the ";
+  uint32_t k = 0, numeric = 0;
+  if (!r.Get(&k) || !r.Get(&numeric)) return Status::Data(cut + "class list");
+  const uint32_t want_k =
+      task == static_cast<uint32_t>(Task::kClassification) ? static_cast<uint32_t>(outputs) : 0;
+  if (k != want_k) {
+    return Status::Data("class list of " + std::to_string(k) + " classes, expected " +
+                        std::to_string(want_k));
+  }
+  if (numeric > 1) {
+    return Status::Data("class label kind " + std::to_string(numeric) + " (expected 0 or 1)");
+  }
+  if (r.left() < uint64_t{k} * sizeof(uint32_t)) {
+    return Status::Data(cut + "class list: " + std::to_string(k) + " classes need at least " +
+                        std::to_string(uint64_t{k} * sizeof(uint32_t)) +
+                        " bytes (a length each), the file has only " + std::to_string(r.left()) +
+                        " more");
+  }
+  classes->numeric = numeric == 1;
+  for (uint32_t i = 0; i < k; ++i) {
+    uint32_t len = 0;
+    std::string name;
+    if (!r.Get(&len) || !r.GetBytes(len, &name)) return Status::Data(cut + "class list");
+    if (classes->numeric) {
+      double v = 0;
+      const auto [p, ec] = std::from_chars(name.data(), name.data() + name.size(), v);
+      if (ec != std::errc() || p != name.data() + name.size()) {
+        return Status::Data("class " + std::to_string(i) + " is not a number");
+      }
+      if (!classes->values.empty() && !(v > classes->values.back())) {
+        return Status::Data("class values out of order");
+      }
+      classes->values.push_back(v);
+    } else if (!classes->names.empty() && !(name > classes->names.back())) {
+      return Status::Data("class names out of order");
+    } else if (const std::string e = data::ClassMap::NameError(name); !e.empty()) {
+      return Status::Data("class " + std::to_string(i) + "'s name '" + Printable(name) + "' " + e);
+    }
+    classes->names.push_back(std::move(name));
+  }
+  return Status::Ok();
+}
+
+// The parameters, as many as the layers take, and the checksum of every byte before it (of
+// `bytes`, which r reads), which ends the file.
+Status DecodeParams(ByteReader& r, const std::string& bytes, const ModelSpec& spec,
+                    std::vector<float>* params) {
+  const std::string cut = "cut short (truncated) in the ";
+  uint64_t n = 0;
+  if (!r.Get(&n)) return Status::Data(cut + "parameters");
+  if (n != spec.ParamCount()) {
+    return Status::Data("parameter count " + std::to_string(n) + " does not fit the layers (" +
+                        std::to_string(spec.ParamCount()) + ")");
+  }
+  // n fits the layers: fewer than 4096 of at most 65536 x 2^31 parameters, so n * 4 cannot wrap.
+  if (r.left() < n * sizeof(float) + sizeof(uint32_t)) {
+    return Status::Data(cut + "parameters: the layers' " + std::to_string(n) + " parameters need " +
+                        std::to_string(n * sizeof(float)) + " bytes and the checksum " +
+                        std::to_string(sizeof(uint32_t)) + ", the file has only " +
+                        std::to_string(r.left()) + " more");
+  }
+  if (r.left() > n * sizeof(float) + sizeof(uint32_t)) return Status::Data("trailing bytes");
+  params->resize(n);
+  if (n > 0) std::memcpy(params->data(), r.here(), n * sizeof(float));
+  const size_t body = r.pos() + n * sizeof(float);
+  uint32_t crc = 0;
+  std::memcpy(&crc, bytes.data() + body, sizeof crc);
+  if (crc != Crc32(bytes.data(), body)) {
+    return Status::Data("checksum mismatch (the file is damaged)");
+  }
+  return Status::Ok();
+}
+
 // kData describing the first non-finite value of the decoded model, if it has one.
 Status CheckFinite(const Model& m) {
   for (size_t i = 0; i < m.params.size(); ++i) {
@@ -177,102 +326,19 @@ Status DecodeModel(const std::string& bytes, const std::string& path, Model* out
   auto bad = [&](const std::string& what) {
     return Status::Data(path + ": not a usable model file: " + what);
   };
-  const std::string cut = "cut short (truncated) in the ";
   ByteReader r(bytes);
-  char magic[8];
-  for (char& c : magic) {
-    if (!r.Get(&c)) return bad("too short to hold a header (" + std::to_string(bytes.size()) + " bytes)");
-  }
-  if (std::memcmp(magic, kModelMagic, sizeof magic) != 0) {
-    return bad("wrong magic number (not written by shmtrain --save)");
-  }
-  uint32_t version = 0, task = 0, loss = 0, norm = 0, nf = 0, k = 0, numeric = 0;
-  if (!r.Get(&version)) return bad(cut + "header");
-  if (version != kModelVersion && version != kModelVersionMlp) {
-    return bad("format version " + std::to_string(version) + ", this build reads versions " +
-               std::to_string(kModelVersionMlp) + " and " + std::to_string(kModelVersion) +
-               " only (retrain, or use the build that wrote it)");
-  }
-  if (!r.Get(&task)) return bad(cut + "header");
-  if (task > static_cast<uint32_t>(Task::kClassification)) return bad("unknown task " + std::to_string(task));
+  uint32_t version = 0, task = 0;
+  if (Status s = DecodeHeader(r, bytes.size(), &version, &task); !s.ok()) return bad(s.message());
   Model m;
   Status spec_status =
       version == kModelVersionMlp ? DecodeMlpSpec(r, &m.spec) : DecodeSpec(r, &m.spec);
   if (!spec_status.ok()) return bad(spec_status.message());
-  if (!r.Get(&loss)) return bad(cut + "header");
-  if (loss > static_cast<uint32_t>(Loss::kXent)) return bad("unknown loss");
-  m.spec.loss = static_cast<Loss>(loss);
-  if (static_cast<uint32_t>(TaskOf(m.spec.loss)) != task) return bad("task and loss disagree");
-  if (m.spec.loss == Loss::kMse ? m.spec.outputs() != 1 : m.spec.outputs() < 2) {
-    return bad("loss " + std::string(ToString(m.spec.loss)) + " with " +
-               std::to_string(m.spec.outputs()) + " outputs");
+  if (Status s = DecodeLoss(r, task, &m.spec); !s.ok()) return bad(s.message());
+  if (Status s = DecodeNormalization(r, m.spec, &m.norm); !s.ok()) return bad(s.message());
+  if (Status s = DecodeClasses(r, task, m.spec.outputs(), &m.classes); !s.ok()) {
+    return bad(s.message());
   }
-  if (!r.Get(&norm) || !r.Get(&nf)) return bad(cut + "normalisation");
-  if (norm > static_cast<uint32_t>(Normalize::kStandard)) return bad("unknown normalisation");
-  m.norm.kind = static_cast<Normalize>(norm);
-  const uint32_t want_nf = m.norm.kind == Normalize::kNone ? 0 : static_cast<uint32_t>(m.spec.inputs());
-  if (nf != want_nf) return bad("normalisation has " + std::to_string(nf) + " features, expected " + std::to_string(want_nf));
-  // Every count below is held to the bytes left before anything is allocated for it: a short
-  // file may declare up to 2^24 features and 2^31 classes.
-  if (r.left() < uint64_t{nf} * 2 * sizeof(float)) {
-    return bad(cut + "normalisation: " + std::to_string(nf) + " features need " +
-               std::to_string(uint64_t{nf} * 2 * sizeof(float)) +
-               " bytes (an offset and a scale each), the file has only " +
-               std::to_string(r.left()) + " more");
-  }
-  m.norm.offset.resize(nf);
-  m.norm.scale.resize(nf);
-  for (float& v : m.norm.offset) r.Get(&v);  // whole: the size is checked above
-  for (float& v : m.norm.scale) r.Get(&v);
-  if (!r.Get(&k) || !r.Get(&numeric)) return bad(cut + "class list");
-  const uint32_t want_k = task == static_cast<uint32_t>(Task::kClassification) ? static_cast<uint32_t>(m.spec.outputs()) : 0;
-  if (k != want_k) {
-    return bad("class list of " + std::to_string(k) + " classes, expected " + std::to_string(want_k));
-  }
-  if (numeric > 1) return bad("class label kind " + std::to_string(numeric) + " (expected 0 or 1)");
-  if (r.left() < uint64_t{k} * sizeof(uint32_t)) {
-    return bad(cut + "class list: " + std::to_string(k) + " classes need at least " +
-               std::to_string(uint64_t{k} * sizeof(uint32_t)) +
-               " bytes (a length each), the file has only " + std::to_string(r.left()) + " more");
-  }
-  m.classes.numeric = numeric == 1;
-  for (uint32_t i = 0; i < k; ++i) {
-    uint32_t len = 0;
-    std::string name;
-    if (!r.Get(&len) || !r.GetBytes(len, &name)) return bad(cut + "class list");
-    if (m.classes.numeric) {
-      double v = 0;
-      const auto [p, ec] = std::from_chars(name.data(), name.data() + name.size(), v);
-      if (ec != std::errc() || p != name.data() + name.size()) return bad("class " + std::to_string(i) + " is not a number");
-      if (!m.classes.values.empty() && !(v > m.classes.values.back())) return bad("class values out of order");
-      m.classes.values.push_back(v);
-    } else if (!m.classes.names.empty() && !(name > m.classes.names.back())) {
-      return bad("class names out of order");
-    } else if (const std::string e = data::ClassMap::NameError(name); !e.empty()) {
-      return bad("class " + std::to_string(i) + "'s name '" + Printable(name) + "' " + e);
-    }
-    m.classes.names.push_back(std::move(name));
-  }
-  uint64_t n = 0;
-  if (!r.Get(&n)) return bad(cut + "parameters");
-  if (n != m.spec.ParamCount()) {
-    return bad("parameter count " + std::to_string(n) + " does not fit the layers (" +
-               std::to_string(m.spec.ParamCount()) + ")");
-  }
-  // n fits the layers: fewer than 4096 of at most 65536 x 2^31 parameters, so n * 4 cannot wrap.
-  if (r.left() < n * sizeof(float) + sizeof(uint32_t)) {
-    return bad(cut + "parameters: the layers' " + std::to_string(n) + " parameters need " +
-               std::to_string(n * sizeof(float)) + " bytes and the checksum " +
-               std::to_string(sizeof(uint32_t)) + ", the file has only " +
-               std::to_string(r.left()) + " more");
-  }
-  if (r.left() > n * sizeof(float) + sizeof(uint32_t)) return bad("trailing bytes");
-  m.params.resize(n);
-  if (n > 0) std::memcpy(m.params.data(), r.here(), n * sizeof(float));
-  const size_t body = r.pos() + n * sizeof(float);
-  uint32_t crc = 0;
-  std::memcpy(&crc, bytes.data() + body, sizeof crc);
-  if (crc != Crc32(bytes.data(), body)) return bad("checksum mismatch (the file is damaged)");
+  if (Status s = DecodeParams(r, bytes, m.spec, &m.params); !s.ok()) return bad(s.message());
   // A valid checksum only says the bytes are the ones written: no shmtrain run saves a
   // non-finite model, and one would predict NaN for every row.
   if (Status s = CheckFinite(m); !s.ok()) return bad(s.message());

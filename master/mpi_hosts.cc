@@ -89,6 +89,16 @@ class MpiHosts final : public Hosts {
   // waits for at the deadline, kInterrupted when stop() turns true.
   Status WaitAll(std::vector<Pending>* pending, int64_t deadline_ns,
                  const std::function<bool()>& stop, const std::string& what);
+  // Combine's step 1 posted: this host's part `len` long (of n) from every other host into
+  // parts_, their totals into totals_, and to each its part of `in` and *totals.
+  std::vector<Pending> PostParts(const float* in, int64_t n, int64_t len,
+                                 const StepTotals* totals);
+  // The parts of this host's part summed into o (own: this host's) and the totals into
+  // *totals.
+  void SumInHostOrder(const float* own, int64_t len, float* o, StepTotals* totals) const;
+  // Combine's step 2 posted: the finished part o (`len` long) to every other host, and their
+  // parts of out (of n) from them.
+  std::vector<Pending> PostSum(const float* o, int64_t len, float* out, int64_t n);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int count_ = 1, index_ = 0, local_ = 0, local_count_ = 1;
@@ -229,6 +239,25 @@ Status MpiHosts::Combine(const float* in, float* out, int64_t n, StepTotals* tot
   totals_[static_cast<size_t>(me)] = *totals;
 
   // ---- 1: every host's share of my part, and every host's totals.
+  std::vector<Pending> pending = PostParts(in, n, len, totals);
+  if (Status s = WaitAll(&pending, deadline_ns, stop, what); !s.ok()) return s;
+  for (int j = 0; j < H; ++j) {
+    if (totals_[static_cast<size_t>(j)].step != totals->step) {
+      return Status::Internal(what + ": " + Describe(j) + " sent its sum of step " +
+                              std::to_string(totals_[static_cast<size_t>(j)].step));
+    }
+  }
+  float* o = out + mine.begin;
+  SumInHostOrder(in + mine.begin, len, o, totals);
+
+  // ---- 2: my finished part to everyone, theirs to me.
+  pending = PostSum(o, len, out, n);
+  return WaitAll(&pending, deadline_ns, stop, what);
+}
+
+std::vector<MpiHosts::Pending> MpiHosts::PostParts(const float* in, int64_t n, int64_t len,
+                                                   const StepTotals* totals) {
+  const int H = count_, me = index_;
   std::vector<Pending> pending;
   for (int j = 0; j < H; ++j) {
     if (j == me) continue;
@@ -246,16 +275,13 @@ Status MpiHosts::Combine(const float* in, float* out, int64_t n, StepTotals* tot
     MPI_Isend(totals, sizeof(StepTotals), MPI_BYTE, j, kTagTotals, comm_, &p.request);
     pending.push_back(p);
   }
-  if (Status s = WaitAll(&pending, deadline_ns, stop, what); !s.ok()) return s;
-  for (int j = 0; j < H; ++j) {
-    if (totals_[static_cast<size_t>(j)].step != totals->step) {
-      return Status::Internal(what + ": " + Describe(j) + " sent its sum of step " +
-                              std::to_string(totals_[static_cast<size_t>(j)].step));
-    }
-  }
-  // The sum in host order: the same additions, in the same order, on every host.
-  auto part_of = [&](int j) { return j == me ? in + mine.begin : parts_.data() + j * len; };
-  float* o = out + mine.begin;
+  return pending;
+}
+
+// The sum in host order: the same additions, in the same order, on every host.
+void MpiHosts::SumInHostOrder(const float* own, int64_t len, float* o, StepTotals* totals) const {
+  const int H = count_, me = index_;
+  auto part_of = [&](int j) { return j == me ? own : parts_.data() + j * len; };
   std::copy(part_of(0), part_of(0) + len, o);
   for (int j = 1; j < H; ++j) {
     const float* __restrict src = part_of(j);
@@ -267,9 +293,12 @@ Status MpiHosts::Combine(const float* in, float* out, int64_t n, StepTotals* tot
     sum.loss_sum += t.loss_sum;
   }
   *totals = sum;
+}
 
-  // ---- 2: my finished part to everyone, theirs to me.
-  pending.clear();
+std::vector<MpiHosts::Pending> MpiHosts::PostSum(const float* o, int64_t len, float* out,
+                                                 int64_t n) {
+  const int H = count_, me = index_;
+  std::vector<Pending> pending;
   for (int j = 0; j < H; ++j) {
     if (j == me) continue;
     const auto part = data::BatchPlan::ShareOf(n, j, H);
@@ -281,7 +310,7 @@ Status MpiHosts::Combine(const float* in, float* out, int64_t n, StepTotals* tot
     MPI_Isend(o, static_cast<int>(len), MPI_FLOAT, j, kTagSum, comm_, &p.request);
     pending.push_back(p);
   }
-  return WaitAll(&pending, deadline_ns, stop, what);
+  return pending;
 }
 
 // A Message holds Open MPI's request handle (a pointer) as an integer; MPI_REQUEST_NULL, which

@@ -90,6 +90,56 @@ Status NonFiniteOutputs(const Command& cmd, const nn::NonFiniteRows& rows,
                           what);
 }
 
+// One row's outputs zi (out values) as a line of predict's CSV: the value, or the class and
+// every class's probability.
+void AppendPrediction(const Model& m, const float* zi, int out, std::string* text) {
+  if (m.spec.loss != Loss::kXent) {
+    *text += Fmt("%.9g", zi[0]) + "\n";
+    return;
+  }
+  // The outputs are the softmax probabilities; the class is the most probable one
+  // (ties: the first), as eval counts it.
+  int best = 0;
+  for (int j = 1; j < out; ++j) {
+    if (zi[j] > zi[best]) best = j;
+  }
+  *text += CsvField(m.classes.names[best]);
+  for (int j = 0; j < out; ++j) *text += "," + Fmt("%.6g", zi[j]);
+  *text += "\n";
+}
+
+// Predict's CSV: a header line, then a line for each row of d whose outputs are finite; the
+// others go into *bad.
+std::string PredictionsCsv(const Model& m, const data::Dataset& d, nn::NonFiniteRows* bad) {
+  const bool xent = m.spec.loss == Loss::kXent;
+  const int out = m.spec.outputs();
+  std::string text;
+  if (xent) {
+    text = "class";
+    for (const std::string& name : m.classes.names) text += "," + CsvField("p_" + name);
+  } else {
+    text = "value";
+  }
+  text += "\n";
+  const int64_t kChunk = nn::EvalChunk(m.spec);
+  nn::Workspace<float> ws;
+  std::vector<float> z;
+  for (int64_t r0 = 0; r0 < d.rows; r0 += kChunk) {
+    const int64_t k = std::min(kChunk, d.rows - r0);
+    z.resize(static_cast<size_t>(k * out));
+    nn::Predict<float>(m.spec, m.params.data(), d.x.data() + r0 * d.features, k, z.data(), ws);
+    for (int64_t i = 0; i < k; ++i) {
+      const float* zi = z.data() + i * out;
+      if (!std::all_of(zi, zi + out, [](float v) { return std::isfinite(v); })) {
+        bad->Add(r0 + i);
+        continue;
+      }
+      AppendPrediction(m, zi, out, &text);
+    }
+  }
+  return text;
+}
+
 }  // namespace
 
 Status RunEval(const Command& cmd, Logger& log) {
@@ -127,44 +177,8 @@ Status RunPredict(const Command& cmd, Logger& log) {
   data::Dataset d;
   if (Status s = LoadFor(cmd, m, false, &d); !s.ok()) return s;
   const bool xent = m.spec.loss == Loss::kXent;
-  const int out = m.spec.outputs();
-  std::string text;
-  if (xent) {
-    text = "class";
-    for (const std::string& name : m.classes.names) text += "," + CsvField("p_" + name);
-  } else {
-    text = "value";
-  }
-  text += "\n";
-  const int64_t kChunk = nn::EvalChunk(m.spec);
-  nn::Workspace<float> ws;
-  std::vector<float> z;
   nn::NonFiniteRows bad;
-  for (int64_t r0 = 0; r0 < d.rows; r0 += kChunk) {
-    const int64_t k = std::min(kChunk, d.rows - r0);
-    z.resize(static_cast<size_t>(k * out));
-    nn::Predict<float>(m.spec, m.params.data(), d.x.data() + r0 * d.features, k, z.data(), ws);
-    for (int64_t i = 0; i < k; ++i) {
-      const float* zi = z.data() + i * out;
-      if (!std::all_of(zi, zi + out, [](float v) { return std::isfinite(v); })) {
-        bad.Add(r0 + i);
-        continue;
-      }
-      if (!xent) {
-        text += Fmt("%.9g", zi[0]) + "\n";
-        continue;
-      }
-      // The outputs are the softmax probabilities; the class is the most probable one
-      // (ties: the first), as eval counts it.
-      int best = 0;
-      for (int j = 1; j < out; ++j) {
-        if (zi[j] > zi[best]) best = j;
-      }
-      text += CsvField(m.classes.names[best]);
-      for (int j = 0; j < out; ++j) text += "," + Fmt("%.6g", zi[j]);
-      text += "\n";
-    }
-  }
+  const std::string text = PredictionsCsv(m, d, &bad);
   if (!bad.empty()) {
     return NonFiniteOutputs(cmd, bad,
                             std::string(xent ? " (the class probabilities)" : " (the values)") +

@@ -209,7 +209,6 @@ void Supervisor::SettleInterruptedApply(int r) {
 
 Status Supervisor::OnExit(int r) {
   Child& c = kids_[r];
-  const auto& cfg = seg_.header()->config;
   if (FinishedItsPart(r)) {
     c.finished = true;
     return Status::Ok();
@@ -225,41 +224,53 @@ Status Supervisor::OnExit(int r) {
   }
   const int64_t now = shm::MonotonicNs();
   const int64_t progress = Progress(seg_);
-  const bool chaos = c.kill_reason != nullptr && std::strcmp(c.kill_reason, "chaos") == 0;
-  const bool hang = c.kill_reason != nullptr && std::strcmp(c.kill_reason, "hang") == 0;
+  const Death d = WhyDied(r, code, now, progress);
+  if (!SyncMode(seg_)) SettleInterruptedApply(r);
+  if (!d.chaos && !d.victim) {
+    if (Status s =
+            CountFailure({now, r, d.hang ? "hang" : DescribeExit(c.status)}, d.what, progress);
+        !s.ok()) {
+      return s;
+    }
+  }
+  const monitoring::RestartReason reason = d.chaos    ? monitoring::RestartReason::kChaos
+                                           : d.hang   ? monitoring::RestartReason::kHang
+                                           : d.victim ? monitoring::RestartReason::kPeerHang
+                                                      : monitoring::RestartReason::kCrash;
+  return RestartRank(r, reason, d.what, progress, now);
+}
+
+Supervisor::Death Supervisor::WhyDied(int r, int code, int64_t now, int64_t progress) {
+  const Child& c = kids_[r];
+  const auto& cfg = seg_.header()->config;
+  Death d;
+  d.chaos = c.kill_reason != nullptr && std::strcmp(c.kill_reason, "chaos") == 0;
+  d.hang = c.kill_reason != nullptr && std::strcmp(c.kill_reason, "hang") == 0;
   // A barrier timeout is most often a victim's: the rank it waited for is silent (stopped,
   // or stuck where it refreshes nothing). That rank is killed as hung; the waiter is restarted
   // without counting against the crash-loop budget. A peer that timed out waiting for a rank
   // killed as hung a moment ago (within one barrier timeout) is a victim too.
   std::string silent;
-  bool victim = false;
   if (code == kWorkerBarrierTimeout) {
     silent = KillSilent(now);
-    victim = !silent.empty() ||
-             now - last_hang_kill_ns_ <=
-                 static_cast<int64_t>(cfg.barrier_timeout_s * 1e9) + kLeaveNs;
+    d.victim = !silent.empty() ||
+               now - last_hang_kill_ns_ <=
+                   static_cast<int64_t>(cfg.barrier_timeout_s * 1e9) + kLeaveNs;
   }
-  std::string what = "worker " + std::to_string(r) + " (pid " + std::to_string(c.pid) + ") " +
-                     (hang ? "stopped sending heartbeats and was killed"
-                           : DescribeExit(c.status)) +
-                     " at step " + std::to_string(progress) + " of " +
-                     std::to_string(cfg.total_steps);
-  if (victim) {
-    what += silent.empty() ? ", waiting for a worker killed for sending no heartbeats"
-                           : ", waiting for " + silent +
-                                 ", which sent no heartbeats and was killed";
+  d.what = "worker " + std::to_string(r) + " (pid " + std::to_string(c.pid) + ") " +
+           (d.hang ? "stopped sending heartbeats and was killed" : DescribeExit(c.status)) +
+           " at step " + std::to_string(progress) + " of " + std::to_string(cfg.total_steps);
+  if (d.victim) {
+    d.what += silent.empty() ? ", waiting for a worker killed for sending no heartbeats"
+                             : ", waiting for " + silent +
+                                   ", which sent no heartbeats and was killed";
   }
-  if (!SyncMode(seg_)) SettleInterruptedApply(r);
-  if (!chaos && !victim) {
-    if (Status s = CountFailure({now, r, hang ? "hang" : DescribeExit(c.status)}, what, progress);
-        !s.ok()) {
-      return s;
-    }
-  }
-  const monitoring::RestartReason reason = chaos    ? monitoring::RestartReason::kChaos
-                                           : hang   ? monitoring::RestartReason::kHang
-                                           : victim ? monitoring::RestartReason::kPeerHang
-                                                    : monitoring::RestartReason::kCrash;
+  return d;
+}
+
+Status Supervisor::RestartRank(int r, monitoring::RestartReason reason, const std::string& what,
+                               int64_t progress, int64_t now) {
+  Child& c = kids_[r];
   ++restarts_;
   stats_.AddRestart(r, reason);
   log_.Info("restarting " + what,

@@ -117,6 +117,18 @@ class Supervisor final : public RunUnit {
   // lowered and its ticket cleared; Reconcile() settles it.
   void SettleInterruptedApply(int rank);
   Status OnExit(int rank);
+  // Why a worker that did not finish its part ended (its exit code, -1 if killed): killed by
+  // chaos, or as hung, or (a barrier timeout) a victim of a silent peer, which is killed now;
+  // `what` says so for the log and the messages.
+  struct Death {
+    bool chaos = false, hang = false, victim = false;
+    std::string what;
+  };
+  Death WhyDied(int rank, int code, int64_t now, int64_t progress);
+  // Starts the next incarnation of a rank that died, counted as a restart for `reason`, with
+  // its recovery pending from `now` at `progress`.
+  Status RestartRank(int rank, monitoring::RestartReason reason, const std::string& what,
+                     int64_t progress, int64_t now);
   void CheckHangs(int64_t now);
   // Barrier timeout: SIGKILLs (as "hang") every running rank whose heartbeat is older than
   // about the barrier timeout; returns them as "worker a, worker b" ("" if none).

@@ -299,6 +299,25 @@ ConfigCheck ModelOf(const RunConfig& c, ModelSpec* spec) {
   return {};
 }
 
+// The products' inputs: a known precision, and bf16 only where the CPU in use has
+// avx512_bf16.
+ConfigCheck CheckPrecision(const RunConfig& c) {
+  auto bad = [](const std::string& what) {
+    return ConfigCheck{Status::Data(what), ConfigPart::kPrecision};
+  };
+  if (c.precision > static_cast<uint32_t>(ComputeType::kBf16)) {
+    return bad("precision " + std::to_string(c.precision));
+  }
+  if (c.precision == static_cast<uint32_t>(ComputeType::kBf16) && !nn::UsedCpu().avx512_bf16) {
+    return bad(nn::DetectedCpu().avx512_bf16
+                   ? "bf16 products need avx512_bf16, which SHMTRAIN_CPU hides on this CPU"
+                   : "bf16 products need a CPU with avx512_bf16 (vdpbf16ps: bf16 pairs summed "
+                     "into float), and this one has none; bf16 without it would be slower than "
+                     "float");
+  }
+  return {};
+}
+
 }  // namespace
 
 ConfigCheck CheckRunConfig(const RunConfig& c) {
@@ -326,17 +345,7 @@ ConfigCheck CheckRunConfig(const RunConfig& c) {
                                        " is not the layers' count" +
                                        (n ? " (" + std::to_string(*n) + ")" : " (more than 2^64)"));
   }
-  if (c.precision > static_cast<uint32_t>(ComputeType::kBf16)) {
-    return bad(ConfigPart::kPrecision, "precision " + std::to_string(c.precision));
-  }
-  if (c.precision == static_cast<uint32_t>(ComputeType::kBf16) && !nn::UsedCpu().avx512_bf16) {
-    return bad(ConfigPart::kPrecision,
-               nn::DetectedCpu().avx512_bf16
-                   ? "bf16 products need avx512_bf16, which SHMTRAIN_CPU hides on this CPU"
-                   : "bf16 products need a CPU with avx512_bf16 (vdpbf16ps: bf16 pairs summed "
-                     "into float), and this one has none; bf16 without it would be slower than "
-                     "float");
-  }
+  if (ConfigCheck p = CheckPrecision(c); !p.ok()) return p;
   if (c.optim.num_states > static_cast<uint32_t>(kMaxStates)) {
     return bad(ConfigPart::kOptimizer, std::to_string(c.optim.num_states) +
                                            " optimizer states (at most " +

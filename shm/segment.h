@@ -68,7 +68,7 @@ struct [[nodiscard]] SegmentCheck {
 };
 
 // Which part of a run configuration a refusal is about: the master names the flag or the file
-// that set it (master/run.cc).
+// that set it (master/run_data.cc, CheckConfig).
 enum class ConfigPart {
   kNone,
   kProcesses,   // workers, hosts

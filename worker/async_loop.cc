@@ -163,100 +163,175 @@ double MeanGradient(const ModelSpec& spec, uint64_t seed, int64_t minibatch,
   return loss;
 }
 
+// One rank of the async loop: the stream's plan, the rule, its buffers, and the parts of an
+// update.
+class AsyncRank {
+ public:
+  AsyncRank(const shm::Segment& seg, int rank, uint32_t incarnation);
+  int Run();
+
+ private:
+  // An update in the making: this rank's batch count b, its start t0, the version its
+  // parameters were read at, its minibatch, and the minibatch's loss and squared gradient norm.
+  struct Update {
+    int64_t b = 0, t0 = 0, minibatch = 0;
+    uint64_t v_read = 0;
+    double loss = 0, sq = 0;
+  };
+  // Start gate: wait until every rank has attached, so that no rank trains alone while the
+  // others are still starting (phase words are otherwise unused in async).
+  int WaitForEveryRank();
+  // Before an update: the heartbeat, the checks (abort, a dead master, an early stop), the
+  // ticket (held, or claimed) and the checkpoint pause. kHeld with ticket_ held, else the
+  // rank's exit code (kWorkerOk: nothing is left to do).
+  int HoldTicket();
+  // Snapshots W into w_bak_ (u->v_read: the version read just before), counts the ticket's
+  // minibatch and forms its gradient to apply (clipped, decayed, at the stream's learning
+  // rate); kWorkerDiverged when its loss or norm is not finite.
+  int Compute(Update* u);
+  // Applies the gradient to W and releases the ticket; false when it is dropped as too stale
+  // (--max-staleness), the ticket still held.
+  bool Apply(const Update& u, uint64_t* v_apply);
+
+  static constexpr int kHeld = -1;
+
+  const shm::Segment& seg_;
+  shm::Header* h_;
+  const shm::RunConfig& c_;
+  const ModelSpec spec_;
+  const int rank_;
+  const uint32_t incarnation_;
+  const int64_t n_;
+  shm::WorkerBlock* self_;
+  const uint32_t epoch_;
+  const pid_t master_;
+  // The sync loop's plan: minibatch u of the stream is the same rows in both modes.
+  data::BatchPlan plan_;
+  nn::RuleParams rp_;
+  nn::Workspace<float> ws_;
+  nn::AlignedVector<float> w_bak_, grad_, bx_, by_;
+  std::vector<int64_t> idx_;
+  float* w_;
+  float* mean_square_;
+  const uint64_t total_;
+  shm::PhaseBarrier gate_;
+  // The ticket a predecessor of this rank held and did not begin to apply (the master
+  // cleared it otherwise), or one the master handed out for an owed update; -1 if none.
+  int64_t ticket_ = -1;
+  int64_t loaded_ = -1;  // the ticket whose rows are in bx_/by_
+};
+
+AsyncRank::AsyncRank(const shm::Segment& seg, int rank, uint32_t incarnation)
+    : seg_(seg),
+      h_(seg.header()),
+      c_(h_->config),
+      spec_(SpecOf(c_)),
+      rank_(rank),
+      incarnation_(incarnation),
+      n_(static_cast<int64_t>(c_.param_count)),
+      self_(seg.block(rank)),
+      epoch_(shm::LoadAbortEpoch(*h_)),
+      master_(static_cast<pid_t>(c_.master_pid)),
+      plan_(c_.rows, c_.batch, c_.seed),
+      w_bak_(n_),
+      grad_(n_),
+      w_(seg.params(0)),
+      mean_square_(seg.grad(rank)),
+      total_(static_cast<uint64_t>(c_.total_steps)),
+      gate_(h_, seg.block(0), static_cast<int>(c_.workers), self_, epoch_) {
+  rp_.rule = static_cast<AsyncRule>(c_.rule);
+  rp_.lambda0 = c_.lambda;
+  rp_.ms_decay = c_.ms_decay;
+  rp_.epsilon = c_.epsilon;
+}
+
+int AsyncRank::WaitForEveryRank() {
+  gate_.Arrive(1);
+  const auto r =
+      gate_.Wait(1, shm::MonotonicNs() + static_cast<int64_t>(c_.barrier_timeout_s * 1e9));
+  return r == shm::PhaseBarrier::Result::kOk ? kWorkerOk : ExitFor(r);
+}
+
+int AsyncRank::HoldTicket() {
+  shm::StoreRelaxed(self_->heartbeat_ns, shm::MonotonicNs());
+  if (shm::LoadAbortEpoch(*h_) != epoch_) return kWorkerAborted;
+  if (getppid() != master_) return kWorkerOrphaned;
+  if (shm::LoadAcquire(h_->stop_eval) != shm::kNoStop) return kWorkerOk;  // early stop
+  if (ticket_ < 0 && (ticket_ = ClaimTicket(h_, self_, total_)) < 0) return kWorkerOk;
+  if (const int rc = PauseForCheckpoint(h_, self_, gate_, ticket_); rc != kWorkerOk) return rc;
+  return kHeld;
+}
+
+int AsyncRank::Compute(Update* u) {
+  u->t0 = shm::MonotonicNs();
+  u->v_read = shm::LoadAcquire(h_->param_version);
+  for (int64_t i = 0; i < n_; ++i) w_bak_[i] = nn::SharedAccess::Load(w_ + i);
+
+  if (loaded_ != ticket_) {
+    LoadBatch(seg_, plan_, ticket_, &idx_, &bx_, &by_);
+    loaded_ = ticket_;
+  }
+  const int64_t rows = static_cast<int64_t>(by_.size());
+  u->minibatch = shm::AsyncMinibatch(c_, ticket_);  // = ticket on one host
+  u->loss =
+      MeanGradient(spec_, c_.seed, u->minibatch, idx_, bx_, by_, w_bak_, ws_, &grad_, &u->sq);
+  shm::StoreRelaxed<uint64_t>(self_->batches, static_cast<uint64_t>(u->b + 1));
+  shm::AddRelaxed<uint64_t>(self_->samples_total, static_cast<uint64_t>(rows));
+  if (!std::isfinite(u->loss) || !std::isfinite(u->sq)) {
+    // Nothing of this gradient reaches W; the master ends the run and names the ticket.
+    shm::RecordDivergence(h_, ticket_);
+    return kWorkerDiverged;
+  }
+
+  ClipAndDecay(c_.optim, u->sq, w_bak_.data(), grad_.data(), n_);
+  rp_.lr = nn::LearningRate(c_.optim, u->minibatch);  // the schedule runs over the stream
+  return kWorkerOk;
+}
+
+bool AsyncRank::Apply(const Update& u, uint64_t* v_apply) {
+  const uint64_t v_now = shm::LoadAcquire(h_->param_version);
+  if (c_.max_staleness >= 0 && v_now - u.v_read > static_cast<uint64_t>(c_.max_staleness)) {
+    shm::AddRelaxed<uint64_t>(self_->dropped_total, 1);
+    return false;
+  }
+  const uint64_t applied = shm::LoadRelaxed(self_->commit) / 2;
+  shm::StoreRelaxed<uint64_t>(self_->commit, 2 * applied + 1);  // applying
+  if (FaultAt(c_, FaultPoint::kMidApply, rank_, u.b, incarnation_)) {
+    nn::ApplyRule<nn::SharedAccess>(rp_, n_ / 2, w_, w_bak_.data(), grad_.data(), mean_square_);
+    DieNow();
+  }
+  nn::ApplyRule<nn::SharedAccess>(rp_, n_, w_, w_bak_.data(), grad_.data(), mean_square_);
+  *v_apply = shm::AddRelease(h_->param_version, 1);
+  // The ticket is released while commit is still odd: a death from here on is settled from
+  // commit alone, and the master never sees a held ticket beside an even (counted) commit.
+  shm::StoreRelaxed<int64_t>(self_->ticket, -1);
+  shm::StoreRelaxed<uint64_t>(self_->commit, 2 * applied + 2);  // counted, not applying
+  ticket_ = -1;
+  return true;
+}
+
+int AsyncRank::Run() {
+  if (const int rc = WaitForEveryRank(); rc != kWorkerOk) return rc;
+  ticket_ = shm::LoadRelaxed(self_->ticket);
+  for (;;) {
+    if (const int rc = HoldTicket(); rc != kHeld) return rc;
+    Update u;
+    u.b = static_cast<int64_t>(shm::LoadRelaxed(self_->batches));
+    // Fires while the ticket is held: the replacement must take it over.
+    if (FaultAt(c_, FaultPoint::kExit, rank_, u.b, incarnation_)) return kWorkerInjectedFault;
+    if (const int rc = Compute(&u); rc != kWorkerOk) return rc;
+    uint64_t v_apply = 0;
+    // Dropped: the same ticket again, from the parameters as they are now.
+    if (!Apply(u, &v_apply)) continue;
+    RecordUpdate(h_, self_, v_apply, v_apply - u.v_read, u.b, u.loss, u.sq, u.t0);
+  }
+}
+
 }  // namespace
 
 int RunAsync(const shm::Segment& seg, int rank, uint32_t incarnation) {
-  shm::Header* h = seg.header();
-  const shm::RunConfig& c = h->config;
-  const ModelSpec spec = SpecOf(c);
-  const int P = static_cast<int>(c.workers);
-  const int64_t n = static_cast<int64_t>(c.param_count);
-  shm::WorkerBlock* self = seg.block(rank);
-  const uint32_t epoch = shm::LoadAbortEpoch(*h);
-  const auto master = static_cast<pid_t>(c.master_pid);
-
-  // The sync loop's plan: minibatch u of the stream is the same rows in both modes.
-  data::BatchPlan plan(c.rows, c.batch, c.seed);
-
-  nn::RuleParams rp;
-  rp.rule = static_cast<AsyncRule>(c.rule);
-  rp.lambda0 = c.lambda;
-  rp.ms_decay = c.ms_decay;
-  rp.epsilon = c.epsilon;
-
-  nn::Workspace<float> ws;
-  nn::AlignedVector<float> w_bak(n), grad(n), bx, by;
-  std::vector<int64_t> idx;
-  float* w = seg.params(0);
-  float* mean_square = seg.grad(rank);
-  const uint64_t total = static_cast<uint64_t>(c.total_steps);
-
-  // Start gate: wait until every rank has attached, so that no rank trains alone while the
-  // others are still starting (phase words are otherwise unused in async).
-  shm::PhaseBarrier gate(h, seg.block(0), P, self, epoch);
-  gate.Arrive(1);
-  const auto r = gate.Wait(1, shm::MonotonicNs() + static_cast<int64_t>(c.barrier_timeout_s * 1e9));
-  if (r != shm::PhaseBarrier::Result::kOk) return ExitFor(r);
-
-  // The ticket a predecessor of this rank held and did not begin to apply (the master
-  // cleared it otherwise), or one the master handed out for an owed update; -1 if none.
-  int64_t ticket = shm::LoadRelaxed(self->ticket);
-  int64_t loaded = -1;  // the ticket whose rows are in bx/by
-  for (;;) {
-    shm::StoreRelaxed(self->heartbeat_ns, shm::MonotonicNs());
-    if (shm::LoadAbortEpoch(*h) != epoch) return kWorkerAborted;
-    if (getppid() != master) return kWorkerOrphaned;
-    if (shm::LoadAcquire(h->stop_eval) != shm::kNoStop) return kWorkerOk;  // early stop
-    if (ticket < 0 && (ticket = ClaimTicket(h, self, total)) < 0) return kWorkerOk;
-    if (const int rc = PauseForCheckpoint(h, self, gate, ticket); rc != kWorkerOk) return rc;
-    const int64_t b = static_cast<int64_t>(shm::LoadRelaxed(self->batches));
-    // Fires while the ticket is held: the replacement must take it over.
-    if (FaultAt(c, FaultPoint::kExit, rank, b, incarnation)) return kWorkerInjectedFault;
-
-    const int64_t t0 = shm::MonotonicNs();
-    const uint64_t v_read = shm::LoadAcquire(h->param_version);
-    for (int64_t i = 0; i < n; ++i) w_bak[i] = nn::SharedAccess::Load(w + i);
-
-    if (loaded != ticket) {
-      LoadBatch(seg, plan, ticket, &idx, &bx, &by);
-      loaded = ticket;
-    }
-    const int64_t rows = static_cast<int64_t>(by.size());
-    double sq = 0;
-    const int64_t minibatch = shm::AsyncMinibatch(c, ticket);  // = ticket on one host
-    const double loss = MeanGradient(spec, c.seed, minibatch, idx, bx, by, w_bak, ws, &grad, &sq);
-    shm::StoreRelaxed<uint64_t>(self->batches, static_cast<uint64_t>(b + 1));
-    shm::AddRelaxed<uint64_t>(self->samples_total, static_cast<uint64_t>(rows));
-    if (!std::isfinite(loss) || !std::isfinite(sq)) {
-      // Nothing of this gradient reaches W; the master ends the run and names the ticket.
-      shm::RecordDivergence(h, ticket);
-      return kWorkerDiverged;
-    }
-
-    ClipAndDecay(c.optim, sq, w_bak.data(), grad.data(), n);
-    rp.lr = nn::LearningRate(c.optim, minibatch);  // the schedule runs over the stream
-
-    const uint64_t v_now = shm::LoadAcquire(h->param_version);
-    if (c.max_staleness >= 0 && v_now - v_read > static_cast<uint64_t>(c.max_staleness)) {
-      shm::AddRelaxed<uint64_t>(self->dropped_total, 1);
-      continue;  // the same ticket again, from the parameters as they are now
-    }
-    const uint64_t applied = shm::LoadRelaxed(self->commit) / 2;
-    shm::StoreRelaxed<uint64_t>(self->commit, 2 * applied + 1);  // applying
-    if (FaultAt(c, FaultPoint::kMidApply, rank, b, incarnation)) {
-      nn::ApplyRule<nn::SharedAccess>(rp, n / 2, w, w_bak.data(), grad.data(), mean_square);
-      DieNow();
-    }
-    nn::ApplyRule<nn::SharedAccess>(rp, n, w, w_bak.data(), grad.data(), mean_square);
-    const uint64_t v_apply = shm::AddRelease(h->param_version, 1);
-    // The ticket is released while commit is still odd: a death from here on is settled from
-    // commit alone, and the master never sees a held ticket beside an even (counted) commit.
-    shm::StoreRelaxed<int64_t>(self->ticket, -1);
-    shm::StoreRelaxed<uint64_t>(self->commit, 2 * applied + 2);  // counted, not applying
-    ticket = -1;
-
-    RecordUpdate(h, self, v_apply, v_apply - v_read, b, loss, sq, t0);
-  }
+  AsyncRank r(seg, rank, incarnation);
+  return r.Run();
 }
 
 }  // namespace shmtrain::worker

@@ -85,6 +85,26 @@ class SyncRank {
   // Several hosts: this rank's slice of the host sum into HS, then the wait for the combiner's
   // GS of step t and its totals (samples_, loss_sum_ become every host's).
   int CombineAcrossHosts(int64_t t);
+  // The parts of phase 2 (ReduceAndUpdate), in its order.
+  // The step's rows and loss over this host's slots into samples_ and loss_sum_;
+  // kWorkerInternal when a slot holds another step.
+  int SumSlotTotals(int64_t t);
+  // The fault point mid-update: half of this rank's slice of W and of the states of step t+1
+  // poisoned, then death.
+  [[noreturn]] void DieMidUpdate(int64_t t);
+  // The slice's mean gradient a chunk at a time, its squared norm into *sq. Unclipped, each
+  // chunk is applied as it is made; clipped, the slice waits in gbuf_ for the norm. False at
+  // a chunk that is not finite, before anything of it is applied.
+  bool ReduceSlice(int64_t t, double lr, float inv, double* sq);
+  // Clipping: the global norm from every rank's share, then the slice's update, scaled.
+  // t1 and w1: the start of the phase and the barrier wait then (BusyNs).
+  int UpdateClipped(int64_t t, double lr, double sq, int64_t t1, uint64_t w1);
+  // Rank 0: the step's mean loss into the loss ring, when t is a logged step.
+  void RecordLoss(int64_t t);
+  // Reduce time since t1 excludes waits (several hosts: for GS), which count as barrier wait.
+  uint64_t BusyNs(int64_t t1, uint64_t w1) const {
+    return static_cast<uint64_t>(shm::MonotonicNs() - t1) - (barrier_.waited_ns() - w1);
+  }
   int Diverged(int64_t t) const {
     shm::RecordDivergence(h_, t);
     return kWorkerDiverged;
@@ -244,11 +264,33 @@ int SyncRank::CombineAcrossHosts(int64_t t) {
 // W[t%2] stays the last finite parameters whatever the check finds, and the master names t.
 int SyncRank::ReduceAndUpdate(int64_t t) {
   const int64_t t1 = shm::MonotonicNs();
-  // Reduce time excludes waits (several hosts: for GS), which count as barrier wait.
   const uint64_t w1 = barrier_.waited_ns();
-  auto busy_since_t1 = [&] {
-    return static_cast<uint64_t>(shm::MonotonicNs() - t1) - (barrier_.waited_ns() - w1);
-  };
+  if (const int e = SumSlotTotals(t); e != kWorkerOk) return e;
+  if (c_.hosts > 1) {
+    if (const int e = CombineAcrossHosts(t); e != kWorkerOk) return e;
+  }
+  if (!std::isfinite(loss_sum_)) return Diverged(t);
+  const float inv = static_cast<float>(1.0 / static_cast<double>(samples_));
+  const bool clip = c_.optim.clip_norm > 0;
+  const double lr = nn::LearningRate(c_.optim, t);  // once per step, not per chunk
+  if (Fault(FaultPoint::kMidUpdate, t) && hi_ > lo_) DieMidUpdate(t);
+  double sq = 0;
+  if (!ReduceSlice(t, lr, inv, &sq)) return Diverged(t);
+  if (clip) {
+    if (const int e = UpdateClipped(t, lr, sq, t1, w1); e != kWorkerOk) return e;
+  } else {
+    shm::StoreRelaxed(self_->grad_sq, sq);
+    shm::StoreRelaxed(self_->grad_sq_step, t);
+    shm::AddRelaxed<uint64_t>(self_->reduce_ns_total, BusyNs(t1, w1));
+  }
+  RecordLoss(t);
+  phase_ = 2 * t + 2;
+  barrier_.Arrive(phase_);
+  if (Fault(FaultPoint::kAtBarrier2, t)) DieNow();
+  return kWorkerOk;
+}
+
+int SyncRank::SumSlotTotals(int64_t t) {
   samples_ = 0;
   loss_sum_ = 0;
   for (int q = 0; q < P_; ++q) {
@@ -261,68 +303,66 @@ int SyncRank::ReduceAndUpdate(int64_t t) {
     samples_ += s->samples;
     loss_sum_ += s->loss_sum;
   }
-  if (c_.hosts > 1) {
-    if (const int e = CombineAcrossHosts(t); e != kWorkerOk) return e;
+  return kWorkerOk;
+}
+
+void SyncRank::DieMidUpdate(int64_t t) {
+  const int64_t half = (hi_ - lo_) / 2;
+  std::fill(seg_.params(t + 1) + lo_, seg_.params(t + 1) + lo_ + half, NAN);
+  for (int s = 0; s < seg_.num_states(); ++s) {
+    std::fill(seg_.state(s, t + 1) + lo_, seg_.state(s, t + 1) + lo_ + half, NAN);
   }
-  if (!std::isfinite(loss_sum_)) return Diverged(t);
-  const float inv = static_cast<float>(1.0 / static_cast<double>(samples_));
+  DieNow();
+}
+
+bool SyncRank::ReduceSlice(int64_t t, double lr, float inv, double* sq) {
   const bool clip = c_.optim.clip_norm > 0;
-  const double lr = nn::LearningRate(c_.optim, t);  // once per step, not per chunk
-  if (Fault(FaultPoint::kMidUpdate, t) && hi_ > lo_) {
-    const int64_t half = (hi_ - lo_) / 2;
-    std::fill(seg_.params(t + 1) + lo_, seg_.params(t + 1) + lo_ + half, NAN);
-    for (int s = 0; s < seg_.num_states(); ++s) {
-      std::fill(seg_.state(s, t + 1) + lo_, seg_.state(s, t + 1) + lo_ + half, NAN);
-    }
-    DieNow();
-  }
-  double sq = 0;
+  double sum = 0;
   for (int64_t i0 = lo_; i0 < hi_; i0 += kChunk) {
     const int64_t k = std::min(kChunk, hi_ - i0);
     float* g = clip ? gbuf_.data() + (i0 - lo_) : gbuf_.data();
     const double part = MeanChunk(i0, k, inv, g);
-    if (!std::isfinite(part)) return Diverged(t);
-    sq += part;
+    if (!std::isfinite(part)) return false;
+    sum += part;
     if (!clip) UpdateChunk(t, lr, i0, k, g);
   }
-  if (clip) {
-    // The global norm: every rank's share, summed in rank order after all have published.
-    barrier_.PublishNorm(t, sq);
-    if (Fault(FaultPoint::kAtNorm, t)) DieNow();
-    shm::AddRelaxed<uint64_t>(self_->reduce_ns_total, busy_since_t1());
-    double total = 0;
-    const auto r = barrier_.WaitNorms(t, Deadline(), &total);
-    if (r != shm::PhaseBarrier::Result::kOk) return ExitFor(r);
-    const int64_t t2 = shm::MonotonicNs();
-    // torch.nn.utils.clip_grad_norm_: scale by C / (norm + 1e-6) when that is below 1.
-    const double coef = c_.optim.clip_norm / (std::sqrt(total) + 1e-6);
-    scaled_.resize(static_cast<size_t>(std::min(kChunk, hi_ - lo_)));
-    for (int64_t i0 = lo_; i0 < hi_; i0 += kChunk) {
-      const int64_t k = std::min(kChunk, hi_ - i0);
-      const float* g = gbuf_.data() + (i0 - lo_);
-      if (coef < 1) {
-        const float f = static_cast<float>(coef);
-        for (int64_t j = 0; j < k; ++j) scaled_[j] = g[j] * f;
-        g = scaled_.data();
-      }
-      UpdateChunk(t, lr, i0, k, g);
+  *sq = sum;
+  return true;
+}
+
+int SyncRank::UpdateClipped(int64_t t, double lr, double sq, int64_t t1, uint64_t w1) {
+  // The global norm: every rank's share, summed in rank order after all have published.
+  barrier_.PublishNorm(t, sq);
+  if (Fault(FaultPoint::kAtNorm, t)) DieNow();
+  shm::AddRelaxed<uint64_t>(self_->reduce_ns_total, BusyNs(t1, w1));
+  double total = 0;
+  const auto r = barrier_.WaitNorms(t, Deadline(), &total);
+  if (r != shm::PhaseBarrier::Result::kOk) return ExitFor(r);
+  const int64_t t2 = shm::MonotonicNs();
+  // torch.nn.utils.clip_grad_norm_: scale by C / (norm + 1e-6) when that is below 1.
+  const double coef = c_.optim.clip_norm / (std::sqrt(total) + 1e-6);
+  scaled_.resize(static_cast<size_t>(std::min(kChunk, hi_ - lo_)));
+  for (int64_t i0 = lo_; i0 < hi_; i0 += kChunk) {
+    const int64_t k = std::min(kChunk, hi_ - i0);
+    const float* g = gbuf_.data() + (i0 - lo_);
+    if (coef < 1) {
+      const float f = static_cast<float>(coef);
+      for (int64_t j = 0; j < k; ++j) scaled_[j] = g[j] * f;
+      g = scaled_.data();
     }
-    shm::AddRelaxed<uint64_t>(self_->reduce_ns_total, static_cast<uint64_t>(shm::MonotonicNs() - t2));
-  } else {
-    shm::StoreRelaxed(self_->grad_sq, sq);
-    shm::StoreRelaxed(self_->grad_sq_step, t);
-    shm::AddRelaxed<uint64_t>(self_->reduce_ns_total, busy_since_t1());
+    UpdateChunk(t, lr, i0, k, g);
   }
+  shm::AddRelaxed<uint64_t>(self_->reduce_ns_total, static_cast<uint64_t>(shm::MonotonicNs() - t2));
+  return kWorkerOk;
+}
+
+void SyncRank::RecordLoss(int64_t t) {
   if (rank_ == 0 && c_.log_every > 0 && t % c_.log_every == 0) {
     const int64_t k = t / c_.log_every;
     shm::LossRecord& rec = h_->loss_ring[k % shm::kLossRing];
     rec.loss = loss_sum_ / static_cast<double>(samples_);
     shm::StoreRelease<uint64_t>(rec.tag, static_cast<uint64_t>(k + 1));
   }
-  phase_ = 2 * t + 2;
-  barrier_.Arrive(phase_);
-  if (Fault(FaultPoint::kAtBarrier2, t)) DieNow();
-  return kWorkerOk;
 }
 
 void SyncRank::RecordStepEnd(int64_t t, double loss) {

@@ -47,14 +47,10 @@ bool ParseInt(const char* s, long long* out) {
   return errno == 0 && end != s && *end == '\0';
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  using namespace shmtrain;
-  const pid_t parent = getppid();
-  // A dead master must never leave workers behind, nor its segment: the kernel signals us
-  // when it dies (OnMasterDied). The parent may have died before prctl took effect, hence the
-  // re-check after attaching.
+// A dead master must never leave workers behind, nor its segment: the kernel signals us when
+// it dies (OnMasterDied). The parent may have died before prctl took effect, hence the
+// re-check after attaching (CheckIdentity).
+void WatchMaster(pid_t parent, int argc, char** argv) {
   g_master = parent;
   if (argc > 1 && std::string_view(argv[1]).starts_with("/shmtrain-")) {
     std::snprintf(g_segment_file, sizeof g_segment_file, "/dev/shm%s", argv[1]);
@@ -65,17 +61,13 @@ int main(int argc, char** argv) {
   sigemptyset(&sa.sa_mask);
   sigaction(kMasterDied, &sa, nullptr);
   prctl(PR_SET_PDEATHSIG, kMasterDied);
+}
 
-  long long rank = -1, incarnation = -1;
-  if (argc != 4 || !ParseInt(argv[2], &rank) || !ParseInt(argv[3], &incarnation)) {
-    std::fprintf(stderr, "usage: shmtrain-worker <segment> <rank> <incarnation>\n");
-    return kWorkerBadArgs;
-  }
-  shm::Segment seg;
-  if (const shm::SegmentCheck check = shm::Segment::Attach(argv[1], &seg); !check.ok()) {
-    std::fprintf(stderr, "shmtrain-worker[%lld]: %s\n", rank, check.status.message().c_str());
-    return check.worker_exit;
-  }
+// This process is the one the master started for `rank` (its current incarnation) and its
+// parent that master: kWorkerOk, else the exit code, said on stderr where a user can act.
+int CheckIdentity(const shmtrain::shm::Segment& seg, long long rank, long long incarnation,
+                  pid_t parent) {
+  using namespace shmtrain;
   const shm::RunConfig& c = seg.header()->config;
   if (rank < 0 || rank >= static_cast<long long>(c.workers)) {
     std::fprintf(stderr, "shmtrain-worker: rank %lld outside 0..%u\n", rank, c.workers - 1);
@@ -92,6 +84,12 @@ int main(int argc, char** argv) {
     info.si_pid = parent;
     OnMasterDied(kMasterDied, &info, nullptr);
   }
+  return kWorkerOk;
+}
+
+// The worker's computing set up for the run: one thread, the products' inputs, its priority.
+int PrepareCompute(const shmtrain::shm::RunConfig& c, long long rank) {
+  using namespace shmtrain;
   Eigen::setNbThreads(1);
   // The products' inputs (--precision); the master's check of the configuration refused bf16
   // where this CPU (as SHMTRAIN_CPU shows it, the master's environment) lacks it.
@@ -106,6 +104,30 @@ int main(int argc, char** argv) {
   // lower priority. Measured with 3 hosts x 1 worker on 2 cores: 11 to 20 updates a push at
   // nice 0, 8 to 10 at nice 5 (docs/hosts.md, "Async across hosts").
   if (static_cast<Mode>(c.mode) == Mode::kAsync && c.hosts > 1) (void)!nice(kAsyncHostsWorkerNice);
+  return kWorkerOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace shmtrain;
+  const pid_t parent = getppid();
+  WatchMaster(parent, argc, argv);
+
+  long long rank = -1, incarnation = -1;
+  if (argc != 4 || !ParseInt(argv[2], &rank) || !ParseInt(argv[3], &incarnation)) {
+    std::fprintf(stderr, "usage: shmtrain-worker <segment> <rank> <incarnation>\n");
+    return kWorkerBadArgs;
+  }
+  shm::Segment seg;
+  if (const shm::SegmentCheck check = shm::Segment::Attach(argv[1], &seg); !check.ok()) {
+    std::fprintf(stderr, "shmtrain-worker[%lld]: %s\n", rank, check.status.message().c_str());
+    return check.worker_exit;
+  }
+  if (const int e = CheckIdentity(seg, rank, incarnation, parent); e != kWorkerOk) return e;
+  const shm::RunConfig& c = seg.header()->config;
+  if (const int e = PrepareCompute(c, rank); e != kWorkerOk) return e;
+  shm::WorkerBlock* self = seg.block(static_cast<int>(rank));
   shm::StoreRelaxed<int64_t>(self->pid, getpid());
   shm::StoreRelaxed(self->heartbeat_ns, shm::MonotonicNs());
   shm::StoreRelease<uint32_t>(self->attached, 1);

@@ -1,0 +1,340 @@
+// `shmtrain train`'s data: loaded, split, scaled and checked against the model, and the run
+// it makes checked against /dev/shm and the memory before a row is made or read
+// (master/run.h); eval and predict make the same memory and image checks.
+#include <sys/statvfs.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "data/arrays.h"
+#include "data/dataset.h"
+#include "data/preprocess.h"
+#include "master/log.h"
+#include "master/run.h"
+#include "master/run_data.h"
+#include "master/segment_header.h"
+#include "nn/layer.h"
+#include "nn/metrics.h"
+#include "nn/model.h"
+#include "nn/net.h"
+#include "nn/optimizer.h"
+#include "shm/segment.h"
+
+namespace shmtrain::master {
+
+namespace {
+
+std::string Bytes(double b) {
+  const char* unit[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  return u == 0 ? Fmt("%.0f", b) + " bytes" : Fmt("%.1f", b) + " " + unit[u];
+}
+
+// MemAvailable of /proc/meminfo in bytes, or 0 if unknown.
+uint64_t MemAvailable() {
+  FILE* f = std::fopen("/proc/meminfo", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  unsigned long long kib = 0;
+  while (std::fgets(line, sizeof line, f)) {
+    if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
+  }
+  std::fclose(f);
+  return kib * 1024;
+}
+
+uint64_t ShmFree() {
+  struct statvfs vfs {};
+  if (statvfs("/dev/shm", &vfs) != 0) return UINT64_MAX;  // let the segment's creation say what is wrong
+  return static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+}
+
+std::string Count(int64_t n, const std::string& what) {
+  return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
+}
+
+// The memory the model's passes take (nn::PassBytes, what the nets allocate), and what for.
+struct PassMemory {
+  double bytes = 0;
+  std::string what;  // "2.1 GiB for each of 2 workers (32 samples a pass), ..."
+};
+
+// Each worker's pass over the most rows it takes at once (sync: its share of a batch, or of
+// every row; async: a whole minibatch), and the master's evaluations (validation, the final
+// loss) beside them.
+PassMemory TrainingPasses(const TrainOptions& o, int64_t rows) {
+  const int64_t batch = o.batch > 0 ? std::min(o.batch, rows) : rows;
+  const int64_t world = int64_t{o.workers} * o.host_count;
+  const int64_t n = o.mode == Mode::kAsync ? batch : (batch + world - 1) / world;
+  const uint64_t worker = nn::PassBytes(o.model, n, /*backward=*/true);
+  const uint64_t eval = nn::EvaluateBytes(o.model, rows);
+  const int64_t eval_rows = std::min(nn::EvalChunk(o.model), rows);
+  return {static_cast<double>(worker) * o.workers + static_cast<double>(eval),
+          Bytes(static_cast<double>(worker)) + " for each of " + Count(o.workers, "worker") + " (" +
+              Count(n, "sample") + " a pass), " + Bytes(static_cast<double>(eval)) +
+              " for the master's evaluations (" + Count(eval_rows, "sample") + " a pass)"};
+}
+
+// The memory check of train, eval and predict: the data as float32 with its targets (the
+// master's copy), plus the segment (whose pages are memory too; 0 outside train), plus the
+// model's passes.
+Status FitsInMemory(const std::string& src, int64_t rows, int features, uint64_t seg,
+                    const PassMemory& passes, uint64_t mem_available) {
+  const double data = static_cast<double>(rows) * (features + 1.0) * sizeof(float);
+  const double need = static_cast<double>(seg) + data + passes.bytes;
+  if (mem_available == 0 || need <= static_cast<double>(mem_available)) return Status::Ok();
+  const std::string shape = "(" + std::to_string(rows) + " rows x " + std::to_string(features) +
+                            " features" + (seg > 0 ? ", and the model)" : ")");
+  const std::string parts =
+      (seg > 0 ? "a segment of " + Bytes(seg) + " " + shape + ", plus the master's copy of the data"
+               : "the data as 32-bit floats " + shape) +
+      ", plus the model's activations and scratch: " + passes.what;
+  return Status::Resource(src + ": the run needs about " + Bytes(need) + " of memory (" + parts +
+                          ") but " + Bytes(mem_available) + " is available");
+}
+
+// The model's inputs against the data's features.
+Status CheckInputs(const TrainOptions& o, const std::string& src, int features) {
+  if (o.model.inputs() == features) return Status::Ok();
+  const std::string has = src + " has " + std::to_string(features) + " feature" +
+                          (features == 1 ? "" : "s");
+  if (o.model_text.empty()) {
+    return Status::Usage("--layers: the first size is " + std::to_string(o.model.inputs()) +
+                         " but " + has);
+  }
+  return Status::Usage(std::string(o.input_shape.c > 0 ? "--input-shape" : "--model") +
+                       ": the input " + o.model.input.Text() + " is " +
+                       std::to_string(o.model.inputs()) + " values but " + has);
+}
+
+// A --model whose input the data gives: flat, its rows' width (known once a file's first rows
+// are read).
+TrainOptions WithFlatInput(const TrainOptions& o, int features) {
+  TrainOptions probe = o;
+  if (probe.model.input.c == 0) probe.model.input = {features, 1, 1};
+  return probe;
+}
+
+// The flag or file a model's input shape comes from, as messages name it.
+std::string InputSource(const TrainOptions& o) {
+  if (!o.mlp_layers.empty()) return "--layers";
+  if (o.input_shape.c > 0) return "--input-shape";
+  if (o.example == "blobs") return "--features";
+  if (!o.example.empty()) return "--example " + o.example;
+  return o.data_path;
+}
+
+// The run's configuration as the workers will check it, then its segment against /dev/shm and
+// the memory: before a row is made or stored.
+Status CheckFits(const std::string& src, int64_t rows, int features, const TrainOptions& o,
+                 uint64_t shm_free, uint64_t mem_available) {
+  OptimConfig optim;  // its state vectors count towards the segment's size
+  if (Status s = nn::ResolveOptim(o, INT64_MAX, &optim); !s.ok()) return s;
+  const shm::Header proto = MakeHeader(o, optim, rows, features, 1, EvalEvery(o, rows));
+  if (Status s = CheckConfig(o, proto); !s.ok()) return s;
+  const uint64_t seg = proto.total_size;
+  const std::string shape = "(" + std::to_string(rows) + " rows x " + std::to_string(features) +
+                            " features, and the model)";
+  if (seg > shm_free) {
+    return Status::Resource(src + ": the run needs a shared memory segment of " + Bytes(seg) +
+                            " " + shape + " but /dev/shm has " + Bytes(shm_free) +
+                            " free; use fewer rows or features, or enlarge /dev/shm");
+  }
+  return FitsInMemory(src, rows, features, seg, TrainingPasses(o, rows), mem_available);
+}
+
+}  // namespace
+
+// The workers' own check of the run configuration (shm::CheckRunConfig) on a header this run
+// builds: what they would refuse is kUsage here, naming the flag or the file behind it.
+Status CheckConfig(const TrainOptions& o, const shm::Header& h) {
+  const shm::ConfigCheck check = shm::CheckRunConfig(h.config);
+  if (check.ok()) return Status::Ok();
+  std::string source;
+  switch (check.part) {
+    case shm::ConfigPart::kInput:
+      source = InputSource(o);
+      break;
+    case shm::ConfigPart::kModel:
+      source = o.model_text.empty() ? "--layers" : "--model";
+      break;
+    case shm::ConfigPart::kData:
+      source = o.example.empty() ? o.data_path : "--example " + o.example;
+      break;
+    case shm::ConfigPart::kOptimizer:
+      source = "--optimizer";
+      break;
+    case shm::ConfigPart::kPrecision:
+      source = "--precision bf16";
+      break;
+    case shm::ConfigPart::kValidation:
+      source = "--eval-every";
+      break;
+    case shm::ConfigPart::kProcesses:
+    case shm::ConfigPart::kNone:
+      source = "--workers";
+      break;
+  }
+  return Status::Usage(source + ": the workers would refuse this run: " + check.status.message());
+}
+
+Status CheckMemory(const std::string& src, int64_t rows, int features, const ModelSpec& model) {
+  const int64_t n = std::min(nn::EvalChunk(model), rows);
+  const PassMemory eval{static_cast<double>(nn::EvaluateBytes(model, rows)),
+                        Bytes(static_cast<double>(nn::EvaluateBytes(model, rows))) +
+                            " for evaluation (" + Count(n, "sample") + " a pass)"};
+  return FitsInMemory(src, rows, features, 0, eval, MemAvailable());
+}
+
+Status CheckImage(const ModelSpec& model, const std::string& model_src, const Shape& image,
+                  const std::string& data_src) {
+  if (model.input.c == 0 || image == model.input || !nn::TakesImages(model.input, model.layers)) {
+    return Status::Ok();
+  }
+  return Status::Usage(data_src + ": images of " + nn::ImageText(image) +
+                       ", but the model's input is " + nn::ImageText(model.input) + " (" +
+                       model_src + ")");
+}
+
+data::LoadOptions LoadOptionsFor(const TrainOptions& o, Task task) {
+  data::LoadOptions lo;
+  lo.format = o.format;
+  lo.label_col = o.label_col;
+  lo.label_name = o.label_name;
+  lo.header = o.header;
+  lo.delimiter = o.delimiter;
+  lo.decimal = o.decimal;
+  lo.labels_path = o.labels_path;
+  lo.x_key = o.npz_x;
+  lo.y_key = o.npz_y;
+  lo.task = task;
+  return lo;
+}
+
+namespace {
+
+// The data, checked against /dev/shm and the memory before a row is made or read: the run's
+// one look at either. The segment laid out then holds every row, so the one the run creates
+// (from the training rows alone) is never larger.
+Status LoadData(const TrainOptions& o, data::Dataset* d) {
+  const uint64_t shm_free = ShmFree(), mem = MemAvailable();
+  if (!o.example.empty()) {
+    const int features = o.example == "blobs" ? o.example_features : 1;
+    const std::string src = "example " + o.example;
+    if (Status s = CheckInputs(o, src, features); !s.ok()) return s;
+    if (Status s = CheckFits(src, o.example_rows, features, o, shm_free, mem); !s.ok()) return s;
+  }
+  if (o.example == "parabola") {
+    *d = data::MakeParabola(o.example_rows);
+    return Status::Ok();
+  }
+  if (o.example == "blobs") {
+    *d = data::MakeBlobs(o.example_rows, o.example_features, o.model.outputs(), o.seed);
+    std::vector<std::string> names;
+    for (int k = 0; k < o.model.outputs(); ++k) names.push_back(std::to_string(k));
+    d->classes = data::ClassMap::Build({names.begin(), names.end()});
+    return Status::Ok();
+  }
+  // Files are read a block at a time: only the rows' floats must fit, which check_size
+  // judges once the shape is known, before a row is stored.
+  data::LoadOptions lo = LoadOptionsFor(o, TaskOf(o.model.loss));
+  // LIBSVM rows are as wide as the model's input (absent indices are 0); a CSV's columns
+  // say its width, checked against the model afterwards.
+  lo.libsvm_features = static_cast<int>(o.model.inputs());
+  lo.check_image = [&](const Shape& image) {
+    return CheckImage(o.model, InputSource(o), image, o.data_path);
+  };
+  lo.check_size = [&](int64_t rows, int features) {
+    // The width is known before a row is read: a mismatch is refused before memory is spent.
+    const TrainOptions probe = WithFlatInput(o, features);
+    if (o.model.input.c == 0) {
+      if (Status s = CheckModel(probe.model, "--model", /*flat_input=*/true); !s.ok()) return s;
+    }
+    if (Status s = CheckInputs(probe, o.data_path, features); !s.ok()) return s;
+    return CheckFits(o.data_path, rows, features, probe, shm_free, mem);
+  };
+  return data::LoadFile(o.data_path, lo, d);
+}
+
+Status CheckAgainstData(const TrainOptions& o, const data::Dataset& d) {
+  const std::string src = o.example.empty() ? o.data_path : "example " + o.example;
+  if (Status s = CheckInputs(o, src, d.features); !s.ok()) return s;
+  if (o.model.loss == Loss::kXent && d.classes.size() != o.model.outputs()) {
+    const std::string says = o.model_text.empty() ? "--layers: the last size is "
+                                                  : "--model: the model's outputs are ";
+    return Status::Usage(says + std::to_string(o.model.outputs()) + " but " + src + " has " +
+                         std::to_string(d.classes.size()) + " classes (" + d.classes.List() +
+                         "); make it one output per class");
+  }
+  if (o.batch > d.rows) {
+    return Status::Usage("--batch: " + std::to_string(o.batch) + " is larger than the " +
+                         std::to_string(d.rows) + " rows of " + src);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+// A --model's input shape when --input-shape did not give it: the built-in examples are flat;
+// an IDX or NumPy file's header gives one sample's shape ((H, W) is 1xHxW, (C, H, W) is
+// CxHxW); other data is flat, its width known once its first rows are read (LoadData).
+namespace {
+
+Status ResolveInputBeforeLoading(TrainOptions& o) {
+  if (o.model.input.c > 0) return Status::Ok();
+  if (!o.example.empty()) {
+    o.model.input = {o.example == "blobs" ? o.example_features : 1, 1, 1};
+    return CheckModel(o.model, "--model", /*flat_input=*/true);
+  }
+  std::vector<int64_t> dims;
+  const data::LoadOptions lo = LoadOptionsFor(o, TaskOf(o.model.loss));
+  if (Status s = data::SampleShape(o.data_path, lo, &dims); !s.ok()) return s;
+  const std::optional<Shape> image = data::SampleImage(dims);
+  if (!image.has_value()) return Status::Ok();
+  o.model.input = *image;
+  return CheckModel(o.model, "--model");
+}
+
+}  // namespace
+
+Status PrepareData(TrainOptions& o, RunData* rd) {
+  if (Status s = ResolveInputBeforeLoading(o); !s.ok()) return s;
+  data::Dataset all;
+  if (Status s = LoadData(o, &all); !s.ok()) return s;
+  if (o.model.input.c == 0) {
+    // Flat data: the model's input is a row (LoadData's check_size has checked that it fits).
+    o.model.input = {all.features, 1, 1};
+    if (Status s = CheckModel(o.model, "--model", /*flat_input=*/true); !s.ok()) return s;
+  }
+  if (Status s = data::SplitValidation(std::move(all), o.val_split, o.seed, &rd->train, &rd->val); !s.ok()) {
+    return s;
+  }
+  if (Status s = CheckAgainstData(o, rd->train); !s.ok()) return s;
+  if (!o.val_data_path.empty()) {
+    // The held-out file: same format options, the training data's classes and width.
+    data::LoadOptions lo = LoadOptionsFor(o, TaskOf(o.model.loss));
+    lo.features = rd->train.features;
+    lo.labels_path = o.val_labels_path;
+    lo.x_key = o.val_npz_x;
+    lo.y_key = o.val_npz_y;
+    if (lo.task == Task::kClassification) lo.classes = &rd->train.classes;
+    lo.check_image = [&](const Shape& image) {
+      return CheckImage(o.model, InputSource(o), image, o.val_data_path);
+    };
+    if (Status s = data::LoadFile(o.val_data_path, lo, &rd->val); !s.ok()) return s;
+  }
+  rd->norm = data::Normalizer::Fit(rd->train, o.normalize);
+  const std::string src = o.example.empty() ? o.data_path : "example " + o.example;
+  if (Status s = rd->norm.Apply(&rd->train, src); !s.ok()) return s;
+  return rd->norm.Apply(&rd->val,
+                        o.val_data_path.empty() ? "the held-out rows of " + src : o.val_data_path);
+}
+
+}  // namespace shmtrain::master
