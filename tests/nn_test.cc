@@ -1138,6 +1138,28 @@ TEST(ScheduleRegistryTest, AFlagOfAnotherScheduleIsRefusedByName) {
   }
 }
 
+// Each flag's own check is a Status: Ok within its limits, else kUsage that names the flag
+// (-1 is outside every flag's limits).
+TEST(ScheduleRegistryTest, EachFlagCheckIsAStatusNamingItsFlag) {
+  for (const ScheduleFlag& f : ScheduleFlags()) {
+    SCOPED_TRACE(f.flag);
+    ASSERT_NE(f.check, nullptr);
+    TrainOptions o;
+    o.lr = 0.1;
+    Give(&o, f.flag);
+    const Status ok = f.check(o);
+    EXPECT_TRUE(ok.ok()) << ok.message();
+    if (f.given_int != nullptr) {
+      o.*f.given_int = -1;
+    } else {
+      o.*f.given_real = -1;
+    }
+    const Status bad = f.check(o);
+    EXPECT_EQ(bad.code(), Status::Code::kUsage);
+    EXPECT_EQ(bad.message().rfind(std::string(f.flag) + ": ", 0), 0u) << bad.message();
+  }
+}
+
 // Without a flag it requires, a schedule is refused with a message that names the flag.
 TEST(ScheduleRegistryTest, RefusesAMissingRequiredFlagByName) {
   for (const ScheduleDef* d : Schedules()) {
