@@ -192,7 +192,9 @@ int RunAsync(const shm::Segment& seg, int rank, uint32_t incarnation) {
   const uint64_t total = static_cast<uint64_t>(c.total_steps);
 
   // Start gate: wait until every rank has attached, so that no rank trains alone while the
-  // others are still starting (phase words are otherwise unused in async).
+  // others are still starting. Phase 1 here; later phases tell the master where this rank
+  // stands for checkpoints: 2kN paused before the checkpoint at kN (PauseForCheckpoint), 2 *
+  // total_steps with no ticket left (ClaimTicket).
   shm::PhaseBarrier gate(h, seg.block(0), P, self, epoch);
   gate.Arrive(1);
   const auto r = gate.Wait(1, shm::MonotonicNs() + static_cast<int64_t>(c.barrier_timeout_s * 1e9));
