@@ -347,6 +347,18 @@ static_assert(std::atomic_ref<uint64_t>::is_always_lock_free &&
 static_assert(alignof(WorkerBlock) == kCacheLine && sizeof(WorkerBlock) % kCacheLine == 0,
               "each rank's block on its own cache lines: no false sharing between ranks");
 static_assert(sizeof(SlotHeader) == kCacheLine, "the gradient starts one cache line in");
+static_assert(sizeof(WorkerBlock::phase) == 8 && offsetof(WorkerBlock, phase) % 8 == 0,
+              "a phase is one aligned 64-bit store: a rank that dies cannot leave it torn");
+static_assert(sizeof(Header::wake_seq) == 4 && offsetof(Header, wake_seq) % 4 == 0,
+              "futex(2) waits on an aligned 32-bit word");
+static_assert(offsetof(Header, abort_epoch) % kCacheLine == 0 &&
+                  offsetof(Header, wake_seq) % kCacheLine == 0 &&
+                  offsetof(Header, param_version) % kCacheLine == 0 &&
+                  offsetof(Header, claimed) % kCacheLine == 0 &&
+                  offsetof(Header, eval_ack) % kCacheLine == 0 &&
+                  offsetof(Header, combined_step) % kCacheLine == 0,
+              "each group of control words starts a cache line of its own: its writers do not "
+              "share a line with another group's");
 static_assert(sizeof(float) == 4, "parameters are IEEE float32");
 static_assert(std::endian::native == std::endian::little, "the magic is read little-endian");
 
