@@ -304,8 +304,10 @@ struct alignas(kCacheLine) WorkerBlock {
   uint64_t dropped_total;
   uint64_t staleness_sum;
   // Async: the update ticket this rank holds (claimed, its minibatch not yet applied), or -1.
-  // Written by the rank; the master clears it when a death interrupted the apply, else a
-  // replacement takes the ticket over, so no minibatch is lost to a death.
+  // Written by the rank (relaxed); the master clears it when a death interrupted the apply,
+  // else a replacement takes the ticket over, so no minibatch is lost to a death. Once every
+  // rank has finished with updates still owed, the master writes a fresh ticket here before
+  // it restarts the rank (Supervisor::ResumeAsync).
   int64_t ticket;
   alignas(kCacheLine) uint64_t staleness_hist[kStalenessBuckets];
   double loss_ema;
