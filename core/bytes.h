@@ -1,13 +1,17 @@
 // Writing and reading fixed-width values in a byte string: the one encoder and the one reader of
 // the binary file formats (model files, checkpoints). The formats are little-endian, which is
-// this machine's order (shm/layout.h asserts it).
+// this machine's order (asserted below, and for the segment in shm/layout.h).
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstring>
 #include <string>
 
 namespace shmtrain {
+
+static_assert(std::endian::native == std::endian::little,
+              "values are copied byte for byte into little-endian files");
 
 template <class T>
 void AppendRaw(std::string* s, T v) {

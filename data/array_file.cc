@@ -63,24 +63,24 @@ class DictParser {
  public:
   explicit DictParser(std::string_view s) : s_(s) {}
 
-  // Fills *out with each key's value; false with *why on a syntax error.
-  bool Parse(std::vector<std::pair<std::string, Literal>>* out, std::string* why) {
-    if (!Eat('{')) return Fail("it does not start with '{'", why);
+  // Fills *out with each key's value; kData saying what and where in the header on a syntax
+  // error (the caller names the file).
+  Status Parse(std::vector<std::pair<std::string, Literal>>* out) {
+    if (!Eat('{')) return Fail("it does not start with '{'");
     while (!Eat('}')) {
       Literal key, value;
-      if (!Value(&key) || key.kind != Literal::kString) return Fail("a key is not a string", why);
-      if (!Eat(':')) return Fail("':' missing after '" + key.text + "'", why);
-      if (!Value(&value)) return Fail("the value of '" + key.text + "' is not understood", why);
+      if (!Value(&key) || key.kind != Literal::kString) return Fail("a key is not a string");
+      if (!Eat(':')) return Fail("':' missing after '" + key.text + "'");
+      if (!Value(&value)) return Fail("the value of '" + key.text + "' is not understood");
       out->emplace_back(key.text, value);
-      if (!Eat(',') && !Peek('}')) return Fail("',' or '}' expected", why);
+      if (!Eat(',') && !Peek('}')) return Fail("',' or '}' expected");
     }
-    return true;
+    return Status::Ok();
   }
 
  private:
-  bool Fail(const std::string& what, std::string* why) {
-    *why = what + " (at byte " + std::to_string(i_) + " of the header)";
-    return false;
+  Status Fail(const std::string& what) const {
+    return Status::Data(what + " (at byte " + std::to_string(i_) + " of the header)");
   }
   void Space() {
     while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\n' || s_[i_] == '\t')) ++i_;
@@ -358,8 +358,9 @@ Status ReadNpyHeader(std::unique_ptr<ByteSource> src, ArrayReader* out) {
   std::string dict;
   if (Status s = ReadNpyDict(*src, &dict); !s.ok()) return s;
   std::vector<std::pair<std::string, Literal>> items;
-  std::string why;
-  if (!DictParser(dict).Parse(&items, &why)) return Bad(*src, "the NPY header is not understood: " + why);
+  if (Status s = DictParser(dict).Parse(&items); !s.ok()) {
+    return Bad(*src, "the NPY header is not understood: " + s.message());
+  }
   ArrayHeader h;
   bool have_descr = false, have_order = false, have_shape = false;
   for (const auto& [key, v] : items) {

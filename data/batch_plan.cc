@@ -1,33 +1,22 @@
 #include "data/batch_plan.h"
 
-#include <cstdio>
-#include <cstdlib>
-
 #include "nn/rng.h"
-
-namespace shmtrain::data {
-namespace {
+#include "shmtrain/status.h"
 
 // Arguments out of range are bugs in the caller (options are validated before a plan is
-// made), so they abort instead of returning a Status.
-void Require(bool ok, const char* what) {
-  if (ok) return;
-  std::fprintf(stderr, "shmtrain: internal error: BatchPlan: %s\n", what);
-  std::abort();
-}
-
-}  // namespace
+// made), so they are checks that abort with file:line, not Statuses (docs/errors.md).
+namespace shmtrain::data {
 
 BatchPlan::BatchPlan(int64_t rows, int64_t batch, uint64_t seed)
     : rows_(rows), batch_(batch), seed_(seed) {
-  Require(rows >= 1, "rows must be >= 1");
-  Require(batch >= 0, "batch must be >= 0");
+  SHMTRAIN_CHECK(rows >= 1, "BatchPlan: rows must be >= 1");
+  SHMTRAIN_CHECK(batch >= 0, "BatchPlan: batch must be >= 0");
   // ceil(rows / batch) without forming rows + batch - 1, which could overflow.
   steps_per_epoch_ = batch == 0 ? 1 : (rows - 1) / batch + 1;
 }
 
 int64_t BatchPlan::BatchRows(int64_t step) const {
-  Require(step >= 0, "step must be >= 0");
+  SHMTRAIN_CHECK(step >= 0, "BatchPlan: step must be >= 0");
   if (batch_ == 0) return rows_;
   // begin < rows_, because the batch index is below ceil(rows / batch).
   const int64_t begin = (step % steps_per_epoch_) * batch_;
@@ -36,9 +25,9 @@ int64_t BatchPlan::BatchRows(int64_t step) const {
 }
 
 BatchPlan::Range BatchPlan::ShareOf(int64_t b, int rank, int P) {
-  Require(P >= 1, "P must be >= 1");
-  Require(rank >= 0 && rank < P, "rank must be in [0, P)");
-  Require(b >= 0, "batch rows must be >= 0");
+  SHMTRAIN_CHECK(P >= 1, "BatchPlan: P must be >= 1");
+  SHMTRAIN_CHECK(rank >= 0 && rank < P, "BatchPlan: rank must be in [0, P)");
+  SHMTRAIN_CHECK(b >= 0, "BatchPlan: batch rows must be >= 0");
   // floor(r * b / P) with b = q * P + m is r * q + floor(r * m / P); r * m < P^2 cannot
   // overflow, and r * q <= b, so no intermediate exceeds b.
   const int64_t q = b / P;

@@ -207,9 +207,8 @@ Status CheckNames(const std::vector<NpyArray>& arrays, const std::string& path) 
       return Status::Internal(path + ": bad array name '" + a.name + "'");
     }
     std::vector<uint32_t> cps;
-    std::string why;
-    if (!DecodeUtf8(a.name, &cps, &why)) {
-      return Status::Internal(path + ": array name '" + a.name + "' is not UTF-8: " + why);
+    if (Status s = DecodeUtf8(a.name, &cps); !s.ok()) {
+      return Status::Internal(path + ": array name '" + a.name + "' is not UTF-8: " + s.message());
     }
     if (!seen.insert(a.name).second) {
       return Status::Internal(path + ": array name '" + a.name + "' given twice");
@@ -238,11 +237,10 @@ NpyArray NpyArray::Int64(std::string name, std::vector<int64_t> shape,
           std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int64_t))};
 }
 
-bool DecodeUtf8(const std::string& s, std::vector<uint32_t>* out, std::string* error) {
+Status DecodeUtf8(const std::string& s, std::vector<uint32_t>* out) {
   out->clear();
   auto fail = [&](const std::string& what, size_t at) {
-    *error = what + " at byte " + std::to_string(at);
-    return false;
+    return Status::Data(what + " at byte " + std::to_string(at));
   };
   for (size_t i = 0; i < s.size();) {
     const auto b = static_cast<unsigned char>(s[i]);
@@ -275,7 +273,7 @@ bool DecodeUtf8(const std::string& s, std::vector<uint32_t>* out, std::string* e
     out->push_back(cp);
     i += static_cast<size_t>(len);
   }
-  return true;
+  return Status::Ok();
 }
 
 Status NpyUnicode(std::string name, std::vector<int64_t> shape, const std::vector<std::string>& v,
@@ -283,10 +281,9 @@ Status NpyUnicode(std::string name, std::vector<int64_t> shape, const std::vecto
   std::vector<std::vector<uint32_t>> cps(v.size());
   size_t width = 1;  // numpy has no '<U0' arrays: np.array(['']) is '<U1'
   for (size_t i = 0; i < v.size(); ++i) {
-    std::string why;
-    if (!DecodeUtf8(v[i], &cps[i], &why)) {
+    if (Status s = DecodeUtf8(v[i], &cps[i]); !s.ok()) {
       return Status::Data(path + ": array '" + name + "', element " + std::to_string(i) +
-                          ": not valid UTF-8 (" + why + ")");
+                          ": not valid UTF-8 (" + s.message() + ")");
     }
     width = std::max(width, cps[i].size());
   }

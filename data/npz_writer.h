@@ -57,9 +57,9 @@ struct NpyArray {
 Status NpyUnicode(std::string name, std::vector<int64_t> shape, const std::vector<std::string>& v,
                   const std::string& path, NpyArray* out);
 
-// The code points of UTF-8 text, or false (and *error: what and at which byte) if it is not
-// well-formed.
-bool DecodeUtf8(const std::string& s, std::vector<uint32_t>* out, std::string* error);
+// The code points of UTF-8 text into *out; kData saying what and at which byte ("an
+// overlong encoding at byte 3") if it is not well-formed: the caller names the text.
+Status DecodeUtf8(const std::string& s, std::vector<uint32_t>* out);
 
 // One .npy member: header and data. kInternal (a caller's bug) naming `path` and the array
 // when the type is not one of the above or the data does not fit the shape and type; kData

@@ -335,6 +335,99 @@ Status RefuseSwitchValues(const std::vector<std::string>& args, const Cli& cli) 
   return Status::Ok();
 }
 
+// The main help, the answer to a bare `shmtrain`, `shmtrain help` and `shmtrain help help`.
+Status MainHelp(Command* out) {
+  out->kind = Command::Kind::kHelp;
+  out->help_text = kMainHelp;
+  return Status::Ok();
+}
+
+// `help COMMAND` as `COMMAND --help` (CLI11 would read COMMAND as a second command).
+std::vector<std::string> HelpAsFlag(const std::vector<std::string>& args) {
+  if (args[2] == "help") return {args[0]};
+  std::vector<std::string> a = {args[0], args[2]};
+  if (args[2] == "example") a.push_back("parabola");
+  a.push_back("--help");
+  return a;
+}
+
+// CLI11 over the words: the grammar, and each flag's setter. *answered when the command line
+// asks for nothing a command's checks decide (a help text, --version).
+Status ParseWords(Cli* cli, const std::vector<std::string>& args, Command* out, bool* answered) {
+  *answered = true;
+  std::vector<std::string> reversed(args.rbegin(), args.rend() - 1);  // CLI11 pops from the back
+  try {
+    cli->root.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    out->kind = Command::Kind::kHelp;
+    out->help_text = cli->root.help();
+    return Status::Ok();
+  } catch (const CLI::ParseError& e) {
+    return Status::Usage(Reword(e));
+  }
+  if (cli->version->count() > 0) {
+    out->kind = Command::Kind::kVersion;
+    return Status::Ok();
+  }
+  if (!cli->root.remaining().empty()) {
+    return Status::Usage("unknown command '" + cli->root.remaining().front() +
+                         "' (try shmtrain --help)");
+  }
+  if (cli->help->parsed()) return MainHelp(out);
+  *answered = false;
+  return Status::Ok();
+}
+
+// What `train` and `example parabola` share once their flags are collected: --task's loss,
+// the heartbeat deadline's default, the model, then the cross-field rules.
+Status FinishTrain(TrainOptions* o) {
+  ApplyTask(o);
+  if (!o->Given("--heartbeat-timeout")) {
+    o->heartbeat_timeout_s = TrainOptions::DefaultHeartbeatTimeout(o->barrier_timeout_s);
+  }
+  if (Status s = o->BuildModel(); !s.ok()) return s;
+  return o->Validate();
+}
+
+// `example`'s own checks: it names the one example there is.
+Status FinishExample(const Cli& cli, Command* out) {
+  if (!cli.parabola->parsed()) {
+    const std::vector<std::string> rest = cli.example->remaining();
+    if (rest.empty() || rest.front().rfind("-", 0) == 0) {
+      return Status::Usage("example: name an example (known: parabola)");
+    }
+    return Status::Usage("example: unknown example '" + rest.front() + "' (known: parabola)");
+  }
+  if (Status s = Leftover(cli.parabola, "example"); !s.ok()) return s;
+  if (Status s = CollectGiven(cli.parabola, &out->train); !s.ok()) return s;
+  out->kind = Command::Kind::kTrain;
+  return FinishTrain(&out->train);
+}
+
+// The checks of the command the words named, once CLI11 has parsed them.
+Status FinishCommand(const Cli& cli, Command* out) {
+  TrainOptions& o = out->train;
+  if (cli.train->parsed()) {
+    if (Status s = Leftover(cli.train, "train"); !s.ok()) return s;
+    if (Status s = CollectGiven(cli.train, &o); !s.ok()) return s;
+    out->kind = Command::Kind::kTrain;
+    return FinishTrain(&o);
+  }
+  if (cli.example->parsed()) return FinishExample(cli, out);
+  if (cli.simulate->parsed()) return FinishSimulate(cli.simulate, out);
+  if (cli.eval->parsed() || cli.predict->parsed()) {
+    return FinishEvalOrPredict(cli.predict->parsed() ? cli.predict : cli.eval, out);
+  }
+  if (cli.export_cmd->parsed()) return FinishExport(cli.export_cmd, out);
+  if (cli.cleanup->parsed()) {
+    if (Status s = Leftover(cli.cleanup, "cleanup"); !s.ok()) return s;
+    if (Status s = CollectGiven(cli.cleanup, &o); !s.ok()) return s;
+    out->kind = Command::Kind::kCleanup;
+    return Status::Ok();
+  }
+  return MainHelp(out);
+}
+
 }  // namespace
 
 LogFormat AskedLogFormat(const std::vector<std::string>& args) {
@@ -354,83 +447,14 @@ LogFormat AskedLogFormat(const std::vector<std::string>& args) {
 }
 
 Status ParseCommandLine(const std::vector<std::string>& args, Command* out) {
-  if (args.size() < 2) {
-    out->kind = Command::Kind::kHelp;
-    out->help_text = kMainHelp;
-    return Status::Ok();
-  }
-  // `help COMMAND` is `COMMAND --help` (CLI11 would read COMMAND as a second command).
-  if (args[1] == "help" && args.size() > 2) {
-    if (args[2] == "help") return ParseCommandLine({args[0]}, out);
-    std::vector<std::string> a = {args[0], args[2]};
-    if (args[2] == "example") a.push_back("parabola");
-    a.push_back("--help");
-    return ParseCommandLine(a, out);
-  }
+  if (args.size() < 2) return MainHelp(out);
+  if (args[1] == "help" && args.size() > 2) return ParseCommandLine(HelpAsFlag(args), out);
   Cli cli(out);
-  TrainOptions& o = out->train;
-  if (args[1] == "example") SetExampleDefaults(&o);
+  if (args[1] == "example") SetExampleDefaults(&out->train);
   if (Status s = RefuseSwitchValues(args, cli); !s.ok()) return s;
-  std::vector<std::string> reversed(args.rbegin(), args.rend() - 1);  // CLI11 pops from the back
-  try {
-    cli.root.parse(reversed);
-  } catch (const CLI::CallForHelp&) {
-    out->kind = Command::Kind::kHelp;
-    out->help_text = cli.root.help();
-    return Status::Ok();
-  } catch (const CLI::ParseError& e) {
-    return Status::Usage(Reword(e));
-  }
-  if (cli.version->count() > 0) {
-    out->kind = Command::Kind::kVersion;
-    return Status::Ok();
-  }
-  if (!cli.root.remaining().empty()) {
-    return Status::Usage("unknown command '" + cli.root.remaining().front() +
-                         "' (try shmtrain --help)");
-  }
-  if (cli.help->parsed()) {
-    out->kind = Command::Kind::kHelp;
-    out->help_text = kMainHelp;
-    return Status::Ok();
-  }
-  if (cli.train->parsed()) {
-    if (Status s = Leftover(cli.train, "train"); !s.ok()) return s;
-    if (Status s = CollectGiven(cli.train, &o); !s.ok()) return s;
-    out->kind = Command::Kind::kTrain;
-  } else if (cli.example->parsed()) {
-    if (!cli.parabola->parsed()) {
-      const std::vector<std::string> rest = cli.example->remaining();
-      if (rest.empty() || rest.front().rfind("-", 0) == 0) {
-        return Status::Usage("example: name an example (known: parabola)");
-      }
-      return Status::Usage("example: unknown example '" + rest.front() + "' (known: parabola)");
-    }
-    if (Status s = Leftover(cli.parabola, "example"); !s.ok()) return s;
-    if (Status s = CollectGiven(cli.parabola, &o); !s.ok()) return s;
-    out->kind = Command::Kind::kTrain;
-  } else if (cli.simulate->parsed()) {
-    return FinishSimulate(cli.simulate, out);
-  } else if (cli.eval->parsed() || cli.predict->parsed()) {
-    return FinishEvalOrPredict(cli.predict->parsed() ? cli.predict : cli.eval, out);
-  } else if (cli.export_cmd->parsed()) {
-    return FinishExport(cli.export_cmd, out);
-  } else if (cli.cleanup->parsed()) {
-    if (Status s = Leftover(cli.cleanup, "cleanup"); !s.ok()) return s;
-    if (Status s = CollectGiven(cli.cleanup, &o); !s.ok()) return s;
-    out->kind = Command::Kind::kCleanup;
-    return Status::Ok();
-  } else {
-    out->kind = Command::Kind::kHelp;
-    out->help_text = kMainHelp;
-    return Status::Ok();
-  }
-  ApplyTask(&o);
-  if (!o.Given("--heartbeat-timeout")) {
-    o.heartbeat_timeout_s = TrainOptions::DefaultHeartbeatTimeout(o.barrier_timeout_s);
-  }
-  if (Status s = o.BuildModel(); !s.ok()) return s;
-  return o.Validate();
+  bool answered = false;
+  if (Status s = ParseWords(&cli, args, out, &answered); !s.ok() || answered) return s;
+  return FinishCommand(cli, out);
 }
 
 }  // namespace shmtrain::master

@@ -180,19 +180,20 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv, argv + argc);
   master::Command cmd;
   if (Status s = master::ParseCommandLine(args, &cmd); !s.ok()) {
-    // As every error of the run it asked for: its bytes escaped, a JSON event in json mode.
+    // Ends as every error of the run it asked for, through Outcome(): its bytes escaped, and in
+    // json mode one JSON error event on stdout and its text on stderr, nothing else. The
+    // pointer to the help is for a reader of text only.
     master::Logger log(master::AskedLogFormat(args), false);
-    log.Error(s.message());
-    std::fputs("(see shmtrain --help)\n", stderr);
-    return ExitCodeOf(s);
+    const int code = Outcome(s, log);
+    if (!log.json()) std::fputs("(see shmtrain --help)\n", stderr);
+    return code;
   }
   // The kernels' path is the environment's (nn/cpu.h): a value no kernel takes ends every
   // command that would compute, before it starts.
   if (cmd.kind != master::Command::Kind::kHelp && cmd.kind != master::Command::Kind::kVersion) {
     if (Status s = nn::CheckCpuEnvironment(); !s.ok()) {
       master::Logger log(cmd.train.log_format, false);
-      log.Error(s.message());
-      return ExitCodeOf(s);
+      return Outcome(s, log);
     }
   }
   switch (cmd.kind) {

@@ -32,23 +32,25 @@
 // this thread's own polling (it was stopped or starved) moves the deadlines by the gap.
 //
 // Sync points: the end, and with --checkpoint-every each checkpoint's step. Once this host's
-// workers have all finished (the Stop step of the run's end), or are all paused before the checkpoint's step (the
-// checkpoint policy asks through Cut), the thread pushes what is left of every part, waits
-// for the replies, and says in its beats that it has flushed for that point; it keeps serving
-// until every host has. Then no push is in flight anywhere and no worker writes W, and every
-// owner sends its G and its counters to every host: every host holds the same parameters
-// (the run's model), its bases and the owners' backups are exactly them. At the end host 0
-// reports the run's totals (updates, samples, pushes sent = applied + dropped); at a
-// checkpoint host 0 writes them, and resuming from it restores that state exactly but for
-// the owners' MeanSquares (dc-asgd-a), which start again as on one host.
+// workers have all finished (the Stop step of the run's end), or are all paused before the
+// checkpoint's step (the checkpoint policy asks through Cut), the thread pushes what is left of
+// every part, waits for the replies, and says in its beats that it has flushed for that point;
+// it keeps serving until every host has. Then no push is in flight anywhere and no worker
+// writes W, and every owner sends its G and its counters to every host: every host holds the
+// same parameters (the run's model), its bases and the owners' backups are exactly them. At
+// the end host 0 reports the run's totals (updates, samples, pushes sent = applied +
+// dropped); at a checkpoint host 0 writes them, and resuming from it restores that state
+// exactly but for the owners' MeanSquares (dc-asgd-a), which start again as on one host.
 //
 // Races: the thread's move of W_j (load, add, store per element, relaxed) can interleave with
 // a worker's update of the same element, and either write may then be lost, as two workers'
 // updates can be on one host (Hogwild). A lost move is pushed back in the next delta and
 // undone at the owner: a lost update, bounded by the drift between hosts.
 //
-// Threads: one thread does every exchange (MPI_THREAD_SERIALIZED); the run loop's thread
-// only reads status() and, at the end, waits for the thread's result.
+// Threads: one thread does every exchange (MPI_THREAD_SERIALIZED), and it alone writes the
+// pushers', peers' and owner's state. The run loop's thread asks for sync points and learns
+// they are reached through atomics (Cut: cut_wanted, cut_done; Stop(RunEnd&): local_done),
+// reads status() under a mutex, and takes the result (Collect) only after joining the thread.
 #pragma once
 
 #include <cstdint>

@@ -61,7 +61,8 @@ struct RunSummary {
   uint64_t staleness_sum = 0;            // async: the sum of every applied update's staleness
   std::vector<uint64_t> worker_updates;  // async: updates applied by each rank
   int64_t param_version = 0;             // async: the global version counter
-  int64_t step1_end_ns = 0;              // sync: when the run's first step ended (rank 0's clock)
+  int64_t step1_end_ns = 0;              // sync: when the run's first step ended (the first
+                                         // rank past it records it; CLOCK_MONOTONIC)
   int64_t last_end_ns = 0;               // sync: when its last step ended
   // Where the time went, summed over the ranks: computing gradients (async: whole updates),
   // the reduce + update phase (sync), and waiting at barriers (sync).

@@ -1,8 +1,8 @@
 // What the master reads of a training while its workers run, shared by the units of the run
 // loop (supervisor, checkpoint policy, validation protocol, progress line, summary) and by the
-// metrics endpoint. Every read is a relaxed or acquire load through shm/layout.h's accessors
-// (or nn::SharedAccess): nothing here waits for a worker or takes a lock, and a value may be a
-// moment old.
+// metrics endpoint. Every read is a load through shm/layout.h's accessors (relaxed, acquire,
+// or seq_cst for the sync phases) or nn::SharedAccess (relaxed): nothing here waits for a
+// worker or takes a lock, and a value may be a moment old.
 #pragma once
 
 #include <cstdint>

@@ -2,13 +2,15 @@
 //
 // Only the master listens (under mpirun, each host master: its own endpoint, every series
 // labelled with its host index). Every value is read from the segment (and from the master's
-// few atomics, monitoring/run_stats.h) at scrape time by a custom Collectable: a scrape never waits for training, the
-// workers never know about it, and counters stay monotonic when a worker is replaced because
-// they live in the rank's block, which outlives its incarnations.
+// few atomics, monitoring/run_stats.h) at scrape time by a custom Collectable: a scrape never
+// waits for training, the workers never know about it, and counters stay monotonic when a
+// worker is replaced because they live in the rank's block, which outlives its incarnations.
 //
 // Threads: prometheus-cpp serves scrapes on its own threads (civetweb). They only read the
-// segment (relaxed/acquire loads through shm/layout.h's accessors) and RunStats (atomics); the
-// run loop never takes a lock a scrape could hold.
+// segment (relaxed, acquire and, for the sync progress, seq_cst loads through shm/layout.h's
+// accessors) and RunStats (atomics). A scrape holds the collector's mutex while it reads the
+// segment; the run loop takes it only in Detach(), at the run's end, so training never waits
+// for a scrape.
 #pragma once
 
 #include <memory>

@@ -10,9 +10,11 @@
 //                     did as the owner of its own part (master/param_server.h)
 //   ValidationStats   the validation protocol: the latest evaluation
 //
-// Threads: a part is written by its unit (on the run loop's thread; the combiner's on its own)
-// and read by scrapes on the exporter's threads. Every value is an atomic, relaxed: a scrape
-// may see a moment-old value, and only the validation's count orders anything (its gauges).
+// Threads: a part is written by its unit, on the run loop's thread, except the combine times
+// (the combiner's thread) and PushStats (the parameter server's exchange thread, which also
+// reads them back for the run's totals), and read by scrapes on the exporter's threads. Every
+// value is an atomic, relaxed: a scrape may see a moment-old value, and only the validation's
+// count orders anything (release/acquire: its gauges).
 #pragma once
 
 #include <atomic>

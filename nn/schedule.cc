@@ -28,33 +28,35 @@ const std::vector<ScheduleFlag>& ScheduleFlags() {
        .limits = "N >= 1",
        .given_int = &TrainOptions::lr_step_every,
        .resolved_int = &OptimConfig::step_every,
-       .check = [](const TrainOptions& o) -> std::string {
-         if (o.lr_step_every >= 1) return "";
-         return "must be >= 1, got " + std::to_string(o.lr_step_every);
+       .check = [](const TrainOptions& o) {
+         if (o.lr_step_every >= 1) return Status::Ok();
+         return Status::Usage("--lr-step-every: must be >= 1, got " +
+                              std::to_string(o.lr_step_every));
        }},
       {.flag = "--lr-gamma",
        .value_name = "G",
        .limits = "G in (0, 1]",
        .given_real = &TrainOptions::lr_gamma,
        .resolved_real = &OptimConfig::gamma,
-       .check = [](const TrainOptions& o) -> std::string {
-         if (o.lr_gamma > 0 && o.lr_gamma <= 1) return "";
-         return "must be in (0, 1], got " + ShortestDecimal(o.lr_gamma);
+       .check = [](const TrainOptions& o) {
+         if (o.lr_gamma > 0 && o.lr_gamma <= 1) return Status::Ok();
+         return Status::Usage("--lr-gamma: must be in (0, 1], got " + ShortestDecimal(o.lr_gamma));
        }},
       {.flag = "--lr-min",
        .value_name = "X",
        .limits = "X >= 0 and < --lr",
        .given_real = &TrainOptions::lr_min,
        .resolved_real = &OptimConfig::lr_min,
-       .check = [](const TrainOptions& o) -> std::string {
+       .check = [](const TrainOptions& o) {
          if (!(o.lr_min >= 0 && std::isfinite(o.lr_min))) {
-           return "must be a finite number >= 0, got " + ShortestDecimal(o.lr_min);
+           return Status::Usage("--lr-min: must be a finite number >= 0, got " +
+                                ShortestDecimal(o.lr_min));
          }
          if (!(o.lr_min < o.lr)) {
-           return ShortestDecimal(o.lr_min) + " must be below --lr (" + ShortestDecimal(o.lr) +
-                  ")";
+           return Status::Usage("--lr-min: " + ShortestDecimal(o.lr_min) + " must be below --lr (" +
+                                ShortestDecimal(o.lr) + ")");
          }
-         return "";
+         return Status::Ok();
        }},
   };
   return all;
@@ -171,8 +173,7 @@ Status CheckScheduleOptions(const TrainOptions& o) {
                            f.value_name + " (" + use->meaning + ")");
     }
     if (given) {
-      const std::string why = f.check(o);
-      if (!why.empty()) return Status::Usage(flag + ": " + why);
+      if (Status s = f.check(o); !s.ok()) return s;
     }
   }
   if (o.warmup_steps < 0) {

@@ -46,9 +46,9 @@ struct ScheduleFlag {
   int64_t OptimConfig::*resolved_int = nullptr;
   double TrainOptions::*given_real = nullptr;
   double OptimConfig::*resolved_real = nullptr;
-  // "" when the value given is within the limits, else what is wrong ("must be in (0, 1], got
-  // 2"); the caller prefixes the flag.
-  std::string (*check)(const TrainOptions& o) = nullptr;
+  // Ok when the value given is within the limits, else kUsage naming the flag and what is
+  // wrong ("--lr-gamma: must be in (0, 1], got 2"), as OptimizerDef::check does.
+  Status (*check)(const TrainOptions& o) = nullptr;
 };
 
 // What one of the ScheduleFlags is to a schedule that takes it.

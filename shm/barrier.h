@@ -75,7 +75,8 @@ class PhaseBarrier {
 void RaiseAbort(Header* header);
 // Master side: let the ranks paused before checkpoint step `step` go on.
 void ReleaseCheckpoint(Header* header, int64_t step);
-// Master side: snapshot k is copied out; E[k%2] may be reused. A stop (stop_eval) must be
+// Master side: snapshot k is copied out; E[k%R] (R = RunConfig::snapshots, which the master
+// sets to 2..16, exactly 2 with early stopping) may be reused. A stop (stop_eval) must be
 // stored before the ack that lets ranks past the eval it names.
 void AckEval(Header* header, int64_t k);
 void RequestStop(Header* header, int64_t stop_eval);

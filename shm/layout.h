@@ -6,10 +6,13 @@
 //   WorkerBlock[P]           one per rank: phase, heartbeat, pid, counters
 //   X  float[rows*features]  the dataset, row-major          (master writes once, then RO)
 //   Y  float[rows]           targets / class indices         (master writes once, then RO)
-//   W0, W1  float[n]         parameters, double-buffered     (step t reads W[t%2], writes W[(t+1)%2])
+//   W0, W1  float[n]         parameters. Sync: double-buffered (step t reads W[t%2], writes
+//                            W[(t+1)%2]). Async: W0 alone, which every worker reads and writes
+//                            (nn::SharedAccess, relaxed); W1 is unused.
 //   S[k]0, S[k]1 float[n]    optimizer state k < K, double-buffered like W (K = 0..4 by the
 //                            optimizer: sgd with momentum 1, adam 2; nn/optimizer.h)
-//   Slot[P]                  SlotHeader + float[n] gradient  (rank r writes slot r)
+//   Slot[P]                  SlotHeader + float[n] gradient  (rank r writes slot r; async:
+//                            the float[n] is rank r's MeanSquare, dc-asgd-a)
 //   HS, GS  float[n]         several hosts only (hosts > 1): HS this host's sum of the slots
 //                            (rank r writes its slice; with P = 1 HS is slot 0's gradient
 //                            itself, not a region of its own), GS the sum over every host's
@@ -24,34 +27,46 @@
 // Why plain integers accessed through std::atomic_ref and not std::atomic members: the
 // structs stay trivially copyable and standard-layout, so their bytes are the contract and a
 // layout test can pin them. Every concurrent access to a word of the header, a WorkerBlock or
-// a loss record goes through a named accessor at the end of this file, which says its memory
-// order and why; nothing else builds a std::atomic_ref on the segment. (The parameter floats
-// that async workers share go through nn::SharedAccess, nn/update.h, relaxed.) Writes before
-// any worker starts, or after every worker is reaped, are plain.
+// a loss record's tag goes through a named accessor at the end of this file, which says its
+// memory order and why; nothing else builds a std::atomic_ref on the segment. (The parameter
+// floats that async workers share go through nn::SharedAccess, nn/update.h, relaxed.) Plain
+// data is published by such a word: a slot (its header and gradient) by the phase, HS by
+// host_sum_step, GS and combined_samples/combined_loss by combined_step, a loss record's loss
+// by its tag; it is written before the word's store and read after a load that sees it.
+// Writes before any worker starts, or after every worker is reaped, are plain.
 //
 // Who writes what:
 //   Header identity/offsets/config  master, before any worker starts; read-only afterwards.
 //   Header.abort_epoch              master only (seq_cst); workers read.
-//   Header.wake_seq                 futex word; bumped by whoever completes a barrier phase and
-//                                   by the master on abort (seq_cst); waiters sleep on it.
+//   Header.wake_seq                 futex word (seq_cst); bumped by whoever makes a waited-for
+//                                   condition true: a rank completing a phase, the norms or
+//                                   the host sums; the master releasing a checkpoint, acking an
+//                                   eval or aborting; the combiner publishing GS. Waiters sleep
+//                                   on it.
 //   Header.waiters                  waiters increment before sleeping, decrement after.
 //   Header.loss_ring                sync: rank 0 (during the update phase); async: the worker
 //                                   whose update has the logged version. Master reads.
-//   Header.step1_end_ns, last_end_ns  any rank (the first to pass the run's first or last
-//                                   step); master reads.
+//   Header.step1_end_ns, last_end_ns  sync: any rank (the first to pass the run's first or last
+//                                   step, or to stop early); master reads. Async: unused.
 //   WorkerBlock[r]                  rank r (its current incarnation) writes; master and peers
-//                                   read. The master writes pid/incarnation before a spawn.
+//                                   read. The master writes incarnation and attached = 0 before
+//                                   a spawn, and, while rank r is not running, settles its
+//                                   commit and ticket after a death (Supervisor) or hands it
+//                                   an owed ticket (Supervisor::ResumeAsync).
 //   Slot[r]                         rank r writes in phase 1; every rank reads in phase 2.
 //   HS slice r, host_sum_step        rank r, after its slice of the step's host sum is in HS.
 //   GS, combined_*                   the master's combiner, once every host's HS of the step
 //                                    arrived; combined_step published last (seq_cst).
 //   E[k%R]                          sync: each rank copies its slice of W[t%2] at eval step t
 //                                   = k * eval_every; the master copies it out, then acks k.
-//   Header.eval_ack, stop_eval      master only; workers read.
+//   Header.eval_ack, stop_eval      master only (seq_cst); workers read (eval_ack seq_cst,
+//                                   stop_eval acquire).
 //
-// A process that dies mid-write can leave a torn float in its own slot or its own parameter
-// slice, never in a word someone else owns; every word others wait on (phase) is a single
-// aligned 64-bit store, which cannot tear.
+// A process that dies mid-write can leave torn floats in what it writes: sync, its own slot or
+// its own slice of W[(t+1)%2] (redone by its replacement); async, the shared W0 (a torn
+// update, counted: Supervisor::Reconcile). Never in a word someone else owns; every word
+// others wait on (phase and the other seq_cst words) is a single aligned store of at most 64
+// bits, which cannot tear.
 #pragma once
 
 #include <atomic>
@@ -131,7 +146,8 @@ struct RunConfig {
   int64_t features;
   int64_t batch;        // 0 = full batch
   int64_t total_steps;  // the run ends after this many updates
-  int64_t log_every;    // rank 0 records the loss of every step t with t % log_every == 0
+  int64_t log_every;    // the loss of every update t with t % log_every == 0 goes into the
+                        // loss ring (sync: rank 0; async: the worker of update t)
   uint64_t seed;
   double barrier_timeout_s;
   int64_t spin_ns;     // spin this long at a barrier before sleeping (0 when oversubscribed)
@@ -150,7 +166,8 @@ struct RunConfig {
   double epsilon;
   int64_t max_staleness;
   // Checkpoints. Sync: every rank pauses before step t (t % checkpoint_every == 0, t > first)
-  // until the master has copied W[t%2] and V[t%2] and set released_step >= t. Async: a rank
+  // until the master has copied W[t%2] and the optimizer states S[k][t%2] and set
+  // released_step >= t. Async: a rank
   // holding ticket u waits before computing it while the checkpoint at the multiple below u
   // is owed (worker/async_loop.cc). 0 = never.
   int64_t checkpoint_every;
@@ -212,18 +229,20 @@ struct alignas(kCacheLine) Header {
 
   RunConfig config;
 
-  // ---- control words, each on its own cache line (written by different parties).
+  // ---- control words, a cache line for each group (written by different parties).
   alignas(kCacheLine) uint32_t abort_epoch;  // master only
   alignas(kCacheLine) uint32_t wake_seq;     // futex word
   uint32_t waiters;
-  // Sync checkpoints: the master raises released_step (seq_cst) and bumps wake_seq once it
-  // has copied a paused step; ranks wait for it like a barrier.
+  // Checkpoints (sync and async): the master raises released_step (seq_cst) and bumps
+  // wake_seq once it has copied a paused step; ranks wait for it like a barrier.
   int64_t released_step;
   // Async: param_version counts applied updates (advanced after each apply, release);
   // claimed hands out update tickets so that exactly total_steps updates are applied.
   alignas(kCacheLine) uint64_t param_version;
   alignas(kCacheLine) uint64_t claimed;
-  // Validation and early stopping, written by the master only (release; workers acquire).
+  // Validation and early stopping, written by the master only (seq_cst: AckEval,
+  // RequestStop). Workers wait for eval_ack through the barrier (seq_cst) and read stop_eval
+  // with an acquire load.
   // eval_ack: the last eval index whose snapshot the master has copied out (with early
   // stopping: copied and evaluated). stop_eval: sync, every rank stops before the eval step of
   // index >= stop_eval (all ranks read it after waiting for eval_ack >= k - R, and the master
@@ -249,7 +268,7 @@ struct alignas(kCacheLine) Header {
   alignas(kCacheLine) double last_loss;
   double last_grad_norm;
 
-  // ---- progress, written by any rank: the first to complete the run's first step sets
+  // ---- progress (sync), written by any rank: the first to complete the run's first step sets
   // step1_end_ns (StoreIfZero); the one completing the last step (or stopping early) sets
   // last_end_ns (relaxed).
   alignas(kCacheLine) int64_t step1_end_ns;  // CLOCK_MONOTONIC when the first step completed
@@ -259,7 +278,9 @@ struct alignas(kCacheLine) Header {
 
 struct alignas(kCacheLine) WorkerBlock {
   // Sync: 2t+1 once the gradient of step t is in the slot, 2t+2 once this rank's slice of
-  // update t is written. Monotonic; the barrier waits on every rank's value.
+  // update t is written. Monotonic; the barrier waits on every rank's value. Async
+  // (worker/async_loop.cc): 1 at the start gate (each incarnation), 2kN while paused before the
+  // checkpoint at update kN, 2 * total_steps once no ticket is left.
   uint64_t phase;
   int64_t heartbeat_ns;  // CLOCK_MONOTONIC, refreshed every step and every wait slice
   int64_t pid;
@@ -283,15 +304,18 @@ struct alignas(kCacheLine) WorkerBlock {
   uint64_t dropped_total;
   uint64_t staleness_sum;
   // Async: the update ticket this rank holds (claimed, its minibatch not yet applied), or -1.
-  // Written by the rank; the master clears it when a death interrupted the apply, else a
-  // replacement takes the ticket over, so no minibatch is lost to a death.
+  // Written by the rank (relaxed); the master clears it when a death interrupted the apply,
+  // else a replacement takes the ticket over, so no minibatch is lost to a death. Once every
+  // rank has finished with updates still owed, the master writes a fresh ticket here before
+  // it restarts the rank (Supervisor::ResumeAsync).
   int64_t ticket;
   alignas(kCacheLine) uint64_t staleness_hist[kStalenessBuckets];
   double loss_ema;
   uint64_t batches;  // async: minibatches drawn so far (the next batch of this rank's stream)
-  // Sync: this rank's share of the squared norm of step `grad_sq_step`'s mean gradient. The
-  // rank stores grad_sq, then grad_sq_step (seq_cst, PublishNorm); readers load grad_sq_step
-  // first. Initially -1.
+  // Sync: this rank's share of the squared norm of step `grad_sq_step`'s mean gradient.
+  // With --clip-norm the rank stores grad_sq, then grad_sq_step (seq_cst, PublishNorm), and
+  // WaitNorms loads grad_sq_step first; without, both are relaxed and published by phase 2t+2
+  // (rank 0 reads grad_sq after its wait for it). grad_sq_step is initially -1.
   double grad_sq;
   int64_t grad_sq_step;
   // Several hosts: the last step whose slice of HS this rank has written (seq_cst, waking the
@@ -325,6 +349,18 @@ static_assert(std::atomic_ref<uint64_t>::is_always_lock_free &&
 static_assert(alignof(WorkerBlock) == kCacheLine && sizeof(WorkerBlock) % kCacheLine == 0,
               "each rank's block on its own cache lines: no false sharing between ranks");
 static_assert(sizeof(SlotHeader) == kCacheLine, "the gradient starts one cache line in");
+static_assert(sizeof(WorkerBlock::phase) == 8 && offsetof(WorkerBlock, phase) % 8 == 0,
+              "a phase is one aligned 64-bit store: a rank that dies cannot leave it torn");
+static_assert(sizeof(Header::wake_seq) == 4 && offsetof(Header, wake_seq) % 4 == 0,
+              "futex(2) waits on an aligned 32-bit word");
+static_assert(offsetof(Header, abort_epoch) % kCacheLine == 0 &&
+                  offsetof(Header, wake_seq) % kCacheLine == 0 &&
+                  offsetof(Header, param_version) % kCacheLine == 0 &&
+                  offsetof(Header, claimed) % kCacheLine == 0 &&
+                  offsetof(Header, eval_ack) % kCacheLine == 0 &&
+                  offsetof(Header, combined_step) % kCacheLine == 0,
+              "each group of control words starts a cache line of its own: its writers do not "
+              "share a line with another group's");
 static_assert(sizeof(float) == 4, "parameters are IEEE float32");
 static_assert(std::endian::native == std::endian::little, "the magic is read little-endian");
 
@@ -337,9 +373,10 @@ inline uint64_t LoadPhase(const WorkerBlock& b) {
 }
 inline void StorePhase(WorkerBlock& b, uint64_t v) { std::atomic_ref<uint64_t>(b.phase).store(v); }
 
-// The other words that a futex waiter checks (released_step, eval_ack, stop_eval, grad_sq_step,
-// host_sum_step, combined_step) and the futex protocol's own (wake_seq, waiters, abort_epoch):
-// seq_cst, for the same reason as the phase words. The adds return the previous value.
+// The other words that a futex waiter checks (released_step, eval_ack, grad_sq_step with
+// --clip-norm, host_sum_step, combined_step) and the futex protocol's own (wake_seq, waiters,
+// abort_epoch): seq_cst, for the same reason as the phase words. The master stores stop_eval
+// seq_cst too (RequestStop); it is read with LoadAcquire. The adds return the previous value.
 template <class T>
 inline T LoadSeqCst(const T& v) {
   return std::atomic_ref<T>(const_cast<T&>(v)).load();
@@ -371,8 +408,9 @@ template <class T>
 inline T AddRelaxed(T& v, T x) {
   return std::atomic_ref<T>(v).fetch_add(x, std::memory_order_relaxed);
 }
-// Publication with release/acquire: the data written before Publish is visible after a
-// Load that sees it (loss ring tags, attached flags).
+// Publication with release/acquire: the data written before StoreRelease is visible after a
+// LoadAcquire that sees it (loss ring tags, attached flags, incarnation, snap_eval; stop_eval's
+// and param_version's loads).
 template <class T>
 inline T LoadAcquire(const T& v) {
   return std::atomic_ref<T>(const_cast<T&>(v)).load(std::memory_order_acquire);

@@ -4,6 +4,32 @@
 // 0600, reserves its pages up front (so a full /dev/shm fails here with a message, not later
 // with SIGBUS), and removes it when the owning Segment is destroyed or Unlink()ed. Workers
 // Attach(), which validates the header before anything is written.
+//
+// Thread-safety contract.
+//  - Processes. Exactly one process creates a segment and owns its name: the master that
+//    Create()s it (owner: its destruction or Unlink() removes the name; a crash handler removes
+//    it through master/signals.h). Workers Attach() (not owners: they never remove the name,
+//    except a worker orphaned by a SIGKILLed master, worker/worker_main.cc). Any process may
+//    ListSegments(), and ReclaimStaleSegments()/RemoveSegment() the names of this user's
+//    segments whose creator is gone (`shmtrain cleanup`, a run's start).
+//  - Read-only after creation. The master writes the header's identity, sizes, offsets and
+//    RunConfig (MakeHeader, Create) and the data X and Y (FillSegment) before it starts any
+//    worker, and nobody writes them afterwards: every process reads them without atomics.
+//    The starting parameters and protocol words are written plainly then too (FillSegment,
+//    ResumeInto); from the first spawn on they and everything else are shared, and layout.h
+//    says who writes each word and with which memory order: this class only hands out
+//    pointers into the mapping.
+//  - Threads of one process. The const accessors (header() through grad(), name(), size(),
+//    base(), valid()) read only base_ and the read-only offsets: any thread may call them at
+//    once (the master's run loop and the exporter's scrapes; the exchange threads take their
+//    pointers once, when they are made). Unlink() and LeaveMapped() leave base_ and every
+//    accessor valid, so they may run while other threads read through the object. Create(),
+//    Attach(), moves and destruction belong to the thread that owns the object (the master's
+//    run loop, a worker's only thread); destruction unmaps, so it waits until no other thread
+//    reads through the mapping: the exporter is detached (Exporter::Detach) and every exchange
+//    thread joined or left with the mapping (ExchangeThread::JoinOrLeave calls LeaveMapped).
+//  - ComputeLayout, CheckRunConfig, Segment::Validate and MakeSegmentName touch only their
+//    arguments: any thread.
 #pragma once
 
 #include <sys/types.h>

@@ -358,6 +358,39 @@ TEST(JsonLog, UsageErrorsAreJsonEventsWithTheBytesEscaped) {
   }
 }
 
+// A refused command line of a json run ends as Outcome() ends every error of one (here a data
+// file that cannot be opened): exit 2, stdout one JSON error event with the message, stderr
+// that message's text and nothing else. The pointer to --help is for text mode alone.
+TEST(JsonLog, UsageErrorEndsAsEveryOtherErrorOfAJsonRun) {
+  const ProcResult usage = Shmtrain(Parabola({"--lr", "0.1", "--bogus", "--log-format", "json"}));
+  const ProcResult data =
+      Shmtrain({"train", "--workers", "2", "--data", "/nonexistent/d.csv", "--layers", "1,5,1",
+                "--lr", "0.1", "--steps", "10", "--no-metrics", "--log-format", "json"});
+  for (const auto& [r, want] : {std::pair{usage, "unknown flag --bogus for 'train'"},
+                                std::pair{data, "/nonexistent/d.csv: cannot open file"}}) {
+    SCOPED_TRACE(want);
+    EXPECT_TRUE(r.exited && r.exit_code == 2) << r.Describe();
+    const std::vector<std::string> lines = test::SplitLines(r.out);
+    ASSERT_EQ(lines.size(), 1u) << r.out;
+    nlohmann::json event;
+    try {
+      event = nlohmann::json::parse(lines[0]);
+    } catch (const nlohmann::json::exception& e) {
+      FAIL() << "not a JSON line (" << e.what() << "): " << lines[0];
+    }
+    EXPECT_EQ(event.size(), 2u) << lines[0];
+    EXPECT_EQ(event.value("event", ""), "error");
+    const std::string message = event.value("message", "");
+    EXPECT_TRUE(Contains(message, want)) << message;
+    EXPECT_EQ(r.err, "shmtrain: error: " + message + "\n");
+  }
+  const ProcResult text = Shmtrain(Parabola({"--lr", "0.1", "--bogus"}));
+  EXPECT_TRUE(text.exited && text.exit_code == 2) << text.Describe();
+  EXPECT_EQ(text.out, "");
+  EXPECT_EQ(text.err,
+            "shmtrain: error: unknown flag --bogus for 'train'\n(see shmtrain --help)\n");
+}
+
 // -------------------------------------------------------------------------------------------
 // Accepted forms: each runs to the end (exit 0).
 

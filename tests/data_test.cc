@@ -1655,6 +1655,36 @@ TEST_F(LibsvmTest, EmptyFiles) {
   ExpectError("1\n2\n", Svm(), "", "no row has a feature");
 }
 
+// ---- The NPY header ----
+
+// A header numpy could not have written is refused as data, naming the file, what is wrong and
+// where in the header: the parser's Status, prefixed by the file.
+TEST_F(CsvTest, MalformedNpyHeaderNamesTheFileAndTheByte) {
+  const auto npy = [](const std::string& dict) {
+    const std::string len = {static_cast<char>(dict.size() & 0xFF),
+                             static_cast<char>(dict.size() >> 8)};
+    return std::string("\x93NUMPY\x01\x00", 8) + len + dict;
+  };
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"'descr': '<f4'}", "it does not start with '{' (at byte 0 of the header)"},
+      {"{'descr' '<f4'}", "':' missing after 'descr' (at byte 9 of the header)"},
+      {"{1: '<f4'}", "a key is not a string (at byte 1 of the header)"},
+      {"{'shape': (3, x)}", "the value of 'shape' is not understood"},
+      {"{'descr': '<f4' 'shape': (3,)}", "',' or '}' expected (at byte 16 of the header)"},
+  };
+  for (const auto& [dict, what] : cases) {
+    SCOPED_TRACE(dict);
+    const std::string path = Write(npy(dict), "x.npy");
+    LoadOptions o;
+    o.labels_path = path;  // the data file's header is read first
+    Dataset ds;
+    const Status s = LoadFile(path, o, &ds);
+    EXPECT_EQ(s.code(), Status::Code::kData);
+    EXPECT_EQ(s.message().rfind(path + ": the NPY header is not understood: " + what, 0), 0u)
+        << s.message();
+  }
+}
+
 // ---- The same data as CSV and as LIBSVM ----
 
 TEST_F(LibsvmTest, SameAsCsv) {

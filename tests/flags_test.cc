@@ -354,5 +354,22 @@ TEST(FlagTable, OtherWorkerFlagsLeaveTheFingerprintAlone) {
   }
 }
 
+// The snapshot ring (RunConfig::snapshots). With --early-stop it is exactly 2: the stop that
+// eval k decides is stop_eval = k + 2 (master/validation.h), which every rank reads only after
+// its wait for eval_ack >= k + 2 - snapshots, so only a ring of 2 makes that wait end after the
+// master's decision on eval k. Otherwise the ring is 2 to 16 long (shm/barrier.h, AckEval).
+TEST(SnapshotRing, TwoWithEarlyStoppingElseTwoToSixteen) {
+  const std::vector<std::string> args = {"shmtrain", "train",  "--no-metrics", "--example",
+                                         "parabola", "--layers", "1,5,1",       "--lr",
+                                         "0.1",      "--steps",  "100",         "--val-split",
+                                         "0.2",      "--eval-every", "10"};
+  std::vector<std::string> stopping = args;
+  stopping.insert(stopping.end(), {"--early-stop", "2"});
+  EXPECT_EQ(master::Run(stopping).config.snapshots, 2);
+  const int64_t ring = master::Run(args).config.snapshots;
+  EXPECT_GE(ring, 2);
+  EXPECT_LE(ring, 16);
+}
+
 }  // namespace
 }  // namespace shmtrain::master

@@ -208,6 +208,56 @@ TEST(Layout, RegionsAreAlignedAndDisjoint) {
   }
 }
 
+// The regions that only validation and several hosts lay out, under the same rule (layout.h:
+// every region 64-byte aligned, none overlapping), and HS with one worker a host: slot 0's
+// gradient itself, no region of its own.
+TEST(Layout, SnapshotRingAndHostSumsAreAlignedAndApart) {
+  for (int workers : {1, 3}) {
+    for (uint32_t hosts : {1u, 2u}) {
+      SCOPED_TRACE("P " + std::to_string(workers) + ", hosts " + std::to_string(hosts));
+      Header h = test::ParabolaLayout(Mode::kSync, workers, 1, /*eval_every=*/5);
+      h.config.hosts = hosts;
+      h.config.snapshots = 3;
+      ASSERT_TRUE(ComputeLayout(&h));
+      const uint64_t vec = 16 * sizeof(float);
+      std::vector<std::pair<uint64_t, uint64_t>> regions = {
+          {0, sizeof(Header)},
+          {h.blocks_offset, sizeof(WorkerBlock) * workers},
+          {h.params_offset[0], vec},
+          {h.params_offset[1], vec},
+          {h.state_offset[0][0], vec},
+          {h.state_offset[0][1], vec},
+          {h.slots_offset, h.slot_stride * workers},
+      };
+      EXPECT_EQ(h.snapshot_stride % kCacheLine, 0u);
+      for (uint64_t k = 0; k < 3; ++k) {
+        regions.push_back({h.snapshot_offset + k * h.snapshot_stride, vec});
+      }
+      if (hosts == 1) {
+        EXPECT_EQ(h.host_sum_offset, 0u);
+        EXPECT_EQ(h.global_sum_offset, 0u);
+      } else {
+        regions.push_back({h.global_sum_offset, vec});
+        if (workers == 1) {
+          EXPECT_EQ(h.host_sum_offset, h.slots_offset + sizeof(SlotHeader));
+          EXPECT_EQ(h.host_sum_offset % kCacheLine, 0u);
+        } else {
+          regions.push_back({h.host_sum_offset, vec});
+        }
+      }
+      for (size_t i = 0; i < regions.size(); ++i) {
+        EXPECT_EQ(regions[i].first % kCacheLine, 0u) << "region " << i;
+        EXPECT_LE(regions[i].first + regions[i].second, h.total_size) << "region " << i;
+        for (size_t j = i + 1; j < regions.size(); ++j) {
+          const bool apart = regions[i].first + regions[i].second <= regions[j].first ||
+                             regions[j].first + regions[j].second <= regions[i].first;
+          EXPECT_TRUE(apart) << "regions " << i << " and " << j << " overlap";
+        }
+      }
+    }
+  }
+}
+
 TEST(Layout, ValidateAcceptsItsOwnLayout) {
   const Header h = MakeProto(3, 1);
   const shm::SegmentCheck ok = Segment::Validate(h, h.total_size);

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "data/batch_plan.h"
 #include "nn/layer.h"
 #include "nn/model.h"
 #include "nn/rng.h"
@@ -138,6 +139,18 @@ TEST(DieTest, CheckNamesFileAndLine) {
   EXPECT_DEATH(SHMTRAIN_CHECK(1 + 1 == 3, "arithmetic " + std::to_string(2)),
                "shmtrain: internal error at .*nn_test\\.cc:[0-9]+: arithmetic 2");
   SHMTRAIN_CHECK(1 + 1 == 2, "never evaluated");
+}
+
+// Out-of-range arguments are a caller's bug: the plan dies through the project's one check,
+// naming its file and line (docs/errors.md), not a private abort.
+TEST(BatchPlanDeathTest, BadArgumentsDieNamingFileAndLine) {
+  const char* where = "shmtrain: internal error at .*batch_plan\\.cc:[0-9]+: BatchPlan: ";
+  EXPECT_DEATH(data::BatchPlan(0, 1, 1), std::string(where) + "rows must be >= 1");
+  EXPECT_DEATH(data::BatchPlan(5, -1, 1), std::string(where) + "batch must be >= 0");
+  EXPECT_DEATH((void)data::BatchPlan(5, 1, 1).BatchRows(-1), std::string(where) + "step must be");
+  EXPECT_DEATH(data::BatchPlan::ShareOf(5, 0, 0), std::string(where) + "P must be >= 1");
+  EXPECT_DEATH(data::BatchPlan::ShareOf(5, 2, 2), std::string(where) + "rank must be in");
+  EXPECT_DEATH(data::BatchPlan::ShareOf(-1, 0, 1), std::string(where) + "batch rows must be");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1122,6 +1135,28 @@ TEST(ScheduleRegistryTest, AFlagOfAnotherScheduleIsRefusedByName) {
       }
     }
     EXPECT_GE(takers, 1) << f.flag << " is taken by no schedule";
+  }
+}
+
+// Each flag's own check is a Status: Ok within its limits, else kUsage that names the flag
+// (-1 is outside every flag's limits).
+TEST(ScheduleRegistryTest, EachFlagCheckIsAStatusNamingItsFlag) {
+  for (const ScheduleFlag& f : ScheduleFlags()) {
+    SCOPED_TRACE(f.flag);
+    ASSERT_NE(f.check, nullptr);
+    TrainOptions o;
+    o.lr = 0.1;
+    Give(&o, f.flag);
+    const Status ok = f.check(o);
+    EXPECT_TRUE(ok.ok()) << ok.message();
+    if (f.given_int != nullptr) {
+      o.*f.given_int = -1;
+    } else {
+      o.*f.given_real = -1;
+    }
+    const Status bad = f.check(o);
+    EXPECT_EQ(bad.code(), Status::Code::kUsage);
+    EXPECT_EQ(bad.message().rfind(std::string(f.flag) + ": ", 0), 0u) << bad.message();
   }
 }
 

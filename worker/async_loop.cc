@@ -179,7 +179,9 @@ class AsyncRank {
     double loss = 0, sq = 0;
   };
   // Start gate: wait until every rank has attached, so that no rank trains alone while the
-  // others are still starting (phase words are otherwise unused in async).
+  // others are still starting. Phase 1 here; later phases tell the master where this rank
+  // stands for checkpoints: 2kN paused before the checkpoint at kN (PauseForCheckpoint), 2 *
+  // total_steps with no ticket left (ClaimTicket).
   int WaitForEveryRank();
   // Before an update: the heartbeat, the checks (abort, a dead master, an early stop), the
   // ticket (held, or claimed) and the checkpoint pause. kHeld with ticket_ held, else the

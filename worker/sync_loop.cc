@@ -39,6 +39,15 @@ void SumChunk(const shm::Segment& seg, int P, int64_t i0, int64_t k, float* __re
   }
 }
 
+// What a pause before step t leads to: the step; the run's end at an early stop (step t-1 was
+// the last, and the worker exits kWorkerOk); or the worker's exit with `code`, a WorkerExit
+// (a wait that failed).
+struct Pause {
+  enum class Next { kStep, kEarlyStop, kExit };
+  Next next = Next::kStep;
+  int code = kWorkerOk;  // for kExit
+};
+
 // One rank of the sync loop: its slice of the vector, its buffers, the two phases of a step.
 class SyncRank {
  public:
@@ -72,9 +81,8 @@ class SyncRank {
  private:
   bool Fault(FaultPoint p, int64_t t) const { return FaultAt(c_, p, rank_, t, incarnation_); }
   int64_t Deadline() const { return shm::MonotonicNs() + timeout_ns_; }
-  // Pauses before step t for a checkpoint or a validation snapshot; kWorkerOk to go on,
-  // kStopEarly to end the run here, else an exit code.
-  int PauseBefore(int64_t t);
+  // Pauses before step t for a checkpoint or a validation snapshot.
+  Pause PauseBefore(int64_t t);
   void Gradient(int64_t t);
   int ReduceAndUpdate(int64_t t);
   // The optimizer over [i0, i0 + k) of the slice, from the mean gradient g.
@@ -111,8 +119,6 @@ class SyncRank {
   }
   void RecordStepEnd(int64_t t, double loss);
 
-  static constexpr int kStopEarly = -1;
-
   const shm::Segment& seg_;
   shm::Header* h_;
   const shm::RunConfig& c_;
@@ -142,12 +148,12 @@ class SyncRank {
   double loss_sum_ = 0;
 };
 
-int SyncRank::PauseBefore(int64_t t) {
-  if (phase_ != 2 * static_cast<uint64_t>(t) || t <= c_.first_step) return kWorkerOk;
+Pause SyncRank::PauseBefore(int64_t t) {
+  if (phase_ != 2 * static_cast<uint64_t>(t) || t <= c_.first_step) return {};
   // ---- checkpoint pause: until the master has copied W[t%2] and the states of t%2.
   if (c_.checkpoint_every > 0 && t % c_.checkpoint_every == 0) {
     const auto r = barrier_.WaitReleased(t, Deadline());
-    if (r != shm::PhaseBarrier::Result::kOk) return ExitFor(r);
+    if (r != shm::PhaseBarrier::Result::kOk) return {Pause::Next::kExit, ExitFor(r)};
   }
   // ---- validation snapshot: this rank's slice of W[t%2] into E[k%R]. W[t%2] is whole
   // (every rank is past phase 2t) and stays so until this rank arrives at 2t+1. E[k%R] is
@@ -157,15 +163,15 @@ int SyncRank::PauseBefore(int64_t t) {
   if (c_.eval_every > 0 && t % c_.eval_every == 0) {
     const int64_t k = t / c_.eval_every;
     const auto r = barrier_.WaitEvalAck(k - c_.snapshots, Deadline());
-    if (r != shm::PhaseBarrier::Result::kOk) return ExitFor(r);
+    if (r != shm::PhaseBarrier::Result::kOk) return {Pause::Next::kExit, ExitFor(r)};
     if (shm::LoadAcquire(h_->stop_eval) <= k) {  // early stop: step t-1 was the last
       shm::StoreRelaxed(h_->last_end_ns, shm::MonotonicNs());
-      return kStopEarly;
+      return {Pause::Next::kEarlyStop};
     }
     std::copy(seg_.params(t) + lo_, seg_.params(t) + hi_, seg_.snapshot(k) + lo_);
     shm::StoreRelease(self_->snap_eval, k);
   }
-  return kWorkerOk;
+  return {};
 }
 
 // Phase 1: the gradient of this rank's share of step t's batch at W[t%2], into slot r.
@@ -406,7 +412,9 @@ int SyncRank::Run() {
   for (int64_t t = static_cast<int64_t>(phase_ / 2); t < c_.total_steps; ++t) {
     shm::StoreRelaxed(self_->heartbeat_ns, shm::MonotonicNs());
     if (Fault(FaultPoint::kExit, t)) return kWorkerInjectedFault;
-    if (const int r = PauseBefore(t); r != kWorkerOk) return r == kStopEarly ? kWorkerOk : r;
+    const Pause pause = PauseBefore(t);
+    if (pause.next == Pause::Next::kEarlyStop) return kWorkerOk;
+    if (pause.next == Pause::Next::kExit) return pause.code;
     if (phase_ == 2 * static_cast<uint64_t>(t)) Gradient(t);
     auto r = barrier_.Wait(2 * t + 1, Deadline());
     if (r != shm::PhaseBarrier::Result::kOk) return ExitFor(r);
