@@ -40,6 +40,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "data/batch_plan.h"
@@ -184,9 +185,9 @@ class AsyncRank {
   // total_steps with no ticket left (ClaimTicket).
   int WaitForEveryRank();
   // Before an update: the heartbeat, the checks (abort, a dead master, an early stop), the
-  // ticket (held, or claimed) and the checkpoint pause. kHeld with ticket_ held, else the
+  // ticket (held, or claimed) and the checkpoint pause. Nothing with ticket_ held, else the
   // rank's exit code (kWorkerOk: nothing is left to do).
-  int HoldTicket();
+  std::optional<int> HoldTicket();
   // Snapshots W into w_bak_ (u->v_read: the version read just before), counts the ticket's
   // minibatch and forms its gradient to apply (clipped, decayed, at the stream's learning
   // rate); kWorkerDiverged when its loss or norm is not finite.
@@ -194,8 +195,6 @@ class AsyncRank {
   // Applies the gradient to W and releases the ticket; false when it is dropped as too stale
   // (--max-staleness), the ticket still held.
   bool Apply(const Update& u, uint64_t* v_apply);
-
-  static constexpr int kHeld = -1;
 
   const shm::Segment& seg_;
   shm::Header* h_;
@@ -254,14 +253,14 @@ int AsyncRank::WaitForEveryRank() {
   return r == shm::PhaseBarrier::Result::kOk ? kWorkerOk : ExitFor(r);
 }
 
-int AsyncRank::HoldTicket() {
+std::optional<int> AsyncRank::HoldTicket() {
   shm::StoreRelaxed(self_->heartbeat_ns, shm::MonotonicNs());
   if (shm::LoadAbortEpoch(*h_) != epoch_) return kWorkerAborted;
   if (getppid() != master_) return kWorkerOrphaned;
   if (shm::LoadAcquire(h_->stop_eval) != shm::kNoStop) return kWorkerOk;  // early stop
   if (ticket_ < 0 && (ticket_ = ClaimTicket(h_, self_, total_)) < 0) return kWorkerOk;
   if (const int rc = PauseForCheckpoint(h_, self_, gate_, ticket_); rc != kWorkerOk) return rc;
-  return kHeld;
+  return std::nullopt;
 }
 
 int AsyncRank::Compute(Update* u) {
@@ -316,7 +315,7 @@ int AsyncRank::Run() {
   if (const int rc = WaitForEveryRank(); rc != kWorkerOk) return rc;
   ticket_ = shm::LoadRelaxed(self_->ticket);
   for (;;) {
-    if (const int rc = HoldTicket(); rc != kHeld) return rc;
+    if (const std::optional<int> rc = HoldTicket()) return *rc;
     Update u;
     u.b = static_cast<int64_t>(shm::LoadRelaxed(self_->batches));
     // Fires while the ticket is held: the replacement must take it over.
