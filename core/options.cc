@@ -256,7 +256,7 @@ Status TrainOptions::Validate() const {
   if (Status st = CheckHeldOut(*this); !st.ok()) return st;
   if (task && loss_given && TaskOf(model.loss) != *task) {
     return Bad("--task", std::string(ToString(*task)) + " needs --loss " +
-                             (*task == Task::kClassification ? "xent" : "mse") + ", got --loss " +
+                             ToString(*task == Task::kClassification ? Loss::kXent : Loss::kMse) + ", got --loss " +
                              ToString(model.loss));
   }
   if (Status st = CheckFaultTolerance(*this); !st.ok()) return st;
@@ -297,79 +297,6 @@ std::string TrainOptions::DivergenceHint() const {
 double TrainOptions::LambdaOrDefault() const {
   if (!std::isnan(lambda)) return lambda;
   return rule == AsyncRule::kDcAsgdC ? 0.01 : rule == AsyncRule::kDcAsgdA ? 2.0 : 0.0;
-}
-
-std::optional<Mode> ParseMode(std::string_view s) {
-  if (s == "sync") return Mode::kSync;
-  if (s == "async") return Mode::kAsync;
-  return std::nullopt;
-}
-std::optional<AsyncRule> ParseAsyncRule(std::string_view s) {
-  if (s == "asgd") return AsyncRule::kAsgd;
-  if (s == "dc-asgd-c") return AsyncRule::kDcAsgdC;
-  if (s == "dc-asgd-a") return AsyncRule::kDcAsgdA;
-  return std::nullopt;
-}
-std::optional<Normalize> ParseNormalize(std::string_view s) {
-  if (s == "none") return Normalize::kNone;
-  if (s == "minmax") return Normalize::kMinMax;
-  if (s == "standard") return Normalize::kStandard;
-  return std::nullopt;
-}
-std::optional<ComputeType> ParseComputeType(std::string_view s) {
-  if (s == "float") return ComputeType::kFloat;
-  if (s == "bf16") return ComputeType::kBf16;
-  return std::nullopt;
-}
-std::optional<Task> ParseTask(std::string_view s) {
-  if (s == "regression") return Task::kRegression;
-  if (s == "classification") return Task::kClassification;
-  return std::nullopt;
-}
-std::optional<DataFormat> ParseDataFormat(std::string_view s) {
-  if (s == "auto") return DataFormat::kAuto;
-  if (s == "csv") return DataFormat::kCsv;
-  if (s == "libsvm" || s == "svmlight") return DataFormat::kLibsvm;
-  if (s == "idx") return DataFormat::kIdx;
-  if (s == "npy") return DataFormat::kNpy;
-  if (s == "npz") return DataFormat::kNpz;
-  return std::nullopt;
-}
-const char* ToString(DataFormat f) {
-  switch (f) {
-    case DataFormat::kAuto: return "auto";
-    case DataFormat::kCsv: return "csv";
-    case DataFormat::kLibsvm: return "libsvm";
-    case DataFormat::kIdx: return "idx";
-    case DataFormat::kNpy: return "npy";
-    case DataFormat::kNpz: return "npz";
-  }
-  return "?";
-}
-const char* ToString(Task t) { return t == Task::kClassification ? "classification" : "regression"; }
-const char* ToString(Mode m) { return m == Mode::kSync ? "sync" : "async"; }
-const char* ToString(AsyncRule r) {
-  switch (r) {
-    case AsyncRule::kAsgd: return "asgd";
-    case AsyncRule::kDcAsgdC: return "dc-asgd-c";
-    case AsyncRule::kDcAsgdA: return "dc-asgd-a";
-  }
-  return "unknown";
-}
-const char* ToString(ComputeType t) {
-  switch (t) {
-    case ComputeType::kFloat: return "float";
-    case ComputeType::kBf16: return "bf16";
-  }
-  return "unknown";
-}
-const char* ToString(Normalize n) {
-  switch (n) {
-    case Normalize::kNone: return "none";
-    case Normalize::kMinMax: return "minmax";
-    case Normalize::kStandard: return "standard";
-  }
-  return "unknown";
 }
 
 int64_t TrainOptions::TotalSteps(int64_t rows) const {

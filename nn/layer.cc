@@ -55,7 +55,7 @@ bool ModelSpec::AsMlp(std::vector<int>* sizes, Activation* activation) const {
     if (i == layers.size()) break;
     Activation f = Activation::kIdentity;
     if (layers[i].kind != "linear") {
-      const std::optional<Activation> a = ParseActivation(layers[i++].kind);
+      const std::optional<Activation> a = ParseEnum<Activation>(layers[i++].kind);
       if (!a.has_value() || *a == Activation::kIdentity) return false;
       f = *a;
     }

@@ -821,7 +821,7 @@ TEST(Timeouts, DefaultHeartbeatFollowsTheBarrier) {
 
 TEST(Init, TorchIsTheDefaultAndRoundTrips) {
   EXPECT_EQ(TrainOptions().init, Init::kTorch);
-  EXPECT_EQ(ParseInit("torch"), Init::kTorch);
+  EXPECT_EQ(ParseEnum<Init>("torch"), Init::kTorch);
   EXPECT_STREQ(ToString(Init::kTorch), "torch");
   // Stored enum values are append-only.
   EXPECT_EQ(static_cast<uint32_t>(Init::kNormal), 0u);

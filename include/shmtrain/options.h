@@ -35,12 +35,45 @@ enum class ComputeType : uint32_t { kFloat = 0, kBf16 = 1 };
 // What the labels are: real targets (mse loss) or classes (xent loss). Stored in model files.
 enum class Task : uint32_t { kRegression = 0, kClassification = 1 };
 
-std::optional<Mode> ParseMode(std::string_view s);
-std::optional<AsyncRule> ParseAsyncRule(std::string_view s);
-std::optional<Normalize> ParseNormalize(std::string_view s);
-std::optional<ComputeType> ParseComputeType(std::string_view s);
-std::optional<Task> ParseTask(std::string_view s);
-std::optional<DataFormat> ParseDataFormat(std::string_view s);
+constexpr auto NameTable(Mode) {
+  return std::to_array<EnumName<Mode>>({{Mode::kSync, "sync"}, {Mode::kAsync, "async"}});
+}
+constexpr auto NameTable(LogFormat) {
+  return std::to_array<EnumName<LogFormat>>({{LogFormat::kText, "text"}, {LogFormat::kJson, "json"}});
+}
+constexpr auto NameTable(HeaderMode) {
+  return std::to_array<EnumName<HeaderMode>>(
+      {{HeaderMode::kAuto, "auto"}, {HeaderMode::kYes, "yes"}, {HeaderMode::kNo, "no"}});
+}
+constexpr auto NameTable(DataFormat) {
+  return std::to_array<EnumName<DataFormat>>({{DataFormat::kAuto, "auto"},
+                                              {DataFormat::kCsv, "csv"},
+                                              {DataFormat::kLibsvm, "libsvm"},
+                                              {DataFormat::kLibsvm, "svmlight"},
+                                              {DataFormat::kIdx, "idx"},
+                                              {DataFormat::kNpy, "npy"},
+                                              {DataFormat::kNpz, "npz"}});
+}
+constexpr auto NameTable(AsyncRule) {
+  return std::to_array<EnumName<AsyncRule>>({{AsyncRule::kAsgd, "asgd"},
+                                             {AsyncRule::kDcAsgdC, "dc-asgd-c"},
+                                             {AsyncRule::kDcAsgdA, "dc-asgd-a"}});
+}
+constexpr auto NameTable(Normalize) {
+  return std::to_array<EnumName<Normalize>>({{Normalize::kNone, "none"},
+                                             {Normalize::kMinMax, "minmax"},
+                                             {Normalize::kStandard, "standard"}});
+}
+constexpr auto NameTable(ComputeType) {
+  return std::to_array<EnumName<ComputeType>>(
+      {{ComputeType::kFloat, "float"}, {ComputeType::kBf16, "bf16"}});
+}
+// --task lists classification first.
+constexpr auto NameTable(Task) {
+  return std::to_array<EnumName<Task>>(
+      {{Task::kClassification, "classification"}, {Task::kRegression, "regression"}});
+}
+
 // --delimiter: ",", ";" or "tab" (also a literal tab) -> ',', ';', '\t'.
 std::optional<char> ParseDelimiter(std::string_view s);
 // --decimal: "." or ",".
@@ -54,12 +87,6 @@ struct HostPort {
   bool ipv6 = false;
 };
 Status ParseHostPort(std::string_view addr, HostPort* out);
-const char* ToString(Mode m);
-const char* ToString(AsyncRule r);
-const char* ToString(Normalize n);
-const char* ToString(ComputeType t);
-const char* ToString(Task t);
-const char* ToString(DataFormat f);
 inline Task TaskOf(Loss l) { return l == Loss::kXent ? Task::kClassification : Task::kRegression; }
 
 // The model's shapes and its outputs against its loss: kUsage naming `flag` (--layers or
