@@ -73,19 +73,14 @@ Status CheckApplies(const TrainOptions& o) {
 }  // namespace
 
 Status CheckFormatFlags(const TrainOptions& o) {
-  const bool text = o.format == DataFormat::kAuto || o.format == DataFormat::kCsv;
-  for (const char* f : {"--label-col", "--header", "--delimiter", "--decimal"}) {
-    if (o.Given(f) && !text) {
-      return Bad(f, std::string("applies to CSV files only, not to --format ") +
-                        ToString(o.format));
-    }
-  }
-  const bool arrays = o.format != DataFormat::kCsv && o.format != DataFormat::kLibsvm;
-  if (o.Given("--labels") && !arrays) {
-    return Bad("--labels", std::string("applies to IDX and NumPy data, not to --format ") +
-                               ToString(o.format) + " (whose labels are in the file)");
-  }
-  return Status::Ok();
+  const FormatFlag* f =
+      RefusedFormatFlag(o.format, [&](std::string_view flag) { return o.Given(flag); });
+  if (f == nullptr) return Status::Ok();
+  const std::string format = ToString(o.format);
+  return Bad(f->name, "applies to " + std::string(f->applies_to) +
+                          (f->csv ? " only, not to --format " + format
+                                  : ", not to --format " + format +
+                                        " (whose labels are in the file)"));
 }
 
 std::optional<char> ParseDelimiter(std::string_view s) {

@@ -58,6 +58,32 @@ bool HeadDecides(std::string_view text) {
   return nonblank >= 2 && data;
 }
 
+// Whether opts holds a value other than the default of the data-format flag `flag`.
+bool GivenIn(const LoadOptions& opts, std::string_view flag) {
+  if (flag == "--label-col") return opts.label_col != -1 || !opts.label_name.empty();
+  if (flag == "--header") return opts.header != HeaderMode::kAuto;
+  if (flag == "--delimiter") return opts.delimiter != 0;
+  if (flag == "--decimal") return opts.decimal != 0;
+  return flag == "--labels" && !opts.labels_path.empty();
+}
+
+// The data-format flags against the file's format (FormatFlagApplies). A text file is CSV to
+// this rule: which text format it is, LoadText decides, and LIBSVM ignores the CSV flags.
+Status CheckFlagsAgainst(const std::string& path, DataFormat format, const LoadOptions& opts) {
+  const bool arrays = IsArrayFormat(format);
+  const auto given = [&](std::string_view flag) { return GivenIn(opts, flag); };
+  const FormatFlag* f = RefusedFormatFlag(arrays ? format : DataFormat::kCsv, given);
+  if (f == nullptr) return Status::Ok();
+  const std::string what = At(path) + f->name + " applies to " + f->applies_to + "; ";
+  if (arrays) {
+    return Status::Data(what + "this is " + (format == DataFormat::kIdx ? "IDX" : "NumPy") +
+                        " data, whose labels come from --labels or the .npz's --npz-y array");
+  }
+  return Status::Data(what + "this file is " +
+                      (format == DataFormat::kLibsvm ? "LIBSVM" : "CSV") +
+                      ", whose labels are in the file");
+}
+
 }  // namespace
 
 int ClassMap::Find(std::string_view cell) const {
@@ -150,25 +176,8 @@ Status LoadFile(const std::string& path, const LoadOptions& opts, Dataset* out) 
                         "or tab)");
   }
   DataFormat format = opts.format == DataFormat::kAuto ? DetectFormat(path) : opts.format;
-  if (IsArrayFormat(format)) {
-    const char* csv_flag = opts.label_col != -1          ? "--label-col"
-                           : !opts.label_name.empty()     ? "--label-col"
-                           : opts.header != HeaderMode::kAuto ? "--header"
-                           : opts.delimiter != 0          ? "--delimiter"
-                           : opts.decimal != 0            ? "--decimal"
-                                                          : nullptr;
-    if (csv_flag != nullptr) {
-      return Status::Data(At(path) + csv_flag + " applies to CSV files; this is " +
-                          (format == DataFormat::kIdx ? "IDX" : "NumPy") +
-                          " data, whose labels come from --labels or the .npz's --npz-y array");
-    }
-    return LoadArrays(path, format, opts, out);
-  }
-  if (!opts.labels_path.empty()) {
-    return Status::Data(At(path) + "--labels applies to IDX and NumPy data; this file is " +
-                        (format == DataFormat::kLibsvm ? "LIBSVM" : "CSV") +
-                        ", whose labels are in the file");
-  }
+  if (Status s = CheckFlagsAgainst(path, format, opts); !s.ok()) return s;
+  if (IsArrayFormat(format)) return LoadArrays(path, format, opts, out);
   LoadOptions text_opts = opts;
   text_opts.format = format;  // kLibsvm by name, else kAuto (the content decides) or as given
   return LoadText(path, text_opts, TextTuning{}, out);

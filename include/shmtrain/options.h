@@ -300,8 +300,42 @@ struct TrainOptions {
   int64_t StepsPerEpoch(int64_t rows) const { return batch > 0 ? (rows + batch - 1) / batch : 1; }
 };
 
-// The data format flags given against --format: those of CSV files only, --labels of IDX and
-// NumPy data only. kUsage naming the first that does not apply.
+// IDX and NumPy data (data/arrays.h), whose labels come from a file or array of their own.
+constexpr bool IsArrayFormat(DataFormat f) {
+  return f == DataFormat::kIdx || f == DataFormat::kNpy || f == DataFormat::kNpz;
+}
+
+// The data-format flags and the data each applies to: the one rule of the command line's check
+// (CheckFormatFlags, against --format) and of the loader's (data::LoadFile, against the format
+// a file's name or first bytes give). The CSV flags apply to CSV files; --labels to IDX and
+// NumPy data, since CSV and LIBSVM files hold their labels. In checking order.
+struct FormatFlag {
+  const char* name;
+  bool csv;                // CSV files only; else IDX and NumPy data only
+  const char* applies_to;  // for messages: "CSV files"
+};
+inline constexpr FormatFlag kFormatFlags[] = {
+    {"--label-col", true, "CSV files"},  {"--header", true, "CSV files"},
+    {"--delimiter", true, "CSV files"},  {"--decimal", true, "CSV files"},
+    {"--labels", false, "IDX and NumPy data"},
+};
+// Whether f applies to data in `format`; kAuto, a format not known yet, takes every flag.
+constexpr bool FormatFlagApplies(const FormatFlag& f, DataFormat format) {
+  if (format == DataFormat::kAuto) return true;
+  return f.csv ? format == DataFormat::kCsv : IsArrayFormat(format);
+}
+// The first of kFormatFlags that given(name) says was given and that does not apply to
+// `format`; nullptr when every one given applies.
+template <class Given>
+const FormatFlag* RefusedFormatFlag(DataFormat format, Given given) {
+  for (const FormatFlag& f : kFormatFlags) {
+    if (given(std::string_view(f.name)) && !FormatFlagApplies(f, format)) return &f;
+  }
+  return nullptr;
+}
+
+// The data-format flags given against --format (RefusedFormatFlag): kUsage naming the first
+// that does not apply.
 Status CheckFormatFlags(const TrainOptions& o);
 
 }  // namespace shmtrain
