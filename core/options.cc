@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <string>
 
+#include "core/decimal.h"
 #include "nn/layer.h"
 #include "nn/optimizer.h"
 
@@ -13,19 +14,6 @@ namespace {
 
 Status Bad(const std::string& flag, const std::string& what) {
   return Status::Usage(flag + ": " + what);
-}
-
-// %g: how a value the user did not type (a default) is printed.
-std::string G(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", x);
-  return buf;
-}
-
-std::string Seconds(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%gs", s);
-  return buf;
 }
 
 // A flag given on the command line that the run would ignore: an error, so that nobody
@@ -156,8 +144,8 @@ Status CheckHeldOut(const TrainOptions& o) {
 Status CheckFaultTolerance(const TrainOptions& o) {
   if (o.heartbeat_timeout_s >= o.barrier_timeout_s) {
     return Bad("--heartbeat-timeout",
-               Seconds(o.heartbeat_timeout_s) + " must be shorter than --barrier-timeout (" +
-                   Seconds(o.barrier_timeout_s) +
+               Fmt("%gs", o.heartbeat_timeout_s) + " must be shorter than --barrier-timeout (" +
+                   Fmt("%gs", o.barrier_timeout_s) +
                    "): a silent worker must be found and replaced before the healthy ones give "
                    "up waiting for it at the barrier");
   }
@@ -271,19 +259,20 @@ std::string TrainOptions::As(std::string_view flag, const std::string& otherwise
 
 std::string TrainOptions::DivergenceHint() const {
   // Values as the run holds them (%g), as every divergence message has always printed them.
-  const std::string rate = "--lr " + G(lr);
+  const std::string rate = "--lr " + Fmt("%g", lr);
   // SGD and AdamW scale every weight by (1 - lr * wd) each step besides the gradient's move:
   // from lr * wd >= 2 on, that alone makes the weights grow.
   if (Given("--weight-decay") && lr * weight_decay >= 2) {
-    return "the weight decay (--weight-decay " + G(weight_decay) + ") is probably too large for " +
-           rate + ": each step scales every weight by 1 - lr x weight decay = " +
-           G(1 - lr * weight_decay) + ", which grows it";
+    return "the weight decay (--weight-decay " + Fmt("%g", weight_decay) +
+           ") is probably too large for " + rate +
+           ": each step scales every weight by 1 - lr x weight decay = " +
+           Fmt("%g", 1 - lr * weight_decay) + ", which grows it";
   }
   // The compensation lambda * g*g*(w - w_bak) moves a stale copy by about lr * lambda * g^2
   // times its staleness: from lr * lambda >= 1 on it outgrows the gradient itself.
   if (mode == Mode::kAsync && rule != AsyncRule::kAsgd && Given("--lambda") && lr * lambda >= 1) {
-    return "the delay compensation (--lambda " + G(lambda) + ") is probably too large for " + rate +
-           ": lr x lambda = " + G(lr * lambda) +
+    return "the delay compensation (--lambda " + Fmt("%g", lambda) +
+           ") is probably too large for " + rate + ": lr x lambda = " + Fmt("%g", lr * lambda) +
            ", so the compensation outgrows the gradient wherever a copy is stale";
   }
   return "the learning rate (" + rate + ") is probably too large";

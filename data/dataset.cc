@@ -1,6 +1,7 @@
 #include "data/dataset.h"
 
 #include "data/arrays.h"
+#include "core/decimal.h"
 #include "core/utf8.h"
 #include "data/text_cells.h"
 #include "data/text_load.h"
@@ -16,7 +17,6 @@ namespace {
 
 using text::At;
 using text::Cell;
-using text::NumberName;
 using text::ParseCell;
 using text::Quote;
 using text::Trim;
@@ -117,7 +117,7 @@ ClassMap ClassMap::Build(const std::vector<std::string_view>& labels) {
   if (m.numeric) {
     std::sort(m.values.begin(), m.values.end());
     m.values.erase(std::unique(m.values.begin(), m.values.end()), m.values.end());
-    for (double v : m.values) m.names.push_back(NumberName(v));
+    for (double v : m.values) m.names.push_back(ShortestText(v));
   } else {
     m.values.clear();
     std::vector<std::string_view> t(labels);
@@ -133,7 +133,7 @@ ClassMap ClassMap::FromValues(std::vector<double> values) {
   for (double& v : values) v = v == 0 ? 0.0 : v;  // -0 and 0 are one class
   std::sort(values.begin(), values.end());
   values.erase(std::unique(values.begin(), values.end()), values.end());
-  for (double v : values) m.names.push_back(NumberName(v));
+  for (double v : values) m.names.push_back(ShortestText(v));
   m.values = std::move(values);
   return m;
 }
@@ -142,15 +142,13 @@ std::string ClassMap::NameError(std::string_view name) {
   for (size_t i = 0; i < name.size(); ++i) {
     const unsigned char c = static_cast<unsigned char>(name[i]);
     if (c >= 0x20 && c != 0x7f) continue;
-    char byte[8];
-    std::snprintf(byte, sizeof byte, "\\x%02x", c);
-    return std::string("holds a control byte (") + byte + " at byte " + std::to_string(i) + ")";
+    return "holds a control byte (" + EscapedByte(c) + " at byte " + std::to_string(i) + ")";
   }
   return "";
 }
 
 int ClassMap::FindValue(double v) const {
-  if (!numeric) return Find(NumberName(v));
+  if (!numeric) return Find(ShortestText(v));
   const auto it = std::lower_bound(values.begin(), values.end(), v);
   return it != values.end() && *it == v ? static_cast<int>(it - values.begin()) : -1;
 }

@@ -157,12 +157,6 @@ std::string CellError(Cell r, std::string_view cell) {
   return "internal error";
 }
 
-std::string NumberName(double v) {
-  char buf[32];
-  auto [p, ec] = std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, ec == std::errc() ? p : buf);
-}
-
 int32_t LabelBook::Intern(std::string_view text, int64_t line, int64_t col) {
   if (const auto it = index_.find(text); it != index_.end()) return it->second;
   const int32_t id = static_cast<int32_t>(texts_.size());

@@ -135,9 +135,6 @@ inline bool FastDecimal(const char** p, double* out) {
   return true;
 }
 
-// The shortest text that reads back as v ("3", "2.5", "-1e+20").
-std::string NumberName(double v);
-
 // A label cell on its way to the class map, with where it was for messages.
 struct PendingLabel {
   std::string_view text;

@@ -56,13 +56,7 @@ std::string RealRefusal(const FlagDef& f, double x, std::string_view typed) {
 
 // "100ms", "86400s": a duration limit as the help states it.
 std::string DurationText(double s) {
-  char buf[32];
-  if (s > 0 && s < 1) {
-    std::snprintf(buf, sizeof buf, "%gms", s * 1000);
-  } else {
-    std::snprintf(buf, sizeof buf, "%gs", s);
-  }
-  return buf;
+  return s > 0 && s < 1 ? Fmt("%gms", s * 1000) : Fmt("%gs", s);
 }
 
 template <class T>
@@ -154,12 +148,10 @@ FlagValue Seconds(Field<double> at) {
             if (!s) return Expected(f.name, "a duration such as 50ms, 2s or 1m", v);
             const Limits& l = f.limits;
             if ((l.lo_open ? *s <= l.lo : *s < l.lo) || *s > l.hi) {
-              char got[32];
-              std::snprintf(got, sizeof got, "%gs", *s);
               return Status::Usage(f.name + ": " +
                                    (l.refusal.empty() ? "must be between " + DurationText(l.lo) +
                                                             " and " + DurationText(l.hi) +
-                                                            ", got " + got
+                                                            ", got " + Fmt("%gs", *s)
                                                       : l.refusal));
             }
             at.Of(c) = *s;
@@ -467,11 +459,7 @@ std::string LayerList() {
     for (const nn::LayerArg& a : t->args) {
       if (!args.empty()) args += ",";
       args += a.name;
-      if (!a.required) {
-        char buf[32];
-        std::snprintf(buf, sizeof buf, "=%g", a.default_value);
-        args += buf;
-      }
+      if (!a.required) args += Fmt("=%g", a.default_value);
     }
     if (!args.empty()) s += "(" + args + ")";
   }

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <optional>
 
+#include "core/decimal.h"
 #include "nn/registry.h"
 
 namespace shmtrain::nn {
@@ -138,12 +139,6 @@ std::string ArgNames(const LayerType& t) {
 
 std::string TypeNames() { return NamesOf(LayerTypes(), ", "); }
 
-std::string Num(double v) {
-  char buf[32];
-  const auto r = std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, r.ptr);
-}
-
 Status CheckValue(const LayerArg& a, std::string_view text, double* out) {
   const std::string s(text);
   char* end = nullptr;
@@ -155,8 +150,8 @@ Status CheckValue(const LayerArg& a, std::string_view text, double* out) {
     return Status::Usage(std::string(a.name) + " wants a whole number, not " + s);
   }
   if (v < a.lo || v > a.hi) {
-    return Status::Usage(std::string(a.name) + " must be in [" + Num(a.lo) + ", " + Num(a.hi) +
-                         "], not " + s);
+    return Status::Usage(std::string(a.name) + " must be in [" + ShortestText(a.lo) + ", " +
+                         ShortestText(a.hi) + "], not " + s);
   }
   *out = v;
   return Status::Ok();
@@ -275,7 +270,7 @@ std::string ModelText(const std::vector<LayerSpec>& layers) {
       const LayerArg& a = t->args[i];
       if (!a.required && l.args[i] == a.default_value) continue;
       args += (args.empty() ? "" : ",") + (a.required ? "" : std::string(a.name) + "=") +
-              Num(l.args[i]);
+              ShortestText(l.args[i]);
     }
     if (!args.empty()) s += "(" + args + ")";
   }

@@ -17,6 +17,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/decimal.h"
+#include "core/utf8.h"
 #include "data/batch_plan.h"
 #include "nn/layer.h"
 #include "nn/model.h"
@@ -100,6 +102,23 @@ TEST(EnumNames, AreTheSpellingsOfEveryRelease) {
   EXPECT_STREQ(ToString(Init::kNormal), "normal");
   EXPECT_STREQ(ToString(Task::kRegression), "regression");
   EXPECT_STREQ(ToString(AsyncRule::kDcAsgdC), "dc-asgd-c");
+}
+
+// The number formats of messages, files and logs (core/decimal.h), each written once: where
+// two of them differ, each keeps its own text.
+TEST(NumberText, EachFormatKeepsItsText) {
+  EXPECT_EQ(ShortestText(100000), "1e+05");  // class names, layer arguments, JSON numbers
+  EXPECT_EQ(ShortestDecimal(100000), "100000");  // flag values and defaults
+  EXPECT_EQ(Fmt("%g", 100000), "100000");
+  EXPECT_EQ(ShortestText(0.1 + 0.2), "0.30000000000000004");
+  EXPECT_EQ(ShortestDecimal(0.1 + 0.2), "0.30000000000000004");
+  EXPECT_EQ(Fmt("%g", 0.1 + 0.2), "0.3");
+  EXPECT_EQ(ShortestText(-2.5), "-2.5");
+  EXPECT_EQ(ShortestText(1e-7), "1e-07");
+  EXPECT_EQ(Fmt("%.9g", 1.0f / 3), "0.333333343");
+  EXPECT_EQ(Fmt("%gs", 0.05), "0.05s");
+  EXPECT_EQ(EscapedByte(0), "\\x00");
+  EXPECT_EQ(EscapedByte(0xff), "\\xff");
 }
 
 TEST(ModelSpecTest, RejectsUnknownNames) {
