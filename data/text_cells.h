@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/text.h"
 #include "data/dataset.h"
 
 namespace shmtrain::data::text {
@@ -26,10 +27,8 @@ std::string Quote(std::string_view cell);
 
 std::string Plural(int64_t n, const char* word);
 
-inline bool IsSpace(char c) {
-  return c == ' ' || c == '\t';
-}
-std::string_view Trim(std::string_view s);
+using shmtrain::IsSpace;  // core/text.h
+using shmtrain::Trim;
 // A line without the '\r's that end it ("\r\n" and "\r\r\n" line ends alike).
 inline std::string_view DropCr(std::string_view line) {
   while (!line.empty() && line.back() == '\r') line.remove_suffix(1);

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "core/decimal.h"
+#include "core/text.h"
 #include "nn/registry.h"
 
 namespace shmtrain::nn {
@@ -107,12 +108,6 @@ int64_t ParamBlock::Size() const {
 }
 
 namespace {
-
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
 
 // Splits at the commas outside parentheses; false on unbalanced parentheses.
 bool SplitTopLevel(std::string_view s, std::vector<std::string_view>* parts) {
