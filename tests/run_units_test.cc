@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "core/signal_name.h"
 #include "data/dataset.h"
 #include "master/checkpoint.h"
 #include "master/checkpoint_policy.h"
@@ -1154,6 +1155,18 @@ TEST(RunEnd, AThreadLeftBehindLeavesTheSegmentToTheUnitsAfterIt) {
     EXPECT_TRUE(test::WaitPidGone(pid, std::chrono::milliseconds(5000))) << "worker " << pid;
   }
   release->store(true);
+}
+
+// Signals in messages (core/signal_name.h): a stop by its name, a death by its number and
+// name; a real-time signal has no name and is shown by its number alone.
+TEST(SignalNames, ByNameAndByNumber) {
+  EXPECT_EQ(SignalName(SIGTERM), "SIGTERM");
+  EXPECT_EQ(SignalName(SIGHUP), "SIGHUP");
+  EXPECT_EQ(SignalText(SIGKILL), "signal 9 (SIGKILL)");
+  EXPECT_EQ(SignalText(SIGSEGV), "signal 11 (SIGSEGV)");
+  const int rt = SIGRTMIN + 1;
+  EXPECT_EQ(SignalName(rt), "signal " + std::to_string(rt));
+  EXPECT_EQ(SignalText(rt), "signal " + std::to_string(rt));
 }
 
 }  // namespace
