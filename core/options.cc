@@ -119,6 +119,8 @@ Status ParseHostPort(std::string_view addr, HostPort* out) {
   return Status::Ok();
 }
 
+namespace {
+
 // Held-out data and validation: the fraction or file, and what needs them.
 Status CheckHeldOut(const TrainOptions& o) {
   if (o.val_split > 0 && !o.val_data_path.empty()) {
@@ -154,6 +156,8 @@ Status CheckFaultTolerance(const TrainOptions& o) {
   }
   return Status::Ok();
 }
+
+}  // namespace
 
 Status CheckModel(const ModelSpec& model, const char* flag, bool flat_input) {
   std::vector<Shape> shapes;
@@ -194,62 +198,87 @@ Status TrainOptions::BuildModel() {
   return Status::Ok();
 }
 
-Status TrainOptions::Validate() const {
-  if (data_path.empty() == example.empty()) {
+namespace {
+
+// Validate's steps, in its order: the first refusal is the one reported.
+
+// Where the rows come from.
+Status CheckSource(const TrainOptions& o) {
+  if (o.data_path.empty() == o.example.empty()) {
     return Status::Usage("give exactly one of --data FILE and --example parabola");
   }
-  if (!example.empty() && example != "parabola" && example != "blobs") {
-    return Bad("--example", "unknown example '" + example + "' (known: parabola, blobs)");
+  if (!o.example.empty() && o.example != "parabola" && o.example != "blobs") {
+    return Bad("--example", "unknown example '" + o.example + "' (known: parabola, blobs)");
   }
-  if (example == "blobs" && model.loss != Loss::kXent) {
+  if (o.example == "blobs" && o.model.loss != Loss::kXent) {
     return Bad("--example", "blobs is a classification set: use --loss xent");
   }
-  const auto& layers = mlp_layers;
-  if (!layers.empty()) {
-    if (layers.size() < 2 || layers.size() > kMaxMlpSizes) {
-      return Bad("--layers", "needs 2 to " + std::to_string(kMaxMlpSizes) +
-                                 " sizes, e.g. 1,5,1; got " + std::to_string(layers.size()));
-    }
-    for (size_t i = 0; i < layers.size(); ++i) {
-      if (layers[i] < 1 || layers[i] > kMaxWidth) {
-        return Bad("--layers", "size " + std::to_string(i + 1) + " must be between 1 and " +
-                                   std::to_string(kMaxWidth) + ", got " +
-                                   std::to_string(layers[i]));
-      }
+  return Status::Ok();
+}
+
+// --layers' count and sizes, that there is a model, its text's length, and its shapes when its
+// input is known.
+Status CheckModelOptions(const TrainOptions& o) {
+  const auto& layers = o.mlp_layers;
+  if (!layers.empty() && (layers.size() < 2 || layers.size() > kMaxMlpSizes)) {
+    return Bad("--layers", "needs 2 to " + std::to_string(kMaxMlpSizes) +
+                               " sizes, e.g. 1,5,1; got " + std::to_string(layers.size()));
+  }
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (layers[i] < 1 || layers[i] > kMaxWidth) {
+      return Bad("--layers", "size " + std::to_string(i + 1) + " must be between 1 and " +
+                                 std::to_string(kMaxWidth) + ", got " + std::to_string(layers[i]));
     }
   }
-  if (model.layers.empty()) {
+  if (o.model.layers.empty()) {
     return Status::Usage("--layers or --model is required (--layers 1,5,1 for an MLP, or "
                          "--model with layers such as \"linear(5),tanh,linear(1)\")");
   }
-  if (model.Text().size() >= kMaxModelText) {
-    return Bad("--model", "the model's text is " + std::to_string(model.Text().size()) +
+  if (o.model.Text().size() >= kMaxModelText) {
+    return Bad("--model", "the model's text is " + std::to_string(o.model.Text().size()) +
                               " bytes written out, more than the " +
                               std::to_string(kMaxModelText - 1) + " a run holds");
   }
   // A --model's input may come from the data (master/run.cc checks it then).
-  if (model.input.c > 0) {
-    if (Status s = CheckModel(model, model_text.empty() ? "--layers" : "--model"); !s.ok()) return s;
-  }
-  if (lr == 0 && !Given("--lr")) return Status::Usage("--lr is required (the learning rate)");
-  if ((steps > 0) == (epochs > 0)) {
+  if (o.model.input.c == 0) return Status::Ok();
+  return CheckModel(o.model, o.model_text.empty() ? "--layers" : "--model");
+}
+
+// The learning rate and the run's length.
+Status CheckRateAndLength(const TrainOptions& o) {
+  if (o.lr == 0 && !o.Given("--lr")) return Status::Usage("--lr is required (the learning rate)");
+  if ((o.steps > 0) == (o.epochs > 0)) {
     return Status::Usage("give exactly one of --steps N and --epochs E");
   }
-  if (Status st = nn::CheckOptimizerOptions(*this); !st.ok()) return st;
-  if (Status st = CheckHeldOut(*this); !st.ok()) return st;
-  if (task && loss_given && TaskOf(model.loss) != *task) {
-    return Bad("--task", std::string(ToString(*task)) + " needs --loss " +
-                             ToString(*task == Task::kClassification ? Loss::kXent : Loss::kMse) + ", got --loss " +
-                             ToString(model.loss));
+  return Status::Ok();
+}
+
+// --task against a --loss given with it.
+Status CheckTask(const TrainOptions& o) {
+  if (!o.task || !o.loss_given || TaskOf(o.model.loss) == *o.task) return Status::Ok();
+  const Loss needs = *o.task == Task::kClassification ? Loss::kXent : Loss::kMse;
+  return Bad("--task", std::string(ToString(*o.task)) + " needs --loss " + ToString(needs) +
+                           ", got --loss " + ToString(o.model.loss));
+}
+
+Status CheckMetricsAddr(const TrainOptions& o) {
+  if (o.metrics_addr.empty() || !o.metrics) return Status::Ok();
+  HostPort hp;
+  if (Status st = ParseHostPort(o.metrics_addr, &hp); !st.ok()) {
+    return Bad("--metrics-addr " + o.metrics_addr, st.message());
   }
-  if (Status st = CheckFaultTolerance(*this); !st.ok()) return st;
-  if (!metrics_addr.empty() && metrics) {
-    HostPort hp;
-    if (Status st = ParseHostPort(metrics_addr, &hp); !st.ok()) {
-      return Bad("--metrics-addr " + metrics_addr, st.message());
-    }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status TrainOptions::Validate() const {
+  for (Status (*step)(const TrainOptions&) :
+       {CheckSource, CheckModelOptions, CheckRateAndLength, nn::CheckOptimizerOptions,
+        CheckHeldOut, CheckTask, CheckFaultTolerance, CheckMetricsAddr, CheckApplies}) {
+    if (Status st = step(*this); !st.ok()) return st;
   }
-  return CheckApplies(*this);
+  return Status::Ok();
 }
 
 std::string TrainOptions::As(std::string_view flag, const std::string& otherwise) const {
