@@ -1,12 +1,14 @@
 // Numbers in messages and descriptions of settings, as the user would type them, each format
-// written once: a printf format (Fmt), the shortest %g that reads back (ShortestDecimal), and
-// std::to_chars' shortest (ShortestText).
+// written once: a printf format (Fmt), the shortest %g that reads back (ShortestDecimal),
+// std::to_chars' shortest (ShortestText), and a count of things (Plural).
 #pragma once
 
 #include <charconv>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 
 namespace shmtrain {
 
@@ -34,6 +36,11 @@ inline std::string ShortestText(double x) {
   char buf[32];
   const auto r = std::to_chars(buf, buf + sizeof buf, x);
   return std::string(buf, r.ptr);
+}
+
+// "1 row", "3 rows": n and the word, with an s unless n is 1.
+inline std::string Plural(int64_t n, std::string_view word) {
+  return std::to_string(n) + " " + std::string(word) + (n == 1 ? "" : "s");
 }
 
 }  // namespace shmtrain

@@ -32,10 +32,6 @@ std::string Quote(std::string_view cell) {
   return "'" + Printable(cell.substr(0, cut)) + (cut < cell.size() ? "...'" : "'");
 }
 
-std::string Plural(int64_t n, const char* word) {
-  return std::to_string(n) + " " + word + (n == 1 ? "" : "s");
-}
-
 bool IsBlank(std::string_view line) {
   return std::all_of(line.begin(), line.end(), IsSpace);
 }

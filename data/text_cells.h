@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/decimal.h"
 #include "core/text.h"
 #include "data/dataset.h"
 
@@ -25,7 +26,7 @@ std::string At(const std::string& path, int64_t line, int64_t col);
 // A cell as shown in a message: quoted, cut to a readable length, made Printable (core/utf8.h).
 std::string Quote(std::string_view cell);
 
-std::string Plural(int64_t n, const char* word);
+using shmtrain::Plural;  // core/decimal.h
 
 using shmtrain::IsSpace;  // core/text.h
 using shmtrain::Trim;

@@ -117,6 +117,9 @@ TEST(NumberText, EachFormatKeepsItsText) {
   EXPECT_EQ(ShortestText(1e-7), "1e-07");
   EXPECT_EQ(Fmt("%.9g", 1.0f / 3), "0.333333343");
   EXPECT_EQ(Fmt("%gs", 0.05), "0.05s");
+  EXPECT_EQ(Plural(1, "worker"), "1 worker");
+  EXPECT_EQ(Plural(0, "row"), "0 rows");
+  EXPECT_EQ(Plural(-1, "row"), "-1 rows");
   EXPECT_EQ(EscapedByte(0), "\\x00");
   EXPECT_EQ(EscapedByte(0xff), "\\xff");
 }
