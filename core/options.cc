@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <string>
 
+#include "core/decimal.h"
 #include "nn/layer.h"
 #include "nn/optimizer.h"
 
@@ -13,19 +14,6 @@ namespace {
 
 Status Bad(const std::string& flag, const std::string& what) {
   return Status::Usage(flag + ": " + what);
-}
-
-// %g: how a value the user did not type (a default) is printed.
-std::string G(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", x);
-  return buf;
-}
-
-std::string Seconds(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%gs", s);
-  return buf;
 }
 
 // A flag given on the command line that the run would ignore: an error, so that nobody
@@ -73,19 +61,14 @@ Status CheckApplies(const TrainOptions& o) {
 }  // namespace
 
 Status CheckFormatFlags(const TrainOptions& o) {
-  const bool text = o.format == DataFormat::kAuto || o.format == DataFormat::kCsv;
-  for (const char* f : {"--label-col", "--header", "--delimiter", "--decimal"}) {
-    if (o.Given(f) && !text) {
-      return Bad(f, std::string("applies to CSV files only, not to --format ") +
-                        ToString(o.format));
-    }
-  }
-  const bool arrays = o.format != DataFormat::kCsv && o.format != DataFormat::kLibsvm;
-  if (o.Given("--labels") && !arrays) {
-    return Bad("--labels", std::string("applies to IDX and NumPy data, not to --format ") +
-                               ToString(o.format) + " (whose labels are in the file)");
-  }
-  return Status::Ok();
+  const FormatFlag* f =
+      RefusedFormatFlag(o.format, [&](std::string_view flag) { return o.Given(flag); });
+  if (f == nullptr) return Status::Ok();
+  const std::string format = ToString(o.format);
+  return Bad(f->name, "applies to " + std::string(f->applies_to) +
+                          (f->csv ? " only, not to --format " + format
+                                  : ", not to --format " + format +
+                                        " (whose labels are in the file)"));
 }
 
 std::optional<char> ParseDelimiter(std::string_view s) {
@@ -136,6 +119,8 @@ Status ParseHostPort(std::string_view addr, HostPort* out) {
   return Status::Ok();
 }
 
+namespace {
+
 // Held-out data and validation: the fraction or file, and what needs them.
 Status CheckHeldOut(const TrainOptions& o) {
   if (o.val_split > 0 && !o.val_data_path.empty()) {
@@ -161,8 +146,8 @@ Status CheckHeldOut(const TrainOptions& o) {
 Status CheckFaultTolerance(const TrainOptions& o) {
   if (o.heartbeat_timeout_s >= o.barrier_timeout_s) {
     return Bad("--heartbeat-timeout",
-               Seconds(o.heartbeat_timeout_s) + " must be shorter than --barrier-timeout (" +
-                   Seconds(o.barrier_timeout_s) +
+               Fmt("%gs", o.heartbeat_timeout_s) + " must be shorter than --barrier-timeout (" +
+                   Fmt("%gs", o.barrier_timeout_s) +
                    "): a silent worker must be found and replaced before the healthy ones give "
                    "up waiting for it at the barrier");
   }
@@ -171,6 +156,8 @@ Status CheckFaultTolerance(const TrainOptions& o) {
   }
   return Status::Ok();
 }
+
+}  // namespace
 
 Status CheckModel(const ModelSpec& model, const char* flag, bool flat_input) {
   std::vector<Shape> shapes;
@@ -211,62 +198,87 @@ Status TrainOptions::BuildModel() {
   return Status::Ok();
 }
 
-Status TrainOptions::Validate() const {
-  if (data_path.empty() == example.empty()) {
+namespace {
+
+// Validate's steps, in its order: the first refusal is the one reported.
+
+// Where the rows come from.
+Status CheckSource(const TrainOptions& o) {
+  if (o.data_path.empty() == o.example.empty()) {
     return Status::Usage("give exactly one of --data FILE and --example parabola");
   }
-  if (!example.empty() && example != "parabola" && example != "blobs") {
-    return Bad("--example", "unknown example '" + example + "' (known: parabola, blobs)");
+  if (!o.example.empty() && o.example != "parabola" && o.example != "blobs") {
+    return Bad("--example", "unknown example '" + o.example + "' (known: parabola, blobs)");
   }
-  if (example == "blobs" && model.loss != Loss::kXent) {
+  if (o.example == "blobs" && o.model.loss != Loss::kXent) {
     return Bad("--example", "blobs is a classification set: use --loss xent");
   }
-  const auto& layers = mlp_layers;
-  if (!layers.empty()) {
-    if (layers.size() < 2 || layers.size() > kMaxMlpSizes) {
-      return Bad("--layers", "needs 2 to " + std::to_string(kMaxMlpSizes) +
-                                 " sizes, e.g. 1,5,1; got " + std::to_string(layers.size()));
-    }
-    for (size_t i = 0; i < layers.size(); ++i) {
-      if (layers[i] < 1 || layers[i] > kMaxWidth) {
-        return Bad("--layers", "size " + std::to_string(i + 1) + " must be between 1 and " +
-                                   std::to_string(kMaxWidth) + ", got " +
-                                   std::to_string(layers[i]));
-      }
+  return Status::Ok();
+}
+
+// --layers' count and sizes, that there is a model, its text's length, and its shapes when its
+// input is known.
+Status CheckModelOptions(const TrainOptions& o) {
+  const auto& layers = o.mlp_layers;
+  if (!layers.empty() && (layers.size() < 2 || layers.size() > kMaxMlpSizes)) {
+    return Bad("--layers", "needs 2 to " + std::to_string(kMaxMlpSizes) +
+                               " sizes, e.g. 1,5,1; got " + std::to_string(layers.size()));
+  }
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (layers[i] < 1 || layers[i] > kMaxWidth) {
+      return Bad("--layers", "size " + std::to_string(i + 1) + " must be between 1 and " +
+                                 std::to_string(kMaxWidth) + ", got " + std::to_string(layers[i]));
     }
   }
-  if (model.layers.empty()) {
+  if (o.model.layers.empty()) {
     return Status::Usage("--layers or --model is required (--layers 1,5,1 for an MLP, or "
                          "--model with layers such as \"linear(5),tanh,linear(1)\")");
   }
-  if (model.Text().size() >= kMaxModelText) {
-    return Bad("--model", "the model's text is " + std::to_string(model.Text().size()) +
+  if (o.model.Text().size() >= kMaxModelText) {
+    return Bad("--model", "the model's text is " + std::to_string(o.model.Text().size()) +
                               " bytes written out, more than the " +
                               std::to_string(kMaxModelText - 1) + " a run holds");
   }
   // A --model's input may come from the data (master/run.cc checks it then).
-  if (model.input.c > 0) {
-    if (Status s = CheckModel(model, model_text.empty() ? "--layers" : "--model"); !s.ok()) return s;
-  }
-  if (lr == 0 && !Given("--lr")) return Status::Usage("--lr is required (the learning rate)");
-  if ((steps > 0) == (epochs > 0)) {
+  if (o.model.input.c == 0) return Status::Ok();
+  return CheckModel(o.model, o.model_text.empty() ? "--layers" : "--model");
+}
+
+// The learning rate and the run's length.
+Status CheckRateAndLength(const TrainOptions& o) {
+  if (o.lr == 0 && !o.Given("--lr")) return Status::Usage("--lr is required (the learning rate)");
+  if ((o.steps > 0) == (o.epochs > 0)) {
     return Status::Usage("give exactly one of --steps N and --epochs E");
   }
-  if (Status st = nn::CheckOptimizerOptions(*this); !st.ok()) return st;
-  if (Status st = CheckHeldOut(*this); !st.ok()) return st;
-  if (task && loss_given && TaskOf(model.loss) != *task) {
-    return Bad("--task", std::string(ToString(*task)) + " needs --loss " +
-                             (*task == Task::kClassification ? "xent" : "mse") + ", got --loss " +
-                             ToString(model.loss));
+  return Status::Ok();
+}
+
+// --task against a --loss given with it.
+Status CheckTask(const TrainOptions& o) {
+  if (!o.task || !o.loss_given || TaskOf(o.model.loss) == *o.task) return Status::Ok();
+  const Loss needs = *o.task == Task::kClassification ? Loss::kXent : Loss::kMse;
+  return Bad("--task", std::string(ToString(*o.task)) + " needs --loss " + ToString(needs) +
+                           ", got --loss " + ToString(o.model.loss));
+}
+
+Status CheckMetricsAddr(const TrainOptions& o) {
+  if (o.metrics_addr.empty() || !o.metrics) return Status::Ok();
+  HostPort hp;
+  if (Status st = ParseHostPort(o.metrics_addr, &hp); !st.ok()) {
+    return Bad("--metrics-addr " + o.metrics_addr, st.message());
   }
-  if (Status st = CheckFaultTolerance(*this); !st.ok()) return st;
-  if (!metrics_addr.empty() && metrics) {
-    HostPort hp;
-    if (Status st = ParseHostPort(metrics_addr, &hp); !st.ok()) {
-      return Bad("--metrics-addr " + metrics_addr, st.message());
-    }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status TrainOptions::Validate() const {
+  for (Status (*step)(const TrainOptions&) :
+       {CheckSource, CheckModelOptions, CheckRateAndLength, nn::CheckOptimizerOptions,
+        CheckHeldOut, CheckTask, CheckFaultTolerance, CheckMetricsAddr, CheckApplies}) {
+    if (Status st = step(*this); !st.ok()) return st;
   }
-  return CheckApplies(*this);
+  return Status::Ok();
 }
 
 std::string TrainOptions::As(std::string_view flag, const std::string& otherwise) const {
@@ -276,19 +288,20 @@ std::string TrainOptions::As(std::string_view flag, const std::string& otherwise
 
 std::string TrainOptions::DivergenceHint() const {
   // Values as the run holds them (%g), as every divergence message has always printed them.
-  const std::string rate = "--lr " + G(lr);
+  const std::string rate = "--lr " + Fmt("%g", lr);
   // SGD and AdamW scale every weight by (1 - lr * wd) each step besides the gradient's move:
   // from lr * wd >= 2 on, that alone makes the weights grow.
   if (Given("--weight-decay") && lr * weight_decay >= 2) {
-    return "the weight decay (--weight-decay " + G(weight_decay) + ") is probably too large for " +
-           rate + ": each step scales every weight by 1 - lr x weight decay = " +
-           G(1 - lr * weight_decay) + ", which grows it";
+    return "the weight decay (--weight-decay " + Fmt("%g", weight_decay) +
+           ") is probably too large for " + rate +
+           ": each step scales every weight by 1 - lr x weight decay = " +
+           Fmt("%g", 1 - lr * weight_decay) + ", which grows it";
   }
   // The compensation lambda * g*g*(w - w_bak) moves a stale copy by about lr * lambda * g^2
   // times its staleness: from lr * lambda >= 1 on it outgrows the gradient itself.
   if (mode == Mode::kAsync && rule != AsyncRule::kAsgd && Given("--lambda") && lr * lambda >= 1) {
-    return "the delay compensation (--lambda " + G(lambda) + ") is probably too large for " + rate +
-           ": lr x lambda = " + G(lr * lambda) +
+    return "the delay compensation (--lambda " + Fmt("%g", lambda) +
+           ") is probably too large for " + rate + ": lr x lambda = " + Fmt("%g", lr * lambda) +
            ", so the compensation outgrows the gradient wherever a copy is stale";
   }
   return "the learning rate (" + rate + ") is probably too large";
@@ -297,79 +310,6 @@ std::string TrainOptions::DivergenceHint() const {
 double TrainOptions::LambdaOrDefault() const {
   if (!std::isnan(lambda)) return lambda;
   return rule == AsyncRule::kDcAsgdC ? 0.01 : rule == AsyncRule::kDcAsgdA ? 2.0 : 0.0;
-}
-
-std::optional<Mode> ParseMode(std::string_view s) {
-  if (s == "sync") return Mode::kSync;
-  if (s == "async") return Mode::kAsync;
-  return std::nullopt;
-}
-std::optional<AsyncRule> ParseAsyncRule(std::string_view s) {
-  if (s == "asgd") return AsyncRule::kAsgd;
-  if (s == "dc-asgd-c") return AsyncRule::kDcAsgdC;
-  if (s == "dc-asgd-a") return AsyncRule::kDcAsgdA;
-  return std::nullopt;
-}
-std::optional<Normalize> ParseNormalize(std::string_view s) {
-  if (s == "none") return Normalize::kNone;
-  if (s == "minmax") return Normalize::kMinMax;
-  if (s == "standard") return Normalize::kStandard;
-  return std::nullopt;
-}
-std::optional<ComputeType> ParseComputeType(std::string_view s) {
-  if (s == "float") return ComputeType::kFloat;
-  if (s == "bf16") return ComputeType::kBf16;
-  return std::nullopt;
-}
-std::optional<Task> ParseTask(std::string_view s) {
-  if (s == "regression") return Task::kRegression;
-  if (s == "classification") return Task::kClassification;
-  return std::nullopt;
-}
-std::optional<DataFormat> ParseDataFormat(std::string_view s) {
-  if (s == "auto") return DataFormat::kAuto;
-  if (s == "csv") return DataFormat::kCsv;
-  if (s == "libsvm" || s == "svmlight") return DataFormat::kLibsvm;
-  if (s == "idx") return DataFormat::kIdx;
-  if (s == "npy") return DataFormat::kNpy;
-  if (s == "npz") return DataFormat::kNpz;
-  return std::nullopt;
-}
-const char* ToString(DataFormat f) {
-  switch (f) {
-    case DataFormat::kAuto: return "auto";
-    case DataFormat::kCsv: return "csv";
-    case DataFormat::kLibsvm: return "libsvm";
-    case DataFormat::kIdx: return "idx";
-    case DataFormat::kNpy: return "npy";
-    case DataFormat::kNpz: return "npz";
-  }
-  return "?";
-}
-const char* ToString(Task t) { return t == Task::kClassification ? "classification" : "regression"; }
-const char* ToString(Mode m) { return m == Mode::kSync ? "sync" : "async"; }
-const char* ToString(AsyncRule r) {
-  switch (r) {
-    case AsyncRule::kAsgd: return "asgd";
-    case AsyncRule::kDcAsgdC: return "dc-asgd-c";
-    case AsyncRule::kDcAsgdA: return "dc-asgd-a";
-  }
-  return "unknown";
-}
-const char* ToString(ComputeType t) {
-  switch (t) {
-    case ComputeType::kFloat: return "float";
-    case ComputeType::kBf16: return "bf16";
-  }
-  return "unknown";
-}
-const char* ToString(Normalize n) {
-  switch (n) {
-    case Normalize::kNone: return "none";
-    case Normalize::kMinMax: return "minmax";
-    case Normalize::kStandard: return "standard";
-  }
-  return "unknown";
 }
 
 int64_t TrainOptions::TotalSteps(int64_t rows) const {

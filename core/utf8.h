@@ -38,6 +38,13 @@ inline size_t Utf8Length(std::string_view s, size_t i) {
   return n;
 }
 
+// A byte that a message cannot show as it is: "\x00" .. "\xff".
+inline std::string EscapedByte(unsigned char c) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "\\x%02x", c);
+  return buf;
+}
+
 // Text from a file as a message shows it: control bytes (but those in `keep`) and bytes that
 // are not part of well-formed UTF-8 written as \xNN, everything else as it is. A binary file
 // fed by mistake then neither puts raw bytes on the terminal nor cuts a message at a NUL, and
@@ -49,9 +56,7 @@ inline std::string Printable(std::string_view text, std::string_view keep = {}) 
     const unsigned char c = static_cast<unsigned char>(text[i]);
     const size_t n = Utf8Length(text, i);
     if (n == 0 || ((c < 0x20 || c == 0x7f) && keep.find(static_cast<char>(c)) == keep.npos)) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      s += buf;
+      s += EscapedByte(c);
       ++i;
     } else {
       s.append(text, i, n);

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <string_view>
 
+#include "core/decimal.h"
+
 namespace shmtrain::data {
 namespace {
 
@@ -214,12 +216,6 @@ T LoadElem(const unsigned char* p, bool swap) {
   return v;
 }
 
-std::string Shown(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
-  return buf;
-}
-
 // Converts n elements of type T to Out, checking what the target cannot hold.
 template <typename T, typename Out>
 Status Convert(const ByteSource& src, const unsigned char* raw, int64_t n, bool swap, Out* out,
@@ -228,9 +224,10 @@ Status Convert(const ByteSource& src, const unsigned char* raw, int64_t n, bool 
   for (int64_t i = 0; i < n; ++i) {
     const T v = LoadElem<T>(raw + i * sizeof(T), swap);
     if constexpr (std::is_floating_point_v<T>) {
-      if (!std::isfinite(v)) return Bad(src, where(base + i) + ": value " + Shown(v) + " is not finite");
+      const std::string value = where(base + i) + ": value " + Fmt("%.9g", v);
+      if (!std::isfinite(v)) return Bad(src, value + " is not finite");
       if (std::is_same_v<Out, float> && std::fabs(static_cast<double>(v)) >= kFloatOverflow) {
-        return Bad(src, where(base + i) + ": value " + Shown(v) + " is too large for a 32-bit float");
+        return Bad(src, value + " is too large for a 32-bit float");
       }
     } else if constexpr (std::is_same_v<Out, double> && sizeof(T) == 8) {
       if (v > static_cast<T>(int64_t{1} << 53) || (std::is_signed_v<T> && v < -(static_cast<T>(int64_t{1} << 53)))) {

@@ -177,10 +177,6 @@ Status ReadLabels(const LoadOptions& opts, ArrayReader& r, Dataset* ds) {
 
 }  // namespace
 
-bool IsArrayFormat(DataFormat f) {
-  return f == DataFormat::kIdx || f == DataFormat::kNpy || f == DataFormat::kNpz;
-}
-
 DataFormat DetectFormat(const std::string& path) {
   if (const DataFormat f = FormatByName(path); f != DataFormat::kAuto) return f;
   // Only a regular file is peeked at: a pipe's bytes would be gone for the loader.

@@ -13,7 +13,7 @@
 
 namespace shmtrain::data {
 
-bool IsArrayFormat(DataFormat f);
+using shmtrain::IsArrayFormat;
 
 // The format the name says (.npy, .npz, IDX names, .svm/.libsvm/.svmlight), else kAuto.
 DataFormat FormatByName(std::string_view name);

@@ -1,6 +1,7 @@
 #include "data/dataset.h"
 
 #include "data/arrays.h"
+#include "core/decimal.h"
 #include "core/utf8.h"
 #include "data/text_cells.h"
 #include "data/text_load.h"
@@ -16,7 +17,6 @@ namespace {
 
 using text::At;
 using text::Cell;
-using text::NumberName;
 using text::ParseCell;
 using text::Quote;
 using text::Trim;
@@ -58,6 +58,32 @@ bool HeadDecides(std::string_view text) {
   return nonblank >= 2 && data;
 }
 
+// Whether opts holds a value other than the default of the data-format flag `flag`.
+bool GivenIn(const LoadOptions& opts, std::string_view flag) {
+  if (flag == "--label-col") return opts.label_col != -1 || !opts.label_name.empty();
+  if (flag == "--header") return opts.header != HeaderMode::kAuto;
+  if (flag == "--delimiter") return opts.delimiter != 0;
+  if (flag == "--decimal") return opts.decimal != 0;
+  return flag == "--labels" && !opts.labels_path.empty();
+}
+
+// The data-format flags against the file's format (FormatFlagApplies). A text file is CSV to
+// this rule: which text format it is, LoadText decides, and LIBSVM ignores the CSV flags.
+Status CheckFlagsAgainst(const std::string& path, DataFormat format, const LoadOptions& opts) {
+  const bool arrays = IsArrayFormat(format);
+  const auto given = [&](std::string_view flag) { return GivenIn(opts, flag); };
+  const FormatFlag* f = RefusedFormatFlag(arrays ? format : DataFormat::kCsv, given);
+  if (f == nullptr) return Status::Ok();
+  const std::string what = At(path) + f->name + " applies to " + f->applies_to + "; ";
+  if (arrays) {
+    return Status::Data(what + "this is " + (format == DataFormat::kIdx ? "IDX" : "NumPy") +
+                        " data, whose labels come from --labels or the .npz's --npz-y array");
+  }
+  return Status::Data(what + "this file is " +
+                      (format == DataFormat::kLibsvm ? "LIBSVM" : "CSV") +
+                      ", whose labels are in the file");
+}
+
 }  // namespace
 
 int ClassMap::Find(std::string_view cell) const {
@@ -91,7 +117,7 @@ ClassMap ClassMap::Build(const std::vector<std::string_view>& labels) {
   if (m.numeric) {
     std::sort(m.values.begin(), m.values.end());
     m.values.erase(std::unique(m.values.begin(), m.values.end()), m.values.end());
-    for (double v : m.values) m.names.push_back(NumberName(v));
+    for (double v : m.values) m.names.push_back(ShortestText(v));
   } else {
     m.values.clear();
     std::vector<std::string_view> t(labels);
@@ -107,7 +133,7 @@ ClassMap ClassMap::FromValues(std::vector<double> values) {
   for (double& v : values) v = v == 0 ? 0.0 : v;  // -0 and 0 are one class
   std::sort(values.begin(), values.end());
   values.erase(std::unique(values.begin(), values.end()), values.end());
-  for (double v : values) m.names.push_back(NumberName(v));
+  for (double v : values) m.names.push_back(ShortestText(v));
   m.values = std::move(values);
   return m;
 }
@@ -116,15 +142,13 @@ std::string ClassMap::NameError(std::string_view name) {
   for (size_t i = 0; i < name.size(); ++i) {
     const unsigned char c = static_cast<unsigned char>(name[i]);
     if (c >= 0x20 && c != 0x7f) continue;
-    char byte[8];
-    std::snprintf(byte, sizeof byte, "\\x%02x", c);
-    return std::string("holds a control byte (") + byte + " at byte " + std::to_string(i) + ")";
+    return "holds a control byte (" + EscapedByte(c) + " at byte " + std::to_string(i) + ")";
   }
   return "";
 }
 
 int ClassMap::FindValue(double v) const {
-  if (!numeric) return Find(NumberName(v));
+  if (!numeric) return Find(ShortestText(v));
   const auto it = std::lower_bound(values.begin(), values.end(), v);
   return it != values.end() && *it == v ? static_cast<int>(it - values.begin()) : -1;
 }
@@ -150,25 +174,8 @@ Status LoadFile(const std::string& path, const LoadOptions& opts, Dataset* out) 
                         "or tab)");
   }
   DataFormat format = opts.format == DataFormat::kAuto ? DetectFormat(path) : opts.format;
-  if (IsArrayFormat(format)) {
-    const char* csv_flag = opts.label_col != -1          ? "--label-col"
-                           : !opts.label_name.empty()     ? "--label-col"
-                           : opts.header != HeaderMode::kAuto ? "--header"
-                           : opts.delimiter != 0          ? "--delimiter"
-                           : opts.decimal != 0            ? "--decimal"
-                                                          : nullptr;
-    if (csv_flag != nullptr) {
-      return Status::Data(At(path) + csv_flag + " applies to CSV files; this is " +
-                          (format == DataFormat::kIdx ? "IDX" : "NumPy") +
-                          " data, whose labels come from --labels or the .npz's --npz-y array");
-    }
-    return LoadArrays(path, format, opts, out);
-  }
-  if (!opts.labels_path.empty()) {
-    return Status::Data(At(path) + "--labels applies to IDX and NumPy data; this file is " +
-                        (format == DataFormat::kLibsvm ? "LIBSVM" : "CSV") +
-                        ", whose labels are in the file");
-  }
+  if (Status s = CheckFlagsAgainst(path, format, opts); !s.ok()) return s;
+  if (IsArrayFormat(format)) return LoadArrays(path, format, opts, out);
   LoadOptions text_opts = opts;
   text_opts.format = format;  // kLibsvm by name, else kAuto (the content decides) or as given
   return LoadText(path, text_opts, TextTuning{}, out);

@@ -32,16 +32,6 @@ std::string Quote(std::string_view cell) {
   return "'" + Printable(cell.substr(0, cut)) + (cut < cell.size() ? "...'" : "'");
 }
 
-std::string Plural(int64_t n, const char* word) {
-  return std::to_string(n) + " " + word + (n == 1 ? "" : "s");
-}
-
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && IsSpace(s.front())) s.remove_prefix(1);
-  while (!s.empty() && IsSpace(s.back())) s.remove_suffix(1);
-  return s;
-}
-
 bool IsBlank(std::string_view line) {
   return std::all_of(line.begin(), line.end(), IsSpace);
 }
@@ -155,12 +145,6 @@ std::string CellError(Cell r, std::string_view cell) {
       break;
   }
   return "internal error";
-}
-
-std::string NumberName(double v) {
-  char buf[32];
-  auto [p, ec] = std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, ec == std::errc() ? p : buf);
 }
 
 int32_t LabelBook::Intern(std::string_view text, int64_t line, int64_t col) {

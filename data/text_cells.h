@@ -12,6 +12,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/decimal.h"
+#include "core/text.h"
 #include "data/dataset.h"
 
 namespace shmtrain::data::text {
@@ -24,12 +26,10 @@ std::string At(const std::string& path, int64_t line, int64_t col);
 // A cell as shown in a message: quoted, cut to a readable length, made Printable (core/utf8.h).
 std::string Quote(std::string_view cell);
 
-std::string Plural(int64_t n, const char* word);
+using shmtrain::Plural;  // core/decimal.h
 
-inline bool IsSpace(char c) {
-  return c == ' ' || c == '\t';
-}
-std::string_view Trim(std::string_view s);
+using shmtrain::IsSpace;  // core/text.h
+using shmtrain::Trim;
 // A line without the '\r's that end it ("\r\n" and "\r\r\n" line ends alike).
 inline std::string_view DropCr(std::string_view line) {
   while (!line.empty() && line.back() == '\r') line.remove_suffix(1);
@@ -134,9 +134,6 @@ inline bool FastDecimal(const char** p, double* out) {
   *p = s;
   return true;
 }
-
-// The shortest text that reads back as v ("3", "2.5", "-1e+20").
-std::string NumberName(double v);
 
 // A label cell on its way to the class map, with where it was for messages.
 struct PendingLabel {

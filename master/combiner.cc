@@ -79,21 +79,19 @@ Status Combiner::status() const {
 
 double Combiner::MeanUs() const { return body_->times.MeanUs(); }
 
-// The same protocol as a rank's barrier wait (shm/barrier.h): count as a waiter, read the
-// futex word, check, sleep only while the word is unchanged. Ranks that complete HS bump it.
+// A rank's barrier wait's protocol (shm::SleepOnWakeSeq), in slices that see a Stop(): ranks
+// that complete HS move the futex word.
 bool Combiner::Body::WaitHostSums(int64_t t) {
   const int P = static_cast<int>(h->config.workers);
-  for (;;) {
-    shm::AddSeqCst<uint32_t>(h->waiters, 1);
-    const uint32_t seq = shm::LoadSeqCst(h->wake_seq);
-    const bool done = shm::HostSumsComplete(blocks, P, t);
-    if (!done && !stop.load()) {
-      shm::FutexWaitUntil(&h->wake_seq, seq, shm::MonotonicNs() + kSliceNs);
-    }
-    shm::SubSeqCst<uint32_t>(h->waiters, 1);
-    if (done) return true;
-    if (stop.load()) return false;
-  }
+  bool done = false;
+  shm::SleepOnWakeSeq(
+      h,
+      [&]() -> int64_t {
+        done = shm::HostSumsComplete(blocks, P, t);
+        return done || stop.load() ? shm::kWakeDone : shm::MonotonicNs() + kSliceNs;
+      },
+      [&] { return stop.load(); });
+  return done;
 }
 
 void Combiner::Body::Loop() {

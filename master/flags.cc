@@ -56,13 +56,7 @@ std::string RealRefusal(const FlagDef& f, double x, std::string_view typed) {
 
 // "100ms", "86400s": a duration limit as the help states it.
 std::string DurationText(double s) {
-  char buf[32];
-  if (s > 0 && s < 1) {
-    std::snprintf(buf, sizeof buf, "%gms", s * 1000);
-  } else {
-    std::snprintf(buf, sizeof buf, "%gs", s);
-  }
-  return buf;
+  return s > 0 && s < 1 ? Fmt("%gms", s * 1000) : Fmt("%gs", s);
 }
 
 template <class T>
@@ -154,12 +148,10 @@ FlagValue Seconds(Field<double> at) {
             if (!s) return Expected(f.name, "a duration such as 50ms, 2s or 1m", v);
             const Limits& l = f.limits;
             if ((l.lo_open ? *s <= l.lo : *s < l.lo) || *s > l.hi) {
-              char got[32];
-              std::snprintf(got, sizeof got, "%gs", *s);
               return Status::Usage(f.name + ": " +
                                    (l.refusal.empty() ? "must be between " + DurationText(l.lo) +
                                                             " and " + DurationText(l.hi) +
-                                                            ", got " + got
+                                                            ", got " + Fmt("%gs", *s)
                                                       : l.refusal));
             }
             at.Of(c) = *s;
@@ -209,10 +201,10 @@ std::vector<std::string> Names(const FlagDef& f) {
 }
 
 // One of the names f.arg lists; `known` is how a refusal lists them (default: f.arg's).
-template <class E>
-FlagValue Choice(Field<E> at, std::optional<E> (*parse)(std::string_view), std::string known = "") {
+template <class T>
+FlagValue Choice(Field<T> at, std::optional<T> (*parse)(std::string_view), std::string known = "") {
   return {[at, parse, known](Command* c, const FlagDef& f, std::string_view v) {
-            const std::optional<E> e = parse(v);
+            const std::optional<T> e = parse(v);
             if (!e) return Unknown(f, v, known);
             at.Of(c) = *e;
             return Status::Ok();
@@ -225,21 +217,16 @@ FlagValue Choice(Field<E> at, std::optional<E> (*parse)(std::string_view), std::
           }};
 }
 
-// One of f.arg's names, which are E's values in order ("text|json": kText, kJson).
-template <class E>
-FlagValue Named(Field<E> at) {
+// One of E's names (shmtrain/enum_names.h), which the flag's arg lists: EnumNames<E>("|").
+template <NamedEnum E>
+FlagValue Choice(Field<E> at) {
   return {[at](Command* c, const FlagDef& f, std::string_view v) {
-            const std::vector<std::string> names = Names(f);
-            const auto it = std::find(names.begin(), names.end(), v);
-            if (it == names.end()) return Unknown(f, v);
-            at.Of(c) = static_cast<E>(it - names.begin());
+            const std::optional<E> e = ParseEnum<E>(v);
+            if (!e) return Unknown(f, v);
+            at.Of(c) = *e;
             return Status::Ok();
           },
-          [at](const Command& c, const FlagDef& f) {
-            const std::vector<std::string> names = Names(f);
-            const auto i = static_cast<size_t>(at.Of(c));
-            return i < names.size() ? names[i] : std::string();
-          }};
+          [at](const Command& c, const FlagDef&) { return std::string(ToString(at.Of(c))); }};
 }
 
 // Comma-separated integers such as 1,5,1; nullopt when v is not that.
@@ -399,7 +386,7 @@ FlagValue InputShape() {
 FlagValue LossValue() {
   return {[](Command* c, const FlagDef& f, std::string_view v) {
             c->train.loss_given = true;
-            const std::optional<Loss> l = ParseLoss(v);
+            const std::optional<Loss> l = ParseEnum<Loss>(v);
             if (!l) return Unknown(f, v);
             c->train.model.loss = *l;
             return Status::Ok();
@@ -409,7 +396,7 @@ FlagValue LossValue() {
 
 FlagValue TaskValue() {
   return {[](Command* c, const FlagDef& f, std::string_view v) {
-            const std::optional<Task> t = ParseTask(v);
+            const std::optional<Task> t = ParseEnum<Task>(v);
             if (!t) return Unknown(f, v);
             c->train.task = *t;
             return Status::Ok();
@@ -472,11 +459,7 @@ std::string LayerList() {
     for (const nn::LayerArg& a : t->args) {
       if (!args.empty()) args += ",";
       args += a.name;
-      if (!a.required) {
-        char buf[32];
-        std::snprintf(buf, sizeof buf, "=%g", a.default_value);
-        args += buf;
-      }
+      if (!a.required) args += Fmt("=%g", a.default_value);
     }
     if (!args.empty()) s += "(" + args + ")";
   }
@@ -492,8 +475,8 @@ std::vector<FlagDef> DataFlags() {
        .deflt = "1", .limits = IntRange(1, shm::kMaxWorkers), .value = Int(Opt(&TO::workers)),
        .group = kWorkers, .commands = kTrainExample, .workers = true,
        .to_workers = Copy<&TO::workers, &RC::workers>, .trajectory = true},
-      {.name = "--mode", .arg = "sync|async", .help = "how workers combine gradients (default {default})",
-       .deflt = "sync", .value = Choice(Opt(&TO::mode), ParseMode), .group = kWorkers,
+      {.name = "--mode", .arg = EnumNames<Mode>("|"), .help = "how workers combine gradients (default {default})",
+       .deflt = "sync", .value = Choice(Opt(&TO::mode)), .group = kWorkers,
        .commands = kTrainCmd, .workers = true, .to_workers = Copy<&TO::mode, &RC::mode>,
        .trajectory = true},
       {.name = "--data", .arg = "FILE",
@@ -532,18 +515,18 @@ std::vector<FlagDef> DataFlags() {
 // How a data file is read: format, CSV cells, what the labels are and how features scale.
 std::vector<FlagDef> FormatFlags() {
   return {
-      {.name = "--format", .arg = "auto|csv|libsvm|idx|npy|npz",
+      {.name = "--format", .arg = EnumNames<DataFormat>("|"),
        .help = "data file format (default {default}: by name, then by content)", .deflt = "auto",
-       .value = Choice(Opt(&TO::format), ParseDataFormat), .group = kData,
+       .value = Choice(Opt(&TO::format)), .group = kData,
        .commands = kReadsData},
       {.name = "--label-col", .arg = "K|NAME",
        .help = "label column of a CSV: 0-based index {limits} (-1 = the last), or its name in "
                "the header (default {default})",
        .deflt = "-1", .limits = IntRange(-1, 1000000), .value = LabelCol(), .group = kData,
        .commands = kReadsData},
-      {.name = "--header", .arg = "auto|yes|no",
+      {.name = "--header", .arg = EnumNames<HeaderMode>("|"),
        .help = "whether a CSV has a header line (default {default}: detected)", .deflt = "auto",
-       .value = Named(Opt(&TO::header)), .group = kData, .commands = kReadsData},
+       .value = Choice(Opt(&TO::header)), .group = kData, .commands = kReadsData},
       {.name = "--delimiter", .arg = ",|;|tab", .help = "CSV cell separator (default: {default})",
        .deflt_words = "detected from the first lines",
        .value = Choice(Opt(&TO::delimiter), ParseDelimiter, ", ; tab"), .group = kData,
@@ -552,13 +535,13 @@ std::vector<FlagDef> FormatFlags() {
        .deflt_words = "',' in a ';' file with numbers like 1,5",
        .value = Choice(Opt(&TO::decimal), ParseDecimal, ". ,"), .group = kData,
        .commands = kReadsData},
-      {.name = "--task", .arg = "classification|regression",
+      {.name = "--task", .arg = EnumNames<Task>("|"),
        .help = "what the labels are; picks the loss (default: {default})",
        .deflt_words = "by --loss", .value = TaskValue(), .group = kData, .commands = kTrainSim,
        .workers = true, .trajectory = true},
-      {.name = "--normalize", .arg = "none|minmax|standard",
+      {.name = "--normalize", .arg = EnumNames<Normalize>("|"),
        .help = "scale features with statistics of the training rows (default {default})",
-       .deflt = "none", .value = Choice(Opt(&TO::normalize), ParseNormalize), .group = kData,
+       .deflt = "none", .value = Choice(Opt(&TO::normalize)), .group = kData,
        .commands = kTrainSim},
   };
 }
@@ -572,9 +555,9 @@ std::vector<FlagDef> ModelFlags() {
                         std::to_string(kMaxWidth)),
        .value = Layers(), .group = kModel, .commands = kTrainSim, .workers = true,
        .trajectory = true},
-      {.name = "--activation", .arg = "tanh|relu|sigmoid|identity",
+      {.name = "--activation", .arg = EnumNames<Activation>("|"),
        .help = "--layers' hidden-layer activation (default {default})", .deflt = "tanh",
-       .value = Choice(Opt(&TO::activation), ParseActivation), .group = kModel,
+       .value = Choice(Opt(&TO::activation)), .group = kModel,
        .commands = kTrainSim, .workers = true, .trajectory = true},
       {.name = "--model", .arg = "LAYERS",
        .help = "the layers, PyTorch's names and arguments separated by commas, e.g. "
@@ -590,23 +573,23 @@ std::vector<FlagDef> ModelFlags() {
        .limits = Stated("each 1.." + std::to_string(kMaxWidth)),
        .value = InputShape(), .group = kModel, .commands = kTrainSim, .workers = true,
        .trajectory = true},
-      {.name = "--loss", .arg = "mse|xent",
+      {.name = "--loss", .arg = EnumNames<Loss>("|"),
        .help = "mse (one output) or xent (softmax, one output per class) (default {default}, or "
                "by --task)",
        .deflt = "mse", .value = LossValue(), .group = kModel, .commands = kTrainSim,
        .workers = true, .trajectory = true},
       // A checkpoint holds the parameters, so the initialisation is not in the fingerprint.
-      {.name = "--init", .arg = "torch|normal|xavier|he",
+      {.name = "--init", .arg = EnumNames<Init>("|"),
        .help = "initialisation: torch = W, b ~ U(+-1/sqrt(fan_in)); normal = N(0, 1); xavier, "
                "he: scaled normal W, b = 0 (default {default})",
-       .deflt = "torch", .value = Choice(Opt(&TO::init), ParseInit), .group = kModel,
+       .deflt = "torch", .value = Choice(Opt(&TO::init)), .group = kModel,
        .commands = kTrainSim},
-      {.name = "--precision", .arg = "float|bf16",
+      {.name = "--precision", .arg = EnumNames<ComputeType>("|"),
        .help = "the inputs of the products of linear and conv2d layers in the workers: float, "
                "or bf16 (rounded to nearest even, summed in float; weights, optimizer, loss and "
                "the sums across workers stay float; needs a CPU with avx512_bf16) (default "
                "{default})",
-       .deflt = "float", .value = Choice(Opt(&TO::precision), ParseComputeType),
+       .deflt = "float", .value = Choice(Opt(&TO::precision)),
        .group = kModel, .commands = kTrainCmd, .workers = true,
        .to_workers = Copy<&TO::precision, &RC::precision>, .trajectory = true},
   };
@@ -698,9 +681,9 @@ std::vector<FlagDef> OptimFlags() {
 
 std::vector<FlagDef> AsyncFlags() {
   return {
-      {.name = "--rule", .arg = "asgd|dc-asgd-c|dc-asgd-a",
+      {.name = "--rule", .arg = EnumNames<AsyncRule>("|"),
        .help = "async update rule (default {default})", .deflt = "dc-asgd-a",
-       .value = Choice(Opt(&TO::rule), ParseAsyncRule), .group = kAsync, .commands = kTrainSim,
+       .value = Choice(Opt(&TO::rule)), .group = kAsync, .commands = kTrainSim,
        .workers = true, .to_workers = Copy<&TO::rule, &RC::rule>, .trajectory = true},
       {.name = "--lambda", .arg = "X",
        .help = "DC-ASGD lambda {limits}: dc-asgd-c's constant (default 0.01), dc-asgd-a's "
@@ -779,9 +762,9 @@ std::vector<FlagDef> OutputFlags() {
        .deflt = "50", .limits = IntRange(0, kUnbounded), .value = Int(Opt(&TO::log_every)),
        .group = kOut, .commands = kTrainSim, .workers = true,
        .to_workers = Copy<&TO::log_every, &RC::log_every>},
-      {.name = "--log-format", .arg = "text|json",
+      {.name = "--log-format", .arg = EnumNames<LogFormat>("|"),
        .help = "plain lines or one JSON object per line (default {default})", .deflt = "text",
-       .value = Named(Opt(&TO::log_format)), .group = kOut,
+       .value = Choice(Opt(&TO::log_format)), .group = kOut,
        .commands = kTrainSim | kExampleCmd | kEvalCmd | kPredictCmd},
       {.name = "--no-progress", .arg = "",
        .help = "never show the live progress line (default: {default})",

@@ -14,12 +14,6 @@
 
 namespace shmtrain::master {
 
-std::string Fmt(const char* format, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, format, v);
-  return buf;
-}
-
 Status WriteStdout(std::string_view s) {
   errno = 0;
   if (std::fwrite(s.data(), 1, s.size(), stdout) == s.size() && std::fflush(stdout) == 0) {
@@ -69,9 +63,7 @@ JsonLine& JsonLine::Num(std::string_view key, double v) {
     body_ += "null";
   } else {
     // The shortest text that reads back as the same double (log.h: why not nlohmann::json's).
-    char buf[32];
-    const auto r = std::to_chars(buf, buf + sizeof buf, v);
-    body_.append(buf, r.ptr);
+    body_ += ShortestText(v);
   }
   return *this;
 }

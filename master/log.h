@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/decimal.h"
 #include "shmtrain/options.h"
 #include "shmtrain/status.h"
 
@@ -35,9 +36,6 @@ class JsonLine {
   void Key(std::string_view key);
   std::string body_;
 };
-
-// One number through a printf format, e.g. Fmt("%.4f", 0.97).
-std::string Fmt(const char* format, double v);
 
 // Writes s to standard output and flushes it. kResource "cannot write standard output:
 // <reason>" when that fails: a full disk (ENOSPC), a pipe whose reader has gone (EPIPE: every

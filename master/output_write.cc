@@ -13,6 +13,7 @@
 #include <cstring>
 #include <utility>
 
+#include "core/decimal.h"
 #include "master/output_path.h"
 
 namespace shmtrain::master {
@@ -105,10 +106,9 @@ Status WriteStream(const std::string& path, const OutputTarget& t, const std::st
   const int fd = OpenStream(t, o.reader_wait_ms, o.stopped, &r);
   if (fd < 0 && r.stopped) return Interrupted(path);
   if (fd < 0 && t.fifo && r.err == ENXIO) {
-    char wait[32];
-    std::snprintf(wait, sizeof wait, "%g s", o.reader_wait_ms / 1000.0);
     return Status::Resource("cannot write " + path + ": no process opened the FIFO " + t.path +
-                            " for reading within " + wait + "; start its reader first");
+                            " for reading within " + Fmt("%g s", o.reader_wait_ms / 1000.0) +
+                            "; start its reader first");
   }
   if (fd < 0) return Status::Resource("cannot write " + path + ": " + std::strerror(r.err));
   r = WriteWithoutBlocking(fd, false, bytes, o.stopped);

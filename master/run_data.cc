@@ -56,10 +56,6 @@ uint64_t ShmFree() {
   return static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
 }
 
-std::string Count(int64_t n, const std::string& what) {
-  return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
-}
-
 // The memory the model's passes take (nn::PassBytes, what the nets allocate), and what for.
 struct PassMemory {
   double bytes = 0;
@@ -77,9 +73,9 @@ PassMemory TrainingPasses(const TrainOptions& o, int64_t rows) {
   const uint64_t eval = nn::EvaluateBytes(o.model, rows);
   const int64_t eval_rows = std::min(nn::EvalChunk(o.model), rows);
   return {static_cast<double>(worker) * o.workers + static_cast<double>(eval),
-          Bytes(static_cast<double>(worker)) + " for each of " + Count(o.workers, "worker") + " (" +
-              Count(n, "sample") + " a pass), " + Bytes(static_cast<double>(eval)) +
-              " for the master's evaluations (" + Count(eval_rows, "sample") + " a pass)"};
+          Bytes(static_cast<double>(worker)) + " for each of " + Plural(o.workers, "worker") +
+              " (" + Plural(n, "sample") + " a pass), " + Bytes(static_cast<double>(eval)) +
+              " for the master's evaluations (" + Plural(eval_rows, "sample") + " a pass)"};
 }
 
 // The memory check of train, eval and predict: the data as float32 with its targets (the
@@ -189,7 +185,7 @@ Status CheckMemory(const std::string& src, int64_t rows, int features, const Mod
   const int64_t n = std::min(nn::EvalChunk(model), rows);
   const PassMemory eval{static_cast<double>(nn::EvaluateBytes(model, rows)),
                         Bytes(static_cast<double>(nn::EvaluateBytes(model, rows))) +
-                            " for evaluation (" + Count(n, "sample") + " a pass)"};
+                            " for evaluation (" + Plural(n, "sample") + " a pass)"};
   return FitsInMemory(src, rows, features, 0, eval, MemAvailable());
 }
 

@@ -74,11 +74,6 @@ void OnTerminate() {
 
 std::atomic<int> g_stop_signal{0};
 
-std::string SignalName(int sig) {
-  const char* abbrev = sigabbrev_np(sig);
-  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
-}
-
 RemovedOnDeath::RemovedOnDeath(const std::string& path) {
   if (path.empty() || path.size() >= sizeof(Slot::path)) return;
   for (int k = 0; k < kSlots; ++k) {

@@ -24,6 +24,7 @@
 #include <exception>
 #include <string>
 
+#include "core/signal_name.h"
 #include "master/run_loop.h"
 
 namespace shmtrain::master {
@@ -36,8 +37,6 @@ static_assert(std::atomic<int>::is_always_lock_free, "stored from a signal handl
 inline bool StopRequested() {
   return g_stop_signal.load() != 0;
 }
-// "SIGHUP" for 1, for messages.
-std::string SignalName(int sig);
 
 // A file this process removes should it die before the owner of this object does (a crash
 // signal, an escaped exception; with StopAction::kRemoveAndDie a stop signal too): the

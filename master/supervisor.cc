@@ -12,6 +12,7 @@
 #include <cstring>
 #include <map>
 
+#include "core/signal_name.h"
 #include "master/segment_reads.h"
 #include "shm/barrier.h"
 #include "shm/futex.h"
@@ -27,10 +28,7 @@ constexpr int64_t kSilentFloorNs = 250'000'000;
 
 std::string DescribeExit(int status) {
   if (WIFSIGNALED(status)) {
-    const int sig = WTERMSIG(status);
-    const char* abbrev = sigabbrev_np(sig);
-    return "was killed by signal " + std::to_string(sig) + " (SIG" + (abbrev ? abbrev : "?") +
-           ")";
+    return "was killed by " + SignalText(WTERMSIG(status));
   }
   const int code = WEXITSTATUS(status);
   return "exited with code " + std::to_string(code) + " (" + WorkerExitName(code) + ")";

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <optional>
 
+#include "core/decimal.h"
+#include "core/text.h"
 #include "nn/registry.h"
 
 namespace shmtrain::nn {
@@ -55,7 +57,7 @@ bool ModelSpec::AsMlp(std::vector<int>* sizes, Activation* activation) const {
     if (i == layers.size()) break;
     Activation f = Activation::kIdentity;
     if (layers[i].kind != "linear") {
-      const std::optional<Activation> a = ParseActivation(layers[i++].kind);
+      const std::optional<Activation> a = ParseEnum<Activation>(layers[i++].kind);
       if (!a.has_value() || *a == Activation::kIdentity) return false;
       f = *a;
     }
@@ -107,12 +109,6 @@ int64_t ParamBlock::Size() const {
 
 namespace {
 
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
 // Splits at the commas outside parentheses; false on unbalanced parentheses.
 bool SplitTopLevel(std::string_view s, std::vector<std::string_view>* parts) {
   int depth = 0;
@@ -138,12 +134,6 @@ std::string ArgNames(const LayerType& t) {
 
 std::string TypeNames() { return NamesOf(LayerTypes(), ", "); }
 
-std::string Num(double v) {
-  char buf[32];
-  const auto r = std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, r.ptr);
-}
-
 Status CheckValue(const LayerArg& a, std::string_view text, double* out) {
   const std::string s(text);
   char* end = nullptr;
@@ -155,8 +145,8 @@ Status CheckValue(const LayerArg& a, std::string_view text, double* out) {
     return Status::Usage(std::string(a.name) + " wants a whole number, not " + s);
   }
   if (v < a.lo || v > a.hi) {
-    return Status::Usage(std::string(a.name) + " must be in [" + Num(a.lo) + ", " + Num(a.hi) +
-                         "], not " + s);
+    return Status::Usage(std::string(a.name) + " must be in [" + ShortestText(a.lo) + ", " +
+                         ShortestText(a.hi) + "], not " + s);
   }
   *out = v;
   return Status::Ok();
@@ -275,7 +265,7 @@ std::string ModelText(const std::vector<LayerSpec>& layers) {
       const LayerArg& a = t->args[i];
       if (!a.required && l.args[i] == a.default_value) continue;
       args += (args.empty() ? "" : ",") + (a.required ? "" : std::string(a.name) + "=") +
-              Num(l.args[i]);
+              ShortestText(l.args[i]);
     }
     if (!args.empty()) s += "(" + args + ")";
   }

@@ -15,6 +15,18 @@ namespace {
 constexpr int64_t kSliceNs = 100'000'000;  // longest single sleep: heartbeat and master checks
 constexpr int64_t kMinSpinNs = 2'000;      // the adaptive spin never drops below this
 
+// The waking side of the protocol (barrier.h): move wake_seq, then wake the sleepers; a rank
+// only when some are counted (most arrivals find none and skip the system call), the master
+// always (its wakes are rare).
+void WakeCounted(Header* h) {
+  AddSeqCst<uint32_t>(h->wake_seq, 1);
+  if (LoadSeqCst(h->waiters) > 0) FutexWake(&h->wake_seq, INT_MAX);
+}
+void WakeAll(Header* h) {
+  AddSeqCst<uint32_t>(h->wake_seq, 1);
+  FutexWake(&h->wake_seq, INT_MAX);
+}
+
 }  // namespace
 
 PhaseBarrier::PhaseBarrier(Header* header, WorkerBlock* blocks, int workers, WorkerBlock* self,
@@ -36,8 +48,7 @@ bool PhaseBarrier::Complete(uint64_t target) const {
 void PhaseBarrier::Arrive(uint64_t phase) {
   StorePhase(*self_, phase);
   if (workers_ == 1 || !Complete(phase)) return;
-  AddSeqCst<uint32_t>(h_->wake_seq, 1);
-  if (LoadSeqCst(h_->waiters) > 0) FutexWake(&h_->wake_seq, INT_MAX);
+  WakeCounted(h_);
 }
 
 PhaseBarrier::Result PhaseBarrier::Wait(uint64_t target, int64_t deadline_ns) {
@@ -63,8 +74,7 @@ void PhaseBarrier::PublishNorm(int64_t step, double sq) {
   StoreRelaxed(self_->grad_sq, sq);
   StoreSeqCst(self_->grad_sq_step, step);
   if (workers_ == 1 || !NormsComplete(step)) return;
-  AddSeqCst<uint32_t>(h_->wake_seq, 1);
-  if (LoadSeqCst(h_->waiters) > 0) FutexWake(&h_->wake_seq, INT_MAX);
+  WakeCounted(h_);
 }
 
 PhaseBarrier::Result PhaseBarrier::WaitNorms(int64_t step, int64_t deadline_ns, double* sq) {
@@ -77,8 +87,7 @@ PhaseBarrier::Result PhaseBarrier::WaitNorms(int64_t step, int64_t deadline_ns, 
 void PhaseBarrier::PublishHostSum(int64_t step) {
   StoreSeqCst(self_->host_sum_step, step);
   if (!HostSumsComplete(blocks_, workers_, step)) return;
-  AddSeqCst<uint32_t>(h_->wake_seq, 1);
-  if (LoadSeqCst(h_->waiters) > 0) FutexWake(&h_->wake_seq, INT_MAX);
+  WakeCounted(h_);
 }
 
 PhaseBarrier::Result PhaseBarrier::WaitCombined(int64_t step, int64_t deadline_ns) {
@@ -98,8 +107,7 @@ void PublishCombined(Header* header, int64_t step, int64_t samples, double loss_
   header->combined_samples = samples;
   header->combined_loss = loss_sum;
   StoreSeqCst(header->combined_step, step);
-  AddSeqCst<uint32_t>(header->wake_seq, 1);
-  if (LoadSeqCst(header->waiters) > 0) FutexWake(&header->wake_seq, INT_MAX);
+  WakeCounted(header);
 }
 
 template <class Done>
@@ -135,48 +143,39 @@ PhaseBarrier::Result PhaseBarrier::WaitUntil(Done complete, int64_t deadline_ns)
     spin_budget_ns_ = std::max(spin_budget_ns_ / 2, kMinSpinNs);
   }
   const auto master = static_cast<pid_t>(h_->config.master_pid);
-  for (;;) {
-    AddSeqCst<uint32_t>(h_->waiters, 1);
-    const uint32_t seq = LoadSeqCst(h_->wake_seq);
-    Result r = Result::kOk;
-    bool sleep = false;
+  Result r = Result::kOk;
+  const auto look = [&]() -> int64_t {
     if (complete()) {
       r = Result::kOk;
     } else if (LoadSeqCst(h_->abort_epoch) != epoch_) {
       r = Result::kAborted;
     } else {
       const int64_t now = MonotonicNs();
-      if (now >= deadline_ns) {
-        r = Result::kTimeout;
-      } else if (getppid() != master) {
-        r = Result::kOrphaned;
-      } else {
-        sleep = true;
-        FutexWaitUntil(&h_->wake_seq, seq, std::min(deadline_ns, now + kSliceNs));
-      }
+      if (now < deadline_ns && getppid() == master) return std::min(deadline_ns, now + kSliceNs);
+      r = now >= deadline_ns ? Result::kTimeout : Result::kOrphaned;
     }
-    SubSeqCst<uint32_t>(h_->waiters, 1);
-    if (!sleep) return done(r);
+    return kWakeDone;
+  };
+  SleepOnWakeSeq(h_, look, [&] {
     StoreRelaxed(self_->heartbeat_ns, MonotonicNs());
-  }
+    return false;
+  });
+  return done(r);
 }
 
 void RaiseAbort(Header* header) {
   AddSeqCst<uint32_t>(header->abort_epoch, 1);
-  AddSeqCst<uint32_t>(header->wake_seq, 1);
-  FutexWake(&header->wake_seq, INT_MAX);
+  WakeAll(header);
 }
 
 void ReleaseCheckpoint(Header* header, int64_t step) {
   StoreSeqCst(header->released_step, step);
-  AddSeqCst<uint32_t>(header->wake_seq, 1);
-  FutexWake(&header->wake_seq, INT_MAX);
+  WakeAll(header);
 }
 
 void AckEval(Header* header, int64_t k) {
   StoreSeqCst(header->eval_ack, k);
-  AddSeqCst<uint32_t>(header->wake_seq, 1);
-  FutexWake(&header->wake_seq, INT_MAX);
+  WakeAll(header);
 }
 
 void RequestStop(Header* header, int64_t stop_eval) {

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 
+#include "shm/futex.h"
 #include "shm/layout.h"
 
 namespace shmtrain::shm {
@@ -70,6 +71,27 @@ class PhaseBarrier {
   uint64_t waited_ns_ = 0;
   int64_t spin_budget_ns_;  // current spin before sleeping, adapted per wait (<= config)
 };
+
+// The sleeping side of every wait on Header.wake_seq: a rank's (PhaseBarrier) and the master's
+// combiner's (master/combiner.cc). Each round counts the waiter in Header.waiters, reads
+// wake_seq, then asks look(): kWakeDone ends the wait (look() keeps what it found); any other
+// value is the absolute CLOCK_MONOTONIC time to sleep until, a deadline or the end of a slice.
+// The sleep ends early when wake_seq moves from the value read before look() asked; a wake-up
+// without a reason (spurious, a signal) is harmless, as the next round looks again. After each
+// sleep, no longer counted, awake() runs: true ends the wait. seq_cst throughout, as the
+// protocol above needs.
+inline constexpr int64_t kWakeDone = -1;
+template <class Look, class Awake>
+void SleepOnWakeSeq(Header* h, Look look, Awake awake) {
+  for (;;) {
+    AddSeqCst<uint32_t>(h->waiters, 1);
+    const uint32_t seq = LoadSeqCst(h->wake_seq);
+    const int64_t until = look();
+    if (until != kWakeDone) FutexWaitUntil(&h->wake_seq, seq, until);
+    SubSeqCst<uint32_t>(h->waiters, 1);
+    if (until == kWakeDone || awake()) return;
+  }
+}
 
 // Master side: raise the abort word and wake every waiter. Only the master calls this.
 void RaiseAbort(Header* header);

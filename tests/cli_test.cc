@@ -12,6 +12,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -816,12 +817,52 @@ TEST(Timeouts, DefaultHeartbeatFollowsTheBarrier) {
   EXPECT_TRUE(o.Validate().ok()) << o.Validate().message();
 }
 
+// Validate's steps in their order: options wrong at every step are refused one step at a
+// time, each step's refusal once the steps before it are mended.
+TEST(Validate, RefusesStepByStepInItsOrder) {
+  TrainOptions o;
+  o.optimizer = "nope";
+  o.val_split = 0.5;
+  o.val_data_path = "v.csv";
+  o.task = Task::kClassification;
+  o.loss_given = true;
+  o.heartbeat_timeout_s = 200;
+  o.metrics_addr = "nowhere";
+  o.given["--rule"] = "asgd";
+  const std::vector<std::pair<std::string, std::function<void(TrainOptions*)>>> steps = {
+      {"give exactly one of --data FILE and --example",
+       [](TrainOptions* t) { t->data_path = "d.csv"; }},
+      {"--layers or --model is required",
+       [](TrainOptions* t) {
+         t->model = ModelSpec::Mlp({1, 5, 1}, Activation::kTanh, Loss::kMse);
+       }},
+      {"--lr is required", [](TrainOptions* t) { t->lr = 0.1; }},
+      {"give exactly one of --steps N and --epochs E", [](TrainOptions* t) { t->steps = 1; }},
+      {"--optimizer: unknown 'nope'", [](TrainOptions* t) { t->optimizer = "sgd"; }},
+      {"give at most one of --val-split F and --val-data FILE",
+       [](TrainOptions* t) { t->val_split = 0; }},
+      {"--task: classification needs --loss xent, got --loss mse",
+       [](TrainOptions* t) { t->task.reset(); }},
+      {"--heartbeat-timeout: 200s must be shorter",
+       [](TrainOptions* t) { t->heartbeat_timeout_s = 30; }},
+      {"--metrics-addr nowhere: ", [](TrainOptions* t) { t->metrics_addr = "127.0.0.1:0"; }},
+      {"--rule: applies to async mode only", [](TrainOptions* t) { t->given.clear(); }},
+  };
+  for (const auto& [refusal, mend] : steps) {
+    const Status s = o.Validate();
+    EXPECT_EQ(s.message().rfind(refusal, 0), 0u)
+        << "expected: " << refusal << "\ngot: " << s.message();
+    mend(&o);
+  }
+  EXPECT_TRUE(o.Validate().ok()) << o.Validate().message();
+}
+
 // -------------------------------------------------------------------------------------------
 // Initialisation.
 
 TEST(Init, TorchIsTheDefaultAndRoundTrips) {
   EXPECT_EQ(TrainOptions().init, Init::kTorch);
-  EXPECT_EQ(ParseInit("torch"), Init::kTorch);
+  EXPECT_EQ(ParseEnum<Init>("torch"), Init::kTorch);
   EXPECT_STREQ(ToString(Init::kTorch), "torch");
   // Stored enum values are append-only.
   EXPECT_EQ(static_cast<uint32_t>(Init::kNormal), 0u);

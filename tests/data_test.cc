@@ -2241,5 +2241,84 @@ TEST_F(CsvTest, GzipDamageIsTheSameWhateverTheBlock) {
   }
 }
 
+
+// ---- The data-format flags (kFormatFlags): one rule, FormatFlagApplies, for the command line
+// against --format and for the loader against the format a file's name gives.
+
+// The flags of CSV files and --labels, as a command line gives them and as LoadOptions holds
+// them: each with its refusal's wording.
+struct FormatFlagCase {
+  const char* flag;
+  void (*set)(LoadOptions*);
+};
+const FormatFlagCase kFormatFlagCases[] = {
+    {"--label-col", [](LoadOptions* o) { o->label_col = 2; }},
+    {"--label-col", [](LoadOptions* o) { o->label_name = "y"; }},
+    {"--header", [](LoadOptions* o) { o->header = HeaderMode::kNo; }},
+    {"--delimiter", [](LoadOptions* o) { o->delimiter = ';'; }},
+    {"--decimal", [](LoadOptions* o) { o->decimal = '.'; }},
+    {"--labels", [](LoadOptions* o) { o->labels_path = "y.npy"; }},
+};
+
+TEST(FormatFlags, TheCommandLineRefusesEachFlagItsFormatTakesNot) {
+  for (const EnumName<DataFormat>& f : NameTable(DataFormat{})) {
+    for (const FormatFlagCase& c : kFormatFlagCases) {
+      SCOPED_TRACE(std::string(c.flag) + " with --format " + f.name);
+      TrainOptions o;
+      o.format = f.value;
+      o.given[c.flag] = "";
+      const bool csv_flag = std::string_view(c.flag) != "--labels";
+      const std::string format = ToString(f.value);  // "libsvm" for svmlight
+      std::string want;
+      if (csv_flag && f.value != DataFormat::kAuto && f.value != DataFormat::kCsv) {
+        want = std::string(c.flag) + ": applies to CSV files only, not to --format " + format;
+      }
+      if (!csv_flag && (f.value == DataFormat::kCsv || f.value == DataFormat::kLibsvm)) {
+        want = "--labels: applies to IDX and NumPy data, not to --format " + format +
+               " (whose labels are in the file)";
+      }
+      const Status s = CheckFormatFlags(o);
+      EXPECT_EQ(s.message(), want);
+      if (!want.empty()) {
+        EXPECT_EQ(s.code(), Status::Code::kUsage);
+      }
+    }
+  }
+}
+
+// Refused before the file is opened (none of these exists): a text file is CSV to the rule,
+// since the loader tells CSV from LIBSVM and LIBSVM ignores the CSV flags.
+TEST(FormatFlags, TheLoaderRefusesEachFlagTheFilesFormatTakesNot) {
+  const std::string dir = "/nonexistent-format-flags/";
+  const std::pair<const char*, const char*> kFiles[] = {
+      {"x.npy", "NumPy"}, {"x.npz", "NumPy"}, {"x.npy.gz", "NumPy"},
+      {"x.idx", "IDX"},   {"t10k-images-idx3-ubyte", "IDX"},
+      {"x.csv", "CSV"},   {"x.txt", "CSV"},  {"x.svm", "LIBSVM"}, {"x.libsvm", "LIBSVM"}};
+  for (const auto& [name, what] : kFiles) {
+    for (const FormatFlagCase& c : kFormatFlagCases) {
+      SCOPED_TRACE(std::string(c.flag) + " with " + name);
+      LoadOptions o;
+      c.set(&o);
+      const bool csv_flag = std::string_view(c.flag) != "--labels";
+      const bool arrays = std::string_view(what) == "NumPy" || std::string_view(what) == "IDX";
+      const std::string path = dir + name;
+      Dataset d;
+      const Status s = LoadFile(path, o, &d);
+      ASSERT_FALSE(s.ok());
+      EXPECT_EQ(s.code(), Status::Code::kData);
+      if (csv_flag && arrays) {
+        EXPECT_EQ(s.message(), path + ": " + c.flag + " applies to CSV files; this is " + what +
+                                   " data, whose labels come from --labels or the .npz's "
+                                   "--npz-y array");
+      } else if (!csv_flag && !arrays) {
+        EXPECT_EQ(s.message(), path + ": --labels applies to IDX and NumPy data; this file is " +
+                                   what + ", whose labels are in the file");
+      } else {
+        EXPECT_EQ(s.message().find("applies to"), std::string::npos) << s.message();
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace shmtrain::data

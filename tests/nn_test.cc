@@ -17,6 +17,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/decimal.h"
+#include "core/utf8.h"
 #include "data/batch_plan.h"
 #include "nn/layer.h"
 #include "nn/model.h"
@@ -25,6 +27,7 @@
 #include "nn/schedule.h"
 #include "nn/update.h"
 #include "shmtrain/model_spec.h"
+#include "shmtrain/options.h"
 #include "shmtrain/status.h"
 
 namespace shmtrain::nn {
@@ -52,58 +55,93 @@ Activation ActivationOf(const ModelSpec& spec) {
 // ---------------------------------------------------------------------------------------------
 // ModelSpec vocabulary
 
-TEST(ModelSpecTest, ActivationRoundTrip) {
-  for (Activation a :
-       {Activation::kTanh, Activation::kRelu, Activation::kSigmoid, Activation::kIdentity}) {
-    auto parsed = ParseActivation(ToString(a));
-    ASSERT_TRUE(parsed.has_value()) << ToString(a);
-    EXPECT_EQ(*parsed, a);
+// Every enum with names (shmtrain/enum_names.h): each name of its one table parses to its
+// value and the value prints as a name that parses back; no name twice; the values are 0..N-1
+// (the stored ones are append-only) and each has a name, the next one none.
+template <class E>
+class EnumNamesTest : public ::testing::Test {};
+using NamedEnums = ::testing::Types<Activation, Loss, Init, Mode, LogFormat, HeaderMode,
+                                    DataFormat, AsyncRule, Normalize, ComputeType, Task>;
+TYPED_TEST_SUITE(EnumNamesTest, NamedEnums);
+
+TYPED_TEST(EnumNamesTest, EveryNameRoundTripsThroughTheOneTable) {
+  using E = TypeParam;
+  std::set<std::string> names;
+  std::set<uint32_t> values;
+  for (const EnumName<E>& n : NameTable(E{})) {
+    EXPECT_EQ(ParseEnum<E>(n.name), n.value) << n.name;
+    EXPECT_EQ(ParseEnum<E>(ToString(n.value)), n.value) << n.name;
+    EXPECT_TRUE(names.insert(n.name).second) << "two entries named " << n.name;
+    values.insert(static_cast<uint32_t>(n.value));
   }
-  EXPECT_STREQ(ToString(Activation::kTanh), "tanh");
-  EXPECT_STREQ(ToString(Activation::kRelu), "relu");
-  EXPECT_STREQ(ToString(Activation::kSigmoid), "sigmoid");
-  EXPECT_STREQ(ToString(Activation::kIdentity), "identity");
+  for (uint32_t v = 0; v < values.size(); ++v) {
+    EXPECT_TRUE(values.count(v)) << "value " << v << " has no name";
+  }
+  const E beyond = static_cast<E>(values.size());
+  EXPECT_STREQ(ToString(beyond), "unknown");
+  EXPECT_FALSE(ParseEnum<E>(ToString(beyond)).has_value());
+  EXPECT_FALSE(ParseEnum<E>("").has_value());
 }
 
-TEST(ModelSpecTest, LossRoundTrip) {
-  for (Loss l : {Loss::kMse, Loss::kXent}) {
-    auto parsed = ParseLoss(ToString(l));
-    ASSERT_TRUE(parsed.has_value()) << ToString(l);
-    EXPECT_EQ(*parsed, l);
-  }
-  EXPECT_STREQ(ToString(Loss::kMse), "mse");
-  EXPECT_STREQ(ToString(Loss::kXent), "xent");
-}
-
-TEST(ModelSpecTest, InitRoundTrip) {
-  for (Init i : {Init::kNormal, Init::kXavier, Init::kHe}) {
-    auto parsed = ParseInit(ToString(i));
-    ASSERT_TRUE(parsed.has_value()) << ToString(i);
-    EXPECT_EQ(*parsed, i);
-  }
+// The spellings flags, logs and files have always used, in --help's order; aliases parse only.
+TEST(EnumNames, AreTheSpellingsOfEveryRelease) {
+  EXPECT_EQ(EnumNames<Activation>("|"), "tanh|relu|sigmoid|identity");
+  EXPECT_EQ(EnumNames<Loss>("|"), "mse|xent");
+  EXPECT_EQ(EnumNames<Init>("|"), "torch|normal|xavier|he");
+  EXPECT_EQ(EnumNames<Mode>("|"), "sync|async");
+  EXPECT_EQ(EnumNames<LogFormat>("|"), "text|json");
+  EXPECT_EQ(EnumNames<HeaderMode>("|"), "auto|yes|no");
+  EXPECT_EQ(EnumNames<DataFormat>(", "), "auto, csv, libsvm, idx, npy, npz");
+  EXPECT_EQ(EnumNames<AsyncRule>("|"), "asgd|dc-asgd-c|dc-asgd-a");
+  EXPECT_EQ(EnumNames<Normalize>("|"), "none|minmax|standard");
+  EXPECT_EQ(EnumNames<ComputeType>("|"), "float|bf16");
+  EXPECT_EQ(EnumNames<Task>("|"), "classification|regression");
+  EXPECT_EQ(ParseEnum<DataFormat>("svmlight"), DataFormat::kLibsvm);
+  EXPECT_STREQ(ToString(DataFormat::kLibsvm), "libsvm");
+  EXPECT_STREQ(ToString(Init::kTorch), "torch");
   EXPECT_STREQ(ToString(Init::kNormal), "normal");
-  EXPECT_STREQ(ToString(Init::kXavier), "xavier");
-  EXPECT_STREQ(ToString(Init::kHe), "he");
+  EXPECT_STREQ(ToString(Task::kRegression), "regression");
+  EXPECT_STREQ(ToString(AsyncRule::kDcAsgdC), "dc-asgd-c");
+}
+
+// The number formats of messages, files and logs (core/decimal.h), each written once: where
+// two of them differ, each keeps its own text.
+TEST(NumberText, EachFormatKeepsItsText) {
+  EXPECT_EQ(ShortestText(100000), "1e+05");  // class names, layer arguments, JSON numbers
+  EXPECT_EQ(ShortestDecimal(100000), "100000");  // flag values and defaults
+  EXPECT_EQ(Fmt("%g", 100000), "100000");
+  EXPECT_EQ(ShortestText(0.1 + 0.2), "0.30000000000000004");
+  EXPECT_EQ(ShortestDecimal(0.1 + 0.2), "0.30000000000000004");
+  EXPECT_EQ(Fmt("%g", 0.1 + 0.2), "0.3");
+  EXPECT_EQ(ShortestText(-2.5), "-2.5");
+  EXPECT_EQ(ShortestText(1e-7), "1e-07");
+  EXPECT_EQ(Fmt("%.9g", 1.0f / 3), "0.333333343");
+  EXPECT_EQ(Fmt("%gs", 0.05), "0.05s");
+  EXPECT_EQ(Plural(1, "worker"), "1 worker");
+  EXPECT_EQ(Plural(0, "row"), "0 rows");
+  EXPECT_EQ(Plural(-1, "row"), "-1 rows");
+  EXPECT_EQ(EscapedByte(0), "\\x00");
+  EXPECT_EQ(EscapedByte(0xff), "\\xff");
 }
 
 TEST(ModelSpecTest, RejectsUnknownNames) {
   for (const char* s : {"", "Tanh", "TANH", "tanh ", " relu", "softmax", "linear", "mse"}) {
-    EXPECT_FALSE(ParseActivation(s).has_value()) << '"' << s << '"';
+    EXPECT_FALSE(ParseEnum<Activation>(s).has_value()) << '"' << s << '"';
   }
   for (const char* s : {"", "MSE", "mae", "xentropy", "cross_entropy", "tanh"}) {
-    EXPECT_FALSE(ParseLoss(s).has_value()) << '"' << s << '"';
+    EXPECT_FALSE(ParseEnum<Loss>(s).has_value()) << '"' << s << '"';
   }
   for (const char* s : {"", "Normal", "uniform", "glorot", "kaiming", "he "}) {
-    EXPECT_FALSE(ParseInit(s).has_value()) << '"' << s << '"';
+    EXPECT_FALSE(ParseEnum<Init>(s).has_value()) << '"' << s << '"';
   }
 }
 
 TEST(ModelSpecTest, OutOfRangeEnumHasUnparseableName) {
   const char* name = ToString(static_cast<Activation>(99));
   ASSERT_NE(name, nullptr);
-  EXPECT_FALSE(ParseActivation(name).has_value());
-  EXPECT_FALSE(ParseLoss(ToString(static_cast<Loss>(99))).has_value());
-  EXPECT_FALSE(ParseInit(ToString(static_cast<Init>(99))).has_value());
+  EXPECT_FALSE(ParseEnum<Activation>(name).has_value());
+  EXPECT_FALSE(ParseEnum<Loss>(ToString(static_cast<Loss>(99))).has_value());
+  EXPECT_FALSE(ParseEnum<Init>(ToString(static_cast<Init>(99))).has_value());
 }
 
 TEST(ModelSpecTest, ParamCount) {

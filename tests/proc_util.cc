@@ -24,6 +24,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/signal_name.h"
 #include "gtest/gtest.h"
 
 namespace shmtrain::test {
@@ -74,8 +75,7 @@ std::string ProcResult::Describe() const {
   } else if (exited) {
     s = "exit " + std::to_string(exit_code);
   } else {
-    const char* name = sigabbrev_np(term_signal);
-    s = "signal " + std::to_string(term_signal) + " (SIG" + (name ? name : "?") + ")";
+    s = SignalText(term_signal);
   }
   return s + "; stderr:\n" + err;
 }

@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "core/decimal.h"
 #include "gtest/gtest.h"
 #include "tests/proc_util.h"
 #include "tests/real_data.h"
@@ -204,12 +205,6 @@ constexpr double kPi = 3.14159265358979323846;
 double Gaussian(std::mt19937& g) {  // Box-Muller
   const double u = Uniform(g), v = Uniform(g);
   return std::sqrt(-2.0 * std::log(u)) * std::cos(2.0 * kPi * v);
-}
-
-std::string Fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
 }
 
 // Three well separated Gaussian blobs in 2-D named cat, dog, eel (rows cycle through them).

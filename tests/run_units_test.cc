@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -21,8 +22,10 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "core/signal_name.h"
 #include "data/dataset.h"
 #include "master/checkpoint.h"
 #include "master/checkpoint_policy.h"
@@ -40,6 +43,7 @@
 #include "monitoring/exporter.h"
 #include "nn/metrics.h"
 #include "nn/model.h"
+#include "shm/barrier.h"
 #include "shm/futex.h"
 #include "shm/segment.h"
 #include "tests/parabola_layout.h"
@@ -1154,6 +1158,62 @@ TEST(RunEnd, AThreadLeftBehindLeavesTheSegmentToTheUnitsAfterIt) {
     EXPECT_TRUE(test::WaitPidGone(pid, std::chrono::milliseconds(5000))) << "worker " << pid;
   }
   release->store(true);
+}
+
+// Signals in messages (core/signal_name.h): a stop by its name, a death by its number and
+// name; a real-time signal has no name and is shown by its number alone.
+TEST(SignalNames, ByNameAndByNumber) {
+  EXPECT_EQ(SignalName(SIGTERM), "SIGTERM");
+  EXPECT_EQ(SignalName(SIGHUP), "SIGHUP");
+  EXPECT_EQ(SignalText(SIGKILL), "signal 9 (SIGKILL)");
+  EXPECT_EQ(SignalText(SIGSEGV), "signal 11 (SIGSEGV)");
+  const int rt = SIGRTMIN + 1;
+  EXPECT_EQ(SignalName(rt), "signal " + std::to_string(rt));
+  EXPECT_EQ(SignalText(rt), "signal " + std::to_string(rt));
+}
+
+// The sleeping side of the wake_seq protocol (shm::SleepOnWakeSeq): counted while it looks
+// and sleeps, woken by a move of the word whenever the move comes (before the look, during
+// it, or during the sleep), looking again after every wake-up, and uncounted at the end.
+TEST(SleepOnWakeSeq, AMoveOfTheWordEndsTheSleepAndTheWaitLooksAgain) {
+  for (int round = 0; round < 50; ++round) {
+    auto h = std::make_unique<shm::Header>();
+    std::atomic<bool> ready{false};
+    std::thread waker([&] {
+      while (shm::LoadSeqCst(h->waiters) == 0) std::this_thread::yield();
+      ready.store(true);
+      shm::AddSeqCst<uint32_t>(h->wake_seq, 1);
+      shm::FutexWake(&h->wake_seq, INT_MAX);
+    });
+    const int64_t t0 = shm::MonotonicNs();
+    int looks = 0, wakes = 0;
+    shm::SleepOnWakeSeq(
+        h.get(),
+        [&]() -> int64_t {
+          ++looks;
+          return ready.load() ? shm::kWakeDone : t0 + 20'000'000'000;  // 20 s: never reached
+        },
+        [&] {
+          ++wakes;
+          return false;
+        });
+    waker.join();
+    ASSERT_LT(shm::MonotonicNs() - t0, 10'000'000'000) << "a wake-up was lost, round " << round;
+    EXPECT_EQ(looks, wakes + 1);
+    EXPECT_EQ(shm::LoadSeqCst(h->waiters), 0u);
+  }
+}
+
+// A look's time is the sleep's deadline; awake() ends the wait.
+TEST(SleepOnWakeSeq, SleepsUntilTheLooksTimeAndAwakeEndsTheWait) {
+  auto h = std::make_unique<shm::Header>();
+  int wakes = 0;
+  const int64_t t0 = shm::MonotonicNs();
+  shm::SleepOnWakeSeq(
+      h.get(), [] { return shm::MonotonicNs() + 2'000'000; }, [&] { return ++wakes == 3; });
+  EXPECT_EQ(wakes, 3);
+  EXPECT_GE(shm::MonotonicNs() - t0, 6'000'000);
+  EXPECT_EQ(shm::LoadSeqCst(h->waiters), 0u);
 }
 
 }  // namespace

@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "shmtrain/enum_names.h"
+
 namespace shmtrain {
 
 enum class Activation : uint32_t { kTanh = 0, kRelu = 1, kSigmoid = 2, kIdentity = 3 };
@@ -19,12 +21,23 @@ enum class Loss : uint32_t { kMse = 0, kXent = 1 };
 // shares the append-only rule so it can be.
 enum class Init : uint32_t { kNormal = 0, kXavier = 1, kHe = 2, kTorch = 3 };
 
-std::optional<Activation> ParseActivation(std::string_view s);
-std::optional<Loss> ParseLoss(std::string_view s);
-std::optional<Init> ParseInit(std::string_view s);
-const char* ToString(Activation a);
-const char* ToString(Loss l);
-const char* ToString(Init i);
+// The names (shmtrain/enum_names.h: ParseEnum, ToString, EnumNames) are exact and lower-case:
+// they appear in flags, logs and model files, so one spelling per value keeps those
+// round-trippable.
+constexpr auto NameTable(Activation) {
+  return std::to_array<EnumName<Activation>>({{Activation::kTanh, "tanh"},
+                                              {Activation::kRelu, "relu"},
+                                              {Activation::kSigmoid, "sigmoid"},
+                                              {Activation::kIdentity, "identity"}});
+}
+constexpr auto NameTable(Loss) {
+  return std::to_array<EnumName<Loss>>({{Loss::kMse, "mse"}, {Loss::kXent, "xent"}});
+}
+// --init lists the default first.
+constexpr auto NameTable(Init) {
+  return std::to_array<EnumName<Init>>(
+      {{Init::kTorch, "torch"}, {Init::kNormal, "normal"}, {Init::kXavier, "xavier"}, {Init::kHe, "he"}});
+}
 
 // The shape of one sample's tensor: c channels of h x w; flat data is (features, 1, 1).
 struct Shape {

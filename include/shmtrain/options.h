@@ -35,12 +35,45 @@ enum class ComputeType : uint32_t { kFloat = 0, kBf16 = 1 };
 // What the labels are: real targets (mse loss) or classes (xent loss). Stored in model files.
 enum class Task : uint32_t { kRegression = 0, kClassification = 1 };
 
-std::optional<Mode> ParseMode(std::string_view s);
-std::optional<AsyncRule> ParseAsyncRule(std::string_view s);
-std::optional<Normalize> ParseNormalize(std::string_view s);
-std::optional<ComputeType> ParseComputeType(std::string_view s);
-std::optional<Task> ParseTask(std::string_view s);
-std::optional<DataFormat> ParseDataFormat(std::string_view s);
+constexpr auto NameTable(Mode) {
+  return std::to_array<EnumName<Mode>>({{Mode::kSync, "sync"}, {Mode::kAsync, "async"}});
+}
+constexpr auto NameTable(LogFormat) {
+  return std::to_array<EnumName<LogFormat>>({{LogFormat::kText, "text"}, {LogFormat::kJson, "json"}});
+}
+constexpr auto NameTable(HeaderMode) {
+  return std::to_array<EnumName<HeaderMode>>(
+      {{HeaderMode::kAuto, "auto"}, {HeaderMode::kYes, "yes"}, {HeaderMode::kNo, "no"}});
+}
+constexpr auto NameTable(DataFormat) {
+  return std::to_array<EnumName<DataFormat>>({{DataFormat::kAuto, "auto"},
+                                              {DataFormat::kCsv, "csv"},
+                                              {DataFormat::kLibsvm, "libsvm"},
+                                              {DataFormat::kLibsvm, "svmlight"},
+                                              {DataFormat::kIdx, "idx"},
+                                              {DataFormat::kNpy, "npy"},
+                                              {DataFormat::kNpz, "npz"}});
+}
+constexpr auto NameTable(AsyncRule) {
+  return std::to_array<EnumName<AsyncRule>>({{AsyncRule::kAsgd, "asgd"},
+                                             {AsyncRule::kDcAsgdC, "dc-asgd-c"},
+                                             {AsyncRule::kDcAsgdA, "dc-asgd-a"}});
+}
+constexpr auto NameTable(Normalize) {
+  return std::to_array<EnumName<Normalize>>({{Normalize::kNone, "none"},
+                                             {Normalize::kMinMax, "minmax"},
+                                             {Normalize::kStandard, "standard"}});
+}
+constexpr auto NameTable(ComputeType) {
+  return std::to_array<EnumName<ComputeType>>(
+      {{ComputeType::kFloat, "float"}, {ComputeType::kBf16, "bf16"}});
+}
+// --task lists classification first.
+constexpr auto NameTable(Task) {
+  return std::to_array<EnumName<Task>>(
+      {{Task::kClassification, "classification"}, {Task::kRegression, "regression"}});
+}
+
 // --delimiter: ",", ";" or "tab" (also a literal tab) -> ',', ';', '\t'.
 std::optional<char> ParseDelimiter(std::string_view s);
 // --decimal: "." or ",".
@@ -54,12 +87,6 @@ struct HostPort {
   bool ipv6 = false;
 };
 Status ParseHostPort(std::string_view addr, HostPort* out);
-const char* ToString(Mode m);
-const char* ToString(AsyncRule r);
-const char* ToString(Normalize n);
-const char* ToString(ComputeType t);
-const char* ToString(Task t);
-const char* ToString(DataFormat f);
 inline Task TaskOf(Loss l) { return l == Loss::kXent ? Task::kClassification : Task::kRegression; }
 
 // The model's shapes and its outputs against its loss: kUsage naming `flag` (--layers or
@@ -273,8 +300,42 @@ struct TrainOptions {
   int64_t StepsPerEpoch(int64_t rows) const { return batch > 0 ? (rows + batch - 1) / batch : 1; }
 };
 
-// The data format flags given against --format: those of CSV files only, --labels of IDX and
-// NumPy data only. kUsage naming the first that does not apply.
+// IDX and NumPy data (data/arrays.h), whose labels come from a file or array of their own.
+constexpr bool IsArrayFormat(DataFormat f) {
+  return f == DataFormat::kIdx || f == DataFormat::kNpy || f == DataFormat::kNpz;
+}
+
+// The data-format flags and the data each applies to: the one rule of the command line's check
+// (CheckFormatFlags, against --format) and of the loader's (data::LoadFile, against the format
+// a file's name or first bytes give). The CSV flags apply to CSV files; --labels to IDX and
+// NumPy data, since CSV and LIBSVM files hold their labels. In checking order.
+struct FormatFlag {
+  const char* name;
+  bool csv;                // CSV files only; else IDX and NumPy data only
+  const char* applies_to;  // for messages: "CSV files"
+};
+inline constexpr FormatFlag kFormatFlags[] = {
+    {"--label-col", true, "CSV files"},  {"--header", true, "CSV files"},
+    {"--delimiter", true, "CSV files"},  {"--decimal", true, "CSV files"},
+    {"--labels", false, "IDX and NumPy data"},
+};
+// Whether f applies to data in `format`; kAuto, a format not known yet, takes every flag.
+constexpr bool FormatFlagApplies(const FormatFlag& f, DataFormat format) {
+  if (format == DataFormat::kAuto) return true;
+  return f.csv ? format == DataFormat::kCsv : IsArrayFormat(format);
+}
+// The first of kFormatFlags that given(name) says was given and that does not apply to
+// `format`; nullptr when every one given applies.
+template <class Given>
+const FormatFlag* RefusedFormatFlag(DataFormat format, Given given) {
+  for (const FormatFlag& f : kFormatFlags) {
+    if (given(std::string_view(f.name)) && !FormatFlagApplies(f, format)) return &f;
+  }
+  return nullptr;
+}
+
+// The data-format flags given against --format (RefusedFormatFlag): kUsage naming the first
+// that does not apply.
 Status CheckFormatFlags(const TrainOptions& o);
 
 }  // namespace shmtrain
