@@ -174,6 +174,21 @@ Header MakeProto(int workers, uint32_t states) {
   return test::ParabolaLayout(Mode::kSync, workers, states);
 }
 
+// Regions (offset, bytes) of a segment of `total` bytes: each starts on a cache line, ends
+// inside the segment and overlaps no other.
+void ExpectAlignedAndApart(const std::vector<std::pair<uint64_t, uint64_t>>& regions,
+                           uint64_t total) {
+  for (size_t i = 0; i < regions.size(); ++i) {
+    EXPECT_EQ(regions[i].first % kCacheLine, 0u) << "region " << i;
+    EXPECT_LE(regions[i].first + regions[i].second, total) << "region " << i;
+    for (size_t j = i + 1; j < regions.size(); ++j) {
+      const bool apart = regions[i].first + regions[i].second <= regions[j].first ||
+                         regions[j].first + regions[j].second <= regions[i].first;
+      EXPECT_TRUE(apart) << "regions " << i << " and " << j << " overlap";
+    }
+  }
+}
+
 TEST(Layout, RegionsAreAlignedAndDisjoint) {
   for (uint32_t states : {0u, 1u, 2u, static_cast<uint32_t>(kMaxStates)}) {
     const Header h = MakeProto(7, states);
@@ -195,15 +210,7 @@ TEST(Layout, RegionsAreAlignedAndDisjoint) {
         }
       }
     }
-    for (size_t i = 0; i < regions.size(); ++i) {
-      EXPECT_EQ(regions[i].first % kCacheLine, 0u) << "region " << i;
-      EXPECT_LE(regions[i].first + regions[i].second, h.total_size) << "region " << i;
-      for (size_t j = i + 1; j < regions.size(); ++j) {
-        const bool apart = regions[i].first + regions[i].second <= regions[j].first ||
-                           regions[j].first + regions[j].second <= regions[i].first;
-        EXPECT_TRUE(apart) << "regions " << i << " and " << j << " overlap";
-      }
-    }
+    ExpectAlignedAndApart(regions, h.total_size);
     EXPECT_EQ(h.slot_stride % kCacheLine, 0u);
   }
 }
@@ -245,15 +252,7 @@ TEST(Layout, SnapshotRingAndHostSumsAreAlignedAndApart) {
           regions.push_back({h.host_sum_offset, vec});
         }
       }
-      for (size_t i = 0; i < regions.size(); ++i) {
-        EXPECT_EQ(regions[i].first % kCacheLine, 0u) << "region " << i;
-        EXPECT_LE(regions[i].first + regions[i].second, h.total_size) << "region " << i;
-        for (size_t j = i + 1; j < regions.size(); ++j) {
-          const bool apart = regions[i].first + regions[i].second <= regions[j].first ||
-                             regions[j].first + regions[j].second <= regions[i].first;
-          EXPECT_TRUE(apart) << "regions " << i << " and " << j << " overlap";
-        }
-      }
+      ExpectAlignedAndApart(regions, h.total_size);
     }
   }
 }
