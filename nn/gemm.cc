@@ -49,22 +49,32 @@ bool SetProductInputs(ComputeType t) {
 
 ComputeType ProductInputs() { return inputs; }
 
-void Gemm(int64_t m, int64_t n, int64_t k, Operand a, Operand b, float* c, int64_t ldc,
-          bool accumulate) {
-  if (inputs == ComputeType::kBf16) return GemmAvx512Bf16(m, n, k, a, b, c, ldc, accumulate);
-  if (UsedPath() == CpuPath::kAvx512) return GemmAvx512(m, n, k, a, b, c, ldc, accumulate);
-  GemmAvx2(m, n, k, a, b, c, ldc, accumulate);
+GemmKernel ChosenKernel() {
+  if (inputs == ComputeType::kBf16) return GemmKernel::kBf16;
+  return UsedPath() == CpuPath::kAvx512 ? GemmKernel::kAvx512 : GemmKernel::kAvx2;
 }
 
-SameA::SameA(int64_t m, int64_t k, Operand a)
-    : m_(m),
-      k_(k),
-      a_(a),
-      kernel_(inputs == ComputeType::kBf16      ? Kernel::kBf16
-              : UsedPath() == CpuPath::kAvx512 ? Kernel::kAvx512
-                                               : Kernel::kAvx2) {
-  if (kernel_ == Kernel::kAvx2 || m <= 0 || k <= 0) return;
-  const int64_t floats = KeptAFloats(m, k, kernel_ == Kernel::kBf16);
+namespace {
+
+void Run(GemmKernel kernel, int64_t m, int64_t n, int64_t k, Operand a, Operand b, float* c,
+         int64_t ldc, bool accumulate) {
+  switch (kernel) {
+    case GemmKernel::kBf16: return GemmAvx512Bf16(m, n, k, a, b, c, ldc, accumulate);
+    case GemmKernel::kAvx512: return GemmAvx512(m, n, k, a, b, c, ldc, accumulate);
+    case GemmKernel::kAvx2: return GemmAvx2(m, n, k, a, b, c, ldc, accumulate);
+  }
+}
+
+}  // namespace
+
+void Gemm(int64_t m, int64_t n, int64_t k, Operand a, Operand b, float* c, int64_t ldc,
+          bool accumulate) {
+  Run(ChosenKernel(), m, n, k, a, b, c, ldc, accumulate);
+}
+
+SameA::SameA(int64_t m, int64_t k, Operand a) : m_(m), k_(k), a_(a), kernel_(ChosenKernel()) {
+  if (kernel_ == GemmKernel::kAvx2 || m <= 0 || k <= 0) return;
+  const int64_t floats = KeptAFloats(m, k, kernel_ == GemmKernel::kBf16);
   buf_.reset(static_cast<float*>(std::aligned_alloc(64, (floats * 4 + 63) / 64 * 64)));
   if (!buf_) throw std::bad_alloc();
 }
@@ -72,13 +82,9 @@ SameA::SameA(int64_t m, int64_t k, Operand a)
 void SameA::Free::operator()(float* p) const { std::free(p); }
 
 void SameA::Gemm(int64_t n, Operand b, float* c, int64_t ldc, bool accumulate) {
-  if (kernel_ == Kernel::kAvx2 || !buf_) {
-    if (kernel_ == Kernel::kBf16) return GemmAvx512Bf16(m_, n, k_, a_, b, c, ldc, accumulate);
-    if (kernel_ == Kernel::kAvx512) return GemmAvx512(m_, n, k_, a_, b, c, ldc, accumulate);
-    return GemmAvx2(m_, n, k_, a_, b, c, ldc, accumulate);
-  }
+  if (!buf_) return Run(kernel_, m_, n, k_, a_, b, c, ldc, accumulate);  // AVX2, or empty
   KeptA kept{buf_.get(), packed_};
-  GemmAvx512Kept(m_, n, k_, a_, b, c, ldc, accumulate, kernel_ == Kernel::kBf16, &kept);
+  GemmAvx512Kept(m_, n, k_, a_, b, c, ldc, accumulate, kernel_ == GemmKernel::kBf16, &kept);
   packed_ = kept.packed;
 }
 

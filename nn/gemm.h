@@ -28,6 +28,11 @@ struct Operand {
 void Gemm(int64_t m, int64_t n, int64_t k, Operand a, Operand b, float* c, int64_t ldc,
           bool accumulate);
 
+// The kernel Gemm runs in this process now: the bf16 one when the product inputs are bf16,
+// else the AVX-512 float one where UsedPath() is avx512, else Eigen's AVX2 product.
+enum class GemmKernel { kAvx2, kAvx512, kBf16 };
+GemmKernel ChosenKernel();
+
 // Products that share op(A) (m x k), as a layer's weights over its chunks of samples: the
 // AVX-512 kernels pack op(A) once, on the first product, and read it back in the others, with
 // the same bits as Gemm's. op(A)'s values must not change while the object lives; the kernel
@@ -41,7 +46,7 @@ class SameA {
  private:
   int64_t m_, k_;
   Operand a_;
-  enum class Kernel { kAvx2, kAvx512, kBf16 } kernel_;
+  GemmKernel kernel_;
   struct Free {
     void operator()(float* p) const;
   };
