@@ -17,23 +17,9 @@ Status Bad(const std::string& flag, const std::string& what) {
 }
 
 // A flag given on the command line that the run would ignore: an error, so that nobody
-// believes it took effect. Returns the first such flag's message, in this order.
+// believes it took effect. Returns the first such flag's message, in this order. (The flags
+// of one mode, and the async rules' own, are the run kind's: master/run/kind.h.)
 Status CheckApplies(const TrainOptions& o) {
-  const bool async = o.mode == Mode::kAsync;
-  for (const char* f :
-       {"--rule", "--lambda", "--ms-decay", "--epsilon", "--max-staleness", "--push-every"}) {
-    if (!async && o.Given(f)) {
-      return Bad(f, "applies to async mode only (add --mode async); this run is sync");
-    }
-  }
-  if (o.Given("--lambda") && o.rule == AsyncRule::kAsgd) {
-    return Bad("--lambda", "does not apply to --rule asgd (plain ASGD has no delay compensation)");
-  }
-  for (const char* f : {"--ms-decay", "--epsilon"}) {
-    if (o.Given(f) && o.rule != AsyncRule::kDcAsgdA) {
-      return Bad(f, std::string("applies to --rule dc-asgd-a only, not ") + ToString(o.rule));
-    }
-  }
   if (o.Given("--metrics-addr") && !o.metrics) {
     return Bad("--metrics-addr", "does not apply with --no-metrics (no metrics are served)");
   }
@@ -299,7 +285,8 @@ std::string TrainOptions::DivergenceHint() const {
   }
   // The compensation lambda * g*g*(w - w_bak) moves a stale copy by about lr * lambda * g^2
   // times its staleness: from lr * lambda >= 1 on it outgrows the gradient itself.
-  if (mode == Mode::kAsync && rule != AsyncRule::kAsgd && Given("--lambda") && lr * lambda >= 1) {
+  // (--lambda is refused in sync runs and with --rule asgd.)
+  if (rule != AsyncRule::kAsgd && Given("--lambda") && lr * lambda >= 1) {
     return "the delay compensation (--lambda " + Fmt("%g", lambda) +
            ") is probably too large for " + rate + ": lr x lambda = " + Fmt("%g", lr * lambda) +
            ", so the compensation outgrows the gradient wherever a copy is stale";

@@ -30,6 +30,8 @@ bool StateFitsLayout(const Checkpoint& c, const shm::Header& layout) {
                      [&](const auto& v) { return v.size() == c.params.size(); });
 }
 
+}  // namespace
+
 // Into the buffers that step `step` reads (sync), or the single parameter buffer (async,
 // step 0's: async runs keep no optimizer state).
 void RestoreStepState(const Checkpoint& c, int64_t step, shm::Segment* seg) {
@@ -38,8 +40,6 @@ void RestoreStepState(const Checkpoint& c, int64_t step, shm::Segment* seg) {
     std::copy(c.states[k].begin(), c.states[k].end(), seg->state(static_cast<int>(k), step));
   }
 }
-
-}  // namespace
 
 Checkpoint CopyStepState(const shm::Segment& seg, int64_t step) {
   const uint64_t n = seg.header()->config.param_count;
@@ -58,41 +58,18 @@ Checkpoint CopyStepState(const shm::Segment& seg, int64_t step) {
 
 namespace {
 
-// Async: the checkpoint of the parameters as they are now (see CopyParamsAsync).
-Checkpoint CopyAsync(const shm::Segment& seg) {
-  Checkpoint c;
-  c.params = CopyParamsAsync(seg, &c.step);
-  return c;
-}
-
-// Every rank has arrived at the pause before `step`. Sync (worker/sync_loop.cc): its phase is
-// exactly 2 * step. Async (worker/async_loop.cc): its phase is even and at least 2 * step,
-// i.e. it holds a ticket at or past `step` and waits before computing it, or it has no
-// ticket left below total_steps (phase 2 * total_steps): every ticket below `step` is then
-// applied (or lost with a dead rank), and nobody writes W.
-bool AllPausedBefore(const shm::Segment& seg, int64_t step) {
-  const int workers = static_cast<int>(seg.header()->config.workers);
-  const bool sync = static_cast<Mode>(seg.header()->config.mode) == Mode::kSync;
-  const uint64_t at = 2 * static_cast<uint64_t>(step);
-  for (int r = 0; r < workers; ++r) {
-    const uint64_t phase = shm::LoadPhase(*seg.block(r));
-    if (sync ? phase != at : phase % 2 != 0 || phase < at) return false;
-  }
-  return true;
-}
-
 }  // namespace
 
-CheckpointSchedule::CheckpointSchedule(int64_t every, Mode mode, int64_t first_step,
+CheckpointSchedule::CheckpointSchedule(int64_t every, const RunKind& kind, int64_t first_step,
                                        int64_t total_steps)
     : every_(every),
-      sync_(mode == Mode::kSync),
+      kind_(kind),
       total_steps_(total_steps),
       next_(every > 0 ? (first_step / every + 1) * every : INT64_MAX) {}
 
 bool CheckpointSchedule::Due(int64_t progress) const {
   if (next_ >= total_steps_) return false;
-  return sync_ ? progress == next_ : true;
+  return kind_.CheckpointDue(progress, next_);
 }
 
 void CheckpointSchedule::Advance(int64_t step) {
@@ -103,7 +80,7 @@ CheckpointPolicy::CheckpointPolicy(const CheckpointConfig& config, shm::Segment&
                                    monitoring::CheckpointStats& stats)
     : config_(config),
       seg_(seg),
-      schedule_(config.every, config.mode, config.first_step, config.total_steps),
+      schedule_(config.every, *config.kind, config.first_step, config.total_steps),
       log_(log),
       stats_(stats),
       last_written_(config.first_step) {}
@@ -111,10 +88,11 @@ CheckpointPolicy::CheckpointPolicy(const CheckpointConfig& config, shm::Segment&
 Verdict CheckpointPolicy::Tick(const RunView& view) {
   if (!schedule_.Due(view.progress)) return Verdict::GoOn();
   const int64_t step = schedule_.next();
-  if (!AllPausedBefore(seg_, step)) return Verdict::GoOn();
+  const RunKind& kind = *config_.kind;
+  if (!kind.AllPausedBefore(seg_, step)) return Verdict::GoOn();
   if (config_.cut != nullptr && !config_.cut->Cut(step)) return Verdict::GoOn();
-  Checkpoint c = config_.mode == Mode::kSync ? CopyStepState(seg_, step) : CopyAsync(seg_);
-  if (config_.cut != nullptr) c.step = step * config_.hosts;  // every host's updates
+  Checkpoint c = kind.CopyState(seg_, step);
+  c.step = kind.RunStep(c.step, config_.hosts);  // every host's steps, as the file counts
   shm::ReleaseCheckpoint(seg_.header(), step);  // the copy is taken: train on
   schedule_.Advance(step);
   // A failure is logged and counted (Write); the next checkpoint is tried as planned.
@@ -130,15 +108,14 @@ void CheckpointPolicy::Save(RunEnd& end) {
 
 Status CheckpointPolicy::WriteOnStop() {
   if (config_.path.empty()) return Status::Ok();
-  if (config_.cut != nullptr) {
-    // Across hosts the state is whole only at a sync point, which a stop does not wait for.
-    log_.Info("no checkpoint on a stop in async across hosts: the last periodic one, at step " +
+  if (!config_.kind->CheckpointsOnStop()) {
+    log_.Info("no checkpoint on a stop in " + std::string(config_.kind->name()) +
+                  ": the last periodic one, at step " +
                   std::to_string(last_written_) + ", stands",
               JsonLine("checkpoint_on_stop_skipped").Int("step", last_written_));
     return Status::Ok();
   }
-  Status s =
-      Write(config_.mode == Mode::kSync ? CopyStepState(seg_, Progress(seg_)) : CopyAsync(seg_));
+  Status s = Write(config_.kind->CopyState(seg_, Progress(seg_)));
   if (s.ok()) {
     log_.Info("checkpoint written to " + config_.path + " at step " + std::to_string(last_written_),
               JsonLine("checkpoint_on_stop").Str("path", config_.path).Int("step", last_written_));
@@ -148,7 +125,7 @@ Status CheckpointPolicy::WriteOnStop() {
 
 Status CheckpointPolicy::Write(Checkpoint c) {
   const int64_t t0 = shm::MonotonicNs();
-  c.mode = config_.mode;
+  c.mode = config_.kind->mode();
   c.fingerprint = config_.fingerprint;
   c.optimizer = config_.optimizer;
   const Status s = StateFinite(c)
@@ -206,16 +183,7 @@ Status LoadResume(const std::string& path, Mode mode, uint64_t fingerprint,
 }
 
 void ResumeInto(const Checkpoint& c, shm::Segment* seg) {
-  shm::Header* h = seg->header();
-  const bool sync = static_cast<Mode>(h->config.mode) == Mode::kSync;
-  const int workers = static_cast<int>(h->config.workers);
-  RestoreStepState(c, sync ? c.step : 0, seg);
-  for (int r = 0; r < workers && sync; ++r) {
-    seg->block(r)->phase = 2 * static_cast<uint64_t>(c.step);
-  }
-  h->param_version = static_cast<uint64_t>(sync ? 0 : c.step);
-  h->claimed = static_cast<uint64_t>(sync ? 0 : c.step);
-  h->released_step = c.step;
+  KindOf(seg->header()->config).ResumeInto(c, seg);
 }
 
 }  // namespace shmtrain::master

@@ -51,6 +51,7 @@
 #include "master/log.h"
 #include "master/output_write.h"
 #include "master/run_loop.h"
+#include "master/run/kind.h"
 #include "monitoring/run_stats.h"
 #include "shm/segment.h"
 #include "shmtrain/options.h"
@@ -63,11 +64,10 @@ class CheckpointSchedule {
  public:
   // every: --checkpoint-every, 0 = no periodic checkpoints. first_step: the step the run
   // starts from (0, or the resumed checkpoint's). total_steps: the run's last step.
-  CheckpointSchedule(int64_t every, Mode mode, int64_t first_step, int64_t total_steps);
-  // Whether the checkpoint at next() is due at this Progress(). Sync: exactly at next() (the
-  // ranks pause there, so progress stops on it). Async: always (the ranks pause before ticket
-  // next(); the version can lag the tickets after a death); the policy then waits for the
-  // ranks' pause. Never when next() is at or after total_steps.
+  CheckpointSchedule(int64_t every, const RunKind& kind, int64_t first_step, int64_t total_steps);
+  // Whether the checkpoint at next() is due at this Progress(), as the kind says
+  // (RunKind::CheckpointDue; the policy then waits for the ranks' pause). Never when next() is
+  // at or after total_steps.
   bool Due(int64_t progress) const;
   // The attempt at `step` (>= next()) is made, written or failed: next() moves to the first
   // multiple of every above step.
@@ -77,7 +77,7 @@ class CheckpointSchedule {
 
  private:
   int64_t every_;
-  bool sync_;
+  const RunKind& kind_;
   int64_t total_steps_;
   int64_t next_;
 };
@@ -95,16 +95,16 @@ class CheckpointCut {
 struct CheckpointConfig {
   std::string path;   // --checkpoint; "" = none (not even on a stop signal)
   int64_t every = 0;  // --checkpoint-every; 0 = on a stop signal only
-  Mode mode = Mode::kSync;
+  const RunKind* kind = nullptr;  // the run's (master/run/kind.h); not null
   int64_t first_step = 0;
   int64_t total_steps = 0;
   uint64_t fingerprint = 0;  // RunFingerprint() of the run, stored in every checkpoint
   std::string optimizer;     // nn::Describe of the run's OptimConfig, stored in every checkpoint
   // Async across hosts: every host pauses at every checkpoint's step (counted in its own
   // updates, `every` too) for the sync point, host 0 alone writes (path empty elsewhere), and
-  // the file counts every host's updates: step x hosts. Null on one host and in sync.
+  // the file counts every host's updates (RunKind::RunStep). Null where the kind needs none.
   CheckpointCut* cut = nullptr;
-  int hosts = 1;
+  int hosts = 1;  // the run's count of hosts
   // The room taken for the first file when the run started (master/output_write.h); null: none.
   OutputReservation* reservation = nullptr;
 };
@@ -161,6 +161,10 @@ Status LoadResume(const std::string& path, Mode mode, uint64_t fingerprint,
 // protocol words of a run at that step (sync phases, async version and tickets, the released
 // checkpoint step). The caller sets config.first_step.
 void ResumeInto(const Checkpoint& c, shm::Segment* seg);
+
+// Into the buffers that step `step` reads (sync), or the single parameter buffer (async,
+// step 0's: async runs keep no optimizer state).
+void RestoreStepState(const Checkpoint& c, int64_t step, shm::Segment* seg);
 
 // Sync: params and optimizer state of step `step` (buffers step % 2), as a checkpoint of that
 // step. Only while no rank can write those buffers (all paused before step, or none running).

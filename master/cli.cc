@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "master/flags.h"
+#include "master/run/kind.h"
 
 namespace shmtrain::master {
 namespace {
@@ -262,6 +263,13 @@ void ApplyTask(TrainOptions* o) {
 }
 
 // `simulate`'s own checks once its flags are parsed.
+// The rules of the run's kind that the command line alone decides (master/run/kind.h): the
+// flags of the other mode, and what this mode cannot run on any count of hosts.
+Status CheckKindOptions(const TrainOptions& o) {
+  if (Status s = CheckModeFlags(o); !s.ok()) return s;
+  return KindOf(o.mode, 1).CheckOptions(o);
+}
+
 Status FinishSimulate(const CLI::App* app, Command* out) {
   TrainOptions& o = out->train;
   if (Status s = Leftover(app, "simulate"); !s.ok()) return s;
@@ -276,7 +284,8 @@ Status FinishSimulate(const CLI::App* app, Command* out) {
   out->kind = Command::Kind::kSimulate;
   ApplyTask(&o);
   if (Status s = o.BuildModel(); !s.ok()) return s;
-  return o.Validate();
+  if (Status s = o.Validate(); !s.ok()) return s;
+  return CheckKindOptions(o);
 }
 
 // `eval`'s and `predict`'s own checks once their flags are parsed.
@@ -386,7 +395,8 @@ Status FinishTrain(TrainOptions* o) {
     o->heartbeat_timeout_s = TrainOptions::DefaultHeartbeatTimeout(o->barrier_timeout_s);
   }
   if (Status s = o->BuildModel(); !s.ok()) return s;
-  return o->Validate();
+  if (Status s = o->Validate(); !s.ok()) return s;
+  return CheckKindOptions(*o);
 }
 
 // `example`'s own checks: it names the one example there is.

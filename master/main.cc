@@ -15,6 +15,7 @@
 #include "master/log.h"
 #include "master/predict.h"
 #include "master/run.h"
+#include "master/run/kind.h"
 #include "master/signals.h"
 #include "master/simulate.h"
 #include "nn/cpu.h"
@@ -64,30 +65,7 @@ Status JoinTheHosts(int* argc, char*** argv, shmtrain::TrainOptions* o,
   o->host_local = h.local();
   o->host_local_count = h.local_count();
   if (h.index() != 0) log.SetSecondary(h.Describe(h.index()));
-  if (h.count() == 1 && o->Given("--push-every")) {
-    return Status::Usage(
-        "--push-every: applies across hosts only (under mpirun with more than one rank, each "
-        "host's updates are pushed to the parameters' owners); this run is on one host");
-  }
-  if (h.count() > 1 && o->mode == shmtrain::Mode::kAsync) {
-    // Async across hosts (master/param_server.h): each host validates its own parameters, so
-    // the hosts could not agree on the model an early stop keeps; checkpoints are sync points
-    // at a run's update t that every host reaches at its own update t / H.
-    if (o->early_stop > 0) {
-      return Status::Usage("--early-stop is not available with --mode async across " +
-                           std::to_string(h.count()) +
-                           " hosts (mpirun): each host validates its "
-                           "own parameters; use --mode sync, or one host");
-    }
-    if (o->checkpoint_every % h.count() != 0) {
-      return Status::Usage("--checkpoint-every " + std::to_string(o->checkpoint_every) +
-                           " with --mode async across " + std::to_string(h.count()) +
-                           " hosts must be a multiple of " + std::to_string(h.count()) +
-                           ": each host pauses at its own update N / " + std::to_string(h.count()) +
-                           " (docs/hosts.md, \"Async across hosts\")");
-    }
-  }
-  return Status::Ok();
+  return shmtrain::master::KindOf(o->mode, h.count()).CheckHosts(*o);
 }
 
 // `shmtrain train`: this host's part of the run (the whole run on one host), then the exit.

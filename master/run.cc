@@ -15,16 +15,15 @@
 #include "data/dataset.h"
 #include "master/checkpoint.h"
 #include "master/checkpoint_policy.h"
-#include "master/combiner.h"
 #include "master/divergence.h"
 #include "master/model_file.h"
 #include "master/output_path.h"
 #include "master/output_write.h"
-#include "master/param_server.h"
 #include "master/run_data.h"
 #include "master/run_end.h"
 #include "master/run_lines.h"
 #include "master/run_loop.h"
+#include "master/run/kind.h"
 #include "master/segment_header.h"
 #include "master/signals.h"
 #include "master/supervisor.h"
@@ -163,25 +162,24 @@ SupervisorOptions SupervisorOptionsFor(const TrainOptions& o, const DivergenceCa
 }
 
 // This host's share of the run's outputs: only host 0 writes the model and checkpoints (every
-// host holds the same parameters at every step), so the others neither pause for checkpoints
-// nor check output paths they will not write.
-// Async across hosts: every host pauses at every checkpoint for its sync point
-// (master/param_server.h), host 0 alone writes.
+// host holds the same parameters at every step), so the others do not check output paths they
+// will not write, and pause for checkpoints only where the kind has every host pause (async
+// across hosts: for the sync point, master/param_server.h).
 TrainOptions ForThisHost(const TrainOptions& opts) {
   TrainOptions o = opts;
   if (o.host_index != 0) {
     o.save_path.clear();
     o.checkpoint_path.clear();
-    if (o.mode == Mode::kSync) o.checkpoint_every = 0;
+    if (!KindOf(o.mode, o.host_count).EveryHostPausesForCheckpoints()) o.checkpoint_every = 0;
   }
   return o;
 }
 
-// The options as this host's workers count: async across hosts, --checkpoint-every in this
-// host's updates (a multiple of the hosts, checked at the start).
-TrainOptions HostUnits(const TrainOptions& o) {
+// The options as this host's workers count them (HostPlan: --checkpoint-every in this host's
+// steps or updates).
+TrainOptions HostUnits(const TrainOptions& o, const HostPlan& plan) {
   TrainOptions h = o;
-  if (o.mode == Mode::kAsync && o.host_count > 1) h.checkpoint_every /= o.host_count;
+  h.checkpoint_every = plan.checkpoint_every;
   return h;
 }
 
@@ -194,10 +192,7 @@ struct Start {
   OutputReservation reserved[2];
   RunData rd;
   int64_t total_steps = 0;  // the run's
-  // This host's: the run's, but async across hosts its share of the updates
-  // (shm::AsyncHostUpdates), and the evaluations spaced by as many of them.
-  int64_t host_steps = 0;
-  int64_t eval_every = 0;
+  HostPlan plan;            // this host's share of it (RunKind::Plan)
   OptimConfig optim;
   uint64_t fingerprint = 0;
   std::string optimizer;
@@ -234,30 +229,6 @@ std::function<std::string(uint64_t)> OtherRunExplainer(const TrainOptions& o,
   };
 }
 
-// Async across hosts: a host pushes a part once --push-every of its updates are in, so with
-// fewer updates than that in a host's share its parts reach their owners only at the sync
-// points (the end, checkpoints). Allowed (a run may want exactly that), but said.
-void WarnIfPushesWait(const TrainOptions& o, int64_t total_steps, Logger& log) {
-  int64_t least = INT64_MAX;
-  int host = 0;
-  for (int h = 0; h < o.host_count; ++h) {
-    const int64_t share = shm::AsyncHostUpdates(total_steps, o.host_count, h);
-    if (share < least) {
-      least = share;
-      host = h;
-    }
-  }
-  if (o.push_every <= least) return;
-  log.Info("warning: --push-every " + std::to_string(o.push_every) + " is more than the " +
-               std::to_string(least) + " updates of host " + std::to_string(host) +
-               ": its parts reach their owners only at the end of the run (and at checkpoints); "
-               "give a smaller --push-every for an exchange during the run",
-           JsonLine("push_every_exceeds_share")
-               .Int("push_every", o.push_every)
-               .Int("host", host)
-               .Int("updates", least));
-}
-
 // The room the outputs will take, reserved before the training (master/output_write.h): a
 // full disk is found now, not after the run, when the model would be lost.
 // The model file is read back through the decoder first (this model, its parameters zeros): a
@@ -265,6 +236,7 @@ void WarnIfPushesWait(const TrainOptions& o, int64_t total_steps, Logger& log) {
 // after the training as a file that eval, predict and export refuse.
 Status Reserve(const TrainOptions& o, const RunData& rd, const OptimConfig& optim,
                const std::string& optimizer, OutputReservation (&out)[2]) {
+  const RunKind& kind = KindOf(o.mode, o.host_count);
   if (!o.save_path.empty()) {
     const std::string bytes = EncodeModel(
         {o.model, rd.norm, rd.train.classes, std::vector<float>(o.model.ParamCount())});
@@ -280,7 +252,7 @@ Status Reserve(const TrainOptions& o, const RunData& rd, const OptimConfig& opti
   return OutputReservation::Make(
       "--checkpoint", o.checkpoint_path,
       CheckpointSize(static_cast<int64_t>(o.model.ParamCount()),
-                     o.mode == Mode::kSync ? static_cast<int>(optim.num_states) : 0, optimizer),
+                     kind.CheckpointStates(optim), optimizer),
       &out[1]);
 }
 
@@ -296,33 +268,14 @@ Status StartHere(TrainOptions& o, Logger& log, std::unique_ptr<monitoring::Expor
   ReclaimStale(log);
   const data::Dataset& d = st->rd.train;
   st->total_steps = o.TotalSteps(d.rows);
-  st->host_steps = st->total_steps;
-  st->eval_every = EvalEvery(o, d.rows);
-  if (o.mode == Mode::kAsync && o.host_count > 1) {
-    st->host_steps = shm::AsyncHostUpdates(st->total_steps, o.host_count, o.host_index);
-    if (o.checkpoint_every > 0 && st->total_steps % o.host_count != 0) {
-      // Every host must reach every checkpoint's sync point: the hosts' shares must be equal.
-      return Status::Usage("--checkpoint-every with --mode async across " +
-                           std::to_string(o.host_count) + " hosts needs a run of a multiple of " +
-                           std::to_string(o.host_count) + " updates; this one has " +
-                           std::to_string(st->total_steps) + " (give --steps)");
-    }
-    if (st->host_steps == 0) {
-      return Status::Usage("--steps " + std::to_string(st->total_steps) + " leaves host " +
-                           std::to_string(o.host_index) + " no update: async across " +
-                           std::to_string(o.host_count) +
-                           " hosts needs at least one update a host");
-    }
-    if (st->eval_every > 0) {
-      st->eval_every =
-          std::max<int64_t>(shm::AsyncHostUpdates(st->eval_every, o.host_count, o.host_index), 1);
-    }
-    WarnIfPushesWait(o, st->total_steps, log);
+  const RunKind& kind = KindOf(o.mode, o.host_count);
+  if (Status s = kind.Plan(o, st->total_steps, EvalEvery(o, d.rows), log, &st->plan); !s.ok()) {
+    return s;
   }
   if (Status s = nn::ResolveOptim(o, st->total_steps, &st->optim); !s.ok()) return s;
-  // Async across hosts: the workers count their host's updates (checkpoints too).
-  const shm::Header proto =
-      MakeHeader(HostUnits(o), st->optim, d.rows, d.features, st->host_steps, st->eval_every);
+  // The workers count this host's steps or updates (checkpoints too).
+  const shm::Header proto = MakeHeader(HostUnits(o, st->plan), st->optim, d.rows, d.features,
+                                       st->plan.steps, st->plan.eval_every);
   if (Status s = CheckConfig(o, proto); !s.ok()) return s;
   // Resuming: the checkpoint must come from this very run (same options and data).
   st->fingerprint = RunFingerprint(o, st->optim, d);
@@ -334,9 +287,7 @@ Status StartHere(TrainOptions& o, Logger& log, std::unique_ptr<monitoring::Expor
         !s.ok()) {
       return s;
     }
-    // Async across hosts: a checkpoint at the run's update t (a multiple of the hosts, as
-    // --checkpoint-every is) is every host at its update t / H.
-    if (o.mode == Mode::kAsync && o.host_count > 1) st->resume.step /= o.host_count;
+    st->resume.step = kind.HostStep(st->resume.step, o.host_count);
   }
   if (Status s = shm::Segment::Create(shm::MakeSegmentName(), proto, &st->seg); !s.ok()) return s;
   st->seg_name.emplace(st->seg);
@@ -398,32 +349,6 @@ class MasterFault final : public RunUnit {
   int64_t at_;
 };
 
-// Several hosts: sync combines every step's sums, async runs the parameter server.
-struct CrossHost {
-  std::unique_ptr<Combiner> combiner;
-  std::unique_ptr<ParamServer> server;
-};
-
-CrossHost StartCrossHost(const TrainOptions& o, shm::Segment& seg,
-                         const std::shared_ptr<Hosts>& hosts_share,
-                         const std::shared_ptr<monitoring::RunStats>& run_stats) {
-  monitoring::RunStats& stats = *run_stats;
-  CrossHost cross;
-  if (hosts_share->count() > 1 && o.mode == Mode::kSync) {
-    cross.combiner = std::make_unique<Combiner>(
-        seg, hosts_share,
-        std::shared_ptr<monitoring::DurationHistogram>(run_stats, &stats.combine()),
-        o.host_timeout_s);
-  } else if (hosts_share->count() > 1) {
-    cross.server = std::make_unique<ParamServer>(
-        seg, hosts_share, std::shared_ptr<monitoring::PushStats>(run_stats, &stats.pushes()),
-        ParamServer::Options{.push_every = o.push_every,
-                             .host_timeout_s = o.host_timeout_s,
-                             .max_staleness = o.max_staleness});
-  }
-  return cross;
-}
-
 // A log that cannot be written (a full disk, a closed pipe) does not stop the training it
 // reports on: the run ends, its model saved, and then says that stdout failed.
 Status WithStdoutStatus(const Status& s, const TrainOptions& o, Logger& log) {
@@ -445,7 +370,8 @@ Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher,
   const Status started = StartHere(o, log, &exporter, &st);
   if (Status s = AgreeWithHosts(started, o, hosts, st, exporter.get(), log); !s.ok()) return s;
   shm::Segment& seg = st.seg;
-  const int64_t first = st.resume.step, total = st.host_steps;
+  const RunKind& kind = KindOf(o.mode, o.host_count);
+  const int64_t first = st.resume.step, total = st.plan.steps;
   // Shared with the cross-host thread, whose share may outlive the run (exchange_thread.h).
   const auto run_stats = std::make_shared<monitoring::RunStats>(o.workers);
   monitoring::RunStats& stats = *run_stats;
@@ -459,7 +385,7 @@ Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher,
   MasterFault fault(o.fault_master_throw);
   LossLog losses(log, seg.header()->config.log_every, first);
   ProgressLine live(log, first, total, t_start);
-  ValidationProtocol validation({.eval_every = st.eval_every,
+  ValidationProtocol validation({.eval_every = st.plan.eval_every,
                                  .early_stop = o.early_stop,
                                  .first_step = first,
                                  .total_steps = total,
@@ -467,26 +393,26 @@ Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher,
                                                     std::max<int64_t>(st.total_steps, 1),
                                  .t_start_ns = t_start},
                                 o.model, st.rd.val, seg, log, stats.validation());
-  const CrossHost cross = StartCrossHost(o, seg, hosts_share, run_stats);
-  ParamServer* const server = cross.server.get();
+  // Several hosts: the unit that combines them (the combiner, the parameter server).
+  const CrossHostUnit cross = kind.StartCrossHost(o, seg, hosts_share, run_stats);
   const DivergenceCause divergence(o, st.resume);
   Supervisor sup(seg, launcher, log, stats.workers(), SupervisorOptionsFor(o, divergence));
   CheckpointPolicy checkpoints({.path = o.checkpoint_path,
-                                .every = HostUnits(o).checkpoint_every,
-                                .mode = o.mode,
+                                .every = st.plan.checkpoint_every,
+                                .kind = &kind,
                                 .first_step = first,
                                 .total_steps = total,
                                 .fingerprint = st.fingerprint,
                                 .optimizer = st.optimizer,
-                                .cut = server,
-                                .hosts = server ? o.host_count : 1,
+                                .cut = cross.cut,
+                                .hosts = o.host_count,
                                 .reservation = &st.reserved[1]},
                                seg, log, stats.checkpoints());
   FinalModel model(o, st.rd, divergence, &st.reserved[0]);
   SummaryLine summary(o, first, st.rd.train.rows, t_start, log);
   RunLoop loop(seg, [&sup](int ms) { sup.Wait(ms); },
-               {&*st.seg_name, &stop, &fault, &losses, &live, server, &validation,
-                cross.combiner.get(), &sup, &checkpoints, &model, &summary});
+               {&*st.seg_name, &stop, &fault, &losses, &live, cross.unit.get(), &validation, &sup,
+                &checkpoints, &model, &summary});
   return WithStdoutStatus(loop.Run(), o, log);
 }
 

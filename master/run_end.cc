@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "master/model_file.h"
+#include "master/run/kind.h"
 #include "master/run_summary.h"
 #include "nn/metrics.h"
 
@@ -46,16 +47,8 @@ void SummaryLine::Report(RunEnd& end) {
   s.end_step = end.end_step;
   s.wall_s = (end.end_ns - t_start_) / 1e9;
   ReadWorkerCounters(end.seg, &s);
-  if (o_.host_count > 1) {
-    s.hosts = o_.host_count;
-    if (o_.mode == Mode::kSync) {
-      // The rows of every host's workers: each step is the whole global batch, split over them.
-      const int64_t batch = o_.batch > 0 ? o_.batch : rows_;
-      s.samples = static_cast<uint64_t>((end.end_step - first_) * batch);
-    } else {
-      AddCrossHostTotals(&s);  // every host's updates (master/param_server.h)
-    }
-  }
+  s.hosts = o_.host_count;
+  KindOf(o_.mode, o_.host_count).AddTotals(&s, o_.batch > 0 ? o_.batch : rows_);
   LogSummary(s, log_);
 }
 

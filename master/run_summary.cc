@@ -3,15 +3,12 @@
 #include <algorithm>
 #include <cmath>
 
+#include "master/run/kind.h"
 #include "master/segment_reads.h"
 #include "nn/cpu.h"
 
 namespace shmtrain::master {
 namespace {
-
-double MeanStaleness(const RunSummary& s) {
-  return static_cast<double>(s.staleness_sum) / std::max<int64_t>(s.end_step, 1);
-}
 
 double SamplesPerSecond(const RunSummary& s) {
   return s.samples / s.wall_s;
@@ -40,12 +37,7 @@ void ReadWorkerCounters(const shm::Segment& seg, RunSummary* s) {
   s->last_end_ns = shm::LoadRelaxed(h->last_end_ns);
 }
 
-double UsPerStep(const RunSummary& s) {
-  const int64_t steps_run = std::max<int64_t>(s.end_step - s.first_step, 1);
-  if (s.mode != Mode::kSync) return s.wall_s * 1e6 / steps_run;
-  const int64_t s1 = s.step1_end_ns, sl = s.last_end_ns;
-  return steps_run > 1 && s1 > 0 && sl >= s1 ? (sl - s1) / 1e3 / (steps_run - 1) : NAN;
-}
+double UsPerStep(const RunSummary& s) { return KindOf(s.mode, s.hosts).UsPerStep(s); }
 
 std::string UsPerStepText(const RunSummary& s) {
   const double us = UsPerStep(s);
@@ -54,16 +46,7 @@ std::string UsPerStepText(const RunSummary& s) {
          "last: it takes 2 steps or more)";
 }
 
-StepSplit SplitPerStep(const RunSummary& s) {
-  StepSplit split;
-  const int64_t steps_run = s.end_step - s.first_step;
-  if (s.mode != Mode::kSync || steps_run < 1 || s.workers < 1) return split;
-  const double per = 1e-3 / static_cast<double>(steps_run) / s.workers;
-  split.compute_us = static_cast<double>(s.compute_ns) * per;
-  split.reduce_us = static_cast<double>(s.reduce_ns) * per;
-  split.barrier_us = static_cast<double>(s.barrier_ns) * per;
-  return split;
-}
+StepSplit SplitPerStep(const RunSummary& s) { return KindOf(s.mode, s.hosts).SplitPerStep(s); }
 
 std::string SplitText(const RunSummary& s) {
   const StepSplit p = SplitPerStep(s);
@@ -77,41 +60,15 @@ std::string SplitText(const RunSummary& s) {
          part("reduce+update", p.reduce_us) + ", " + part("barrier wait", p.barrier_us);
 }
 
-void AddCrossHostTotals(RunSummary* s) {
-  const CrossHostTotals& c = s->cross;
-  if (c.host_updates.empty()) return;
-  int64_t updates = 0;
-  for (uint64_t u : c.host_updates) updates += static_cast<int64_t>(u);
-  s->end_step = s->param_version = updates;
-  s->first_step *= static_cast<int64_t>(c.host_updates.size());  // a resumed run's, every host's
-  s->samples = c.samples;
-  s->staleness_sum = c.staleness_sum;
-  s->dropped = c.dropped_local;
-}
-
-namespace {
-double CrossStalenessMean(const CrossHostTotals& c) {
-  return c.applied == 0 ? NAN : static_cast<double>(c.tau_sum) / static_cast<double>(c.applied);
-}
-}  // namespace
-
 std::string SummaryText(const RunSummary& s) {
-  const bool sync = s.mode == Mode::kSync;
-  std::string text = "done: " + std::to_string(s.end_step) + (sync ? " steps" : " updates") +
+  const RunKind& kind = KindOf(s.mode, s.hosts);
+  std::string text = "done: " + std::to_string(s.end_step) + " " + kind.StepsWord() +
                      ", final loss " + Fmt("%.9g", s.final_loss);
   if (s.early_stop) {
     text += s.stopped_early ? " (stopped early; model of step " + std::to_string(s.best_step) + ")"
                             : " (model of step " + std::to_string(s.best_step) + ")";
   }
-  if (!sync) {
-    text += " (" + std::string(ToString(s.rule)) + ", mean staleness " +
-            Fmt("%.2f", MeanStaleness(s)) + ", " + std::to_string(s.dropped) + " dropped)";
-  }
-  if (const CrossHostTotals& c = s.cross; !c.host_updates.empty()) {
-    text += ", pushes " + std::to_string(c.sent) + " sent, " + std::to_string(c.applied) +
-            " applied, " + std::to_string(c.dropped) + " dropped (cross-host staleness mean " +
-            Fmt("%.2f", CrossStalenessMean(c)) + ", max " + std::to_string(c.tau_max) + ")";
-  }
+  kind.AddText(s, &text);
   if (s.val_rows > 0) {
     text += ", val loss " + Fmt("%.6g", s.val.loss);
     text += s.classification ? ", val accuracy " + Fmt("%.4f", s.val.accuracy)
@@ -145,35 +102,10 @@ JsonLine SummaryJson(const RunSummary& s) {
   if (s.early_stop) {
     j.Bool("stopped_early", s.stopped_early).Int("best_step", s.best_step);
   }
-  if (s.mode != Mode::kSync) {
-    j.Str("rule", ToString(s.rule))
-        .Int("updates", s.end_step)
-        .Int("param_version", s.param_version)
-        .Ints("worker_updates", s.worker_updates)
-        .Int("dropped", static_cast<int64_t>(s.dropped))
-        .Num("mean_staleness", MeanStaleness(s));
-  }
-  if (const CrossHostTotals& c = s.cross; !c.host_updates.empty()) {
-    j.Ints("host_updates", c.host_updates)
-        .Int("pushes_sent", static_cast<int64_t>(c.sent))
-        .Int("pushes_applied", static_cast<int64_t>(c.applied))
-        .Int("pushes_dropped", static_cast<int64_t>(c.dropped))
-        .Int("push_bytes", static_cast<int64_t>(c.bytes))
-        .Num("cross_staleness_mean", CrossStalenessMean(c))
-        .Int("cross_staleness_p50", static_cast<int64_t>(c.TauQuantile(0.5)))
-        .Int("cross_staleness_p90", static_cast<int64_t>(c.TauQuantile(0.9)))
-        .Int("cross_staleness_max", static_cast<int64_t>(c.tau_max));
-  }
+  KindOf(s.mode, s.hosts).AddJson(s, &j);
   if (s.val_rows > 0) {
     j.Num("val_loss", s.val.loss);
     s.classification ? j.Num("val_accuracy", s.val.accuracy) : j.Num("val_rmse", s.val.rmse);
-  }
-  if (s.mode == Mode::kSync) {
-    const StepSplit p = SplitPerStep(s);
-    j.Num("step_compute_us", p.compute_us)
-        .Num("step_reduce_us", p.reduce_us)
-        .Num("step_barrier_us", p.barrier_us);
-    if (s.hosts > 1) j.Num("step_combine_us", s.combine_us);
   }
   return j;
 }

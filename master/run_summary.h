@@ -81,11 +81,8 @@ StepSplit SplitPerStep(const RunSummary& s);
 
 // Fills the workers' counters of *s from the segment. Once no worker runs.
 void ReadWorkerCounters(const shm::Segment& seg, RunSummary* s);
-// Async across hosts: the run's updates, samples, staleness and drops are every host's
-// (s->cross), not this host's workers' alone.
-void AddCrossHostTotals(RunSummary* s);
 
-// Microseconds per step. Sync: between the ends of the run's first and last steps (NaN for
+// Microseconds per step, as the run's kind times them (RunKind::UsPerStep). Sync: between the ends of the run's first and last steps (NaN for
 // fewer than two steps), which leaves the workers' start out. Async: the wall time over the
 // updates applied.
 double UsPerStep(const RunSummary& s);

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "master/flags.h"
+#include "master/run/kind.h"
 #include "shm/segment.h"
 
 namespace shmtrain::master {
@@ -38,7 +39,7 @@ shm::Header MakeHeader(const TrainOptions& o, const OptimConfig& optim, int64_t 
                   ? 50'000
                   : 0;
   c.master_pid = getpid();
-  c.eval_every = o.mode == Mode::kSync ? eval_every : 0;
+  c.eval_every = KindOf(o.mode, o.host_count).WorkersEvalEvery(eval_every);
   // The snapshot ring: ranks run up to its length in evaluations ahead of the master's copy
   // (its 1 ms look), so a longer ring keeps fast epochs from waiting. Up to 16 snapshots
   // within 32 MiB, never fewer than 2. Early stopping needs exactly 2 (see run loop).

@@ -12,7 +12,8 @@
 
 namespace shmtrain::master {
 
-// Updates applied so far: sync steps every rank completed, or async param_version.
+// Updates applied so far, as the run's kind reads them (RunKind::Progress): sync steps every
+// rank completed, or async param_version.
 int64_t Progress(const shm::Segment& seg);
 
 // Samples processed so far by every worker, summed over their blocks.

@@ -13,6 +13,7 @@
 #include <map>
 
 #include "core/signal_name.h"
+#include "master/run/kind.h"
 #include "master/segment_reads.h"
 #include "shm/barrier.h"
 #include "shm/futex.h"
@@ -34,10 +35,6 @@ std::string DescribeExit(int status) {
   return "exited with code " + std::to_string(code) + " (" + WorkerExitName(code) + ")";
 }
 
-bool SyncMode(const shm::Segment& seg) {
-  return static_cast<Mode>(seg.header()->config.mode) == Mode::kSync;
-}
-
 }  // namespace
 
 Supervisor::Supervisor(shm::Segment& seg, Launcher& launcher, Logger& log,
@@ -47,6 +44,7 @@ Supervisor::Supervisor(shm::Segment& seg, Launcher& launcher, Logger& log,
       log_(log),
       stats_(stats),
       opts_(opts),
+      deaths_(KindOf(seg.header()->config).MakeDeathRules(seg, stats)),
       kids_(seg.header()->config.workers),
       chaos_rng_(nn::MixSeed(opts.chaos_seed, 0x43484153ull)) {  // "CHAS"
   if (opts_.chaos_every_ns > 0) {
@@ -153,19 +151,16 @@ Verdict Supervisor::Tick(const RunView& view) {
   return AllFinished() ? WorkDone() : Verdict::GoOn();
 }
 
+// No worker runs: the kind's rules settle what deaths left (async: the interrupted updates)
+// and say which ranks still owe work.
 Verdict Supervisor::WorkDone() {
-  if (SyncMode(seg_)) return Verdict::Done();
-  Reconcile();
-  const int64_t applied = Progress(seg_), total = seg_.header()->config.total_steps;
-  // An early stop (master/validation.h) ends the workers at their next update.
-  const bool stopped = shm::LoadAcquire(seg_.header()->stop_eval) != shm::kNoStop;
-  if (stopped || applied == total) return Verdict::Done();
-  if (applied > total) {
-    return Verdict::EndIf(Status::Internal("async run ended with " + std::to_string(applied) +
-                                           " updates applied, expected " + std::to_string(total)));
+  std::vector<int> owed;
+  if (Status s = deaths_->AllFinished(&owed); !s.ok()) return Verdict::EndIf(std::move(s));
+  if (owed.empty()) return Verdict::Done();
+  for (int r : owed) {
+    if (Status s = StartRank(r, kids_[r].incarnation + 1); !s.ok()) return Verdict::EndIf(s);
   }
-  // Updates whose tickets died with a worker are still owed.
-  return Verdict::EndIf(ResumeAsync());
+  return Verdict::GoOn();
 }
 
 void Supervisor::Stop(RunEnd& end) {
@@ -175,34 +170,17 @@ void Supervisor::Stop(RunEnd& end) {
 void Supervisor::Collect(RunEnd& end) {
   if (!end.status.ok()) return;
   end.summary.restarts = restarts_;
-  end.summary.torn_updates = torn_;
+  end.summary.torn_updates = deaths_->torn();
   end.summary.recoveries = recoveries_;
 }
 
+// A clean exit at the end of the rank's part, as the kind's rules say: a sync worker leaves
+// only after its last step, or at the eval step an early stop named; an async one once the
+// update budget is claimed or a stop is asked for.
 bool Supervisor::FinishedItsPart(int r) const {
   const Child& c = kids_[r];
-  const auto& cfg = seg_.header()->config;
   if (!WIFEXITED(c.status) || WEXITSTATUS(c.status) != 0) return false;
-  // A sync worker leaves only after its last step, or at the eval step an early stop named;
-  // an async one once the update budget is claimed or a stop is asked for.
-  const int64_t stop = shm::LoadAcquire(seg_.header()->stop_eval);
-  const int64_t last = stop != shm::kNoStop && cfg.eval_every > 0
-                           ? std::min(cfg.total_steps, stop * cfg.eval_every)
-                           : cfg.total_steps;
-  return !SyncMode(seg_) || shm::LoadPhase(*seg_.block(r)) == 2 * static_cast<uint64_t>(last);
-}
-
-void Supervisor::SettleInterruptedApply(int r) {
-  // Killed with an update under way: torn, or applied and advanced but not counted; which
-  // one is settled by Reconcile(). The flag comes down before the replacement starts.
-  // The ticket, too, is settled by Reconcile (applied, or torn): it must not be redone.
-  shm::WorkerBlock* b = seg_.block(r);
-  if (const uint64_t commit = shm::LoadCommit(*b); commit % 2 == 1) {
-    shm::StoreRelaxed<uint64_t>(b->commit, commit - 1);
-    shm::StoreRelaxed<int64_t>(b->ticket, -1);
-    ++interrupted_;
-    interrupted_ranks_.push_back(r);
-  }
+  return deaths_->FinishedItsPart(r);
 }
 
 Status Supervisor::OnExit(int r) {
@@ -223,7 +201,7 @@ Status Supervisor::OnExit(int r) {
   const int64_t now = shm::MonotonicNs();
   const int64_t progress = Progress(seg_);
   const Death d = WhyDied(r, code, now, progress);
-  if (!SyncMode(seg_)) SettleInterruptedApply(r);
+  deaths_->Settle(r);
   if (!d.chaos && !d.victim) {
     if (Status s =
             CountFailure({now, r, d.hang ? "hang" : DescribeExit(c.status)}, d.what, progress);
@@ -382,45 +360,8 @@ void Supervisor::MaybeChaos(int64_t now, int64_t progress) {
   chaos_progress_ = progress;
 }
 
-void Supervisor::Reconcile() {
-  uint64_t counted = 0;
-  for (int r = 0; r < static_cast<int>(kids_.size()); ++r) {
-    counted += shm::LoadCommit(*seg_.block(r)) / 2;
-  }
-  const uint64_t version = shm::LoadAcquire(seg_.header()->param_version);
-  // Every update that advanced the version and was not counted died in the window after its
-  // advance; each was also one of the interrupted ones. The others are the torn updates.
-  uint64_t landed = version > counted ? version - counted : 0;
-  for (size_t i = 0; i < interrupted_ranks_.size() && landed > 0; ++i, --landed, --interrupted_) {
-    shm::WorkerBlock* b = seg_.block(interrupted_ranks_[i]);
-    shm::StoreRelaxed<uint64_t>(b->commit, shm::LoadCommit(*b) + 2);
-  }
-  interrupted_ranks_.clear();
-  for (; interrupted_ > 0; --interrupted_) {
-    ++torn_;
-    stats_.AddTornUpdate();
-  }
-}
-
 bool Supervisor::AllFinished() const {
   return std::all_of(kids_.begin(), kids_.end(), [](const Child& c) { return c.finished; });
-}
-
-Status Supervisor::ResumeAsync() {
-  // Every rank stopped because claimed >= total_steps, so no rank claims again; each owed
-  // update gets a ticket past the last one the stream used (total_steps, total_steps + 1, ...)
-  // written into a rank's block, which the rank takes up as a replacement takes over its
-  // predecessor's. Resetting claimed to the version instead would hand out tickets in
-  // [version, total_steps) again: minibatches already applied, trained on twice, while the
-  // minibatches of the torn updates stay lost either way. No worker runs, so the blocks are
-  // the master's to write.
-  const int64_t total = seg_.header()->config.total_steps;
-  const int64_t owed = total - Progress(seg_);
-  for (int r = 0; r < static_cast<int>(kids_.size()) && r < owed; ++r) {
-    shm::StoreRelaxed<int64_t>(seg_.block(r)->ticket, total + extra_tickets_++);
-    if (Status s = StartRank(r, kids_[r].incarnation + 1); !s.ok()) return s;
-  }
-  return Status::Ok();
 }
 
 void Supervisor::AbortAll() {

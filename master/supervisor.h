@@ -7,8 +7,9 @@
 //    simply keep waiting at the barrier (deadline-bounded), since nothing they did depends on
 //    the dead rank's unfinished phase. Async: the others never stop; the replacement takes
 //    over the update ticket its predecessor held; a worker killed while applying (its
-//    `applying` flag still up) is settled by Reconcile() as applied or torn, and its ticket
-//    is cleared so it is not redone.
+//    `applying` flag still up) is settled as applied or torn, and its ticket is cleared so
+//    it is not redone. What differs between the kinds of run is their DeathRules
+//    (master/run/kind.h; master/run/sync.cc, master/run/async.cc).
 //  - A hung worker (no heartbeat for heartbeat_timeout) is SIGKILLed and replaced (reason hang).
 //  - More than max_restarts restarts within restart_window (chaos kills excepted), or more
 //    than max_restarts in a row while Progress() (master/segment_reads.h) stays put, is a crash
@@ -32,6 +33,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -39,6 +41,7 @@
 #include "master/launcher.h"
 #include "master/log.h"
 #include "master/run_loop.h"
+#include "master/run/kind.h"
 #include "monitoring/run_stats.h"
 #include "nn/rng.h"
 #include "shm/segment.h"
@@ -78,7 +81,7 @@ class Supervisor final : public RunUnit {
   void Collect(RunEnd& end) override;  // a good end: restarts, torn updates, recoveries
 
   int64_t restarts() const { return restarts_; }
-  int64_t torn_updates() const { return torn_; }
+  int64_t torn_updates() const { return deaths_->torn(); }
   // Seconds from each death to the run's progress moving on, in order.
   const std::vector<double>& recoveries() const { return recoveries_; }
 
@@ -113,9 +116,6 @@ class Supervisor final : public RunUnit {
   std::vector<int> PollExited(int timeout_ms);
   // A clean exit at the end of the rank's part (its last step, or the early stop's).
   bool FinishedItsPart(int rank) const;
-  // Async: a rank that died applying (odd commit word) is counted as interrupted, its flag
-  // lowered and its ticket cleared; Reconcile() settles it.
-  void SettleInterruptedApply(int rank);
   Status OnExit(int rank);
   // Why a worker that did not finish its part ended (its exit code, -1 if killed): killed by
   // chaos, or as hung, or (a barrier timeout) a victim of a silent peer, which is killed now;
@@ -136,15 +136,9 @@ class Supervisor final : public RunUnit {
   void MaybeChaos(int64_t now, int64_t progress);
   // Every worker has ended its part cleanly.
   bool AllFinished() const;
-  // Once AllFinished(): Done, unless (async) updates torn by deaths are still owed.
+  // Once AllFinished(): Done, unless the kind's rules find work still owed (async: updates
+  // torn by deaths), which the ranks they name are started again to do.
   Verdict WorkDone();
-  // Async, when no worker runs (AllFinished()): settles the updates interrupted by deaths
-  // into applied ones (counted to their rank) and torn ones, from param_version.
-  void Reconcile();
-  // Async: the run still owes updates (torn ones): hands each owed update a fresh ticket past
-  // total_steps in a rank's block and starts those ranks again. Call only when AllFinished()
-  // and after Reconcile(): no worker runs, so the blocks can be written without a race.
-  Status ResumeAsync();
   // Abort word up, a bounded wait for the workers to leave, SIGKILL for the rest.
   void AbortAll();
   void KillAll();
@@ -154,6 +148,9 @@ class Supervisor final : public RunUnit {
   Logger& log_;
   monitoring::WorkerStats& stats_;
   SupervisorOptions opts_;
+  // The kind's rules for deaths (master/run/kind.h): a rank's part done, what a death leaves
+  // half done, work still owed.
+  std::unique_ptr<DeathRules> deaths_;
   std::vector<Child> kids_;
   std::vector<int> exited_;     // ranks reaped by Wait(), for the next Tick()
   std::deque<Restart> window_;  // restarts (chaos excepted) within restart_window
@@ -162,13 +159,9 @@ class Supervisor final : public RunUnit {
   std::deque<Restart> stalled_;
   int64_t stall_progress_ = -1;
   int64_t last_hang_kill_ns_ = INT64_MIN / 2;  // when the last rank was killed as hung
-  int64_t extra_tickets_ = 0;                  // async tickets handed out past total_steps
   std::vector<PendingRecovery> pending_;
   std::vector<double> recoveries_;
   int64_t restarts_ = 0;
-  int64_t torn_ = 0;
-  int64_t interrupted_ = 0;             // async updates cut short by a death, not yet settled
-  std::vector<int> interrupted_ranks_;  // their ranks
   nn::Rng chaos_rng_;
   int64_t next_chaos_ns_ = 0;
   int64_t chaos_progress_ = -1;  // Progress() at the last chaos kill

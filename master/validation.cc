@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "master/run/kind.h"
 #include "master/segment_reads.h"
 #include "shm/barrier.h"
 #include "shm/futex.h"
@@ -33,7 +34,8 @@ ValidationProtocol::ValidationProtocol(const ValidationPlan& plan, const ModelSp
       seg_(seg),
       log_(log),
       stats_(stats),
-      ack_after_eval_(sync() && plan.early_stop > 0),
+      kind_(KindOf(seg.header()->config)),
+      ack_after_eval_(kind_.RanksWaitForEvals() && plan.early_stop > 0),
       next_eval_(plan.first_step / std::max<int64_t>(plan.eval_every, 1) + 1),
       acked_(plan.first_step / std::max<int64_t>(plan.eval_every, 1)),
       best_(plan.early_stop) {
@@ -42,12 +44,9 @@ ValidationProtocol::ValidationProtocol(const ValidationPlan& plan, const ModelSp
   seg_.header()->eval_ack = plan_.first_step / plan_.eval_every;
 }
 
-bool ValidationProtocol::sync() const {
-  return static_cast<Mode>(seg_.header()->config.mode) == Mode::kSync;
-}
-
 bool ValidationProtocol::wants_fast_poll() const {
-  return plan_.eval_every > 0 && sync() && (!ack_after_eval_ || acked_ < next_eval_ - 1);
+  return plan_.eval_every > 0 && kind_.RanksWaitForEvals() &&
+         (!ack_after_eval_ || acked_ < next_eval_ - 1);
 }
 
 Verdict ValidationProtocol::Tick(const RunView& /*view*/) { return Verdict::EndIf(Poll()); }
@@ -76,33 +75,20 @@ Status ValidationProtocol::Poll() {
   return Status::Ok();
 }
 
+// After an early stop, only the evaluations up to the one the workers stop at (sync: those
+// may still find a better model; async: none).
 void ValidationProtocol::SnapshotsToEvaluator() {
   const int64_t every = plan_.eval_every, total = plan_.total_steps;
-  if (!sync()) {
-    if (stop_requested_ || next_eval_ * every >= total || Progress(seg_) < next_eval_ * every) {
-      return;
+  while (next_eval_ <= stop_eval_ && next_eval_ * every < total) {
+    EvalSnapshot snap;
+    if (!kind_.TakeSnapshot(seg_, next_eval_, every, &snap)) return;
+    if (kind_.RanksWaitForEvals() && !ack_after_eval_) shm::AckEval(seg_.header(), next_eval_);
+    // The run may have reached its end meanwhile (async): the final evaluation covers that.
+    if (snap.step < total) {
+      taken_ns_[snap.step] = shm::MonotonicNs();
+      evaluator_->Submit(next_eval_, snap.step, std::move(snap.params));
     }
-    int64_t step = 0;
-    std::vector<float> w = CopyParamsAsync(seg_, &step);
-    // The run may have reached its end meanwhile: the final evaluation covers that.
-    if (step < total) {
-      taken_ns_[step] = shm::MonotonicNs();
-      evaluator_->Submit(next_eval_, step, std::move(w));
-    }
-    next_eval_ = step / every + 1;
-    return;
-  }
-  const int workers = static_cast<int>(seg_.header()->config.workers);
-  while (next_eval_ * every < total) {
-    for (int r = 0; r < workers; ++r) {
-      if (shm::LoadAcquire(seg_.block(r)->snap_eval) < next_eval_) return;
-    }
-    const float* e = seg_.snapshot(next_eval_);
-    std::vector<float> w(e, e + seg_.header()->config.param_count);
-    if (!ack_after_eval_) shm::AckEval(seg_.header(), next_eval_);
-    taken_ns_[next_eval_ * every] = shm::MonotonicNs();
-    evaluator_->Submit(next_eval_, next_eval_ * every, std::move(w));
-    ++next_eval_;
+    next_eval_ = snap.step / every + 1;
   }
 }
 
@@ -123,13 +109,13 @@ void ValidationProtocol::HandleResults(std::vector<Evaluator::Result> results) {
 
 void ValidationProtocol::RequestEarlyStop(int64_t k) {
   stop_requested_ = true;
-  shm::RequestStop(seg_.header(), sync() ? k + 2 : 0);
+  const EarlyStopEnd end = kind_.StopAfter(k, plan_.eval_every, plan_.total_steps);
+  stop_eval_ = end.stop_eval;
+  shm::RequestStop(seg_.header(), end.stop_eval);
   // Sync ranks still run to the eval step k + 2 (and async ones finish their updates), and
   // those evaluations may still find a better model: the line says "so far", and the end of
   // the run names the model kept.
-  const std::string until =
-      sync() ? "at step " + std::to_string(std::min(plan_.total_steps, (k + 2) * plan_.eval_every))
-             : "at the workers' next update";
+  const std::string& until = end.until;
   const std::string best = best_.has_best() ? "best so far " + Fmt("%.6g", best_.loss()) +
                                                   " at step " + std::to_string(best_.step())
                                             : "none was finite";

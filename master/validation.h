@@ -47,6 +47,8 @@
 
 namespace shmtrain::master {
 
+class RunKind;
+
 struct ValidationPlan {
   int64_t eval_every = 0;       // steps (async: updates) between evaluations; 0 = none
   int64_t early_stop = 0;       // --early-stop patience; 0 = no early stopping
@@ -87,7 +89,6 @@ class ValidationProtocol final : public RunUnit {
   int64_t best_step() const { return best_.step(); }
 
  private:
-  bool sync() const;
   void SnapshotsToEvaluator();
   void HandleResults(std::vector<Evaluator::Result> results);
   void RequestEarlyStop(int64_t k);
@@ -102,6 +103,7 @@ class ValidationProtocol final : public RunUnit {
   shm::Segment& seg_;
   Logger& log_;
   monitoring::ValidationStats& stats_;
+  const RunKind& kind_;  // the run's (master/run/kind.h), from seg's header
   std::unique_ptr<Evaluator> evaluator_;  // null without validation
   // Sync with --early-stop: snapshots are acked once evaluated, not once copied.
   bool ack_after_eval_;
@@ -109,6 +111,7 @@ class ValidationProtocol final : public RunUnit {
   int64_t acked_;      // the last index acked
   EarlyStop best_;
   bool stop_requested_ = false;
+  int64_t stop_eval_ = INT64_MAX;  // after an early stop: the last evaluation to take
 };
 
 }  // namespace shmtrain::master

@@ -12,6 +12,7 @@
 #include <limits>
 #include <mutex>
 
+#include "master/run/kind.h"
 #include "master/segment_reads.h"
 #include "nn/schedule.h"
 #include "shm/futex.h"
@@ -121,7 +122,7 @@ class RunCollector final : public prometheus::Collectable {
       : seg_(seg),
         stats_(stats),
         mode_(ToString(o.mode)),
-        rule_(o.mode == Mode::kAsync ? ToString(o.rule) : "none"),
+        rule_(master::KindOf(o.mode, o.host_count).RuleLabel(o)),
         host_(std::to_string(o.host_index)),
         hosts_(o.host_count) {}
 

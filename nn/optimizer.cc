@@ -71,22 +71,6 @@ Status CheckHyper(const OptimizerDef& d, const TrainOptions& o) {
   if (d.check != nullptr) {
     if (Status s = d.check(hyper); !s.ok()) return s;
   }
-  if (o.mode == Mode::kAsync && d.states(hyper) > 0) {
-    // Name what made it keep state: the optimizer, when it does with its defaults; else the
-    // hyper-parameter given (sgd: --momentum).
-    double defaults[kMaxHyper] = {};
-    for (size_t i = 0; i < d.params.size(); ++i) defaults[i] = d.params[i].default_value;
-    const std::string flag = d.states(defaults) > 0 || o.hyper.empty()
-                                 ? std::string("--optimizer ") + d.name
-                                 : o.hyper.begin()->first;
-    return Bad(flag,
-               std::string("not available in async mode: there each worker applies its own "
-                           "gradient at once by a DC-ASGD rule (--rule), and ") +
-                   d.name +
-                   "'s state vectors would be one shared state updated by every worker in no "
-                   "defined order. Use --mode sync, or plain --optimizer sgd (which async mode "
-                   "combines with --weight-decay, --clip-norm and --lr-schedule)");
-  }
   return Status::Ok();
 }
 
@@ -133,6 +117,20 @@ Status CheckOptimizerOptions(const TrainOptions& o) {
     return Bad("--clip-norm", "must be a finite number > 0, got " + ShortestDecimal(o.clip_norm));
   }
   return CheckScheduleOptions(o);
+}
+
+std::string StateSource(const TrainOptions& o) {
+  const OptimizerDef* d = FindOptimizer(o.optimizer);
+  if (d == nullptr) return "";
+  double hyper[kMaxHyper];
+  ResolveHyper(*d, o, hyper);
+  if (d->states(hyper) == 0) return "";
+  // The optimizer, when it keeps state with its defaults; else the hyper-parameter given
+  // (sgd: --momentum).
+  double defaults[kMaxHyper] = {};
+  for (size_t i = 0; i < d->params.size(); ++i) defaults[i] = d->params[i].default_value;
+  return d->states(defaults) > 0 || o.hyper.empty() ? std::string("--optimizer ") + d->name
+                                                    : o.hyper.begin()->first;
 }
 
 Status ResolveOptim(const TrainOptions& o, int64_t total_steps, OptimConfig* out) {

@@ -84,6 +84,10 @@ std::string OptimizersWith(std::string_view flag);
 // name, each hyper-parameter against its optimizer and limits, weight decay, clipping, the
 // schedule's flags, and what async mode allows. kUsage with "--flag: what is wrong".
 Status CheckOptimizerOptions(const TrainOptions& o);
+// What makes the optimizer of these options keep state vectors: "--optimizer NAME" when it
+// does with its defaults, else the hyper-parameter given that makes it (sgd: --momentum); ""
+// when it keeps none. Options that CheckOptimizerOptions accepted.
+std::string StateSource(const TrainOptions& o);
 // The resolved configuration for a run of total_steps updates. kUsage when the warmup is not
 // shorter than the run (the one check that needs the data's size).
 Status ResolveOptim(const TrainOptions& o, int64_t total_steps, OptimConfig* out);

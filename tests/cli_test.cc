@@ -828,7 +828,6 @@ TEST(Validate, RefusesStepByStepInItsOrder) {
   o.loss_given = true;
   o.heartbeat_timeout_s = 200;
   o.metrics_addr = "nowhere";
-  o.given["--rule"] = "asgd";
   const std::vector<std::pair<std::string, std::function<void(TrainOptions*)>>> steps = {
       {"give exactly one of --data FILE and --example",
        [](TrainOptions* t) { t->data_path = "d.csv"; }},
@@ -846,7 +845,6 @@ TEST(Validate, RefusesStepByStepInItsOrder) {
       {"--heartbeat-timeout: 200s must be shorter",
        [](TrainOptions* t) { t->heartbeat_timeout_s = 30; }},
       {"--metrics-addr nowhere: ", [](TrainOptions* t) { t->metrics_addr = "127.0.0.1:0"; }},
-      {"--rule: applies to async mode only", [](TrainOptions* t) { t->given.clear(); }},
   };
   for (const auto& [refusal, mend] : steps) {
     const Status s = o.Validate();

@@ -1,6 +1,7 @@
 // The owner's rule of async across hosts (master/param_server.h, OwnedPart) against the
 // paper's server update worked by hand, and the summary's cross-host totals.
 #include "master/param_server.h"
+#include "master/run/kind.h"
 
 #include <gtest/gtest.h>
 
@@ -141,7 +142,7 @@ TEST(CrossHostTotals, TheSummaryReportsEveryHostsUpdates) {
   s.cross.dropped = 1;
   s.cross.tau_sum = 5;
   s.cross.tau_counts = {6, 3, 1};
-  AddCrossHostTotals(&s);
+  KindOf(Mode::kAsync, 2).AddTotals(&s, 32);
   EXPECT_EQ(s.end_step, 13);
   EXPECT_EQ(s.param_version, 13);
   const std::string j = SummaryJson(s).Done();

@@ -34,6 +34,7 @@
 #include "master/hosts.h"
 #include "master/launcher.h"
 #include "master/log.h"
+#include "master/run/kind.h"
 #include "master/run_loop.h"
 #include "master/run_summary.h"
 #include "nn/cpu.h"
@@ -257,24 +258,24 @@ TEST_F(RunLoopTest, ARoundSleepsAsLittleAsAnyUnitAsks) {
 // The checkpoint schedule.
 
 TEST(CheckpointSchedule, SyncEveryMultipleBelowTheLastStep) {
-  EXPECT_EQ(CheckpointedSteps({3, Mode::kSync, 0, 10}, Range(0, 10)),
+  EXPECT_EQ(CheckpointedSteps({3, KindOf(Mode::kSync, 1), 0, 10}, Range(0, 10)),
             (std::vector<int64_t>{3, 6, 9}));
   // The run's last step is never one: the run ends there anyway.
-  EXPECT_EQ(CheckpointedSteps({5, Mode::kSync, 0, 10}, Range(0, 10)), (std::vector<int64_t>{5}));
+  EXPECT_EQ(CheckpointedSteps({5, KindOf(Mode::kSync, 1), 0, 10}, Range(0, 10)), (std::vector<int64_t>{5}));
 }
 
 TEST(CheckpointSchedule, SyncIsDueOnlyAtTheStepTheRanksPauseBefore) {
-  CheckpointSchedule s(4, Mode::kSync, 0, 100);
+  CheckpointSchedule s(4, KindOf(Mode::kSync, 1), 0, 100);
   EXPECT_FALSE(s.Due(3));
   EXPECT_TRUE(s.Due(4));
   EXPECT_FALSE(s.Due(5)) << "sync ranks pause at 4: progress cannot pass it unseen";
 }
 
 TEST(CheckpointSchedule, AResumedRunStartsAtTheNextMultipleAboveItsFirstStep) {
-  EXPECT_EQ(CheckpointSchedule(3, Mode::kSync, 4, 10).next(), 6);
-  EXPECT_EQ(CheckpointSchedule(3, Mode::kSync, 6, 10).next(), 9)
+  EXPECT_EQ(CheckpointSchedule(3, KindOf(Mode::kSync, 1), 4, 10).next(), 6);
+  EXPECT_EQ(CheckpointSchedule(3, KindOf(Mode::kSync, 1), 6, 10).next(), 9)
       << "the step resumed from is not checkpointed again";
-  EXPECT_EQ(CheckpointedSteps({3, Mode::kSync, 6, 20}, Range(6, 20)),
+  EXPECT_EQ(CheckpointedSteps({3, KindOf(Mode::kSync, 1), 6, 20}, Range(6, 20)),
             (std::vector<int64_t>{9, 12, 15, 18}));
 }
 
@@ -282,7 +283,7 @@ TEST(CheckpointSchedule, AsyncIsDueAtEachMultipleWhateverTheVersion) {
   // Async ranks pause before the ticket at each multiple: the policy looks at their phases,
   // not at the version (which a death can leave behind the tickets), and takes every multiple
   // in turn, none skipped.
-  CheckpointSchedule s(5, Mode::kAsync, 0, 20);
+  CheckpointSchedule s(5, KindOf(Mode::kAsync, 1), 0, 20);
   std::vector<int64_t> taken;
   for (int64_t version : {0, 3, 4, 9, 100}) {
     if (!s.Due(version)) continue;
@@ -291,12 +292,12 @@ TEST(CheckpointSchedule, AsyncIsDueAtEachMultipleWhateverTheVersion) {
   }
   EXPECT_EQ(taken, (std::vector<int64_t>{5, 10, 15}));
   EXPECT_FALSE(s.Due(19)) << "never at the run's last step";
-  EXPECT_EQ(CheckpointSchedule(5, Mode::kAsync, 12, 40).next(), 15) << "resumed at 12";
+  EXPECT_EQ(CheckpointSchedule(5, KindOf(Mode::kAsync, 1), 12, 40).next(), 15) << "resumed at 12";
 }
 
 TEST(CheckpointSchedule, NoneWithoutCheckpointEvery) {
   for (Mode mode : {Mode::kSync, Mode::kAsync}) {
-    CheckpointSchedule s(0, mode, 0, 100);
+    CheckpointSchedule s(0, KindOf(mode, 1), 0, 100);
     EXPECT_EQ(s.next(), INT64_MAX);
     EXPECT_EQ(CheckpointedSteps(s, Range(0, 100)), std::vector<int64_t>{});
   }
@@ -311,7 +312,7 @@ class CheckpointPolicyTest : public ::testing::Test {
     CheckpointConfig c;
     c.path = path;
     c.every = every;
-    c.mode = mode;
+    c.kind = &KindOf(mode, 1);
     c.first_step = 2;
     c.total_steps = 10;
     c.fingerprint = 0xF1F2;
@@ -821,9 +822,10 @@ TEST(RunSummary, EarlyStopAndValidation) {
             "val loss 0.21, val accuracy 0.9443, 1.500 s, 66667 samples/s, 1 worker, "
             "12.50 us/step");
   const std::string j = SummaryJson(s).Done();
+  // The kind's fields (master/run/kind.h: sync's step split) before the validation's.
   EXPECT_NE(j.find("\"recovery_median_s\":null,\"recovery_max_s\":null,\"stopped_early\":true,"
-                   "\"best_step\":1200,\"val_loss\":0.21,\"val_accuracy\":0.94432,"
-                   "\"step_compute_us\":16,"),
+                   "\"best_step\":1200,\"step_compute_us\":16,\"step_reduce_us\":2,"
+                   "\"step_barrier_us\":2,\"val_loss\":0.21,\"val_accuracy\":0.94432}"),
             std::string::npos)
       << j;
   s.stopped_early = false;
@@ -1214,6 +1216,99 @@ TEST(SleepOnWakeSeq, SleepsUntilTheLooksTimeAndAwakeEndsTheWait) {
   EXPECT_EQ(wakes, 3);
   EXPECT_GE(shm::MonotonicNs() - t0, 6'000'000);
   EXPECT_EQ(shm::LoadSeqCst(h->waiters), 0u);
+}
+
+
+// -------------------------------------------------------------------------------------------
+// The kinds of run (master/run/kind.h): picked in one place, each with its own rules.
+
+TEST(RunKind, OneKindForEachModeAndCountOfHosts) {
+  std::vector<const RunKind*> seen;
+  for (const auto& [mode, name] : NameTable(Mode{})) {
+    for (int hosts : {1, 2, 5}) {
+      const RunKind& k = KindOf(mode, hosts);
+      EXPECT_EQ(k.mode(), mode) << name << " x " << hosts;
+      EXPECT_EQ(std::string(k.name()).rfind(name, 0), 0u) << k.name();
+      EXPECT_EQ(std::string(k.name()).find("across hosts") != std::string::npos, hosts > 1)
+          << k.name();
+      shm::RunConfig c{};
+      c.mode = static_cast<uint32_t>(mode);
+      c.hosts = static_cast<uint32_t>(hosts);
+      EXPECT_EQ(&KindOf(c), &k);
+      if (std::find(seen.begin(), seen.end(), &k) == seen.end()) seen.push_back(&k);
+    }
+  }
+  EXPECT_EQ(seen.size(), 2 * NameTable(Mode{}).size()) << "one kind per mode, on one host or more";
+}
+
+TEST(RunKind, AFlagOfOneModeIsRefusedInTheOther) {
+  TrainOptions o;
+  o.given["--max-staleness"] = "3";
+  const Status s = CheckModeFlags(o);
+  EXPECT_EQ(s.code(), Status::Code::kUsage);
+  EXPECT_EQ(s.message(), "--max-staleness: applies to async mode only (add --mode async); this "
+                         "run is sync");
+  o.mode = Mode::kAsync;
+  EXPECT_TRUE(CheckModeFlags(o).ok());
+}
+
+// Async across hosts: each host runs its share of the updates and counts checkpoints in them;
+// a checkpoint's step is every host's. Sync across hosts: every host runs every step.
+TEST(RunKind, AcrossHostsAsyncSharesTheUpdatesAndSyncDoesNot) {
+  Logger log(LogFormat::kJson, false);
+  TrainOptions o;
+  o.host_count = 3;
+  o.host_index = 1;
+  o.checkpoint_every = 6;
+  HostPlan plan;
+  ASSERT_TRUE(KindOf(Mode::kAsync, 3).Plan(o, 99, 9, log, &plan).ok());
+  EXPECT_EQ(plan.steps, shm::AsyncHostUpdates(99, 3, 1));
+  EXPECT_EQ(plan.checkpoint_every, 2);
+  EXPECT_EQ(plan.eval_every, 3);
+  EXPECT_EQ(KindOf(Mode::kAsync, 3).HostStep(12, 3), 4);
+  EXPECT_EQ(KindOf(Mode::kAsync, 3).RunStep(4, 3), 12);
+  EXPECT_EQ(KindOf(Mode::kAsync, 3).Plan(o, 100, 9, log, &plan).code(), Status::Code::kUsage)
+      << "the hosts' shares must be equal for their checkpoints' sync points";
+  ASSERT_TRUE(KindOf(Mode::kSync, 3).Plan(o, 100, 9, log, &plan).ok());
+  EXPECT_EQ(plan.steps, 100);
+  EXPECT_EQ(plan.checkpoint_every, 6);
+  EXPECT_EQ(plan.eval_every, 9);
+  EXPECT_EQ(KindOf(Mode::kSync, 3).HostStep(12, 3), 12);
+}
+
+// Async: when every rank has ended with updates still owed (torn by deaths), each owed update
+// gets a ticket past the run's last, in a rank's block, and those ranks start again.
+TEST(RunKind, AsyncDeathRulesHandOutTicketsForTheUpdatesOwed) {
+  shm::Segment seg = MakeSegment(Layout(Mode::kAsync, 3, 0));
+  const int64_t total = seg.header()->config.total_steps;
+  monitoring::RunStats stats(3);
+  std::unique_ptr<DeathRules> rules = KindOf(Mode::kAsync, 1).MakeDeathRules(seg, stats.workers());
+  seg.header()->param_version = static_cast<uint64_t>(total - 2);
+  std::vector<int> owed;
+  ASSERT_TRUE(rules->AllFinished(&owed).ok());
+  EXPECT_EQ(owed, (std::vector<int>{0, 1}));
+  EXPECT_EQ(seg.block(0)->ticket, total);
+  EXPECT_EQ(seg.block(1)->ticket, total + 1);
+  seg.header()->param_version = static_cast<uint64_t>(total);
+  ASSERT_TRUE(rules->AllFinished(&owed).ok());
+  EXPECT_TRUE(owed.empty());
+  seg.header()->param_version = static_cast<uint64_t>(total + 1);
+  EXPECT_EQ(rules->AllFinished(&owed).code(), Status::Code::kInternal);
+}
+
+// Sync: a rank that exits cleanly has finished its part only at the run's last step.
+TEST(RunKind, SyncDeathRulesFinishARankOnlyAtTheLastStep) {
+  shm::Segment seg = MakeSegment(Layout(Mode::kSync, 2, 0));
+  const uint64_t total = static_cast<uint64_t>(seg.header()->config.total_steps);
+  monitoring::RunStats stats(2);
+  std::unique_ptr<DeathRules> rules = KindOf(Mode::kSync, 1).MakeDeathRules(seg, stats.workers());
+  seg.block(0)->phase = 2 * total - 1;
+  seg.block(1)->phase = 2 * total;
+  EXPECT_FALSE(rules->FinishedItsPart(0));
+  EXPECT_TRUE(rules->FinishedItsPart(1));
+  std::vector<int> owed{7};
+  EXPECT_TRUE(rules->AllFinished(&owed).ok());
+  EXPECT_TRUE(owed.empty());
 }
 
 }  // namespace

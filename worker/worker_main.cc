@@ -28,8 +28,6 @@ namespace {
 // exiting, so getppid() cannot tell); a stray signal from anyone else ends this worker alone,
 // like a kill (it is then replaced).
 constexpr int kMasterDied = SIGUSR2;
-// Async across hosts: how much lower the workers run than their master (main, below).
-constexpr int kAsyncHostsWorkerNice = 5;
 char g_segment_file[300];  // "/dev/shm/<name>"
 pid_t g_master = 0;
 
@@ -98,12 +96,6 @@ int PrepareCompute(const shmtrain::shm::RunConfig& c, long long rank) {
                  rank, ToString(static_cast<ComputeType>(c.precision)));
     return kWorkerInternal;
   }
-  // Async across hosts: the host master's exchange thread (master/param_server.h) must get a
-  // core promptly when a push or a reply is due, or pushes carry more updates and the hosts
-  // drift apart; the workers yield to it (and to the master's other threads) by running at a
-  // lower priority. Measured with 3 hosts x 1 worker on 2 cores: 11 to 20 updates a push at
-  // nice 0, 8 to 10 at nice 5 (docs/hosts.md, "Async across hosts").
-  if (static_cast<Mode>(c.mode) == Mode::kAsync && c.hosts > 1) (void)!nice(kAsyncHostsWorkerNice);
   return kWorkerOk;
 }
 
@@ -132,6 +124,7 @@ int main(int argc, char** argv) {
   shm::StoreRelaxed(self->heartbeat_ns, shm::MonotonicNs());
   shm::StoreRelease<uint32_t>(self->attached, 1);
 
+  // The worker's side of the run's kind (master/run/kind.h): its loop.
   switch (static_cast<Mode>(c.mode)) {
     case Mode::kSync:
       return worker::RunSync(seg, static_cast<int>(rank), static_cast<uint32_t>(incarnation));
