@@ -76,10 +76,12 @@ void CheckpointSchedule::Advance(int64_t step) {
   if (every_ > 0) next_ = (step / every_ + 1) * every_;
 }
 
-CheckpointPolicy::CheckpointPolicy(const CheckpointConfig& config, shm::Segment& seg, Logger& log,
+CheckpointPolicy::CheckpointPolicy(const CheckpointConfig& config, const shm::Segment& seg,
+                                   SegmentWrites& writes, Logger& log,
                                    monitoring::CheckpointStats& stats)
     : config_(config),
       seg_(seg),
+      writes_(writes),
       schedule_(config.every, *config.kind, config.first_step, config.total_steps),
       log_(log),
       stats_(stats),
@@ -93,7 +95,7 @@ Verdict CheckpointPolicy::Tick(const RunView& view) {
   if (config_.cut != nullptr && !config_.cut->Cut(step)) return Verdict::GoOn();
   Checkpoint c = kind.CopyState(seg_, step);
   c.step = kind.RunStep(c.step, config_.hosts);  // every host's steps, as the file counts
-  shm::ReleaseCheckpoint(seg_.header(), step);  // the copy is taken: train on
+  writes_.ReleaseCheckpoint(step);  // the copy is taken: train on
   schedule_.Advance(step);
   // A failure is logged and counted (Write); the next checkpoint is tried as planned.
   if (!config_.path.empty()) (void)Write(std::move(c));

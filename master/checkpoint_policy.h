@@ -113,8 +113,8 @@ class CheckpointPolicy final : public RunUnit {
  public:
   // The checkpoints of seg's run (the policy writes released_step). seg, log and stats (the
   // checkpoints' part of the run's metrics) must outlive the policy.
-  CheckpointPolicy(const CheckpointConfig& config, shm::Segment& seg, Logger& log,
-                   monitoring::CheckpointStats& stats);
+  CheckpointPolicy(const CheckpointConfig& config, const shm::Segment& seg,
+                   SegmentWrites& writes, Logger& log, monitoring::CheckpointStats& stats);
   CheckpointPolicy(const CheckpointPolicy&) = delete;
   CheckpointPolicy& operator=(const CheckpointPolicy&) = delete;
 
@@ -138,7 +138,8 @@ class CheckpointPolicy final : public RunUnit {
 
  private:
   CheckpointConfig config_;
-  shm::Segment& seg_;
+  const shm::Segment& seg_;
+  SegmentWrites& writes_;
   CheckpointSchedule schedule_;
   Logger& log_;
   monitoring::CheckpointStats& stats_;

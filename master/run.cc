@@ -72,26 +72,6 @@ void ReclaimStale(Logger& log) {
   }
 }
 
-// Registers the segment's name for main's last-resort handlers while this run owns it
-// (RemovedOnDeath; declared right after the segment: forgotten before the segment is removed,
-// on every path out). The run's end begins here: the name goes first (the mapping stays for
-// the units after it), since under mpirun a host master the job is ending has a grace period
-// of about a second before its SIGKILL, and stopping the workers may take that long.
-class SegmentName final : public RunUnit {
- public:
-  explicit SegmentName(shm::Segment& seg) : seg_(seg), on_death_("/dev/shm/" + seg.name()) {}
-  SegmentName(const SegmentName&) = delete;
-  SegmentName& operator=(const SegmentName&) = delete;
-  void Stop(RunEnd& /*end*/) override {
-    seg_.Unlink();
-    on_death_.Forget();
-  }
-
- private:
-  shm::Segment& seg_;
-  RemovedOnDeath on_death_;
-};
-
 // Stops the exporter's reads of the run. Declared after the segment and the stats: destroyed
 // first, so no scrape reads them once they are gone.
 class DetachOnExit {
@@ -198,7 +178,10 @@ struct Start {
   std::string optimizer;
   Checkpoint resume;
   shm::Segment seg;
-  std::optional<SegmentName> seg_name;  // set once seg exists
+  // The segment's name, registered for main's last-resort handlers once seg exists (declared
+  // after it: forgotten before the segment is removed, on every path out). Both go to the run
+  // loop, which drops the name first at the run's end.
+  RemovedOnDeath seg_name;
 };
 
 // What differs in the run that wrote a checkpoint of fingerprint f, when it is only the count
@@ -290,7 +273,7 @@ Status StartHere(TrainOptions& o, Logger& log, std::unique_ptr<monitoring::Expor
     st->resume.step = kind.HostStep(st->resume.step, o.host_count);
   }
   if (Status s = shm::Segment::Create(shm::MakeSegmentName(), proto, &st->seg); !s.ok()) return s;
-  st->seg_name.emplace(st->seg);
+  st->seg_name = RemovedOnDeath("/dev/shm/" + st->seg.name());
   FillSegment(o, &st->rd.train, st->resume, &st->seg);
   return Status::Ok();
 }
@@ -369,12 +352,16 @@ Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher,
   Start st;
   const Status started = StartHere(o, log, &exporter, &st);
   if (Status s = AgreeWithHosts(started, o, hosts, st, exporter.get(), log); !s.ok()) return s;
-  shm::Segment& seg = st.seg;
   const RunKind& kind = KindOf(o.mode, o.host_count);
   const int64_t first = st.resume.step, total = st.plan.steps;
   // Shared with the cross-host thread, whose share may outlive the run (exchange_thread.h).
   const auto run_stats = std::make_shared<monitoring::RunStats>(o.workers);
   monitoring::RunStats& stats = *run_stats;
+  // The loop owns the segment from here to the run's end; the units, declared after it, read
+  // it through seg and write through the loop's writes().
+  RunLoop loop(std::move(st.seg), std::move(st.seg_name));
+  const shm::Segment& seg = loop.segment();
+  SegmentWrites& writes = loop.writes();
   if (exporter) exporter->Attach(&seg, &stats, o);
   const DetachOnExit detach(exporter.get());
   LogSegment(o, st.rd, seg, exporter.get(), log);
@@ -392,11 +379,11 @@ Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher,
                                  .steps_per_epoch = o.StepsPerEpoch(st.rd.train.rows) * total /
                                                     std::max<int64_t>(st.total_steps, 1),
                                  .t_start_ns = t_start},
-                                o.model, st.rd.val, seg, log, stats.validation());
+                                o.model, st.rd.val, seg, writes, log, stats.validation());
   // Several hosts: the unit that combines them (the combiner, the parameter server).
-  const CrossHostUnit cross = kind.StartCrossHost(o, seg, hosts_share, run_stats);
+  const CrossHostUnit cross = kind.StartCrossHost(o, writes, hosts_share, run_stats);
   const DivergenceCause divergence(o, st.resume);
-  Supervisor sup(seg, launcher, log, stats.workers(), SupervisorOptionsFor(o, divergence));
+  Supervisor sup(seg, writes, launcher, log, stats.workers(), SupervisorOptionsFor(o, divergence));
   CheckpointPolicy checkpoints({.path = o.checkpoint_path,
                                 .every = st.plan.checkpoint_every,
                                 .kind = &kind,
@@ -407,13 +394,13 @@ Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher,
                                 .cut = cross.cut,
                                 .hosts = o.host_count,
                                 .reservation = &st.reserved[1]},
-                               seg, log, stats.checkpoints());
+                               seg, writes, log, stats.checkpoints());
   FinalModel model(o, st.rd, divergence, &st.reserved[0]);
   SummaryLine summary(o, first, st.rd.train.rows, t_start, log);
-  RunLoop loop(seg, [&sup](int ms) { sup.Wait(ms); },
-               {&*st.seg_name, &stop, &fault, &losses, &live, cross.unit.get(), &validation, &sup,
-                &checkpoints, &model, &summary});
-  return WithStdoutStatus(loop.Run(), o, log);
+  const Status ran = loop.Run([&sup](int ms) { sup.Wait(ms); },
+                              {&stop, &fault, &losses, &live, cross.unit.get(), &validation, &sup,
+                               &checkpoints, &model, &summary});
+  return WithStdoutStatus(ran, o, log);
 }
 
 }  // namespace shmtrain::master

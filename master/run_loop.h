@@ -1,6 +1,9 @@
 // The master's run loop: a list of units, each owning one concern, run in one order.
 //
-// A training run is the list RunTrain (master/run.cc) hands to RunLoop. The loop:
+// A training run is the list RunTrain (master/run.cc) hands to RunLoop. The loop owns the
+// run's segment from the moment the run's start has filled it to the end of the run: units
+// read it through a const view (segment(), RunView, RunEnd) and make their few writes through
+// writes() (master/segment_writes.h, which names each with its unit). The loop:
 //  1. starts each unit in list order (the supervisor starts the workers);
 //  2. runs rounds. A round sleeps once, in the supervisor's poll() on the workers' pidfds (a
 //     worker's end wakes it at once; else it wakes after the shortest wait any unit asks
@@ -10,7 +13,8 @@
 //     units after it do not see that round;
 //  3. ends, in a fixed sequence of four steps that the loop owns, each shown to every unit in
 //     list order before the next step begins (RunEnd):
-//       Stop     what still runs stops: the segment's name goes, the live line is cleared, a
+//       Stop     what still runs stops: the loop removes the segment's name first (the mapping
+//                stays until the loop is destroyed), then the live line is cleared, a
 //                cross-host thread ends (on a good end, once it has finished with every
 //                host), and on a failure the workers are stopped;
 //       Collect  the final state: the loop reads the parameters at the end step (a good end),
@@ -34,6 +38,8 @@
 #include <vector>
 
 #include "master/run_summary.h"
+#include "master/segment_writes.h"
+#include "master/removed_on_death.h"
 #include "shm/segment.h"
 #include "shmtrain/status.h"
 
@@ -43,8 +49,7 @@ namespace shmtrain::master {
 inline constexpr int kPollMs = 5;
 
 // What every unit sees of one round, the same for all: read-only. A unit that writes a word
-// of the segment (an ack, a release, the abort word) holds the segment itself, and its header
-// names the words it owns.
+// of the segment (an ack, a release, the abort word) does it through the loop's writes().
 struct RunView {
   const shm::Segment& seg;
   int64_t progress = 0;  // Progress(seg), read once after the round's sleep
@@ -98,20 +103,29 @@ class RunUnit {
 
 class RunLoop {
  public:
+  // Takes the run's segment, filled and not yet seen by a worker, and the registration of its
+  // name for main's last-resort handlers (master/signals.h), which the end's Stop step drops
+  // with the name. The mapping goes when the loop is destroyed: declare the units after it.
+  RunLoop(shm::Segment seg, RemovedOnDeath name);
+  RunLoop(const RunLoop&) = delete;
+  RunLoop& operator=(const RunLoop&) = delete;
+
+  const shm::Segment& segment() const { return seg_; }
+  SegmentWrites& writes() { return writes_; }
+
   // sleep(ms): a round's one sleep, at most ms milliseconds (Supervisor::Wait). units: the
   // run's units in their order; a null entry (a unit this run does not have) is left out.
-  RunLoop(const shm::Segment& seg, std::function<void(int)> sleep, std::vector<RunUnit*> units);
   // Starts, runs rounds until a unit ends the run, and ends it. Ok when the workers' part is
   // done and no step of the end failed; else the reason the run ended.
-  Status Run();
+  Status Run(std::function<void(int)> sleep, std::vector<RunUnit*> units);
 
  private:
-  Status Rounds();
-  Status End(Status status);
+  Status Rounds(const std::function<void(int)>& sleep, const std::vector<RunUnit*>& units);
+  Status End(Status status, const std::vector<RunUnit*>& units);
 
-  const shm::Segment& seg_;
-  std::function<void(int)> sleep_;
-  std::vector<RunUnit*> units_;
+  shm::Segment seg_;
+  RemovedOnDeath name_;
+  SegmentWrites writes_{seg_};
 };
 
 }  // namespace shmtrain::master

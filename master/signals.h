@@ -25,6 +25,7 @@
 #include <string>
 
 #include "core/signal_name.h"
+#include "master/removed_on_death.h"
 #include "master/run_loop.h"
 
 namespace shmtrain::master {
@@ -37,28 +38,6 @@ static_assert(std::atomic<int>::is_always_lock_free, "stored from a signal handl
 inline bool StopRequested() {
   return g_stop_signal.load() != 0;
 }
-
-// A file this process removes should it die before the owner of this object does (a crash
-// signal, an escaped exception; with StopAction::kRemoveAndDie a stop signal too): the
-// segment's name, an output's temporary file, its lock file. No destructor runs on those
-// paths, so the handlers unlink them (async-signal-safe) from a fixed table of slots. A path
-// that does not fit a slot, or a table that is full, is not registered (the next run's
-// clean-up, `shmtrain cleanup` or OutputLock, still finds it).
-class RemovedOnDeath {
- public:
-  RemovedOnDeath() = default;
-  explicit RemovedOnDeath(const std::string& path);
-  ~RemovedOnDeath() { Forget(); }
-  RemovedOnDeath(RemovedOnDeath&& o) noexcept : slot_(o.slot_) { o.slot_ = -1; }
-  RemovedOnDeath& operator=(RemovedOnDeath&& o) noexcept;
-  RemovedOnDeath(const RemovedOnDeath&) = delete;
-  RemovedOnDeath& operator=(const RemovedOnDeath&) = delete;
-  // The file is no longer this process's to remove (renamed into place, or removed).
-  void Forget();
-
- private:
-  int slot_ = -1;
-};
 
 // Ends the run at the first round after a stop signal, naming it and the step.
 class StopSignal final : public RunUnit {

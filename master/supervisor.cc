@@ -37,14 +37,15 @@ std::string DescribeExit(int status) {
 
 }  // namespace
 
-Supervisor::Supervisor(shm::Segment& seg, Launcher& launcher, Logger& log,
-                       monitoring::WorkerStats& stats, const SupervisorOptions& opts)
+Supervisor::Supervisor(const shm::Segment& seg, SegmentWrites& writes, Launcher& launcher,
+                       Logger& log, monitoring::WorkerStats& stats, const SupervisorOptions& opts)
     : seg_(seg),
+      writes_(writes),
       launcher_(launcher),
       log_(log),
       stats_(stats),
       opts_(opts),
-      deaths_(KindOf(seg.header()->config).MakeDeathRules(seg, stats)),
+      deaths_(KindOf(seg.header()->config).MakeDeathRules(seg, writes, stats)),
       kids_(seg.header()->config.workers),
       chaos_rng_(nn::MixSeed(opts.chaos_seed, 0x43484153ull)) {  // "CHAS"
   if (opts_.chaos_every_ns > 0) {
@@ -63,10 +64,7 @@ Status Supervisor::Start() {
 }
 
 Status Supervisor::StartRank(int rank, uint32_t incarnation) {
-  shm::WorkerBlock* b = seg_.block(rank);
-  // The old incarnation is gone (reaped), so nobody else writes these words now.
-  shm::StoreRelaxed<uint32_t>(b->attached, 0);
-  shm::StoreRelease(b->incarnation, incarnation);
+  writes_.PrepareRank(rank, incarnation);
   pid_t pid = -1;
   if (Status s = launcher_.Spawn(seg_.name(), rank, incarnation, &pid); !s.ok()) return s;
   Child& c = kids_[rank];
@@ -365,7 +363,7 @@ bool Supervisor::AllFinished() const {
 }
 
 void Supervisor::AbortAll() {
-  shm::RaiseAbort(seg_.header());
+  writes_.RaiseAbort();
   const int64_t deadline = shm::MonotonicNs() + kLeaveNs;
   for (;;) {
     const bool any = std::any_of(kids_.begin(), kids_.end(), [](const Child& c) { return c.running; });

@@ -41,6 +41,7 @@
 #include "master/launcher.h"
 #include "master/log.h"
 #include "master/run_loop.h"
+#include "master/segment_writes.h"
 #include "master/run/kind.h"
 #include "monitoring/run_stats.h"
 #include "nn/rng.h"
@@ -62,8 +63,8 @@ struct SupervisorOptions {
 class Supervisor final : public RunUnit {
  public:
   // stats: the workers' part of the run's metrics (monitoring/run_stats.h), written here only.
-  Supervisor(shm::Segment& seg, Launcher& launcher, Logger& log, monitoring::WorkerStats& stats,
-             const SupervisorOptions& opts);
+  Supervisor(const shm::Segment& seg, SegmentWrites& writes, Launcher& launcher, Logger& log,
+             monitoring::WorkerStats& stats, const SupervisorOptions& opts);
   ~Supervisor() override;  // SIGKILLs and reaps whatever still runs
   Supervisor(const Supervisor&) = delete;
   Supervisor& operator=(const Supervisor&) = delete;
@@ -143,7 +144,8 @@ class Supervisor final : public RunUnit {
   void AbortAll();
   void KillAll();
 
-  shm::Segment& seg_;
+  const shm::Segment& seg_;
+  SegmentWrites& writes_;
   Launcher& launcher_;
   Logger& log_;
   monitoring::WorkerStats& stats_;

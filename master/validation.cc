@@ -26,12 +26,14 @@ std::string NonFiniteText(const nn::Metrics& m) {
 }  // namespace
 
 ValidationProtocol::ValidationProtocol(const ValidationPlan& plan, const ModelSpec& spec,
-                                       const data::Dataset& val, shm::Segment& seg, Logger& log,
+                                       const data::Dataset& val, const shm::Segment& seg,
+                                       SegmentWrites& writes, Logger& log,
                                        monitoring::ValidationStats& stats)
     : plan_(plan),
       spec_(spec),
       val_(val),
       seg_(seg),
+      writes_(writes),
       log_(log),
       stats_(stats),
       kind_(KindOf(seg.header()->config)),
@@ -41,7 +43,7 @@ ValidationProtocol::ValidationProtocol(const ValidationPlan& plan, const ModelSp
       best_(plan.early_stop) {
   if (plan_.eval_every <= 0) return;
   evaluator_ = std::make_unique<Evaluator>(spec_, val_);
-  seg_.header()->eval_ack = plan_.first_step / plan_.eval_every;
+  writes_.SetFirstEvalAck(plan_.first_step / plan_.eval_every);
 }
 
 bool ValidationProtocol::wants_fast_poll() const {
@@ -82,7 +84,7 @@ void ValidationProtocol::SnapshotsToEvaluator() {
   while (next_eval_ <= stop_eval_ && next_eval_ * every < total) {
     EvalSnapshot snap;
     if (!kind_.TakeSnapshot(seg_, next_eval_, every, &snap)) return;
-    if (kind_.RanksWaitForEvals() && !ack_after_eval_) shm::AckEval(seg_.header(), next_eval_);
+    if (kind_.RanksWaitForEvals() && !ack_after_eval_) writes_.AckEval(next_eval_);
     // The run may have reached its end meanwhile (async): the final evaluation covers that.
     if (snap.step < total) {
       taken_ns_[snap.step] = shm::MonotonicNs();
@@ -101,7 +103,7 @@ void ValidationProtocol::HandleResults(std::vector<Evaluator::Result> results) {
       RequestEarlyStop(r.index);
     }
     if (ack_after_eval_) {
-      shm::AckEval(seg_.header(), r.index);  // after any stop it decided on (RequestStop)
+      writes_.AckEval(r.index);  // after any stop it decided on (RequestStop)
       acked_ = r.index;
     }
   }
@@ -111,7 +113,7 @@ void ValidationProtocol::RequestEarlyStop(int64_t k) {
   stop_requested_ = true;
   const EarlyStopEnd end = kind_.StopAfter(k, plan_.eval_every, plan_.total_steps);
   stop_eval_ = end.stop_eval;
-  shm::RequestStop(seg_.header(), end.stop_eval);
+  writes_.RequestStop(end.stop_eval);
   // Sync ranks still run to the eval step k + 2 (and async ones finish their updates), and
   // those evaluations may still find a better model: the line says "so far", and the end of
   // the run names the model kept.

@@ -40,6 +40,7 @@
 #include "master/evaluator.h"
 #include "master/log.h"
 #include "master/run_loop.h"
+#include "master/segment_writes.h"
 #include "monitoring/run_stats.h"
 #include "nn/metrics.h"
 #include "shm/segment.h"
@@ -63,7 +64,8 @@ class ValidationProtocol final : public RunUnit {
   // spec, val, seg, log and stats (the validation's part of the run's metrics) must outlive
   // the protocol. The mode, the workers and the parameter count are read from seg's header.
   ValidationProtocol(const ValidationPlan& plan, const ModelSpec& spec, const data::Dataset& val,
-                     shm::Segment& seg, Logger& log, monitoring::ValidationStats& stats);
+                     const shm::Segment& seg, SegmentWrites& writes, Logger& log,
+                     monitoring::ValidationStats& stats);
   ValidationProtocol(const ValidationProtocol&) = delete;
   ValidationProtocol& operator=(const ValidationProtocol&) = delete;
 
@@ -100,7 +102,8 @@ class ValidationProtocol final : public RunUnit {
   ValidationPlan plan_;
   const ModelSpec& spec_;
   const data::Dataset& val_;
-  shm::Segment& seg_;
+  const shm::Segment& seg_;
+  SegmentWrites& writes_;
   Logger& log_;
   monitoring::ValidationStats& stats_;
   const RunKind& kind_;  // the run's (master/run/kind.h), from seg's header

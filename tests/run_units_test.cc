@@ -158,10 +158,9 @@ class RunLoopTest : public ::testing::Test {
  protected:
   // Runs the loop over `units` on seg_; every sleep is recorded as "sleep(ms)".
   Status Run(std::vector<RunUnit*> units) {
-    RunLoop loop(
-        seg_, [this](int ms) { calls_.push_back("sleep(" + std::to_string(ms) + ")"); },
-        std::move(units));
-    return loop.Run();
+    RunLoop loop(std::move(seg_), RemovedOnDeath());
+    return loop.Run([this](int ms) { calls_.push_back("sleep(" + std::to_string(ms) + ")"); },
+                    std::move(units));
   }
   std::vector<std::string> calls_;
   shm::Segment seg_ = MakeSegment(Layout(Mode::kSync, 1, 0));
@@ -184,6 +183,29 @@ TEST_F(RunLoopTest, RoundsShowEveryUnitTheViewInListOrderThenEachStepOfTheEndInT
                                               "a.collect:ok", "b.collect:ok", "c.collect:ok",  //
                                               "a.save:ok",   "b.save:ok",   "c.save:ok",     //
                                               "a.report:ok", "b.report:ok", "c.report:ok"}));
+}
+
+// The loop owns the segment: at the end its name goes before any unit's Stop (the mapping stays
+// for every step after it, until the loop is destroyed).
+TEST_F(RunLoopTest, TheEndRemovesTheSegmentsNameFirstAndKeepsItsMappingForEveryStep) {
+  const std::string file = "/dev/shm/" + seg_.name();
+  ASSERT_TRUE(fs::exists(file));
+  class Looks final : public RunUnit {
+   public:
+    explicit Looks(std::string file) : file_(std::move(file)) {}
+    Verdict Tick(const RunView& /*view*/) override { return Verdict::Done(); }
+    void Stop(RunEnd& end) override { name_gone_at_stop = !fs::exists(file_) && end.seg.valid(); }
+    void Report(RunEnd& end) override { workers_at_report = end.seg.header()->config.workers; }
+    bool name_gone_at_stop = false;
+    uint32_t workers_at_report = 0;
+
+   private:
+    std::string file_;
+  } looks(file);
+  EXPECT_TRUE(Run({&looks}).ok());
+  EXPECT_TRUE(looks.name_gone_at_stop) << file << " still there at the first unit's Stop";
+  EXPECT_EQ(looks.workers_at_report, 1u);
+  EXPECT_FALSE(fs::exists(file));
 }
 
 TEST_F(RunLoopTest, AUnitThatEndsTheRunIsTheLastToSeeItsRound) {
@@ -332,11 +354,12 @@ class CheckpointPolicyTest : public ::testing::Test {
   Logger log_{LogFormat::kJson, false};
   monitoring::CheckpointStats stats_;
   shm::Segment seg_ = MakeSegment(Layout(Mode::kSync, 1, 0));  // for the policies that only write
+  SegmentWrites writes_{seg_};
 };
 
 TEST_F(CheckpointPolicyTest, AWrittenCheckpointHoldsTheStateAndTheRun) {
   const std::string path = dir_.File("c.bin");
-  CheckpointPolicy policy(Config(path), seg_, log_, stats_);
+  CheckpointPolicy policy(Config(path), seg_, writes_, log_, stats_);
   EXPECT_EQ(policy.last_written(), 2);
   ASSERT_TRUE(policy.Write(State(6, 1.5f, 2)).ok());
   EXPECT_EQ(policy.last_written(), 6);
@@ -353,7 +376,7 @@ TEST_F(CheckpointPolicyTest, AWrittenCheckpointHoldsTheStateAndTheRun) {
 TEST_F(CheckpointPolicyTest, FailedWritesAreCountedAndLoggedAndTheRunGoesOn) {
   const std::string sub = dir_.File("gone");
   const std::string path = sub + "/c.bin";
-  CheckpointPolicy policy(Config(path), seg_, log_, stats_);
+  CheckpointPolicy policy(Config(path), seg_, writes_, log_, stats_);
   testing::internal::CaptureStdout();
   const Status first = policy.Write(State(4, 1, 0));
   const Status second = policy.Write(State(6, 1, 0));
@@ -373,7 +396,7 @@ TEST_F(CheckpointPolicyTest, FailedWritesAreCountedAndLoggedAndTheRunGoesOn) {
 
 TEST_F(CheckpointPolicyTest, NonFiniteStateIsNeverWritten) {
   const std::string path = dir_.File("c.bin");
-  CheckpointPolicy policy(Config(path), seg_, log_, stats_);
+  CheckpointPolicy policy(Config(path), seg_, writes_, log_, stats_);
   ASSERT_TRUE(policy.Write(State(4, 1, 2)).ok());
   Checkpoint bad_params = State(6, 2, 2);
   bad_params.params[3] = NAN;
@@ -393,6 +416,7 @@ TEST_F(CheckpointPolicyTest, NonFiniteStateIsNeverWritten) {
 
 TEST_F(CheckpointPolicyTest, SyncCopiesStepStateOnceEveryRankPausedThenReleases) {
   shm::Segment seg = MakeSegment(Layout(Mode::kSync, 2, 2));
+  SegmentWrites writes(seg);
   ASSERT_TRUE(seg.valid());
   // Step 4 reads buffer 0; buffer 1 holds something else.
   const std::vector<float> w = Filled(10), v = Filled(-10), m = Filled(-20);
@@ -403,7 +427,7 @@ TEST_F(CheckpointPolicyTest, SyncCopiesStepStateOnceEveryRankPausedThenReleases)
   std::fill(seg.state(0, 5), seg.state(0, 5) + w.size(), 99.f);
   std::fill(seg.state(1, 5), seg.state(1, 5) + w.size(), 99.f);
   const std::string path = dir_.File("c.bin");
-  CheckpointPolicy policy(Config(path, 4), seg, log_, stats_);
+  CheckpointPolicy policy(Config(path, 4), seg, writes, log_, stats_);
   ASSERT_EQ(policy.schedule().next(), 4);
   seg.block(0)->phase = 8;  // paused before step 4
   seg.block(1)->phase = 7;  // still in step 3's update
@@ -426,12 +450,13 @@ TEST_F(CheckpointPolicyTest, SyncCopiesStepStateOnceEveryRankPausedThenReleases)
 
 TEST_F(CheckpointPolicyTest, AsyncCopiesOnceEveryRankPausedAtOrPastTheMultipleThenReleases) {
   shm::Segment seg = MakeSegment(Layout(Mode::kAsync, 3, 0));
+  SegmentWrites writes(seg);
   ASSERT_TRUE(seg.valid());
   const std::vector<float> w = Filled(3);
   std::copy(w.begin(), w.end(), seg.params(0));
   seg.header()->param_version = 5;
   const std::string path = dir_.File("c.bin");
-  CheckpointPolicy policy(Config(path, 5, Mode::kAsync), seg, log_, stats_);
+  CheckpointPolicy policy(Config(path, 5, Mode::kAsync), seg, writes, log_, stats_);
   ASSERT_EQ(policy.schedule().next(), 5);
   seg.block(0)->phase = 10;  // paused before ticket 5 (or a later one, below 10)
   seg.block(1)->phase = 20;  // no ticket below total_steps (10) left
@@ -461,13 +486,14 @@ TEST_F(CheckpointPolicyTest, AsyncCopiesOnceEveryRankPausedAtOrPastTheMultipleTh
 
 TEST_F(CheckpointPolicyTest, StopCheckpointOnlyWithACheckpointPath) {
   shm::Segment seg = MakeSegment(Layout(Mode::kSync, 1, 0));
+  SegmentWrites writes(seg);
   ASSERT_TRUE(seg.valid());
   seg.block(0)->phase = 7;  // step 3 done, step 4's gradient computed
-  CheckpointPolicy none(Config(""), seg, log_, stats_);
+  CheckpointPolicy none(Config(""), seg, writes, log_, stats_);
   EXPECT_TRUE(none.WriteOnStop().ok());
   EXPECT_EQ(none.last_written(), 2);
   const std::string path = dir_.File("c.bin");
-  CheckpointPolicy policy(Config(path), seg, log_, stats_);
+  CheckpointPolicy policy(Config(path), seg, writes, log_, stats_);
   testing::internal::CaptureStdout();
   ASSERT_TRUE(policy.WriteOnStop().ok());
   const std::string out = testing::internal::GetCapturedStdout();
@@ -480,7 +506,7 @@ TEST_F(CheckpointPolicyTest, StopCheckpointOnlyWithACheckpointPath) {
 TEST_F(CheckpointPolicyTest, ResumeRestoresTheStateAndTheProtocolWords) {
   const shm::Header layout = Layout(Mode::kSync, 3, 2);
   const std::string path = dir_.File("c.bin");
-  CheckpointPolicy policy(Config(path), seg_, log_, stats_);
+  CheckpointPolicy policy(Config(path), seg_, writes_, log_, stats_);
   ASSERT_TRUE(policy.Write(State(5, 7, 2)).ok());
   Checkpoint c;
   ASSERT_TRUE(LoadResume(path, Mode::kSync, 0xF1F2, "opt A", layout, 10, {}, &c).ok());
@@ -501,7 +527,7 @@ TEST_F(CheckpointPolicyTest, ResumeRestoresTheStateAndTheProtocolWords) {
 
 TEST_F(CheckpointPolicyTest, ResumeRefusesAnotherRunsCheckpoint) {
   const std::string path = dir_.File("c.bin");
-  CheckpointPolicy policy(Config(path), seg_, log_, stats_);
+  CheckpointPolicy policy(Config(path), seg_, writes_, log_, stats_);
   ASSERT_TRUE(policy.Write(State(5, 7, 2)).ok());
   Checkpoint c;
   const shm::Header layout = Layout(Mode::kSync, 3, 2);
@@ -567,9 +593,10 @@ class ValidationTest : public ::testing::Test {
 
 TEST_F(ValidationTest, WithoutEarlyStopASnapshotIsAckedOnceCopied) {
   shm::Segment seg = MakeSegment(Layout(Mode::kSync, 2, 0, 2));
+  SegmentWrites writes(seg);
   ASSERT_TRUE(seg.valid());
   testing::internal::CaptureStdout();
-  ValidationProtocol v({.eval_every = 2, .first_step = 2, .total_steps = 10}, kSpec, val_, seg,
+  ValidationProtocol v({.eval_every = 2, .first_step = 2, .total_steps = 10}, kSpec, val_, seg, writes,
                        log_, stats_);
   EXPECT_EQ(seg.header()->eval_ack, 1) << "a run resumed at step 2 has passed eval 1";
   EXPECT_TRUE(v.wants_fast_poll());
@@ -616,9 +643,10 @@ TEST_F(ValidationTest, AFailedEvaluationIsAStatusOnTheRunLoopsThread) {
 
 TEST_F(ValidationTest, EarlyStopNamesEvalKPlus2BeforeAckingKAndKeepsTheBest) {
   shm::Segment seg = MakeSegment(Layout(Mode::kSync, 2, 0, 2));
+  SegmentWrites writes(seg);
   ASSERT_TRUE(seg.valid());
   testing::internal::CaptureStdout();
-  ValidationProtocol v({.eval_every = 2, .early_stop = 1, .total_steps = 10}, kSpec, val_, seg,
+  ValidationProtocol v({.eval_every = 2, .early_stop = 1, .total_steps = 10}, kSpec, val_, seg, writes,
                        log_, stats_);
   Publish(seg, 1, good_);
   ASSERT_TRUE(v.Poll().ok());
@@ -663,10 +691,11 @@ TEST(EarlyStop, ANonFiniteEvaluationIsNeverTheBest) {
 TEST_F(ValidationTest, AModelWithANonFiniteValidationLossIsNeverKept) {
   for (const int64_t patience : {0, 2}) {
     shm::Segment seg = MakeSegment(Layout(Mode::kSync, 2, 0, 2));
+    SegmentWrites writes(seg);
     ASSERT_TRUE(seg.valid());
     testing::internal::CaptureStdout();
     ValidationProtocol v({.eval_every = 2, .early_stop = patience, .total_steps = 10}, kSpec, val_,
-                         seg, log_, stats_);
+                         seg, writes, log_, stats_);
     Publish(seg, 1, huge_);
     ASSERT_TRUE(v.Poll().ok());
     Publish(seg, 2, good_);
@@ -696,8 +725,9 @@ TEST_F(ValidationTest, AModelWithANonFiniteValidationLossIsNeverKept) {
   }
   // No finite evaluation at all: the early stop names none, and the run keeps no model.
   shm::Segment seg = MakeSegment(Layout(Mode::kSync, 2, 0, 2));
+  SegmentWrites writes(seg);
   testing::internal::CaptureStdout();
-  ValidationProtocol v({.eval_every = 2, .early_stop = 2, .total_steps = 10}, kSpec, val_, seg,
+  ValidationProtocol v({.eval_every = 2, .early_stop = 2, .total_steps = 10}, kSpec, val_, seg, writes,
                        log_, stats_);
   Publish(seg, 1, huge_);
   ASSERT_TRUE(v.Poll().ok());
@@ -1094,13 +1124,14 @@ bool Round(Supervisor& sup, const shm::Segment& seg) {
 // next only once the run has moved.
 TEST(SupervisorChaos, KillsOnlyOnceWhileTheRunStandsStill) {
   shm::Segment seg = MakeSegment(Layout(Mode::kAsync, 2, 0));
+  SegmentWrites writes(seg);
   SleeperLauncher launcher;
   Logger log(LogFormat::kJson, false);
   monitoring::WorkerStats stats(2);
   SupervisorOptions opts;
   opts.heartbeat_timeout_ns = 3'600'000'000'000;
   opts.chaos_every_ns = 1'000'000;  // 1 ms
-  Supervisor sup(seg, launcher, log, stats, opts);
+  Supervisor sup(seg, writes, launcher, log, stats, opts);
   ASSERT_TRUE(sup.Start().ok());
   // Ticks until `done`, for 30 s at most (a loaded machine is slow to reap and restart).
   auto tick_until = [&](const std::function<bool()>& done) {
@@ -1127,7 +1158,8 @@ TEST(SupervisorChaos, KillsOnlyOnceWhileTheRunStandsStill) {
 // segment's mapping (ExchangeThread::JoinOrLeave): the steps after it still read the segment,
 // the supervisor's among them, which stops the workers through the segment's abort word.
 TEST(RunEnd, AThreadLeftBehindLeavesTheSegmentToTheUnitsAfterIt) {
-  shm::Segment seg = MakeSegment(Layout(Mode::kSync, 2, 0));
+  RunLoop loop(MakeSegment(Layout(Mode::kSync, 2, 0)), RemovedOnDeath());
+  const shm::Segment& seg = loop.segment();
   auto release = std::make_shared<std::atomic<bool>>(false);
   // A unit whose thread never returns until released (the test hook of a stuck exchange), and
   // whose round ends the run as a lost host would.
@@ -1144,15 +1176,14 @@ TEST(RunEnd, AThreadLeftBehindLeavesTheSegmentToTheUnitsAfterIt) {
 
    private:
     ExchangeThread thread_;
-  } stuck(seg, release);
+  } stuck(loop.writes().ForExchange(), release);
   SleeperLauncher launcher;
   Logger log(LogFormat::kJson, false);
   monitoring::WorkerStats stats(2);
   SupervisorOptions opts;
   opts.heartbeat_timeout_ns = 3'600'000'000'000;
-  Supervisor sup(seg, launcher, log, stats, opts);
-  RunLoop loop(seg, [&sup](int ms) { sup.Wait(ms); }, {&stuck, &sup});
-  const Status s = loop.Run();
+  Supervisor sup(seg, loop.writes(), launcher, log, stats, opts);
+  const Status s = loop.Run([&sup](int ms) { sup.Wait(ms); }, {&stuck, &sup});
   EXPECT_EQ(s.code(), Status::Code::kHostLost) << s.message();
   ASSERT_TRUE(seg.valid());
   EXPECT_GT(shm::LoadRelaxed(seg.header()->abort_epoch), 0u) << "the workers were not aborted";
@@ -1280,9 +1311,10 @@ TEST(RunKind, AcrossHostsAsyncSharesTheUpdatesAndSyncDoesNot) {
 // gets a ticket past the run's last, in a rank's block, and those ranks start again.
 TEST(RunKind, AsyncDeathRulesHandOutTicketsForTheUpdatesOwed) {
   shm::Segment seg = MakeSegment(Layout(Mode::kAsync, 3, 0));
+  SegmentWrites writes(seg);
   const int64_t total = seg.header()->config.total_steps;
   monitoring::RunStats stats(3);
-  std::unique_ptr<DeathRules> rules = KindOf(Mode::kAsync, 1).MakeDeathRules(seg, stats.workers());
+  std::unique_ptr<DeathRules> rules = KindOf(Mode::kAsync, 1).MakeDeathRules(seg, writes, stats.workers());
   seg.header()->param_version = static_cast<uint64_t>(total - 2);
   std::vector<int> owed;
   ASSERT_TRUE(rules->AllFinished(&owed).ok());
@@ -1299,9 +1331,10 @@ TEST(RunKind, AsyncDeathRulesHandOutTicketsForTheUpdatesOwed) {
 // Sync: a rank that exits cleanly has finished its part only at the run's last step.
 TEST(RunKind, SyncDeathRulesFinishARankOnlyAtTheLastStep) {
   shm::Segment seg = MakeSegment(Layout(Mode::kSync, 2, 0));
+  SegmentWrites writes(seg);
   const uint64_t total = static_cast<uint64_t>(seg.header()->config.total_steps);
   monitoring::RunStats stats(2);
-  std::unique_ptr<DeathRules> rules = KindOf(Mode::kSync, 1).MakeDeathRules(seg, stats.workers());
+  std::unique_ptr<DeathRules> rules = KindOf(Mode::kSync, 1).MakeDeathRules(seg, writes, stats.workers());
   seg.block(0)->phase = 2 * total - 1;
   seg.block(1)->phase = 2 * total;
   EXPECT_FALSE(rules->FinishedItsPart(0));

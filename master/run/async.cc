@@ -22,7 +22,8 @@ constexpr const char* kAsyncFlags[] = {"--rule",    "--lambda",        "--ms-dec
 // is settled here: applied, or torn.
 class AsyncDeaths final : public DeathRules {
  public:
-  AsyncDeaths(shm::Segment& seg, monitoring::WorkerStats& stats) : seg_(seg), stats_(stats) {}
+  AsyncDeaths(const shm::Segment& seg, SegmentWrites& writes, monitoring::WorkerStats& stats)
+      : seg_(seg), writes_(writes), stats_(stats) {}
   bool FinishedItsPart(int /*r*/) const override { return true; }
   void Settle(int r) override;
   Status AllFinished(std::vector<int>* owed) override;
@@ -31,7 +32,8 @@ class AsyncDeaths final : public DeathRules {
  private:
   void Reconcile();
 
-  shm::Segment& seg_;
+  const shm::Segment& seg_;
+  SegmentWrites& writes_;
   monitoring::WorkerStats& stats_;
   int64_t torn_ = 0;
   int64_t interrupted_ = 0;             // updates cut short by a death, not yet settled
@@ -43,10 +45,9 @@ class AsyncDeaths final : public DeathRules {
 // is settled by Reconcile(). The flag comes down before the replacement starts. The ticket,
 // too, is settled by Reconcile (applied, or torn): it must not be redone.
 void AsyncDeaths::Settle(int r) {
-  shm::WorkerBlock* b = seg_.block(r);
-  if (const uint64_t commit = shm::LoadCommit(*b); commit % 2 == 1) {
-    shm::StoreRelaxed<uint64_t>(b->commit, commit - 1);
-    shm::StoreRelaxed<int64_t>(b->ticket, -1);
+  if (const uint64_t commit = shm::LoadCommit(*seg_.block(r)); commit % 2 == 1) {
+    writes_.SetCommit(r, commit - 1);
+    writes_.SetTicket(r, -1);
     ++interrupted_;
     interrupted_ranks_.push_back(r);
   }
@@ -61,8 +62,8 @@ void AsyncDeaths::Reconcile() {
   const uint64_t version = shm::LoadAcquire(seg_.header()->param_version);
   uint64_t landed = version > counted ? version - counted : 0;
   for (size_t i = 0; i < interrupted_ranks_.size() && landed > 0; ++i, --landed, --interrupted_) {
-    shm::WorkerBlock* b = seg_.block(interrupted_ranks_[i]);
-    shm::StoreRelaxed<uint64_t>(b->commit, shm::LoadCommit(*b) + 2);
+    const int r = interrupted_ranks_[i];
+    writes_.SetCommit(r, shm::LoadCommit(*seg_.block(r)) + 2);
   }
   interrupted_ranks_.clear();
   for (; interrupted_ > 0; --interrupted_) {
@@ -91,7 +92,7 @@ Status AsyncDeaths::AllFinished(std::vector<int>* owed) {
   }
   const int workers = static_cast<int>(seg_.header()->config.workers);
   for (int r = 0; r < workers && r < total - applied; ++r) {
-    shm::StoreRelaxed<int64_t>(seg_.block(r)->ticket, total + extra_tickets_++);
+    writes_.SetTicket(r, total + extra_tickets_++);
     owed->push_back(r);
   }
   return Status::Ok();
@@ -204,9 +205,10 @@ EarlyStopEnd AsyncKind::StopAfter(int64_t /*k*/, int64_t /*every*/, int64_t /*to
   return {0, "at the workers' next update"};
 }
 
-std::unique_ptr<DeathRules> AsyncKind::MakeDeathRules(shm::Segment& seg,
+std::unique_ptr<DeathRules> AsyncKind::MakeDeathRules(const shm::Segment& seg,
+                                                      SegmentWrites& writes,
                                                       monitoring::WorkerStats& stats) const {
-  return std::make_unique<AsyncDeaths>(seg, stats);
+  return std::make_unique<AsyncDeaths>(seg, writes, stats);
 }
 
 // From the workers' start to their end, over the updates.

@@ -34,7 +34,7 @@ class AsyncKind : public RunKind {
   bool TakeSnapshot(const shm::Segment& seg, int64_t index, int64_t every,
                     EvalSnapshot* out) const override;
   EarlyStopEnd StopAfter(int64_t k, int64_t every, int64_t total) const override;
-  std::unique_ptr<DeathRules> MakeDeathRules(shm::Segment& seg,
+  std::unique_ptr<DeathRules> MakeDeathRules(const shm::Segment& seg, SegmentWrites& writes,
                                              monitoring::WorkerStats& stats) const override;
 
   const char* StepsWord() const override { return "updates"; }

@@ -54,7 +54,7 @@ class AsyncAcrossHosts final : public AsyncKind {
   // every host at its update t / H.
   int64_t HostStep(int64_t run_step, int hosts) const override { return run_step / hosts; }
   int64_t RunStep(int64_t host_step, int hosts) const override { return host_step * hosts; }
-  CrossHostUnit StartCrossHost(const TrainOptions& o, shm::Segment& seg,
+  CrossHostUnit StartCrossHost(const TrainOptions& o, SegmentWrites& seg,
                                const std::shared_ptr<Hosts>& hosts,
                                const std::shared_ptr<monitoring::RunStats>& stats) const override;
   // The state is whole only at a sync point, which a stop does not wait for.
@@ -110,10 +110,10 @@ Status AsyncAcrossHosts::Plan(const TrainOptions& o, int64_t total, int64_t eval
 }
 
 CrossHostUnit AsyncAcrossHosts::StartCrossHost(
-    const TrainOptions& o, shm::Segment& seg, const std::shared_ptr<Hosts>& hosts,
+    const TrainOptions& o, SegmentWrites& seg, const std::shared_ptr<Hosts>& hosts,
     const std::shared_ptr<monitoring::RunStats>& stats) const {
   auto server = std::make_unique<ParamServer>(
-      seg, hosts, std::shared_ptr<monitoring::PushStats>(stats, &stats->pushes()),
+      seg.ForExchange(), hosts, std::shared_ptr<monitoring::PushStats>(stats, &stats->pushes()),
       ParamServer::Options{.push_every = o.push_every,
                            .host_timeout_s = o.host_timeout_s,
                            .max_staleness = o.max_staleness});

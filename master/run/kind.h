@@ -23,6 +23,7 @@
 #include "master/log.h"
 #include "master/run_loop.h"
 #include "master/run_summary.h"
+#include "master/segment_writes.h"
 #include "monitoring/run_stats.h"
 #include "shm/segment.h"
 #include "shmtrain/optim_config.h"
@@ -134,7 +135,7 @@ class RunKind {
 
   // ---- During the run ----
   // The unit combining the hosts; {} on one host.
-  virtual CrossHostUnit StartCrossHost(const TrainOptions& o, shm::Segment& seg,
+  virtual CrossHostUnit StartCrossHost(const TrainOptions& o, SegmentWrites& seg,
                                        const std::shared_ptr<Hosts>& hosts,
                                        const std::shared_ptr<monitoring::RunStats>& stats) const {
     (void)o, (void)seg, (void)hosts, (void)stats;
@@ -160,7 +161,8 @@ class RunKind {
   // How an early stop decided at evaluation k ends the workers.
   virtual EarlyStopEnd StopAfter(int64_t k, int64_t every, int64_t total) const = 0;
   // The supervisor's rules for this run's deaths.
-  virtual std::unique_ptr<DeathRules> MakeDeathRules(shm::Segment& seg,
+  virtual std::unique_ptr<DeathRules> MakeDeathRules(const shm::Segment& seg,
+                                                     SegmentWrites& writes,
                                                      monitoring::WorkerStats& stats) const = 0;
 
   // ---- The summary ----

@@ -112,7 +112,8 @@ EarlyStopEnd SyncKind::StopAfter(int64_t k, int64_t every, int64_t total) const 
   return {k + 2, "at step " + std::to_string(std::min(total, (k + 2) * every))};
 }
 
-std::unique_ptr<DeathRules> SyncKind::MakeDeathRules(shm::Segment& seg,
+std::unique_ptr<DeathRules> SyncKind::MakeDeathRules(const shm::Segment& seg,
+                                                     SegmentWrites& /*writes*/,
                                                      monitoring::WorkerStats& /*stats*/) const {
   return std::make_unique<SyncDeaths>(seg);
 }

@@ -13,12 +13,12 @@ class SyncAcrossHosts final : public SyncKind {
  public:
   const char* name() const override { return "sync across hosts"; }
 
-  CrossHostUnit StartCrossHost(const TrainOptions& o, shm::Segment& seg,
+  CrossHostUnit StartCrossHost(const TrainOptions& o, SegmentWrites& seg,
                                const std::shared_ptr<Hosts>& hosts,
                                const std::shared_ptr<monitoring::RunStats>& stats) const override {
     CrossHostUnit cross;
     cross.unit = std::make_unique<Combiner>(
-        seg, hosts, std::shared_ptr<monitoring::DurationHistogram>(stats, &stats->combine()),
+        seg.ForExchange(), hosts, std::shared_ptr<monitoring::DurationHistogram>(stats, &stats->combine()),
         o.host_timeout_s);
     return cross;
   }
