@@ -35,7 +35,8 @@ void LossLog::Drain(const shm::Segment& seg) {
   for (;;) {
     if (next_ * c.log_every >= c.total_steps) return;
     const shm::LossRecord& rec = seg.header()->loss_ring[next_ % shm::kLossRing];
-    const uint64_t tag = shm::LoadAcquire(rec.tag);
+    double loss = 0;
+    const uint64_t tag = shm::ReadLoss(rec, static_cast<uint64_t>(next_), &loss);
     if (tag < static_cast<uint64_t>(next_ + 1)) return;  // not written yet
     if (tag == static_cast<uint64_t>(next_ + 1)) {
       const int64_t step = next_ * c.log_every;
@@ -43,9 +44,9 @@ void LossLog::Drain(const shm::Segment& seg) {
       // constant-rate run's lines stay "step S loss L".
       const double lr = nn::LearningRate(c.optim, step);
       const bool varies = nn::RateVaries(c.optim);
-      log_.Line("step " + std::to_string(step) + " loss " + Fmt("%.9g", rec.loss) +
+      log_.Line("step " + std::to_string(step) + " loss " + Fmt("%.9g", loss) +
                     (varies ? " lr " + Fmt("%.6g", lr) : std::string()),
-                JsonLine("step").Int("step", step).Num("loss", rec.loss).Num("lr", lr));
+                JsonLine("step").Int("step", step).Num("loss", loss).Num("lr", lr));
     }
     if (tag > static_cast<uint64_t>(next_ + 1)) ++lost_;  // overwritten before we read it
     ++next_;

@@ -194,8 +194,10 @@ inline int64_t AsyncMinibatch(const RunConfig& c, int64_t ticket) {
 // stop_eval when no stop is asked for.
 inline constexpr int64_t kNoStop = INT64_MAX;
 
-// One record of the loss ring. Its writer (sync: rank 0; async: the worker of the logged
-// update) writes loss, then publishes tag = log index + 1 (StoreRelease).
+// One record of the loss ring, a sequence lock: its writer (sync: rank 0; async: the worker of
+// the logged update) publishes log index k's loss with PublishLoss, and the master reads it
+// with ReadLoss, which sees either that loss whole or that the record moved on (a writer
+// kLossRing indices ahead overwrote it meanwhile).
 struct LossRecord {
   uint64_t tag;
   double loss;
@@ -430,6 +432,28 @@ inline uint64_t AddRelease(uint64_t& v, uint64_t x) {
 inline void StoreIfZero(int64_t& v, int64_t x) {
   int64_t zero = 0;
   std::atomic_ref<int64_t>(v).compare_exchange_strong(zero, x);
+}
+
+// The loss record's sequence lock: the tag goes to 0 (nothing readable) before the loss is
+// written and to k + 1 after it (release); a reader that sees k + 1, reads the loss, and sees
+// k + 1 again after an acquire fence read a loss written entirely under tag k + 1.
+inline void PublishLoss(LossRecord& rec, uint64_t k, double loss) {
+  StoreRelaxed<uint64_t>(rec.tag, 0);
+  std::atomic_thread_fence(std::memory_order_release);
+  StoreRelaxed(rec.loss, loss);
+  StoreRelease<uint64_t>(rec.tag, k + 1);
+}
+// The tag seen (below k + 1: not written yet, or being written (0), so look again later; above:
+// overwritten), and with it, when it is k + 1 and stayed so, the loss of index k in *loss.
+inline uint64_t ReadLoss(const LossRecord& rec, uint64_t k, double* loss) {
+  const uint64_t tag = LoadAcquire(rec.tag);
+  if (tag != k + 1) return tag;
+  const double value = LoadRelaxed(rec.loss);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  const uint64_t again = LoadRelaxed(rec.tag);
+  if (again != tag) return again;  // rewritten meanwhile: 0 while a writer is at it
+  *loss = value;
+  return tag;
 }
 
 // The async commit word: relaxed, as the master reads it only of exited ranks (waitpid orders).

@@ -1250,6 +1250,35 @@ TEST(SleepOnWakeSeq, SleepsUntilTheLooksTimeAndAwakeEndsTheWait) {
 }
 
 
+// The loss ring's sequence lock (shm/layout.h): a reader racing a writer that rewrites the
+// record gets a loss only with the tag it was written under, or learns the record moved on.
+TEST(LossRing, AReadGetsALossOnlyWithTheTagItWasWrittenUnder) {
+  shm::LossRecord rec{};
+  std::atomic<bool> done{false};
+  constexpr uint64_t kWrites = 400'000;
+  std::thread writer([&] {
+    for (uint64_t k = 0; k < kWrites; ++k) shm::PublishLoss(rec, k, static_cast<double>(k));
+    done = true;
+  });
+  int64_t read = 0, mismatched = 0;
+  while (!done.load()) {
+    const uint64_t seen = shm::LoadAcquire(rec.tag);
+    if (seen == 0) continue;
+    double loss = -1;
+    if (shm::ReadLoss(rec, seen - 1, &loss) != seen) continue;  // moved on meanwhile
+    ++read;
+    if (loss != static_cast<double>(seen - 1)) ++mismatched;
+  }
+  writer.join();
+  EXPECT_GT(read, 0);
+  EXPECT_EQ(mismatched, 0) << "of " << read << " reads";
+  double last = -1;
+  EXPECT_EQ(shm::ReadLoss(rec, kWrites - 1, &last), kWrites);
+  EXPECT_EQ(last, static_cast<double>(kWrites - 1));
+  EXPECT_EQ(shm::ReadLoss(rec, kWrites - 2, &last), kWrites) << "an older index is overwritten";
+  EXPECT_EQ(shm::ReadLoss(rec, kWrites, &last), kWrites) << "a newer one is not written yet";
+}
+
 // -------------------------------------------------------------------------------------------
 // The kinds of run (master/run/kind.h): picked in one place, each with its own rules.
 

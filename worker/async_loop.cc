@@ -92,9 +92,7 @@ void RecordUpdate(shm::Header* h, shm::WorkerBlock* self, uint64_t v_apply, uint
   // sync loop does, so the log shows the loss at exactly those updates.
   if (c.log_every > 0 && v_apply % static_cast<uint64_t>(c.log_every) == 0) {
     const uint64_t k = v_apply / static_cast<uint64_t>(c.log_every);
-    shm::LossRecord& rec = h->loss_ring[k % shm::kLossRing];
-    rec.loss = loss;
-    shm::StoreRelease<uint64_t>(rec.tag, k + 1);
+    shm::PublishLoss(h->loss_ring[k % shm::kLossRing], k, loss);
   }
   shm::AddRelaxed<uint64_t>(self->steps_total, 1);
   shm::AddRelaxed<uint64_t>(self->staleness_sum, tau);

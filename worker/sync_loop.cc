@@ -365,9 +365,8 @@ int SyncRank::UpdateClipped(int64_t t, double lr, double sq, int64_t t1, uint64_
 void SyncRank::RecordLoss(int64_t t) {
   if (rank_ == 0 && c_.log_every > 0 && t % c_.log_every == 0) {
     const int64_t k = t / c_.log_every;
-    shm::LossRecord& rec = h_->loss_ring[k % shm::kLossRing];
-    rec.loss = loss_sum_ / static_cast<double>(samples_);
-    shm::StoreRelease<uint64_t>(rec.tag, static_cast<uint64_t>(k + 1));
+    shm::PublishLoss(h_->loss_ring[k % shm::kLossRing], static_cast<uint64_t>(k),
+                     loss_sum_ / static_cast<double>(samples_));
   }
 }
 
