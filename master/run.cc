@@ -43,9 +43,9 @@ namespace {
 Status CheckOutputPaths(const TrainOptions& o, OutputLock (&locks)[2]) {
   if (Status s = CheckOutputPath("--save", o.save_path,
                                  {{"--data", o.data_path},
-                                  {"--labels", o.labels_path},
+                                  {"--labels", o.file.arrays.labels_path},
                                   {"--val-data", o.val_data_path},
-                                  {"--val-labels", o.val_labels_path},
+                                  {"--val-labels", o.val_arrays.labels_path},
                                   {"--resume", o.resume_path},
                                   {"--checkpoint", o.checkpoint_path}});
       !s.ok()) {
@@ -53,9 +53,9 @@ Status CheckOutputPaths(const TrainOptions& o, OutputLock (&locks)[2]) {
   }
   if (Status s = CheckOutputPath("--checkpoint", o.checkpoint_path,
                                  {{"--data", o.data_path},
-                                  {"--labels", o.labels_path},
+                                  {"--labels", o.file.arrays.labels_path},
                                   {"--val-data", o.val_data_path},
-                                  {"--val-labels", o.val_labels_path}},
+                                  {"--val-labels", o.val_arrays.labels_path}},
                                  OutputKinds::kRegularFile);
       !s.ok()) {
     return s;

@@ -201,15 +201,7 @@ Status CheckImage(const ModelSpec& model, const std::string& model_src, const Sh
 
 data::LoadOptions LoadOptionsFor(const TrainOptions& o, Task task) {
   data::LoadOptions lo;
-  lo.format = o.format;
-  lo.label_col = o.label_col;
-  lo.label_name = o.label_name;
-  lo.header = o.header;
-  lo.delimiter = o.delimiter;
-  lo.decimal = o.decimal;
-  lo.labels_path = o.labels_path;
-  lo.x_key = o.npz_x;
-  lo.y_key = o.npz_y;
+  lo.file = o.file;
   lo.task = task;
   return lo;
 }
@@ -317,9 +309,7 @@ Status PrepareData(TrainOptions& o, RunData* rd) {
     // The held-out file: same format options, the training data's classes and width.
     data::LoadOptions lo = LoadOptionsFor(o, TaskOf(o.model.loss));
     lo.features = rd->train.features;
-    lo.labels_path = o.val_labels_path;
-    lo.x_key = o.val_npz_x;
-    lo.y_key = o.val_npz_y;
+    lo.file.arrays = o.val_arrays;
     if (lo.task == Task::kClassification) lo.classes = &rd->train.classes;
     lo.check_image = [&](const Shape& image) {
       return CheckImage(o.model, InputSource(o), image, o.val_data_path);
