@@ -156,7 +156,7 @@ struct TrainOptions {
   // (--model): layers in the model text (nn/layer.h), on input_shape (--input-shape C,H,W; c =
   // 0: the data's own, 1xHxW for images of H x W, else flat). `model` is the model these say:
   // Validate builds it (an MLP's whole, a --model's layers), and the run sets a --model's input
-  // from the data (master/run_data.cc).
+  // from the data (data/pipeline.h).
   std::vector<int> mlp_layers;
   Activation activation = Activation::kTanh;
   std::string model_text;
