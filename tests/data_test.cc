@@ -28,6 +28,7 @@
 #include "data/byte_stream.h"
 #include "data/dataset.h"
 #include "data/line_blocks.h"
+#include "data/pipeline.h"
 #include "data/preprocess.h"
 #include "data/text_cells.h"
 #include "data/text_load.h"
@@ -2318,6 +2319,79 @@ TEST(FormatFlags, TheLoaderRefusesEachFlagTheFilesFormatTakesNot) {
       }
     }
   }
+}
+
+// The pipeline (data/pipeline.h) asks the run for its figures through RunSizing, once the data's
+// shape is known and before a row is stored, with the model's input the data gives.
+class PipelineTest : public CsvTest {
+ protected:
+  // --data of 4 rows of 2 features for a --model without an input shape, batches of 3.
+  TrainOptions Options() {
+    TrainOptions o;
+    o.data_path = Write("1,2,3\n4,5,6\n7,8,9\n1,1,1\n");
+    o.model_text = "linear(1)";
+    EXPECT_TRUE(o.BuildModel().ok());
+    o.batch = 3;
+    return o;
+  }
+  // A run whose segment is `bytes` (or which the workers refuse with `refusal`), and whose
+  // workers pass over one row at a time: what it is asked, in order, and the rows it is asked
+  // about (an upper bound of the file's, from its size).
+  RunSizing Run(uint64_t bytes, const Status& refusal = Status::Ok()) {
+    return {[this](const TrainOptions& o, int64_t rows) {
+              asked_.push_back("worker rows, input " + o.model.input.Text());
+              rows_.push_back(rows);
+              return int64_t{1};
+            },
+            [this, bytes, refusal](const TrainOptions& o, int64_t rows, int features,
+                                   uint64_t* out) {
+              asked_.push_back("segment of " + std::to_string(features) + " features, input " +
+                               o.model.input.Text());
+              rows_.push_back(rows);
+              *out = bytes;
+              return refusal;
+            }};
+  }
+  std::vector<std::string> asked_;
+  std::vector<int64_t> rows_;
+};
+
+TEST_F(PipelineTest, TheRunIsSizedOnTheDatasShapeBeforeTheRowsAreStored) {
+  TrainOptions o = Options();
+  RunData rd;
+  const Status s = PrepareData(o, Run(4096), &rd);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(asked_, (std::vector<std::string>{"segment of 2 features, input 2",
+                                               "worker rows, input 2"}));
+  ASSERT_EQ(rows_.size(), 2u);
+  EXPECT_GE(rows_[0], 4);
+  EXPECT_EQ(rows_[1], rows_[0]);
+  EXPECT_EQ(o.model.input, (Shape{2, 1, 1})) << "a --model's input is the data's width";
+  EXPECT_EQ(rd.train.rows, 4);
+}
+
+TEST_F(PipelineTest, WhatTheWorkersWouldRefuseEndsTheLoad) {
+  TrainOptions o = Options();
+  RunData rd;
+  const Status s =
+      PrepareData(o, Run(4096, Status::Usage("--workers: the workers would refuse this run")), &rd);
+  EXPECT_EQ(s.code(), Status::Code::kUsage);
+  EXPECT_EQ(s.message(), "--workers: the workers would refuse this run");
+  EXPECT_EQ(asked_, (std::vector<std::string>{"segment of 2 features, input 2"}));
+  EXPECT_EQ(rd.train.rows, 0);
+}
+
+TEST_F(PipelineTest, ASegmentLargerThanDevShmIsRefused) {
+  TrainOptions o = Options();
+  RunData rd;
+  const Status s = PrepareData(o, Run(UINT64_MAX / 2), &rd);
+  EXPECT_EQ(s.code(), Status::Code::kResource);
+  EXPECT_EQ(s.message().rfind(o.data_path + ": the run needs a shared memory segment of ", 0), 0u)
+      << s.message();
+  EXPECT_NE(s.message().find(" rows x 2 features, and the model) but /dev/shm has "),
+            std::string::npos)
+      << s.message();
+  EXPECT_EQ(rd.train.rows, 0);
 }
 
 }  // namespace
