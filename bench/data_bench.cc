@@ -166,7 +166,7 @@ LoadResult LoadHere(const std::string& path, const Images& im) {
   }
   const int64_t before = std::max(StatusBytes("VmRSS"), StatusBytes("VmHWM"));
   shmtrain::data::LoadOptions lo;
-  lo.label_col = 0;
+  lo.file.label_col = 0;
   lo.task = shmtrain::Task::kClassification;
   lo.check_size = [](int64_t, int) { return shmtrain::Status::Ok(); };  // as the master does
   shmtrain::data::Dataset ds;

@@ -48,9 +48,9 @@ Status CheckApplies(const TrainOptions& o) {
 
 Status CheckFormatFlags(const TrainOptions& o) {
   const FormatFlag* f =
-      RefusedFormatFlag(o.format, [&](std::string_view flag) { return o.Given(flag); });
+      RefusedFormatFlag(o.file.format, [&](std::string_view flag) { return o.Given(flag); });
   if (f == nullptr) return Status::Ok();
-  const std::string format = ToString(o.format);
+  const std::string format = ToString(o.file.format);
   return Bad(f->name, "applies to " + std::string(f->applies_to) +
                           (f->csv ? " only, not to --format " + format
                                   : ", not to --format " + format +
@@ -122,7 +122,7 @@ Status CheckHeldOut(const TrainOptions& o) {
   if (!o.val_data_path.empty() && !o.example.empty()) {
     return Bad("--val-data", "goes with --data FILE, not with a built-in example");
   }
-  if (!o.label_name.empty() && !o.example.empty()) {
+  if (!o.file.label_name.empty() && !o.example.empty()) {
     return Bad("--label-col", "names a column of --data FILE; a built-in example has none");
   }
   return Status::Ok();

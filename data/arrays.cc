@@ -74,17 +74,18 @@ Status OpenArray(const std::string& path, DataFormat format, const std::string& 
 // The labels' array: their own file, or the .npz's y array.
 Status OpenLabels(const std::string& path, DataFormat format, const LoadOptions& opts,
                   ArrayReader* r, std::string* name) {
-  if (opts.labels_path.empty() && format != DataFormat::kNpz) {
+  const ArraySource& a = opts.file.arrays;
+  if (a.labels_path.empty() && format != DataFormat::kNpz) {
     return Status::Data(path + ": " + (format == DataFormat::kIdx ? "IDX" : ".npy") +
                         " data keeps its labels in a file of their own: give it with --labels "
                         "(--val-labels for --val-data)");
   }
-  *name = opts.labels_path.empty() ? path : opts.labels_path;
-  const DataFormat lf = opts.labels_path.empty() ? format : DetectFormat(opts.labels_path);
+  *name = a.labels_path.empty() ? path : a.labels_path;
+  const DataFormat lf = a.labels_path.empty() ? format : DetectFormat(a.labels_path);
   if (!IsArrayFormat(lf)) {
     return Status::Data(*name + ": labels must be an IDX or NumPy (.npy, .npz) file");
   }
-  return OpenArray(*name, lf, opts.y_key, r);
+  return OpenArray(*name, lf, a.y_key, r);
 }
 
 // Rows and features of the features array: the first dimension, and the product of the rest.
@@ -201,7 +202,7 @@ namespace {
 // LoadArrays: every header, shape and declared size is checked before a row is allocated.
 Status Load(const std::string& path, DataFormat format, const LoadOptions& opts, Dataset* out) {
   ArrayReader x;
-  if (Status s = OpenArray(path, format, opts.x_key, &x); !s.ok()) return s;
+  if (Status s = OpenArray(path, format, opts.file.arrays.x_key, &x); !s.ok()) return s;
   Dataset ds;
   if (Status s = ShapeOf(x.src->name(), x.header, &ds.rows, &ds.features); !s.ok()) return s;
   if (opts.features > 0 && ds.features != opts.features) {
@@ -243,10 +244,11 @@ Status SampleShape(const std::string& path, const LoadOptions& opts, std::vector
   dims->clear();
   struct stat st {};
   if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return Status::Ok();
-  const DataFormat format = opts.format == DataFormat::kAuto ? DetectFormat(path) : opts.format;
+  const DataFormat format =
+      opts.file.format == DataFormat::kAuto ? DetectFormat(path) : opts.file.format;
   if (!IsArrayFormat(format)) return Status::Ok();
   ArrayReader x;
-  if (Status s = OpenArray(path, format, opts.x_key, &x); !s.ok()) return s;
+  if (Status s = OpenArray(path, format, opts.file.arrays.x_key, &x); !s.ok()) return s;
   if (!x.header.shape.empty()) dims->assign(x.header.shape.begin() + 1, x.header.shape.end());
   return Status::Ok();
 }

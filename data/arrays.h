@@ -1,7 +1,7 @@
 // Datasets from array files: IDX and NumPy (.npy, .npz). The features are one array whose
 // first dimension is the rows (every further dimension is flattened: (n, 28, 28) is n rows
 // of 784 features); the labels are another, of shape (n,) or (n, 1), from the file
-// LoadOptions::labels_path names or from the .npz's own y_key array.
+// ArraySource::labels_path names or from the .npz's own y_key array.
 #pragma once
 
 #include <optional>

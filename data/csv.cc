@@ -73,10 +73,10 @@ struct Shape {
 // count either. A named label column implies a header line.
 bool AutoHeader(std::string_view line, int64_t ncols, char delim, char decimal,
                 const LoadOptions& opts) {
-  if (!opts.label_name.empty()) return true;
+  if (!opts.file.label_name.empty()) return true;
   const bool text_labels = opts.task == Task::kClassification;
   const bool label_column_present = !opts.no_labels || opts.features <= 0 || ncols != opts.features;
-  const int64_t label = opts.label_col == -1 ? ncols - 1 : opts.label_col;
+  const int64_t label = opts.file.label_col == -1 ? ncols - 1 : opts.file.label_col;
   const char* p = line.data();
   const char* const e = p + line.size();
   for (int64_t c = 0; c < ncols; ++c) {
@@ -89,7 +89,7 @@ bool AutoHeader(std::string_view line, int64_t ncols, char delim, char decimal,
   return false;
 }
 
-// The label column named opts.label_name in the header `line`.
+// The label column named opts.file.label_name in the header `line`.
 Status NamedLabel(const std::string& path, std::string_view line, int64_t line_no, int64_t ncols,
                   char delim, const LoadOptions& opts, int64_t* label) {
   const char* p = line.data();
@@ -100,11 +100,11 @@ Status NamedLabel(const std::string& path, std::string_view line, int64_t line_n
     std::string_view name = NextCell(&p, e, delim, &kind);
     std::string own;
     if (kind == CellKind::kEscaped) name = own = Unescape(name);
-    if (name == opts.label_name && *label < 0) *label = c;
+    if (name == opts.file.label_name && *label < 0) *label = c;
     if (c < 8) names += (c ? ", " : "") + Printable(name);
   }
   if (*label >= 0) return Status::Ok();
-  return Status::Data(At(path, line_no) + "label column '" + opts.label_name +
+  return Status::Data(At(path, line_no) + "label column '" + opts.file.label_name +
                       "' is not in the header (" + names + (ncols > 8 ? ", ..." : "") + ")" +
                       DelimiterHint(line, delim));
 }
@@ -113,18 +113,18 @@ Status NamedLabel(const std::string& path, std::string_view line, int64_t line_n
 Status LabelAndFeatures(const std::string& path, std::string_view line, int64_t line_no,
                         bool has_header, const LoadOptions& opts, Shape* sh) {
   const int64_t ncols = sh->ncols;
-  if (!opts.label_name.empty()) {
+  if (!opts.file.label_name.empty()) {
     if (!has_header) {
-      return Status::Data(At(path) + "label column '" + opts.label_name +
+      return Status::Data(At(path) + "label column '" + opts.file.label_name +
                           "' is named, but the file has no header line to find it in");
     }
     if (Status s = NamedLabel(path, line, line_no, ncols, sh->delim, opts, &sh->label); !s.ok()) {
       return s;
     }
   } else {
-    sh->label = opts.label_col == -1 ? ncols - 1 : opts.label_col;
+    sh->label = opts.file.label_col == -1 ? ncols - 1 : opts.file.label_col;
     if (sh->label >= ncols) {
-      return Status::Data(At(path) + "label column " + std::to_string(opts.label_col) +
+      return Status::Data(At(path) + "label column " + std::to_string(opts.file.label_col) +
                           " does not exist (rows have " + Plural(ncols, "column") + ")" +
                           DelimiterHint(line, sh->delim));
     }
@@ -161,8 +161,8 @@ Status MakeShape(const std::string& path, std::string_view line, int64_t line_no
                         " cells, more than the supported " + std::to_string(INT_MAX));
   }
   *has_header =
-      opts.header == HeaderMode::kYes ||
-      (opts.header == HeaderMode::kAuto && AutoHeader(line, sh->ncols, delim, decimal, opts));
+      opts.file.header == HeaderMode::kYes ||
+      (opts.file.header == HeaderMode::kAuto && AutoHeader(line, sh->ncols, delim, decimal, opts));
   if (Status s = LabelAndFeatures(path, line, line_no, *has_header, opts, sh); !s.ok()) return s;
   sh->no_labels = opts.no_labels;
   sh->classify = opts.task == Task::kClassification && !opts.no_labels && sh->label >= 0;
@@ -467,8 +467,9 @@ std::string_view FirstLine(std::string_view text, size_t* pos, int64_t* line_no)
 Status LoadCsv(const std::string& path, LineBlocks* src, const LoadOptions& opts,
                const TextTuning& tuning, Dataset* out) {
   std::string_view text = src->block();
-  const char delim = opts.delimiter != 0 ? opts.delimiter : DetectDelimiter(text, opts.decimal);
-  const char decimal = DetectDecimal(text, delim, opts.decimal);
+  const DataFileOptions& f = opts.file;
+  const char delim = f.delimiter != 0 ? f.delimiter : DetectDelimiter(text, f.decimal);
+  const char decimal = DetectDecimal(text, delim, f.decimal);
   size_t pos = 0;
   int64_t line_no = 0;
   const std::string_view first = FirstLine(text, &pos, &line_no);

@@ -50,7 +50,7 @@ std::string Unescape(std::string_view cell);
 
 // ---- The delimiter and the decimal separator ----
 
-// The decimal separator (LoadOptions::decimal) of a file with this delimiter.
+// The decimal separator (DataFileOptions::decimal) of a file with this delimiter.
 char DetectDecimal(std::string_view text, char delim, char decimal);
 
 // The delimiter of a CSV file from its first two non-blank lines (the header, if any, and

@@ -60,11 +60,12 @@ bool HeadDecides(std::string_view text) {
 
 // Whether opts holds a value other than the default of the data-format flag `flag`.
 bool GivenIn(const LoadOptions& opts, std::string_view flag) {
-  if (flag == "--label-col") return opts.label_col != -1 || !opts.label_name.empty();
-  if (flag == "--header") return opts.header != HeaderMode::kAuto;
-  if (flag == "--delimiter") return opts.delimiter != 0;
-  if (flag == "--decimal") return opts.decimal != 0;
-  return flag == "--labels" && !opts.labels_path.empty();
+  const DataFileOptions& f = opts.file;
+  if (flag == "--label-col") return f.label_col != -1 || !f.label_name.empty();
+  if (flag == "--header") return f.header != HeaderMode::kAuto;
+  if (flag == "--delimiter") return f.delimiter != 0;
+  if (flag == "--decimal") return f.decimal != 0;
+  return flag == "--labels" && !f.arrays.labels_path.empty();
 }
 
 // The data-format flags against the file's format (FormatFlagApplies). A text file is CSV to
@@ -154,30 +155,29 @@ int ClassMap::FindValue(double v) const {
 }
 
 Status LoadFile(const std::string& path, const LoadOptions& opts, Dataset* out) {
+  const DataFileOptions& f = opts.file;
   // Option errors first: they do not depend on the file.
-  if (opts.label_col < -1) {
-    return Status::Data(At(path) + "label column " + std::to_string(opts.label_col) +
+  if (f.label_col < -1) {
+    return Status::Data(At(path) + "label column " + std::to_string(f.label_col) +
                         " is invalid (use -1 for the last column)");
   }
-  if (opts.delimiter != 0 && opts.delimiter != ',' && opts.delimiter != ';' &&
-      opts.delimiter != '\t') {
-    return Status::Data(At(path) + "delimiter " + Quote(std::string_view(&opts.delimiter, 1)) +
+  if (f.delimiter != 0 && f.delimiter != ',' && f.delimiter != ';' && f.delimiter != '\t') {
+    return Status::Data(At(path) + "delimiter " + Quote(std::string_view(&f.delimiter, 1)) +
                         " is not supported (use ',', ';' or tab)");
   }
-  if (opts.decimal != 0 && opts.decimal != '.' && opts.decimal != ',') {
-    return Status::Data(At(path) + "decimal separator " +
-                        Quote(std::string_view(&opts.decimal, 1)) +
+  if (f.decimal != 0 && f.decimal != '.' && f.decimal != ',') {
+    return Status::Data(At(path) + "decimal separator " + Quote(std::string_view(&f.decimal, 1)) +
                         " is not supported (use '.' or ',')");
   }
-  if (opts.decimal == ',' && opts.delimiter == ',') {
+  if (f.decimal == ',' && f.delimiter == ',') {
     return Status::Data(At(path) + "decimal separator ',' needs another delimiter than ',' (';' "
                         "or tab)");
   }
-  DataFormat format = opts.format == DataFormat::kAuto ? DetectFormat(path) : opts.format;
+  DataFormat format = f.format == DataFormat::kAuto ? DetectFormat(path) : f.format;
   if (Status s = CheckFlagsAgainst(path, format, opts); !s.ok()) return s;
   if (IsArrayFormat(format)) return LoadArrays(path, format, opts, out);
   LoadOptions text_opts = opts;
-  text_opts.format = format;  // kLibsvm by name, else kAuto (the content decides) or as given
+  text_opts.file.format = format;  // kLibsvm by name, else kAuto (the content decides) or as given
   return LoadText(path, text_opts, TextTuning{}, out);
 }
 
@@ -191,7 +191,7 @@ Status LoadText(const std::string& path, const LoadOptions& opts, const TextTuni
   while (!HeadDecides(src.block()) && !src.at_eof()) {
     if (Status s = src.Extend(); !s.ok()) return s;
   }
-  DataFormat format = opts.format;
+  DataFormat format = opts.file.format;
   if (format == DataFormat::kAuto) {
     const bool by_name = FormatByName(path) == DataFormat::kLibsvm;  // .svm, .libsvm, .svmlight
     format = by_name || LooksLikeLibsvm(src.block()) ? DataFormat::kLibsvm : DataFormat::kCsv;

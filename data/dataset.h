@@ -57,32 +57,10 @@ struct Dataset {
   ClassMap classes;      // classification: the map the labels went through; else empty
 };
 
+// How LoadFile reads a file: the file's own options (shmtrain/options.h), and what the caller
+// knows of the data beforehand.
 struct LoadOptions {
-  // kAuto: by name (.npy, .npz; IDX: "-idx<N>-ubyte" or .idx, with or without .gz; LIBSVM:
-  // .svm, .libsvm, .svmlight), then by content (the NPY, zip and IDX magic numbers, of the
-  // inflated bytes for gzip; a first data line like "<label> <index>:<value>" is LIBSVM);
-  // otherwise CSV. Every format but .npz may be gzip-compressed.
-  DataFormat format = DataFormat::kAuto;
-  // IDX and NumPy (data/arrays.h): the file of the labels (IDX, .npy, or an .npz whose y_key
-  // array they are); empty: the y_key array of the data's own .npz.
-  std::string labels_path;
-  // The arrays of an .npz: the features and the labels.
-  std::string x_key = "x";
-  std::string y_key = "y";
-  // CSV: the label column, 0-based (-1 = last; other negatives are errors), or, when
-  // label_name is set, the column with that name in the header line.
-  int label_col = -1;
-  std::string label_name;
-  HeaderMode header = HeaderMode::kAuto;
-  // CSV delimiter: ',', ';' or '\t'; 0 = detected from the first two non-blank lines (the
-  // one of the three found outside quotes as often on both, the most often; ties go to ',',
-  // then ';'). Any other value is an error. Ignored for LIBSVM.
-  char delimiter = 0;
-  // CSV decimal separator: '.' or ',' (as R's read.csv2 and pandas' decimal=','; the delimiter
-  // must then not be ','). 0 = detected: ',' when the delimiter is ';' and a cell of the first
-  // two non-blank lines is a number with a decimal comma ("1,5"), else '.'. A file has one:
-  // "1,5" reads as exactly the float "1.5" does, and with ',' a cell with '.' is refused.
-  char decimal = 0;
+  DataFileOptions file;
   Task task = Task::kRegression;
   // Classification: map the labels through this map (a label not in it is an error). Null:
   // build the map from this file's labels.
@@ -108,7 +86,7 @@ struct LoadOptions {
   std::function<Status(const Shape& image)> check_image;
 };
 
-// Loads a CSV file (cells separated by ',', ';' or tab, see LoadOptions::delimiter; RFC 4180
+// Loads a CSV file (cells separated by ',', ';' or tab, see DataFileOptions::delimiter; RFC 4180
 // quotes: a cell in "..." may hold the delimiter, "" stands for '"', and it ends on its line;
 // blank lines skipped; surrounding spaces allowed; "\r\n" and a UTF-8 byte order mark
 // accepted; header detected or forced, and a header line is never a row) or a LIBSVM/SVMlight

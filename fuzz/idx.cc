@@ -62,7 +62,7 @@ bool Load(const std::string& path, data::Dataset* x, data::Dataset* xy, bool* xy
   opts.no_labels = true;
   if (!data::LoadArrays(path, DataFormat::kIdx, opts, x).ok()) return false;
   opts.no_labels = false;
-  opts.labels_path = path;
+  opts.file.arrays.labels_path = path;
   opts.task = Task::kClassification;
   *xy_ok = data::LoadArrays(path, DataFormat::kIdx, opts, xy).ok();
   return true;

@@ -39,7 +39,7 @@ Status LoadBoth(const std::string& path, data::Dataset* x, data::Dataset* xy, St
   Status s = data::LoadArrays(path, DataFormat::kIdx, opts, x);
   if (!s.ok()) return s;
   opts.no_labels = false;
-  opts.labels_path = path;
+  opts.file.arrays.labels_path = path;
   *xy_s = data::LoadArrays(path, DataFormat::kIdx, opts, xy);
   return s;
 }

@@ -21,7 +21,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                       "a loaded array of %lld rows x %d features holds %zu floats",
                       static_cast<long long>(ds.rows), ds.features, ds.x.size());
   opts.no_labels = false;
-  opts.labels_path = file.path();
+  opts.file.arrays.labels_path = file.path();
   opts.task = Task::kClassification;
   data::Dataset labelled;
   if (data::LoadArrays(file.path(), DataFormat::kNpy, opts, &labelled).ok()) {

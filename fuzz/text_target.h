@@ -36,9 +36,9 @@ inline int RunTextTarget(const uint8_t* data, size_t size, DataFormat format,
   const uint64_t h = Hash(data, size);
   data::LoadOptions opts;
   // kAuto a quarter of the time: the content then decides between CSV and LIBSVM.
-  opts.format = (h & 3) == 0 ? DataFormat::kAuto : format;
+  opts.file.format = (h & 3) == 0 ? DataFormat::kAuto : format;
   opts.task = (h >> 2 & 1) ? Task::kClassification : Task::kRegression;
-  opts.header = static_cast<HeaderMode>((h >> 3) % 3);
+  opts.file.header = static_cast<HeaderMode>((h >> 3) % 3);
   if (h >> 5 & 1) {
     opts.features = static_cast<int>(1 + (h >> 6) % 8);
     opts.libsvm_features = opts.features;
@@ -52,10 +52,11 @@ inline int RunTextTarget(const uint8_t* data, size_t size, DataFormat format,
       return Status::Ok();
     };
   }
-  if (h >> 10 & 1) opts.label_col = 0;
+  if (h >> 10 & 1) opts.file.label_col = 0;
 
   // kAuto on an array file's magic: LoadFile would read an array, which LoadText never does.
-  if (opts.format == DataFormat::kAuto && data::IsArrayFormat(data::DetectFormat(file.path()))) {
+  if (opts.file.format == DataFormat::kAuto &&
+      data::IsArrayFormat(data::DetectFormat(file.path()))) {
     return 0;
   }
   // LoadFile's text path with 64 KiB blocks instead of its 8 MiB: the whole input is still one

@@ -17,13 +17,22 @@
 namespace shmtrain::master {
 namespace {
 
-// ---- where a value lives: a field of the TrainOptions, or of the Command itself.
+// ---- where a value lives: a field of the TrainOptions (Opt; In for a field of one of its
+// members, such as the data file's options), or of the Command itself.
 template <class T>
 struct Field {
   T TrainOptions::*train = nullptr;
   T Command::*command = nullptr;
-  T& Of(Command* c) const { return train != nullptr ? c->train.*train : c->*command; }
-  const T& Of(const Command& c) const { return train != nullptr ? c.train.*train : c.*command; }
+  T& (*in)(TrainOptions&) = nullptr;
+  const T& (*in_const)(const TrainOptions&) = nullptr;
+  T& Of(Command* c) const {
+    if (in != nullptr) return in(c->train);
+    return train != nullptr ? c->train.*train : c->*command;
+  }
+  const T& Of(const Command& c) const {
+    if (in_const != nullptr) return in_const(c.train);
+    return train != nullptr ? c.train.*train : c.*command;
+  }
 };
 template <class T>
 Field<T> Opt(T TrainOptions::*p) {
@@ -32,6 +41,14 @@ Field<T> Opt(T TrainOptions::*p) {
 template <class T>
 Field<T> Cmd(T Command::*p) {
   return {nullptr, p};
+}
+// The member at the end of a path of members: In<&TO::file, &DataFileOptions::format>().
+template <auto... Members>
+auto In() {
+  using T = std::remove_cvref_t<decltype((std::declval<TrainOptions&>() .* ... .* Members))>;
+  return Field<T>{
+      .in = [](TrainOptions& o) -> T& { return (o .* ... .* Members); },
+      .in_const = [](const TrainOptions& o) -> const T& { return (o .* ... .* Members); }};
 }
 
 Status Expected(const std::string& flag, const char* what, std::string_view got) {
@@ -332,18 +349,18 @@ FlagValue LabelCol() {
             long long x = 0;
             const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
             if (ec != std::errc() || p != v.data() + v.size()) {
-              c->train.label_name = std::string(v);
-              c->train.label_col = -1;
+              c->train.file.label_name = std::string(v);
+              c->train.file.label_col = -1;
               return Status::Ok();
             }
             if (x < f.limits.ilo || x > f.limits.ihi) return OutOfRange(f, v);
-            c->train.label_col = static_cast<int>(x);
-            c->train.label_name.clear();
+            c->train.file.label_col = static_cast<int>(x);
+            c->train.file.label_name.clear();
             return Status::Ok();
           },
           [](const Command& c, const FlagDef&) {
-            return c.train.label_name.empty() ? std::to_string(c.train.label_col)
-                                              : c.train.label_name;
+            return c.train.file.label_name.empty() ? std::to_string(c.train.file.label_col)
+                                                   : c.train.file.label_name;
           }};
 }
 
@@ -467,6 +484,8 @@ std::string LayerList() {
 }
 
 using TO = TrainOptions;
+using DF = DataFileOptions;
+using AS = ArraySource;
 using RC = shm::RunConfig;
 
 std::vector<FlagDef> DataFlags() {
@@ -492,12 +511,14 @@ std::vector<FlagDef> DataFlags() {
        .value = Text(Opt(&TO::data_path)), .group = kData, .commands = kPredictCmd},
       {.name = "--labels", .arg = "FILE",
        .help = "the labels of IDX or .npy data: an IDX, .npy or .npz file (default: {default})",
-       .deflt_words = "an .npz's own", .value = Text(Opt(&TO::labels_path)), .group = kData,
+       .deflt_words = "an .npz's own",
+       .value = Text(In<&TO::file, &DF::arrays, &AS::labels_path>()), .group = kData,
        .commands = kTrainSim | kEvalCmd},
       {.name = "--npz-x", .arg = "NAME", .help = "the features' array in an .npz (default {default})",
-       .deflt = "x", .value = Text(Opt(&TO::npz_x)), .group = kData, .commands = kReadsData},
+       .deflt = "x", .value = Text(In<&TO::file, &DF::arrays, &AS::x_key>()), .group = kData,
+       .commands = kReadsData},
       {.name = "--npz-y", .arg = "NAME", .help = "the labels' array in an .npz (default {default})",
-       .deflt = "y", .value = Text(Opt(&TO::npz_y)), .group = kData,
+       .deflt = "y", .value = Text(In<&TO::file, &DF::arrays, &AS::y_key>()), .group = kData,
        .commands = kTrainSim | kEvalCmd},
       {.name = "--example", .arg = "parabola|blobs",
        .help = "a built-in dataset instead of --data (default: {default})", .deflt_words = "none",
@@ -517,7 +538,7 @@ std::vector<FlagDef> FormatFlags() {
   return {
       {.name = "--format", .arg = EnumNames<DataFormat>("|"),
        .help = "data file format (default {default}: by name, then by content)", .deflt = "auto",
-       .value = Choice(Opt(&TO::format)), .group = kData,
+       .value = Choice(In<&TO::file, &DF::format>()), .group = kData,
        .commands = kReadsData},
       {.name = "--label-col", .arg = "K|NAME",
        .help = "label column of a CSV: 0-based index {limits} (-1 = the last), or its name in "
@@ -526,14 +547,15 @@ std::vector<FlagDef> FormatFlags() {
        .commands = kReadsData},
       {.name = "--header", .arg = EnumNames<HeaderMode>("|"),
        .help = "whether a CSV has a header line (default {default}: detected)", .deflt = "auto",
-       .value = Choice(Opt(&TO::header)), .group = kData, .commands = kReadsData},
+       .value = Choice(In<&TO::file, &DF::header>()), .group = kData, .commands = kReadsData},
       {.name = "--delimiter", .arg = ",|;|tab", .help = "CSV cell separator (default: {default})",
        .deflt_words = "detected from the first lines",
-       .value = Choice(Opt(&TO::delimiter), ParseDelimiter, ", ; tab"), .group = kData,
+       .value = Choice(In<&TO::file, &DF::delimiter>(), ParseDelimiter, ", ; tab"),
+       .group = kData,
        .commands = kReadsData},
       {.name = "--decimal", .arg = ".|,", .help = "CSV decimal separator (default: {default})",
        .deflt_words = "',' in a ';' file with numbers like 1,5",
-       .value = Choice(Opt(&TO::decimal), ParseDecimal, ". ,"), .group = kData,
+       .value = Choice(In<&TO::file, &DF::decimal>(), ParseDecimal, ". ,"), .group = kData,
        .commands = kReadsData},
       {.name = "--task", .arg = EnumNames<Task>("|"),
        .help = "what the labels are; picks the loss (default: {default})",
@@ -734,14 +756,15 @@ std::vector<FlagDef> HeldOutFlags() {
        .commands = kTrainSim},
       {.name = "--val-labels", .arg = "FILE",
        .help = "the labels of IDX or .npy --val-data (default: {default})",
-       .deflt_words = "an .npz's own", .value = Text(Opt(&TO::val_labels_path)), .group = kVal,
+       .deflt_words = "an .npz's own",
+       .value = Text(In<&TO::val_arrays, &AS::labels_path>()), .group = kVal,
        .commands = kTrainSim},
       {.name = "--val-npz-x", .arg = "NAME",
        .help = "the held-out features' array in an .npz (default {default})", .deflt = "x",
-       .value = Text(Opt(&TO::val_npz_x)), .group = kVal, .commands = kTrainSim},
+       .value = Text(In<&TO::val_arrays, &AS::x_key>()), .group = kVal, .commands = kTrainSim},
       {.name = "--val-npz-y", .arg = "NAME",
        .help = "the held-out labels' array in an .npz (default {default})", .deflt = "y",
-       .value = Text(Opt(&TO::val_npz_y)), .group = kVal, .commands = kTrainSim},
+       .value = Text(In<&TO::val_arrays, &AS::y_key>()), .group = kVal, .commands = kTrainSim},
       {.name = "--eval-every", .arg = "N",
        .help = "validate every N {limits} steps (default: {default})", .deflt_words = "every epoch",
        .limits = IntRange(1, kUnbounded), .value = Int(Opt(&TO::eval_every)), .group = kVal,

@@ -7,11 +7,11 @@
 #include <vector>
 
 #include "data/dataset.h"
+#include "data/pipeline.h"
 #include "data/preprocess.h"
 #include "master/model_file.h"
 #include "master/output_path.h"
 #include "master/output_write.h"
-#include "master/run.h"
 #include "nn/metrics.h"
 #include "nn/model.h"
 
@@ -44,18 +44,12 @@ std::string RowsOf(const Command& cmd) {
 // The rows the model is applied to: the file (or its held-out part), scaled as in training.
 Status LoadFor(const Command& cmd, const Model& m, bool labels, data::Dataset* out) {
   const TrainOptions& o = cmd.train;
-  data::LoadOptions lo = LoadOptionsFor(o, TaskOf(m.spec.loss));
-  if (lo.task == Task::kClassification) lo.classes = &m.classes;
-  lo.features = static_cast<int>(m.spec.inputs());
-  lo.no_labels = !labels;
-  lo.check_image = [&](const Shape& image) {
-    return CheckImage(m.spec, cmd.model_path, image, o.data_path);
-  };
-  lo.check_size = [&](int64_t rows, int features) {
-    return CheckMemory(o.data_path, rows, features, m.spec);
-  };
   data::Dataset all;
-  if (Status s = data::LoadFile(o.data_path, lo, &all); !s.ok()) return s;
+  if (Status s =
+          data::LoadForModel(o.data_path, o.file, m.spec, m.classes, cmd.model_path, labels, &all);
+      !s.ok()) {
+    return s;
+  }
   if (o.val_split > 0) {
     data::Dataset train;
     if (Status s = data::SplitValidation(std::move(all), o.val_split, o.seed, &train, out); !s.ok()) return s;

@@ -13,13 +13,13 @@
 
 #include "core/crc32.h"
 #include "data/dataset.h"
+#include "data/pipeline.h"
 #include "master/checkpoint.h"
 #include "master/checkpoint_policy.h"
 #include "master/divergence.h"
 #include "master/model_file.h"
 #include "master/output_path.h"
 #include "master/output_write.h"
-#include "master/run_data.h"
 #include "master/run_end.h"
 #include "master/run_lines.h"
 #include "master/run_loop.h"
@@ -36,6 +36,12 @@
 
 namespace shmtrain::master {
 
+int64_t WorkerBatchRows(const TrainOptions& o, int64_t rows) {
+  const int64_t batch = o.batch > 0 ? std::min(o.batch, rows) : rows;
+  const int64_t world = int64_t{o.workers} * o.host_count;
+  return o.mode == Mode::kAsync ? batch : (batch + world - 1) / world;
+}
+
 namespace {
 
 // Output paths first: a finished run must not be lost to a path that could never be written,
@@ -43,9 +49,9 @@ namespace {
 Status CheckOutputPaths(const TrainOptions& o, OutputLock (&locks)[2]) {
   if (Status s = CheckOutputPath("--save", o.save_path,
                                  {{"--data", o.data_path},
-                                  {"--labels", o.labels_path},
+                                  {"--labels", o.file.arrays.labels_path},
                                   {"--val-data", o.val_data_path},
-                                  {"--val-labels", o.val_labels_path},
+                                  {"--val-labels", o.val_arrays.labels_path},
                                   {"--resume", o.resume_path},
                                   {"--checkpoint", o.checkpoint_path}});
       !s.ok()) {
@@ -53,9 +59,9 @@ Status CheckOutputPaths(const TrainOptions& o, OutputLock (&locks)[2]) {
   }
   if (Status s = CheckOutputPath("--checkpoint", o.checkpoint_path,
                                  {{"--data", o.data_path},
-                                  {"--labels", o.labels_path},
+                                  {"--labels", o.file.arrays.labels_path},
                                   {"--val-data", o.val_data_path},
-                                  {"--val-labels", o.val_labels_path}},
+                                  {"--val-labels", o.val_arrays.labels_path}},
                                  OutputKinds::kRegularFile);
       !s.ok()) {
     return s;
@@ -247,7 +253,9 @@ Status StartHere(TrainOptions& o, Logger& log, std::unique_ptr<monitoring::Expor
     if (Status s = StartHostMetrics(o.metrics_addr, o.host_local, exporter); !s.ok()) return s;
     InstallSignalHandlers();  // the server's library has just set SIGPIPE to SIG_IGN
   }
-  if (Status s = PrepareData(o, &st->rd); !s.ok()) return s;
+  if (Status s = data::PrepareData(o, {WorkerBatchRows, SegmentBytes}, &st->rd); !s.ok()) {
+    return s;
+  }
   ReclaimStale(log);
   const data::Dataset& d = st->rd.train;
   st->total_steps = o.TotalSteps(d.rows);

@@ -12,8 +12,7 @@
 
 #include <memory>
 
-#include "data/dataset.h"
-#include "data/preprocess.h"
+#include "data/pipeline.h"
 #include "master/hosts.h"
 #include "master/launcher.h"
 #include "master/log.h"
@@ -24,34 +23,13 @@
 
 namespace shmtrain::master {
 
-// The data a run trains and validates on: loaded, split (--val-split) and scaled
-// (--normalize, fitted on the training rows), and checked against the model. A --model given
-// without --input-shape gets its input shape from the data here (opts.model.input).
-struct RunData {
-  data::Dataset train;
-  data::Dataset val;
-  data::Normalizer norm;
-};
-Status PrepareData(TrainOptions& opts, RunData* out);
+// The run's data (data/pipeline.h), which its units take.
+using data::RunData;
 
-// The one check that data fits in memory, made by train, eval and predict through
-// LoadOptions::check_size before a row is read: rows x features as float32, and a target per
-// row, and the activations and scratch of the model's passes over them (nn::PassBytes: eval and
-// predict's chunks), against MemAvailable of /proc/meminfo (unknown: nothing is refused). Train
-// adds its segment and its workers' passes. Status::Resource naming src and the figures
-// otherwise.
-Status CheckMemory(const std::string& src, int64_t rows, int features, const ModelSpec& model);
-
-// How to read the data files named by the options (format, label column, header) for `task`.
-data::LoadOptions LoadOptionsFor(const TrainOptions& opts, Task task);
-
-// The one check of an image model's input against the image shape data gives one sample
-// (data::LoadOptions::check_image), made by train (--data, --val-data), eval and predict before
-// a row is read: the same shape, or kUsage naming the data file (data_src), both shapes and
-// where the model's comes from (model_src: a flag, a file). A model that takes no images
-// (nn::TakesImages), or whose input is not known yet (c = 0), takes the data as flat values.
-Status CheckImage(const ModelSpec& model, const std::string& model_src, const Shape& image,
-                  const std::string& data_src);
+// The most rows one worker's pass takes at once over a dataset of `rows` rows: in sync mode
+// its share of a batch, or of every row; in async mode a whole minibatch (the data pipeline's
+// RunSizing::worker_batch_rows).
+int64_t WorkerBatchRows(const TrainOptions& o, int64_t rows);
 
 // Runs a training to its end: this host's part of it when hosts.count() > 1 (opts.host_* must
 // match hosts). On failure, every worker is gone and the segment removed before this returns.

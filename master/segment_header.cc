@@ -7,8 +7,10 @@
 #include <string>
 #include <thread>
 
+#include "data/pipeline.h"
 #include "master/flags.h"
 #include "master/run/kind.h"
+#include "nn/optimizer.h"
 #include "shm/segment.h"
 
 namespace shmtrain::master {
@@ -61,6 +63,46 @@ int64_t EvalEvery(const TrainOptions& o, int64_t rows) {
   if (o.eval_every > 0) return o.eval_every;
   if (o.batch > 0) return o.StepsPerEpoch(rows);
   return o.log_every > 0 ? o.log_every : 50;
+}
+
+Status CheckConfig(const TrainOptions& o, const shm::Header& h) {
+  const shm::ConfigCheck check = shm::CheckRunConfig(h.config);
+  if (check.ok()) return Status::Ok();
+  std::string source;
+  switch (check.part) {
+    case shm::ConfigPart::kInput:
+      source = data::InputSource(o);
+      break;
+    case shm::ConfigPart::kModel:
+      source = o.model_text.empty() ? "--layers" : "--model";
+      break;
+    case shm::ConfigPart::kData:
+      source = o.example.empty() ? o.data_path : "--example " + o.example;
+      break;
+    case shm::ConfigPart::kOptimizer:
+      source = "--optimizer";
+      break;
+    case shm::ConfigPart::kPrecision:
+      source = "--precision bf16";
+      break;
+    case shm::ConfigPart::kValidation:
+      source = "--eval-every";
+      break;
+    case shm::ConfigPart::kProcesses:
+    case shm::ConfigPart::kNone:
+      source = "--workers";
+      break;
+  }
+  return Status::Usage(source + ": the workers would refuse this run: " + check.status.message());
+}
+
+Status SegmentBytes(const TrainOptions& o, int64_t rows, int features, uint64_t* bytes) {
+  OptimConfig optim;  // its state vectors count towards the segment's size
+  if (Status s = nn::ResolveOptim(o, INT64_MAX, &optim); !s.ok()) return s;
+  const shm::Header proto = MakeHeader(o, optim, rows, features, 1, EvalEvery(o, rows));
+  if (Status s = CheckConfig(o, proto); !s.ok()) return s;
+  *bytes = proto.total_size;
+  return Status::Ok();
 }
 
 }  // namespace shmtrain::master

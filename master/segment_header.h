@@ -10,6 +10,7 @@
 #include "shm/layout.h"
 #include "shmtrain/optim_config.h"
 #include "shmtrain/options.h"
+#include "shmtrain/status.h"
 
 namespace shmtrain::master {
 
@@ -22,5 +23,14 @@ shm::Header MakeHeader(const TrainOptions& o, const OptimConfig& optim, int64_t 
 // The steps between validations: 0 without held-out data; --eval-every, else an epoch with a
 // batch, else every --log-every steps (50 when that is 0).
 int64_t EvalEvery(const TrainOptions& o, int64_t rows);
+
+// The workers' own check of the run configuration (shm::CheckRunConfig) on a header this run
+// builds: what they would refuse is kUsage here, naming the flag or the file behind it.
+Status CheckConfig(const TrainOptions& o, const shm::Header& h);
+
+// The segment of a run of o on rows x features, before the data is read (the data pipeline's
+// RunSizing::segment_bytes, data/pipeline.h): its configuration checked as the workers will
+// (CheckConfig), and its size in *bytes.
+Status SegmentBytes(const TrainOptions& o, int64_t rows, int features, uint64_t* bytes);
 
 }  // namespace shmtrain::master

@@ -3,6 +3,8 @@
 #include <string>
 
 #include "data/batch_plan.h"
+#include "data/pipeline.h"
+#include "master/segment_header.h"
 #include "nn/metrics.h"
 #include "nn/model.h"
 #include "nn/update.h"
@@ -56,9 +58,9 @@ SimResult Simulate(const TrainOptions& o, const RunData& rd, int M, AsyncRule ru
 
 Status RunSimulate(const TrainOptions& opts, const std::vector<int>& workers, bool compare,
                    Logger& log) {
-  TrainOptions o = opts;  // PrepareData sets a --model's input from the data
+  TrainOptions o = opts;  // the pipeline sets a --model's input from the data
   RunData rd;
-  if (Status s = PrepareData(o, &rd); !s.ok()) return s;
+  if (Status s = data::PrepareData(o, {WorkerBatchRows, SegmentBytes}, &rd); !s.ok()) return s;
   const bool xent = o.model.loss == Loss::kXent;
   const char* err_name = xent ? "held-out error" : "held-out RMSE";
   auto cell = [&](const SimResult& r) {

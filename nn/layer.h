@@ -158,15 +158,15 @@ std::string LayerName(const std::vector<LayerSpec>& layers, size_t index);
 // The shape after each layer (shapes->size() == layers.size()), or a message naming the first
 // layer that does not fit: "conv2d #2 (layer 4): input 32x14x14, kernel 15 with padding 0
 // leaves no output". The input is an image (of C x H x W, 1 x 1 too) unless flat_input says
-// that it is flat data (a row of features: master/run_data.cc, for data without an image shape),
+// that it is flat data (a row of features: data/pipeline.cc, for data without an image shape),
 // which a kWindows layer refuses as it refuses a kFlattens layer's output.
 Status ResolveShapes(Shape input, const std::vector<LayerSpec>& layers, std::vector<Shape>* shapes,
                      bool flat_input = false);
 
 // Whether a model on `input` takes images: an input of more than one pixel, or a 1x1 one that
 // a kWindows layer reads before any kFlattens layer. Data whose samples have an image shape
-// must then have the input's (master/run_data.cc); a model that takes no images takes any of as
-// many values, as it takes flat data.
+// must then have the input's (data/pipeline.h, CheckImage); a model that takes no images takes
+// any of as many values, as it takes flat data.
 bool TakesImages(Shape input, const std::vector<LayerSpec>& layers);
 
 // The number of parameters of layer `spec` of type `t` on input `in` (its blocks' sizes); -1

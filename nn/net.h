@@ -55,7 +55,7 @@ struct NetPlan {
 // The bytes a Net<S> of `spec` (S of `scalar` bytes) holds after passes over up to n samples:
 // forward only (Predict, LossSum), or forward and backward (LossAndGrad, backward = true). Its
 // buffers and its layers' scratch, from the plan they are allocated by, so the figure the
-// master checks against the memory before a worker starts (master/run_data.cc) is what the workers
+// master checks against the memory before a worker starts (data/pipeline.h) is what the workers
 // and the evaluator allocate (Eigen's own blocking buffers, bounded by the caches, aside).
 // Saturates at UINT64_MAX; 0 for a spec that does not resolve.
 uint64_t PassBytes(const ModelSpec& spec, int64_t n, bool backward, size_t scalar = sizeof(float));

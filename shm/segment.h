@@ -94,7 +94,7 @@ struct [[nodiscard]] SegmentCheck {
 };
 
 // Which part of a run configuration a refusal is about: the master names the flag or the file
-// that set it (master/run_data.cc, CheckConfig).
+// that set it (master/segment_header.h, CheckConfig).
 enum class ConfigPart {
   kNone,
   kProcesses,   // workers, hosts

@@ -72,9 +72,9 @@ data::LoadOptions Classify(const std::string& labels = "", const std::string& x 
                            const std::string& y = "y") {
   data::LoadOptions o;
   o.task = Task::kClassification;
-  o.labels_path = labels;
-  o.x_key = x;
-  o.y_key = y;
+  o.file.arrays.labels_path = labels;
+  o.file.arrays.x_key = x;
+  o.file.arrays.y_key = y;
   return o;
 }
 
@@ -115,7 +115,7 @@ TEST_F(Arrays, EveryFormatLoadsTheSameDataset) {
 
 TEST_F(Arrays, RegressionTargetsAndPredictData) {
   data::LoadOptions reg;
-  reg.labels_path = Same("y.npy");
+  reg.file.arrays.labels_path = Same("y.npy");
   data::Dataset d;
   ASSERT_TRUE(data::LoadFile(Same("x.npy"), reg, &d).ok());
   data::Dataset c;

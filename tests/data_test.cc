@@ -28,6 +28,7 @@
 #include "data/byte_stream.h"
 #include "data/dataset.h"
 #include "data/line_blocks.h"
+#include "data/pipeline.h"
 #include "data/preprocess.h"
 #include "data/text_cells.h"
 #include "data/text_load.h"
@@ -96,8 +97,8 @@ class CsvTest : public ::testing::Test {
 
 LoadOptions Opts(int label_col, HeaderMode header = HeaderMode::kAuto, bool classify = false) {
   LoadOptions o;
-  o.label_col = label_col;
-  o.header = header;
+  o.file.label_col = label_col;
+  o.file.header = header;
   o.task = classify ? Task::kClassification : Task::kRegression;
   return o;
 }
@@ -144,7 +145,7 @@ TEST_F(CsvTest, ForcedHeaderSkipsNumericFirstLine) {
   LoadOptions o;
   o.features = 2;
   o.no_labels = true;
-  o.header = HeaderMode::kYes;
+  o.file.header = HeaderMode::kYes;
   ds = Load("1\t2\n3\t4\n", o);
   EXPECT_EQ(ds.rows, 1);
   EXPECT_EQ(ds.x, (std::vector<float>{3, 4}));
@@ -544,7 +545,7 @@ TEST_F(CsvTest, LabelNotInGivenClassMap) {
   o.classes = &map;
   ExpectError("x,y,c\n1,2,cat\n\n3,4, fox\n", o, "4:3: ",
               "label 'fox' is not one of the model's 3 classes (cat, dog, eel)");
-  o.label_col = 0;
+  o.file.label_col = 0;
   ExpectError("cat,1\nCat,2\n", o, "2:1: ",
               "label 'Cat' is not one of the model's 3 classes (cat, dog, eel)");
   // A numeric map: matched by value.
@@ -610,20 +611,20 @@ TEST_F(CsvTest, NanClassLabelRefused) {
 
 TEST_F(CsvTest, LabelColumnByName) {
   LoadOptions o;
-  o.label_name = "digit";
+  o.file.label_name = "digit";
   Dataset ds = Load("a, digit ,b\n1,7,2\n3,8,4\n", o);
   EXPECT_EQ(ds.rows, 2);
   EXPECT_EQ(ds.features, 2);
   EXPECT_EQ(ds.x, (std::vector<float>{1, 2, 3, 4}));
   EXPECT_EQ(ds.y, (std::vector<float>{7, 8}));
   // label_name wins over label_col.
-  o.label_col = 0;
+  o.file.label_col = 0;
   ds = Load("a,digit,b\n1,7,2\n", o);
   EXPECT_EQ(ds.x, (std::vector<float>{1, 2}));
   EXPECT_EQ(ds.y, (std::vector<float>{7}));
   // Classification with text labels in the named column.
   o.task = Task::kClassification;
-  o.label_name = "kind";
+  o.file.label_name = "kind";
   ds = Load("a,kind,b\n1,dog,2\n3,cat,4\n", o);
   EXPECT_EQ(ds.x, (std::vector<float>{1, 2, 3, 4}));
   EXPECT_EQ(ds.y, (std::vector<float>{1, 0}));
@@ -632,7 +633,7 @@ TEST_F(CsvTest, LabelColumnByName) {
 
 TEST_F(CsvTest, LabelNameNotInHeader) {
   LoadOptions o;
-  o.label_name = "x";
+  o.file.label_name = "x";
   ExpectError("a,digit,b\n1,2,3\n", o, "1: ", "label column 'x' is not in the header (a, digit, b)");
   ExpectError("\n\na , digit,b\n1,2,3\n", o, "3: ",
               "label column 'x' is not in the header (a, digit, b)");
@@ -642,20 +643,20 @@ TEST_F(CsvTest, LabelNameNotInHeader) {
 
 TEST_F(CsvTest, LabelNameWithoutHeader) {
   LoadOptions o;
-  o.label_name = "digit";
-  o.header = HeaderMode::kNo;
+  o.file.label_name = "digit";
+  o.file.header = HeaderMode::kNo;
   ExpectError("1,2,3\n4,5,6\n", o, "",
               "label column 'digit' is named, but the file has no header line to find it in");
 }
 
 TEST_F(CsvTest, LabelNameImpliesHeader) {
   LoadOptions o;
-  o.label_name = "2";
+  o.file.label_name = "2";
   Dataset ds = Load("1,2,3\n4,5,6\n7,8,9\n", o);
   EXPECT_EQ(ds.rows, 2);
   EXPECT_EQ(ds.x, (std::vector<float>{4, 6, 7, 9}));
   EXPECT_EQ(ds.y, (std::vector<float>{5, 8}));
-  o.header = HeaderMode::kYes;
+  o.file.header = HeaderMode::kYes;
   ds = Load("1,2,3\n4,5,6\n", o);
   EXPECT_EQ(ds.x, (std::vector<float>{4, 6}));
   EXPECT_EQ(ds.y, (std::vector<float>{5}));
@@ -697,7 +698,7 @@ TEST_F(CsvTest, NoLabelsSkipsTheLabelColumn) {
   EXPECT_EQ(ds.x, (std::vector<float>{1, 2, 3, 4, 5, 6}));
   EXPECT_TRUE(ds.y.empty());
   LoadOptions o = NoLabels(2, Task::kClassification);
-  o.label_col = 0;
+  o.file.label_col = 0;
   ds = Load("k,a,b\nfox,1,2\ncat,3,4\n", o);
   EXPECT_EQ(ds.x, (std::vector<float>{1, 2, 3, 4}));
   EXPECT_TRUE(ds.y.empty());
@@ -787,7 +788,7 @@ TEST_F(CsvTest, QuotedHeaderAndTextLabelsAsRAndPandasWriteThem) {
     ExpectSameDataset(Load(r, o), want);
     ExpectSameDataset(Load(all, o), want);
     // The label column found by its quoted name.
-    o.label_name = "species";
+    o.file.label_name = "species";
     ExpectSameDataset(Load(r, o), want);
     ExpectSameDataset(Load(all, o), want);
   }
@@ -797,7 +798,7 @@ TEST_F(CsvTest, QuotedHeaderAndTextLabelsAsRAndPandasWriteThem) {
 
 TEST_F(CsvTest, QuotedDelimiterAndDoubledQuoteAreText) {
   LoadOptions o = Classify();
-  o.label_name = "kind, \"short\"";
+  o.file.label_name = "kind, \"short\"";
   Dataset ds = Load(
       "\"len, cm\",\"kind, \"\"short\"\"\",w\n"
       "1,\"cat, black\",2\n"
@@ -810,7 +811,7 @@ TEST_F(CsvTest, QuotedDelimiterAndDoubledQuoteAreText) {
   EXPECT_EQ(ds.y, (std::vector<float>{0, 1, 0}));
   EXPECT_EQ(ds.classes.names, (std::vector<std::string>{"cat, black", "say \"hi\""}));
   // The header's names as the message shows them: unquoted, "" read as '"'.
-  o.label_name = "kind";
+  o.file.label_name = "kind";
   ExpectError("\"len, cm\",\"kind, \"\"short\"\"\",w\n1,cat,2\n", o, "1: ",
               "label column 'kind' is not in the header (len, cm, kind, \"short\", w)");
 }
@@ -820,7 +821,7 @@ TEST_F(CsvTest, QuotedEmptyCell) {
   ExpectError("1,2,cat\n3,4,\"  \"\n", Classify(), "2:3: ", "label cell is empty");
   // R's row-name column: an empty quoted header name, quoted row numbers as a feature.
   LoadOptions o;
-  o.label_name = "y";
+  o.file.label_name = "y";
   Dataset ds = Load("\"\",\"x\",\"y\"\n\"1\",0.5,2\n\"2\",1.5,3\n", o);
   EXPECT_EQ(ds.x, (std::vector<float>{1, 0.5f, 2, 1.5f}));
   EXPECT_EQ(ds.y, (std::vector<float>{2, 3}));
@@ -850,7 +851,7 @@ TEST_F(CsvTest, QuoteInsideUnquotedCellIsText) {
 // ---- Delimiters ----
 
 LoadOptions Delim(char d, LoadOptions o = {}) {
-  o.delimiter = d;
+  o.file.delimiter = d;
   return o;
 }
 
@@ -922,7 +923,7 @@ TEST_F(CsvTest, WrongDelimiterHints) {
   ExpectError("1;2;3\n", Delim(',', Opts(2)), "",
               "label column 2 does not exist (rows have 1 column)" + semi);
   LoadOptions named = Delim(',');
-  named.label_name = "y";
+  named.file.label_name = "y";
   ExpectError("a;b;y\n1;2;3\n", named, "1: ",
               "label column 'y' is not in the header (a;b;y)" + semi);
   LoadOptions wide = Delim(',');
@@ -1118,7 +1119,7 @@ TEST_F(BlocksTest, GoodFilesAnyBlockAnyThreads) {
                        Classify());
   ExpectSameEverySplit("c,x\n3,1\n1,2\n2.0,3\n-0,4\n0,5\n", Classify(0));
   LoadOptions named = Classify();
-  named.label_name = "c";
+  named.file.label_name = "c";
   ExpectSameEverySplit("x,c,z\n1,a,2\n3,b,4\n", named);
   ExpectSameEverySplit("1,2,3\n4,5,6\n", NoLabels(2));
   ExpectSameEverySplit("1 1:2 3:4\r\n# c\n\n0 2:1\n-1 1:1e-3", {}, "d.svm");
@@ -1146,7 +1147,7 @@ TEST_F(BlocksTest, ErrorsAnyBlockAnyThreads) {
 }
 
 LoadOptions Decimal(char d, LoadOptions o = {}) {
-  o.decimal = d;
+  o.file.decimal = d;
   return o;
 }
 
@@ -1259,7 +1260,7 @@ TEST_F(CsvTest, MessagesEscapeBytesThatAreNotText) {
   ExpectError("x,y\n1,a" + cell + "\n", {},
               "2:2: ", "cell 'a" + cell.substr(0, 38) + "...' is not a number" + kNumericTargets);
   LoadOptions named;
-  named.label_name = "z";
+  named.file.label_name = "z";
   const char header[] = "a\0,b\x01,c\n1,2,3\n";
   ExpectError(std::string(header, sizeof header - 1), named,
               "1: ", "label column 'z' is not in the header (a\\x00, b\\x01, c)");
@@ -1431,7 +1432,7 @@ class LibsvmTest : public CsvTest {
  protected:
   static LoadOptions Svm(Task task = Task::kRegression) {
     LoadOptions o;
-    o.format = DataFormat::kLibsvm;
+    o.file.format = DataFormat::kLibsvm;
     o.task = task;
     return o;
   }
@@ -1500,7 +1501,7 @@ TEST_F(LibsvmTest, DetectedByName) {
                 "rows have 1 column; need at least one feature column besides the label");
   // The format given wins over the name.
   LoadOptions csv;
-  csv.format = DataFormat::kCsv;
+  csv.file.format = DataFormat::kCsv;
   Dataset ds = LoadAs("e.svm", "1,2\n3,4\n", csv);
   EXPECT_EQ(ds.x, (std::vector<float>{1, 3}));
 }
@@ -1571,7 +1572,7 @@ TEST_F(LibsvmTest, ClassLabels) {
 
 TEST_F(LibsvmTest, NoLabels) {
   LoadOptions o = NoLabels(3, Task::kClassification);
-  o.format = DataFormat::kLibsvm;
+  o.file.format = DataFormat::kLibsvm;
   Dataset ds = Load("fox 1:1\n? 3:2\n", o);
   EXPECT_EQ(ds.rows, 2);
   EXPECT_EQ(ds.x, (std::vector<float>{1, 0, 0, 0, 0, 2}));
@@ -1676,7 +1677,7 @@ TEST_F(CsvTest, MalformedNpyHeaderNamesTheFileAndTheByte) {
     SCOPED_TRACE(dict);
     const std::string path = Write(npy(dict), "x.npy");
     LoadOptions o;
-    o.labels_path = path;  // the data file's header is read first
+    o.file.arrays.labels_path = path;  // the data file's header is read first
     Dataset ds;
     const Status s = LoadFile(path, o, &ds);
     EXPECT_EQ(s.code(), Status::Code::kData);
@@ -2229,7 +2230,7 @@ TEST_F(CsvTest, GzipDamageIsTheSameWhateverTheBlock) {
   const std::string path =
       Write(std::string(reinterpret_cast<const char*>(kBytes), sizeof kBytes), "far.svm");
   LoadOptions opts;
-  opts.format = DataFormat::kLibsvm;
+  opts.file.format = DataFormat::kLibsvm;
   for (size_t block = 1; block <= 64; ++block) {
     SCOPED_TRACE("blocks of " + std::to_string(block));
     TextTuning t;
@@ -2252,12 +2253,12 @@ struct FormatFlagCase {
   void (*set)(LoadOptions*);
 };
 const FormatFlagCase kFormatFlagCases[] = {
-    {"--label-col", [](LoadOptions* o) { o->label_col = 2; }},
-    {"--label-col", [](LoadOptions* o) { o->label_name = "y"; }},
-    {"--header", [](LoadOptions* o) { o->header = HeaderMode::kNo; }},
-    {"--delimiter", [](LoadOptions* o) { o->delimiter = ';'; }},
-    {"--decimal", [](LoadOptions* o) { o->decimal = '.'; }},
-    {"--labels", [](LoadOptions* o) { o->labels_path = "y.npy"; }},
+    {"--label-col", [](LoadOptions* o) { o->file.label_col = 2; }},
+    {"--label-col", [](LoadOptions* o) { o->file.label_name = "y"; }},
+    {"--header", [](LoadOptions* o) { o->file.header = HeaderMode::kNo; }},
+    {"--delimiter", [](LoadOptions* o) { o->file.delimiter = ';'; }},
+    {"--decimal", [](LoadOptions* o) { o->file.decimal = '.'; }},
+    {"--labels", [](LoadOptions* o) { o->file.arrays.labels_path = "y.npy"; }},
 };
 
 TEST(FormatFlags, TheCommandLineRefusesEachFlagItsFormatTakesNot) {
@@ -2265,7 +2266,7 @@ TEST(FormatFlags, TheCommandLineRefusesEachFlagItsFormatTakesNot) {
     for (const FormatFlagCase& c : kFormatFlagCases) {
       SCOPED_TRACE(std::string(c.flag) + " with --format " + f.name);
       TrainOptions o;
-      o.format = f.value;
+      o.file.format = f.value;
       o.given[c.flag] = "";
       const bool csv_flag = std::string_view(c.flag) != "--labels";
       const std::string format = ToString(f.value);  // "libsvm" for svmlight
@@ -2318,6 +2319,79 @@ TEST(FormatFlags, TheLoaderRefusesEachFlagTheFilesFormatTakesNot) {
       }
     }
   }
+}
+
+// The pipeline (data/pipeline.h) asks the run for its figures through RunSizing, once the data's
+// shape is known and before a row is stored, with the model's input the data gives.
+class PipelineTest : public CsvTest {
+ protected:
+  // --data of 4 rows of 2 features for a --model without an input shape, batches of 3.
+  TrainOptions Options() {
+    TrainOptions o;
+    o.data_path = Write("1,2,3\n4,5,6\n7,8,9\n1,1,1\n");
+    o.model_text = "linear(1)";
+    EXPECT_TRUE(o.BuildModel().ok());
+    o.batch = 3;
+    return o;
+  }
+  // A run whose segment is `bytes` (or which the workers refuse with `refusal`), and whose
+  // workers pass over one row at a time: what it is asked, in order, and the rows it is asked
+  // about (an upper bound of the file's, from its size).
+  RunSizing Run(uint64_t bytes, const Status& refusal = Status::Ok()) {
+    return {[this](const TrainOptions& o, int64_t rows) {
+              asked_.push_back("worker rows, input " + o.model.input.Text());
+              rows_.push_back(rows);
+              return int64_t{1};
+            },
+            [this, bytes, refusal](const TrainOptions& o, int64_t rows, int features,
+                                   uint64_t* out) {
+              asked_.push_back("segment of " + std::to_string(features) + " features, input " +
+                               o.model.input.Text());
+              rows_.push_back(rows);
+              *out = bytes;
+              return refusal;
+            }};
+  }
+  std::vector<std::string> asked_;
+  std::vector<int64_t> rows_;
+};
+
+TEST_F(PipelineTest, TheRunIsSizedOnTheDatasShapeBeforeTheRowsAreStored) {
+  TrainOptions o = Options();
+  RunData rd;
+  const Status s = PrepareData(o, Run(4096), &rd);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(asked_, (std::vector<std::string>{"segment of 2 features, input 2",
+                                               "worker rows, input 2"}));
+  ASSERT_EQ(rows_.size(), 2u);
+  EXPECT_GE(rows_[0], 4);
+  EXPECT_EQ(rows_[1], rows_[0]);
+  EXPECT_EQ(o.model.input, (Shape{2, 1, 1})) << "a --model's input is the data's width";
+  EXPECT_EQ(rd.train.rows, 4);
+}
+
+TEST_F(PipelineTest, WhatTheWorkersWouldRefuseEndsTheLoad) {
+  TrainOptions o = Options();
+  RunData rd;
+  const Status s =
+      PrepareData(o, Run(4096, Status::Usage("--workers: the workers would refuse this run")), &rd);
+  EXPECT_EQ(s.code(), Status::Code::kUsage);
+  EXPECT_EQ(s.message(), "--workers: the workers would refuse this run");
+  EXPECT_EQ(asked_, (std::vector<std::string>{"segment of 2 features, input 2"}));
+  EXPECT_EQ(rd.train.rows, 0);
+}
+
+TEST_F(PipelineTest, ASegmentLargerThanDevShmIsRefused) {
+  TrainOptions o = Options();
+  RunData rd;
+  const Status s = PrepareData(o, Run(UINT64_MAX / 2), &rd);
+  EXPECT_EQ(s.code(), Status::Code::kResource);
+  EXPECT_EQ(s.message().rfind(o.data_path + ": the run needs a shared memory segment of ", 0), 0u)
+      << s.message();
+  EXPECT_NE(s.message().find(" rows x 2 features, and the model) but /dev/shm has "),
+            std::string::npos)
+      << s.message();
+  EXPECT_EQ(rd.train.rows, 0);
 }
 
 }  // namespace

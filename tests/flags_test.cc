@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/decimal.h"
+#include "data/pipeline.h"
 #include "master/checkpoint.h"
 #include "master/cli.h"
 #include "master/flags.h"
@@ -288,7 +289,7 @@ RunOf Run(const std::vector<std::string>& args) {
   EXPECT_TRUE(s.ok()) << s.message();
   TrainOptions o = cmd.train;
   RunData rd;
-  s = PrepareData(o, &rd);
+  s = data::PrepareData(o, {WorkerBatchRows, SegmentBytes}, &rd);
   EXPECT_TRUE(s.ok()) << s.message();
   if (!s.ok()) return r;
   const int64_t total = o.TotalSteps(rd.train.rows);

@@ -94,6 +94,44 @@ inline Task TaskOf(Loss l) { return l == Loss::kXent ? Task::kClassification : T
 // it is a row of flat data, which has no image shape (nn::ResolveShapes).
 Status CheckModel(const ModelSpec& model, const char* flag, bool flat_input = false);
 
+// IDX and NumPy data (data/arrays.h): where the features' and the labels' arrays are.
+struct ArraySource {
+  // The labels' own file (IDX, .npy, or an .npz whose y_key array they are); empty: the y_key
+  // array of the data's own .npz.
+  std::string labels_path;
+  // The arrays of an .npz: the features and the labels.
+  std::string x_key = "x";
+  std::string y_key = "y";
+};
+
+// How to read a data file: the flags --format, --labels, --npz-x, --npz-y, --label-col,
+// --header, --delimiter and --decimal. The training options hold it for their files and the
+// loader (data::LoadOptions) for the file it reads.
+struct DataFileOptions {
+  // kAuto: by name (.npy, .npz; IDX: "-idx<N>-ubyte" or .idx, with or without .gz; LIBSVM:
+  // .svm, .libsvm, .svmlight), then by content (the NPY, zip and IDX magic numbers, of the
+  // inflated bytes for gzip; a first data line like "<label> <index>:<value>" is LIBSVM);
+  // otherwise CSV. Every format but .npz may be gzip-compressed.
+  DataFormat format = DataFormat::kAuto;
+  ArraySource arrays;
+  // CSV: the label column, 0-based (-1 = last; other negatives are errors), or, when
+  // label_name is set, the column with that name in the header line.
+  int label_col = -1;
+  std::string label_name;
+  // Whether a CSV file's first line is a header. kAuto: detected (a first line with a cell
+  // that is not a number is a header).
+  HeaderMode header = HeaderMode::kAuto;
+  // CSV delimiter: ',', ';' or '\t'; 0 = detected from the first two non-blank lines (the
+  // one of the three found outside quotes as often on both, the most often; ties go to ',',
+  // then ';'). Any other value is an error. Ignored for LIBSVM.
+  char delimiter = 0;
+  // CSV decimal separator: '.' or ',' (as R's read.csv2 and pandas' decimal=','; the delimiter
+  // must then not be ','). 0 = detected: ',' when the delimiter is ';' and a cell of the first
+  // two non-blank lines is a number with a decimal comma ("1,5"), else '.'. A file has one:
+  // "1,5" reads as exactly the float "1.5" does, and with ',' a cell with '.' is refused.
+  char decimal = 0;
+};
+
 struct TrainOptions {
   // Number of worker processes. Default 1; 1..shm::kMaxWorkers.
   int workers = 1;
@@ -107,26 +145,10 @@ struct TrainOptions {
   int64_t example_rows = 50;
   // Features of the blobs example. Default 16; 1..100000.
   int example_features = 16;
-  // File format of data_path and val_data_path (default: by name, then by content).
-  DataFormat format = DataFormat::kAuto;
-  // IDX and NumPy data: the labels' own file (IDX, .npy, or an .npz's npz_y array); empty:
-  // an .npz's own npz_y array. The held-out file's likewise.
-  std::string labels_path;
-  std::string val_labels_path;
-  // The arrays of an .npz: features and labels, for --data and for --val-data.
-  std::string npz_x = "x", npz_y = "y", val_npz_x = "x", val_npz_y = "y";
-  // Label column of a CSV file, 0-based; -1 (default) is the last column. label_name: the
-  // column with this name in the header line instead.
-  int label_col = -1;
-  std::string label_name;
-  // Whether the CSV file's first line is a header. Default: detected (a first line with a
-  // cell that is not a number is a header).
-  HeaderMode header = HeaderMode::kAuto;
-  // The CSV delimiter: ',', ';' or '\t'; 0 (default) = detected from the first lines.
-  char delimiter = 0;
-  // The CSV decimal separator: '.' or ','; 0 (default) = detected (',' in a ';'-separated file
-  // whose first lines have numbers such as "1,5").
-  char decimal = 0;
+  // How data_path and val_data_path are read; the held-out file has arrays of its own
+  // (--val-labels, --val-npz-x, --val-npz-y), read with file's other options.
+  DataFileOptions file;
+  ArraySource val_arrays;
 
   // Model: --layers or --model, one of them. mlp_layers (--layers) with activation
   // (--activation): the MLP of those sizes, e.g. {1,5,1}; first = number of features, last = 1
@@ -134,7 +156,7 @@ struct TrainOptions {
   // (--model): layers in the model text (nn/layer.h), on input_shape (--input-shape C,H,W; c =
   // 0: the data's own, 1xHxW for images of H x W, else flat). `model` is the model these say:
   // Validate builds it (an MLP's whole, a --model's layers), and the run sets a --model's input
-  // from the data (master/run_data.cc).
+  // from the data (data/pipeline.h).
   std::vector<int> mlp_layers;
   Activation activation = Activation::kTanh;
   std::string model_text;

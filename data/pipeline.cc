@@ -1,6 +1,7 @@
-// `shmtrain train`'s data: loaded, split, scaled and checked against the model, and the run
-// it makes checked against /dev/shm and the memory before a row is made or read
-// (master/run.h); eval and predict make the same memory and image checks.
+// The data pipeline (data/pipeline.h): its steps in order, the size checks of the data and of
+// the run it makes against /dev/shm and the memory, and the image check.
+#include "data/pipeline.h"
+
 #include <sys/statvfs.h>
 
 #include <algorithm>
@@ -9,21 +10,14 @@
 #include <string>
 #include <vector>
 
+#include "core/decimal.h"
 #include "data/arrays.h"
-#include "data/dataset.h"
-#include "data/preprocess.h"
-#include "master/log.h"
-#include "master/run.h"
-#include "master/run_data.h"
-#include "master/segment_header.h"
 #include "nn/layer.h"
 #include "nn/metrics.h"
 #include "nn/model.h"
 #include "nn/net.h"
-#include "nn/optimizer.h"
-#include "shm/segment.h"
 
-namespace shmtrain::master {
+namespace shmtrain::data {
 
 namespace {
 
@@ -62,13 +56,9 @@ struct PassMemory {
   std::string what;  // "2.1 GiB for each of 2 workers (32 samples a pass), ..."
 };
 
-// Each worker's pass over the most rows it takes at once (sync: its share of a batch, or of
-// every row; async: a whole minibatch), and the master's evaluations (validation, the final
-// loss) beside them.
-PassMemory TrainingPasses(const TrainOptions& o, int64_t rows) {
-  const int64_t batch = o.batch > 0 ? std::min(o.batch, rows) : rows;
-  const int64_t world = int64_t{o.workers} * o.host_count;
-  const int64_t n = o.mode == Mode::kAsync ? batch : (batch + world - 1) / world;
+// Each worker's pass over the most rows it takes at once (n: run.worker_batch_rows), and the
+// master's evaluations (validation, the final loss) beside them.
+PassMemory TrainingPasses(const TrainOptions& o, int64_t n, int64_t rows) {
   const uint64_t worker = nn::PassBytes(o.model, n, /*backward=*/true);
   const uint64_t eval = nn::EvaluateBytes(o.model, rows);
   const int64_t eval_rows = std::min(nn::EvalChunk(o.model), rows);
@@ -96,6 +86,14 @@ Status FitsInMemory(const std::string& src, int64_t rows, int features, uint64_t
                           ") but " + Bytes(mem_available) + " is available");
 }
 
+// How to read a file as `file` says, for a model of this loss.
+LoadOptions ReadAs(const DataFileOptions& file, Loss loss) {
+  LoadOptions lo;
+  lo.file = file;
+  lo.task = TaskOf(loss);
+  return lo;
+}
+
 // The model's inputs against the data's features.
 Status CheckInputs(const TrainOptions& o, const std::string& src, int features) {
   if (o.model.inputs() == features) return Status::Ok();
@@ -118,24 +116,12 @@ TrainOptions WithFlatInput(const TrainOptions& o, int features) {
   return probe;
 }
 
-// The flag or file a model's input shape comes from, as messages name it.
-std::string InputSource(const TrainOptions& o) {
-  if (!o.mlp_layers.empty()) return "--layers";
-  if (o.input_shape.c > 0) return "--input-shape";
-  if (o.example == "blobs") return "--features";
-  if (!o.example.empty()) return "--example " + o.example;
-  return o.data_path;
-}
-
-// The run's configuration as the workers will check it, then its segment against /dev/shm and
-// the memory: before a row is made or stored.
+// The run's segment (its configuration as the workers will check it: run.segment_bytes)
+// against /dev/shm, then it and the data against the memory: before a row is made or stored.
 Status CheckFits(const std::string& src, int64_t rows, int features, const TrainOptions& o,
-                 uint64_t shm_free, uint64_t mem_available) {
-  OptimConfig optim;  // its state vectors count towards the segment's size
-  if (Status s = nn::ResolveOptim(o, INT64_MAX, &optim); !s.ok()) return s;
-  const shm::Header proto = MakeHeader(o, optim, rows, features, 1, EvalEvery(o, rows));
-  if (Status s = CheckConfig(o, proto); !s.ok()) return s;
-  const uint64_t seg = proto.total_size;
+                 const RunSizing& run, uint64_t shm_free, uint64_t mem_available) {
+  uint64_t seg = 0;
+  if (Status s = run.segment_bytes(o, rows, features, &seg); !s.ok()) return s;
   const std::string shape = "(" + std::to_string(rows) + " rows x " + std::to_string(features) +
                             " features, and the model)";
   if (seg > shm_free) {
@@ -143,42 +129,143 @@ Status CheckFits(const std::string& src, int64_t rows, int features, const Train
                             " " + shape + " but /dev/shm has " + Bytes(shm_free) +
                             " free; use fewer rows or features, or enlarge /dev/shm");
   }
-  return FitsInMemory(src, rows, features, seg, TrainingPasses(o, rows), mem_available);
+  const PassMemory passes = TrainingPasses(o, run.worker_batch_rows(o, rows), rows);
+  return FitsInMemory(src, rows, features, seg, passes, mem_available);
+}
+
+// The built-in example, checked against the model and the memory before a row is made.
+Status MakeExample(const TrainOptions& o, const RunSizing& run, Dataset* d) {
+  const int features = o.example == "blobs" ? o.example_features : 1;
+  const std::string src = "example " + o.example;
+  if (Status s = CheckInputs(o, src, features); !s.ok()) return s;
+  if (Status s = CheckFits(src, o.example_rows, features, o, run, ShmFree(), MemAvailable());
+      !s.ok()) {
+    return s;
+  }
+  if (o.example == "parabola") {
+    *d = MakeParabola(o.example_rows);
+    return Status::Ok();
+  }
+  *d = MakeBlobs(o.example_rows, o.example_features, o.model.outputs(), o.seed);
+  std::vector<std::string> names;
+  for (int k = 0; k < o.model.outputs(); ++k) names.push_back(std::to_string(k));
+  d->classes = ClassMap::Build({names.begin(), names.end()});
+  return Status::Ok();
+}
+
+// --data, checked against the model, /dev/shm and the memory before a row is read: the run's
+// one look at either. The segment laid out then holds every row, so the one the run creates
+// (from the training rows alone) is never larger.
+Status LoadData(const TrainOptions& o, const RunSizing& run, Dataset* d) {
+  if (!o.example.empty()) return MakeExample(o, run, d);
+  const uint64_t shm_free = ShmFree(), mem = MemAvailable();
+  // Files are read a block at a time: only the rows' floats must fit, which check_size
+  // judges once the shape is known, before a row is stored.
+  LoadOptions lo = ReadAs(o.file, o.model.loss);
+  // LIBSVM rows are as wide as the model's input (absent indices are 0); a CSV's columns
+  // say its width, checked against the model afterwards.
+  lo.libsvm_features = static_cast<int>(o.model.inputs());
+  lo.check_image = [&](const Shape& image) {
+    return CheckImage(o.model, InputSource(o), image, o.data_path);
+  };
+  lo.check_size = [&](int64_t rows, int features) {
+    // The width is known before a row is read: a mismatch is refused before memory is spent.
+    const TrainOptions probe = WithFlatInput(o, features);
+    if (o.model.input.c == 0) {
+      if (Status s = CheckModel(probe.model, "--model", /*flat_input=*/true); !s.ok()) return s;
+    }
+    if (Status s = CheckInputs(probe, o.data_path, features); !s.ok()) return s;
+    return CheckFits(o.data_path, rows, features, probe, run, shm_free, mem);
+  };
+  return LoadFile(o.data_path, lo, d);
+}
+
+Status CheckAgainstData(const TrainOptions& o, const Dataset& d) {
+  const std::string src = o.example.empty() ? o.data_path : "example " + o.example;
+  if (Status s = CheckInputs(o, src, d.features); !s.ok()) return s;
+  if (o.model.loss == Loss::kXent && d.classes.size() != o.model.outputs()) {
+    const std::string says = o.model_text.empty() ? "--layers: the last size is "
+                                                  : "--model: the model's outputs are ";
+    return Status::Usage(says + std::to_string(o.model.outputs()) + " but " + src + " has " +
+                         std::to_string(d.classes.size()) + " classes (" + d.classes.List() +
+                         "); make it one output per class");
+  }
+  if (o.batch > d.rows) {
+    return Status::Usage("--batch: " + std::to_string(o.batch) + " is larger than the " +
+                         std::to_string(d.rows) + " rows of " + src);
+  }
+  return Status::Ok();
+}
+
+// A --model's input shape when --input-shape did not give it: the built-in examples are flat;
+// an IDX or NumPy file's header gives one sample's shape ((H, W) is 1xHxW, (C, H, W) is
+// CxHxW); other data is flat, its width known once its first rows are read (LoadData).
+Status ResolveInputBeforeLoading(TrainOptions& o) {
+  if (o.model.input.c > 0) return Status::Ok();
+  if (!o.example.empty()) {
+    o.model.input = {o.example == "blobs" ? o.example_features : 1, 1, 1};
+    return CheckModel(o.model, "--model", /*flat_input=*/true);
+  }
+  std::vector<int64_t> dims;
+  const LoadOptions lo = ReadAs(o.file, o.model.loss);
+  if (Status s = SampleShape(o.data_path, lo, &dims); !s.ok()) return s;
+  const std::optional<Shape> image = SampleImage(dims);
+  if (!image.has_value()) return Status::Ok();
+  o.model.input = *image;
+  return CheckModel(o.model, "--model");
+}
+
+// The held-out file: the same format options but its own arrays, the training data's classes
+// and width.
+Status LoadHeldOut(const TrainOptions& o, const Dataset& train, Dataset* val) {
+  LoadOptions lo = ReadAs(o.file, o.model.loss);
+  lo.file.arrays = o.val_arrays;
+  lo.features = train.features;
+  if (lo.task == Task::kClassification) lo.classes = &train.classes;
+  lo.check_image = [&](const Shape& image) {
+    return CheckImage(o.model, InputSource(o), image, o.val_data_path);
+  };
+  return LoadFile(o.val_data_path, lo, val);
 }
 
 }  // namespace
 
-// The workers' own check of the run configuration (shm::CheckRunConfig) on a header this run
-// builds: what they would refuse is kUsage here, naming the flag or the file behind it.
-Status CheckConfig(const TrainOptions& o, const shm::Header& h) {
-  const shm::ConfigCheck check = shm::CheckRunConfig(h.config);
-  if (check.ok()) return Status::Ok();
-  std::string source;
-  switch (check.part) {
-    case shm::ConfigPart::kInput:
-      source = InputSource(o);
-      break;
-    case shm::ConfigPart::kModel:
-      source = o.model_text.empty() ? "--layers" : "--model";
-      break;
-    case shm::ConfigPart::kData:
-      source = o.example.empty() ? o.data_path : "--example " + o.example;
-      break;
-    case shm::ConfigPart::kOptimizer:
-      source = "--optimizer";
-      break;
-    case shm::ConfigPart::kPrecision:
-      source = "--precision bf16";
-      break;
-    case shm::ConfigPart::kValidation:
-      source = "--eval-every";
-      break;
-    case shm::ConfigPart::kProcesses:
-    case shm::ConfigPart::kNone:
-      source = "--workers";
-      break;
+Status PrepareData(TrainOptions& o, const RunSizing& run, RunData* rd) {
+  if (Status s = ResolveInputBeforeLoading(o); !s.ok()) return s;
+  Dataset all;
+  if (Status s = LoadData(o, run, &all); !s.ok()) return s;
+  if (o.model.input.c == 0) {
+    // Flat data: the model's input is a row (LoadData's check_size has checked that it fits).
+    o.model.input = {all.features, 1, 1};
+    if (Status s = CheckModel(o.model, "--model", /*flat_input=*/true); !s.ok()) return s;
   }
-  return Status::Usage(source + ": the workers would refuse this run: " + check.status.message());
+  if (Status s = SplitValidation(std::move(all), o.val_split, o.seed, &rd->train, &rd->val);
+      !s.ok()) {
+    return s;
+  }
+  if (Status s = CheckAgainstData(o, rd->train); !s.ok()) return s;
+  if (!o.val_data_path.empty()) {
+    if (Status s = LoadHeldOut(o, rd->train, &rd->val); !s.ok()) return s;
+  }
+  rd->norm = Normalizer::Fit(rd->train, o.normalize);
+  const std::string src = o.example.empty() ? o.data_path : "example " + o.example;
+  if (Status s = rd->norm.Apply(&rd->train, src); !s.ok()) return s;
+  return rd->norm.Apply(&rd->val,
+                        o.val_data_path.empty() ? "the held-out rows of " + src : o.val_data_path);
+}
+
+Status LoadForModel(const std::string& path, const DataFileOptions& file, const ModelSpec& model,
+                    const ClassMap& classes, const std::string& model_src, bool labels,
+                    Dataset* out) {
+  LoadOptions lo = ReadAs(file, model.loss);
+  lo.features = static_cast<int>(model.inputs());
+  lo.no_labels = !labels;
+  if (lo.task == Task::kClassification) lo.classes = &classes;
+  lo.check_image = [&](const Shape& image) { return CheckImage(model, model_src, image, path); };
+  lo.check_size = [&](int64_t rows, int features) {
+    return CheckMemory(path, rows, features, model);
+  };
+  return LoadFile(path, lo, out);
 }
 
 Status CheckMemory(const std::string& src, int64_t rows, int features, const ModelSpec& model) {
@@ -199,138 +286,12 @@ Status CheckImage(const ModelSpec& model, const std::string& model_src, const Sh
                        model_src + ")");
 }
 
-data::LoadOptions LoadOptionsFor(const TrainOptions& o, Task task) {
-  data::LoadOptions lo;
-  lo.format = o.format;
-  lo.label_col = o.label_col;
-  lo.label_name = o.label_name;
-  lo.header = o.header;
-  lo.delimiter = o.delimiter;
-  lo.decimal = o.decimal;
-  lo.labels_path = o.labels_path;
-  lo.x_key = o.npz_x;
-  lo.y_key = o.npz_y;
-  lo.task = task;
-  return lo;
+std::string InputSource(const TrainOptions& o) {
+  if (!o.mlp_layers.empty()) return "--layers";
+  if (o.input_shape.c > 0) return "--input-shape";
+  if (o.example == "blobs") return "--features";
+  if (!o.example.empty()) return "--example " + o.example;
+  return o.data_path;
 }
 
-namespace {
-
-// The data, checked against /dev/shm and the memory before a row is made or read: the run's
-// one look at either. The segment laid out then holds every row, so the one the run creates
-// (from the training rows alone) is never larger.
-Status LoadData(const TrainOptions& o, data::Dataset* d) {
-  const uint64_t shm_free = ShmFree(), mem = MemAvailable();
-  if (!o.example.empty()) {
-    const int features = o.example == "blobs" ? o.example_features : 1;
-    const std::string src = "example " + o.example;
-    if (Status s = CheckInputs(o, src, features); !s.ok()) return s;
-    if (Status s = CheckFits(src, o.example_rows, features, o, shm_free, mem); !s.ok()) return s;
-  }
-  if (o.example == "parabola") {
-    *d = data::MakeParabola(o.example_rows);
-    return Status::Ok();
-  }
-  if (o.example == "blobs") {
-    *d = data::MakeBlobs(o.example_rows, o.example_features, o.model.outputs(), o.seed);
-    std::vector<std::string> names;
-    for (int k = 0; k < o.model.outputs(); ++k) names.push_back(std::to_string(k));
-    d->classes = data::ClassMap::Build({names.begin(), names.end()});
-    return Status::Ok();
-  }
-  // Files are read a block at a time: only the rows' floats must fit, which check_size
-  // judges once the shape is known, before a row is stored.
-  data::LoadOptions lo = LoadOptionsFor(o, TaskOf(o.model.loss));
-  // LIBSVM rows are as wide as the model's input (absent indices are 0); a CSV's columns
-  // say its width, checked against the model afterwards.
-  lo.libsvm_features = static_cast<int>(o.model.inputs());
-  lo.check_image = [&](const Shape& image) {
-    return CheckImage(o.model, InputSource(o), image, o.data_path);
-  };
-  lo.check_size = [&](int64_t rows, int features) {
-    // The width is known before a row is read: a mismatch is refused before memory is spent.
-    const TrainOptions probe = WithFlatInput(o, features);
-    if (o.model.input.c == 0) {
-      if (Status s = CheckModel(probe.model, "--model", /*flat_input=*/true); !s.ok()) return s;
-    }
-    if (Status s = CheckInputs(probe, o.data_path, features); !s.ok()) return s;
-    return CheckFits(o.data_path, rows, features, probe, shm_free, mem);
-  };
-  return data::LoadFile(o.data_path, lo, d);
-}
-
-Status CheckAgainstData(const TrainOptions& o, const data::Dataset& d) {
-  const std::string src = o.example.empty() ? o.data_path : "example " + o.example;
-  if (Status s = CheckInputs(o, src, d.features); !s.ok()) return s;
-  if (o.model.loss == Loss::kXent && d.classes.size() != o.model.outputs()) {
-    const std::string says = o.model_text.empty() ? "--layers: the last size is "
-                                                  : "--model: the model's outputs are ";
-    return Status::Usage(says + std::to_string(o.model.outputs()) + " but " + src + " has " +
-                         std::to_string(d.classes.size()) + " classes (" + d.classes.List() +
-                         "); make it one output per class");
-  }
-  if (o.batch > d.rows) {
-    return Status::Usage("--batch: " + std::to_string(o.batch) + " is larger than the " +
-                         std::to_string(d.rows) + " rows of " + src);
-  }
-  return Status::Ok();
-}
-
-}  // namespace
-
-// A --model's input shape when --input-shape did not give it: the built-in examples are flat;
-// an IDX or NumPy file's header gives one sample's shape ((H, W) is 1xHxW, (C, H, W) is
-// CxHxW); other data is flat, its width known once its first rows are read (LoadData).
-namespace {
-
-Status ResolveInputBeforeLoading(TrainOptions& o) {
-  if (o.model.input.c > 0) return Status::Ok();
-  if (!o.example.empty()) {
-    o.model.input = {o.example == "blobs" ? o.example_features : 1, 1, 1};
-    return CheckModel(o.model, "--model", /*flat_input=*/true);
-  }
-  std::vector<int64_t> dims;
-  const data::LoadOptions lo = LoadOptionsFor(o, TaskOf(o.model.loss));
-  if (Status s = data::SampleShape(o.data_path, lo, &dims); !s.ok()) return s;
-  const std::optional<Shape> image = data::SampleImage(dims);
-  if (!image.has_value()) return Status::Ok();
-  o.model.input = *image;
-  return CheckModel(o.model, "--model");
-}
-
-}  // namespace
-
-Status PrepareData(TrainOptions& o, RunData* rd) {
-  if (Status s = ResolveInputBeforeLoading(o); !s.ok()) return s;
-  data::Dataset all;
-  if (Status s = LoadData(o, &all); !s.ok()) return s;
-  if (o.model.input.c == 0) {
-    // Flat data: the model's input is a row (LoadData's check_size has checked that it fits).
-    o.model.input = {all.features, 1, 1};
-    if (Status s = CheckModel(o.model, "--model", /*flat_input=*/true); !s.ok()) return s;
-  }
-  if (Status s = data::SplitValidation(std::move(all), o.val_split, o.seed, &rd->train, &rd->val); !s.ok()) {
-    return s;
-  }
-  if (Status s = CheckAgainstData(o, rd->train); !s.ok()) return s;
-  if (!o.val_data_path.empty()) {
-    // The held-out file: same format options, the training data's classes and width.
-    data::LoadOptions lo = LoadOptionsFor(o, TaskOf(o.model.loss));
-    lo.features = rd->train.features;
-    lo.labels_path = o.val_labels_path;
-    lo.x_key = o.val_npz_x;
-    lo.y_key = o.val_npz_y;
-    if (lo.task == Task::kClassification) lo.classes = &rd->train.classes;
-    lo.check_image = [&](const Shape& image) {
-      return CheckImage(o.model, InputSource(o), image, o.val_data_path);
-    };
-    if (Status s = data::LoadFile(o.val_data_path, lo, &rd->val); !s.ok()) return s;
-  }
-  rd->norm = data::Normalizer::Fit(rd->train, o.normalize);
-  const std::string src = o.example.empty() ? o.data_path : "example " + o.example;
-  if (Status s = rd->norm.Apply(&rd->train, src); !s.ok()) return s;
-  return rd->norm.Apply(&rd->val,
-                        o.val_data_path.empty() ? "the held-out rows of " + src : o.val_data_path);
-}
-
-}  // namespace shmtrain::master
+}  // namespace shmtrain::data

@@ -1,0 +1,77 @@
+// `shmtrain train`'s data (and simulate's), from the options to scaled rows, in this order:
+//   1. the model's input: an IDX or NumPy file's header gives a --model without --input-shape
+//      its image shape; the built-in examples are flat;
+//   2. --data read, or the --example made: once its shape is known and before a row is
+//      stored, its images are checked against the model (CheckImage), its width against the
+//      model's input, and the run (its segment and its workers' passes: RunSizing) against
+//      /dev/shm and the memory;
+//   3. a flat model's input: the data's width;
+//   4. --val-split's held-out rows split off, and the model's outputs and --batch checked
+//      against the training rows;
+//   5. --val-data read with the training rows' classes and width;
+//   6. --normalize fitted on the training rows and applied to both sets.
+// Eval and predict read their file with the same image and memory checks (LoadForModel).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "data/dataset.h"
+#include "data/preprocess.h"
+#include "shmtrain/options.h"
+#include "shmtrain/status.h"
+
+namespace shmtrain::data {
+
+// The data a run trains and validates on: loaded, split (--val-split) and scaled
+// (--normalize, fitted on the training rows), and checked against the model.
+struct RunData {
+  Dataset train;
+  Dataset val;
+  Normalizer norm;
+};
+
+// What the data's size check asks of the run the data is for, whose segment and workers the
+// master lays out: given the options and the data's shape (o.model's input is then known),
+//   worker_batch_rows: the most rows one worker's pass takes at once;
+//   segment_bytes: the run's segment in *bytes, or why the run cannot be made (kUsage naming
+//                  the flag, as for what the workers would refuse).
+struct RunSizing {
+  std::function<int64_t(const TrainOptions& o, int64_t rows)> worker_batch_rows;
+  std::function<Status(const TrainOptions& o, int64_t rows, int features, uint64_t* bytes)>
+      segment_bytes;
+};
+
+// The steps above. A --model given without --input-shape gets its input shape from the data
+// here (o.model.input).
+Status PrepareData(TrainOptions& o, const RunSizing& run, RunData* out);
+
+// Eval and predict: the rows of `path`, read as `file` says for a trained model (its input
+// width and, classifying, its classes; model_src names the model in messages), with
+// CheckImage and CheckMemory before a row is stored. labels: whether the labels are read.
+Status LoadForModel(const std::string& path, const DataFileOptions& file, const ModelSpec& model,
+                    const ClassMap& classes, const std::string& model_src, bool labels,
+                    Dataset* out);
+
+// The one check that data fits in memory, made by train, eval and predict through
+// LoadOptions::check_size before a row is read: rows x features as float32, and a target per
+// row, and the activations and scratch of the model's passes over them (nn::PassBytes: eval and
+// predict's chunks), against MemAvailable of /proc/meminfo (unknown: nothing is refused). Train
+// adds its segment and its workers' passes. Status::Resource naming src and the figures
+// otherwise.
+Status CheckMemory(const std::string& src, int64_t rows, int features, const ModelSpec& model);
+
+// The one check of an image model's input against the image shape data gives one sample
+// (LoadOptions::check_image), made by train (--data, --val-data), eval and predict before a row
+// is read: the same shape, or kUsage naming the data file (data_src), both shapes and where
+// the model's comes from (model_src: a flag, a file). A model that takes no images
+// (nn::TakesImages), or whose input is not known yet (c = 0), takes the data as flat values.
+Status CheckImage(const ModelSpec& model, const std::string& model_src, const Shape& image,
+                  const std::string& data_src);
+
+// The flag or file a model's input shape comes from, as messages name it: --layers,
+// --input-shape, --features, --example NAME, or the data file.
+std::string InputSource(const TrainOptions& o);
+
+}  // namespace shmtrain::data
