@@ -39,7 +39,7 @@ namespace shmtrain::master {
 int64_t WorkerBatchRows(const TrainOptions& o, int64_t rows) {
   const int64_t batch = o.batch > 0 ? std::min(o.batch, rows) : rows;
   const int64_t world = int64_t{o.workers} * o.host_count;
-  return o.mode == Mode::kAsync ? batch : (batch + world - 1) / world;
+  return KindOf(o.mode, o.host_count).WorkerBatchRows(batch, static_cast<int>(world));
 }
 
 namespace {
