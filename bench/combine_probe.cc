@@ -1,7 +1,7 @@
 // combine_probe N ROUNDS: run under mpirun with H ranks. Times the host masters' combine
-// (master/hosts.h, Hosts::Combine: reduce-scatter + allgather in host order) of N floats against
-// a raw MPI_Allreduce(MPI_SUM) of the same N floats, in the same processes and the same run:
-// ROUNDS rounds, each of 10 combines then 10 allreduces, every operation started together
+// (master/hosts/hosts.h, Hosts::Combine: reduce-scatter + allgather in host order) of N floats
+// against a raw MPI_Allreduce(MPI_SUM) of the same N floats, in the same processes and the same
+// run: ROUNDS rounds, each of 10 combines then 10 allreduces, every operation started together
 // after an MPI_Barrier. Rank 0 prints one line:
 //   combine_probe floats N bytes B hosts H combine_us X allreduce_us Y same_bits 0|1
 // (medians over the operations; same_bits: whether both gave identical floats, which they must
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "bench_util.h"
-#include "master/hosts.h"
+#include "master/hosts/hosts.h"
 #include "shm/futex.h"
 
 namespace {

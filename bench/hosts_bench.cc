@@ -1,5 +1,6 @@
 // Several hosts, in one run on this machine (each "host" an MPI rank over TCP on loopback):
-//   1. The combine of the host masters (master/hosts.h) against a raw MPI_Allreduce of the same
+//   1. The combine of the host masters (master/hosts/hosts.h) against a raw MPI_Allreduce of the
+//   same
 //      bytes (the 1M-parameter MLP's gradient, 1068810 floats), both timed inside one mpirun
 //      job by bench/combine_probe.cc: medians, and their ratio.
 //   2. Sync throughput of 2 hosts x 1 worker against 1 host x 2 workers on 784-1024-256-10

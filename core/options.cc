@@ -18,7 +18,7 @@ Status Bad(const std::string& flag, const std::string& what) {
 
 // A flag given on the command line that the run would ignore: an error, so that nobody
 // believes it took effect. Returns the first such flag's message, in this order. (The flags
-// of one mode, and the async rules' own, are the run kind's: master/run/kind.h.)
+// of one mode, and the async rules' own, are the run kind's: master/kinds/kind.h.)
 Status CheckApplies(const TrainOptions& o) {
   if (o.Given("--metrics-addr") && !o.metrics) {
     return Bad("--metrics-addr", "does not apply with --no-metrics (no metrics are served)");
@@ -225,7 +225,7 @@ Status CheckModelOptions(const TrainOptions& o) {
                               " bytes written out, more than the " +
                               std::to_string(kMaxModelText - 1) + " a run holds");
   }
-  // A --model's input may come from the data (master/run.cc checks it then).
+  // A --model's input may come from the data (master/run/run.cc checks it then).
   if (o.model.input.c == 0) return Status::Ok();
   return CheckModel(o.model, o.model_text.empty() ? "--layers" : "--model");
 }

@@ -1,8 +1,8 @@
 #include "data/dataset.h"
 
-#include "data/arrays.h"
 #include "core/decimal.h"
 #include "core/utf8.h"
+#include "data/arrays.h"
 #include "data/text_cells.h"
 #include "data/text_load.h"
 #include "nn/rng.h"

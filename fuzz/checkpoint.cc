@@ -1,4 +1,4 @@
-// Checkpoints (master/checkpoint.cc, DecodeCheckpoint, which LoadCheckpoint calls with the
+// Checkpoints (master/files/checkpoint.cc, DecodeCheckpoint, which LoadCheckpoint calls with the
 // file's bytes): the input is the file. As for model files, half of the inputs get the right CRC-32 in their last four bytes so
 // that the loader's success path is reached.
 #include <cstddef>
@@ -8,7 +8,7 @@
 
 #include "core/crc32.h"
 #include "fuzz/fuzz_util.h"
-#include "master/checkpoint.h"
+#include "master/files/checkpoint.h"
 
 using namespace shmtrain;
 

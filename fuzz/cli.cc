@@ -1,4 +1,4 @@
-// The command line (master/cli.cc, ParseCommandLine, then TrainOptions::Validate): the input
+// The command line (master/cli/cli.cc, ParseCommandLine, then TrainOptions::Validate): the input
 // is the arguments after the program's name, one per line (or separated by NUL bytes). Only
 // the parse runs: nothing is loaded or started. The flags' value parsers (integers, numbers,
 // durations, enums, the lists of --layers and --workers, host:port) are reached through it.
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "fuzz/fuzz_util.h"
-#include "master/cli.h"
+#include "master/cli/cli.h"
 #include "nn/layer.h"
 #include "shm/layout.h"
 

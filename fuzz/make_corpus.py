@@ -145,8 +145,8 @@ put("libsvm", "empty_row.svm", "1\n0 1:1\n")
 put("libsvm", "regress-gzip.svm", gz(b"1 1:0.5 3:2\n0 2:1\n"))
 
 
-# Model files (master/model_file.h, format version 2) and checkpoints
-# (master/checkpoint.h, version 2), with their CRC-32.
+# Model files (master/files/model_file.h, format version 2) and checkpoints
+# (master/files/checkpoint.h, version 2), with their CRC-32.
 def crc(b):
     return b + struct.pack("<I", zlib.crc32(b) & 0xFFFFFFFF)
 

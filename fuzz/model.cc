@@ -1,4 +1,4 @@
-// Model files (master/model_file.cc, DecodeModel): the input is the file's bytes. The CRC-32
+// Model files (master/files/model_file.cc, DecodeModel): the input is the file's bytes. The CRC-32
 // guards the body, and a fuzzer cannot forge one: for half of the inputs (by a hash of the
 // bytes) the target writes the right CRC into the last four bytes, so that the decoder's
 // success path is reached too.
@@ -14,7 +14,7 @@
 
 #include "core/crc32.h"
 #include "fuzz/fuzz_util.h"
-#include "master/model_file.h"
+#include "master/files/model_file.h"
 
 using namespace shmtrain;
 

@@ -21,9 +21,9 @@
 #include <string>
 
 #include "fuzz/fuzz_util.h"
+#include "nn/layer.h"
 #include "shm/layout.h"
 #include "shm/segment.h"
-#include "nn/layer.h"
 
 using namespace shmtrain;
 using shm::Header;

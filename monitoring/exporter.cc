@@ -12,8 +12,8 @@
 #include <limits>
 #include <mutex>
 
-#include "master/run/kind.h"
-#include "master/segment_reads.h"
+#include "master/kinds/kind.h"
+#include "master/run/segment_reads.h"
 #include "nn/schedule.h"
 #include "shm/futex.h"
 
@@ -299,10 +299,9 @@ class RunCollector final : public prometheus::Collectable {
     }
   }
 
-  // Async across hosts (master/param_server.h): this host as a pusher to the parts' owners and
-  // as the owner of its own part. Served always, at zero in a run that does not exchange
-  // (sync, or one host), as the combine histogram is: a dashboard or rule never sees a
-  // family appear late.
+  // Async across hosts (master/hosts/param_server.h): this host as a pusher to the parts' owners
+  // and as the owner of its own part. Served always, at zero in a run that does not exchange (sync,
+  // or one host), as the combine histogram is: a dashboard or rule never sees a family appear late.
   void CollectPushes(Families* f) const {
     const PushStats& pushes = stats_->pushes();
     f->Counter("shmtrain_host_pushes_total",

@@ -7,7 +7,7 @@
 //   CheckpointStats   the checkpoint policy: write times, the last success, failures
 //   DurationHistogram the cross-host combiner: its time per step (combine())
 //   PushStats         async across hosts: this host's pushes to the parts' owners and what it
-//                     did as the owner of its own part (master/param_server.h)
+//                     did as the owner of its own part (master/hosts/param_server.h)
 //   ValidationStats   the validation protocol: the latest evaluation
 //
 // Threads: a part is written by its unit, on the run loop's thread, except the combine times
@@ -101,7 +101,7 @@ class ValidationStats {
   std::atomic<double> metric_{0};
 };
 
-// Async across hosts (master/param_server.h): what this host master's exchange thread did, as
+// Async across hosts (master/hosts/param_server.h): what this host master's exchange thread did, as
 // a pusher (its host's updates sent to each part's owner) and as the owner of its own part
 // (pushes from every host applied or dropped, with their cross-host staleness).
 class PushStats {
@@ -146,10 +146,10 @@ class RunStats {
 
   WorkerStats& workers() { return workers_; }
   CheckpointStats& checkpoints() { return checkpoints_; }
-  // Several hosts: one cross-host combine of a step's sums (master/combiner.h).
+  // Several hosts: one cross-host combine of a step's sums (master/hosts/combiner.h).
   DurationHistogram& combine() { return combine_; }
   ValidationStats& validation() { return validation_; }
-  // Async across hosts: pushes and the owner's applies (master/param_server.h).
+  // Async across hosts: pushes and the owner's applies (master/hosts/param_server.h).
   PushStats& pushes() { return pushes_; }
   const PushStats& pushes() const { return pushes_; }
   const WorkerStats& workers() const { return workers_; }

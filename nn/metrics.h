@@ -44,7 +44,7 @@ Metrics Evaluate(const ModelSpec& spec, const float* params, const float* x, con
                  int64_t rows);
 
 // The bytes an evaluation of `rows` rows allocates beside them (Evaluate; predict runs the same
-// chunks, master/predict.cc): the net's forward passes over a chunk (nn::PassBytes of
+// chunks, master/files/predict.cc): the net's forward passes over a chunk (nn::PassBytes of
 // EvalChunk rows at most) and the chunk's outputs.
 uint64_t EvaluateBytes(const ModelSpec& spec, int64_t rows);
 

@@ -66,7 +66,7 @@ struct ScheduleDef {
   const char* summary;  // the rate at s of S, with PyTorch's name: "lr*G^s (ExponentialLR)"
   std::vector<ScheduleTakes> takes;  // the ScheduleFlags it takes; any other is refused
   // The rate depends on the run's length T: a checkpoint then resumes only with the same T
-  // (master/checkpoint.cc keeps T in the fingerprint of such runs alone).
+  // (master/files/checkpoint.cc keeps T in the fingerprint of such runs alone).
   bool spans_run;
   // The rate s >= 0 updates after the warmup (c.total_steps - c.warmup_steps of them).
   double (*rate)(const OptimConfig& c, int64_t s);

@@ -73,7 +73,7 @@ class PhaseBarrier {
 };
 
 // The sleeping side of every wait on Header.wake_seq: a rank's (PhaseBarrier) and the master's
-// combiner's (master/combiner.cc). Each round counts the waiter in Header.waiters, reads
+// combiner's (master/hosts/combiner.cc). Each round counts the waiter in Header.waiters, reads
 // wake_seq, then asks look(): kWakeDone ends the wait (look() keeps what it found); any other
 // value is the absolute CLOCK_MONOTONIC time to sleep until, a deadline or the end of a slice.
 // The sleep ends early when wake_seq moves from the value read before look() asked; a wake-up

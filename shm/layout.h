@@ -17,7 +17,7 @@
 //                            (rank r writes its slice; with P = 1 HS is slot 0's gradient
 //                            itself, not a region of its own), GS the sum over every host's
 //                            HS, in host order (the master's combiner writes it,
-//                            master/combiner.h)
+//                            master/hosts/combiner.h)
 //   E[R]    float[n]         sync validation snapshots, a ring (only when eval_every > 0)
 //
 // Why offsets and not pointers: each process maps the segment at its own address, so a
@@ -51,8 +51,9 @@
 //   WorkerBlock[r]                  rank r (its current incarnation) writes; master and peers
 //                                   read. The master writes incarnation and attached = 0 before
 //                                   a spawn, and, while rank r is not running, settles its
-//                                   commit and ticket after a death (Supervisor) or hands it
-//                                   an owed ticket (Supervisor::ResumeAsync).
+//                                   commit and ticket after a death, or hands it an owed
+//                                   ticket (through master/run/segment_writes.h: the
+//                                   supervisor, and the async DeathRules, master/kinds/async.cc).
 //   Slot[r]                         rank r writes in phase 1; every rank reads in phase 2.
 //   HS slice r, host_sum_step        rank r, after its slice of the step's host sum is in HS.
 //   GS, combined_*                   the master's combiner, once every host's HS of the step
@@ -64,7 +65,7 @@
 //
 // A process that dies mid-write can leave torn floats in what it writes: sync, its own slot or
 // its own slice of W[(t+1)%2] (redone by its replacement); async, the shared W0 (a torn
-// update, counted: Supervisor::Reconcile). Never in a word someone else owns; every word
+// update, counted by master/kinds/async.cc). Never in a word someone else owns; every word
 // others wait on (phase and the other seq_cst words) is a single aligned store of at most 64
 // bits, which cannot tear.
 #pragma once
@@ -132,9 +133,9 @@ struct RunConfig {
   int64_t input_shape[3];
   char model[kMaxModelText];
   uint32_t workers;   // P
-  // Several hosts (master/hosts.h): this segment serves host `host_index` of `hosts`. Sync:
+  // Several hosts (master/hosts/hosts.h): this segment serves host `host_index` of `hosts`. Sync:
   // its rank r is worker host_index * P + r of hosts * P for the split of the data, and the
-  // update waits for the combiner's GS. Async (master/param_server.h): total_steps is this
+  // update waits for the combiner's GS. Async (master/hosts/param_server.h): total_steps is this
   // host's share of the run's updates and its ticket u trains on minibatch
   // u * hosts + host_index of the stream (AsyncMinibatch). hosts = 1: a single-host run, no HS
   // and no GS.
@@ -309,7 +310,7 @@ struct alignas(kCacheLine) WorkerBlock {
   // Written by the rank (relaxed); the master clears it when a death interrupted the apply,
   // else a replacement takes the ticket over, so no minibatch is lost to a death. Once every
   // rank has finished with updates still owed, the master writes a fresh ticket here before
-  // it restarts the rank (Supervisor::ResumeAsync).
+  // it restarts the rank (AsyncDeaths::AllFinished).
   int64_t ticket;
   alignas(kCacheLine) uint64_t staleness_hist[kStalenessBuckets];
   double loss_ema;

@@ -8,7 +8,7 @@
 // Thread-safety contract.
 //  - Processes. Exactly one process creates a segment and owns its name: the master that
 //    Create()s it (owner: its destruction or Unlink() removes the name; a crash handler removes
-//    it through master/signals.h). Workers Attach() (not owners: they never remove the name,
+//    it through master/run/signals.h). Workers Attach() (not owners: they never remove the name,
 //    except a worker orphaned by a SIGKILLed master, worker/worker_main.cc). Any process may
 //    ListSegments(), and ReclaimStaleSegments()/RemoveSegment() the names of this user's
 //    segments whose creator is gone (`shmtrain cleanup`, a run's start).
@@ -94,7 +94,7 @@ struct [[nodiscard]] SegmentCheck {
 };
 
 // Which part of a run configuration a refusal is about: the master names the flag or the file
-// that set it (master/segment_header.h, CheckConfig).
+// that set it (master/run/segment_header.h, CheckConfig).
 enum class ConfigPart {
   kNone,
   kProcesses,   // workers, hosts

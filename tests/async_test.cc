@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "master/model_file.h"
+#include "master/files/model_file.h"
 #include "nn/update.h"
 #include "shm/layout.h"
 #include "tests/proc_util.h"

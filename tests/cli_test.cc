@@ -1,4 +1,4 @@
-// The command line (master/cli.cc on CLI11, limits in core/options.cc): every usage error exits
+// The command line (master/cli/cli.cc on CLI11, limits in core/options.cc): every usage error exits
 // 2 with "shmtrain: error: " and a message naming the flag; repeated flags and flags that do
 // not apply are refused; help lines state defaults and limits; the heartbeat deadline follows
 // the barrier deadline; the default initialisation (torch) and what it reaches on fashion8.
@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "master/cli.h"
+#include "master/cli/cli.h"
 #include "nn/model.h"
 #include "nn/schedule.h"
 #include "shmtrain/model_spec.h"
@@ -603,7 +603,7 @@ TEST(Help, TrainListsTheOptimizerFlags) {
 }
 
 // Every registered schedule (nn/schedule.h) is on the command line without a line of its own
-// in master/cli.cc: --lr-schedule lists it, each flag it takes names it in its help, it runs
+// in master/cli/cli.cc: --lr-schedule lists it, each flag it takes names it in its help, it runs
 // with its required flags, and without one of them it is refused naming the flag.
 TEST(Help, TrainListsEveryRegisteredSchedule) {
   master::Command cmd;

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "master/model_file.h"
+#include "master/files/model_file.h"
 #include "nn/layer.h"
 #include "nn/rng.h"
 #include "tests/proc_util.h"

@@ -1,4 +1,4 @@
-// `shmtrain export` (master/export.h) and the .npz writer under it (data/npz_writer.h).
+// `shmtrain export` (master/files/export.h) and the .npz writer under it (data/npz_writer.h).
 //
 // ExportNpz: the writer alone. NPY headers byte for byte as numpy 1.24's np.save writes them,
 // UTF-8 decoding, the errors; archives (plain zip and zip64) read back by Python's zipfile, the
@@ -424,7 +424,7 @@ void ExpectPredictionsOfEveryCase(
   }
 }
 
-// The model file's parameter vector (master/model_file.h: u64 n, f32[n], u32 CRC at the end).
+// The model file's parameter vector (master/files/model_file.h: u64 n, f32[n], u32 CRC at the end).
 std::vector<float> ParamsOf(const std::string& model, size_t n) {
   const std::string b = test::ReadWholeFile(model);
   if (b.size() < 12 + 4 * n) return {};

@@ -33,9 +33,9 @@
 
 #include "gtest/gtest.h"
 #include "nn/cpu.h"
-#include "tests/proc_util.h"
-#include "tests/parabola_layout.h"
 #include "shm/segment.h"
+#include "tests/parabola_layout.h"
+#include "tests/proc_util.h"
 
 namespace shmtrain {
 namespace {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "master/model_file.h"
+#include "master/files/model_file.h"
 #include "tests/proc_util.h"
 
 namespace shmtrain {

@@ -1,4 +1,4 @@
-// The flag table (master/flags.h) against what it declares: each name once per command, the
+// The flag table (master/cli/flags.h) against what it declares: each name once per command, the
 // defaults the options hold, the limits the values are checked against, docs/guide.md's list
 // of flags, and, for every flag it marks, that the flag's value reaches the workers' RunConfig
 // and the run fingerprint.
@@ -16,11 +16,11 @@
 
 #include "core/decimal.h"
 #include "data/pipeline.h"
-#include "master/checkpoint.h"
-#include "master/cli.h"
-#include "master/flags.h"
-#include "master/run.h"
-#include "master/segment_header.h"
+#include "master/cli/cli.h"
+#include "master/cli/flags.h"
+#include "master/files/checkpoint.h"
+#include "master/run/run.h"
+#include "master/run/segment_header.h"
 #include "nn/optimizer.h"
 #include "tests/proc_util.h"
 
@@ -120,7 +120,7 @@ TEST(FlagTable, ValuesAreCheckedAgainstTheirLimits) {
 // ---- docs/guide.md's list of flags: made from the table, so the two never disagree.
 
 constexpr const char* kListStart =
-    "<!-- The list below is made from master/flags.cc: tests/flags_test.cc fails when the two "
+    "<!-- The list below is made from master/cli/flags.cc: tests/flags_test.cc fails when the two "
     "differ; SHMTRAIN_UPDATE_DOCS=1 ctest -R FlagTable.TheGuide writes it anew. -->\n";
 constexpr const char* kListEnd = "<!-- end of the flag list -->\n";
 
@@ -356,7 +356,7 @@ TEST(FlagTable, OtherWorkerFlagsLeaveTheFingerprintAlone) {
 }
 
 // The snapshot ring (RunConfig::snapshots). With --early-stop it is exactly 2: the stop that
-// eval k decides is stop_eval = k + 2 (master/validation.h), which every rank reads only after
+// eval k decides is stop_eval = k + 2 (master/run/validation.h), which every rank reads only after
 // its wait for eval_ack >= k + 2 - snapshots, so only a ring of 2 makes that wait end after the
 // master's decision on eval k. Otherwise the ring is 2 to 16 long (shm/barrier.h, AckEval).
 TEST(SnapshotRing, TwoWithEarlyStoppingElseTwoToSixteen) {

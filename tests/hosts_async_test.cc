@@ -1,4 +1,4 @@
-// Async across hosts (master/param_server.h) under Open MPI, judged from outside: real mpirun
+// Async across hosts (master/hosts/param_server.h) under Open MPI, judged from outside: real mpirun
 // jobs of 2 or 3 host masters on this machine (tests/mpi_job.h), each running the single-host
 // async protocol with its own workers while the exchange threads push every part to its owner.
 //

@@ -38,7 +38,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "master/model_file.h"
+#include "master/files/model_file.h"
 #include "shmtrain/model_spec.h"
 #include "tests/mpi_job.h"
 #include "tests/proc_util.h"

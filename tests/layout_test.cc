@@ -20,9 +20,9 @@
 #include "gtest/gtest.h"
 #include "shm/layout.h"
 #include "shm/segment.h"
-#include "tests/parabola_layout.h"
 #include "shmtrain/model_spec.h"
 #include "shmtrain/status.h"
+#include "tests/parabola_layout.h"
 
 extern char** environ;
 

@@ -1,11 +1,11 @@
-// Tests of saved model files (master/model_file.h): round trip, and every kind of damage.
-#include "master/model_file.h"
-#include "master/checkpoint.h"
+// Tests of saved model files (master/files/model_file.h): round trip, and every kind of damage.
 #include "core/bytes.h"
 #include "core/crc32.h"
+#include "master/files/checkpoint.h"
+#include "master/files/model_file.h"
+#include "master/files/output_write.h"
 #include "nn/layer.h"
 #include "tests/largest_allocation.h"
-#include "master/output_write.h"
 
 #include <dirent.h>
 #include <sys/stat.h>
@@ -26,8 +26,8 @@
 #include "core/bytes.h"
 #include "core/crc32.h"
 #include "gtest/gtest.h"
-#include "master/checkpoint.h"
-#include "master/output_write.h"
+#include "master/files/checkpoint.h"
+#include "master/files/output_write.h"
 
 namespace shmtrain {
 namespace {
@@ -780,7 +780,7 @@ TEST_F(ModelFileDirTest, FifoReaderThatComesLateGetsTheBytes) {
   EXPECT_EQ(Entries(), std::vector<std::string>{"out.fifo"});
 }
 
-// A checkpoint's bytes as the format has them (master/checkpoint.h), with n parameters and k
+// A checkpoint's bytes as the format has them (master/files/checkpoint.h), with n parameters and k
 // optimizer state vectors, each float its index.
 std::string CheckpointBytes(uint64_t n, uint32_t k) {
   const std::string optimizer = "adam";

@@ -1,5 +1,5 @@
-// Outputs that block, fill the disk, or are left behind (master/output_path.h,
-// master/output_write.h, master/signals.h), through the real CLI:
+// Outputs that block, fill the disk, or are left behind (master/files/output_path.h,
+// master/files/output_write.h, master/run/signals.h), through the real CLI:
 //  - a write into a FIFO whose reader opened it and does not read ends on a stop signal, like
 //    any stopped run (its exit code, no segment, no worker);
 //  - a checkpoint is a regular file: a FIFO, a device or a descriptor is refused at start;
@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "master/signals.h"
+#include "master/run/signals.h"
 #include "tests/proc_util.h"
 
 namespace shmtrain {

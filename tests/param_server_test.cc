@@ -1,7 +1,7 @@
-// The owner's rule of async across hosts (master/param_server.h, OwnedPart) against the
+// The owner's rule of async across hosts (master/hosts/param_server.h, OwnedPart) against the
 // paper's server update worked by hand, and the summary's cross-host totals.
-#include "master/param_server.h"
-#include "master/run/kind.h"
+#include "master/hosts/param_server.h"
+#include "master/kinds/kind.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "master/run_summary.h"
+#include "master/run/run_summary.h"
 
 namespace shmtrain::master {
 namespace {

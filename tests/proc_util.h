@@ -206,7 +206,7 @@ void ExpectCleanedUp(const ProcResult& r);
 // Success when `got` (a file's bytes) equals `want`; else the sizes and the first difference.
 ::testing::AssertionResult SameBytes(const std::string& got, const std::string& want);
 
-// A checkpoint file's step: an i64 at offset 16 (master/checkpoint.h); -1 if unreadable.
+// A checkpoint file's step: an i64 at offset 16 (master/files/checkpoint.h); -1 if unreadable.
 int64_t CheckpointStep(const std::string& path);
 
 // ---------------------------------------------------------------------------------------------

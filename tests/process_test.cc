@@ -26,7 +26,7 @@
 
 #include "data/dataset.h"
 #include "gtest/gtest.h"
-#include "master/model_file.h"
+#include "master/files/model_file.h"
 #include "nn/cpu.h"
 #include "shmtrain/model_spec.h"
 #include "tests/proc_util.h"
@@ -63,7 +63,7 @@ constexpr milliseconds kEventTimeout{20'000};
 // After a run ends, how long its workers may take to disappear from the process table.
 constexpr milliseconds kReapGrace{200};
 
-// The example's script (master/cli.cc): 1-5-1 tanh, mse, 50 points, lr 0.01, 2000 steps.
+// The example's script (master/cli/cli.cc): 1-5-1 tanh, mse, 50 points, lr 0.01, 2000 steps.
 constexpr int64_t kExampleRows = 50;
 constexpr int64_t kExampleSteps = 2000;
 constexpr double kExampleLr = 0.01;
@@ -94,7 +94,7 @@ ModelSpec ExampleSpec() {
   return spec;
 }
 
-// The example's script (master/cli.cc) as a train command, with its initialisation named.
+// The example's script (master/cli/cli.cc) as a train command, with its initialisation named.
 SyncRun ExampleRun(int workers) {
   SyncRun run;
   run.example = "parabola";

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "data/dataset.h"
-#include "master/model_file.h"
+#include "master/files/model_file.h"
 #include "shmtrain/model_spec.h"
 #include "tests/proc_util.h"
 

@@ -814,7 +814,7 @@ TEST(NonFinite, CheckpointsAreRefusedByResume) {
       test::RunProcess(with({"--checkpoint", ck, "--checkpoint-every", "100"}), kRunTimeout), 0));
   ASSERT_EQ(test::CheckpointStep(ck), 200);
   const std::string bytes = test::ReadWholeFile(ck);
-  // Header (master/checkpoint.h): 48 bytes, the optimizer's m at 44, n at 32, K at 40; then
+  // Header (master/files/checkpoint.h): 48 bytes, the optimizer's m at 44, n at 32, K at 40; then
   // the optimizer's name, W[n], S[K][n].
   uint32_t m = 0, k = 0;
   uint64_t n = 0;
@@ -866,7 +866,8 @@ TEST(NonFinite, ADivergenceFromTheResumedStateNamesTheCheckpoint) {
       test::RunProcess(with({"--checkpoint", ck, "--checkpoint-every", "100"}), kRunTimeout), 0));
   ASSERT_EQ(test::CheckpointStep(ck), 200);
   std::string params = test::ReadWholeFile(ck), momentum = params;
-  // Header (master/checkpoint.h): 48 bytes, the optimizer's m at 44; then its name, W[16], S[16].
+  // Header (master/files/checkpoint.h): 48 bytes, the optimizer's m at 44; then its name, W[16],
+  // S[16].
   uint32_t m = 0;
   std::memcpy(&m, params.data() + 44, 4);
   const size_t w = 48 + m, s0 = w + 16 * 4;

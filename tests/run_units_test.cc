@@ -27,21 +27,21 @@
 
 #include "core/signal_name.h"
 #include "data/dataset.h"
-#include "master/checkpoint.h"
-#include "master/checkpoint_policy.h"
-#include "master/evaluator.h"
-#include "master/exchange_thread.h"
-#include "master/hosts.h"
-#include "master/launcher.h"
-#include "master/log.h"
-#include "master/run/kind.h"
-#include "master/run_loop.h"
-#include "master/run_summary.h"
-#include "nn/cpu.h"
-#include "master/segment_reads.h"
-#include "master/supervisor.h"
-#include "master/validation.h"
+#include "master/cli/log.h"
+#include "master/files/checkpoint.h"
+#include "master/hosts/exchange_thread.h"
+#include "master/hosts/hosts.h"
+#include "master/kinds/kind.h"
+#include "master/run/checkpoint_policy.h"
+#include "master/run/evaluator.h"
+#include "master/run/launcher.h"
+#include "master/run/run_loop.h"
+#include "master/run/run_summary.h"
+#include "master/run/segment_reads.h"
+#include "master/run/supervisor.h"
+#include "master/run/validation.h"
 #include "monitoring/exporter.h"
+#include "nn/cpu.h"
 #include "nn/metrics.h"
 #include "nn/model.h"
 #include "shm/barrier.h"
@@ -747,7 +747,7 @@ TEST_F(ValidationTest, AModelWithANonFiniteValidationLossIsNeverKept) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// A JSON log line (master/log.h).
+// A JSON log line (master/cli/log.h).
 
 // Keys and strings are escaped, and the line is valid UTF-8 whatever bytes they hold (a data
 // file's cell or path may hold any): each ill-formed sequence becomes one U+FFFD.
@@ -852,7 +852,7 @@ TEST(RunSummary, EarlyStopAndValidation) {
             "val loss 0.21, val accuracy 0.9443, 1.500 s, 66667 samples/s, 1 worker, "
             "12.50 us/step");
   const std::string j = SummaryJson(s).Done();
-  // The kind's fields (master/run/kind.h: sync's step split) before the validation's.
+  // The kind's fields (master/kinds/kind.h: sync's step split) before the validation's.
   EXPECT_NE(j.find("\"recovery_median_s\":null,\"recovery_max_s\":null,\"stopped_early\":true,"
                    "\"best_step\":1200,\"step_compute_us\":16,\"step_reduce_us\":2,"
                    "\"step_barrier_us\":2,\"val_loss\":0.21,\"val_accuracy\":0.94432}"),
@@ -1280,7 +1280,7 @@ TEST(LossRing, AReadGetsALossOnlyWithTheTagItWasWrittenUnder) {
 }
 
 // -------------------------------------------------------------------------------------------
-// The kinds of run (master/run/kind.h): picked in one place, each with its own rules.
+// The kinds of run (master/kinds/kind.h): picked in one place, each with its own rules.
 
 TEST(RunKind, OneKindForEachModeAndCountOfHosts) {
   std::vector<const RunKind*> seen;

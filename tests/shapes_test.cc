@@ -8,8 +8,8 @@
 
 #include "data/npz_writer.h"
 #include "gtest/gtest.h"
-#include "master/model_file.h"
-#include "master/output_write.h"
+#include "master/files/model_file.h"
+#include "master/files/output_write.h"
 #include "nn/layer.h"
 #include "tests/proc_util.h"
 

@@ -128,7 +128,7 @@ int PauseForCheckpoint(shm::Header* h, shm::WorkerBlock* self, shm::PhaseBarrier
 
 // The next update ticket below total_steps, recorded in the rank's block; -1 when none is
 // left to this rank: it writes W no more, so no checkpoint waits for it
-// (master/checkpoint_policy.cc, AllPausedBefore).
+// (master/run/checkpoint_policy.cc, AllPausedBefore).
 int64_t ClaimTicket(shm::Header* h, shm::WorkerBlock* self, uint64_t total) {
   const uint64_t u =
       shm::LoadRelaxed(h->claimed) >= total ? total : shm::AddRelaxed<uint64_t>(h->claimed, 1);
@@ -328,7 +328,7 @@ int AsyncRank::Run() {
 
 }  // namespace
 
-// Across hosts the host master's exchange thread (master/param_server.h) must get a core
+// Across hosts the host master's exchange thread (master/hosts/param_server.h) must get a core
 // promptly when a push or a reply is due, or pushes carry more updates and the hosts drift
 // apart; the workers yield to it (and to the master's other threads) by running this much
 // lower. Measured with 3 hosts x 1 worker on 2 cores: 11 to 20 updates a push at nice 0, 8 to

@@ -4,8 +4,8 @@
 #include "nn/layer.h"
 #include "shm/barrier.h"
 #include "shm/layout.h"
-#include "shmtrain/status.h"
 #include "shmtrain/model_spec.h"
+#include "shmtrain/status.h"
 
 namespace shmtrain::worker {
 

@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
   shm::StoreRelaxed(self->heartbeat_ns, shm::MonotonicNs());
   shm::StoreRelease<uint32_t>(self->attached, 1);
 
-  // The worker's side of the run's kind (master/run/kind.h): its loop.
+  // The worker's side of the run's kind (master/kinds/kind.h): its loop.
   switch (static_cast<Mode>(c.mode)) {
     case Mode::kSync:
       return worker::RunSync(seg, static_cast<int>(rank), static_cast<uint32_t>(incarnation));

@@ -3,7 +3,7 @@
 //
 // One POD struct, because it travels unchanged from the command line (ResolveOptim in
 // nn/optimizer.h) into the segment header (shm/layout.h, RunConfig.optim), where every worker
-// reads it, and into the run fingerprint of checkpoints (master/checkpoint.h), which hashes
+// reads it, and into the run fingerprint of checkpoints (master/files/checkpoint.h), which hashes
 // its bytes: whatever decides the update is in here, so a resumed run can never differ in it.
 // Unused hyper-parameter entries and padding are zero, so equal settings give equal bytes.
 #pragma once

@@ -1,6 +1,6 @@
 // Every setting of a training run, with its default.
 //
-// The CLI fills a TrainOptions from the flag table (master/flags.h), which states each flag's
+// The CLI fills a TrainOptions from the flag table (master/cli/flags.h), which states each flag's
 // default and limits and checks every value against its limits as it is read; Validate() then
 // checks the fields against each other. The master copies the parts the workers need into the
 // segment header (shm/layout.h), which is the workers' only source of truth: the flag's row in
@@ -213,7 +213,7 @@ struct TrainOptions {
   double ms_decay = 0.95;
   double epsilon = 1e-7;
   int64_t max_staleness = -1;
-  // Async across hosts (master/param_server.h): a host pushes its update of a part to the
+  // Async across hosts (master/hosts/param_server.h): a host pushes its update of a part to the
   // part's owner once this many local updates are in since its last push of that part.
   int64_t push_every = 4;
   double LambdaOrDefault() const;
@@ -261,7 +261,7 @@ struct TrainOptions {
   int64_t checkpoint_every = 0;
   std::string resume_path;
 
-  // Several hosts (master/hosts.h): a run under mpirun is one of host_count host masters, the
+  // Several hosts (master/hosts/hosts.h): a run under mpirun is one of host_count host masters, the
   // one of MPI rank host_index; host_local is its rank among the host masters on this machine
   // (the metrics port rule, monitoring/exporter.h). Set by the master from MPI, never by flags.
   // host_timeout_s: how long a host master waits for another host's sum of a step before it
@@ -312,7 +312,7 @@ struct TrainOptions {
 
   // Checks the fields against each other, what is required, and the model (--layers' count
   // and sizes, the model text's length, --input-shape); each flag's own limits are the flag
-  // table's, checked as the command line is read (master/flags.h). Data-dependent checks such
+  // table's, checked as the command line is read (master/cli/flags.h). Data-dependent checks such
   // as layer sizes against the data live in the master. Returns kUsage.
   Status Validate() const;
 

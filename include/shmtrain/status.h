@@ -55,7 +55,7 @@ inline constexpr ExitCode kExitCodes[] = {kExitOk,           kExitInternal,    k
 
 // A broken invariant (a bug, never a user's input): prints "shmtrain: internal error at
 // FILE:LINE: what" to stderr and aborts. SIGABRT then takes the crash path of the process:
-// the master's handler removes the segment (master/signals.h); a worker's death is seen and
+// the master's handler removes the segment (master/run/signals.h); a worker's death is seen and
 // reported by its master like any other.
 [[noreturn]] void Die(const char* file, int line, const std::string& what);
 

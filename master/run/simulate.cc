@@ -1,0 +1,113 @@
+#include "master/run/simulate.h"
+
+#include <string>
+
+#include "data/batch_plan.h"
+#include "data/pipeline.h"
+#include "master/run/segment_header.h"
+#include "nn/metrics.h"
+#include "nn/model.h"
+#include "nn/update.h"
+
+namespace shmtrain::master {
+
+SimResult Simulate(const TrainOptions& o, const RunData& rd, int M, AsyncRule rule) {
+  const data::Dataset& d = rd.train;
+  const ModelSpec& spec = o.model;
+  const int64_t n = static_cast<int64_t>(spec.ParamCount());
+  const int64_t updates = o.TotalSteps(d.rows);
+  const int64_t f = d.features;
+
+  nn::RuleParams rp;
+  rp.rule = rule;
+  rp.lr = o.lr;
+  TrainOptions with_rule = o;
+  with_rule.rule = rule;
+  rp.lambda0 = with_rule.LambdaOrDefault();
+  rp.ms_decay = o.ms_decay;
+  rp.epsilon = o.epsilon;
+
+  // history[k % M] holds w_k for the last M versions: what each in-flight worker read.
+  std::vector<nn::AlignedVector<float>> history(M, nn::AlignedVector<float>(n));
+  nn::InitParams(spec, o.init, o.seed, history[0].data());
+  std::vector<nn::AlignedVector<float>> mean_square(M, nn::AlignedVector<float>(n, 0.0f));
+  nn::AlignedVector<float> w = history[0], grad(n), bx, by;
+  nn::Workspace<float> ws;
+  data::BatchPlan plan(d.rows, o.batch, o.seed);
+  std::vector<int64_t> idx;
+  for (int64_t u = 0; u < updates; ++u) {
+    const int64_t read = std::max<int64_t>(0, u - (M - 1));
+    const nn::AlignedVector<float>& w_bak = history[read % M];
+    plan.Share(u, 0, 1, &idx);
+    const int64_t rows = static_cast<int64_t>(idx.size());
+    data::GatherRows(d.x.data(), d.y.data(), f, idx, &bx, &by);
+    nn::LossAndGrad<float>(spec, w_bak.data(), bx.data(), by.data(), rows, grad.data(), ws);
+    const float inv = 1.0f / static_cast<float>(rows);
+    for (float& g : grad) g *= inv;
+    nn::ApplyRule<nn::PlainAccess>(rp, n, w.data(), w_bak.data(), grad.data(),
+                                   mean_square[u % M].data());
+    history[(u + 1) % M] = w;
+  }
+  SimResult r;
+  r.train_loss = nn::Evaluate(spec, w.data(), d.x.data(), d.y.data(), d.rows).loss;
+  const nn::Metrics v = nn::Evaluate(spec, w.data(), rd.val.x.data(), rd.val.y.data(), rd.val.rows);
+  r.val_loss = v.loss;
+  r.val_error = spec.loss == Loss::kXent ? 1 - v.accuracy : v.rmse;
+  return r;
+}
+
+Status RunSimulate(const TrainOptions& opts, const std::vector<int>& workers, bool compare,
+                   Logger& log) {
+  TrainOptions o = opts;  // the pipeline sets a --model's input from the data
+  RunData rd;
+  if (Status s = data::PrepareData(o, {WorkerBatchRows, SegmentBytes}, &rd); !s.ok()) return s;
+  const bool xent = o.model.loss == Loss::kXent;
+  const char* err_name = xent ? "held-out error" : "held-out RMSE";
+  auto cell = [&](const SimResult& r) {
+    const std::string e = xent ? Fmt("%.2f%%", 100 * r.val_error) : Fmt("%.4g", r.val_error);
+    return rd.val.rows > 0 ? e + " / " + Fmt("%.4f", r.train_loss) : Fmt("%.4f", r.train_loss);
+  };
+  auto emit = [&](const char* rule, int M, const SimResult& r) {
+    JsonLine j("simulation");
+    j.Str("rule", rule).Int("workers", M).Int("updates", o.TotalSteps(rd.train.rows));
+    j.Num("train_loss", r.train_loss);
+    if (rd.val.rows > 0) {
+      j.Num("val_loss", r.val_loss).Num(xent ? "val_error" : "val_rmse", r.val_error);
+    }
+    log.JsonOnly(j);
+  };
+
+  const std::vector<AsyncRule> rules =
+      compare ? std::vector<AsyncRule>{AsyncRule::kAsgd, AsyncRule::kDcAsgdC, AsyncRule::kDcAsgdA}
+              : std::vector<AsyncRule>{o.rule};
+  std::string table;
+  const std::string what = rd.val.rows > 0 ? std::string(err_name) + " / training loss"
+                                           : std::string("training loss");
+  table += "simulated async training, " + std::to_string(o.TotalSteps(rd.train.rows)) +
+           " updates; each cell: " + what + "\n";
+  auto pad = [](std::string s, size_t w) {
+    if (s.size() < w) s.resize(w, ' ');
+    return s;
+  };
+  table += pad("rule", 12);
+  for (int M : workers) table += pad("M=" + std::to_string(M), 22);
+  table += "\n";
+  if (compare) {
+    const SimResult seq = Simulate(o, rd, 1, AsyncRule::kAsgd);
+    emit("sgd", 1, seq);
+    table += pad("sgd (M=1)", 12) + cell(seq) + "\n";
+  }
+  for (AsyncRule rule : rules) {
+    table += pad(ToString(rule), 12);
+    for (int M : workers) {
+      const SimResult r = Simulate(o, rd, M, rule);
+      emit(ToString(rule), M, r);
+      table += pad(cell(r), 22);
+    }
+    table += "\n";
+  }
+  log.Text(table);
+  return log.stdout_status();
+}
+
+}  // namespace shmtrain::master
