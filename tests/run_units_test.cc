@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <climits>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -1254,29 +1255,38 @@ TEST(SleepOnWakeSeq, SleepsUntilTheLooksTimeAndAwakeEndsTheWait) {
 // record gets a loss only with the tag it was written under, or learns the record moved on.
 TEST(LossRing, AReadGetsALossOnlyWithTheTagItWasWrittenUnder) {
   shm::LossRecord rec{};
-  std::atomic<bool> done{false};
-  constexpr uint64_t kWrites = 400'000;
+  std::atomic<bool> started{false}, done{false};
+  std::atomic<int64_t> read{0};
+  // At least 400,000 writes, and on until the reader has read 2,000 times (a loaded machine
+  // may start it late), within 20 s.
+  uint64_t written = 0;
   std::thread writer([&] {
-    for (uint64_t k = 0; k < kWrites; ++k) shm::PublishLoss(rec, k, static_cast<double>(k));
+    while (!started.load()) std::this_thread::yield();
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    for (; written < 400'000 || (read.load() < 2'000 && std::chrono::steady_clock::now() < until);
+         ++written) {
+      shm::PublishLoss(rec, written, static_cast<double>(written));
+    }
     done = true;
   });
-  int64_t read = 0, mismatched = 0;
+  int64_t mismatched = 0;
+  started = true;
   while (!done.load()) {
     const uint64_t seen = shm::LoadAcquire(rec.tag);
     if (seen == 0) continue;
     double loss = -1;
     if (shm::ReadLoss(rec, seen - 1, &loss) != seen) continue;  // moved on meanwhile
-    ++read;
+    read.fetch_add(1);
     if (loss != static_cast<double>(seen - 1)) ++mismatched;
   }
   writer.join();
-  EXPECT_GT(read, 0);
-  EXPECT_EQ(mismatched, 0) << "of " << read << " reads";
+  EXPECT_GE(read.load(), 2'000);
+  EXPECT_EQ(mismatched, 0) << "of " << read.load() << " reads";
   double last = -1;
-  EXPECT_EQ(shm::ReadLoss(rec, kWrites - 1, &last), kWrites);
-  EXPECT_EQ(last, static_cast<double>(kWrites - 1));
-  EXPECT_EQ(shm::ReadLoss(rec, kWrites - 2, &last), kWrites) << "an older index is overwritten";
-  EXPECT_EQ(shm::ReadLoss(rec, kWrites, &last), kWrites) << "a newer one is not written yet";
+  EXPECT_EQ(shm::ReadLoss(rec, written - 1, &last), written);
+  EXPECT_EQ(last, static_cast<double>(written - 1));
+  EXPECT_EQ(shm::ReadLoss(rec, written - 2, &last), written) << "an older index is overwritten";
+  EXPECT_EQ(shm::ReadLoss(rec, written, &last), written) << "a newer one is not written yet";
 }
 
 // -------------------------------------------------------------------------------------------
