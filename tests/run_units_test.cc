@@ -1289,6 +1289,27 @@ TEST(LossRing, AReadGetsALossOnlyWithTheTagItWasWrittenUnder) {
   EXPECT_EQ(shm::ReadLoss(rec, written, &last), written) << "a newer one is not written yet";
 }
 
+// The hosts agree on the state they start from (master/run/run.cc, AgreeWithHosts): its
+// checksum covers the parameters the workers will read, also in an async run resumed at an
+// odd update (async has one parameter buffer, whatever the step).
+TEST(StartStateCrc, CoversTheParametersTheRunStartsFrom) {
+  for (Mode mode : {Mode::kSync, Mode::kAsync}) {
+    shm::Segment seg = MakeSegment(Layout(mode, 2, 0));
+    Checkpoint c;
+    c.mode = mode;
+    c.step = 3;
+    c.params = Filled(1);
+    ResumeInto(c, &seg);
+    seg.header()->config.first_step = 3;
+    const uint32_t before = StartStateCrc(seg);
+    const std::vector<float> read = ParamsAfter(seg, 3);
+    ASSERT_EQ(read, c.params) << ToString(mode);
+    float* w = mode == Mode::kSync ? seg.params(3) : seg.params(0);
+    w[0] += 1;
+    EXPECT_NE(StartStateCrc(seg), before) << ToString(mode) << ": a changed start went unseen";
+  }
+}
+
 // -------------------------------------------------------------------------------------------
 // The kinds of run (master/kinds/kind.h): picked in one place, each with its own rules.
 

@@ -25,6 +25,7 @@
 #include "master/run/run_lines.h"
 #include "master/run/run_loop.h"
 #include "master/run/segment_header.h"
+#include "master/run/segment_reads.h"
 #include "master/run/signals.h"
 #include "master/run/supervisor.h"
 #include "master/run/validation.h"
@@ -307,11 +308,7 @@ Status AgreeWithHosts(const Status& here, const TrainOptions& o, Hosts& hosts, c
                  .Str("segment", seg.name())
                  .Str("metrics", exporter ? exporter->address() : ""));
   const shm::RunConfig& c = seg.header()->config;
-  const int64_t n = static_cast<int64_t>(c.param_count);
-  uint32_t state = Crc32(seg.params(c.first_step), static_cast<size_t>(n) * sizeof(float));
-  for (int k = 0; k < seg.num_states(); ++k) {
-    state = Crc32(seg.state(k, c.first_step), static_cast<size_t>(n) * sizeof(float), state);
-  }
+  uint32_t state = StartStateCrc(seg);
   state = Crc32(st.rd.val.x.data(), st.rd.val.x.size() * sizeof(float), state);
   state = Crc32(st.rd.val.y.data(), st.rd.val.y.size() * sizeof(float), state);
   const int64_t words[] = {static_cast<int64_t>(st.fingerprint),

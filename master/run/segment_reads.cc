@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/crc32.h"
 #include "master/kinds/kind.h"
 #include "nn/update.h"
 
@@ -19,6 +20,16 @@ uint64_t TotalSamples(const shm::Segment& seg) {
 
 std::vector<float> ParamsAfter(const shm::Segment& seg, int64_t step) {
   return KindOf(seg.header()->config).ParamsAfter(seg, step);
+}
+
+uint32_t StartStateCrc(const shm::Segment& seg) {
+  const shm::RunConfig& c = seg.header()->config;
+  const std::vector<float> w = ParamsAfter(seg, c.first_step);
+  uint32_t crc = Crc32(w.data(), w.size() * sizeof(float));
+  for (int k = 0; k < seg.num_states(); ++k) {
+    crc = Crc32(seg.state(k, c.first_step), w.size() * sizeof(float), crc);
+  }
+  return crc;
 }
 
 std::vector<float> CopyParamsAsync(const shm::Segment& seg, int64_t* progress) {

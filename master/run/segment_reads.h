@@ -25,6 +25,11 @@ uint64_t TotalSamples(const shm::Segment& seg);
 // have written with atomics (the parameter server's merges, master/hosts/param_server.h).
 std::vector<float> ParamsAfter(const shm::Segment& seg, int64_t step);
 
+// The checksum of the state the run starts from (config.first_step): the parameters as the
+// run's kind reads them (async: its one buffer, whatever the step) and the optimizer state of
+// that step. Before any worker starts (the hosts' agreement, master/run/run.cc).
+uint32_t StartStateCrc(const shm::Segment& seg);
+
 // Async: a copy of W read while the workers update it (each element is some recent value),
 // and in *progress the Progress() read just before it.
 std::vector<float> CopyParamsAsync(const shm::Segment& seg, int64_t* progress);
