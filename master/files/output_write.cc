@@ -15,16 +15,10 @@
 
 #include "core/decimal.h"
 #include "master/files/output_path.h"
+#include "shm/futex.h"
 
 namespace shmtrain::master {
 namespace {
-
-// In nanoseconds: a deadline in whole milliseconds could end up to 1 ms short of the wait.
-int64_t NowNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 // How a write ended: 0 or the errno of its failure, or stopped on the way.
 struct Outcome {
@@ -76,13 +70,14 @@ Outcome WriteWithoutBlocking(int fd, bool socket, const std::string& bytes,
 // wait_ms, or until stopped().
 int OpenStream(const OutputTarget& t, int wait_ms, const std::function<bool()>& stopped,
                Outcome* why) {
-  const int64_t deadline = NowNs() + int64_t{wait_ms} * 1'000'000;
+  // In nanoseconds: a deadline in whole milliseconds could end up to 1 ms short of the wait.
+  const int64_t deadline = shm::MonotonicNs() + int64_t{wait_ms} * 1'000'000;
   for (;;) {
     const int fd = ::open(t.path.c_str(), O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (fd >= 0) return fd;
     why->err = errno;
     if (why->err == EINTR) continue;
-    if (!t.fifo || why->err != ENXIO || NowNs() >= deadline) return -1;
+    if (!t.fifo || why->err != ENXIO || shm::MonotonicNs() >= deadline) return -1;
     if (stopped && stopped()) {
       *why = {0, true};
       return -1;

@@ -15,13 +15,6 @@
 #include "shm/futex.h"
 
 namespace shmtrain::master {
-namespace {
-
-int64_t NowNs() {
-  return shm::MonotonicNs();
-}
-
-}  // namespace
 
 void ParamServer::Body::Run() {
   Status s = Serve();
@@ -42,7 +35,7 @@ void ParamServer::Body::Withdraw() {
 }
 
 Status ParamServer::Body::Serve() {
-  const int64_t start = NowNs();
+  const int64_t start = shm::MonotonicNs();
   for (int k = 0; k < H; ++k) {
     if (k == me) continue;
     Peer& q = peers[static_cast<size_t>(k)];
@@ -61,7 +54,7 @@ Status ParamServer::Body::Serve() {
   int idle = 0;
   for (;;) {
     if (stop.load()) return Status::Interrupted("the exchange between hosts: stopped");
-    const int64_t now = NowNs();
+    const int64_t now = shm::MonotonicNs();
     if (now - last > kStalledNs) {
       for (Peer& q : peers) q.last_heard_ns += now - last;
     }
@@ -346,7 +339,7 @@ Status ParamServer::Body::ExchangeParts() {
       return s;
     }
   }
-  const int64_t deadline = NowNs() + timeout_ns;
+  const int64_t deadline = shm::MonotonicNs() + timeout_ns;
   for (int k = 0; k < H;) {
     if (stop.load()) return Status::Interrupted("the exchange between hosts: stopped");
     Peer& q = peers[static_cast<size_t>(k)];
@@ -359,7 +352,7 @@ Status ParamServer::Body::ExchangeParts() {
       ++k;
       continue;
     }
-    if (NowNs() > deadline) {
+    if (shm::MonotonicNs() > deadline) {
       return Status::HostLost("async exchange, a sync point: nothing arrived from " +
                               hosts.Describe(k) + " by the deadline (--host-timeout " +
                               std::to_string(timeout_ns / 1'000'000) + " ms)");
