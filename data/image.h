@@ -1,0 +1,55 @@
+// Image files: JPEG (libjpeg-turbo) and PNG (libpng), each decoded to 8-bit samples.
+//
+// What a decoder accepts: 8-bit grey or colour. A PNG's palette is expanded to RGB, its alpha
+// dropped (grey + alpha is grey, RGBA is RGB: as torchvision's loader keeps the colours), a
+// 16-bit PNG refused; a JPEG in CMYK or YCCK refused. What it refuses is a Status (kData) that
+// names the file and what is wrong: truncated, corrupt, not a JPEG or PNG, too large.
+//
+// Memory: the header is read first and the image's declared size checked against the limits
+// before any pixel buffer is allocated (a JPEG claiming 65535 x 65535, a PNG bomb: a small
+// file that inflates to gigabytes is stopped at its declared size, which must fit the limits).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shmtrain/status.h"
+
+namespace shmtrain::data {
+
+enum class ImageKind { kJpeg, kPng };
+
+// What a header says, before the pixels.
+struct ImageHeader {
+  ImageKind kind = ImageKind::kJpeg;
+  int width = 0;
+  int height = 0;
+  int channels = 0;  // as decoded: 1 (grey) or 3 (colour)
+};
+
+struct ImageLimits {
+  int64_t max_pixels = int64_t{1} << 26;  // width x height (64 Mpx)
+};
+
+// An image's samples, 8 bits each, row by row, channels interleaved (height x width x
+// channels, as the decoders give them).
+struct Image {
+  ImageHeader header;
+  std::vector<uint8_t> pixels;
+};
+
+// The kind of a file by its first bytes (the JPEG SOI marker FF D8 FF, the PNG signature);
+// false when it is neither.
+bool SniffImage(const uint8_t* bytes, size_t n, ImageKind* kind);
+
+// Reads only the header of `path`: its kind, size and channels as decoded.
+Status ReadImageHeader(const std::string& path, const ImageLimits& limits, ImageHeader* out);
+
+// Decodes `path` whole. `bytes`/`n`: the same from memory (the fuzz targets), with `name` in
+// the messages.
+Status DecodeImage(const std::string& path, const ImageLimits& limits, Image* out);
+Status DecodeImage(const uint8_t* bytes, size_t n, const std::string& name,
+                   const ImageLimits& limits, Image* out);
+
+}  // namespace shmtrain::data
