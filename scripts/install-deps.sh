@@ -8,10 +8,12 @@ set -euo pipefail
 # mpirun, libopenmpi-dev to build with it) gives several hosts; the build works without it.
 # clang and libclang-rt-14-dev (libFuzzer and the sanitizer runtimes) build scripts/fuzz.sh's
 # targets. ninja-build runs the builds (scripts/test.sh): 10% less wall than make's on 2 cores.
+# libjpeg62-turbo-dev and libpng-dev decode image folders (data/image.h); python3-pil decodes
+# the same files in the tests, as the reference.
 packages=(cmake g++ make ninja-build python3 libboost-dev libboost-filesystem-dev libeigen3-dev
           libcli11-dev nlohmann-json3-dev zlib1g-dev libgtest-dev prometheus-cpp-dev prometheus
           openmpi-bin libopenmpi-dev dataset-fashion-mnist python3-numpy
-          clang libclang-rt-14-dev)
+          clang libclang-rt-14-dev libjpeg62-turbo-dev libpng-dev python3-pil)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
