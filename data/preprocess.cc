@@ -126,6 +126,7 @@ Status SplitValidation(Dataset all, double frac, uint64_t seed, Dataset* train, 
     // second copy of the data: the master's peak stays the data plus the held-out rows.
     const int64_t f = all.features;
     const bool labels = !all.y.empty();  // rows without labels (predict)
+    const bool named = !all.row_names.empty();  // an image folder's rows: their files
     va.x.reserve(static_cast<size_t>(n_val * f));
     int64_t t = 0;
     for (int64_t i = 0; i < all.rows; ++i) {
@@ -133,16 +134,19 @@ Status SplitValidation(Dataset all, double frac, uint64_t seed, Dataset* train, 
       if (is_val[i]) {
         va.x.insert(va.x.end(), row, row + f);
         if (labels) va.y.push_back(all.y[i]);
+        if (named) va.row_names.push_back(std::move(all.row_names[i]));
         ++va.rows;
         continue;
       }
       if (t != i) std::copy(row, row + f, all.x.begin() + t * f);
       if (labels) all.y[t] = all.y[i];
+      if (named && t != i) all.row_names[t] = std::move(all.row_names[i]);
       ++t;
     }
     all.rows = t;
     all.x.resize(static_cast<size_t>(t * f));
     if (labels) all.y.resize(static_cast<size_t>(t));
+    if (named) all.row_names.resize(static_cast<size_t>(t));
   }
   *train = std::move(all);
   *val = std::move(va);

@@ -103,16 +103,17 @@ void AppendPrediction(const Model& m, const float* zi, int out, std::string* tex
 }
 
 // Predict's CSV: a header line, then a line for each row of d whose outputs are finite; the
-// others go into *bad.
+// others go into *bad. Rows read from an image folder start with their file's path.
 std::string PredictionsCsv(const Model& m, const data::Dataset& d, nn::NonFiniteRows* bad) {
   const bool xent = m.spec.loss == Loss::kXent;
+  const bool named = !d.row_names.empty();
   const int out = m.spec.outputs();
-  std::string text;
+  std::string text = named ? "path," : "";
   if (xent) {
-    text = "class";
+    text += "class";
     for (const std::string& name : m.classes.names) text += "," + CsvField("p_" + name);
   } else {
-    text = "value";
+    text += "value";
   }
   text += "\n";
   const int64_t kChunk = nn::EvalChunk(m.spec);
@@ -128,6 +129,7 @@ std::string PredictionsCsv(const Model& m, const data::Dataset& d, nn::NonFinite
         bad->Add(r0 + i);
         continue;
       }
+      if (named) text += CsvField(d.row_names[static_cast<size_t>(r0 + i)]) + ",";
       AppendPrediction(m, zi, out, &text);
     }
   }
