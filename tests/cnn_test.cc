@@ -9,8 +9,10 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "data/preprocess.h"
 #include "gtest/gtest.h"
 #include "master/files/model_file.h"
 #include "nn/layer.h"
@@ -227,6 +229,19 @@ TEST(CnnRefusals, NameTheLayerAndExitTwo) {
             "--model: linear #1 (layer 1): input 1x6x6 is not flat (put flatten before it)"},
            {with({"--model", "flatten,linear(4)", "--input-shape", "1,6,6"}),
             "--model: the model's outputs are 4 but " + data + " has 3 classes"},
+           // --normalize channel needs an image input, whether the flags or the data say so.
+           {with({"--layers", "36,3", "--normalize", "channel"}),
+            "--normalize: channel scales each channel of an image (rows of c x h x w, a --model "
+            "on an image input), but --layers takes flat features: --normalize standard scales "
+            "each feature"},
+           {with({"--model", "linear(3)", "--input-shape", "36,1,1", "--normalize", "channel"}),
+            "but --input-shape 36,1,1 is flat features: --normalize standard"},
+           {{"train", "--example", "blobs", "--model", "linear(3)", "--loss", "xent", "--lr",
+             "0.1", "--steps", "2", "--normalize", "channel"},
+            "but the example blobs has flat features: --normalize standard"},
+           {with({"--model", "linear(3)", "--normalize", "channel"}),
+            "--normalize: channel scales each channel of an image (rows of c x h x w), but the "
+            "model's input is 36 flat features: --normalize standard scales each feature"},
        }) {
     const ProcResult r = Shm(c.args);
     EXPECT_EQ(r.exit_code, 2) << c.want << "\n" << r.Describe();
@@ -304,6 +319,144 @@ TEST(CnnFiles, SaveEvalPredictExportAndResume) {
                                                           << " against " << line;
     }
   }
+}
+
+// --normalize channel end to end. 3x4x4 images whose channels have statistics of their own
+// (near 100 and wide, near 0 and narrow, near -5), two classes; each value a multiple of 1/64
+// so that the CSV holds it exactly.
+struct ColourImages {
+  static constexpr int kC = 3, kHw = 16, kFeatures = kC * kHw;
+  data::Dataset d;
+  ColourImages(int rows, uint64_t seed) {
+    nn::Rng rng(seed);
+    d.rows = rows;
+    d.features = kFeatures;
+    for (int i = 0; i < rows; ++i) {
+      const int k = i % 2;
+      auto sixty_fourths = [&](uint64_t n) { return static_cast<float>(rng.Below(n)) / 64; };
+      for (int p = 0; p < kHw; ++p) d.x.push_back(sixty_fourths(64 * 40) + 80 + 20 * k);
+      for (int p = 0; p < kHw; ++p) d.x.push_back(sixty_fourths(8));
+      for (int p = 0; p < kHw; ++p) d.x.push_back(sixty_fourths(64) - 5 - k);
+      d.y.push_back(static_cast<float>(k));
+    }
+  }
+  // Rows of x, as `x` holds them, and the class.
+  std::string Csv(const std::vector<float>& x) const {
+    std::string s;
+    char buf[40];
+    for (int64_t i = 0; i < d.rows; ++i) {
+      for (int j = 0; j < kFeatures; ++j) {
+        std::snprintf(buf, sizeof buf, "%.9g,", x[i * kFeatures + j]);
+        s += buf;
+      }
+      s += std::to_string(static_cast<int>(d.y[i])) + "\n";
+    }
+    return s;
+  }
+};
+
+// The channel statistics of `rows` in double (numpy's mean and std, ddof 0, per channel).
+void ChannelStats(const data::Dataset& rows, std::vector<double>* mean, std::vector<double>* sd) {
+  mean->assign(ColourImages::kC, 0);
+  sd->assign(ColourImages::kC, 0);
+  for (int c = 0; c < ColourImages::kC; ++c) {
+    std::vector<double> v;
+    for (int64_t i = 0; i < rows.rows; ++i) {
+      for (int p = 0; p < ColourImages::kHw; ++p) {
+        v.push_back(rows.x[i * ColourImages::kFeatures + c * ColourImages::kHw + p]);
+      }
+    }
+    for (const double x : v) (*mean)[c] += x / static_cast<double>(v.size());
+    for (const double x : v) (*sd)[c] += (x - (*mean)[c]) * (x - (*mean)[c]);
+    (*sd)[c] = std::sqrt((*sd)[c] / static_cast<double>(v.size()));
+  }
+}
+
+// The numbers of each line of a predict CSV after its header.
+std::vector<std::vector<double>> Predictions(const std::string& path) {
+  std::vector<std::vector<double>> out;
+  const std::vector<std::string> lines = test::SplitLines(test::ReadWholeFile(path));
+  for (size_t i = 1; i < lines.size(); ++i) {
+    std::vector<double> row;
+    size_t start = 0;
+    for (size_t k = 0; k <= lines[i].size(); ++k) {
+      if (k == lines[i].size() || lines[i][k] == ',') {
+        row.push_back(std::stod(lines[i].substr(start, k - start)));
+        start = k + 1;
+      }
+    }
+    out.push_back(row);
+  }
+  return out;
+}
+
+// A model trained with --normalize channel holds each channel's mean and 1 / std of the
+// training rows only (not the held-out ones), and eval and predict on new images give what the
+// same model without scaling gives on those images scaled by hand.
+TEST(CnnFiles, ChannelNormalisationIsFittedSavedAndApplied) {
+  test::TempDir dir;
+  const ColourImages all(40, 21);
+  const std::string data = dir.Write("train.csv", all.Csv(all.d.x));
+  const std::string saved = dir.File("m.model");
+  ProcResult r = Shm({"train", "--data", data, "--input-shape", "3,4,4", "--model",
+                      "conv2d(2,3,padding=1),relu,flatten,linear(2)", "--loss", "xent",
+                      "--normalize", "channel", "--val-split", "0.25", "--seed", "3", "--lr",
+                      "0.05", "--steps", "30", "--workers", "2", "--save", saved});
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  const Model m = Decode(saved);
+  ASSERT_EQ(m.norm.kind, Normalize::kChannel);
+  ASSERT_EQ(m.norm.offset.size(), static_cast<size_t>(ColourImages::kFeatures));
+  ASSERT_EQ(m.norm.scale.size(), static_cast<size_t>(ColourImages::kFeatures));
+  // The training rows are the ones --val-split 0.25 --seed 3 leaves.
+  data::Dataset train, held_out;
+  ASSERT_TRUE(data::SplitValidation(all.d, 0.25, 3, &train, &held_out).ok());
+  ASSERT_EQ(train.rows, 30);
+  std::vector<double> mean, sd, all_mean, all_sd;
+  ChannelStats(train, &mean, &sd);
+  ChannelStats(all.d, &all_mean, &all_sd);
+  for (int c = 0; c < ColourImages::kC; ++c) {
+    ASSERT_NE(static_cast<float>(mean[c]), static_cast<float>(all_mean[c])) << "channel " << c;
+    for (int p = 0; p < ColourImages::kHw; ++p) {
+      const int j = c * ColourImages::kHw + p;
+      EXPECT_FLOAT_EQ(m.norm.offset[j], static_cast<float>(mean[c])) << "feature " << j;
+      EXPECT_FLOAT_EQ(m.norm.scale[j], static_cast<float>(1 / sd[c])) << "feature " << j;
+    }
+  }
+  // New images, raw for the saved model and scaled by hand for the same model without scaling.
+  const ColourImages fresh(12, 77);
+  std::vector<float> scaled = fresh.d.x;
+  for (size_t j = 0; j < scaled.size(); ++j) {
+    const int c = static_cast<int>(j % ColourImages::kFeatures) / ColourImages::kHw;
+    scaled[j] = static_cast<float>((fresh.d.x[j] - mean[c]) / sd[c]);
+  }
+  Model plain = m;
+  plain.norm = data::Normalizer{};
+  const std::string plain_model = dir.Write("plain.model", EncodeModel(plain));
+  const std::string raw_data = dir.Write("new.csv", fresh.Csv(fresh.d.x));
+  const std::string scaled_data = dir.Write("scaled.csv", fresh.Csv(scaled));
+  for (const auto& [model, rows, out] :
+       {std::tuple{saved, raw_data, "p.csv"}, std::tuple{plain_model, scaled_data, "q.csv"}}) {
+    r = Shm({"predict", "--model", model, "--data", rows, "--out", dir.File(out)});
+    ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  }
+  const auto p = Predictions(dir.File("p.csv")), q = Predictions(dir.File("q.csv"));
+  ASSERT_EQ(p.size(), 12u);
+  ASSERT_EQ(q.size(), p.size());
+  for (size_t i = 0; i < p.size(); ++i) {
+    ASSERT_EQ(p[i].size(), 3u);
+    ASSERT_EQ(q[i].size(), p[i].size());
+    for (size_t k = 0; k < p[i].size(); ++k) EXPECT_NEAR(p[i][k], q[i][k], 1e-5) << "row " << i;
+  }
+  double losses[2];
+  for (int k = 0; k < 2; ++k) {
+    r = Shm({"eval", "--model", k == 0 ? saved : plain_model, "--data",
+             k == 0 ? raw_data : scaled_data, "--log-format", "json"});
+    ASSERT_EQ(r.exit_code, 0) << r.Describe();
+    const size_t at = r.out.find("\"loss\":");
+    ASSERT_NE(at, std::string::npos) << r.out;
+    losses[k] = std::stod(r.out.substr(at + 7));
+  }
+  EXPECT_NEAR(losses[0], losses[1], 1e-6 * losses[1]);
 }
 
 }  // namespace
