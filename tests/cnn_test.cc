@@ -457,6 +457,27 @@ TEST(CnnFiles, ChannelNormalisationIsFittedSavedAndApplied) {
     losses[k] = std::stod(r.out.substr(at + 7));
   }
   EXPECT_NEAR(losses[0], losses[1], 1e-6 * losses[1]);
+  // The export holds the same per-feature offsets and scales: numpy's forward pass of it
+  // (tests/npz_numpy_forward.py) on the raw images predicts what predict does.
+  r = Shm({"export", "--model", saved, "--out", dir.File("m.npz")});
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  const ProcResult np =
+      test::RunProcess({NUMPY_PYTHON, NPZ_NUMPY_FORWARD_PY, dir.File("m.npz"), raw_data}, kTimeout);
+  ASSERT_EQ(np.exit_code, 0) << np.Describe();
+  const std::vector<std::string> lines = test::SplitLines(np.out);
+  ASSERT_EQ(lines.size(), p.size());
+  for (size_t i = 0; i < lines.size(); ++i) {
+    std::vector<double> row;
+    size_t start = 0;
+    for (size_t k = 0; k <= lines[i].size(); ++k) {
+      if (k == lines[i].size() || lines[i][k] == '\t') {
+        row.push_back(std::stod(lines[i].substr(start, k - start)));
+        start = k + 1;
+      }
+    }
+    ASSERT_EQ(row.size(), p[i].size()) << lines[i];
+    for (size_t k = 0; k < row.size(); ++k) EXPECT_NEAR(row[k], p[i][k], 2e-5) << "row " << i;
+  }
 }
 
 }  // namespace
