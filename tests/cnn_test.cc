@@ -372,27 +372,72 @@ void ChannelStats(const data::Dataset& rows, std::vector<double>* mean, std::vec
   }
 }
 
-// The numbers of each line of a predict CSV after its header.
-std::vector<std::vector<double>> Predictions(const std::string& path) {
-  std::vector<std::vector<double>> out;
-  const std::vector<std::string> lines = test::SplitLines(test::ReadWholeFile(path));
-  for (size_t i = 1; i < lines.size(); ++i) {
-    std::vector<double> row;
-    size_t start = 0;
-    for (size_t k = 0; k <= lines[i].size(); ++k) {
-      if (k == lines[i].size() || lines[i][k] == ',') {
-        row.push_back(std::stod(lines[i].substr(start, k - start)));
-        start = k + 1;
-      }
+// The numbers of `line`, cells split at `sep`.
+std::vector<double> Numbers(const std::string& line, char sep) {
+  std::vector<double> row;
+  size_t start = 0;
+  for (size_t k = 0; k <= line.size(); ++k) {
+    if (k == line.size() || line[k] == sep) {
+      row.push_back(std::stod(line.substr(start, k - start)));
+      start = k + 1;
     }
-    out.push_back(row);
   }
+  return row;
+}
+
+// Each line's numbers (class, then the probabilities), `header` lines skipped.
+std::vector<std::vector<double>> Rows(const std::string& text, char sep, size_t header) {
+  std::vector<std::vector<double>> out;
+  const std::vector<std::string> lines = test::SplitLines(text);
+  for (size_t i = header; i < lines.size(); ++i) out.push_back(Numbers(lines[i], sep));
   return out;
 }
 
+void ExpectClose(const std::vector<std::vector<double>>& a,
+                 const std::vector<std::vector<double>>& b, double tol) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].size(), 3u) << "row " << i;
+    ASSERT_EQ(b[i].size(), a[i].size()) << "row " << i;
+    for (size_t k = 0; k < a[i].size(); ++k) EXPECT_NEAR(a[i][k], b[i][k], tol) << "row " << i;
+  }
+}
+
+// Each channel's mean and std of the rows --val-split 0.25 --seed 3 trains on (not of all
+// rows), as a saved model must hold them: every feature of channel c has c's.
+void ExpectTrainingRowsStatistics(const Model& m, const data::Dataset& all,
+                                  std::vector<double>* mean, std::vector<double>* sd) {
+  ASSERT_EQ(m.norm.kind, Normalize::kChannel);
+  ASSERT_EQ(m.norm.offset.size(), static_cast<size_t>(ColourImages::kFeatures));
+  ASSERT_EQ(m.norm.scale.size(), static_cast<size_t>(ColourImages::kFeatures));
+  data::Dataset train, held_out;
+  ASSERT_TRUE(data::SplitValidation(all, 0.25, 3, &train, &held_out).ok());
+  ASSERT_EQ(train.rows, 30);
+  std::vector<double> all_mean, all_sd;
+  ChannelStats(train, mean, sd);
+  ChannelStats(all, &all_mean, &all_sd);
+  for (int c = 0; c < ColourImages::kC; ++c) {
+    ASSERT_NE(static_cast<float>((*mean)[c]), static_cast<float>(all_mean[c])) << "channel " << c;
+    for (int p = 0; p < ColourImages::kHw; ++p) {
+      const int j = c * ColourImages::kHw + p;
+      EXPECT_FLOAT_EQ(m.norm.offset[j], static_cast<float>((*mean)[c])) << "feature " << j;
+      EXPECT_FLOAT_EQ(m.norm.scale[j], static_cast<float>(1 / (*sd)[c])) << "feature " << j;
+    }
+  }
+}
+
+// eval's loss in its JSON line.
+double EvalLoss(const std::string& model, const std::string& data) {
+  const ProcResult r = Shm({"eval", "--model", model, "--data", data, "--log-format", "json"});
+  EXPECT_EQ(r.exit_code, 0) << r.Describe();
+  const size_t at = r.out.find("\"loss\":");
+  EXPECT_NE(at, std::string::npos) << r.out;
+  return at == std::string::npos ? NAN : std::stod(r.out.substr(at + 7));
+}
+
 // A model trained with --normalize channel holds each channel's mean and 1 / std of the
-// training rows only (not the held-out ones), and eval and predict on new images give what the
-// same model without scaling gives on those images scaled by hand.
+// training rows only (not the held-out ones), and eval, predict and the export on new images
+// give what the same model without scaling gives on those images scaled by hand.
 TEST(CnnFiles, ChannelNormalisationIsFittedSavedAndApplied) {
   test::TempDir dir;
   const ColourImages all(40, 21);
@@ -404,24 +449,9 @@ TEST(CnnFiles, ChannelNormalisationIsFittedSavedAndApplied) {
                       "0.05", "--steps", "30", "--workers", "2", "--save", saved});
   ASSERT_EQ(r.exit_code, 0) << r.Describe();
   const Model m = Decode(saved);
-  ASSERT_EQ(m.norm.kind, Normalize::kChannel);
-  ASSERT_EQ(m.norm.offset.size(), static_cast<size_t>(ColourImages::kFeatures));
-  ASSERT_EQ(m.norm.scale.size(), static_cast<size_t>(ColourImages::kFeatures));
-  // The training rows are the ones --val-split 0.25 --seed 3 leaves.
-  data::Dataset train, held_out;
-  ASSERT_TRUE(data::SplitValidation(all.d, 0.25, 3, &train, &held_out).ok());
-  ASSERT_EQ(train.rows, 30);
-  std::vector<double> mean, sd, all_mean, all_sd;
-  ChannelStats(train, &mean, &sd);
-  ChannelStats(all.d, &all_mean, &all_sd);
-  for (int c = 0; c < ColourImages::kC; ++c) {
-    ASSERT_NE(static_cast<float>(mean[c]), static_cast<float>(all_mean[c])) << "channel " << c;
-    for (int p = 0; p < ColourImages::kHw; ++p) {
-      const int j = c * ColourImages::kHw + p;
-      EXPECT_FLOAT_EQ(m.norm.offset[j], static_cast<float>(mean[c])) << "feature " << j;
-      EXPECT_FLOAT_EQ(m.norm.scale[j], static_cast<float>(1 / sd[c])) << "feature " << j;
-    }
-  }
+  std::vector<double> mean, sd;
+  ExpectTrainingRowsStatistics(m, all.d, &mean, &sd);
+  if (HasFatalFailure()) return;
   // New images, raw for the saved model and scaled by hand for the same model without scaling.
   const ColourImages fresh(12, 77);
   std::vector<float> scaled = fresh.d.x;
@@ -439,24 +469,11 @@ TEST(CnnFiles, ChannelNormalisationIsFittedSavedAndApplied) {
     r = Shm({"predict", "--model", model, "--data", rows, "--out", dir.File(out)});
     ASSERT_EQ(r.exit_code, 0) << r.Describe();
   }
-  const auto p = Predictions(dir.File("p.csv")), q = Predictions(dir.File("q.csv"));
+  const auto p = Rows(test::ReadWholeFile(dir.File("p.csv")), ',', 1);
   ASSERT_EQ(p.size(), 12u);
-  ASSERT_EQ(q.size(), p.size());
-  for (size_t i = 0; i < p.size(); ++i) {
-    ASSERT_EQ(p[i].size(), 3u);
-    ASSERT_EQ(q[i].size(), p[i].size());
-    for (size_t k = 0; k < p[i].size(); ++k) EXPECT_NEAR(p[i][k], q[i][k], 1e-5) << "row " << i;
-  }
-  double losses[2];
-  for (int k = 0; k < 2; ++k) {
-    r = Shm({"eval", "--model", k == 0 ? saved : plain_model, "--data",
-             k == 0 ? raw_data : scaled_data, "--log-format", "json"});
-    ASSERT_EQ(r.exit_code, 0) << r.Describe();
-    const size_t at = r.out.find("\"loss\":");
-    ASSERT_NE(at, std::string::npos) << r.out;
-    losses[k] = std::stod(r.out.substr(at + 7));
-  }
-  EXPECT_NEAR(losses[0], losses[1], 1e-6 * losses[1]);
+  ExpectClose(p, Rows(test::ReadWholeFile(dir.File("q.csv")), ',', 1), 1e-5);
+  const double loss = EvalLoss(saved, raw_data);
+  EXPECT_NEAR(loss, EvalLoss(plain_model, scaled_data), 1e-6 * loss);
   // The export holds the same per-feature offsets and scales: numpy's forward pass of it
   // (tests/npz_numpy_forward.py) on the raw images predicts what predict does.
   r = Shm({"export", "--model", saved, "--out", dir.File("m.npz")});
@@ -464,20 +481,7 @@ TEST(CnnFiles, ChannelNormalisationIsFittedSavedAndApplied) {
   const ProcResult np =
       test::RunProcess({NUMPY_PYTHON, NPZ_NUMPY_FORWARD_PY, dir.File("m.npz"), raw_data}, kTimeout);
   ASSERT_EQ(np.exit_code, 0) << np.Describe();
-  const std::vector<std::string> lines = test::SplitLines(np.out);
-  ASSERT_EQ(lines.size(), p.size());
-  for (size_t i = 0; i < lines.size(); ++i) {
-    std::vector<double> row;
-    size_t start = 0;
-    for (size_t k = 0; k <= lines[i].size(); ++k) {
-      if (k == lines[i].size() || lines[i][k] == '\t') {
-        row.push_back(std::stod(lines[i].substr(start, k - start)));
-        start = k + 1;
-      }
-    }
-    ASSERT_EQ(row.size(), p[i].size()) << lines[i];
-    for (size_t k = 0; k < row.size(); ++k) EXPECT_NEAR(row[k], p[i][k], 2e-5) << "row " << i;
-  }
+  ExpectClose(Rows(np.out, '\t', 0), p, 2e-5);
 }
 
 }  // namespace
