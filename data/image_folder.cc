@@ -197,6 +197,14 @@ Status MapLabels(const ImageFolderFiles& files, const ClassMap& to, const std::s
 
 }  // namespace
 
+std::string SkippedFilesWarning(const Dataset& d, const std::string& src) {
+  if (d.skipped_files == 0) return "";
+  return "warning: " + src + ": " + std::to_string(d.skipped_files) +
+         (d.skipped_files == 1 ? " file is" : " files are") +
+         " not an image by its name (.jpg, .jpeg, .png) and left out, as torchvision's "
+         "ImageFolder leaves them (the first: " + d.first_skipped + ")";
+}
+
 bool IsImageFolder(const std::string& path) {
   std::error_code ec;
   return fs::is_directory(path, ec);

@@ -49,6 +49,10 @@ Status ListImageFolder(const std::string& root, bool flat_ok, ImageFolderFiles* 
 // The shape of one sample (the first image's header, c x h x w), without decoding.
 Status ImageFolderShape(const std::string& root, Shape* out);
 
+// The warning a load that left files out deserves ("" when it left none out): how many, and
+// the first, of the files in `src` that are not images by their names.
+std::string SkippedFilesWarning(const Dataset& d, const std::string& src);
+
 // Loads the image folder `root` into *out: rows as above, targets the class indices (through
 // opts.classes when given: a class folder not in it is refused), out->classes the classes,
 // out->row_names the images' paths. opts.check_image gets the image shape and opts.check_size
