@@ -196,6 +196,7 @@ TEST_F(ImageFiles, CorruptBytesAreRefused) {
   for (size_t i = 0; i < 16; ++i) jpg[dht + 5 + i] = 0xff;
   EXPECT_EQ(DecodeMeasured(jpg, "bad.jpg", &largest).message(),
             "bad.jpg: corrupt or unsupported JPEG: Bogus Huffman table definition");
+  EXPECT_LE(largest, size_t{64} << 10);
   // A JPEG whose entropy-coded data is overwritten with codes no table has.
   jpg = ReadBytes(File("rgb_201x131_s0.jpg"));
   const size_t sos = FindMarker(jpg, 0xda);
@@ -203,12 +204,14 @@ TEST_F(ImageFiles, CorruptBytesAreRefused) {
   for (size_t i = sos + 20; i < sos + 220; ++i) jpg[i] = 0xfe;
   EXPECT_TRUE(Has(DecodeMeasured(jpg, "bad.jpg", &largest).message(),
                   "bad.jpg: corrupt or unsupported JPEG: Corrupt JPEG data"));
+  EXPECT_LE(largest, size_t{201} * 131 * 3 + (64 << 10));  // its pixels, no more
   // A PNG with a byte of its compressed pixels changed: zlib finds it before the CRC does.
   const Bytes whole = ReadBytes(File("rgb.png"));
   Bytes png = whole;
   png[png.size() - 30] ^= 0x55;
   EXPECT_EQ(DecodeMeasured(png, "bad.png", &largest).message(),
             "bad.png: corrupt or unsupported PNG: IDAT: incorrect data check");
+  EXPECT_LE(largest, size_t{64} << 10);
   // The IDAT chunk's CRC changed.
   png = whole;
   png[png.size() - 13] ^= 0x55;
