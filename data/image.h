@@ -15,8 +15,9 @@
 // size, which must fit the limits and fit the file: pixels more than 1032 times the file's
 // bytes (deflate's largest ratio) are refused as truncated before they are allocated.
 // libjpeg's own buffers are capped (max_memory_to_use: its coefficients for the declared size
-// and 64 MiB of rows) and so are its scans (1000); libpng allocates through operator new, its
-// ancillary chunks up to 4 MiB each and 256 of them.
+// and 64 MiB of rows) and so are its scans (1000). libpng allocates through operator new; a
+// PNG chunk that declares more bytes than the file holds is refused before libpng reads it
+// (libpng 1.6.39 allocates a text chunk's declared length first, chunk_malloc_max or not).
 #pragma once
 
 #include <cstdint>
