@@ -194,8 +194,7 @@ Status DecodePng(const uint8_t* bytes, size_t n, const std::string& name,
   std::vector<png_bytep> rows(static_cast<size_t>(h));
   for (size_t r = 0; r < rows.size(); ++r) rows[r] = out->pixels.data() + r * row_bytes;
   if (!ReadRows(&p, rows.data())) {
-    out->pixels.clear();
-    out->pixels.shrink_to_fit();
+    *out = Image{};  // nothing of a refused image is kept
     return LibraryFailure(name, p);
   }
   return Status::Ok();
