@@ -161,8 +161,7 @@ Status DecodeJpeg(const uint8_t* bytes, size_t n, const std::string& name,
   const size_t row_bytes = static_cast<size_t>(w) * channels;
   out->pixels.resize(row_bytes * static_cast<size_t>(h));
   if (!ReadPixels(&j, out->pixels.data(), row_bytes)) {
-    out->pixels.clear();
-    out->pixels.shrink_to_fit();
+    *out = Image{};  // nothing of a refused image is kept
     return LibraryFailure(name, j);
   }
   return Status::Ok();

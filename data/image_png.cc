@@ -6,7 +6,8 @@
 // longjmps back into the function that called the library. Only the functions below that
 // call setjmp call libpng after the read struct exists, and they hold nothing with a
 // destructor, so the jump skips no C++ object. libpng allocates through operator new (so that
-// what it takes counts with ours), its chunks up to kMaxChunkBytes each.
+// what it takes counts with ours): a chunk no more than the file holds (CheckChunkLengths),
+// what a compressed chunk inflates to up to kMaxChunkBytes.
 #include <setjmp.h>
 
 #include <png.h>
@@ -21,8 +22,9 @@
 namespace shmtrain::data::image_internal {
 namespace {
 
-// The largest ancillary chunk libpng keeps or inflates (an ICC profile, compressed text):
-// real ones are a few KiB to a few hundred; the pixels (IDAT) stream and are not bounded by it.
+// What libpng may allocate for an ancillary chunk (png_set_chunk_malloc_max: an ICC profile,
+// compressed text): real ones are a few KiB to a few hundred. It did not stop libpng 1.6.39
+// allocating a text chunk's declared length before reading it: CheckChunkLengths does.
 constexpr png_alloc_size_t kMaxChunkBytes = png_alloc_size_t{4} << 20;
 // How many ancillary chunks libpng keeps (text, sPLT, unknown): a file of a million tiny ones
 // would cost time and memory for nothing.
@@ -123,6 +125,27 @@ bool ReadRows(Png* p, png_bytepp rows) {
   return true;
 }
 
+// Every chunk's declared length against the bytes that follow it, before libpng sees the
+// file: libpng allocates a chunk's declared length before it reads the chunk (a 100-byte file
+// whose text chunk claims 128 MiB made it ask for 128 MiB), so no chunk may claim more than
+// the file holds. The walk stops at IEND; libpng checks everything else.
+Status CheckChunkLengths(const std::string& name, const uint8_t* bytes, size_t n) {
+  size_t pos = 8;  // after the signature
+  while (n - pos >= 8) {
+    const uint32_t length = (uint32_t{bytes[pos]} << 24) | (uint32_t{bytes[pos + 1]} << 16) |
+                            (uint32_t{bytes[pos + 2]} << 8) | bytes[pos + 3];
+    const size_t left = n - pos - 8;  // after the length and type
+    if (length > left) {
+      return Bad(name, "truncated PNG: the chunk at byte " + std::to_string(pos) + " declares " +
+                           std::to_string(length) + " bytes, the file has only " +
+                           std::to_string(left) + " more");
+    }
+    if (std::memcmp(bytes + pos + 4, "IEND", 4) == 0) break;
+    pos += 8 + size_t{length} + std::min<size_t>(4, left - length);  // its CRC, if there
+  }
+  return Status::Ok();
+}
+
 Status LibraryFailure(const std::string& name, const Png& p) {
   if (p.st.truncated) return Bad(name, "truncated PNG: the file ends before the image does");
   return Bad(name, std::string("corrupt or unsupported PNG: ") + p.st.message);
@@ -153,6 +176,7 @@ Status CheckHeader(const std::string& name, const Png& p, size_t n, const ImageL
 
 Status DecodePng(const uint8_t* bytes, size_t n, const std::string& name,
                  const ImageLimits& limits, bool header_only, Image* out) {
+  if (Status s = CheckChunkLengths(name, bytes, n); !s.ok()) return s;
   Png p;
   p.st.bytes = bytes;
   p.st.n = n;
@@ -170,8 +194,7 @@ Status DecodePng(const uint8_t* bytes, size_t n, const std::string& name,
   std::vector<png_bytep> rows(static_cast<size_t>(h));
   for (size_t r = 0; r < rows.size(); ++r) rows[r] = out->pixels.data() + r * row_bytes;
   if (!ReadRows(&p, rows.data())) {
-    out->pixels.clear();
-    out->pixels.shrink_to_fit();
+    *out = Image{};  // nothing of a refused image is kept
     return LibraryFailure(name, p);
   }
   return Status::Ok();

@@ -415,3 +415,6 @@ put("png", "cut.png", png(4, 5, 8, 2, png_rows(4, 5, 3))[:-30])
 bad_crc = bytearray(png(4, 5, 8, 2, png_rows(4, 5, 3)))
 bad_crc[40] ^= 0x01
 put("png", "bad_crc.png", bytes(bad_crc))
+# Regression: a text chunk whose length claims 128 MiB, which libpng allocated before reading.
+long_text = png(2, 2, 8, 0, png_rows(2, 2, 1), extra=extra)
+put("png", "regress-chunk_longer_than_file.png", long_text[:71] + b"\x08" + long_text[72:])

@@ -196,6 +196,7 @@ TEST_F(ImageFiles, CorruptBytesAreRefused) {
   for (size_t i = 0; i < 16; ++i) jpg[dht + 5 + i] = 0xff;
   EXPECT_EQ(DecodeMeasured(jpg, "bad.jpg", &largest).message(),
             "bad.jpg: corrupt or unsupported JPEG: Bogus Huffman table definition");
+  EXPECT_LE(largest, size_t{64} << 10);
   // A JPEG whose entropy-coded data is overwritten with codes no table has.
   jpg = ReadBytes(File("rgb_201x131_s0.jpg"));
   const size_t sos = FindMarker(jpg, 0xda);
@@ -203,17 +204,32 @@ TEST_F(ImageFiles, CorruptBytesAreRefused) {
   for (size_t i = sos + 20; i < sos + 220; ++i) jpg[i] = 0xfe;
   EXPECT_TRUE(Has(DecodeMeasured(jpg, "bad.jpg", &largest).message(),
                   "bad.jpg: corrupt or unsupported JPEG: Corrupt JPEG data"));
+  EXPECT_LE(largest, size_t{201} * 131 * 3 + (64 << 10));  // its pixels, no more
   // A PNG with a byte of its compressed pixels changed: zlib finds it before the CRC does.
   const Bytes whole = ReadBytes(File("rgb.png"));
   Bytes png = whole;
   png[png.size() - 30] ^= 0x55;
   EXPECT_EQ(DecodeMeasured(png, "bad.png", &largest).message(),
             "bad.png: corrupt or unsupported PNG: IDAT: incorrect data check");
+  EXPECT_LE(largest, size_t{64} << 10);
   // The IDAT chunk's CRC changed.
   png = whole;
   png[png.size() - 13] ^= 0x55;
   EXPECT_EQ(DecodeMeasured(png, "bad.png", &largest).message(),
             "bad.png: corrupt or unsupported PNG: IDAT: CRC error");
+  EXPECT_LE(largest, size_t{64} << 10);
+}
+
+// libpng allocates a chunk's declared length before reading it: a 134 MB text chunk in a file
+// of 1.6 KB (the fuzz target's first finding) is refused before libpng sees it.
+TEST_F(ImageFiles, APngChunkLongerThanTheFileIsRefusedBeforeLibpngAllocatesIt) {
+  Bytes png = ReadBytes(File("rgb.png"));
+  const Bytes text = {0x08, 0x00, 0x00, 0x1e, 't', 'E', 'X', 't', 'T', 'i', 't', 'l', 'e', 0};
+  png.insert(png.begin() + 33, text.begin(), text.end());  // after the IHDR chunk
+  size_t largest = 0;
+  EXPECT_EQ(DecodeMeasured(png, "long.png", &largest).message(),
+            "long.png: truncated PNG: the chunk at byte 33 declares 134217758 bytes, the file "
+            "has only " + std::to_string(png.size() - 41) + " more");
   EXPECT_LE(largest, size_t{64} << 10);
 }
 
