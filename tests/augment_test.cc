@@ -1,5 +1,7 @@
-// Augmentation (data/augment.h): AugmentRow against torchvision's definitions written out here
-// (zero-pad, take the window, reverse the columns, one after the other), and the draws' spread.
+// --augment (data/augment.h): AugmentRow against torchvision's definitions written out here
+// (zero-pad, take the window, reverse the columns, one after the other), the draws' spread,
+// and runs: P workers train what one trains, async draws what sync draws, refusals that name
+// the flag, and the master's own passes (validation, eval, predict) that never augment.
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -9,12 +11,15 @@
 #include "data/augment.h"
 #include "gtest/gtest.h"
 #include "nn/rng.h"
+#include "tests/proc_util.h"
+#include "tests/reference.h"
 
 namespace shmtrain {
 namespace {
 
 using data::AugmentDraw;
 using data::AugmentSpec;
+using test::ProcResult;
 
 // ---- the reference: the transforms one after the other on a c x h x w image.
 using Image = std::vector<float>;
@@ -185,6 +190,154 @@ TEST(Augment, ChecksTheModelsInput) {
       << flat.message();
   EXPECT_FALSE(data::CheckAugment(Parsed("hflip"), Shape{1, 1, 8}).ok());
   EXPECT_TRUE(data::CheckAugment(Parsed("hflip"), Shape{1, 2, 2}).ok());
+}
+
+// ---- runs.
+
+constexpr test::milliseconds kTimeout{180'000};
+
+ProcResult Shm(std::vector<std::string> args) { return test::Shmtrain(std::move(args), kTimeout); }
+
+// `rows` images of 3x8x8 in 3 classes (a bright row in channel 0, a column in channel 1, the
+// diagonal in channel 2, with noise), as CSV rows of 192 values in (c, h, w) order and the
+// class.
+std::string ImagesCsv(int rows, uint64_t seed) {
+  nn::Rng rng(seed);
+  std::string s;
+  char buf[32];
+  for (int i = 0; i < rows; ++i) {
+    const int k = i % 3, at = static_cast<int>(rng.Below(8));
+    for (int c = 0; c < 3; ++c)
+      for (int y = 0; y < 8; ++y)
+        for (int x = 0; x < 8; ++x) {
+          const bool on = c == k && (k == 0 ? y == at : k == 1 ? x == at : x == y);
+          std::snprintf(buf, sizeof buf, "%.3f,", (on ? 0.8 : 0.1) + 0.1 * rng.Uniform());
+          s += buf;
+        }
+    s += std::to_string(k) + "\n";
+  }
+  return s;
+}
+
+constexpr const char* kModel = "conv2d(4,3,padding=1),relu,maxpool2d(2),flatten,linear(3)";
+
+std::vector<std::string> Train(const std::string& data, const std::string& mode, int workers,
+                               const std::string& batch, const std::string& augment,
+                               const std::string& save) {
+  std::vector<std::string> a = {"train", "--data", data, "--input-shape", "3,8,8", "--model",
+                                kModel, "--loss", "xent", "--mode", mode, "--workers",
+                                std::to_string(workers), "--lr", "0.2", "--epochs", "12",
+                                "--seed", "4", "--save", save, "--log-format", "json"};
+  if (batch != "0") a.insert(a.end(), {"--batch", batch});
+  if (mode == "async") a.insert(a.end(), {"--rule", "asgd"});
+  if (!augment.empty()) a.insert(a.end(), {"--augment", augment});
+  return a;
+}
+
+std::vector<double> Params(const std::string& path) {
+  const Model m = test::LoadSaved(path);
+  return {m.params.begin(), m.params.end()};
+}
+
+// Sync: P = 3 trains what P = 1 trains (to float rounding, as every P-equivalence of the
+// project), full batch and minibatch; each worker augments its share as one worker augments
+// every row. Async with one worker and plain ASGD is the sync run's SGD: its minibatch u
+// draws what sync step u draws. And the augmentation is really applied: without it the run
+// ends elsewhere.
+TEST(AugmentRun, PWorkersAndAsyncTrainWhatOneSyncWorkerTrains) {
+  test::TempDir dir;
+  const std::string data = dir.Write("images.csv", ImagesCsv(48, 7));
+  for (const std::string batch : {"0", "16"}) {
+    SCOPED_TRACE("--batch " + batch);
+    const auto run = [&](const std::string& mode, int workers, const std::string& augment) {
+      const std::string file = dir.File(mode + std::to_string(workers) + augment + batch + ".model");
+      const ProcResult r = Shm(Train(data, mode, workers, batch, augment, file));
+      EXPECT_EQ(r.exit_code, 0) << r.Describe();
+      return Params(file);
+    };
+    const std::vector<double> one = run("sync", 1, "crop=2,hflip");
+    ASSERT_FALSE(one.empty());
+    const double three = test::MaxScaledDiff(run("sync", 3, "crop=2,hflip"), one);
+    std::printf("[ augment ] --batch %s: P = 3 against P = 1: %.3g\n", batch.c_str(), three);
+    EXPECT_LE(three, test::kRefTol);
+    if (batch != "0") {
+      const double async = test::MaxScaledDiff(run("async", 1, "crop=2,hflip"), one);
+      std::printf("[ augment ] --batch %s: async P = 1 against sync: %.3g\n", batch.c_str(), async);
+      EXPECT_LE(async, test::kRefTol);
+    }
+    const double plain = test::MaxScaledDiff(run("sync", 1, ""), one);
+    EXPECT_GT(plain, 100 * test::kRefTol) << "--augment trained what a run without it trains";
+  }
+}
+
+bool Says(const ProcResult& r, const std::string& what) {
+  return r.err.find(what) != std::string::npos;
+}
+
+// A model whose input is not an image refuses --augment, naming the flag, before any worker
+// starts: --layers, a flat example, a --model on flat CSV rows; and a padding past the image.
+TEST(AugmentRun, RefusedWhereTheInputIsNoImage) {
+  test::TempDir dir;
+  const std::string data = dir.Write("images.csv", ImagesCsv(12, 3));
+  const std::vector<std::string> base = {"train", "--lr",         "0.1", "--steps",
+                                         "3",     "--log-format", "json"};
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--example", "parabola", "--layers", "1,5,1", "--augment", "hflip"},
+       "--augment: augments images, and --layers' input is a flat row"},
+      {{"--example", "blobs", "--loss", "xent", "--model", "linear(4)", "--augment", "crop=1"},
+       "--augment: augments images, and the rows of --example blobs are flat"},
+      {{"--data", data, "--loss", "xent", "--model", "linear(3)", "--augment", "hflip"},
+       "--augment: the workers would refuse this run: hflip augments images, and the model's "
+       "input 192 is not one"},
+      {{"--data", data, "--loss", "xent", "--input-shape", "3,8,8", "--model", kModel,
+        "--augment", "crop=8"},
+       "--augment: crop=8 on images of 3x8x8: the padding must be 1..7"},
+      {{"--data", data, "--loss", "xent", "--input-shape", "3,8,8", "--model", kModel,
+        "--augment", "hflip,hflip"},
+       "--augment: hflip is given twice"},
+  };
+  for (const auto& [flags, says] : cases) {
+    std::vector<std::string> a = base;
+    a.insert(a.end(), flags.begin(), flags.end());
+    const ProcResult r = Shm(a);
+    EXPECT_EQ(r.exit_code, 2) << r.Describe();
+    EXPECT_TRUE(Says(r, says)) << "want \"" << says << "\":\n" << r.err;
+    EXPECT_TRUE(test::StartedWorkers(r.out).empty()) << r.out;
+  }
+}
+
+// The master's passes read the rows as stored: the run's final loss on its training rows and
+// its validation loss are what eval finds on the same files, and --augment is not a flag of
+// eval or predict.
+TEST(AugmentRun, ValidationEvalAndPredictNeverAugment) {
+  test::TempDir dir;
+  const std::string train = dir.Write("train.csv", ImagesCsv(36, 5));
+  const std::string val = dir.Write("val.csv", ImagesCsv(15, 6));
+  std::vector<std::string> a = Train(train, "sync", 2, "12", "crop=3,hflip", dir.File("m.model"));
+  a.insert(a.end(), {"--val-data", val});
+  const ProcResult r = Shm(a);
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  const std::string summary = test::SummaryOf(r);
+  const auto eval_loss = [&](const std::string& file) -> double {
+    const ProcResult e = Shm({"eval", "--model", dir.File("m.model"), "--data", file,
+                              "--log-format", "json"});
+    EXPECT_EQ(e.exit_code, 0) << e.Describe();
+    for (const std::string& line : test::SplitLines(e.out)) {
+      if (const auto loss = test::JsonField(line, "loss")) return std::stod(*loss);
+    }
+    ADD_FAILURE() << "eval printed no loss: " << e.out;
+    return NAN;
+  };
+  EXPECT_NEAR(eval_loss(train), test::Num(summary, "final_loss"), 1e-6) << summary;
+  EXPECT_NEAR(eval_loss(val), test::Num(summary, "val_loss"), 1e-6) << summary;
+  for (const std::string cmd : {"eval", "predict"}) {
+    std::vector<std::string> args = {cmd, "--model", dir.File("m.model"), "--data", val,
+                                     "--augment", "hflip"};
+    if (cmd == "predict") args.insert(args.end(), {"--out", dir.File("p.csv")});
+    const ProcResult e = Shm(args);
+    EXPECT_EQ(e.exit_code, 2) << e.Describe();
+    EXPECT_TRUE(Says(e, "--augment")) << e.err;
+  }
 }
 
 }  // namespace
