@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/decimal.h"
+#include "data/augment.h"
 #include "nn/layer.h"
 #include "nn/optimizer.h"
 
@@ -230,6 +231,26 @@ Status CheckModelOptions(const TrainOptions& o) {
   return CheckModel(o.model, o.model_text.empty() ? "--layers" : "--model");
 }
 
+// --augment on the model's input, where the command line already tells it: --layers' and the
+// built-in examples' rows are flat; a --model's input from the data is checked with the run's
+// configuration (shm::CheckRunConfig).
+Status CheckAugmentOptions(const TrainOptions& o) {
+  if (o.augment.empty()) return Status::Ok();
+  data::AugmentSpec spec;
+  if (Status s = data::ParseAugment(o.augment, &spec); !s.ok()) return Bad("--augment", s.message());
+  if (!o.mlp_layers.empty()) {
+    return Bad("--augment", "augments images, and --layers' input is a flat row (give --model "
+                            "and --input-shape C,H,W)");
+  }
+  if (o.model.input.c == 0 && !o.example.empty()) {
+    return Bad("--augment", "augments images, and the rows of --example " + o.example +
+                                " are flat (give --input-shape C,H,W)");
+  }
+  if (o.model.input.c == 0) return Status::Ok();
+  if (Status s = data::CheckAugment(spec, o.model.input); !s.ok()) return Bad("--augment", s.message());
+  return Status::Ok();
+}
+
 // The learning rate and the run's length.
 Status CheckRateAndLength(const TrainOptions& o) {
   if (o.lr == 0 && !o.Given("--lr")) return Status::Usage("--lr is required (the learning rate)");
@@ -279,9 +300,9 @@ Status CheckMetricsAddr(const TrainOptions& o) {
 
 Status TrainOptions::Validate() const {
   for (Status (*step)(const TrainOptions&) :
-       {CheckSource, CheckModelOptions, CheckRateAndLength, nn::CheckOptimizerOptions,
-        CheckHeldOut, CheckTask, CheckNormalize, CheckFaultTolerance, CheckMetricsAddr,
-        CheckApplies}) {
+       {CheckSource, CheckModelOptions, CheckAugmentOptions, CheckRateAndLength,
+        nn::CheckOptimizerOptions, CheckHeldOut, CheckTask, CheckNormalize, CheckFaultTolerance,
+        CheckMetricsAddr, CheckApplies}) {
     if (Status st = step(*this); !st.ok()) return st;
   }
   return Status::Ok();

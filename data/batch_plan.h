@@ -45,16 +45,25 @@ class BatchPlan {
 
 // The minibatch of rows idx: their features (`features` floats a row of x) into bx and their
 // targets (y) into by, both resized: the one gather of every loop that trains on a share.
-template <class Vec>
+// copy_row(row, in, out) writes row `row` (its `features` floats at in) to out: a copy, or
+// an augmented copy (data/augment.h).
+template <class Vec, class CopyRow>
 void GatherRows(const float* x, const float* y, int64_t features, const std::vector<int64_t>& idx,
-                Vec* bx, Vec* by) {
+                Vec* bx, Vec* by, CopyRow copy_row) {
   const int64_t rows = static_cast<int64_t>(idx.size());
   bx->resize(static_cast<size_t>(rows * features));
   by->resize(static_cast<size_t>(rows));
   for (int64_t i = 0; i < rows; ++i) {
-    std::copy(x + idx[i] * features, x + (idx[i] + 1) * features, bx->data() + i * features);
+    copy_row(idx[i], x + idx[i] * features, bx->data() + i * features);
     (*by)[i] = y[idx[i]];
   }
+}
+
+template <class Vec>
+void GatherRows(const float* x, const float* y, int64_t features, const std::vector<int64_t>& idx,
+                Vec* bx, Vec* by) {
+  GatherRows(x, y, features, idx, bx, by,
+             [features](int64_t, const float* in, float* out) { std::copy(in, in + features, out); });
 }
 
 }  // namespace shmtrain::data

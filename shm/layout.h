@@ -84,7 +84,7 @@ namespace shmtrain::shm {
 // "SHMTRAIN" read as a little-endian 64-bit integer.
 inline constexpr uint64_t kMagic = 0x4E494152544D4853ull;
 // Bump on every change to any struct in this file or to the meaning of a field.
-inline constexpr uint32_t kAbiVersion = 11;
+inline constexpr uint32_t kAbiVersion = 12;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr int kMaxWorkers = 256;
 // Loss records kept for the master's log (by log index modulo this).
@@ -184,6 +184,10 @@ struct RunConfig {
   // update, until every rank has published its slice's share of |g|^2 for the step
   // (WorkerBlock.grad_sq_step), so that all scale by the same global norm.
   OptimConfig optim;
+  // --augment (data/augment.h, AugmentSpec::Encode): the augmentation of each training row a
+  // worker reads, one item a word in the order given, unused words 0; all 0 = none (the rows
+  // are read in place).
+  uint32_t augment[4];
 };
 
 // Async: the minibatch of the stream that this host's update ticket u trains on (and whose

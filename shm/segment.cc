@@ -1,5 +1,6 @@
 #include "shm/segment.h"
 
+#include "data/augment.h"
 #include "nn/cpu.h"
 #include "nn/layer.h"
 
@@ -346,6 +347,10 @@ ConfigCheck CheckRunConfig(const RunConfig& c) {
                                        (n ? " (" + std::to_string(*n) + ")" : " (more than 2^64)"));
   }
   if (ConfigCheck p = CheckPrecision(c); !p.ok()) return p;
+  data::AugmentSpec augment;
+  Status aug = data::AugmentSpec::Decode(c.augment, &augment);
+  if (aug.ok()) aug = data::CheckAugment(augment, spec.input);
+  if (!aug.ok()) return bad(ConfigPart::kAugment, aug.message());
   if (c.optim.num_states > static_cast<uint32_t>(kMaxStates)) {
     return bad(ConfigPart::kOptimizer, std::to_string(c.optim.num_states) +
                                            " optimizer states (at most " +

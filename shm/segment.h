@@ -104,6 +104,7 @@ enum class ConfigPart {
   kData,        // rows, features against the input, the regions' sizes
   kOptimizer,   // its state vectors
   kValidation,  // the steps between validations, the snapshot ring
+  kAugment,     // the augmentation against the model's input
 };
 
 // What CheckRunConfig found: ok, or kData saying what is wrong and the part it is about.

@@ -116,6 +116,14 @@ Rule Bf16Cnn() {
   return r;
 }
 
+// The convolution with dropout on augmented rows (--augment, data/augment.h): a redone step
+// must draw the same windows and flips, epoch after epoch.
+Rule AugmentedCnn() {
+  Rule r = CnnWithDropout();
+  r.insert(r.end(), {"--augment", "crop=1,hflip"});
+  return r;
+}
+
 #define SKIP_WITHOUT_BF16()                                                                  \
   if (!nn::UsedCpu().avx512_bf16) GTEST_SKIP() << "this CPU has no avx512_bf16"
 
@@ -1465,6 +1473,11 @@ TEST(FaultTest, ChaosInBf16EndsByteIdentical) {
 TEST(FaultTest, ChaosWithACnnAndDropoutEndsByteIdentical) {
   SHMTRAIN_REPEATS_PATHS_TEST();
   ExpectChaosEndsByteIdentical(kShortSteps, CnnWithDropout());
+}
+
+TEST(FaultTest, ChaosWithAugmentedImagesEndsByteIdentical) {
+  SHMTRAIN_REPEATS_PATHS_TEST();
+  ExpectChaosEndsByteIdentical(kShortSteps, AugmentedCnn());
 }
 
 }  // namespace

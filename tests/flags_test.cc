@@ -206,6 +206,10 @@ const std::map<std::string, Sample>& Samples() {
        {{"--example", "blobs", "--rows", "40", "--features", "4", "--loss", "xent", "--model",
          "flatten,linear(3)"},
         "1,2,2"}},
+      {"--augment",
+       {{"--example", "blobs", "--rows", "40", "--features", "16", "--loss", "xent",
+         "--input-shape", "1,4,4", "--model", "conv2d(2,3,padding=1),flatten,linear(3)"},
+        "crop=1,hflip"}},
       // xent needs an output per class: two classes, 0 and 1, which mse takes as numbers.
       {"--loss", {{"--data", TwoClasses()}, "xent", "mse", {"--layers", "1,5,2"}}},
       {"--task", {{"--data", TwoClasses()}, "classification", "", {"--layers", "1,5,2"}}},

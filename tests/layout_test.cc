@@ -40,13 +40,13 @@ namespace {
   } while (0)
 
 TEST(Layout, PinsEveryField) {
-  EXPECT_EQ(kAbiVersion, 11u);
+  EXPECT_EQ(kAbiVersion, 12u);
   EXPECT_EQ(std::memcmp(&kMagic, "SHMTRAIN", 8), 0);
   EXPECT_EQ(kLossRing, 4096);
   EXPECT_EQ(kMaxModelText, 4096u);
   EXPECT_EQ(kStalenessBuckets, 12);
   EXPECT_EQ(kDurationBuckets, 20);
-  EXPECT_EQ(sizeof(Header), 70720u);
+  EXPECT_EQ(sizeof(Header), 70784u);
   PIN(Header, magic, 0, 8);
   PIN(Header, abi_version, 8, 4);
   PIN(Header, header_size, 12, 4);
@@ -68,25 +68,25 @@ TEST(Layout, PinsEveryField) {
   PIN(Header, snapshot_stride, 184, 8);
   PIN(Header, host_sum_offset, 192, 8);
   PIN(Header, global_sum_offset, 200, 8);
-  PIN(Header, config, 208, 4456);
-  PIN(Header, abort_epoch, 4672, 4);
-  PIN(Header, wake_seq, 4736, 4);
-  PIN(Header, waiters, 4740, 4);
-  PIN(Header, released_step, 4744, 8);
-  PIN(Header, param_version, 4800, 8);
-  PIN(Header, claimed, 4864, 8);
-  PIN(Header, eval_ack, 4928, 8);
-  PIN(Header, stop_eval, 4936, 8);
-  PIN(Header, diverged_step, 4944, 8);
-  PIN(Header, combined_step, 4992, 8);
-  PIN(Header, combined_samples, 5000, 8);
-  PIN(Header, combined_loss, 5008, 8);
-  PIN(Header, last_loss, 5056, 8);
-  PIN(Header, last_grad_norm, 5064, 8);
-  PIN(Header, step1_end_ns, 5120, 8);
-  PIN(Header, last_end_ns, 5128, 8);
-  PIN(Header, loss_ring, 5136, 65536);
-  EXPECT_EQ(sizeof(RunConfig), 4456u);
+  PIN(Header, config, 208, 4472);
+  PIN(Header, abort_epoch, 4736, 4);
+  PIN(Header, wake_seq, 4800, 4);
+  PIN(Header, waiters, 4804, 4);
+  PIN(Header, released_step, 4808, 8);
+  PIN(Header, param_version, 4864, 8);
+  PIN(Header, claimed, 4928, 8);
+  PIN(Header, eval_ack, 4992, 8);
+  PIN(Header, stop_eval, 5000, 8);
+  PIN(Header, diverged_step, 5008, 8);
+  PIN(Header, combined_step, 5056, 8);
+  PIN(Header, combined_samples, 5064, 8);
+  PIN(Header, combined_loss, 5072, 8);
+  PIN(Header, last_loss, 5120, 8);
+  PIN(Header, last_grad_norm, 5128, 8);
+  PIN(Header, step1_end_ns, 5184, 8);
+  PIN(Header, last_end_ns, 5192, 8);
+  PIN(Header, loss_ring, 5200, 65536);
+  EXPECT_EQ(sizeof(RunConfig), 4472u);
   PIN(RunConfig, mode, 0, 4);
   PIN(RunConfig, loss, 4, 4);
   PIN(RunConfig, input_shape, 8, 24);
@@ -119,6 +119,7 @@ TEST(Layout, PinsEveryField) {
   PIN(RunConfig, eval_every, 4296, 8);
   PIN(RunConfig, snapshots, 4304, 8);
   PIN(RunConfig, optim, 4312, 144);
+  PIN(RunConfig, augment, 4456, 16);
   EXPECT_EQ(sizeof(WorkerBlock), 768u);
   PIN(WorkerBlock, phase, 0, 8);
   PIN(WorkerBlock, heartbeat_ns, 8, 8);

@@ -74,13 +74,21 @@ void ClipAndDecay(const OptimConfig& oc, double sq, const float* w_bak, float* g
   for (int64_t i = 0; i < n; ++i) g[i] = f * g[i] + wd * w_bak[i];
 }
 
-// Minibatch `ticket` of the stream into bx/by.
-void LoadBatch(const shm::Segment& seg, data::BatchPlan& plan, int64_t ticket,
-               std::vector<int64_t>* idx, nn::AlignedVector<float>* bx,
+// Minibatch `ticket` of the stream into bx/by, augmented with --augment.
+void LoadBatch(const shm::Segment& seg, data::BatchPlan& plan, const RowAugment& augment,
+               int64_t ticket, std::vector<int64_t>* idx, nn::AlignedVector<float>* bx,
                nn::AlignedVector<float>* by) {
   const int64_t features = seg.header()->config.features;
-  plan.Share(shm::AsyncMinibatch(seg.header()->config, ticket), 0, 1, idx);
-  data::GatherRows(seg.x(), seg.y(), features, *idx, bx, by);
+  const int64_t minibatch = shm::AsyncMinibatch(seg.header()->config, ticket);
+  plan.Share(minibatch, 0, 1, idx);
+  if (augment.on()) {
+    data::GatherRows(seg.x(), seg.y(), features, *idx, bx, by,
+                     [&](int64_t row, const float* in, float* out) {
+                       augment.Row(minibatch, row, in, out);
+                     });
+  } else {
+    data::GatherRows(seg.x(), seg.y(), features, *idx, bx, by);
+  }
 }
 
 // The metrics and the log record of an applied update: version v_apply, staleness tau, this
@@ -206,6 +214,7 @@ class AsyncRank {
   const pid_t master_;
   // The sync loop's plan: minibatch u of the stream is the same rows in both modes.
   data::BatchPlan plan_;
+  const RowAugment augment_;
   nn::RuleParams rp_;
   nn::Workspace<float> ws_;
   nn::AlignedVector<float> w_bak_, grad_, bx_, by_;
@@ -232,6 +241,7 @@ AsyncRank::AsyncRank(const shm::Segment& seg, int rank, uint32_t incarnation)
       epoch_(shm::LoadAbortEpoch(*h_)),
       master_(static_cast<pid_t>(c_.master_pid)),
       plan_(c_.rows, c_.batch, c_.seed),
+      augment_(c_, spec_.input, plan_.steps_per_epoch()),
       w_bak_(n_),
       grad_(n_),
       w_(seg.params(0)),
@@ -267,7 +277,7 @@ int AsyncRank::Compute(Update* u) {
   for (int64_t i = 0; i < n_; ++i) w_bak_[i] = nn::SharedAccess::Load(w_ + i);
 
   if (loaded_ != ticket_) {
-    LoadBatch(seg_, plan_, ticket_, &idx_, &bx_, &by_);
+    LoadBatch(seg_, plan_, augment_, ticket_, &idx_, &bx_, &by_);
     loaded_ = ticket_;
   }
   const int64_t rows = static_cast<int64_t>(by_.size());

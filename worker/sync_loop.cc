@@ -66,6 +66,7 @@ class SyncRank {
         opt_(nn::FindOptimizer(c_.optim.optimizer)),
         barrier_(h_, seg.block(0), P_, self_, shm::LoadAbortEpoch(*h_)),
         plan_(c_.rows, c_.batch, c_.seed),
+        augment_(c_, spec_.input, plan_.steps_per_epoch()),
         timeout_ns_(static_cast<int64_t>(c_.barrier_timeout_s * 1e9)) {
     // This rank's slice of the parameter vector, in whole cache lines so that no two ranks
     // write the same line in the update phase.
@@ -83,6 +84,14 @@ class SyncRank {
   int64_t Deadline() const { return shm::MonotonicNs() + timeout_ns_; }
   // Pauses before step t for a checkpoint or a validation snapshot.
   Pause PauseBefore(int64_t t);
+  // This rank's rows of step t and their targets: the segment's in place (full batch), or
+  // gathered into bx_ and by_ (a minibatch); augmented into bx_ with --augment.
+  struct Share {
+    const float* x;
+    const float* y;
+    int64_t rows;
+  };
+  Share ShareOf(int64_t t, nn::PassInfo* pass);
   void Gradient(int64_t t);
   int ReduceAndUpdate(int64_t t);
   // The optimizer over [i0, i0 + k) of the slice, from the mean gradient g.
@@ -134,6 +143,7 @@ class SyncRank {
   const nn::OptimizerDef* opt_;
   shm::PhaseBarrier barrier_;
   data::BatchPlan plan_;
+  const RowAugment augment_;
   const int64_t timeout_ns_;
   int64_t lo_ = 0, hi_ = 0;
   uint64_t phase_ = 0;
@@ -178,29 +188,15 @@ Pause SyncRank::PauseBefore(int64_t t) {
 void SyncRank::Gradient(int64_t t) {
   if (Fault(FaultPoint::kBeforeCompute, t)) DieNow();
   const int64_t t0 = shm::MonotonicNs();
-  const int64_t features = c_.features;
-  const float* x;
-  const float* y;
-  int64_t rows;
   // Dropout's mask follows the step and each sample's row (nn/layer.h, PassInfo).
   nn::PassInfo pass;
   pass.train = true;
   pass.seed = c_.seed;
   pass.step = t;
-  if (c_.batch == 0) {
-    const auto r = data::BatchPlan::ShareOf(c_.rows, global_rank_, world_);
-    x = seg_.x() + r.begin * features;
-    y = seg_.y() + r.begin;
-    rows = r.end - r.begin;
-    pass.first_row = r.begin;
-  } else {
-    plan_.Share(t, global_rank_, world_, &idx_);
-    rows = static_cast<int64_t>(idx_.size());
-    data::GatherRows(seg_.x(), seg_.y(), features, idx_, &bx_, &by_);
-    x = bx_.data();
-    y = by_.data();
-    pass.rows = idx_.data();
-  }
+  const Share share = ShareOf(t, &pass);
+  const float* x = share.x;
+  const float* y = share.y;
+  const int64_t rows = share.rows;
   shm::SlotHeader* slot = seg_.slot(rank_);
   if (Fault(FaultPoint::kMidGradient, t)) {
     std::fill(seg_.grad(rank_), seg_.grad(rank_) + n_ / 2, NAN);
@@ -215,6 +211,30 @@ void SyncRank::Gradient(int64_t t) {
   phase_ = 2 * t + 1;
   barrier_.Arrive(phase_);
   if (Fault(FaultPoint::kAtBarrier1, t)) DieNow();
+}
+
+SyncRank::Share SyncRank::ShareOf(int64_t t, nn::PassInfo* pass) {
+  const int64_t features = c_.features;
+  if (c_.batch == 0) {
+    const auto r = data::BatchPlan::ShareOf(c_.rows, global_rank_, world_);
+    pass->first_row = r.begin;
+    const Share in_place{seg_.x() + r.begin * features, seg_.y() + r.begin, r.end - r.begin};
+    if (!augment_.on()) return in_place;
+    bx_.resize(static_cast<size_t>(in_place.rows * features));
+    for (int64_t i = 0; i < in_place.rows; ++i) {
+      augment_.Row(t, r.begin + i, in_place.x + i * features, bx_.data() + i * features);
+    }
+    return {bx_.data(), in_place.y, in_place.rows};
+  }
+  plan_.Share(t, global_rank_, world_, &idx_);
+  pass->rows = idx_.data();
+  if (augment_.on()) {
+    data::GatherRows(seg_.x(), seg_.y(), features, idx_, &bx_, &by_,
+                     [&](int64_t row, const float* in, float* out) { augment_.Row(t, row, in, out); });
+  } else {
+    data::GatherRows(seg_.x(), seg_.y(), features, idx_, &bx_, &by_);
+  }
+  return {bx_.data(), by_.data(), static_cast<int64_t>(idx_.size())};
 }
 
 void SyncRank::UpdateChunk(int64_t t, double lr, int64_t i0, int64_t k, const float* g) const {

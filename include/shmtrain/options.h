@@ -196,6 +196,11 @@ struct TrainOptions {
   int64_t batch = 0;
   // Seed of initialisation and shuffling. Default 1.
   uint64_t seed = 1;
+  // --augment: the workers' augmentation of each training row (data/augment.h), its canonical
+  // text ("crop=4,hflip": RandomCrop with zero padding 4, then RandomHorizontalFlip, in the
+  // order given); "" (default) = none. Image models only (an input of C x H x W, H, W >= 2),
+  // each crop's padding 1..min(H, W) - 1. Validation, eval and predict never augment.
+  std::string augment;
 
   // Logging: the loss every log_every steps (default 50; 0 = only the summary).
   int64_t log_every = 50;

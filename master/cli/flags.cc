@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "core/decimal.h"
+#include "data/augment.h"
 #include "nn/layer.h"
 #include "nn/optimizer.h"
 #include "nn/schedule.h"
@@ -399,6 +400,28 @@ FlagValue InputShape() {
           }};
 }
 
+// --augment: its items checked as they are read, kept in their canonical text.
+FlagValue Augment() {
+  return {[](Command* c, const FlagDef& f, std::string_view v) {
+            data::AugmentSpec spec;
+            if (Status s = data::ParseAugment(v, &spec); !s.ok()) {
+              return Status::Usage(f.name + ": " + s.message());
+            }
+            c->train.augment = spec.Text();
+            return Status::Ok();
+          },
+          [](const Command& c, const FlagDef&) { return c.train.augment; }};
+}
+
+// The segment's words of --augment (validated: it parses).
+void AugmentToWorkers(const TrainOptions& o, shm::RunConfig* c) {
+  data::AugmentSpec spec;
+  if (!o.augment.empty()) (void)data::ParseAugment(o.augment, &spec);  // Validate parsed it
+  const auto words = spec.Encode();
+  static_assert(sizeof c->augment == sizeof words, "one RunConfig word an item");
+  std::copy(words.begin(), words.end(), c->augment);
+}
+
 // --loss, remembered as given: --task then checks against it instead of picking it.
 FlagValue LossValue() {
   return {[](Command* c, const FlagDef& f, std::string_view v) {
@@ -530,6 +553,14 @@ std::vector<FlagDef> DataFlags() {
        .help = "features of the blobs example, {limits} (default {default})", .deflt = "16",
        .limits = IntRange(1, kMaxWidth), .value = Int(Opt(&TO::example_features)), .group = kData,
        .commands = kTrainSim},
+      {.name = "--augment", .arg = "ITEMS",
+       .help = "augment each training row in the workers, items in the order given: crop=P "
+               "(RandomCrop with zero padding P, {limits}), hflip (RandomHorizontalFlip(0.5)); "
+               "image models only; validation, eval and predict never augment (default: "
+               "{default})",
+       .deflt_words = "none", .limits = Stated("1..min(H, W) - 1"), .value = Augment(),
+       .group = kData, .commands = kTrainCmd, .workers = true, .to_workers = AugmentToWorkers,
+       .trajectory = true},
   };
 }
 

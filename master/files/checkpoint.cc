@@ -99,6 +99,11 @@ uint64_t RunFingerprint(const TrainOptions& o, const OptimConfig& optim, const D
   // bf16 products train another trajectory (hashed only then: float checkpoints keep their
   // fingerprints).
   if (o.precision != ComputeType::kFloat) h.Add<uint32_t>(static_cast<uint32_t>(o.precision));
+  // Augmented rows train another trajectory (hashed only then, as its canonical text).
+  if (!o.augment.empty()) {
+    h.Add<uint64_t>(o.augment.size());
+    h.Bytes(o.augment.data(), o.augment.size());
+  }
   // The run's length matters only to a schedule that spans it (ScheduleDef::spans_run, e.g.
   // cosine): another --steps may otherwise extend a run from its checkpoint.
   OptimConfig oc = optim;

@@ -88,6 +88,9 @@ Status CheckConfig(const TrainOptions& o, const shm::Header& h) {
     case shm::ConfigPart::kValidation:
       source = "--eval-every";
       break;
+    case shm::ConfigPart::kAugment:
+      source = "--augment";
+      break;
     case shm::ConfigPart::kProcesses:
     case shm::ConfigPart::kNone:
       source = "--workers";
