@@ -251,6 +251,25 @@ Status CheckTask(const TrainOptions& o) {
                            ", got --loss " + ToString(o.model.loss));
 }
 
+// --normalize channel on an input known to be flat before the data is read: --layers, a
+// built-in example, a flat --input-shape. A --model's input read from the data is checked where
+// the statistics are fitted (data/preprocess.h).
+Status CheckNormalize(const TrainOptions& o) {
+  if (o.normalize != Normalize::kChannel) return Status::Ok();
+  std::string flat;
+  if (!o.mlp_layers.empty()) {
+    flat = "--layers takes flat features";
+  } else if (!o.example.empty()) {
+    flat = "the example " + o.example + " has flat features";
+  } else if (o.model.input.c > 0 && o.model.input.Flat()) {
+    flat = "--input-shape " + o.As("--input-shape", o.model.input.Text()) + " is flat features";
+  }
+  if (flat.empty()) return Status::Ok();
+  return Bad("--normalize", "channel scales each channel of an image (rows of c x h x w, a "
+                            "--model on an image input), but " +
+                                flat + ": --normalize standard scales each feature");
+}
+
 Status CheckMetricsAddr(const TrainOptions& o) {
   if (o.metrics_addr.empty() || !o.metrics) return Status::Ok();
   HostPort hp;
@@ -265,7 +284,8 @@ Status CheckMetricsAddr(const TrainOptions& o) {
 Status TrainOptions::Validate() const {
   for (Status (*step)(const TrainOptions&) :
        {CheckSource, CheckModelOptions, CheckRateAndLength, nn::CheckOptimizerOptions,
-        CheckHeldOut, CheckTask, CheckFaultTolerance, CheckMetricsAddr, CheckApplies}) {
+        CheckHeldOut, CheckTask, CheckNormalize, CheckFaultTolerance, CheckMetricsAddr,
+        CheckApplies}) {
     if (Status st = step(*this); !st.ok()) return st;
   }
   return Status::Ok();

@@ -55,6 +55,10 @@ struct Dataset {
   std::vector<float> x;  // rows * features
   std::vector<float> y;  // rows: the target, or the class index (float) when classifying
   ClassMap classes;      // classification: the map the labels went through; else empty
+  // Image folders (data/image_folder.h): each row's file, and the files that were not rows.
+  std::vector<std::string> row_names;
+  int64_t skipped_files = 0;
+  std::string first_skipped;
 };
 
 // How LoadFile reads a file: the file's own options (shmtrain/options.h), and what the caller
@@ -84,6 +88,8 @@ struct LoadOptions {
   // data/arrays.h), when it gives one, before check_size and before a row is read: a non-OK
   // status ends the load with it (an image of another shape than the model's).
   std::function<Status(const Shape& image)> check_image;
+  // Image folders: the decoding threads; 0: the machine's cores, at most 8.
+  int threads = 0;
 };
 
 // Loads a CSV file (cells separated by ',', ';' or tab, see DataFileOptions::delimiter; RFC 4180

@@ -5,9 +5,19 @@
 // 16-bit PNG refused; a JPEG in CMYK or YCCK refused. What it refuses is a Status (kData) that
 // names the file and what is wrong: truncated, corrupt, not a JPEG or PNG, too large.
 //
-// Memory: the header is read first and the image's declared size checked against the limits
-// before any pixel buffer is allocated (a JPEG claiming 65535 x 65535, a PNG bomb: a small
-// file that inflates to gigabytes is stopped at its declared size, which must fit the limits).
+// A JPEG warning that means data is missing or damaged (the file ends early, a bad Huffman
+// code) is refused like an error: libjpeg would fill the rest with grey.
+//
+// Memory: a file is read whole into memory, and one over 64 MiB is refused before it is read.
+// The header is read first and the image's declared size checked against the limits before
+// any pixel buffer is allocated (a JPEG claiming 65000 x 65000; libjpeg itself refuses a side
+// over 65500). A PNG bomb, a small file that inflates to gigabytes, is stopped at its declared
+// size, which must fit the limits and fit the file: pixels more than 1032 times the file's
+// bytes (deflate's largest ratio) are refused as truncated before they are allocated.
+// libjpeg's own buffers are capped (max_memory_to_use: its coefficients for the declared size
+// and 64 MiB of rows) and so are its scans (1000). libpng allocates through operator new; a
+// PNG chunk that declares more bytes than the file holds is refused before libpng reads it
+// (libpng 1.6.39 allocates a text chunk's declared length first, chunk_malloc_max or not).
 #pragma once
 
 #include <cstdint>
@@ -43,7 +53,8 @@ struct Image {
 // false when it is neither.
 bool SniffImage(const uint8_t* bytes, size_t n, ImageKind* kind);
 
-// Reads only the header of `path`: its kind, size and channels as decoded.
+// Decodes only the header of `path` (the file is still read whole): its kind, size and
+// channels as decoded, with DecodeImage's refusals of a header (too large, 16 bits, CMYK).
 Status ReadImageHeader(const std::string& path, const ImageLimits& limits, ImageHeader* out);
 
 // Decodes `path` whole. `bytes`/`n`: the same from memory (the fuzz targets), with `name` in

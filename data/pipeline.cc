@@ -248,7 +248,9 @@ Status PrepareData(TrainOptions& o, const RunSizing& run, RunData* rd) {
   if (!o.val_data_path.empty()) {
     if (Status s = LoadHeldOut(o, rd->train, &rd->val); !s.ok()) return s;
   }
-  rd->norm = Normalizer::Fit(rd->train, o.normalize);
+  if (Status s = Normalizer::Fit(rd->train, o.normalize, o.model.input, &rd->norm); !s.ok()) {
+    return s;
+  }
   const std::string src = o.example.empty() ? o.data_path : "example " + o.example;
   if (Status s = rd->norm.Apply(&rd->train, src); !s.ok()) return s;
   return rd->norm.Apply(&rd->val,

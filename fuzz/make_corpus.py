@@ -276,3 +276,145 @@ for name, args in [
         # Regression: a refused value of raw bytes in a json run (once printed raw, as text).
         ("regress-json_raw_value", ["train", "--log-format", "json", "--lr", "\udcff\x01abc"])]:
     put("cli", name, ("\n".join(args) + "\n").encode("utf-8", "surrogateescape"))
+
+
+# JPEG (data/image_jpeg.cc): written here by a small encoder of flat 8 x 8 blocks (each block
+# its DC value only, the AC coefficients an end of block): Huffman-coded DC differences,
+# baseline and progressive, grey and 4:2:0 colour, restart markers; and refusals (CMYK, 12
+# bits). The DC table is the standard one (ITU T.81 Annex K.3), the AC table an EOB alone.
+DC_BITS = [0, 1, 5, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0]
+
+
+def huffman_codes(bits, values):
+    codes, code, k = {}, 0, 0
+    for length in range(1, 17):
+        for _ in range(bits[length - 1]):
+            codes[values[k]] = (code, length)
+            code, k = code + 1, k + 1
+        code <<= 1
+    return codes
+
+
+DC_CODES = huffman_codes(DC_BITS, list(range(12)))
+
+
+class Bits:
+    def __init__(self):
+        self.out, self.acc, self.n = bytearray(), 0, 0
+
+    def put(self, value, length):
+        for i in range(length - 1, -1, -1):
+            self.acc, self.n = (self.acc << 1) | ((value >> i) & 1), self.n + 1
+            if self.n == 8:
+                self.out.append(self.acc)
+                if self.acc == 0xFF:
+                    self.out.append(0)
+                self.acc, self.n = 0, 0
+
+    def flush(self):
+        if self.n:
+            self.put((1 << (8 - self.n)) - 1, 8 - self.n)
+        return bytes(self.out)
+
+
+def put_dc(bits, diff):
+    cat = abs(diff).bit_length()
+    bits.put(*DC_CODES[cat])
+    if cat:
+        bits.put(diff if diff > 0 else diff + (1 << cat) - 1, cat)
+
+
+def segment(marker, body):
+    return bytes([0xFF, marker]) + struct.pack(">H", len(body) + 2) + body
+
+
+def jpeg(w, h, comps, progressive=False, restart=0, precision=8):
+    """comps: (id, h_samp, v_samp) each; block values come from their position."""
+    hmax, vmax = max(c[1] for c in comps), max(c[2] for c in comps)
+    mcux, mcuy = -(-w // (8 * hmax)), -(-h // (8 * vmax))
+    sof = struct.pack(">BHHB", precision, h, w, len(comps))
+    sof += b"".join(struct.pack(">BBB", c[0], (c[1] << 4) | c[2], 0) for c in comps)
+    head = b"\xFF\xD8" + segment(0xDB, b"\x00" + bytes([1] * 64)) + segment(0xC2 if progressive else 0xC0, sof)
+    head += segment(0xC4, b"\x00" + bytes(DC_BITS) + bytes(range(12)))
+    head += segment(0xC4, b"\x10" + bytes([1] + [0] * 15) + b"\x00")
+    if restart:
+        head += segment(0xDD, struct.pack(">H", restart))
+    sos = bytes([len(comps)]) + b"".join(bytes([c[0], 0x00]) for c in comps)
+    head += segment(0xDA, sos + (b"\x00\x00\x00" if progressive else b"\x00\x3F\x00"))
+    bits, pred, data, rst = Bits(), [0] * len(comps), b"", 0
+    for m in range(mcux * mcuy):
+        if restart and m and m % restart == 0:
+            data += bits.flush() + bytes([0xFF, 0xD0 + rst % 8])
+            bits, pred, rst = Bits(), [0] * len(comps), rst + 1
+        for ci, (_, hs, vs) in enumerate(comps):
+            for b in range(hs * vs):
+                value = ((m * 37 + b * 11 + ci * 5) % 64 - 32) * 8
+                put_dc(bits, value - pred[ci])
+                pred[ci] = value
+                if not progressive:
+                    bits.put(0, 1)  # end of block
+    data += bits.flush()
+    if progressive:  # the first component's AC coefficients: an end of block each
+        blocks = -(-w // 8) * -(-h // 8)
+        ac = Bits()
+        for _ in range(blocks):
+            ac.put(0, 1)
+        data += segment(0xDA, bytes([1, comps[0][0], 0x00, 1, 63, 0])) + ac.flush()
+    return head + data + b"\xFF\xD9"
+
+
+put("jpeg", "grey_8x8.jpg", jpeg(8, 8, [(1, 1, 1)]))
+put("jpeg", "grey_33x17.jpg", jpeg(33, 17, [(1, 1, 1)]))
+put("jpeg", "ycc420_32x16.jpg", jpeg(32, 16, [(1, 2, 2), (2, 1, 1), (3, 1, 1)]))
+put("jpeg", "ycc444_restart.jpg", jpeg(24, 16, [(1, 1, 1), (2, 1, 1), (3, 1, 1)], restart=2))
+put("jpeg", "grey_progressive.jpg", jpeg(16, 16, [(1, 1, 1)], progressive=True))
+put("jpeg", "ycc420_progressive.jpg", jpeg(16, 16, [(1, 2, 2), (2, 1, 1), (3, 1, 1)], progressive=True))
+put("jpeg", "cmyk.jpg", jpeg(8, 8, [(1, 1, 1), (2, 1, 1), (3, 1, 1), (4, 1, 1)]))
+put("jpeg", "twelve_bits.jpg", jpeg(8, 8, [(1, 1, 1)], precision=12))
+put("jpeg", "cut.jpg", jpeg(32, 16, [(1, 2, 2), (2, 1, 1), (3, 1, 1)])[:-20])
+
+
+# PNG (data/image_png.cc): every colour type and the bit depths of each, a palette with
+# transparency, every row filter, an interlaced file, ancillary chunks (text, compressed text,
+# an ICC profile, gamma); and refusals (16 bits, a cut file, a bad CRC).
+def png_chunk(kind, data):
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+def png(w, h, depth, ctype, raw, interlace=0, extra=b""):
+    ihdr = struct.pack(">IIBBBBB", w, h, depth, ctype, 0, 0, interlace)
+    return (b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", ihdr) + extra +
+            png_chunk(b"IDAT", zlib.compress(raw, 9)) + png_chunk(b"IEND", b""))
+
+
+def png_rows(w, h, channels, depth=8):
+    row_bytes = -(-w * channels * depth // 8)
+    return b"".join(bytes([y % 5]) + bytes((x * 7 + y * 13) % 256 for x in range(row_bytes))
+                    for y in range(h))
+
+
+put("png", "grey8.png", png(5, 5, 8, 0, png_rows(5, 5, 1)))
+put("png", "grey1.png", png(9, 3, 1, 0, png_rows(9, 3, 1, 1)))
+put("png", "grey4.png", png(5, 2, 4, 0, png_rows(5, 2, 1, 4)))
+put("png", "rgb8.png", png(4, 5, 8, 2, png_rows(4, 5, 3)))
+plte = png_chunk(b"PLTE", bytes(range(48))) + png_chunk(b"tRNS", b"\x00\x80")
+put("png", "palette2_trns.png", png(7, 3, 2, 3, bytes([0, 0x1B, 0x1B]) * 3, extra=plte))
+put("png", "grey_alpha.png", png(3, 3, 8, 4, png_rows(3, 3, 2)))
+put("png", "rgba.png", png(3, 2, 8, 6, png_rows(3, 2, 4)))
+adam7 = b""
+for x0, y0, dx, dy in [(0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2)]:
+    cols, rows = len(range(x0, 9, dx)), len(range(y0, 9, dy))
+    adam7 += b"".join(bytes([1]) + bytes((x + y) % 256 for x in range(cols * 3)) for y in range(rows))
+put("png", "rgb_interlaced.png", png(9, 9, 8, 2, adam7, interlace=1))
+extra = (png_chunk(b"gAMA", struct.pack(">I", 45455)) + png_chunk(b"tEXt", b"Title\0seed") +
+         png_chunk(b"zTXt", b"Comment\0\0" + zlib.compress(b"a comment " * 20)) +
+         png_chunk(b"iCCP", b"icc\0\0" + zlib.compress(bytes(200))))
+put("png", "ancillary.png", png(2, 2, 8, 0, png_rows(2, 2, 1), extra=extra))
+put("png", "grey16.png", png(2, 2, 16, 0, png_rows(2, 2, 2)))
+put("png", "cut.png", png(4, 5, 8, 2, png_rows(4, 5, 3))[:-30])
+bad_crc = bytearray(png(4, 5, 8, 2, png_rows(4, 5, 3)))
+bad_crc[40] ^= 0x01
+put("png", "bad_crc.png", bytes(bad_crc))
+# Regression: a text chunk whose length claims 128 MiB, which libpng allocated before reading.
+long_text = png(2, 2, 8, 0, png_rows(2, 2, 1), extra=extra)
+put("png", "regress-chunk_longer_than_file.png", long_text[:71] + b"\x08" + long_text[72:])

@@ -4,7 +4,7 @@
 # Usage: scripts/fuzz.sh [-t TARGET]... [-p N] [-j JOBS] [-k] [SECONDS]
 #   SECONDS    per target (default 20)
 #   -t TARGET  run only this target (npy, npz, idx, idx_gz, csv, libsvm, model, checkpoint,
-#              segment, cli); repeatable
+#              segment, cli, jpeg, png); repeatable
 #   -p N       run N targets at once (default 1): `-p 2` on 2 cores halves the wall time
 #   -j JOBS    that many fuzzing processes per target (libFuzzer's -fork): long campaigns
 #   -k         keep the grown corpus in $BUILD/corpus/<target> and start from it next time
@@ -19,7 +19,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-all_targets=(npy npz idx idx_gz csv libsvm model checkpoint segment cli)
+all_targets=(npy npz idx idx_gz csv libsvm model checkpoint segment cli jpeg png)
 targets=()
 jobs=1
 parallel=1

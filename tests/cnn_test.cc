@@ -9,8 +9,10 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "data/preprocess.h"
 #include "gtest/gtest.h"
 #include "master/files/model_file.h"
 #include "nn/layer.h"
@@ -227,6 +229,19 @@ TEST(CnnRefusals, NameTheLayerAndExitTwo) {
             "--model: linear #1 (layer 1): input 1x6x6 is not flat (put flatten before it)"},
            {with({"--model", "flatten,linear(4)", "--input-shape", "1,6,6"}),
             "--model: the model's outputs are 4 but " + data + " has 3 classes"},
+           // --normalize channel needs an image input, whether the flags or the data say so.
+           {with({"--layers", "36,3", "--normalize", "channel"}),
+            "--normalize: channel scales each channel of an image (rows of c x h x w, a --model "
+            "on an image input), but --layers takes flat features: --normalize standard scales "
+            "each feature"},
+           {with({"--model", "linear(3)", "--input-shape", "36,1,1", "--normalize", "channel"}),
+            "but --input-shape 36,1,1 is flat features: --normalize standard"},
+           {{"train", "--example", "blobs", "--model", "linear(3)", "--loss", "xent", "--lr",
+             "0.1", "--steps", "2", "--normalize", "channel"},
+            "but the example blobs has flat features: --normalize standard"},
+           {with({"--model", "linear(3)", "--normalize", "channel"}),
+            "--normalize: channel scales each channel of an image (rows of c x h x w), but the "
+            "model's input is 36 flat features: --normalize standard scales each feature"},
        }) {
     const ProcResult r = Shm(c.args);
     EXPECT_EQ(r.exit_code, 2) << c.want << "\n" << r.Describe();
@@ -304,6 +319,169 @@ TEST(CnnFiles, SaveEvalPredictExportAndResume) {
                                                           << " against " << line;
     }
   }
+}
+
+// --normalize channel end to end. 3x4x4 images whose channels have statistics of their own
+// (near 100 and wide, near 0 and narrow, near -5), two classes; each value a multiple of 1/64
+// so that the CSV holds it exactly.
+struct ColourImages {
+  static constexpr int kC = 3, kHw = 16, kFeatures = kC * kHw;
+  data::Dataset d;
+  ColourImages(int rows, uint64_t seed) {
+    nn::Rng rng(seed);
+    d.rows = rows;
+    d.features = kFeatures;
+    for (int i = 0; i < rows; ++i) {
+      const int k = i % 2;
+      auto sixty_fourths = [&](uint64_t n) { return static_cast<float>(rng.Below(n)) / 64; };
+      for (int p = 0; p < kHw; ++p) d.x.push_back(sixty_fourths(64 * 40) + 80 + 20 * k);
+      for (int p = 0; p < kHw; ++p) d.x.push_back(sixty_fourths(8));
+      for (int p = 0; p < kHw; ++p) d.x.push_back(sixty_fourths(64) - 5 - k);
+      d.y.push_back(static_cast<float>(k));
+    }
+  }
+  // Rows of x, as `x` holds them, and the class.
+  std::string Csv(const std::vector<float>& x) const {
+    std::string s;
+    char buf[40];
+    for (int64_t i = 0; i < d.rows; ++i) {
+      for (int j = 0; j < kFeatures; ++j) {
+        std::snprintf(buf, sizeof buf, "%.9g,", x[i * kFeatures + j]);
+        s += buf;
+      }
+      s += std::to_string(static_cast<int>(d.y[i])) + "\n";
+    }
+    return s;
+  }
+};
+
+// The channel statistics of `rows` in double (numpy's mean and std, ddof 0, per channel).
+void ChannelStats(const data::Dataset& rows, std::vector<double>* mean, std::vector<double>* sd) {
+  mean->assign(ColourImages::kC, 0);
+  sd->assign(ColourImages::kC, 0);
+  for (int c = 0; c < ColourImages::kC; ++c) {
+    std::vector<double> v;
+    for (int64_t i = 0; i < rows.rows; ++i) {
+      for (int p = 0; p < ColourImages::kHw; ++p) {
+        v.push_back(rows.x[i * ColourImages::kFeatures + c * ColourImages::kHw + p]);
+      }
+    }
+    for (const double x : v) (*mean)[c] += x / static_cast<double>(v.size());
+    for (const double x : v) (*sd)[c] += (x - (*mean)[c]) * (x - (*mean)[c]);
+    (*sd)[c] = std::sqrt((*sd)[c] / static_cast<double>(v.size()));
+  }
+}
+
+// The numbers of `line`, cells split at `sep`.
+std::vector<double> Numbers(const std::string& line, char sep) {
+  std::vector<double> row;
+  size_t start = 0;
+  for (size_t k = 0; k <= line.size(); ++k) {
+    if (k == line.size() || line[k] == sep) {
+      row.push_back(std::stod(line.substr(start, k - start)));
+      start = k + 1;
+    }
+  }
+  return row;
+}
+
+// Each line's numbers (class, then the probabilities), `header` lines skipped.
+std::vector<std::vector<double>> Rows(const std::string& text, char sep, size_t header) {
+  std::vector<std::vector<double>> out;
+  const std::vector<std::string> lines = test::SplitLines(text);
+  for (size_t i = header; i < lines.size(); ++i) out.push_back(Numbers(lines[i], sep));
+  return out;
+}
+
+void ExpectClose(const std::vector<std::vector<double>>& a,
+                 const std::vector<std::vector<double>>& b, double tol) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].size(), 3u) << "row " << i;
+    ASSERT_EQ(b[i].size(), a[i].size()) << "row " << i;
+    for (size_t k = 0; k < a[i].size(); ++k) EXPECT_NEAR(a[i][k], b[i][k], tol) << "row " << i;
+  }
+}
+
+// Each channel's mean and std of the rows --val-split 0.25 --seed 3 trains on (not of all
+// rows), as a saved model must hold them: every feature of channel c has c's.
+void ExpectTrainingRowsStatistics(const Model& m, const data::Dataset& all,
+                                  std::vector<double>* mean, std::vector<double>* sd) {
+  ASSERT_EQ(m.norm.kind, Normalize::kChannel);
+  ASSERT_EQ(m.norm.offset.size(), static_cast<size_t>(ColourImages::kFeatures));
+  ASSERT_EQ(m.norm.scale.size(), static_cast<size_t>(ColourImages::kFeatures));
+  data::Dataset train, held_out;
+  ASSERT_TRUE(data::SplitValidation(all, 0.25, 3, &train, &held_out).ok());
+  ASSERT_EQ(train.rows, 30);
+  std::vector<double> all_mean, all_sd;
+  ChannelStats(train, mean, sd);
+  ChannelStats(all, &all_mean, &all_sd);
+  for (int c = 0; c < ColourImages::kC; ++c) {
+    ASSERT_NE(static_cast<float>((*mean)[c]), static_cast<float>(all_mean[c])) << "channel " << c;
+    for (int p = 0; p < ColourImages::kHw; ++p) {
+      const int j = c * ColourImages::kHw + p;
+      EXPECT_FLOAT_EQ(m.norm.offset[j], static_cast<float>((*mean)[c])) << "feature " << j;
+      EXPECT_FLOAT_EQ(m.norm.scale[j], static_cast<float>(1 / (*sd)[c])) << "feature " << j;
+    }
+  }
+}
+
+// eval's loss in its JSON line.
+double EvalLoss(const std::string& model, const std::string& data) {
+  const ProcResult r = Shm({"eval", "--model", model, "--data", data, "--log-format", "json"});
+  EXPECT_EQ(r.exit_code, 0) << r.Describe();
+  const size_t at = r.out.find("\"loss\":");
+  EXPECT_NE(at, std::string::npos) << r.out;
+  return at == std::string::npos ? NAN : std::stod(r.out.substr(at + 7));
+}
+
+// A model trained with --normalize channel holds each channel's mean and 1 / std of the
+// training rows only (not the held-out ones), and eval, predict and the export on new images
+// give what the same model without scaling gives on those images scaled by hand.
+TEST(CnnFiles, ChannelNormalisationIsFittedSavedAndApplied) {
+  test::TempDir dir;
+  const ColourImages all(40, 21);
+  const std::string data = dir.Write("train.csv", all.Csv(all.d.x));
+  const std::string saved = dir.File("m.model");
+  ProcResult r = Shm({"train", "--data", data, "--input-shape", "3,4,4", "--model",
+                      "conv2d(2,3,padding=1),relu,flatten,linear(2)", "--loss", "xent",
+                      "--normalize", "channel", "--val-split", "0.25", "--seed", "3", "--lr",
+                      "0.05", "--steps", "30", "--workers", "2", "--save", saved});
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  const Model m = Decode(saved);
+  std::vector<double> mean, sd;
+  ExpectTrainingRowsStatistics(m, all.d, &mean, &sd);
+  if (HasFatalFailure()) return;
+  // New images, raw for the saved model and scaled by hand for the same model without scaling.
+  const ColourImages fresh(12, 77);
+  std::vector<float> scaled = fresh.d.x;
+  for (size_t j = 0; j < scaled.size(); ++j) {
+    const int c = static_cast<int>(j % ColourImages::kFeatures) / ColourImages::kHw;
+    scaled[j] = static_cast<float>((fresh.d.x[j] - mean[c]) / sd[c]);
+  }
+  Model plain = m;
+  plain.norm = data::Normalizer{};
+  const std::string plain_model = dir.Write("plain.model", EncodeModel(plain));
+  const std::string raw_data = dir.Write("new.csv", fresh.Csv(fresh.d.x));
+  const std::string scaled_data = dir.Write("scaled.csv", fresh.Csv(scaled));
+  for (const auto& [model, rows, out] :
+       {std::tuple{saved, raw_data, "p.csv"}, std::tuple{plain_model, scaled_data, "q.csv"}}) {
+    r = Shm({"predict", "--model", model, "--data", rows, "--out", dir.File(out)});
+    ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  }
+  const auto p = Rows(test::ReadWholeFile(dir.File("p.csv")), ',', 1);
+  ASSERT_EQ(p.size(), 12u);
+  ExpectClose(p, Rows(test::ReadWholeFile(dir.File("q.csv")), ',', 1), 1e-5);
+  const double loss = EvalLoss(saved, raw_data);
+  EXPECT_NEAR(loss, EvalLoss(plain_model, scaled_data), 1e-6 * loss);
+  // The export holds the same per-feature offsets and scales: numpy's forward pass of it
+  // (tests/npz_numpy_forward.py) on the raw images predicts what predict does.
+  r = Shm({"export", "--model", saved, "--out", dir.File("m.npz")});
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  const ProcResult np =
+      test::RunProcess({NUMPY_PYTHON, NPZ_NUMPY_FORWARD_PY, dir.File("m.npz"), raw_data}, kTimeout);
+  ASSERT_EQ(np.exit_code, 0) << np.Describe();
+  ExpectClose(Rows(np.out, '\t', 0), p, 2e-5);
 }
 
 }  // namespace

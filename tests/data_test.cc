@@ -1855,6 +1855,14 @@ Dataset TwoFeatures(const std::vector<float>& a, const std::vector<float>& b) {
   return d;
 }
 
+// Fit with a per-feature kind, whose rows' shape nobody reads.
+Normalizer FitFlat(const Dataset& d, Normalize kind) {
+  Normalizer n;
+  const Status s = Normalizer::Fit(d, kind, Shape{d.features, 1, 1}, &n);
+  EXPECT_TRUE(s.ok()) << s.message();
+  return n;
+}
+
 // A feature whose spread is so small that 1 / spread is beyond float (values below about
 // 3e-39 apart: only subnormal floats are) is constant to float arithmetic: scale 1, as for a
 // spread of 0, so that it scales to finite values whatever comes later. Its scale was +inf, and
@@ -1863,7 +1871,7 @@ TEST(NormalizerTest, AScaleBeyondFloatMakesTheFeatureConstant) {
   const float tiny = 1e-40f;  // subnormal
   const Dataset d = TwoFeatures({0, tiny, 0, tiny}, {1, 2, 3, 4});
   for (const Normalize kind : {Normalize::kMinMax, Normalize::kStandard}) {
-    const Normalizer n = Normalizer::Fit(d, kind);
+    const Normalizer n = FitFlat(d, kind);
     EXPECT_EQ(n.scale[0], 1.0f) << ToString(kind);
     EXPECT_TRUE(std::isfinite(n.scale[1])) << ToString(kind);
     EXPECT_NE(n.scale[1], 1.0f) << ToString(kind) << ": an ordinary feature keeps its scale";
@@ -1874,8 +1882,99 @@ TEST(NormalizerTest, AScaleBeyondFloatMakesTheFeatureConstant) {
   // A spread whose reciprocal float holds keeps it: features in small units (masses in
   // kilograms, 1e-27) are features, not constants.
   const Normalizer small =
-      Normalizer::Fit(TwoFeatures({0, 1e-37f, 0, 1e-37f}, {1, 2, 3, 4}), Normalize::kMinMax);
+      FitFlat(TwoFeatures({0, 1e-37f, 0, 1e-37f}, {1, 2, 3, 4}), Normalize::kMinMax);
   EXPECT_FLOAT_EQ(small.scale[0], 1e37f);
+}
+
+// `rows` images of 3x2x3, channels first, each channel with statistics of its own: channel 0
+// near 10 and wide, channel 1 near -2 and narrow, channel 2 constant at 7.
+constexpr Shape kImage{3, 2, 3};
+Dataset ThreeChannels(int rows, int salt) {
+  Dataset d;
+  d.rows = rows;
+  d.features = static_cast<int>(kImage.Size());
+  for (int i = 0; i < rows; ++i) {
+    auto spread = [&](int a, int b, int m) { return static_cast<float>((i * a + b + salt) % m); };
+    for (int p = 0; p < 6; ++p) d.x.push_back(10 + 0.5f * spread(7, p * 3, 11));
+    for (int p = 0; p < 6; ++p) d.x.push_back(-2 + 0.01f * spread(5, p, 13));
+    for (int p = 0; p < 6; ++p) d.x.push_back(7);
+  }
+  return d;
+}
+
+// The reference: each channel's values gathered, then numpy's mean and std (ddof 0) in double.
+void ChannelStats(const Dataset& d, int64_t channel, double* mean, double* stddev) {
+  const int64_t hw = kImage.h * kImage.w;
+  std::vector<double> v;
+  for (int64_t i = 0; i < d.rows; ++i) {
+    for (int64_t p = 0; p < hw; ++p) v.push_back(d.x[i * d.features + channel * hw + p]);
+  }
+  *mean = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+  double sq = 0;
+  for (const double x : v) sq += (x - *mean) * (x - *mean);
+  *stddev = std::sqrt(sq / static_cast<double>(v.size()));
+}
+
+// --normalize channel: every feature of a channel gets that channel's mean and 1 / its
+// population standard deviation over all training rows and pixels; a constant channel scale 1,
+// as a constant feature gets under --normalize standard.
+TEST(NormalizerTest, ChannelStatisticsAreEachChannelsOverRowsAndPixels) {
+  // By hand: channel 0 holds 1, 3, 5, 7 (mean 4, variance 5), channel 1 is constant.
+  Dataset tiny;
+  tiny.rows = 2;
+  tiny.features = 4;
+  tiny.x = {1, 3, 10, 10, 5, 7, 10, 10};
+  Normalizer n;
+  ASSERT_TRUE(Normalizer::Fit(tiny, Normalize::kChannel, Shape{2, 1, 2}, &n).ok());
+  EXPECT_EQ(n.kind, Normalize::kChannel);
+  EXPECT_EQ(n.offset, (std::vector<float>{4, 4, 10, 10}));
+  const float s0 = static_cast<float>(1 / std::sqrt(5.0));
+  EXPECT_EQ(n.scale, (std::vector<float>{s0, s0, 1, 1}));
+
+  const Dataset train = ThreeChannels(5, 0);
+  ASSERT_TRUE(Normalizer::Fit(train, Normalize::kChannel, kImage, &n).ok());
+  ASSERT_EQ(n.offset.size(), 18u);
+  ASSERT_EQ(n.scale.size(), 18u);
+  for (int64_t k = 0; k < kImage.c; ++k) {
+    double mean = 0, sd = 0;
+    ChannelStats(train, k, &mean, &sd);
+    for (int64_t p = 0; p < 6; ++p) {
+      SCOPED_TRACE("channel " + std::to_string(k) + ", pixel " + std::to_string(p));
+      EXPECT_FLOAT_EQ(n.offset[k * 6 + p], static_cast<float>(mean));
+      EXPECT_FLOAT_EQ(n.scale[k * 6 + p], sd > 0 ? static_cast<float>(1 / sd) : 1.0f);
+    }
+  }
+  EXPECT_EQ(n.offset[12], 7.0f);
+  EXPECT_EQ(n.scale[12], 1.0f) << "a constant channel keeps its scale, as standard's rule says";
+  EXPECT_GT(n.scale[6], 10 * n.scale[0]) << "the narrow channel is scaled up more";
+
+  // Applied to later images: (x - mean_c) / std_c, as computed here in double.
+  Dataset later = ThreeChannels(4, 3);
+  const Dataset raw = later;
+  ASSERT_TRUE(n.Apply(&later, "later").ok());
+  for (int64_t i = 0; i < later.rows; ++i) {
+    for (int64_t k = 0; k < kImage.c; ++k) {
+      double mean = 0, sd = 0;
+      ChannelStats(train, k, &mean, &sd);
+      for (int64_t p = 0; p < 6; ++p) {
+        const int64_t at = i * 18 + k * 6 + p;
+        const double want = (raw.x[at] - mean) / (sd > 0 ? sd : 1);
+        EXPECT_NEAR(later.x[at], want, 1e-5 * std::max(1.0, std::abs(want))) << "value " << at;
+      }
+    }
+  }
+}
+
+// Flat rows have no channels: refused, pointing to --normalize standard.
+TEST(NormalizerTest, ChannelOnFlatRowsIsRefused) {
+  Normalizer n;
+  const Status s = Normalizer::Fit(TwoFeatures({1, 2}, {3, 4}), Normalize::kChannel,
+                                   Shape{2, 1, 1}, &n);
+  EXPECT_EQ(s.code(), Status::Code::kUsage);
+  EXPECT_EQ(s.message(),
+            "--normalize: channel scales each channel of an image (rows of c x h x w), but the "
+            "model's input is 2 flat features: --normalize standard scales each feature (images "
+            "stored as flat rows take --input-shape C,H,W with --model)");
 }
 
 // ---- MakeParabola ----
@@ -2549,6 +2648,20 @@ TEST_F(PipelineTest, WhatTheWorkersWouldRefuseEndsTheLoad) {
   EXPECT_EQ(s.message(), "--workers: the workers would refuse this run");
   EXPECT_EQ(asked_, (std::vector<std::string>{"segment of 2 features, input 2"}));
   EXPECT_EQ(rd.train.rows, 0);
+}
+
+// The refusal of --normalize channel for a --model whose input the data gives as flat rows
+// comes once the input is known, before a row is scaled.
+TEST_F(PipelineTest, ChannelScalingOfFlatDataIsRefused) {
+  TrainOptions o = Options();
+  o.normalize = Normalize::kChannel;
+  RunData rd;
+  const Status s = PrepareData(o, Run(4096), &rd);
+  EXPECT_EQ(s.code(), Status::Code::kUsage);
+  EXPECT_NE(s.message().find("the model's input is 2 flat features: --normalize standard"),
+            std::string::npos)
+      << s.message();
+  EXPECT_EQ(rd.train.x, (std::vector<float>{1, 2, 4, 5, 7, 8, 1, 1})) << "nothing was scaled";
 }
 
 TEST_F(PipelineTest, ASegmentLargerThanDevShmIsRefused) {

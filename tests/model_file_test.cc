@@ -262,6 +262,38 @@ TEST(ModelFileTest, StandardScalingRoundTrip) {
   ExpectSameModel(back, m);
 }
 
+// --normalize channel holds its channels' statistics as one offset and scale per input, as
+// the other kinds do: the file differs from the same model under standard scaling only in the
+// kind's value (3, appended after the others) and the checksum.
+TEST(ModelFileTest, ChannelScalingRoundTrip) {
+  Model m;
+  ASSERT_TRUE(nn::ParseModelText("flatten,linear(1)", &m.spec.layers).ok());
+  m.spec.input = {2, 1, 2};
+  m.spec.loss = Loss::kMse;
+  m.norm.kind = Normalize::kChannel;
+  m.norm.offset = {0.25f, 0.25f, -3.0f, -3.0f};
+  m.norm.scale = {2.0f, 2.0f, 0.5f, 0.5f};
+  m.params = DistinctParams(m.spec);
+  const std::string bytes = EncodeModel(m);
+  Model back;
+  const Status s = DecodeModel(bytes, "m.bin", &back);
+  ASSERT_TRUE(s.ok()) << s.message();
+  ExpectSameModel(back, m);
+  EXPECT_EQ(EncodeModel(back), bytes);
+  Model standard = m;
+  standard.norm.kind = Normalize::kStandard;
+  const std::string other = EncodeModel(standard);
+  ASSERT_EQ(other.size(), bytes.size());
+  std::vector<size_t> differ;
+  for (size_t i = 0; i + 4 < bytes.size(); ++i) {
+    if (bytes[i] != other[i]) differ.push_back(i);
+  }
+  ASSERT_EQ(differ.size(), 1u) << "only the kind's value differs";
+  uint32_t kind = 0;
+  std::memcpy(&kind, bytes.data() + differ[0], 4);
+  EXPECT_EQ(kind, 3u);
+}
+
 TEST(ModelFileTest, NumericClassesRoundTrip) {
   Model m;
   m.spec = ModelSpec::Mlp({2, 3}, Activation::kIdentity, m.spec.loss);
@@ -425,7 +457,8 @@ TEST(ModelFileTest, InconsistentFieldsRefused) {
            {28, 200, "cut short (truncated) in the model text"},
            {56, 2, "unknown loss"},
            {56, 0, "task and loss disagree"},
-           {60, 3, "unknown normalisation"},
+           {60, 4, "unknown normalisation"},
+           {60, 3, "normalisation channel on the flat input 3 (it needs an image, c x h x w)"},
            {64, 2, "normalisation has 2 features, expected 3"},
            {92, 3, "class list of 3 classes, expected 2"},
        }) {
@@ -493,7 +526,8 @@ TEST(ModelFileTest, InconsistentFieldsOfVersion2Refused) {
            {24, 0, "layer size 0"},
            {32, 4, "unknown activation"},
            {36, 2, "unknown loss"},
-           {40, 3, "unknown normalisation"},
+           {40, 4, "unknown normalisation"},
+           {40, 3, "normalisation channel on the flat input 3 (it needs an image, c x h x w)"},
            {44, 2, "normalisation has 2 features, expected 3"},
            {72, 3, "class list of 3 classes, expected 2"},
        }) {

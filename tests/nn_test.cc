@@ -94,7 +94,7 @@ TEST(EnumNames, AreTheSpellingsOfEveryRelease) {
   EXPECT_EQ(EnumNames<HeaderMode>("|"), "auto|yes|no");
   EXPECT_EQ(data::FormatNames(", "), "auto, csv, libsvm, idx, npy, npz");  // data/format.h
   EXPECT_EQ(EnumNames<AsyncRule>("|"), "asgd|dc-asgd-c|dc-asgd-a");
-  EXPECT_EQ(EnumNames<Normalize>("|"), "none|minmax|standard");
+  EXPECT_EQ(EnumNames<Normalize>("|"), "none|minmax|standard|channel");
   EXPECT_EQ(EnumNames<ComputeType>("|"), "float|bf16");
   EXPECT_EQ(EnumNames<Task>("|"), "classification|regression");
   EXPECT_EQ(data::FindFormat("svmlight"), data::FindFormat("libsvm"));

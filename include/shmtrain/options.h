@@ -31,7 +31,8 @@ enum class HeaderMode { kAuto, kYes, kNo };
 // Async update rule (values stored in the segment: append only). See nn/update.h.
 enum class AsyncRule : uint32_t { kAsgd = 0, kDcAsgdC = 1, kDcAsgdA = 2 };
 // Feature scaling, fitted on the training rows only (values stored in files: append only).
-enum class Normalize : uint32_t { kNone = 0, kMinMax = 1, kStandard = 2 };
+// kChannel standardises each channel of an image input (data/preprocess.h).
+enum class Normalize : uint32_t { kNone = 0, kMinMax = 1, kStandard = 2, kChannel = 3 };
 // The inputs of the layers' products (nn/gemm.h): float, or bf16 with float sums (values
 // stored in the segment: append only).
 enum class ComputeType : uint32_t { kFloat = 0, kBf16 = 1 };
@@ -56,7 +57,8 @@ constexpr auto NameTable(AsyncRule) {
 constexpr auto NameTable(Normalize) {
   return std::to_array<EnumName<Normalize>>({{Normalize::kNone, "none"},
                                              {Normalize::kMinMax, "minmax"},
-                                             {Normalize::kStandard, "standard"}});
+                                             {Normalize::kStandard, "standard"},
+                                             {Normalize::kChannel, "channel"}});
 }
 constexpr auto NameTable(ComputeType) {
   return std::to_array<EnumName<ComputeType>>(

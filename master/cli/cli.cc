@@ -130,7 +130,7 @@ constexpr const char* kExampleUsage =
 constexpr const char* kSimulateUsage =
     "usage: shmtrain simulate --workers M[,M...] [--compare | --rule R] (--data FILE |\n"
     "         --example parabola|blobs) (--layers ... | --model ...) --lr X (--steps N | --epochs E)\n"
-    "         [--batch B] [--val-split F] [--normalize none|minmax|standard]\n"
+    "         [--batch B] [--val-split F] [--normalize none|minmax|standard|channel]\n"
     "         [--lambda X] [--ms-decay M] [--epsilon E]\n"
     "\n"
     "A deterministic single-process simulation of M async workers in round robin: each\n"

@@ -110,10 +110,15 @@ Status DecodeNormalization(ByteReader& r, const ModelSpec& spec, data::Normalize
   const std::string cut = "cut short (truncated) in the ";
   uint32_t kind = 0, nf = 0;
   if (!r.Get(&kind) || !r.Get(&nf)) return Status::Data(cut + "normalisation");
-  if (kind > static_cast<uint32_t>(Normalize::kStandard)) {
+  if (kind > static_cast<uint32_t>(Normalize::kChannel)) {
     return Status::Data("unknown normalisation");
   }
   norm->kind = static_cast<Normalize>(kind);
+  // Training fits channel statistics on images only (data/preprocess.h).
+  if (norm->kind == Normalize::kChannel && spec.input.Flat()) {
+    return Status::Data("normalisation channel on the flat input " + spec.input.Text() +
+                        " (it needs an image, c x h x w)");
+  }
   const uint32_t want_nf =
       norm->kind == Normalize::kNone ? 0 : static_cast<uint32_t>(spec.inputs());
   if (nf != want_nf) {

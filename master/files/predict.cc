@@ -12,6 +12,7 @@
 #include "master/files/model_file.h"
 #include "master/files/output_path.h"
 #include "master/files/output_write.h"
+#include "master/run/run.h"
 #include "nn/metrics.h"
 #include "nn/model.h"
 
@@ -42,7 +43,7 @@ std::string RowsOf(const Command& cmd) {
 }
 
 // The rows the model is applied to: the file (or its held-out part), scaled as in training.
-Status LoadFor(const Command& cmd, const Model& m, bool labels, data::Dataset* out) {
+Status LoadFor(const Command& cmd, const Model& m, bool labels, Logger& log, data::Dataset* out) {
   const TrainOptions& o = cmd.train;
   data::Dataset all;
   if (Status s =
@@ -50,6 +51,7 @@ Status LoadFor(const Command& cmd, const Model& m, bool labels, data::Dataset* o
       !s.ok()) {
     return s;
   }
+  WarnSkippedFiles(all, o.data_path, log);
   if (o.val_split > 0) {
     data::Dataset train;
     if (Status s = data::SplitValidation(std::move(all), o.val_split, o.seed, &train, out); !s.ok()) return s;
@@ -103,16 +105,17 @@ void AppendPrediction(const Model& m, const float* zi, int out, std::string* tex
 }
 
 // Predict's CSV: a header line, then a line for each row of d whose outputs are finite; the
-// others go into *bad.
+// others go into *bad. Rows read from an image folder start with their file's path.
 std::string PredictionsCsv(const Model& m, const data::Dataset& d, nn::NonFiniteRows* bad) {
   const bool xent = m.spec.loss == Loss::kXent;
+  const bool named = !d.row_names.empty();
   const int out = m.spec.outputs();
-  std::string text;
+  std::string text = named ? "path," : "";
   if (xent) {
-    text = "class";
+    text += "class";
     for (const std::string& name : m.classes.names) text += "," + CsvField("p_" + name);
   } else {
-    text = "value";
+    text += "value";
   }
   text += "\n";
   const int64_t kChunk = nn::EvalChunk(m.spec);
@@ -128,6 +131,7 @@ std::string PredictionsCsv(const Model& m, const data::Dataset& d, nn::NonFinite
         bad->Add(r0 + i);
         continue;
       }
+      if (named) text += CsvField(d.row_names[static_cast<size_t>(r0 + i)]) + ",";
       AppendPrediction(m, zi, out, &text);
     }
   }
@@ -140,7 +144,7 @@ Status RunEval(const Command& cmd, Logger& log) {
   Model m;
   if (Status s = Load(cmd, log, &m); !s.ok()) return s;
   data::Dataset d;
-  if (Status s = LoadFor(cmd, m, true, &d); !s.ok()) return s;
+  if (Status s = LoadFor(cmd, m, true, log, &d); !s.ok()) return s;
   const nn::Metrics r = nn::Evaluate(m.spec, m.params.data(), d.x.data(), d.y.data(), d.rows);
   if (!r.finite()) return NonFiniteOutputs(cmd, r.nonfinite, ", so its loss is not finite either");
   JsonLine j("eval");
@@ -169,7 +173,7 @@ Status RunPredict(const Command& cmd, Logger& log) {
   Model m;
   if (Status s = Load(cmd, log, &m); !s.ok()) return s;
   data::Dataset d;
-  if (Status s = LoadFor(cmd, m, false, &d); !s.ok()) return s;
+  if (Status s = LoadFor(cmd, m, false, log, &d); !s.ok()) return s;
   const bool xent = m.spec.loss == Loss::kXent;
   nn::NonFiniteRows bad;
   const std::string text = PredictionsCsv(m, d, &bad);

@@ -13,6 +13,7 @@
 
 #include "core/crc32.h"
 #include "data/dataset.h"
+#include "data/image_folder.h"
 #include "data/pipeline.h"
 #include "master/files/checkpoint.h"
 #include "master/files/model_file.h"
@@ -36,6 +37,16 @@
 #include "shm/segment.h"
 
 namespace shmtrain::master {
+
+// Image folders: the files a load left out, said once per data set.
+void WarnSkippedFiles(const data::Dataset& d, const std::string& src, Logger& log) {
+  if (const std::string w = data::SkippedFilesWarning(d, src); !w.empty()) {
+    log.Info(w, JsonLine("files_left_out")
+                    .Str("data", src)
+                    .Int("files", d.skipped_files)
+                    .Str("first", d.first_skipped));
+  }
+}
 
 int64_t WorkerBatchRows(const TrainOptions& o, int64_t rows) {
   const int64_t batch = o.batch > 0 ? std::min(o.batch, rows) : rows;
@@ -257,6 +268,8 @@ Status StartHere(TrainOptions& o, Logger& log, std::unique_ptr<monitoring::Expor
   if (Status s = data::PrepareData(o, {WorkerBatchRows, SegmentBytes}, &st->rd); !s.ok()) {
     return s;
   }
+  WarnSkippedFiles(st->rd.train, o.data_path, log);
+  WarnSkippedFiles(st->rd.val, o.val_data_path, log);
   ReclaimStale(log);
   const data::Dataset& d = st->rd.train;
   st->total_steps = o.TotalSteps(d.rows);

@@ -1,0 +1,297 @@
+#include "data/image_folder.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <set>
+#include <thread>
+#include <utility>
+
+#include "data/image.h"
+
+namespace shmtrain::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+enum class NameKind { kImage, kUnreadImage, kOther };
+
+std::string Lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  return s;
+}
+
+// By the name's extension, as ImageFolder's IMG_EXTENSIONS (any case).
+NameKind KindOfName(const std::string& name) {
+  const std::string ext = Lower(fs::path(name).extension().string());
+  if (ext == ".jpg" || ext == ".jpeg" || ext == ".png") return NameKind::kImage;
+  for (const char* e : {".bmp", ".ppm", ".pgm", ".tif", ".tiff", ".webp"}) {
+    if (ext == e) return NameKind::kUnreadImage;
+  }
+  return NameKind::kOther;
+}
+
+struct DirId {
+  dev_t dev;
+  ino_t ino;
+  friend bool operator==(const DirId&, const DirId&) = default;
+};
+
+Status StatDir(const std::string& path, DirId* id) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) {
+    return Status::Data(path + ": cannot read it: " + std::strerror(errno));
+  }
+  *id = {st.st_dev, st.st_ino};
+  return Status::Ok();
+}
+
+// One folder's entries: sub-folders (symbolic links followed) and the other names, each sorted.
+struct Entries {
+  std::vector<std::string> dirs, files;
+};
+
+Status ReadEntries(const std::string& dir, Entries* out) {
+  std::error_code ec;
+  fs::directory_iterator it(dir, ec);
+  if (ec) return Status::Data(dir + ": cannot list the folder: " + ec.message());
+  for (; it != fs::directory_iterator(); it.increment(ec)) {
+    if (ec) return Status::Data(dir + ": cannot list the folder: " + ec.message());
+    const std::string name = it->path().filename().string();
+    std::error_code dec;
+    (it->is_directory(dec) ? out->dirs : out->files).push_back(name);
+  }
+  std::sort(out->dirs.begin(), out->dirs.end());
+  std::sort(out->files.begin(), out->files.end());
+  return Status::Ok();
+}
+
+// The folders below `dir` (itself first), as os.walk(dir, followlinks=True) reaches them,
+// sorted by path as ImageFolder sorts them. A folder reached again below itself through a
+// symbolic link is a loop: refused (os.walk would go round it for ever).
+struct Above {
+  DirId id;
+  std::string path;
+};
+
+Status WalkFolders(const std::string& dir, std::vector<Above>* above, std::vector<std::string>* out) {
+  DirId id{};
+  if (Status s = StatDir(dir, &id); !s.ok()) return s;
+  for (const Above& a : *above) {
+    if (a.id == id) {
+      return Status::Data(dir + ": this folder is " + a.path + " again, reached through a "
+                                "symbolic link (a loop); remove the link");
+    }
+  }
+  out->push_back(dir);
+  Entries e;
+  if (Status s = ReadEntries(dir, &e); !s.ok()) return s;
+  above->push_back({id, dir});
+  for (const std::string& d : e.dirs) {
+    if (Status s = WalkFolders(dir + "/" + d, above, out); !s.ok()) return s;
+  }
+  above->pop_back();
+  return Status::Ok();
+}
+
+// A class's images in ImageFolder's order: its folders sorted by path, each one's files by name.
+Status ListClass(const std::string& dir, int label, ImageFolderFiles* out) {
+  std::vector<std::string> folders;
+  std::vector<Above> above;
+  if (Status s = WalkFolders(dir, &above, &folders); !s.ok()) return s;
+  std::sort(folders.begin(), folders.end());
+  const size_t before = out->paths.size();
+  for (const std::string& f : folders) {
+    Entries e;
+    if (Status s = ReadEntries(f, &e); !s.ok()) return s;
+    for (const std::string& name : e.files) {
+      const std::string path = f + "/" + name;
+      switch (KindOfName(name)) {
+        case NameKind::kImage:
+          out->paths.push_back(path);
+          out->labels.push_back(label);
+          break;
+        case NameKind::kUnreadImage:
+          return Status::Data(path + ": only JPEG (.jpg, .jpeg) and PNG (.png) images are read; "
+                                     "convert it, or move it out of the folder");
+        case NameKind::kOther:
+          if (out->skipped++ == 0) out->first_skipped = path;
+          break;
+      }
+    }
+  }
+  if (out->paths.size() == before && label >= 0) {
+    return Status::Data(dir + ": the class folder holds no image (.jpg, .jpeg or .png)");
+  }
+  return Status::Ok();
+}
+
+// The row of one decoded image: floats 0..255, channels first.
+void ToRow(const Image& img, float* row) {
+  const int64_t c = img.header.channels, hw = int64_t{img.header.width} * img.header.height;
+  for (int64_t p = 0; p < hw; ++p) {
+    for (int64_t k = 0; k < c; ++k) row[k * hw + p] = img.pixels[static_cast<size_t>(p * c + k)];
+  }
+}
+
+std::string ShapeText(const ImageHeader& h) {
+  return std::to_string(h.width) + "x" + std::to_string(h.height) +
+         (h.channels == 1 ? " grey" : " colour");
+}
+
+// Decodes every image into its row, in `threads` threads taking the next file in turn. The
+// first failure in row order is the one reported: a thread does not start files past it.
+Status DecodeRows(const std::vector<std::string>& paths, const ImageHeader& first,
+                  const ImageLimits& limits, int features, int threads, std::vector<float>* x) {
+  const int n = static_cast<int>(paths.size());
+  std::atomic<int> next{0}, failed_at{n};
+  std::vector<Status> failures(paths.size());
+  auto work = [&] {
+    Image img;
+    for (int i; (i = next.fetch_add(1)) < n && i < failed_at.load();) {
+      Status s = DecodeImage(paths[static_cast<size_t>(i)], limits, &img);
+      if (s.ok() && (img.header.width != first.width || img.header.height != first.height ||
+                     img.header.channels != first.channels)) {
+        s = Status::Data(paths[static_cast<size_t>(i)] + ": " + ShapeText(img.header) +
+                         ", but the data set's images are " + ShapeText(first) + " (from " +
+                         paths[0] + "): every image must have the same size and channels "
+                                    "(images are not resized)");
+      }
+      if (!s.ok()) {
+        failures[static_cast<size_t>(i)] = std::move(s);
+        for (int seen = failed_at.load(); i < seen && !failed_at.compare_exchange_weak(seen, i);) {
+        }
+        continue;
+      }
+      ToRow(img, x->data() + static_cast<int64_t>(i) * features);
+    }
+  };
+  if (threads <= 0) {
+    threads = static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1u, 8u));
+  }
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads && t < n; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  if (failed_at.load() < n) return std::move(failures[static_cast<size_t>(failed_at.load())]);
+  return Status::Ok();
+}
+
+// The training's classes are the model's outputs: each class folder must be one of them.
+Status MapLabels(const ImageFolderFiles& files, const ClassMap& to, const std::string& root,
+                 std::vector<int>* index) {
+  for (const std::string& name : files.classes) {
+    const int k = to.Find(name);
+    if (k < 0) {
+      return Status::Data(root + "/" + name + ": class '" + name +
+                          "' is not one of the model's classes (" + to.List() + ")");
+    }
+    index->push_back(k);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string SkippedFilesWarning(const Dataset& d, const std::string& src) {
+  if (d.skipped_files == 0) return "";
+  return "warning: " + src + ": " + std::to_string(d.skipped_files) +
+         (d.skipped_files == 1 ? " file is" : " files are") +
+         " not an image by its name (.jpg, .jpeg, .png) and left out, as torchvision's "
+         "ImageFolder leaves them (the first: " + d.first_skipped + ")";
+}
+
+bool IsImageFolder(const std::string& path) {
+  std::error_code ec;
+  return fs::is_directory(path, ec);
+}
+
+Status ListImageFolder(const std::string& root, bool flat_ok, ImageFolderFiles* out) {
+  *out = {};
+  Entries top;
+  if (Status s = ReadEntries(root, &top); !s.ok()) return s;
+  for (const std::string& d : top.dirs) {
+    if (Status s = ClassMap::NameError(d).empty()
+                       ? Status::Ok()
+                       : Status::Data(root + "/" + d + ": the class folder's name " +
+                                      ClassMap::NameError(d));
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (top.dirs.empty()) {
+    if (!flat_ok) {
+      return Status::Data(root + ": no class folder in it (an image folder holds one folder "
+                                 "per class: " + root + "/<class>/<image>.jpg)");
+    }
+    if (Status s = ListClass(root, -1, out); !s.ok()) return s;
+    if (out->paths.empty()) return Status::Data(root + ": the folder holds no image");
+    return Status::Ok();
+  }
+  out->classes = top.dirs;
+  for (size_t k = 0; k < top.dirs.size(); ++k) {
+    if (Status s = ListClass(root + "/" + top.dirs[k], static_cast<int>(k), out); !s.ok()) {
+      return s;
+    }
+  }
+  return Status::Ok();
+}
+
+Status ImageFolderShape(const std::string& root, Shape* out) {
+  ImageFolderFiles files;
+  if (Status s = ListImageFolder(root, true, &files); !s.ok()) return s;
+  ImageHeader h;
+  if (Status s = ReadImageHeader(files.paths[0], ImageLimits{}, &h); !s.ok()) return s;
+  *out = Shape{h.channels, h.height, h.width};
+  return Status::Ok();
+}
+
+Status LoadImageFolder(const std::string& root, const LoadOptions& opts, Dataset* out) {
+  ImageFolderFiles files;
+  if (Status s = ListImageFolder(root, opts.no_labels, &files); !s.ok()) return s;
+  if (!opts.no_labels && opts.task != Task::kClassification) {
+    return Status::Usage(root + ": an image folder's labels are its class folders: train it "
+                                "as a classification (--task classification, or --loss xent)");
+  }
+  const ImageLimits limits;
+  ImageHeader first;
+  if (Status s = ReadImageHeader(files.paths[0], limits, &first); !s.ok()) return s;
+  const Shape shape{first.channels, first.height, first.width};
+  if (opts.check_image) {
+    if (Status s = opts.check_image(shape); !s.ok()) return s;
+  }
+  const int64_t rows = static_cast<int64_t>(files.paths.size());
+  const int features = static_cast<int>(shape.Size());
+  if (opts.check_size) {
+    if (Status s = opts.check_size(rows, features); !s.ok()) return s;
+  }
+  Dataset d;
+  d.rows = rows;
+  d.features = features;
+  d.x.resize(static_cast<size_t>(rows) * static_cast<size_t>(features));
+  if (Status s = DecodeRows(files.paths, first, limits, features, opts.threads, &d.x); !s.ok()) return s;
+  if (!opts.no_labels) {
+    std::vector<int> index;
+    if (opts.classes != nullptr) {
+      if (Status s = MapLabels(files, *opts.classes, root, &index); !s.ok()) return s;
+      d.classes = *opts.classes;
+    } else {
+      for (size_t k = 0; k < files.classes.size(); ++k) index.push_back(static_cast<int>(k));
+      d.classes.numeric = false;
+      d.classes.names = files.classes;
+    }
+    d.y.reserve(files.labels.size());
+    for (int label : files.labels) d.y.push_back(static_cast<float>(index[label]));
+  }
+  d.row_names = std::move(files.paths);
+  d.skipped_files = files.skipped;
+  d.first_skipped = std::move(files.first_skipped);
+  *out = std::move(d);
+  return Status::Ok();
+}
+
+}  // namespace shmtrain::data
