@@ -7,6 +7,7 @@
 
 #include "core/decimal.h"
 #include "data/augment.h"
+#include "data/format.h"
 #include "nn/layer.h"
 #include "nn/optimizer.h"
 
@@ -48,14 +49,17 @@ Status CheckApplies(const TrainOptions& o) {
 }  // namespace
 
 Status CheckFormatFlags(const TrainOptions& o) {
-  const FormatFlag* f =
-      RefusedFormatFlag(o.file.format, [&](std::string_view flag) { return o.Given(flag); });
-  if (f == nullptr) return Status::Ok();
-  const std::string format = ToString(o.file.format);
-  return Bad(f->name, "applies to " + std::string(f->applies_to) +
-                          (f->csv ? " only, not to --format " + format
-                                  : ", not to --format " + format +
-                                        " (whose labels are in the file)"));
+  const data::DataFormatDef* d = o.file.format;
+  if (d == nullptr) return Status::Ok();  // auto: the loader checks the format it finds
+  for (const data::FormatFlag& f : data::DataFormatFlags()) {
+    if (!o.Given(f.name) || d->Takes(f.name)) continue;
+    const std::string format = d->name;
+    return Bad(f.name, "applies to " + data::AppliesTo(f.name) +
+                           (f.labels ? ", not to --format " + format +
+                                           " (whose labels " + d->labels + ")"
+                                     : " only, not to --format " + format));
+  }
+  return Status::Ok();
 }
 
 std::optional<char> ParseDelimiter(std::string_view s) {

@@ -10,6 +10,7 @@
 
 #include "data/array_file.h"
 #include "data/byte_stream.h"
+#include "data/format.h"
 
 namespace shmtrain::data {
 namespace {
@@ -18,39 +19,25 @@ bool EndsWith(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
-bool IsIdxMagic(const std::string& b) {
+bool IsIdxMagic(std::string_view b) {
   if (b.size() < 4 || b[0] != 0 || b[1] != 0 || b[3] < 1) return false;
   const unsigned char t = static_cast<unsigned char>(b[2]);
   return t == 0x08 || t == 0x09 || t == 0x0B || t == 0x0C || t == 0x0D || t == 0x0E;
 }
 
-}  // namespace
+// The three formats of arrays, which read alike.
+enum class ArrayKind { kIdx, kNpy, kNpz };
 
-DataFormat FormatByName(std::string_view name) {
-  if (EndsWith(name, ".gz")) name.remove_suffix(3);
-  if (EndsWith(name, ".npy")) return DataFormat::kNpy;
-  if (EndsWith(name, ".npz")) return DataFormat::kNpz;
-  if (EndsWith(name, ".idx")) return DataFormat::kIdx;
-  if (name.size() >= 10 && EndsWith(name, "-ubyte") &&
-      name.substr(name.size() - 10, 3) == "idx") {
-    return DataFormat::kIdx;  // the MNIST family's names: train-images-idx3-ubyte
-  }
-  if (EndsWith(name, ".svm") || EndsWith(name, ".libsvm") || EndsWith(name, ".svmlight")) {
-    return DataFormat::kLibsvm;
-  }
-  return DataFormat::kAuto;
-}
-
-namespace {
+std::optional<ArrayKind> KindOf(const DataFormatDef* d);
 
 // An array of `path` in `format`: the file itself, or the .npz member `key`.
-Status OpenArray(const std::string& path, DataFormat format, const std::string& key,
+Status OpenArray(const std::string& path, ArrayKind format, const std::string& key,
                  ArrayReader* r) {
   std::unique_ptr<ByteSource> src;
-  if (format != DataFormat::kNpz) {
+  if (format != ArrayKind::kNpz) {
     if (Status s = OpenFile(path, &src); !s.ok()) return s;
-    return format == DataFormat::kIdx ? ReadIdxHeader(std::move(src), r)
-                                      : ReadNpyHeader(std::move(src), r);
+    return format == ArrayKind::kIdx ? ReadIdxHeader(std::move(src), r)
+                                           : ReadNpyHeader(std::move(src), r);
   }
   std::vector<std::string> members;
   if (Status s = ListZip(path, &members); !s.ok()) return s;
@@ -72,20 +59,21 @@ Status OpenArray(const std::string& path, DataFormat format, const std::string& 
 }
 
 // The labels' array: their own file, or the .npz's y array.
-Status OpenLabels(const std::string& path, DataFormat format, const LoadOptions& opts,
+Status OpenLabels(const std::string& path, ArrayKind format, const LoadOptions& opts,
                   ArrayReader* r, std::string* name) {
   const ArraySource& a = opts.file.arrays;
-  if (a.labels_path.empty() && format != DataFormat::kNpz) {
-    return Status::Data(path + ": " + (format == DataFormat::kIdx ? "IDX" : ".npy") +
+  if (a.labels_path.empty() && format != ArrayKind::kNpz) {
+    return Status::Data(path + ": " + (format == ArrayKind::kIdx ? "IDX" : ".npy") +
                         " data keeps its labels in a file of their own: give it with --labels "
                         "(--val-labels for --val-data)");
   }
   *name = a.labels_path.empty() ? path : a.labels_path;
-  const DataFormat lf = a.labels_path.empty() ? format : DetectFormat(a.labels_path);
-  if (!IsArrayFormat(lf)) {
+  const std::optional<ArrayKind> lf =
+      a.labels_path.empty() ? format : KindOf(DetectFormat(a.labels_path).def);
+  if (!lf.has_value()) {
     return Status::Data(*name + ": labels must be an IDX or NumPy (.npy, .npz) file");
   }
-  return OpenArray(*name, lf, a.y_key, r);
+  return OpenArray(*name, *lf, a.y_key, r);
 }
 
 // Rows and features of the features array: the first dimension, and the product of the rest.
@@ -160,7 +148,7 @@ Status Targets(const std::string& name, const LoadOptions& opts, const std::vect
 
 // Opens the labels' array and checks its shape against the rows and its size against its
 // file, before any data is read.
-Status OpenLabelsFor(const std::string& path, DataFormat format, const LoadOptions& opts,
+Status OpenLabelsFor(const std::string& path, ArrayKind format, const LoadOptions& opts,
                      int64_t rows, ArrayReader* r) {
   std::string name;
   if (Status s = OpenLabels(path, format, opts, r, &name); !s.ok()) return s;
@@ -178,29 +166,10 @@ Status ReadLabels(const LoadOptions& opts, ArrayReader& r, Dataset* ds) {
 
 }  // namespace
 
-DataFormat DetectFormat(const std::string& path) {
-  if (const DataFormat f = FormatByName(path); f != DataFormat::kAuto) return f;
-  // Only a regular file is peeked at: a pipe's bytes would be gone for the loader.
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return DataFormat::kAuto;
-  const std::string head = PeekFile(path, 6);
-  if (head.rfind("PK\x03\x04", 0) == 0 || head.rfind("PK\x05\x06", 0) == 0) return DataFormat::kNpz;
-  if (head.rfind("\x93NUMPY", 0) == 0) return DataFormat::kNpy;
-  if (IsIdxMagic(head)) return DataFormat::kIdx;
-  if (head.rfind("\x1f\x8b", 0) == 0) {
-    // gzip: its inflated bytes tell the format as a plain file's do (text, CSV or LIBSVM, when
-    // they start no array; a damaged stream is then refused by the text loader, at its byte).
-    const std::string content = PeekContent(path, 6);
-    if (content.rfind("\x93NUMPY", 0) == 0) return DataFormat::kNpy;
-    if (IsIdxMagic(content)) return DataFormat::kIdx;
-  }
-  return DataFormat::kAuto;
-}
-
 namespace {
 
 // LoadArrays: every header, shape and declared size is checked before a row is allocated.
-Status Load(const std::string& path, DataFormat format, const LoadOptions& opts, Dataset* out) {
+Status Load(const std::string& path, ArrayKind format, const LoadOptions& opts, Dataset* out) {
   ArrayReader x;
   if (Status s = OpenArray(path, format, opts.file.arrays.x_key, &x); !s.ok()) return s;
   Dataset ds;
@@ -240,26 +209,15 @@ Status Load(const std::string& path, DataFormat format, const LoadOptions& opts,
 
 }  // namespace
 
-Status SampleShape(const std::string& path, const LoadOptions& opts, std::vector<int64_t>* dims) {
-  dims->clear();
-  struct stat st {};
-  if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return Status::Ok();
-  const DataFormat format =
-      opts.file.format == DataFormat::kAuto ? DetectFormat(path) : opts.file.format;
-  if (!IsArrayFormat(format)) return Status::Ok();
-  ArrayReader x;
-  if (Status s = OpenArray(path, format, opts.file.arrays.x_key, &x); !s.ok()) return s;
-  if (!x.header.shape.empty()) dims->assign(x.header.shape.begin() + 1, x.header.shape.end());
-  return Status::Ok();
-}
-
 std::optional<Shape> SampleImage(const std::vector<int64_t>& dims) {
   if (dims.size() == 2) return Shape{1, dims[0], dims[1]};
   if (dims.size() == 3) return Shape{dims[0], dims[1], dims[2]};
   return std::nullopt;
 }
 
-Status LoadArrays(const std::string& path, DataFormat format, const LoadOptions& opts,
+namespace {
+
+Status LoadArrays(const std::string& path, ArrayKind format, const LoadOptions& opts,
                   Dataset* out) {
   try {
     return Load(path, format, opts, out);
@@ -268,5 +226,69 @@ Status LoadArrays(const std::string& path, DataFormat format, const LoadOptions&
     return Status::Resource(path + ": not enough memory to load it");
   }
 }
+
+// The header's dimensions after the rows; only the header is read, its errors Load's own.
+Status ArraySampleShape(const std::string& path, ArrayKind format, const LoadOptions& opts,
+                        std::vector<int64_t>* dims) {
+  ArrayReader x;
+  if (Status s = OpenArray(path, format, opts.file.arrays.x_key, &x); !s.ok()) return s;
+  if (!x.header.shape.empty()) dims->assign(x.header.shape.begin() + 1, x.header.shape.end());
+  return Status::Ok();
+}
+
+template <ArrayKind K>
+Status LoadKind(const std::string& path, const LoadOptions& opts, Dataset* out) {
+  return LoadArrays(path, K, opts, out);
+}
+
+template <ArrayKind K>
+Status ShapeOfKind(const std::string& path, const LoadOptions& opts, std::vector<int64_t>* dims) {
+  return ArraySampleShape(path, K, opts, dims);
+}
+
+bool IdxByName(std::string_view name) {
+  if (EndsWith(name, ".idx")) return true;
+  // the MNIST family's names: train-images-idx3-ubyte
+  return name.size() >= 10 && EndsWith(name, "-ubyte") && name.substr(name.size() - 10, 3) == "idx";
+}
+
+bool NpyByName(std::string_view name) { return EndsWith(name, ".npy"); }
+bool NpzByName(std::string_view name) { return EndsWith(name, ".npz"); }
+bool NpyMagic(std::string_view head) { return head.rfind("\x93NUMPY", 0) == 0; }
+bool ZipMagic(std::string_view head) {
+  return head.rfind("PK\x03\x04", 0) == 0 || head.rfind("PK\x05\x06", 0) == 0;
+}
+
+// IDX and NumPy data hold no labels: --labels or the .npz's y array give them.
+constexpr const char* kArrayLabels = "come from --labels or the .npz's --npz-y array";
+
+}  // namespace
+
+extern constinit const DataFormatDef kIdxFormat = {
+    .name = "idx", .noun = "IDX data", .what = "is IDX data", .labels = kArrayLabels,
+    .flags = {"--labels"}, .by_name = IdxByName, .by_bytes = IsIdxMagic, .gzip = true,
+    .load = LoadKind<ArrayKind::kIdx>, .sample_shape = ShapeOfKind<ArrayKind::kIdx>};
+
+extern constinit const DataFormatDef kNpyFormat = {
+    .name = "npy", .noun = "NumPy data", .what = "is NumPy data", .labels = kArrayLabels,
+    .flags = {"--labels"}, .by_name = NpyByName, .by_bytes = NpyMagic, .gzip = true,
+    .load = LoadKind<ArrayKind::kNpy>, .sample_shape = ShapeOfKind<ArrayKind::kNpy>};
+
+// A zip archive: never gzip-compressed.
+extern constinit const DataFormatDef kNpzFormat = {
+    .name = "npz", .noun = "NumPy data", .what = "is NumPy data", .labels = kArrayLabels,
+    .flags = {"--labels"}, .by_name = NpzByName, .by_bytes = ZipMagic, .gzip = false,
+    .load = LoadKind<ArrayKind::kNpz>, .sample_shape = ShapeOfKind<ArrayKind::kNpz>};
+
+namespace {
+
+std::optional<ArrayKind> KindOf(const DataFormatDef* d) {
+  if (d == &kIdxFormat) return ArrayKind::kIdx;
+  if (d == &kNpyFormat) return ArrayKind::kNpy;
+  if (d == &kNpzFormat) return ArrayKind::kNpz;
+  return std::nullopt;
+}
+
+}  // namespace
 
 }  // namespace shmtrain::data

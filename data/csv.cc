@@ -26,6 +26,7 @@
 
 #include "core/utf8.h"
 #include "data/csv_cells.h"
+#include "data/format.h"
 #include "data/text_cells.h"
 #include "data/text_load.h"
 
@@ -523,5 +524,10 @@ Status LoadCsv(const std::string& path, LineBlocks* src, const LoadOptions& opts
   *out = std::move(ds);
   return Status::Ok();
 }
+
+// The text every other format leaves (no by_lines): detected last, never by name.
+extern constinit const DataFormatDef kCsvFormat = {
+    .name = "csv", .noun = "CSV files", .what = "file is CSV", .labels = "are in the file",
+    .flags = {"--label-col", "--header", "--delimiter", "--decimal"}, .load_lines = LoadCsv};
 
 }  // namespace shmtrain::data

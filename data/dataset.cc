@@ -2,7 +2,7 @@
 
 #include "core/decimal.h"
 #include "core/utf8.h"
-#include "data/arrays.h"
+#include "data/format.h"
 #include "data/text_cells.h"
 #include "data/text_load.h"
 #include "nn/rng.h"
@@ -21,27 +21,7 @@ using text::ParseCell;
 using text::Quote;
 using text::Trim;
 
-// Whether the first data line of `text` reads as LIBSVM: "<label> <int>:<...>".
-bool LooksLikeLibsvm(std::string_view text) {
-  while (!text.empty()) {
-    const size_t nl = text.find('\n');
-    std::string_view line = Trim(text.substr(0, nl));
-    text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
-    line = Trim(text::DropCr(line));
-    if (line.empty() || line[0] == '#') continue;
-    if (line.find_first_of(",;") != std::string_view::npos) return false;
-    const size_t sp = line.find_first_of(" \t");
-    if (sp == std::string_view::npos) return false;
-    const std::string_view tok = Trim(line.substr(sp));
-    const size_t colon = tok.find(':');
-    if (colon == 0 || colon == std::string_view::npos) return false;
-    return std::all_of(tok.begin(), tok.begin() + colon, [](char c) { return c >= '0' && c <= '9'; }) ||
-           tok.substr(0, colon) == "qid";
-  }
-  return false;
-}
-
-// Whether `text` holds what LooksLikeLibsvm and the CSV delimiter detection look at: two
+// Whether `text` holds what the text formats' by_lines and the CSV delimiter detection look at: two
 // non-blank lines, one of them neither blank nor a '#' comment.
 bool HeadDecides(std::string_view text) {
   int nonblank = 0;
@@ -56,33 +36,6 @@ bool HeadDecides(std::string_view text) {
     data = data || line[0] != '#';
   }
   return nonblank >= 2 && data;
-}
-
-// Whether opts holds a value other than the default of the data-format flag `flag`.
-bool GivenIn(const LoadOptions& opts, std::string_view flag) {
-  const DataFileOptions& f = opts.file;
-  if (flag == "--label-col") return f.label_col != -1 || !f.label_name.empty();
-  if (flag == "--header") return f.header != HeaderMode::kAuto;
-  if (flag == "--delimiter") return f.delimiter != 0;
-  if (flag == "--decimal") return f.decimal != 0;
-  return flag == "--labels" && !f.arrays.labels_path.empty();
-}
-
-// The data-format flags against the file's format (FormatFlagApplies). A text file is CSV to
-// this rule: which text format it is, LoadText decides, and LIBSVM ignores the CSV flags.
-Status CheckFlagsAgainst(const std::string& path, DataFormat format, const LoadOptions& opts) {
-  const bool arrays = IsArrayFormat(format);
-  const auto given = [&](std::string_view flag) { return GivenIn(opts, flag); };
-  const FormatFlag* f = RefusedFormatFlag(arrays ? format : DataFormat::kCsv, given);
-  if (f == nullptr) return Status::Ok();
-  const std::string what = At(path) + f->name + " applies to " + f->applies_to + "; ";
-  if (arrays) {
-    return Status::Data(what + "this is " + (format == DataFormat::kIdx ? "IDX" : "NumPy") +
-                        " data, whose labels come from --labels or the .npz's --npz-y array");
-  }
-  return Status::Data(what + "this file is " +
-                      (format == DataFormat::kLibsvm ? "LIBSVM" : "CSV") +
-                      ", whose labels are in the file");
 }
 
 }  // namespace
@@ -173,12 +126,10 @@ Status LoadFile(const std::string& path, const LoadOptions& opts, Dataset* out) 
     return Status::Data(At(path) + "decimal separator ',' needs another delimiter than ',' (';' "
                         "or tab)");
   }
-  DataFormat format = f.format == DataFormat::kAuto ? DetectFormat(path) : f.format;
-  if (Status s = CheckFlagsAgainst(path, format, opts); !s.ok()) return s;
-  if (IsArrayFormat(format)) return LoadArrays(path, format, opts, out);
-  LoadOptions text_opts = opts;
-  text_opts.file.format = format;  // kLibsvm by name, else kAuto (the content decides) or as given
-  return LoadText(path, text_opts, TextTuning{}, out);
+  const Detection d = FormatOf(path, opts);
+  if (Status s = CheckFormatFlagsFor(path, d, opts); !s.ok()) return s;
+  if (d.def != nullptr && !d.def->text()) return d.def->load(path, opts, out);
+  return LoadText(path, opts, TextTuning{}, out);  // the lines decide, or as given or named
 }
 
 Status LoadText(const std::string& path, const LoadOptions& opts, const TextTuning& tuning,
@@ -191,13 +142,19 @@ Status LoadText(const std::string& path, const LoadOptions& opts, const TextTuni
   while (!HeadDecides(src.block()) && !src.at_eof()) {
     if (Status s = src.Extend(); !s.ok()) return s;
   }
-  DataFormat format = opts.file.format;
-  if (format == DataFormat::kAuto) {
-    const bool by_name = FormatByName(path) == DataFormat::kLibsvm;  // .svm, .libsvm, .svmlight
-    format = by_name || LooksLikeLibsvm(src.block()) ? DataFormat::kLibsvm : DataFormat::kCsv;
+  Detection d = {opts.file.format, DetectedBy::kFlag};
+  if (d.def == nullptr) d = {TextFormatByName(path), DetectedBy::kName};  // .svm, .libsvm, ...
+  for (const DataFormatDef* f : Formats()) {
+    if (d.def == nullptr && f->text() && f->by_lines && f->by_lines(src.block())) {
+      d = {f, DetectedBy::kContent};
+    }
   }
-  return format == DataFormat::kLibsvm ? LoadLibsvm(path, &src, opts, out)
-                                       : LoadCsv(path, &src, opts, tuning, out);
+  for (const DataFormatDef* f : Formats()) {
+    if (d.def == nullptr && f->text() && f->by_lines == nullptr) d = {f, DetectedBy::kFallback};
+  }
+  if (Status s = CheckFormatFlagsFor(path, d, opts); !s.ok()) return s;
+  if (!d.def->text()) return d.def->load(path, opts, out);
+  return d.def->load_lines(path, &src, opts, tuning, out);
 }
 
 Dataset MakeParabola(int64_t n) {

@@ -1,6 +1,7 @@
 // LIBSVM / SVMlight: "<label> <index>:<value> <index>:<value> ... [# comment]", indices from 1,
 // ascending; absent features are 0. The file is read in blocks of whole lines; the values are
 // kept sparse until the width is known, then laid out dense.
+#include <algorithm>
 #include <charconv>
 #include <climits>
 #include <string>
@@ -8,6 +9,7 @@
 #include <system_error>
 #include <vector>
 
+#include "data/format.h"
 #include "data/text_cells.h"
 #include "data/text_load.h"
 
@@ -147,6 +149,30 @@ Status LibsvmLoad::Finish(Dataset* out) {
   return Status::Ok();
 }
 
+// Whether the first data line of `text` reads as LIBSVM: "<label> <int>:<...>".
+bool LooksLikeLibsvm(std::string_view text) {
+  while (!text.empty()) {
+    const size_t nl = text.find('\n');
+    std::string_view line = Trim(text.substr(0, nl));
+    text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
+    line = Trim(text::DropCr(line));
+    if (line.empty() || line[0] == '#') continue;
+    if (line.find_first_of(",;") != std::string_view::npos) return false;
+    const size_t sp = line.find_first_of(" \t");
+    if (sp == std::string_view::npos) return false;
+    const std::string_view tok = Trim(line.substr(sp));
+    const size_t colon = tok.find(':');
+    if (colon == 0 || colon == std::string_view::npos) return false;
+    return std::all_of(tok.begin(), tok.begin() + colon, [](char c) { return c >= '0' && c <= '9'; }) ||
+           tok.substr(0, colon) == "qid";
+  }
+  return false;
+}
+
+bool LibsvmByName(std::string_view name) {
+  return name.ends_with(".svm") || name.ends_with(".libsvm") || name.ends_with(".svmlight");
+}
+
 }  // namespace
 
 Status LoadLibsvm(const std::string& path, LineBlocks* src, const LoadOptions& opts, Dataset* out) {
@@ -166,5 +192,12 @@ Status LoadLibsvm(const std::string& path, LineBlocks* src, const LoadOptions& o
   }
   return load.Finish(out);
 }
+
+// The CSV flags describe CSV cells and --labels data without labels: none applies.
+extern constinit const DataFormatDef kLibsvmFormat = {
+    .name = "libsvm", .aliases = {"svmlight"}, .noun = "LIBSVM files", .what = "file is LIBSVM",
+    .labels = "are in the file", .by_name = LibsvmByName, .by_lines = LooksLikeLibsvm,
+    .load_lines = [](const std::string& path, LineBlocks* src, const LoadOptions& opts,
+                     const TextTuning&, Dataset* out) { return LoadLibsvm(path, src, opts, out); }};
 
 }  // namespace shmtrain::data

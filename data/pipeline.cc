@@ -12,6 +12,7 @@
 
 #include "core/decimal.h"
 #include "data/arrays.h"
+#include "data/format.h"
 #include "nn/layer.h"
 #include "nn/metrics.h"
 #include "nn/model.h"

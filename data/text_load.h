@@ -24,8 +24,10 @@ struct TextTuning {
   size_t min_split_bytes = size_t{1} << 20;
 };
 
-// The text path of LoadFile: CSV or LIBSVM (opts.file.format, or detected as LoadFile says),
-// read in blocks. The options LoadFile checks first (label column, delimiter) must be valid.
+// The text path of LoadFile: a text format of data/format.h (opts.file.format; else the one
+// the name says, else the first whose by_lines takes the first block, else CSV), read in
+// blocks; the data-format flags are checked against it. The options LoadFile checks first
+// (label column, delimiter) must be valid.
 Status LoadText(const std::string& path, const LoadOptions& opts, const TextTuning& tuning,
                 Dataset* out);
 

@@ -14,7 +14,7 @@
 #include <cstring>
 #include <string>
 
-#include "data/arrays.h"
+#include "data/format.h"
 #include "fuzz/fuzz_util.h"
 
 using namespace shmtrain;
@@ -60,11 +60,11 @@ bool Same(const data::Dataset& a, const data::Dataset& b) {
 bool Load(const std::string& path, data::Dataset* x, data::Dataset* xy, bool* xy_ok) {
   data::LoadOptions opts;
   opts.no_labels = true;
-  if (!data::LoadArrays(path, DataFormat::kIdx, opts, x).ok()) return false;
+  if (!data::FindFormat("idx")->load(path, opts, x).ok()) return false;
   opts.no_labels = false;
   opts.file.arrays.labels_path = path;
   opts.task = Task::kClassification;
-  *xy_ok = data::LoadArrays(path, DataFormat::kIdx, opts, xy).ok();
+  *xy_ok = data::FindFormat("idx")->load(path, opts, xy).ok();
   return true;
 }
 

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <string>
 
-#include "data/arrays.h"
+#include "data/format.h"
 #include "fuzz/fuzz_util.h"
 
 using namespace shmtrain;
@@ -36,11 +36,11 @@ std::string Gzip(const uint8_t* in, size_t n) {
 Status LoadBoth(const std::string& path, data::Dataset* x, data::Dataset* xy, Status* xy_s) {
   data::LoadOptions opts;
   opts.no_labels = true;
-  Status s = data::LoadArrays(path, DataFormat::kIdx, opts, x);
+  Status s = data::FindFormat("idx")->load(path, opts, x);
   if (!s.ok()) return s;
   opts.no_labels = false;
   opts.file.arrays.labels_path = path;
-  *xy_s = data::LoadArrays(path, DataFormat::kIdx, opts, xy);
+  *xy_s = data::FindFormat("idx")->load(path, opts, xy);
   return s;
 }
 

@@ -2,5 +2,5 @@
 #include "fuzz/text_target.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  return shmtrain::fuzz::RunTextTarget(data, size, shmtrain::DataFormat::kLibsvm, ".svm");
+  return shmtrain::fuzz::RunTextTarget(data, size, "libsvm", ".svm");
 }

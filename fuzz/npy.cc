@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "data/arrays.h"
+#include "data/format.h"
 #include "fuzz/fuzz_util.h"
 
 using namespace shmtrain;
@@ -15,7 +15,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   data::LoadOptions opts;
   opts.no_labels = true;
   data::Dataset ds;
-  if (!data::LoadArrays(file.path(), DataFormat::kNpy, opts, &ds).ok()) return 0;
+  if (!data::FindFormat("npy")->load(file.path(), opts, &ds).ok()) return 0;
   SHMTRAIN_FUZZ_CHECK(ds.rows >= 1 && ds.features >= 1 &&
                           ds.x.size() == static_cast<size_t>(ds.rows) * ds.features,
                       "a loaded array of %lld rows x %d features holds %zu floats",
@@ -24,7 +24,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   opts.file.arrays.labels_path = file.path();
   opts.task = Task::kClassification;
   data::Dataset labelled;
-  if (data::LoadArrays(file.path(), DataFormat::kNpy, opts, &labelled).ok()) {
+  if (data::FindFormat("npy")->load(file.path(), opts, &labelled).ok()) {
     SHMTRAIN_FUZZ_CHECK(labelled.y.size() == static_cast<size_t>(labelled.rows) &&
                             labelled.classes.size() >= 2,
                         "%zu labels for %lld rows, %d classes", labelled.y.size(),

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "data/arrays.h"
+#include "data/format.h"
 #include "data/byte_stream.h"
 #include "fuzz/fuzz_util.h"
 
@@ -26,14 +26,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   data::LoadOptions opts;
   opts.no_labels = true;
   data::Dataset ds;
-  if (!data::LoadArrays(file.path(), DataFormat::kNpz, opts, &ds).ok()) return 0;
+  if (!data::FindFormat("npz")->load(file.path(), opts, &ds).ok()) return 0;
   SHMTRAIN_FUZZ_CHECK(ds.x.size() == static_cast<size_t>(ds.rows) * ds.features,
                       "%lld rows x %d features in %zu floats", static_cast<long long>(ds.rows),
                       ds.features, ds.x.size());
   opts.no_labels = false;
   opts.task = Task::kClassification;
   data::Dataset labelled;
-  if (data::LoadArrays(file.path(), DataFormat::kNpz, opts, &labelled).ok()) {
+  if (data::FindFormat("npz")->load(file.path(), opts, &labelled).ok()) {
     SHMTRAIN_FUZZ_CHECK(labelled.y.size() == static_cast<size_t>(labelled.rows),
                         "%zu labels for %lld rows", labelled.y.size(),
                         static_cast<long long>(labelled.rows));

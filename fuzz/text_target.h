@@ -18,8 +18,8 @@
 #include <cstring>
 #include <string>
 
-#include "data/arrays.h"
 #include "data/dataset.h"
+#include "data/format.h"
 #include "data/text_load.h"
 #include "fuzz/fuzz_util.h"
 
@@ -30,13 +30,13 @@ inline bool SameRows(const data::Dataset& a, const data::Dataset& b) {
          SameBits(a.y, b.y) && a.classes.names == b.classes.names;
 }
 
-inline int RunTextTarget(const uint8_t* data, size_t size, DataFormat format,
-                         const char* suffix) {
-  const InputFile file(format == DataFormat::kLibsvm ? "libsvm" : "csv", suffix, data, size);
+// `name`: the format's (data/format.h), "csv" or "libsvm".
+inline int RunTextTarget(const uint8_t* data, size_t size, const char* name, const char* suffix) {
+  const InputFile file(name, suffix, data, size);
   const uint64_t h = Hash(data, size);
   data::LoadOptions opts;
-  // kAuto a quarter of the time: the content then decides between CSV and LIBSVM.
-  opts.file.format = (h & 3) == 0 ? DataFormat::kAuto : format;
+  // auto a quarter of the time: the content then decides between CSV and LIBSVM.
+  opts.file.format = (h & 3) == 0 ? nullptr : data::FindFormat(name);
   opts.task = (h >> 2 & 1) ? Task::kClassification : Task::kRegression;
   opts.file.header = static_cast<HeaderMode>((h >> 3) % 3);
   if (h >> 5 & 1) {
@@ -54,9 +54,9 @@ inline int RunTextTarget(const uint8_t* data, size_t size, DataFormat format,
   }
   if (h >> 10 & 1) opts.file.label_col = 0;
 
-  // kAuto on an array file's magic: LoadFile would read an array, which LoadText never does.
-  if (opts.file.format == DataFormat::kAuto &&
-      data::IsArrayFormat(data::DetectFormat(file.path()))) {
+  // auto on an array file's magic: LoadFile would read an array, which LoadText never does.
+  if (opts.file.format == nullptr && data::DetectFormat(file.path()).def != nullptr &&
+      !data::DetectFormat(file.path()).def->text()) {
     return 0;
   }
   // LoadFile's text path with 64 KiB blocks instead of its 8 MiB: the whole input is still one

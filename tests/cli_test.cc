@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "data/format.h"
 #include "master/cli/cli.h"
 #include "nn/model.h"
 #include "nn/schedule.h"
@@ -500,6 +501,37 @@ TEST(Delimiter, SemicolonAndTab) {
         Shmtrain({"train", "--data", path, "--delimiter", ",", "--layers", "2,3,2", "--loss",
                   "xent", "--lr", "0.1", "--steps", "3", "--no-metrics"});
     EXPECT_EQ(comma.exit_code, 2) << flag << " file read with ',': " << comma.Describe();
+  }
+}
+
+// A CSV flag on a LIBSVM file is refused, whether --format, the name or the lines say LIBSVM;
+// the usage of eval and predict lists --format's registered names.
+TEST(FormatFlags, RefusedForTheFormatTheFileIs) {
+  test::TempDir dir;
+  const std::string svm = "1 1:0.5 2:1\n0 1:1 2:0\n1 1:0 2:2\n0 1:2 2:1\n";
+  const std::string named = dir.Write("d.svm", svm), lines = dir.Write("d.txt", svm);
+  const std::pair<std::vector<std::string>, std::string> kCases[] = {
+      {{"--data", named, "--format", "libsvm"},
+       "--header: applies to CSV files only, not to --format libsvm"},
+      {{"--data", named},
+       named + ": --header applies to CSV files; this file is LIBSVM (by its name)"},
+      {{"--data", lines},
+       lines + ": --header applies to CSV files; this file is LIBSVM (by its content)"},
+  };
+  for (const auto& [data, want] : kCases) {
+    std::vector<std::string> a = {"train", "--header", "no", "--layers", "2,2", "--loss", "xent",
+                                  "--lr", "0.1", "--steps", "1", "--no-metrics"};
+    a.insert(a.end(), data.begin(), data.end());
+    const ProcResult r = Shmtrain(a);
+    EXPECT_EQ(r.exit_code, 2) << r.Describe();
+    EXPECT_TRUE(Contains(r.err, want)) << r.err;
+    a.erase(a.begin() + 1, a.begin() + 3);  // without --header: it trains
+    EXPECT_EQ(Shmtrain(a).exit_code, 0) << data[1];
+  }
+  for (const char* cmd : {"eval", "predict"}) {
+    std::string names = "auto";
+    for (const data::DataFormatDef* d : data::Formats()) names += std::string("|") + d->name;
+    EXPECT_TRUE(Contains(Shmtrain({cmd, "--help"}).out, "[--format " + names + "]")) << cmd;
   }
 }
 

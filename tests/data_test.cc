@@ -19,6 +19,7 @@
 #include <numeric>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -27,6 +28,7 @@
 #include "data/batch_plan.h"
 #include "data/byte_stream.h"
 #include "data/dataset.h"
+#include "data/format.h"
 #include "data/line_blocks.h"
 #include "data/pipeline.h"
 #include "data/preprocess.h"
@@ -1432,7 +1434,7 @@ class LibsvmTest : public CsvTest {
  protected:
   static LoadOptions Svm(Task task = Task::kRegression) {
     LoadOptions o;
-    o.file.format = DataFormat::kLibsvm;
+    o.file.format = FindFormat("libsvm");
     o.task = task;
     return o;
   }
@@ -1501,7 +1503,7 @@ TEST_F(LibsvmTest, DetectedByName) {
                 "rows have 1 column; need at least one feature column besides the label");
   // The format given wins over the name.
   LoadOptions csv;
-  csv.file.format = DataFormat::kCsv;
+  csv.file.format = FindFormat("csv");
   Dataset ds = LoadAs("e.svm", "1,2\n3,4\n", csv);
   EXPECT_EQ(ds.x, (std::vector<float>{1, 3}));
 }
@@ -1572,7 +1574,7 @@ TEST_F(LibsvmTest, ClassLabels) {
 
 TEST_F(LibsvmTest, NoLabels) {
   LoadOptions o = NoLabels(3, Task::kClassification);
-  o.file.format = DataFormat::kLibsvm;
+  o.file.format = FindFormat("libsvm");
   Dataset ds = Load("fox 1:1\n? 3:2\n", o);
   EXPECT_EQ(ds.rows, 2);
   EXPECT_EQ(ds.x, (std::vector<float>{1, 0, 0, 0, 0, 2}));
@@ -2329,7 +2331,7 @@ TEST_F(CsvTest, GzipDamageIsTheSameWhateverTheBlock) {
   const std::string path =
       Write(std::string(reinterpret_cast<const char*>(kBytes), sizeof kBytes), "far.svm");
   LoadOptions opts;
-  opts.file.format = DataFormat::kLibsvm;
+  opts.file.format = FindFormat("libsvm");
   for (size_t block = 1; block <= 64; ++block) {
     SCOPED_TRACE("blocks of " + std::to_string(block));
     TextTuning t;
@@ -2342,11 +2344,12 @@ TEST_F(CsvTest, GzipDamageIsTheSameWhateverTheBlock) {
 }
 
 
-// ---- The data-format flags (kFormatFlags): one rule, FormatFlagApplies, for the command line
-// against --format and for the loader against the format a file's name gives.
+// ---- The data-format flags (data/format.h): each format's list of the flags that apply to
+// it, for the command line against --format and for the loader against the format a file's
+// name or content gives.
 
 // The flags of CSV files and --labels, as a command line gives them and as LoadOptions holds
-// them: each with its refusal's wording.
+// them.
 struct FormatFlagCase {
   const char* flag;
   void (*set)(LoadOptions*);
@@ -2361,19 +2364,21 @@ const FormatFlagCase kFormatFlagCases[] = {
 };
 
 TEST(FormatFlags, TheCommandLineRefusesEachFlagItsFormatTakesNot) {
-  for (const EnumName<DataFormat>& f : NameTable(DataFormat{})) {
+  for (const char* name : {"auto", "csv", "libsvm", "svmlight", "idx", "npy", "npz"}) {
     for (const FormatFlagCase& c : kFormatFlagCases) {
-      SCOPED_TRACE(std::string(c.flag) + " with --format " + f.name);
+      SCOPED_TRACE(std::string(c.flag) + " with --format " + name);
       TrainOptions o;
-      o.file.format = f.value;
+      ASSERT_TRUE(ParseFormat(name).has_value());
+      o.file.format = *ParseFormat(name);
       o.given[c.flag] = "";
+      const std::string n = name;
+      const std::string format = n == "svmlight" ? "libsvm" : n;
       const bool csv_flag = std::string_view(c.flag) != "--labels";
-      const std::string format = ToString(f.value);  // "libsvm" for svmlight
       std::string want;
-      if (csv_flag && f.value != DataFormat::kAuto && f.value != DataFormat::kCsv) {
+      if (csv_flag && n != "auto" && n != "csv") {
         want = std::string(c.flag) + ": applies to CSV files only, not to --format " + format;
       }
-      if (!csv_flag && (f.value == DataFormat::kCsv || f.value == DataFormat::kLibsvm)) {
+      if (!csv_flag && (n == "csv" || n == "libsvm" || n == "svmlight")) {
         want = "--labels: applies to IDX and NumPy data, not to --format " + format +
                " (whose labels are in the file)";
       }
@@ -2386,14 +2391,16 @@ TEST(FormatFlags, TheCommandLineRefusesEachFlagItsFormatTakesNot) {
   }
 }
 
-// Refused before the file is opened (none of these exists): a text file is CSV to the rule,
-// since the loader tells CSV from LIBSVM and LIBSVM ignores the CSV flags.
+// Refused before the file is opened (none of these exists), naming the format and how its name
+// gave it. A text file its name does not tell is CSV to --labels (no text format takes it);
+// the CSV flags wait for its first lines (LIBSVM takes none of them).
 TEST(FormatFlags, TheLoaderRefusesEachFlagTheFilesFormatTakesNot) {
   const std::string dir = "/nonexistent-format-flags/";
   const std::pair<const char*, const char*> kFiles[] = {
       {"x.npy", "NumPy"}, {"x.npz", "NumPy"}, {"x.npy.gz", "NumPy"},
       {"x.idx", "IDX"},   {"t10k-images-idx3-ubyte", "IDX"},
-      {"x.csv", "CSV"},   {"x.txt", "CSV"},  {"x.svm", "LIBSVM"}, {"x.libsvm", "LIBSVM"}};
+      {"x.csv", "CSV"},   {"x.txt", "CSV"},  {"x.svm", "LIBSVM"}, {"x.libsvm", "LIBSVM"},
+      {"x.svmlight.gz", "LIBSVM"}};
   for (const auto& [name, what] : kFiles) {
     for (const FormatFlagCase& c : kFormatFlagCases) {
       SCOPED_TRACE(std::string(c.flag) + " with " + name);
@@ -2401,6 +2408,7 @@ TEST(FormatFlags, TheLoaderRefusesEachFlagTheFilesFormatTakesNot) {
       c.set(&o);
       const bool csv_flag = std::string_view(c.flag) != "--labels";
       const bool arrays = std::string_view(what) == "NumPy" || std::string_view(what) == "IDX";
+      const bool libsvm = std::string_view(what) == "LIBSVM";
       const std::string path = dir + name;
       Dataset d;
       const Status s = LoadFile(path, o, &d);
@@ -2408,16 +2416,178 @@ TEST(FormatFlags, TheLoaderRefusesEachFlagTheFilesFormatTakesNot) {
       EXPECT_EQ(s.code(), Status::Code::kData);
       if (csv_flag && arrays) {
         EXPECT_EQ(s.message(), path + ": " + c.flag + " applies to CSV files; this is " + what +
-                                   " data, whose labels come from --labels or the .npz's "
-                                   "--npz-y array");
+                                   " data (by its name), whose labels come from --labels or the "
+                                   ".npz's --npz-y array");
+      } else if (csv_flag && libsvm) {
+        EXPECT_EQ(s.message(), path + ": " + c.flag +
+                                   " applies to CSV files; this file is LIBSVM (by its name), "
+                                   "whose labels are in the file");
       } else if (!csv_flag && !arrays) {
         EXPECT_EQ(s.message(), path + ": --labels applies to IDX and NumPy data; this file is " +
-                                   what + ", whose labels are in the file");
+                                   what + (libsvm ? " (by its name)" : "") +
+                                   ", whose labels are in the file");
       } else {
         EXPECT_EQ(s.message().find("applies to"), std::string::npos) << s.message();
       }
     }
   }
+}
+
+// What the first bytes or lines tell is refused as what the name tells: LIBSVM lines take no
+// CSV flag, NPY bytes none either; CSV (what no format claims) takes them all.
+TEST_F(CsvTest, TheLoaderRefusesTheFlagsOfTheFormatTheContentTells) {
+  const std::string svm = Write("1 1:0.5 2:1\n0 2:2\n", "data.txt");
+  const std::string svm_gz = Write(Gzip("1 1:0.5 2:1\n0 2:2\n"), "data.gz");
+  const std::string npy = Write(std::string("\x93NUMPY\x01\x00", 8) + "junk", "data.bin");
+  for (const FormatFlagCase& c : kFormatFlagCases) {
+    SCOPED_TRACE(c.flag);
+    LoadOptions o;
+    c.set(&o);
+    Dataset d;
+    const bool csv_flag = std::string_view(c.flag) != "--labels";
+    for (const std::string& p : {svm, svm_gz}) {
+      const Status s = LoadFile(p, o, &d);
+      EXPECT_EQ(s.message(), p + ": " + c.flag + " applies to " +
+                                 (csv_flag ? "CSV files" : "IDX and NumPy data") +
+                                 "; this file is " + (csv_flag ? "LIBSVM (by its content)" : "CSV") +
+                                 ", whose labels are in the file");
+    }
+    const Status a = LoadFile(npy, o, &d);
+    if (csv_flag) {
+      EXPECT_EQ(a.message(), npy + ": " + c.flag + " applies to CSV files; this is NumPy data (by "
+                                 "its content), whose labels come from --labels or the .npz's "
+                                 "--npz-y array");
+    } else {
+      EXPECT_EQ(a.message().find("applies to"), std::string::npos) << a.message();
+    }
+  }
+  // As given by --format: the message says the format only.
+  LoadOptions o;
+  o.file.format = FindFormat("libsvm");
+  o.file.header = HeaderMode::kYes;
+  Dataset d;
+  EXPECT_EQ(LoadFile(svm, o, &d).message(),
+            svm + ": --header applies to CSV files; this file is LIBSVM, whose labels are in the "
+                  "file");
+  o.file.format = nullptr;
+  o.file.header = HeaderMode::kAuto;
+  ASSERT_TRUE(LoadFile(svm, o, &d).ok());
+  EXPECT_EQ(d.rows, 2);
+}
+
+// Detection through the registry gives what the name, then the bytes, then the lines give.
+TEST_F(CsvTest, DetectionByNameThenBytes) {
+  const std::pair<const char*, const char*> kNames[] = {
+      {"a.npy", "npy"},  {"a.npy.gz", "npy"}, {"a.npz", "npz"},       {"a.npz.gz", "npz"},
+      {"a.idx", "idx"},  {"a.idx.gz", "idx"}, {"train-images-idx3-ubyte", "idx"},
+      {"t-labels-idx1-ubyte.gz", "idx"},      {"a.svm", "libsvm"},    {"a.libsvm", "libsvm"},
+      {"a.svmlight", "libsvm"},               {"a.csv", ""},          {"a.txt", ""},
+      {"a-ubyte", ""},   {"a.gz", ""},        {"idx", ""}};
+  for (const auto& [name, want] : kNames) {
+    const Detection d = DetectFormat(dir_ + "/none/" + name);
+    EXPECT_EQ(d.def ? d.def->name : "", std::string(want)) << name;
+    if (d.def) {
+      EXPECT_EQ(d.by, DetectedBy::kName) << name;
+    }
+  }
+  const std::pair<std::string, const char*> kBytes[] = {
+      {std::string("\x93NUMPY"), "npy"},
+      {std::string("PK\x03\x04"), "npz"},
+      {std::string("PK\x05\x06"), "npz"},
+      {std::string("\0\0\x08\x01", 4), "idx"},
+      {std::string("\0\0\x0d\x03", 4), "idx"},
+      {std::string("\0\0\x07\x01", 4), ""},
+      {Gzip(std::string("\x93NUMPY")), "npy"},
+      {Gzip(std::string("\0\0\x08\x01", 4)), "idx"},
+      {Gzip(std::string("PK\x03\x04")), ""},
+      {std::string("1 1:2\n"), ""},
+      {std::string("a,b\n"), ""}};
+  int i = 0;
+  for (const auto& [bytes, want] : kBytes) {
+    const std::string p = Write(bytes, "f" + std::to_string(i++));
+    const Detection d = DetectFormat(p);
+    EXPECT_EQ(d.def ? d.def->name : "", std::string(want)) << i;
+    if (d.def) {
+      EXPECT_EQ(d.by, DetectedBy::kContent) << i;
+    }
+  }
+  EXPECT_EQ(DetectFormat(dir_).def, nullptr);  // a directory no format claims
+}
+
+// --format's names are the registry's, "auto" first; an alias parses, never prints.
+TEST(FormatRegistry, NamesAreTheRegistrysOnes) {
+  std::string want = "auto";
+  for (const DataFormatDef* d : Formats()) want += std::string("|") + d->name;
+  EXPECT_EQ(FormatNames("|"), want);
+  EXPECT_EQ(FormatNames("|"), "auto|csv|libsvm|idx|npy|npz");
+  EXPECT_EQ(ParseFormat("auto"), std::optional<const DataFormatDef*>(nullptr));
+  EXPECT_EQ(ParseFormat("svmlight"), FindFormat("libsvm"));
+  EXPECT_FALSE(ParseFormat("libsvm2").has_value());
+  EXPECT_EQ(AppliesTo("--labels"), "IDX and NumPy data");
+  EXPECT_EQ(AppliesTo("--header"), "CSV files");
+}
+
+// ---- The seam: a format registered by a test is detected, refused flags and loaded through
+// LoadFile with no other change. "one number per line" files: named *.fake, or starting with
+// the line "FAKE"; each number is a row of one feature, its label twice it.
+Status LoadFake(const std::string& path, const LoadOptions&, Dataset* out) {
+  std::istringstream in(PeekContent(path, 1 << 20));  // gzip-inflated, as every loader reads
+  std::string line;
+  Dataset d;
+  d.features = 1;
+  while (std::getline(in, line)) {
+    if (line == "FAKE") continue;
+    const float v = std::stof(line);
+    d.x.push_back(v);
+    d.y.push_back(2 * v);
+    ++d.rows;
+  }
+  *out = std::move(d);
+  return Status::Ok();
+}
+
+const DataFormatDef kFakeFormat = {
+    .name = "fake", .noun = "fake files", .what = "file is fake", .labels = "are computed",
+    .flags = {"--delimiter"},
+    .by_name = [](std::string_view n) { return n.ends_with(".fake"); },
+    .by_bytes = [](std::string_view head) { return head.starts_with("FAKE\n"); }, .gzip = true,
+    .load = LoadFake};
+
+TEST_F(CsvTest, ARegisteredFormatIsDetectedAndLoadedThroughLoadFile) {
+  const std::string named = Write("1\n2.5\n", "numbers.fake");
+  const std::string magic = Write("FAKE\n3\n", "numbers.txt");
+  const std::string magic_gz = Write(Gzip("FAKE\n4\n"), "numbers.gz");
+  Dataset d;
+  ASSERT_FALSE(LoadFile(named, LoadOptions{}, &d).ok());  // CSV before: one column, no label
+  {
+    const FormatRegistration fake(kFakeFormat);
+    EXPECT_EQ(FindFormat("fake"), &kFakeFormat);
+    EXPECT_EQ(FormatNames("|"), "auto|csv|libsvm|idx|npy|npz|fake");
+    ASSERT_TRUE(LoadFile(named, LoadOptions{}, &d).ok());
+    EXPECT_EQ(d.x, (std::vector<float>{1, 2.5}));
+    EXPECT_EQ(d.y, (std::vector<float>{2, 5}));
+    ASSERT_TRUE(LoadFile(magic, LoadOptions{}, &d).ok());
+    EXPECT_EQ(d.x, (std::vector<float>{3}));
+    ASSERT_TRUE(LoadFile(magic_gz, LoadOptions{}, &d).ok());
+    EXPECT_EQ(d.x, (std::vector<float>{4}));
+    LoadOptions o;
+    o.file.header = HeaderMode::kYes;
+    EXPECT_EQ(LoadFile(named, o, &d).message(),
+              named + ": --header applies to CSV files; this file is fake (by its name), whose "
+                      "labels are computed");
+    o.file.header = HeaderMode::kAuto;
+    o.file.delimiter = ';';  // a flag it declares
+    EXPECT_TRUE(LoadFile(magic, o, &d).ok());
+    EXPECT_EQ(AppliesTo("--delimiter"), "CSV and fake files");
+    TrainOptions t;
+    t.file.format = *ParseFormat("fake");
+    t.given["--labels"] = "y.npy";
+    EXPECT_EQ(CheckFormatFlags(t).message(),
+              "--labels: applies to IDX and NumPy data, not to --format fake (whose labels are "
+              "computed)");
+  }
+  EXPECT_EQ(FindFormat("fake"), nullptr);
+  EXPECT_EQ(FormatNames("|"), "auto|csv|libsvm|idx|npy|npz");
 }
 
 // The pipeline (data/pipeline.h) asks the run for its figures through RunSizing, once the data's

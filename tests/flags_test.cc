@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/decimal.h"
+#include "data/format.h"
 #include "data/pipeline.h"
 #include "master/cli/cli.h"
 #include "master/cli/flags.h"
@@ -55,6 +56,19 @@ TEST(FlagTable, EachNameOnceACommandWithADefaultAndItsHelp) {
 
 // A default written as a value is the value a TrainOptions (or Command) holds, and it is
 // within the flag's limits: the setter takes it and the field then shows what it showed.
+// --format's choices are the data formats' registry (data/format.h), "auto" first.
+TEST(FlagTable, FormatChoicesAreTheRegistrysNames) {
+  int rows = 0;
+  for (const FlagDef& f : Flags()) {
+    if (f.name != "--format") continue;
+    ++rows;
+    std::string want = "auto";
+    for (const data::DataFormatDef* d : data::Formats()) want += std::string("|") + d->name;
+    EXPECT_EQ(f.arg, want);
+  }
+  EXPECT_EQ(rows, 1);
+}
+
 TEST(FlagTable, DefaultsAreTheOptionsDefaults) {
   for (const FlagDef& f : Flags()) {
     if (f.deflt.empty()) continue;

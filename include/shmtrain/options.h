@@ -21,10 +21,13 @@
 
 namespace shmtrain {
 
+namespace data {
+struct DataFormatDef;  // data/format.h
+}  // namespace data
+
 enum class Mode : uint32_t { kSync = 0, kAsync = 1 };  // stored in the segment: append only
 enum class LogFormat { kText, kJson };
 enum class HeaderMode { kAuto, kYes, kNo };
-enum class DataFormat { kAuto, kCsv, kLibsvm, kIdx, kNpy, kNpz };
 // Async update rule (values stored in the segment: append only). See nn/update.h.
 enum class AsyncRule : uint32_t { kAsgd = 0, kDcAsgdC = 1, kDcAsgdA = 2 };
 // Feature scaling, fitted on the training rows only (values stored in files: append only).
@@ -45,15 +48,6 @@ constexpr auto NameTable(LogFormat) {
 constexpr auto NameTable(HeaderMode) {
   return std::to_array<EnumName<HeaderMode>>(
       {{HeaderMode::kAuto, "auto"}, {HeaderMode::kYes, "yes"}, {HeaderMode::kNo, "no"}});
-}
-constexpr auto NameTable(DataFormat) {
-  return std::to_array<EnumName<DataFormat>>({{DataFormat::kAuto, "auto"},
-                                              {DataFormat::kCsv, "csv"},
-                                              {DataFormat::kLibsvm, "libsvm"},
-                                              {DataFormat::kLibsvm, "svmlight"},
-                                              {DataFormat::kIdx, "idx"},
-                                              {DataFormat::kNpy, "npy"},
-                                              {DataFormat::kNpz, "npz"}});
 }
 constexpr auto NameTable(AsyncRule) {
   return std::to_array<EnumName<AsyncRule>>({{AsyncRule::kAsgd, "asgd"},
@@ -110,11 +104,12 @@ struct ArraySource {
 // --header, --delimiter and --decimal. The training options hold it for their files and the
 // loader (data::LoadOptions) for the file it reads.
 struct DataFileOptions {
-  // kAuto: by name (.npy, .npz; IDX: "-idx<N>-ubyte" or .idx, with or without .gz; LIBSVM:
-  // .svm, .libsvm, .svmlight), then by content (the NPY, zip and IDX magic numbers, of the
-  // inflated bytes for gzip; a first data line like "<label> <index>:<value>" is LIBSVM);
-  // otherwise CSV. Every format but .npz may be gzip-compressed.
-  DataFormat format = DataFormat::kAuto;
+  // A registered format (data/format.h); nullptr (--format auto): by name (.npy, .npz; IDX:
+  // "-idx<N>-ubyte" or .idx, with or without .gz; LIBSVM: .svm, .libsvm, .svmlight), then by
+  // content (the NPY, zip and IDX magic numbers, of the inflated bytes for gzip; a first data
+  // line like "<label> <index>:<value>" is LIBSVM); otherwise CSV. Every format but .npz may
+  // be gzip-compressed.
+  const data::DataFormatDef* format = nullptr;
   ArraySource arrays;
   // CSV: the label column, 0-based (-1 = last; other negatives are errors), or, when
   // label_name is set, the column with that name in the header line.
@@ -329,42 +324,8 @@ struct TrainOptions {
   int64_t StepsPerEpoch(int64_t rows) const { return batch > 0 ? (rows + batch - 1) / batch : 1; }
 };
 
-// IDX and NumPy data (data/arrays.h), whose labels come from a file or array of their own.
-constexpr bool IsArrayFormat(DataFormat f) {
-  return f == DataFormat::kIdx || f == DataFormat::kNpy || f == DataFormat::kNpz;
-}
-
-// The data-format flags and the data each applies to: the one rule of the command line's check
-// (CheckFormatFlags, against --format) and of the loader's (data::LoadFile, against the format
-// a file's name or first bytes give). The CSV flags apply to CSV files; --labels to IDX and
-// NumPy data, since CSV and LIBSVM files hold their labels. In checking order.
-struct FormatFlag {
-  const char* name;
-  bool csv;                // CSV files only; else IDX and NumPy data only
-  const char* applies_to;  // for messages: "CSV files"
-};
-inline constexpr FormatFlag kFormatFlags[] = {
-    {"--label-col", true, "CSV files"},  {"--header", true, "CSV files"},
-    {"--delimiter", true, "CSV files"},  {"--decimal", true, "CSV files"},
-    {"--labels", false, "IDX and NumPy data"},
-};
-// Whether f applies to data in `format`; kAuto, a format not known yet, takes every flag.
-constexpr bool FormatFlagApplies(const FormatFlag& f, DataFormat format) {
-  if (format == DataFormat::kAuto) return true;
-  return f.csv ? format == DataFormat::kCsv : IsArrayFormat(format);
-}
-// The first of kFormatFlags that given(name) says was given and that does not apply to
-// `format`; nullptr when every one given applies.
-template <class Given>
-const FormatFlag* RefusedFormatFlag(DataFormat format, Given given) {
-  for (const FormatFlag& f : kFormatFlags) {
-    if (given(std::string_view(f.name)) && !FormatFlagApplies(f, format)) return &f;
-  }
-  return nullptr;
-}
-
-// The data-format flags given against --format (RefusedFormatFlag): kUsage naming the first
-// that does not apply.
+// The data-format flags given against --format (the formats' flags, data/format.h): kUsage
+// naming the first that does not apply.
 Status CheckFormatFlags(const TrainOptions& o);
 
 }  // namespace shmtrain

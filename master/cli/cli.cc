@@ -9,6 +9,7 @@
 #include <string_view>
 #include <utility>
 
+#include "data/format.h"
 #include "master/cli/flags.h"
 #include "master/kinds/kind.h"
 
@@ -139,7 +140,7 @@ constexpr const char* kSimulateUsage =
 
 constexpr const char* kEvalUsage =
     "usage: shmtrain eval --model FILE --data FILE [--labels FILE] [--npz-x NAME] [--npz-y NAME]\n"
-    "         [--format auto|csv|libsvm|idx|npy|npz] [--label-col K|NAME] [--header auto|yes|no]\n"
+    "         [--format {formats}] [--label-col K|NAME] [--header auto|yes|no]\n"
     "         [--delimiter ,|;|tab] [--decimal .|,]\n"
     "         [--val-split F [--seed S]] [--log-format text|json]\n"
     "\n"
@@ -148,7 +149,7 @@ constexpr const char* kEvalUsage =
 
 constexpr const char* kPredictUsage =
     "usage: shmtrain predict --model FILE --data FILE [--npz-x NAME] [--out FILE]\n"
-    "         [--format auto|csv|libsvm|idx|npy|npz] [--label-col K|NAME] [--header auto|yes|no]\n"
+    "         [--format {formats}] [--label-col K|NAME] [--header auto|yes|no]\n"
     "         [--delimiter ,|;|tab] [--decimal .|,] [--val-split F [--seed S]]\n"
     "\n"
     "Writes one CSV line per row of the data: the predicted class and the probability of\n"
@@ -191,7 +192,11 @@ struct Cli {
     root.allow_extras();
     root.get_help_ptr()->group("");
     version = root.add_flag("--version")->group("");
-    auto add = [&](CLI::App* parent, const char* name, const char* usage) {
+    auto add = [&](CLI::App* parent, const char* name, std::string usage) {
+      // --format's names are the data formats' registry's (data/format.h).
+      if (const size_t at = usage.find("{formats}"); at != std::string::npos) {
+        usage.replace(at, 9, data::FormatNames("|"));
+      }
       CLI::App* app = parent->add_subcommand(name, usage);
       app->allow_extras();  // unknown flags are reported by ParseCommandLine, by name
       app->set_help_flag("-h,--help", "print this help");

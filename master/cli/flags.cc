@@ -11,6 +11,7 @@
 
 #include "core/decimal.h"
 #include "data/augment.h"
+#include "data/format.h"
 #include "nn/layer.h"
 #include "nn/optimizer.h"
 #include "nn/schedule.h"
@@ -567,9 +568,9 @@ std::vector<FlagDef> DataFlags() {
 // How a data file is read: format, CSV cells, what the labels are and how features scale.
 std::vector<FlagDef> FormatFlags() {
   return {
-      {.name = "--format", .arg = EnumNames<DataFormat>("|"),
+      {.name = "--format", .arg = data::FormatNames("|"),
        .help = "data file format (default {default}: by name, then by content)", .deflt = "auto",
-       .value = Choice(In<&TO::file, &DF::format>()), .group = kData,
+       .value = Choice(In<&TO::file, &DF::format>(), data::ParseFormat), .group = kData,
        .commands = kReadsData},
       {.name = "--label-col", .arg = "K|NAME",
        .help = "label column of a CSV: 0-based index {limits} (-1 = the last), or its name in "
