@@ -14,12 +14,13 @@ extern const DataFormatDef kLibsvmFormat;  // data/libsvm.cc
 extern const DataFormatDef kIdxFormat;     // data/arrays.cc
 extern const DataFormatDef kNpyFormat;
 extern const DataFormatDef kNpzFormat;
+extern const DataFormatDef kImagesFormat;  // data/image_folder.cc
 
 namespace {
 
 std::vector<const DataFormatDef*>& Registry() {
   static std::vector<const DataFormatDef*> all = {
-      &kCsvFormat, &kLibsvmFormat, &kIdxFormat, &kNpyFormat, &kNpzFormat,
+      &kCsvFormat, &kLibsvmFormat, &kIdxFormat, &kNpyFormat, &kNpzFormat, &kImagesFormat,
   };
   return all;
 }

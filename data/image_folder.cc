@@ -11,6 +11,7 @@
 #include <thread>
 #include <utility>
 
+#include "data/format.h"
 #include "data/image.h"
 
 namespace shmtrain::data {
@@ -293,5 +294,23 @@ Status LoadImageFolder(const std::string& root, const LoadOptions& opts, Dataset
   *out = std::move(d);
   return Status::Ok();
 }
+
+namespace {
+
+Status FolderSampleShape(const std::string& path, const LoadOptions& /*opts*/,
+                         std::vector<int64_t>* dims) {
+  Shape shape;
+  if (Status s = ImageFolderShape(path, &shape); !s.ok()) return s;
+  *dims = {shape.c, shape.h, shape.w};
+  return Status::Ok();
+}
+
+}  // namespace
+
+// A directory, by what it is; its labels are its class folders.
+extern constinit const DataFormatDef kImagesFormat = {
+    .name = "images", .noun = "image folders", .what = "is an image folder",
+    .labels = "are its class folders", .flags = {}, .by_dir = IsImageFolder,
+    .load = LoadImageFolder, .sample_shape = FolderSampleShape};
 
 }  // namespace shmtrain::data

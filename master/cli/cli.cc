@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "data/format.h"
+#include "data/image_folder.h"
 #include "master/cli/flags.h"
 #include "master/kinds/kind.h"
 
@@ -262,12 +263,15 @@ Status CollectGiven(const CLI::App* app, TrainOptions* o) {
 
 // --task without --loss picks the loss; with it, Validate() checks that they agree.
 void ApplyTask(TrainOptions* o) {
+  // An image folder's labels are its class folders: a classification unless told otherwise.
+  if (!o->task && !o->loss_given && !o->data_path.empty() && data::IsImageFolder(o->data_path)) {
+    o->task = Task::kClassification;
+  }
   if (o->task && !o->loss_given) {
     o->model.loss = *o->task == Task::kClassification ? Loss::kXent : Loss::kMse;
   }
 }
 
-// `simulate`'s own checks once its flags are parsed.
 // The rules of the run's kind that the command line alone decides (master/kinds/kind.h): the
 // flags of the other mode, and what this mode cannot run on any count of hosts.
 Status CheckKindOptions(const TrainOptions& o) {
@@ -275,6 +279,7 @@ Status CheckKindOptions(const TrainOptions& o) {
   return KindOf(o.mode, 1).CheckOptions(o);
 }
 
+// `simulate`'s own checks once its flags are parsed.
 Status FinishSimulate(const CLI::App* app, Command* out) {
   TrainOptions& o = out->train;
   if (Status s = Leftover(app, "simulate"); !s.ok()) return s;
