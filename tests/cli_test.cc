@@ -531,7 +531,8 @@ TEST(FormatFlags, RefusedForTheFormatTheFileIs) {
   for (const char* cmd : {"eval", "predict"}) {
     std::string names = "auto";
     for (const data::DataFormatDef* d : data::Formats()) names += std::string("|") + d->name;
-    EXPECT_TRUE(Contains(Shmtrain({cmd, "--help"}).out, "[--format " + names + "]")) << cmd;
+    const std::string help = Shmtrain({cmd, "--help"}).out;
+    EXPECT_TRUE(Contains(help, "[--format " + names + "]")) << cmd << ": " << names << "\n" << help;
   }
 }
 
