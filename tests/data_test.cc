@@ -264,12 +264,19 @@ TEST_F(CsvTest, MissingFile) {
   EXPECT_EQ(s.message(), path + ": cannot open file: No such file or directory");
 }
 
-TEST_F(CsvTest, DirectoryIsUnreadable) {
+// A directory is an image folder (data/image_folder.h): one without class folders is refused
+// as such; read as CSV it is refused as a directory.
+TEST_F(CsvTest, DirectoryIsAnImageFolderOrUnreadable) {
   std::string path = dir_ + "/sub";
   ASSERT_EQ(mkdir(path.c_str(), 0700), 0);
   Dataset ds;
   Status s = LoadFile(path, {}, &ds);
   ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), Status::Code::kData);
+  EXPECT_EQ(s.message().rfind(path + ": no class folder in it", 0), 0u) << s.message();
+  LoadOptions csv;
+  csv.file.format = FindFormat("csv");
+  s = LoadFile(path, csv, &ds);
   EXPECT_EQ(s.message(), path + ": cannot read file: Is a directory");
 }
 
@@ -2511,7 +2518,7 @@ TEST_F(CsvTest, DetectionByNameThenBytes) {
       EXPECT_EQ(d.by, DetectedBy::kContent) << i;
     }
   }
-  EXPECT_EQ(DetectFormat(dir_).def, nullptr);  // a directory no format claims
+  EXPECT_EQ(DetectFormat(dir_).def, FindFormat("images"));  // a directory is an image folder
 }
 
 // --format's names are the registry's, "auto" first; an alias parses, never prints.
@@ -2519,7 +2526,7 @@ TEST(FormatRegistry, NamesAreTheRegistrysOnes) {
   std::string want = "auto";
   for (const DataFormatDef* d : Formats()) want += std::string("|") + d->name;
   EXPECT_EQ(FormatNames("|"), want);
-  EXPECT_EQ(FormatNames("|"), "auto|csv|libsvm|idx|npy|npz");
+  EXPECT_EQ(FormatNames("|"), "auto|csv|libsvm|idx|npy|npz|images");
   EXPECT_EQ(ParseFormat("auto"), std::optional<const DataFormatDef*>(nullptr));
   EXPECT_EQ(ParseFormat("svmlight"), FindFormat("libsvm"));
   EXPECT_FALSE(ParseFormat("libsvm2").has_value());
@@ -2562,7 +2569,7 @@ TEST_F(CsvTest, ARegisteredFormatIsDetectedAndLoadedThroughLoadFile) {
   {
     const FormatRegistration fake(kFakeFormat);
     EXPECT_EQ(FindFormat("fake"), &kFakeFormat);
-    EXPECT_EQ(FormatNames("|"), "auto|csv|libsvm|idx|npy|npz|fake");
+    EXPECT_EQ(FormatNames("|"), "auto|csv|libsvm|idx|npy|npz|images|fake");
     ASSERT_TRUE(LoadFile(named, LoadOptions{}, &d).ok());
     EXPECT_EQ(d.x, (std::vector<float>{1, 2.5}));
     EXPECT_EQ(d.y, (std::vector<float>{2, 5}));
@@ -2587,7 +2594,7 @@ TEST_F(CsvTest, ARegisteredFormatIsDetectedAndLoadedThroughLoadFile) {
               "computed)");
   }
   EXPECT_EQ(FindFormat("fake"), nullptr);
-  EXPECT_EQ(FormatNames("|"), "auto|csv|libsvm|idx|npy|npz");
+  EXPECT_EQ(FormatNames("|"), "auto|csv|libsvm|idx|npy|npz|images");
 }
 
 // The pipeline (data/pipeline.h) asks the run for its figures through RunSizing, once the data's

@@ -92,7 +92,7 @@ TEST(EnumNames, AreTheSpellingsOfEveryRelease) {
   EXPECT_EQ(EnumNames<Mode>("|"), "sync|async");
   EXPECT_EQ(EnumNames<LogFormat>("|"), "text|json");
   EXPECT_EQ(EnumNames<HeaderMode>("|"), "auto|yes|no");
-  EXPECT_EQ(data::FormatNames(", "), "auto, csv, libsvm, idx, npy, npz");  // data/format.h
+  EXPECT_EQ(data::FormatNames(", "), "auto, csv, libsvm, idx, npy, npz, images");  // data/format.h
   EXPECT_EQ(EnumNames<AsyncRule>("|"), "asgd|dc-asgd-c|dc-asgd-a");
   EXPECT_EQ(EnumNames<Normalize>("|"), "none|minmax|standard|channel");
   EXPECT_EQ(EnumNames<ComputeType>("|"), "float|bf16");
