@@ -13,13 +13,13 @@ namespace shmtrain::nn {
 
 constexpr int64_t kMaxTensor = int64_t{1} << 31;
 
-extern const LayerType kLinear, kConv2d, kMaxPool2d, kAvgPool2d, kFlatten, kRelu, kTanh,
-    kSigmoid, kDropout;
+extern const LayerType kLinear, kConv2d, kMaxPool2d, kAvgPool2d, kAdaptiveAvgPool2d, kFlatten,
+    kRelu, kTanh, kSigmoid, kDropout;
 
 const std::vector<const LayerType*>& LayerTypes() {
   static const std::vector<const LayerType*> all = {
-      &kLinear, &kConv2d, &kMaxPool2d, &kAvgPool2d, &kFlatten, &kRelu, &kTanh, &kSigmoid,
-      &kDropout};
+      &kLinear, &kConv2d, &kMaxPool2d, &kAvgPool2d, &kAdaptiveAvgPool2d, &kFlatten, &kRelu,
+      &kTanh, &kSigmoid, &kDropout};
   return all;
 }
 
@@ -136,6 +136,13 @@ std::string TypeNames() { return NamesOf(LayerTypes(), ", "); }
 
 Status CheckValue(const LayerArg& a, std::string_view text, double* out) {
   const std::string s(text);
+  if (a.boolean) {
+    if (s != "true" && s != "false" && s != "True" && s != "False") {
+      return Status::Usage(std::string(a.name) + " wants true or false, not '" + s + "'");
+    }
+    *out = s == "true" || s == "True" ? 1 : 0;
+    return Status::Ok();
+  }
   char* end = nullptr;
   const double v = s.empty() ? 0 : std::strtod(s.c_str(), &end);
   if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v)) {
@@ -265,7 +272,7 @@ std::string ModelText(const std::vector<LayerSpec>& layers) {
       const LayerArg& a = t->args[i];
       if (!a.required && l.args[i] == a.default_value) continue;
       args += (args.empty() ? "" : ",") + (a.required ? "" : std::string(a.name) + "=") +
-              ShortestText(l.args[i]);
+              (a.boolean ? l.args[i] != 0 ? "true" : "false" : ShortestText(l.args[i]));
     }
     if (!args.empty()) s += "(" + args + ")";
   }

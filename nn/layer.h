@@ -40,6 +40,9 @@ struct LayerArg {
   double default_value;
   double lo, hi;  // inclusive limits
   bool integer;
+  // A switch (conv2d's bias): written true or false (PyTorch's True and False read too),
+  // held as 1 or 0.
+  bool boolean = false;
 };
 
 // A block of a layer's parameters as PyTorch names and shapes it: ("weight", {32, 1, 5, 5}).

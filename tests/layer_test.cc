@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "nn/cpu.h"
+#include "nn/gemm.h"
 #include "nn/layer.h"
 #include "nn/model.h"
 #include "nn/net.h"
@@ -56,7 +58,9 @@ std::vector<Case> Cases() {
       const LayerArg& a = t->args[i];
       if (a.required) continue;
       std::vector<double> v = base;
-      v[i] = a.integer ? std::min(a.hi, a.default_value + 1) : (a.default_value + a.lo) / 2;
+      v[i] = a.boolean   ? 1 - a.default_value
+             : a.integer ? std::min(a.hi, a.default_value + 1)
+                         : (a.default_value + a.lo) / 2;
       variants.push_back(v);
     }
     for (size_t k = 0; k < variants.size(); ++k) {
@@ -78,12 +82,21 @@ std::vector<Case> Cases() {
                           {"conv2d(32,5,stride=2,padding=2)", {2, 7, 9}},
                           {"conv2d(48,3,padding=1)", {1, 2, 27}},
                           {"conv2d(16,2)", {6, 5, 8}},
+                          // Without a bias, on each of those kernels' paths.
+                          {"conv2d(16,3,padding=1,bias=false)", {1, 5, 8}},
+                          {"conv2d(32,5,stride=2,padding=2,bias=false)", {2, 7, 9}},
+                          {"conv2d(16,2,bias=false)", {6, 5, 8}},
                           {"maxpool2d(2)", {3, 6, 4}},
                           {"avgpool2d(2)", {3, 6, 4}},
                           // 1x1 maps are images (PyTorch's conv2d and pools take them).
                           {"conv2d(5,1)", {7, 1, 1}},
                           {"conv2d(16,3,padding=1)", {3, 1, 1}},
-                          {"maxpool2d(1)", {3, 1, 1}}}) {
+                          {"maxpool2d(1)", {3, 1, 1}},
+                          // Global average pooling; bins that overlap (4 of 6 rows: [0,2), [1,3),
+                          // [3,5), [4,6)) and an output larger than its input (rows repeat).
+                          {"adaptiveavgpool2d(1)", {19, 3, 4}},
+                          {"adaptiveavgpool2d(4)", {3, 6, 5}},
+                          {"adaptiveavgpool2d(3)", {2, 2, 2}}}) {
     std::vector<LayerSpec> l;
     if (!ParseModelText(text, &l).ok()) std::abort();
     cases.push_back({FindLayerType(l[0].kind), l[0], in, ModelText(l) + " on " + in.Text()});
@@ -239,7 +252,11 @@ TEST(EveryLayerCases, CoverEveryRegisteredTypeAndItsOptionalArguments) {
     size_t want = 1;
     for (const LayerArg& a : t->args) want += !a.required;
     const std::string name = t->name;
-    want += name == "conv2d" ? 6 : name == "maxpool2d" ? 2 : name == "avgpool2d" ? 1 : 0;
+    want += name == "conv2d"              ? 9
+            : name == "maxpool2d"         ? 2
+            : name == "avgpool2d"         ? 1
+            : name == "adaptiveavgpool2d" ? 3
+                                          : 0;
     EXPECT_EQ(std::count_if(cases.begin(), cases.end(), [&](const Case& c) { return c.type == t; }),
               static_cast<long>(want))
         << t->name << " has a variant on no input shape";
@@ -267,7 +284,7 @@ Tensor Conv(const Tensor& x, const double* weight, const double* bias, int64_t o
     for (int64_t oc = 0; oc < o; ++oc)
       for (int64_t oy = 0; oy < y.h; ++oy)
         for (int64_t ox = 0; ox < y.w; ++ox) {
-          double s = bias[oc];
+          double s = bias == nullptr ? 0 : bias[oc];  // bias=False: none
           for (int64_t ch = 0; ch < x.c; ++ch)
             for (int64_t ky = 0; ky < k; ++ky)
               for (int64_t kx = 0; kx < k; ++kx) {
@@ -294,6 +311,29 @@ Tensor Pool(const Tensor& x, int64_t k, int64_t stride, bool max) {
               m = max ? std::max(m, v) : m + v / static_cast<double>(k * k);
             }
           y.at(i, ch, oy, ox) = m;
+        }
+  return y;
+}
+
+// torch.nn.functional.adaptive_avg_pool2d(x, o): output row i averages the input rows
+// [floor(i*h/o), ceil((i+1)*h/o)), columns alike.
+Tensor AdaptivePool(const Tensor& x, int64_t o) {
+  Tensor y{x.n, x.c, o, o, {}};
+  y.v.assign(y.n * y.c * o * o, 0.0);
+  auto start = [](int64_t i, int64_t o, int64_t n) { return (i * n) / o; };
+  auto end = [](int64_t i, int64_t o, int64_t n) {
+    return static_cast<int64_t>(std::ceil(static_cast<double>((i + 1) * n) / o));
+  };
+  for (int64_t i = 0; i < x.n; ++i)
+    for (int64_t ch = 0; ch < x.c; ++ch)
+      for (int64_t oy = 0; oy < o; ++oy)
+        for (int64_t ox = 0; ox < o; ++ox) {
+          double s = 0;
+          int64_t count = 0;
+          for (int64_t iy = start(oy, o, x.h); iy < end(oy, o, x.h); ++iy)
+            for (int64_t ix = start(ox, o, x.w); ix < end(ox, o, x.w); ++ix, ++count)
+              s += x.get(i, ch, iy, ix);
+          y.at(i, ch, oy, ox) = s / static_cast<double>(count);
         }
   return y;
 }
@@ -452,6 +492,136 @@ TEST(Layers, OneByOneMapsMatchPyTorchsDefinitions) {
   }
 }
 
+// The layers of a ResNet's stem and head: a convolution without a bias, global average
+// pooling, and adaptive pooling whose bins overlap (7 rows in 4 bins: [0,2), [1,4), [3,6),
+// [5,7)). Net against the loops, with PyTorch's layouts (a bias-free conv2d exports its weight
+// alone).
+TEST(Layers, BiasFreeConvolutionAndAdaptivePoolingMatchPyTorchsDefinitions) {
+  ModelSpec spec;
+  spec.input = {2, 9, 8};
+  spec.loss = Loss::kMse;
+  ASSERT_TRUE(ParseModelText("conv2d(4,3,padding=1,bias=false),relu,adaptiveavgpool2d(1),"
+                             "conv2d(3,1,bias=false),conv2d(5,3,padding=1),adaptiveavgpool2d(4),"
+                             "flatten,linear(3)",
+                             &spec.layers)
+                  .ok());
+  std::vector<Shape> shapes;
+  ASSERT_TRUE(ResolveShapes(spec.input, spec.layers, &shapes).ok());
+  EXPECT_EQ(shapes[2], (Shape{4, 1, 1}));
+  EXPECT_EQ(shapes[5], (Shape{5, 4, 4}));
+  EXPECT_EQ(spec.ParamCount(), 4u * 2 * 9 + 3 * 4 + (5 * 3 * 9 + 5) + (80 * 3 + 3));
+  Net<double> net(spec);
+  const int64_t n = 3;
+  std::vector<double> x = Random(spec.input.Size() * n, 31);
+  std::vector<float> pf(spec.ParamCount());
+  InitParams(spec, Init::kTorch, 32, pf.data());
+  const std::vector<double> params(pf.begin(), pf.end());
+  std::vector<double> got(net.Outputs() * n);
+  net.Predict(params.data(), x.data(), n, got.data());
+
+  auto torch = [&](size_t i, Shape in) {
+    const LayerType& t = *FindLayerType(spec.layers[i].kind);
+    std::vector<float> theirs(ParamSize(t, spec.layers[i], in));
+    t.to_torch(spec.layers[i], in, pf.data() + net.param_offset(i), theirs.data());
+    return std::vector<double>(theirs.begin(), theirs.end());
+  };
+  const std::vector<double> c1 = torch(0, spec.input), c2 = torch(3, shapes[2]),
+                            c3 = torch(4, shapes[3]);
+  EXPECT_EQ(c1.size(), 4u * 2 * 9);
+  Tensor a{n, 2, 9, 8, x};
+  a = Conv(a, c1.data(), nullptr, 4, 3, 1, 1);
+  for (double& v : a.v) v = std::max(v, 0.0);
+  a = AdaptivePool(a, 1);
+  a = Conv(a, c2.data(), nullptr, 3, 1, 1, 0);
+  a = Conv(a, c3.data(), c3.data() + 5 * 3 * 9, 5, 3, 1, 1);
+  // Padding 1 keeps the 1x1 map; adaptiveavgpool2d(4) repeats its pixel in every bin.
+  a = AdaptivePool(a, 4);
+  ASSERT_EQ(a.c * a.h * a.w, 80);
+  const double* lin = params.data() + net.param_offset(7);  // W (3 x 80, column-major), b
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t u = 0; u < 3; ++u) {
+      double s = lin[240 + u];
+      for (int64_t j = 0; j < 80; ++j) s += lin[u + j * 3] * a.v[i * 80 + j];
+      EXPECT_NEAR(got[i * 3 + u], s, 1e-12) << "sample " << i << ", output " << u;
+    }
+  }
+}
+
+// adaptiveavgpool2d's bins where they overlap and where the output is larger than the input,
+// against PyTorch's rule written as loops.
+TEST(Layers, AdaptivePoolingBinsArePyTorchs) {
+  const LayerType& t = *FindLayerType("adaptiveavgpool2d");
+  for (const auto& [o, in] : {std::pair<int64_t, Shape>{4, {3, 7, 6}}, {3, {2, 2, 5}},
+                              {1, {5, 4, 3}}, {2, {4, 5, 5}}}) {
+    const LayerSpec spec{"adaptiveavgpool2d", {static_cast<double>(o)}};
+    Shape out;
+    ASSERT_TRUE(t.out_shape(spec, in, &out).ok());
+    ASSERT_EQ(out, (Shape{in.c, o, o}));
+    auto layer = t.make_double(spec, in, out);
+    const int64_t n = 2;
+    const std::vector<double> nchw = Random(in.Size() * n, 40);
+    // Ours is channels-last: pixel after pixel, the channels of a pixel together.
+    std::vector<double> x(nchw.size()), y(out.Size() * n);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t ch = 0; ch < in.c; ++ch)
+        for (int64_t p = 0; p < in.h * in.w; ++p)
+          x[i * in.Size() + p * in.c + ch] = nchw[(i * in.c + ch) * in.h * in.w + p];
+    layer->Forward(nullptr, x.data(), n, PassInfo{}, y.data());
+    const Tensor want = AdaptivePool(Tensor{n, in.c, in.h, in.w, nchw}, o);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t ch = 0; ch < in.c; ++ch)
+        for (int64_t p = 0; p < o * o; ++p)
+          EXPECT_NEAR(y[i * out.Size() + p * in.c + ch], want.v[(i * in.c + ch) * o * o + p],
+                      1e-15)
+              << "output " << o << " on " << in.Text() << ": sample " << i << " channel " << ch
+              << " pixel " << p;
+  }
+}
+
+// bias=false is bias=true with a bias of zeros, bit for bit in float, on each of the
+// convolution's kernels (direct forward and weight gradient, im2col and the product) and with
+// the product's inputs in bf16 where the CPU has avx512_bf16; its gradient has no bias block.
+TEST(Conv2d, WithoutABiasIsABiasOfZerosToTheBit) {
+  std::vector<ComputeType> inputs = {ComputeType::kFloat};
+  if (UsedCpu().avx512_bf16) inputs.push_back(ComputeType::kBf16);
+  const LayerType& t = *FindLayerType("conv2d");
+  for (const ComputeType ct : inputs) {
+    ASSERT_TRUE(SetProductInputs(ct));
+    for (const auto& [text, in] :
+         {std::pair<const char*, Shape>{"conv2d(16,3,padding=1", {1, 5, 8}},
+          {"conv2d(32,5,stride=2,padding=2", {2, 7, 9}},
+          {"conv2d(16,2", {6, 5, 8}},
+          {"conv2d(24,3,padding=1", {8, 6, 7}}}) {
+      SCOPED_TRACE(std::string(text) + ") on " + in.Text() +
+                   (ct == ComputeType::kBf16 ? ", bf16" : ", float"));
+      std::vector<LayerSpec> with, without;
+      ASSERT_TRUE(ParseModelText(std::string(text) + ")", &with).ok());
+      ASSERT_TRUE(ParseModelText(std::string(text) + ",bias=false)", &without).ok());
+      Shape out;
+      ASSERT_TRUE(t.out_shape(with[0], in, &out).ok());
+      const int64_t weights = ParamSize(t, without[0], in), n = 5;
+      ASSERT_EQ(ParamSize(t, with[0], in), weights + out.c);
+      auto a = t.make_float(with[0], in, out);
+      auto b = t.make_float(without[0], in, out);
+      const std::vector<float> w = As<float>(Random(weights, 41)), x = As<float>(Random(in.Size() * n, 42)),
+                               dy = As<float>(Random(out.Size() * n, 43));
+      std::vector<float> wb = w;
+      wb.resize(weights + out.c, 0.0f);
+      std::vector<float> ya(out.Size() * n), yb(ya.size()), dxa(x.size()), dxb(x.size()),
+          ga(wb.size(), 7.0f), gb(w.size() + 1, 7.0f);
+      a->Forward(wb.data(), x.data(), n, PassInfo{}, ya.data());
+      b->Forward(w.data(), x.data(), n, PassInfo{}, yb.data());
+      a->Backward(wb.data(), x.data(), ya.data(), dy.data(), n, PassInfo{}, dxa.data(), ga.data());
+      b->Backward(w.data(), x.data(), yb.data(), dy.data(), n, PassInfo{}, dxb.data(), gb.data());
+      EXPECT_EQ(0, std::memcmp(ya.data(), yb.data(), ya.size() * sizeof(float))) << "y";
+      EXPECT_EQ(0, std::memcmp(dxa.data(), dxb.data(), dxa.size() * sizeof(float))) << "dx";
+      EXPECT_EQ(0, std::memcmp(ga.data(), gb.data(), w.size() * sizeof(float))) << "dW";
+      EXPECT_EQ(gb.back(), 7.0f) << "the gradient of a bias-free layer wrote past its weights";
+    }
+  }
+  SetProductInputs(ComputeType::kFloat);
+}
+
 // ---- the model text and shapes -------------------------------------------------------------
 
 TEST(ModelText, ParsesPyTorchsNamesAndPrintsItsCanonicalForm) {
@@ -461,7 +631,7 @@ TEST(ModelText, ParsesPyTorchsNamesAndPrintsItsCanonicalForm) {
                              &l)
                   .ok());
   ASSERT_EQ(l.size(), 6u);
-  EXPECT_EQ(l[0], (LayerSpec{"conv2d", {32, 5, 1, 2}}));
+  EXPECT_EQ(l[0], (LayerSpec{"conv2d", {32, 5, 1, 2, 1}}));
   EXPECT_EQ(l[2], (LayerSpec{"maxpool2d", {2, 0}}));
   EXPECT_EQ(l[4], (LayerSpec{"dropout", {0.25}}));
   const std::string canonical = "conv2d(32,5,padding=2),relu,maxpool2d(2),flatten,dropout(p=0.25),linear(10)";
@@ -473,12 +643,74 @@ TEST(ModelText, ParsesPyTorchsNamesAndPrintsItsCanonicalForm) {
   EXPECT_EQ(ModelText(l), "dropout,conv2d(8,3,padding=1)");
 }
 
+// bias is PyTorch's switch: false prints, true (the default) does not, so every model text
+// written before it keeps its bytes; PyTorch's spellings True and False read too, and a stored
+// text holds the canonical one.
+TEST(ModelText, BiasIsASwitchAndAdaptivePoolingTakesItsOutputSize) {
+  std::vector<LayerSpec> l;
+  ASSERT_TRUE(ParseModelText("conv2d(16,3,padding=1,bias=false),relu,adaptiveavgpool2d(1),"
+                             "flatten,linear(10)",
+                             &l)
+                  .ok());
+  EXPECT_EQ(l[0], (LayerSpec{"conv2d", {16, 3, 1, 1, 0}}));
+  EXPECT_EQ(l[2], (LayerSpec{"adaptiveavgpool2d", {1}}));
+  const std::string canonical =
+      "conv2d(16,3,padding=1,bias=false),relu,adaptiveavgpool2d(1),flatten,linear(10)";
+  EXPECT_EQ(ModelText(l), canonical);
+  std::vector<LayerSpec> again;
+  EXPECT_TRUE(ParseStoredModelText(canonical, &again).ok());
+  EXPECT_EQ(again, l);
+  for (const auto& [text, want] : {std::pair<const char*, const char*>{
+                                       "conv2d(16,3,padding=1,bias=true)", "conv2d(16,3,padding=1)"},
+                                   {"conv2d(16, 3, bias = False)", "conv2d(16,3,bias=false)"},
+                                   {"conv2d(16,3,bias=True)", "conv2d(16,3)"},
+                                   {"conv2d(8,3,1,0,false)", "conv2d(8,3,bias=false)"},
+                                   {"adaptiveavgpool2d(output_size=2)", "adaptiveavgpool2d(2)"}}) {
+    ASSERT_TRUE(ParseModelText(text, &l).ok()) << text;
+    EXPECT_EQ(ModelText(l), want) << text;
+  }
+  EXPECT_FALSE(ParseStoredModelText("conv2d(16,3,bias=False)", &l).ok());
+  EXPECT_FALSE(ParseStoredModelText("conv2d(16,3,bias=true)", &l).ok());
+
+  const std::pair<const char*, const char*> bad[] = {
+      {"conv2d(8,3,bias=0)", "layer 1 'conv2d(8,3,bias=0)': bias wants true or false, not '0'"},
+      {"conv2d(8,3,bias=1)", "bias wants true or false, not '1'"},
+      {"conv2d(8,3,bias=no)", "bias wants true or false, not 'no'"},
+      {"conv2d(8,3,bias=)", "bias wants true or false, not ''"},
+      {"conv2d(8,3,bias=false,bias=true)", "bias given twice"},
+      {"conv2d(8,3,biass=false)",
+       "conv2d has no argument 'biass' (its arguments: out, kernel, stride, padding, bias)"},
+      {"adaptiveavgpool2d", "adaptiveavgpool2d needs output_size (its arguments: output_size)"},
+      {"adaptiveavgpool2d(0)", "output_size must be in [1, 1024], not 0"},
+      {"adaptiveavgpool2d(1.5)", "output_size wants a whole number, not 1.5"},
+      {"adaptiveavgpool2d(false)", "output_size wants a number, not 'false'"},
+  };
+  for (const auto& [text, want] : bad) {
+    const Status st = ParseModelText(text, &l);
+    EXPECT_FALSE(st.ok()) << text;
+    EXPECT_NE(st.message().find(want), std::string::npos) << text << ": " << st.message();
+  }
+  // adaptiveavgpool2d takes images, 1x1 maps too, and gives one; not flat vectors.
+  std::vector<Shape> shapes;
+  ASSERT_TRUE(ParseModelText("conv2d(8,3,bias=false),adaptiveavgpool2d(1),flatten,linear(3)", &l).ok());
+  ASSERT_TRUE(ResolveShapes({1, 8, 8}, l, &shapes).ok());
+  EXPECT_EQ(shapes[1], (Shape{8, 1, 1}));
+  EXPECT_EQ((ModelSpec{{1, 8, 8}, l, Loss::kXent}.ParamCount()), 8u * 9 + 8 * 3 + 3);
+  ASSERT_TRUE(ParseModelText("adaptiveavgpool2d(2)", &l).ok());
+  ASSERT_TRUE(ResolveShapes({4, 1, 1}, l, &shapes).ok());
+  EXPECT_EQ(shapes[0], (Shape{4, 2, 2}));
+  ASSERT_TRUE(ParseModelText("flatten,adaptiveavgpool2d(1)", &l).ok());
+  EXPECT_EQ(ResolveShapes({2, 4, 4}, l, &shapes).message(),
+            "adaptiveavgpool2d #1 (layer 2): input 32 is flat (the output of flatten #1 (layer "
+            "1)), not an image");
+}
+
 TEST(ModelText, RefusalsNameTheLayerAndWhatIsWrong) {
   const std::pair<const char*, const char*> bad[] = {
       {"conv2d(32,5),relu,softmax", "layer 3 'softmax': unknown layer 'softmax' (layers: "},
       {"conv2d(32)", "layer 1 'conv2d(32)': conv2d needs kernel"},
       {"linear(10,3)", "linear takes 1 arguments at most (its arguments: out)"},
-      {"conv2d(8,3,paddin=1)", "conv2d has no argument 'paddin' (its arguments: out, kernel, stride, padding)"},
+      {"conv2d(8,3,paddin=1)", "conv2d has no argument 'paddin' (its arguments: out, kernel, stride, padding, bias)"},
       {"conv2d(8,3,padding=1,2)", "an argument by position after one by name"},
       {"linear(out=3,out=4)", "out given twice"},
       {"linear(2.5)", "out wants a whole number, not 2.5"},

@@ -500,7 +500,8 @@ std::string LayerList() {
     for (const nn::LayerArg& a : t->args) {
       if (!args.empty()) args += ",";
       args += a.name;
-      if (!a.required) args += Fmt("=%g", a.default_value);
+      if (!a.required && a.boolean) args += a.default_value != 0 ? "=true" : "=false";
+      if (!a.required && !a.boolean) args += Fmt("=%g", a.default_value);
     }
     if (!args.empty()) s += "(" + args + ")";
   }

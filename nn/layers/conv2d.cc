@@ -1,5 +1,6 @@
-// conv2d(out, kernel, stride=1, padding=0): PyTorch's nn.Conv2d with square kernels, zero
-// padding, no dilation and no groups.
+// conv2d(out, kernel, stride=1, padding=0, bias=true): PyTorch's nn.Conv2d with square
+// kernels, zero padding, no dilation and no groups; bias=false has no bias parameter at all
+// (PyTorch's, for convolutions that batch norm follows).
 //
 // Two kernels, chosen per layer by its shape:
 // - im2col + one matrix product (nn/gemm.h) per chunk of samples, for layers with many input
@@ -24,7 +25,9 @@
 // Both sum in a fixed order: the same input gives the same bits on every run.
 //
 // Parameters: W (out x K, column-major) with K = kernel*kernel*in_channels ordered (ky, kx,
-// c), then b (out). PyTorch's weight is (out, in, kh, kw): export reorders.
+// c), then b (out) unless bias=false. PyTorch's weight is (out, in, kh, kw): export reorders.
+// Without a bias the direct kernels start their sums from a vector of zeros (the same bits as
+// a bias of zeros), and the product's output is left as it is.
 #include <Eigen/Core>
 #include <algorithm>
 #include <cstring>
@@ -57,6 +60,8 @@ constexpr int64_t kColTarget = int64_t{1} << 18;
 // kTile x kOb accumulators fill 12 of AVX2's 16 registers with floats.
 constexpr int64_t kDirectMaxIn = 4, kOb = 16, kTile = 6;
 
+bool HasBias(const LayerSpec& spec) { return spec.args[4] != 0; }
+
 // f(std::integral_constant<int, N>{}, i) for tiles [i, i+N) covering [0, n): N = kTile but
 // for a narrower last tile. N is a constant so that the tile's loops unroll into registers.
 template <class F>
@@ -87,7 +92,8 @@ struct ConvPlan {
                            (in.c <= kDirectMaxIn || UsedPath() == CpuPath::kAvx2)),
         padded(direct_forward || direct_weight_grad
                    ? SatMul(SatMul(in.h + 2 * spec.Int(3), in.w + 2 * spec.Int(3)), in.c)
-                   : 0) {}
+                   : 0),
+        zeros(direct_forward && !HasBias(spec) ? spec.Int(0) : 0) {}
   // The im2col matrix of m samples (m up to chunk).
   int64_t Col(int64_t m) const { return SatMul(SatMul(kdim, m), pix); }
 
@@ -96,6 +102,7 @@ struct ConvPlan {
   int64_t chunk;  // the samples of one im2col matrix
   bool direct_forward, direct_weight_grad;
   int64_t padded;  // the direct kernels' zero-padded sample (0: neither runs)
+  int64_t zeros;   // the direct forward kernel's bias without one
 };
 
 template <class S>
@@ -121,13 +128,15 @@ class Conv2d final : public Layer<S> {
         direct_forward_(plan_.direct_forward),
         direct_weight_grad_(plan_.direct_weight_grad),
         wp_(in.w + 2 * pad_),
-        avx512_(UsedPath() == CpuPath::kAvx512) {
+        avx512_(UsedPath() == CpuPath::kAvx512),
+        bias_(HasBias(spec)) {
     padded_.assign(plan_.padded, S(0));
+    zeros_.assign(plan_.zeros, S(0));
   }
 
   void Forward(const S* params, const S* x, int64_t n, const PassInfo&, S* y) override {
     Eigen::Map<const Mat<S>> w(params, co_, kdim_);
-    Eigen::Map<const Vec<S>> b(params + co_ * kdim_, co_);
+    Eigen::Map<const Vec<S>> b(params + co_ * kdim_, bias_ ? co_ : 0);
     if (direct_forward_) {
       for (int64_t s = 0; s < n; ++s) {
         DirectForward(params, x + s * this->in().Size(), y + s * this->out().Size());
@@ -145,14 +154,14 @@ class Conv2d final : public Layer<S> {
       } else {
         out.noalias() = w * Eigen::Map<const Mat<S>>(col_.data(), kdim_, m * pix_);
       }
-      out.colwise() += b;
+      if (bias_) out.colwise() += b;
     }
   }
 
   void Backward(const S* params, const S* x, const S*, const S* dy, int64_t n, const PassInfo&,
                 S* dx, S* dparams) override {
     Eigen::Map<Mat<S>> grad_w(dparams, co_, kdim_);
-    Eigen::Map<Vec<S>> grad_b(dparams + co_ * kdim_, co_);
+    Eigen::Map<Vec<S>> grad_b(dparams + co_ * kdim_, bias_ ? co_ : 0);
     grad_w.setZero();
     grad_b.setZero();
     if (direct_weight_grad_) {
@@ -177,7 +186,9 @@ class Conv2d final : public Layer<S> {
               d * Eigen::Map<const Mat<S>>(col_.data(), kdim_, m * pix_).transpose();
         }
       }
-      for (int64_t j = 0; j < m * pix_; ++j) grad_b += d.col(j);
+      if (bias_) {
+        for (int64_t j = 0; j < m * pix_; ++j) grad_b += d.col(j);
+      }
       if (dx != nullptr) {
         S* dcol = Col(m);
         if constexpr (std::is_same_v<S, float>) {
@@ -211,9 +222,7 @@ class Conv2d final : public Layer<S> {
   void DirectForward(const S* params, const S* img, S* y) {
     Pad(img);
     if constexpr (std::is_same_v<S, float>) {
-      if (avx512_) {
-        return DirectConvForwardAvx512(Direct(), padded_.data(), params, params + co_ * kdim_, y);
-      }
+      if (avx512_) return DirectConvForwardAvx512(Direct(), padded_.data(), params, Bias(params), y);
     }
     const Shape out = this->out();
     for (int64_t ob = 0; ob < co_; ob += kOb) {
@@ -232,7 +241,7 @@ class Conv2d final : public Layer<S> {
     const int64_t c = this->in().c, run = k_ * c, step = stride_ * c;
     Packet acc[NP][kPackets];
     for (int q = 0; q < kPackets; ++q) {
-      const Packet b = ploadu<Packet>(params + co_ * kdim_ + ob + q * kLanes);
+      const Packet b = ploadu<Packet>(Bias(params) + ob + q * kLanes);
       for (int p = 0; p < NP; ++p) acc[p][q] = b;
     }
     for (int64_t ky = 0; ky < k_; ++ky) {
@@ -298,6 +307,9 @@ class Conv2d final : public Layer<S> {
     }
   }
 
+  // Where the direct kernels' sums start: the bias, or zeros without one.
+  const S* Bias(const S* params) const { return bias_ ? params + co_ * kdim_ : zeros_.data(); }
+
   // col_, grown to hold the im2col matrix of m samples.
   S* Col(int64_t m) {
     if (static_cast<int64_t>(col_.size()) < plan_.Col(m)) col_.resize(plan_.Col(m));
@@ -362,8 +374,10 @@ class Conv2d final : public Layer<S> {
   const bool direct_forward_, direct_weight_grad_;
   const int64_t wp_;  // the padded input's width
   const bool avx512_;  // the direct kernels run nn/kernels/direct_conv.h's (float only)
+  const bool bias_;    // false: bias=false, no b in params
   std::vector<S, Eigen::aligned_allocator<S>> col_;
   std::vector<S> padded_;  // the direct kernel's zero-padded sample
+  std::vector<S> zeros_;   // the direct forward kernel's bias without one
 };
 
 Status OutShape(const LayerSpec& spec, Shape in, Shape* out) {
@@ -382,17 +396,19 @@ Status OutShape(const LayerSpec& spec, Shape in, Shape* out) {
 int64_t Scratch(const LayerSpec& spec, Shape in, Shape out, int64_t n, bool backward) {
   const ConvPlan p(spec, in, out);
   const int64_t col = !p.direct_forward || backward ? p.Col(std::min(p.chunk, n)) : 0;
-  return SatAdd(col, p.padded);
+  return SatAdd(SatAdd(col, p.padded), p.zeros);
 }
 
 std::vector<ParamBlock> Params(const LayerSpec& spec, Shape in) {
   const int64_t k = spec.Int(1);
+  if (!HasBias(spec)) return {{"weight", {spec.Int(0), in.c, k, k}}};
   return {{"weight", {spec.Int(0), in.c, k, k}}, {"bias", {spec.Int(0)}}};
 }
 
 void InitConv(const LayerSpec& spec, Shape in, Init init, Rng& rng, float* params) {
   const int64_t co = spec.Int(0), kk = spec.Int(1) * spec.Int(1);
-  InitWeightsAndBias(init, in.c * kk, co * kk, co * kk * in.c, co, rng, params);
+  InitWeightsAndBias(init, in.c * kk, co * kk, co * kk * in.c, HasBias(spec) ? co : 0, rng,
+                     params);
 }
 
 // PyTorch's weight[o][c][ky][kx] is our W(o, (ky*k + kx)*C + c).
@@ -407,7 +423,9 @@ void ToTorch(const LayerSpec& spec, Shape in, const float* ours, float* torch) {
       }
     }
   }
-  std::copy(ours + co * k * k * c, ours + co * k * k * c + co, torch + co * k * k * c);
+  if (HasBias(spec)) {
+    std::copy(ours + co * k * k * c, ours + co * k * k * c + co, torch + co * k * k * c);
+  }
 }
 
 }  // namespace
@@ -415,11 +433,13 @@ void ToTorch(const LayerSpec& spec, Shape in, const float* ours, float* torch) {
 extern const LayerType kConv2d = {
     .name = "conv2d",
     .torch = "Conv2d",
-    .summary = "2-D convolution: out channels, a kernel x kernel window, zero padding",
+    .summary = "2-D convolution: out channels, a kernel x kernel window, zero padding, a bias "
+               "unless bias=false",
     .args = {{"out", true, 0, 1, kMaxWidth, true},
              {"kernel", true, 0, 1, 1024, true},
              {"stride", false, 1, 1, 1024, true},
-             {"padding", false, 0, 0, 1024, true}},
+             {"padding", false, 0, 0, 1024, true},
+             {"bias", false, 1, 0, 1, true, true}},
     .spatial = Spatial::kWindows,
     .out_shape = OutShape,
     .params = Params,
