@@ -8,8 +8,10 @@
 
 An MLP's export is nn.Sequential(Linear, act, ..., Linear); any other model's names its layers
 ("model", the model text) and its input shape, and each layer is written here from PyTorch's
-definitions in numpy, NCHW (conv2d, max and average pooling, flatten, activations; dropout
-is the identity outside training).
+definitions in numpy, NCHW (conv2d with or without a bias, max, average and adaptive average
+pooling, flatten, activations; dropout is the identity outside training). The parameter arrays
+must be exactly the state dict's keys (load_state_dict(strict=True)): a conv2d(bias=false)
+has "i.weight" alone.
 """
 import csv
 import sys
@@ -42,7 +44,8 @@ def layers_of(text):
         for arg in filter(None, rest.rstrip(")").split(",")):
             k, eq, v = arg.partition("=")
             if eq:
-                named[k] = float(v)
+                named[k] = {"true": 1.0, "false": 0.0}.get(v, None)
+                named[k] = float(v) if named[k] is None else named[k]
             else:
                 pos.append(float(k))
         out.append((name, pos, named))
@@ -63,6 +66,19 @@ def conv2d(a, w, b, stride, pad):
     return y
 
 
+def adaptive_avg_pool2d(a, o):
+    """torch.nn.functional.adaptive_avg_pool2d: output row i averages the input rows
+    [floor(i*h/o), ceil((i+1)*h/o)), columns alike."""
+    n, c, h, w = a.shape
+    y = np.zeros((n, c, o, o))
+    for i in range(o):
+        for j in range(o):
+            y0, y1 = i * h // o, -(-(i + 1) * h // o)
+            x0, x1 = j * w // o, -(-(j + 1) * w // o)
+            y[:, :, i, j] = a[:, :, y0:y1, x0:x1].mean(axis=(2, 3))
+    return y
+
+
 def pool(a, k, stride, reduce):
     n, c, h, w = a.shape
     ho, wo = (h - k) // stride + 1, (w - k) // stride + 1
@@ -77,12 +93,21 @@ if "model" in z.files:
     f = shape[0] * shape[1] * shape[2]
     x = np.array([[float(c) for c in r[:f]] for r in rows], dtype=np.float64)
     a = ((x - z["input.offset"]) * z["input.scale"]).reshape(len(rows), *shape)
+    keys = set()
     for i, (name, pos, named) in enumerate(layers_of(str(z["model"]))):
         if name == "linear":
+            keys |= {f"{i}.weight", f"{i}.bias"}
             a = a @ z[f"{i}.weight"].T.astype(np.float64) + z[f"{i}.bias"]
         elif name == "conv2d":
-            a = conv2d(a, z[f"{i}.weight"], z[f"{i}.bias"], int(named.get("stride", 1)),
-                       int(named.get("padding", 0)))
+            w = z[f"{i}.weight"]
+            keys.add(f"{i}.weight")
+            bias = named.get("bias", 1.0) != 0
+            if bias:
+                keys.add(f"{i}.bias")
+            a = conv2d(a, w, z[f"{i}.bias"] if bias else np.zeros(w.shape[0]),
+                       int(named.get("stride", 1)), int(named.get("padding", 0)))
+        elif name == "adaptiveavgpool2d":
+            a = adaptive_avg_pool2d(a, int(pos[0] if pos else named["output_size"]))
         elif name in ("maxpool2d", "avgpool2d"):
             k = int(pos[0])
             stride = int(named.get("stride", 0)) or k
@@ -93,6 +118,10 @@ if "model" in z.files:
             pass  # identity outside training
         else:
             a = ACT[name](a)
+    params = {k for k in z.files if k[:1].isdigit()}
+    if params != keys:
+        sys.exit(f"npz_numpy_forward: parameter arrays {sorted(params)}, but load_state_dict "
+                 f"of the model's nn.Sequential wants {sorted(keys)}")
 else:
     layers = [int(n) for n in z["layers"]]
     act = ACT[str(z["activation"])]
