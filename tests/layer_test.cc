@@ -603,7 +603,8 @@ TEST(Conv2d, WithoutABiasIsABiasOfZerosToTheBit) {
       ASSERT_EQ(ParamSize(t, with[0], in), weights + out.c);
       auto a = t.make_float(with[0], in, out);
       auto b = t.make_float(without[0], in, out);
-      const std::vector<float> w = As<float>(Random(weights, 41)), x = As<float>(Random(in.Size() * n, 42)),
+      const std::vector<float> w = As<float>(Random(weights, 41)),
+                               x = As<float>(Random(in.Size() * n, 42)),
                                dy = As<float>(Random(out.Size() * n, 43));
       std::vector<float> wb = w;
       wb.resize(weights + out.c, 0.0f);
@@ -660,12 +661,14 @@ TEST(ModelText, BiasIsASwitchAndAdaptivePoolingTakesItsOutputSize) {
   std::vector<LayerSpec> again;
   EXPECT_TRUE(ParseStoredModelText(canonical, &again).ok());
   EXPECT_EQ(again, l);
-  for (const auto& [text, want] : {std::pair<const char*, const char*>{
-                                       "conv2d(16,3,padding=1,bias=true)", "conv2d(16,3,padding=1)"},
-                                   {"conv2d(16, 3, bias = False)", "conv2d(16,3,bias=false)"},
-                                   {"conv2d(16,3,bias=True)", "conv2d(16,3)"},
-                                   {"conv2d(8,3,1,0,false)", "conv2d(8,3,bias=false)"},
-                                   {"adaptiveavgpool2d(output_size=2)", "adaptiveavgpool2d(2)"}}) {
+  const std::pair<const char*, const char*> spellings[] = {
+      {"conv2d(16,3,padding=1,bias=true)", "conv2d(16,3,padding=1)"},
+      {"conv2d(16, 3, bias = False)", "conv2d(16,3,bias=false)"},
+      {"conv2d(16,3,bias=True)", "conv2d(16,3)"},
+      {"conv2d(8,3,1,0,false)", "conv2d(8,3,bias=false)"},
+      {"adaptiveavgpool2d(output_size=2)", "adaptiveavgpool2d(2)"},
+  };
+  for (const auto& [text, want] : spellings) {
     ASSERT_TRUE(ParseModelText(text, &l).ok()) << text;
     EXPECT_EQ(ModelText(l), want) << text;
   }
@@ -692,7 +695,8 @@ TEST(ModelText, BiasIsASwitchAndAdaptivePoolingTakesItsOutputSize) {
   }
   // adaptiveavgpool2d takes images, 1x1 maps too, and gives one; not flat vectors.
   std::vector<Shape> shapes;
-  ASSERT_TRUE(ParseModelText("conv2d(8,3,bias=false),adaptiveavgpool2d(1),flatten,linear(3)", &l).ok());
+  ASSERT_TRUE(
+      ParseModelText("conv2d(8,3,bias=false),adaptiveavgpool2d(1),flatten,linear(3)", &l).ok());
   ASSERT_TRUE(ResolveShapes({1, 8, 8}, l, &shapes).ok());
   EXPECT_EQ(shapes[1], (Shape{8, 1, 1}));
   EXPECT_EQ((ModelSpec{{1, 8, 8}, l, Loss::kXent}.ParamCount()), 8u * 9 + 8 * 3 + 3);
@@ -710,7 +714,8 @@ TEST(ModelText, RefusalsNameTheLayerAndWhatIsWrong) {
       {"conv2d(32,5),relu,softmax", "layer 3 'softmax': unknown layer 'softmax' (layers: "},
       {"conv2d(32)", "layer 1 'conv2d(32)': conv2d needs kernel"},
       {"linear(10,3)", "linear takes 1 arguments at most (its arguments: out)"},
-      {"conv2d(8,3,paddin=1)", "conv2d has no argument 'paddin' (its arguments: out, kernel, stride, padding, bias)"},
+      {"conv2d(8,3,paddin=1)",
+       "conv2d has no argument 'paddin' (its arguments: out, kernel, stride, padding, bias)"},
       {"conv2d(8,3,padding=1,2)", "an argument by position after one by name"},
       {"linear(out=3,out=4)", "out given twice"},
       {"linear(2.5)", "out wants a whole number, not 2.5"},

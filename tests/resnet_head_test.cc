@@ -106,8 +106,7 @@ double RefLoss(const std::vector<double>& w, int k, const Images& d) {
 }
 
 // SGD on the full batch, the gradient by central differences.
-std::vector<double> RefTrain(std::vector<double> w, int k, const Images& d, int steps,
-                             double lr) {
+std::vector<double> RefTrain(std::vector<double> w, int k, const Images& d, int steps, double lr) {
   const double h = 1e-6;
   for (int t = 0; t < steps; ++t) {
     std::vector<double> g(w.size());
@@ -127,9 +126,25 @@ std::vector<double> RefTrain(std::vector<double> w, int k, const Images& d, int 
 
 std::vector<std::string> Train(const std::string& data, const std::string& model, int workers,
                                int steps, const std::string& lr, const std::string& save) {
-  return {"train", "--data", data, "--input-shape", "1,6,6", "--model", model, "--loss", "xent",
-          "--workers", std::to_string(workers), "--lr", lr, "--steps", std::to_string(steps),
-          "--seed", "5", "--save", save};
+  return {"train",
+          "--data",
+          data,
+          "--input-shape",
+          "1,6,6",
+          "--model",
+          model,
+          "--loss",
+          "xent",
+          "--workers",
+          std::to_string(workers),
+          "--lr",
+          lr,
+          "--steps",
+          std::to_string(steps),
+          "--seed",
+          "5",
+          "--save",
+          save};
 }
 
 // The run of `args` with SHMTRAIN_CPU=cpu (null: unset).
@@ -168,7 +183,8 @@ TEST(ResNetHead, PWorkersOnEachPathMatchTheReference) {
         SCOPED_TRACE(model + ", SHMTRAIN_CPU=" + cpu + ", " + std::to_string(workers) + " workers");
         r = RunOn(Train(data, model, workers, steps, "0.5", dir.File("trained.model")), cpu);
         ASSERT_EQ(r.exit_code, 0) << r.Describe();
-        const double diff = test::MaxScaledDiff(test::LoadSaved(dir.File("trained.model")).params, want);
+        const double diff =
+            test::MaxScaledDiff(test::LoadSaved(dir.File("trained.model")).params, want);
         std::printf("[ %s %s P=%d ] against the reference: %.3g\n", model.c_str(), cpu, workers,
                     diff);
         EXPECT_LE(diff, 1e-5);
@@ -196,15 +212,16 @@ TEST(ResNetHead, Bf16RunsOfEachPAgree) {
     };
     const std::string p2 = run(2, "bf16", "p2.model");
     ASSERT_FALSE(p2.empty());
-    EXPECT_TRUE(p2 == run(2, "bf16", "p2again.model")) << model << ": two bf16 runs of P = 2 differ";
+    EXPECT_TRUE(p2 == run(2, "bf16", "p2again.model"))
+        << model << ": two bf16 runs of P = 2 differ";
     run(1, "bf16", "p1.model");
     run(1, "float", "float.model");
     const Model one = test::LoadSaved(dir.File("p1.model"));
     const std::vector<double> want(one.params.begin(), one.params.end());
     const double p = test::MaxScaledDiff(test::LoadSaved(dir.File("p2.model")).params, want);
     const double f = test::MaxScaledDiff(test::LoadSaved(dir.File("float.model")).params, want);
-    std::printf("[ %s bf16 ] P = 2 against P = 1: %.3g; float against bf16: %.3g\n",
-                model.c_str(), p, f);
+    std::printf("[ %s bf16 ] P = 2 against P = 1: %.3g; float against bf16: %.3g\n", model.c_str(),
+                p, f);
     EXPECT_LE(p, 1e-5) << model;
     EXPECT_GT(f, 1e-4) << model << ": --precision bf16 trained what float trains";
   }
@@ -221,7 +238,8 @@ TEST(ResNetHead, TheExportIsPyTorchsAndNumpyPredictsWhatPredictDoes) {
   const std::string m = dir.File("m.model");
   ProcResult r = RunOn(Train(data, ModelOf(8), 2, 40, "0.5", m), nullptr);
   ASSERT_EQ(r.exit_code, 0) << r.Describe();
-  r = test::Shmtrain({"predict", "--model", m, "--data", data, "--out", dir.File("p.csv")}, kTimeout);
+  r = test::Shmtrain({"predict", "--model", m, "--data", data, "--out", dir.File("p.csv")},
+                     kTimeout);
   ASSERT_EQ(r.exit_code, 0) << r.Describe();
   r = test::Shmtrain({"export", "--model", m, "--out", dir.File("m.npz")}, kTimeout);
   ASSERT_EQ(r.exit_code, 0) << r.Describe();
@@ -262,8 +280,8 @@ TEST(ResNetHead, TheExportIsPyTorchsAndNumpyPredictsWhatPredictDoes) {
     ASSERT_EQ(b.size(), 4u) << pred[i + 1];
     EXPECT_EQ(a[0], b[0]) << "row " << i;
     for (size_t k = 1; k < 4; ++k) {
-      EXPECT_NEAR(std::stod(a[k]), std::stod(b[k]), 2e-5) << "row " << i << ": " << mine[i]
-                                                          << " against " << pred[i + 1];
+      EXPECT_NEAR(std::stod(a[k]), std::stod(b[k]), 2e-5)
+          << "row " << i << ": " << mine[i] << " against " << pred[i + 1];
     }
   }
 }

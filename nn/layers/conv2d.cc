@@ -222,7 +222,9 @@ class Conv2d final : public Layer<S> {
   void DirectForward(const S* params, const S* img, S* y) {
     Pad(img);
     if constexpr (std::is_same_v<S, float>) {
-      if (avx512_) return DirectConvForwardAvx512(Direct(), padded_.data(), params, Bias(params), y);
+      if (avx512_) {
+        return DirectConvForwardAvx512(Direct(), padded_.data(), params, Bias(params), y);
+      }
     }
     const Shape out = this->out();
     for (int64_t ob = 0; ob < co_; ob += kOb) {
@@ -392,7 +394,7 @@ Status OutShape(const LayerSpec& spec, Shape in, Shape* out) {
 
 // What Conv2d allocates: im2col matrices where the forward pass uses them (the direct kernel
 // does not), and in the backward pass (for the weight gradient unless the direct kernel takes
-// it, and for dx), then the padded sample.
+// it, and for dx), then the padded sample and, without a bias, the direct kernel's zeros.
 int64_t Scratch(const LayerSpec& spec, Shape in, Shape out, int64_t n, bool backward) {
   const ConvPlan p(spec, in, out);
   const int64_t col = !p.direct_forward || backward ? p.Col(std::min(p.chunk, n)) : 0;
