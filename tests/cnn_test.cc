@@ -17,6 +17,7 @@
 #include "master/files/model_file.h"
 #include "nn/layer.h"
 #include "nn/rng.h"
+#include "tests/line_images.h"
 #include "tests/proc_util.h"
 
 namespace shmtrain {
@@ -35,38 +36,8 @@ Model Decode(const std::string& path) {
   return m;
 }
 
-// 30 images of 1x6x6 in 3 classes (a bright row, column or diagonal, with noise), as CSV rows
-// of 36 pixels in (c, h, w) order and the class.
-struct Images {
-  static constexpr int kRows = 30, kSide = 6, kPixels = 36;
-  std::vector<double> x;
-  std::vector<int> y;
-  Images() {
-    nn::Rng rng(11);
-    for (int i = 0; i < kRows; ++i) {
-      const int k = i % 3, at = static_cast<int>(rng.Below(kSide));
-      for (int r = 0; r < kSide; ++r) {
-        for (int c = 0; c < kSide; ++c) {
-          const bool on = k == 0 ? r == at : k == 1 ? c == at : r == c;
-          x.push_back(std::round((on ? 0.8 : 0.1) * 1000 + 100 * rng.Uniform()) / 1000);
-        }
-      }
-      y.push_back(k);
-    }
-  }
-  std::string Csv() const {
-    std::string s;
-    char buf[32];
-    for (int i = 0; i < kRows; ++i) {
-      for (int j = 0; j < kPixels; ++j) {
-        std::snprintf(buf, sizeof buf, "%g,", x[i * kPixels + j]);
-        s += buf;
-      }
-      s += std::to_string(y[i]) + "\n";
-    }
-    return s;
-  }
-};
+using test::Images;
+
 
 // The model of these tests: conv2d(3,3,padding=1),relu,maxpool2d(2),flatten,dropout(0.25),
 // linear(3) on 1x6x6, parameters in the product's layout (docs/models.md, "Model files"): the

@@ -18,6 +18,7 @@
 #include "master/files/model_file.h"
 #include "nn/cpu.h"
 #include "nn/rng.h"
+#include "tests/line_images.h"
 #include "tests/proc_util.h"
 #include "tests/reference.h"
 
@@ -28,38 +29,8 @@ using test::ProcResult;
 
 constexpr test::milliseconds kTimeout{120'000};
 
-// 30 images of 1x6x6 in 3 classes (a bright row, column or diagonal, with noise), as CSV rows
-// of 36 pixels and the class; each value a multiple of 1/1000, which the CSV holds exactly.
-struct Images {
-  static constexpr int kRows = 30, kPixels = 36;
-  std::vector<double> x;
-  std::vector<int> y;
-  Images() {
-    nn::Rng rng(11);
-    for (int i = 0; i < kRows; ++i) {
-      const int k = i % 3, at = static_cast<int>(rng.Below(6));
-      for (int r = 0; r < 6; ++r) {
-        for (int c = 0; c < 6; ++c) {
-          const bool on = k == 0 ? r == at : k == 1 ? c == at : r == c;
-          x.push_back(std::round((on ? 0.8 : 0.1) * 1000 + 100 * rng.Uniform()) / 1000);
-        }
-      }
-      y.push_back(k);
-    }
-  }
-  std::string Csv() const {
-    std::string s;
-    char buf[32];
-    for (int i = 0; i < kRows; ++i) {
-      for (int j = 0; j < kPixels; ++j) {
-        std::snprintf(buf, sizeof buf, "%g,", x[i * kPixels + j]);
-        s += buf;
-      }
-      s += std::to_string(y[i]) + "\n";
-    }
-    return s;
-  }
-};
+using test::Images;
+
 
 // conv2d(K,3,padding=1,bias=false),relu,adaptiveavgpool2d(1),flatten,linear(3). K = 8 takes
 // the convolution's im2col and product path, K = 16 its direct kernels (nn/layers/conv2d.cc).
