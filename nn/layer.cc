@@ -251,6 +251,34 @@ int64_t ParamSize(const LayerType& t, const LayerSpec& spec, Shape in) {
   return n;
 }
 
+int64_t StatsSize(const LayerType& t, const LayerSpec& spec, Shape in) {
+  return t.stats == nullptr ? 0 : t.stats(spec, in);
+}
+
+std::vector<LayerSite> LayerSites(const ModelSpec& spec) {
+  std::vector<Shape> shapes;
+  const Status s = ResolveShapes(spec.input, spec.layers, &shapes);
+  SHMTRAIN_CHECK(s.ok(), "a model that does not resolve: " + s.message());
+  std::vector<LayerSite> sites;
+  Shape in = spec.input;
+  int64_t param = 0, stats = 0;
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    const LayerSpec& l = spec.layers[i];
+    const LayerType* t = FindLayerType(l.kind);
+    sites.push_back({&l, t, in, shapes[i], param, stats});
+    param += ParamSize(*t, l, in);
+    stats += StatsSize(*t, l, in);
+    in = shapes[i];
+  }
+  return sites;
+}
+
+int64_t StatsCount(const ModelSpec& spec) {
+  int64_t n = 0;
+  for (const LayerSite& s : LayerSites(spec)) n += StatsSize(*s.type, *s.spec, s.in);
+  return n;
+}
+
 Status SameShape(const LayerSpec&, Shape in, Shape* out) {
   *out = in;
   return Status::Ok();

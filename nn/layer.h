@@ -46,12 +46,33 @@ struct LayerArg {
 };
 
 // A block of a layer's parameters as PyTorch names and shapes it: ("weight", {32, 1, 5, 5}).
+//
+// A buffer (batch norm's running_mean, running_var, num_batches_tracked) is a block of the
+// flat vector too, so that checkpoints, model files, validation snapshots and export carry it
+// as they carry the weights; it is not trained: its gradient is 0, and the training loops set
+// it from the batch statistics after the optimizer's step (nn/batch_norm.h), which never
+// moves it. A buffer that PyTorch keeps as an integer (num_batches_tracked) is exported as one.
 struct ParamBlock {
   std::string name;
   std::vector<int64_t> torch_shape;
+  bool buffer = false;
+  bool integer = false;
   // The product of the shape; -1 when a dimension is negative or the product passes 2^63 - 1
   // (a shape read from a segment must not wrap into a plausible size).
   int64_t Size() const;
+};
+
+// Batch statistics that cross workers (batch norm: nn/layers/batchnorm.cc). A training pass
+// hands each of its crossings the sums over its own rows; Sum replaces them by the sums over
+// the whole global batch (every worker's, in rank order, then host order), the same bits on
+// every worker, so P workers normalise as one process at the full batch. `offset` places the
+// crossing among the model's statistics (LayerType::stats, Layer::stats_offset()); `count`
+// doubles. A crossing that fails (a deadline, an abort) returns the sums it was given, and
+// its owner ends the pass's worker afterwards (worker/sync_loop.cc): no layer sees a failure.
+class StatsCrossing {
+ public:
+  virtual ~StatsCrossing() = default;
+  virtual void Sum(int64_t offset, double* sums, int64_t count) = 0;
 };
 
 // What a pass knows besides its tensors. Dropout drops only when training, and its mask is a
@@ -64,6 +85,8 @@ struct PassInfo {
   const int64_t* rows = nullptr;  // the global row of each sample; null: first_row + i
   int64_t first_row = 0;
   int64_t Row(int64_t i) const { return rows == nullptr ? first_row + i : rows[i]; }
+  // Training: where batch statistics cross; null: each pass normalises with its own rows.
+  StatsCrossing* stats = nullptr;
 };
 
 // A layer built for one input shape. x: n input tensors (in().Size() x n), y: n outputs
@@ -79,6 +102,10 @@ class Layer {
 
   Shape in() const { return in_; }
   Shape out() const { return out_; }
+  // Where this layer's crossings sit among the model's statistics (StatsCrossing), set by the
+  // net that holds it; a layer holding layers (residual) places theirs from it.
+  virtual void SetStatsOffset(int64_t offset) { stats_offset_ = offset; }
+  int64_t stats_offset() const { return stats_offset_; }
 
   virtual void Forward(const S* params, const S* x, int64_t n, const PassInfo& pass, S* y) = 0;
   // From dy = dLoss/dy: dparams = dLoss/dparams (overwritten) and, unless dx is null (the
@@ -88,6 +115,7 @@ class Layer {
 
  private:
   Shape in_, out_;
+  int64_t stats_offset_ = 0;
 };
 
 template <class S>
@@ -123,6 +151,9 @@ struct LayerType {
   int64_t (*scratch)(const LayerSpec& spec, Shape in, Shape out, int64_t n, bool backward);
   LayerMaker<float> make_float;
   LayerMaker<double> make_double;
+  // The doubles a training pass of this layer hands to StatsCrossing (batch norm: 4 per
+  // channel); null: none.
+  int64_t (*stats)(const LayerSpec& spec, Shape in) = nullptr;
 
   template <class S>
   LayerMaker<S> maker() const;
@@ -171,6 +202,23 @@ Status ResolveShapes(Shape input, const std::vector<LayerSpec>& layers, std::vec
 // must then have the input's (data/pipeline.h, CheckImage); a model that takes no images takes
 // any of as many values, as it takes flat data.
 bool TakesImages(Shape input, const std::vector<LayerSpec>& layers);
+
+// Every layer that computes, in the flat vector's order: the model's layers, and in place of a
+// residual block the layers of its body then of its shortcut (nested blocks alike). With its
+// input and output shapes, its first parameter in the flat vector and its first statistic
+// among the model's crossings (StatsCrossing). `spec` points into the model.
+struct LayerSite {
+  const LayerSpec* spec;
+  const LayerType* type;
+  Shape in, out;
+  int64_t param_offset, stats_offset;
+};
+// The spec must resolve (abort otherwise).
+std::vector<LayerSite> LayerSites(const ModelSpec& spec);
+// The doubles a training pass of the model hands to StatsCrossing (0 without batch norm).
+int64_t StatsCount(const ModelSpec& spec);
+// The doubles layer `spec` of type `t` crosses on input `in` (LayerType::stats; 0 if none).
+int64_t StatsSize(const LayerType& t, const LayerSpec& spec, Shape in);
 
 // The number of parameters of layer `spec` of type `t` on input `in` (its blocks' sizes); -1
 // when it does not fit in int64_t (ParamBlock::Size).

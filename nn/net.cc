@@ -86,11 +86,14 @@ template <class S>
 Net<S>::Net(const ModelSpec& spec) : spec_(spec), plan_(spec) {
   const std::vector<Shape>& shapes = plan_.shapes;
   Shape in = spec.input;
+  int64_t stats = 0;
   for (size_t i = 0; i < spec.layers.size(); ++i) {
     const LayerType& t = *FindLayerType(spec.layers[i].kind);
     offsets_.push_back(param_count_);
     param_count_ += ParamSize(t, spec.layers[i], in);
     layers_.push_back(t.maker<S>()(spec.layers[i], in, shapes[i]));
+    layers_.back()->SetStatsOffset(stats);
+    stats += StatsSize(t, spec.layers[i], in);
     in = shapes[i];
   }
   outputs_ = in.Size();

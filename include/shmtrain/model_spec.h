@@ -53,6 +53,9 @@ struct Shape {
 struct LayerSpec {
   std::string kind;
   std::vector<double> args;
+  // A residual block's layers (kind "residual"): its body, and its shortcut (empty: the
+  // identity). Empty for every other kind.
+  std::vector<LayerSpec> body = {}, shortcut = {};
   int64_t Int(size_t i) const { return static_cast<int64_t>(args[i]); }
   friend bool operator==(const LayerSpec&, const LayerSpec&) = default;
 };
