@@ -13,13 +13,13 @@ namespace shmtrain::nn {
 
 constexpr int64_t kMaxTensor = int64_t{1} << 31;
 
-extern const LayerType kLinear, kConv2d, kMaxPool2d, kAvgPool2d, kAdaptiveAvgPool2d, kFlatten,
-    kRelu, kTanh, kSigmoid, kDropout;
+extern const LayerType kLinear, kConv2d, kMaxPool2d, kAvgPool2d, kAdaptiveAvgPool2d,
+    kBatchNorm2d, kBatchNorm1d, kFlatten, kRelu, kTanh, kSigmoid, kDropout;
 
 const std::vector<const LayerType*>& LayerTypes() {
   static const std::vector<const LayerType*> all = {
-      &kLinear, &kConv2d, &kMaxPool2d, &kAvgPool2d, &kAdaptiveAvgPool2d, &kFlatten, &kRelu,
-      &kTanh, &kSigmoid, &kDropout};
+      &kLinear, &kConv2d, &kMaxPool2d, &kAvgPool2d, &kAdaptiveAvgPool2d, &kBatchNorm2d,
+      &kBatchNorm1d, &kFlatten, &kRelu, &kTanh, &kSigmoid, &kDropout};
   return all;
 }
 

@@ -132,7 +132,9 @@ double Net<S>::LossSum(const S* params, const S* x, const S* y, int64_t n,
 template <class S>
 double Net<S>::LossAndGrad(const S* params, const S* x, const S* y, int64_t n,
                            const PassInfo& pass, S* grad) {
-  if (n == 0) {
+  // A worker with no rows in a step still takes part in its batch norm crossings, which
+  // every worker must reach (nn/layer.h, StatsCrossing): its pass runs over 0 samples.
+  if (n == 0 && pass.stats == nullptr) {
     std::fill(grad, grad + param_count_, S(0));
     return 0;
   }

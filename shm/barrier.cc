@@ -84,6 +84,23 @@ PhaseBarrier::Result PhaseBarrier::WaitNorms(int64_t step, int64_t deadline_ns, 
   return r;
 }
 
+bool PhaseBarrier::StatsComplete(uint64_t seq) const {
+  for (int r = 0; r < workers_; ++r) {
+    if (LoadSeqCst(blocks_[r].stats_seq) < seq) return false;
+  }
+  return true;
+}
+
+void PhaseBarrier::PublishStats(uint64_t seq) {
+  StoreSeqCst(self_->stats_seq, seq);
+  if (workers_ == 1 || !StatsComplete(seq)) return;
+  WakeCounted(h_);
+}
+
+PhaseBarrier::Result PhaseBarrier::WaitStats(uint64_t seq, int64_t deadline_ns) {
+  return WaitUntil([&] { return StatsComplete(seq); }, deadline_ns);
+}
+
 void PhaseBarrier::PublishHostSum(int64_t step) {
   StoreSeqCst(self_->host_sum_step, step);
   if (!HostSumsComplete(blocks_, workers_, step)) return;

@@ -49,6 +49,12 @@ class PhaseBarrier {
   // *sq = the shares summed in rank order (every rank adds the same numbers in the same
   // order, so all get the same bits).
   Result WaitNorms(int64_t step, int64_t deadline_ns, double* sq);
+  // Batch norm (sync): this rank's statistics of crossing `seq` are in its slot (layout.h);
+  // wakes the waiters if every rank's now are. A replacement redoing a step publishes its
+  // crossings again, the same values under the same numbers.
+  void PublishStats(uint64_t seq);
+  // Waits until every rank has published crossing `seq` or a later one, same rules as Wait().
+  Result WaitStats(uint64_t seq, int64_t deadline_ns);
   // Several hosts: this rank's slice of the host sum HS of `step` is written; wakes the waiters
   // (the master's combiner) when every rank's is.
   void PublishHostSum(int64_t step);
@@ -61,6 +67,7 @@ class PhaseBarrier {
  private:
   bool Complete(uint64_t target) const;
   bool NormsComplete(int64_t step) const;
+  bool StatsComplete(uint64_t seq) const;
   template <class Done>
   Result WaitUntil(Done done_now, int64_t deadline_ns);
   Header* h_;

@@ -12,7 +12,10 @@
 //   S[k]0, S[k]1 float[n]    optimizer state k < K, double-buffered like W (K = 0..4 by the
 //                            optimizer: sgd with momentum 1, adam 2; nn/optimizer.h)
 //   Slot[P]                  SlotHeader + float[n] gradient  (rank r writes slot r; async:
-//                            the float[n] is rank r's MeanSquare, dc-asgd-a)
+//                            the float[n] is rank r's MeanSquare, dc-asgd-a), then, with
+//                            batch norm, double[stats_count]: rank r's statistics of the
+//                            step (sync: the sums of its rows at each crossing, nn/layer.h,
+//                            StatsCrossing; published by its stats_seq)
 //   HS, GS  float[n]         several hosts only (hosts > 1): HS this host's sum of the slots
 //                            (rank r writes its slice; with P = 1 HS is slot 0's gradient
 //                            itself, not a region of its own), GS the sum over every host's
@@ -55,6 +58,13 @@
 //                                   ticket (through master/run/segment_writes.h: the
 //                                   supervisor, and the async DeathRules, master/kinds/async.cc).
 //   Slot[r]                         rank r writes in phase 1; every rank reads in phase 2.
+//   Slot[r]'s statistics, stats_seq  rank r, at each crossing of its gradient phase (the
+//                                   values, then stats_seq, seq_cst); every rank reads them
+//                                   at the crossing and again in phase 2 (the running
+//                                   statistics, nn/batch_norm.h). Crossing k (from 1) of step t
+//                                   is sequence number t * (stats_count + 1) + k, so numbers
+//                                   grow with t; a slot's values are rewritten only at step
+//                                   t + 1, after every rank has passed phase 2t + 2.
 //   HS slice r, host_sum_step        rank r, after its slice of the step's host sum is in HS.
 //   GS, combined_*                   the master's combiner, once every host's HS of the step
 //                                    arrived; combined_step published last (seq_cst).
@@ -84,7 +94,7 @@ namespace shmtrain::shm {
 // "SHMTRAIN" read as a little-endian 64-bit integer.
 inline constexpr uint64_t kMagic = 0x4E494152544D4853ull;
 // Bump on every change to any struct in this file or to the meaning of a field.
-inline constexpr uint32_t kAbiVersion = 12;
+inline constexpr uint32_t kAbiVersion = 13;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr int kMaxWorkers = 256;
 // Loss records kept for the master's log (by log index modulo this).
@@ -188,6 +198,8 @@ struct RunConfig {
   // worker reads, one item a word in the order given, unused words 0; all 0 = none (the rows
   // are read in place).
   uint32_t augment[4];
+  // Batch norm: the doubles of the model's statistics (nn::StatsCount); 0 without batch norm.
+  uint64_t stats_count;
 };
 
 // Async: the minibatch of the stream that this host's update ticket u trains on (and whose
@@ -328,6 +340,9 @@ struct alignas(kCacheLine) WorkerBlock {
   // Several hosts: the last step whose slice of HS this rank has written (seq_cst, waking the
   // combiner when it completes the set). Initially -1.
   int64_t host_sum_step;
+  // Sync with batch norm: the sequence number of the last crossing whose statistics this rank
+  // has written into its slot (seq_cst; the layout of Slot above). Initially 0.
+  uint64_t stats_seq;
   // Durations (relaxed counters): every barrier wait (sync); every step as rank 0 sees it
   // (sync) or every update of this rank (async).
   alignas(kCacheLine) uint64_t barrier_wait_hist[kDurationBuckets];

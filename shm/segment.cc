@@ -159,7 +159,8 @@ bool ComputeLayout(Header* h) {
     }
   }
   h->slots_offset = off.value();
-  const Size slot_stride = Size(sizeof(SlotHeader)) + vec;
+  const Size stats = (Size(c.stats_count) * Size(sizeof(double))).AlignUp();
+  const Size slot_stride = Size(sizeof(SlotHeader)) + vec + stats;
   h->slot_stride = slot_stride.value();
   off = off + slot_stride * workers;
   h->snapshot_offset = c.eval_every > 0 ? off.value() : 0;
@@ -345,6 +346,11 @@ ConfigCheck CheckRunConfig(const RunConfig& c) {
     return bad(ConfigPart::kModel, "param_count " + std::to_string(c.param_count) +
                                        " is not the layers' count" +
                                        (n ? " (" + std::to_string(*n) + ")" : " (more than 2^64)"));
+  }
+  if (const auto n = static_cast<uint64_t>(nn::StatsCount(spec)); n != c.stats_count) {
+    return bad(ConfigPart::kModel, "stats_count " + std::to_string(c.stats_count) +
+                                       " is not the batch norm layers' count (" +
+                                       std::to_string(n) + ")");
   }
   if (ConfigCheck p = CheckPrecision(c); !p.ok()) return p;
   data::AugmentSpec augment;

@@ -182,6 +182,13 @@ class Segment {
   }
   // Several hosts: this host's sum of the slots (HS) and every host's (GS); null otherwise.
   float* host_sum() const { return OptionalAt(header()->host_sum_offset); }
+  // Rank r's statistics (batch norm, sync): stats_count doubles after its slot's gradient.
+  double* stats(int rank) const {
+    const uint64_t vec = (header()->config.param_count * sizeof(float) + kCacheLine - 1) /
+                         kCacheLine * kCacheLine;
+    return At<double>(header()->slots_offset + header()->slot_stride * rank + sizeof(SlotHeader) +
+                      vec);
+  }
   float* global_sum() const { return OptionalAt(header()->global_sum_offset); }
   SlotHeader* slot(int rank) const {
     return At<SlotHeader>(header()->slots_offset + header()->slot_stride * rank);

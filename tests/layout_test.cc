@@ -40,7 +40,7 @@ namespace {
   } while (0)
 
 TEST(Layout, PinsEveryField) {
-  EXPECT_EQ(kAbiVersion, 12u);
+  EXPECT_EQ(kAbiVersion, 13u);
   EXPECT_EQ(std::memcmp(&kMagic, "SHMTRAIN", 8), 0);
   EXPECT_EQ(kLossRing, 4096);
   EXPECT_EQ(kMaxModelText, 4096u);
@@ -68,7 +68,7 @@ TEST(Layout, PinsEveryField) {
   PIN(Header, snapshot_stride, 184, 8);
   PIN(Header, host_sum_offset, 192, 8);
   PIN(Header, global_sum_offset, 200, 8);
-  PIN(Header, config, 208, 4472);
+  PIN(Header, config, 208, 4480);
   PIN(Header, abort_epoch, 4736, 4);
   PIN(Header, wake_seq, 4800, 4);
   PIN(Header, waiters, 4804, 4);
@@ -86,7 +86,7 @@ TEST(Layout, PinsEveryField) {
   PIN(Header, step1_end_ns, 5184, 8);
   PIN(Header, last_end_ns, 5192, 8);
   PIN(Header, loss_ring, 5200, 65536);
-  EXPECT_EQ(sizeof(RunConfig), 4472u);
+  EXPECT_EQ(sizeof(RunConfig), 4480u);
   PIN(RunConfig, mode, 0, 4);
   PIN(RunConfig, loss, 4, 4);
   PIN(RunConfig, input_shape, 8, 24);
@@ -120,6 +120,7 @@ TEST(Layout, PinsEveryField) {
   PIN(RunConfig, snapshots, 4304, 8);
   PIN(RunConfig, optim, 4312, 144);
   PIN(RunConfig, augment, 4456, 16);
+  PIN(RunConfig, stats_count, 4472, 8);
   EXPECT_EQ(sizeof(WorkerBlock), 768u);
   PIN(WorkerBlock, phase, 0, 8);
   PIN(WorkerBlock, heartbeat_ns, 8, 8);
@@ -142,6 +143,7 @@ TEST(Layout, PinsEveryField) {
   PIN(WorkerBlock, grad_sq, 304, 8);
   PIN(WorkerBlock, grad_sq_step, 312, 8);
   PIN(WorkerBlock, host_sum_step, 320, 8);
+  PIN(WorkerBlock, stats_seq, 328, 8);
   PIN(WorkerBlock, barrier_wait_hist, 384, 160);
   PIN(WorkerBlock, step_duration_hist, 544, 160);
   PIN(WorkerBlock, step_duration_ns_total, 704, 8);

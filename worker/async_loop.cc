@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "data/batch_plan.h"
+#include "nn/batch_norm.h"
 #include "nn/model.h"
 #include "nn/optimizer.h"
 #include "nn/schedule.h"
@@ -155,13 +156,15 @@ int64_t ClaimTicket(shm::Header* h, shm::WorkerBlock* self, uint64_t total) {
 double MeanGradient(const ModelSpec& spec, uint64_t seed, int64_t minibatch,
                     const std::vector<int64_t>& idx, const nn::AlignedVector<float>& bx,
                     const nn::AlignedVector<float>& by, const nn::AlignedVector<float>& w,
-                    nn::Workspace<float>& ws, nn::AlignedVector<float>* grad, double* sq) {
+                    nn::Workspace<float>& ws, nn::AlignedVector<float>* grad, double* sq,
+                    nn::StatsCrossing* stats) {
   const int64_t rows = static_cast<int64_t>(by.size());
   nn::PassInfo pass;
   pass.train = true;
   pass.seed = seed;
   pass.step = minibatch;
   pass.rows = idx.data();
+  pass.stats = stats;
   const double loss =
       nn::LossAndGrad<float>(spec, w.data(), bx.data(), by.data(), rows, grad->data(), ws, pass) /
       static_cast<double>(rows);
@@ -201,6 +204,9 @@ class AsyncRank {
   // Applies the gradient to W and releases the ticket; false when it is dropped as too stale
   // (--max-staleness), the ticket still held.
   bool Apply(const Update& u, uint64_t* v_apply);
+  // Batch norm: the shared running statistics moved by this update's minibatch, each buffer
+  // read and written once (relaxed, as W: another update may move it in between).
+  void MoveRunningStats();
 
   const shm::Segment& seg_;
   shm::Header* h_;
@@ -227,6 +233,10 @@ class AsyncRank {
   // cleared it otherwise), or one the master handed out for an owed update; -1 if none.
   int64_t ticket_ = -1;
   int64_t loaded_ = -1;  // the ticket whose rows are in bx_/by_
+  // Batch norm: each update normalises with its own minibatch's statistics, recorded here,
+  // and moves the shared running statistics by them after its gradient is applied.
+  const std::vector<nn::NormSite> norms_;
+  std::optional<nn::RecordedStats> recorded_;
 };
 
 AsyncRank::AsyncRank(const shm::Segment& seg, int rank, uint32_t incarnation)
@@ -247,7 +257,9 @@ AsyncRank::AsyncRank(const shm::Segment& seg, int rank, uint32_t incarnation)
       w_(seg.params(0)),
       mean_square_(seg.grad(rank)),
       total_(static_cast<uint64_t>(c_.total_steps)),
-      gate_(h_, seg.block(0), static_cast<int>(c_.workers), self_, epoch_) {
+      gate_(h_, seg.block(0), static_cast<int>(c_.workers), self_, epoch_),
+      norms_(nn::NormSites(spec_)) {
+  if (!norms_.empty()) recorded_.emplace(spec_);
   rp_.rule = static_cast<AsyncRule>(c_.rule);
   rp_.lambda0 = c_.lambda;
   rp_.ms_decay = c_.ms_decay;
@@ -282,8 +294,8 @@ int AsyncRank::Compute(Update* u) {
   }
   const int64_t rows = static_cast<int64_t>(by_.size());
   u->minibatch = shm::AsyncMinibatch(c_, ticket_);  // = ticket on one host
-  u->loss =
-      MeanGradient(spec_, c_.seed, u->minibatch, idx_, bx_, by_, w_bak_, ws_, &grad_, &u->sq);
+  u->loss = MeanGradient(spec_, c_.seed, u->minibatch, idx_, bx_, by_, w_bak_, ws_, &grad_,
+                         &u->sq, recorded_ ? &*recorded_ : nullptr);
   shm::StoreRelaxed<uint64_t>(self_->batches, static_cast<uint64_t>(u->b + 1));
   shm::AddRelaxed<uint64_t>(self_->samples_total, static_cast<uint64_t>(rows));
   if (!std::isfinite(u->loss) || !std::isfinite(u->sq)) {
@@ -293,6 +305,7 @@ int AsyncRank::Compute(Update* u) {
   }
 
   ClipAndDecay(c_.optim, u->sq, w_bak_.data(), grad_.data(), n_);
+  nn::ClearBufferGradients(norms_, grad_.data(), 0, n_);  // weight decay reached them
   rp_.lr = nn::LearningRate(c_.optim, u->minibatch);  // the schedule runs over the stream
   return kWorkerOk;
 }
@@ -310,6 +323,7 @@ bool AsyncRank::Apply(const Update& u, uint64_t* v_apply) {
     DieNow();
   }
   nn::ApplyRule<nn::SharedAccess>(rp_, n_, w_, w_bak_.data(), grad_.data(), mean_square_);
+  MoveRunningStats();
   *v_apply = shm::AddRelease(h_->param_version, 1);
   // The ticket is released while commit is still odd: a death from here on is settled from
   // commit alone, and the master never sees a held ticket beside an even (counted) commit.
@@ -317,6 +331,16 @@ bool AsyncRank::Apply(const Update& u, uint64_t* v_apply) {
   shm::StoreRelaxed<uint64_t>(self_->commit, 2 * applied + 2);  // counted, not applying
   ticket_ = -1;
   return true;
+}
+
+void AsyncRank::MoveRunningStats() {
+  for (const nn::NormSite& s : norms_) {
+    const int64_t lo = s.running, hi = s.running + 2 * s.channels + 1;
+    // w_bak_ is free once the rule has read it: the buffers' current values go through it.
+    for (int64_t i = lo; i < hi; ++i) w_bak_[i] = nn::SharedAccess::Load(w_ + i);
+    nn::AdvanceRunningStats({s}, recorded_->data(), w_bak_.data(), w_bak_.data(), lo, hi);
+    for (int64_t i = lo; i < hi; ++i) nn::SharedAccess::Store(w_ + i, w_bak_[i]);
+  }
 }
 
 int AsyncRank::Run() {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "data/batch_plan.h"
+#include "nn/batch_norm.h"
 #include "nn/model.h"
 #include "nn/optimizer.h"
 #include "nn/schedule.h"
@@ -17,6 +18,7 @@
 #include "shmtrain/status.h"
 #include "worker/fault.h"
 #include "worker/spec.h"
+#include "worker/stats_crossing.h"
 
 namespace shmtrain::worker {
 namespace {
@@ -67,7 +69,10 @@ class SyncRank {
         barrier_(h_, seg.block(0), P_, self_, shm::LoadAbortEpoch(*h_)),
         plan_(c_.rows, c_.batch, c_.seed),
         augment_(c_, spec_.input, plan_.steps_per_epoch()),
-        timeout_ns_(static_cast<int64_t>(c_.barrier_timeout_s * 1e9)) {
+        timeout_ns_(static_cast<int64_t>(c_.barrier_timeout_s * 1e9)),
+        norms_(nn::NormSites(spec_)),
+        crossing_(seg, rank, barrier_, timeout_ns_),
+        stats_(static_cast<size_t>(c_.stats_count)) {
     // This rank's slice of the parameter vector, in whole cache lines so that no two ranks
     // write the same line in the update phase.
     const int64_t units = (n_ + kSliceAlign - 1) / kSliceAlign;
@@ -92,7 +97,8 @@ class SyncRank {
     int64_t rows;
   };
   Share ShareOf(int64_t t, nn::PassInfo* pass);
-  void Gradient(int64_t t);
+  // kWorkerOk, or the exit of a batch-norm crossing that failed (nothing is published then).
+  int Gradient(int64_t t);
   int ReduceAndUpdate(int64_t t);
   // The optimizer over [i0, i0 + k) of the slice, from the mean gradient g.
   void UpdateChunk(int64_t t, double lr, int64_t i0, int64_t k, const float* g) const;
@@ -156,6 +162,11 @@ class SyncRank {
   std::vector<float> scaled_;
   int64_t samples_ = 0;
   double loss_sum_ = 0;
+  // Batch norm: its layers, the crossings of the gradient phase, and the step's sums again in
+  // the update phase, from which this rank moves the running statistics in its slice.
+  const std::vector<nn::NormSite> norms_;
+  SlotCrossing crossing_;
+  std::vector<double> stats_;
 };
 
 Pause SyncRank::PauseBefore(int64_t t) {
@@ -185,7 +196,7 @@ Pause SyncRank::PauseBefore(int64_t t) {
 }
 
 // Phase 1: the gradient of this rank's share of step t's batch at W[t%2], into slot r.
-void SyncRank::Gradient(int64_t t) {
+int SyncRank::Gradient(int64_t t) {
   if (Fault(FaultPoint::kBeforeCompute, t)) DieNow();
   const int64_t t0 = shm::MonotonicNs();
   // Dropout's mask follows the step and each sample's row (nn/layer.h, PassInfo).
@@ -193,6 +204,10 @@ void SyncRank::Gradient(int64_t t) {
   pass.train = true;
   pass.seed = c_.seed;
   pass.step = t;
+  if (!norms_.empty()) {
+    crossing_.BeginStep(t);
+    pass.stats = &crossing_;
+  }
   const Share share = ShareOf(t, &pass);
   const float* x = share.x;
   const float* y = share.y;
@@ -202,8 +217,10 @@ void SyncRank::Gradient(int64_t t) {
     std::fill(seg_.grad(rank_), seg_.grad(rank_) + n_ / 2, NAN);
     DieNow();
   }
-  slot->loss_sum =
+  const double loss =
       nn::LossAndGrad<float>(spec_, seg_.params(t), x, y, rows, seg_.grad(rank_), ws_, pass);
+  if (crossing_.result() != shm::PhaseBarrier::Result::kOk) return ExitFor(crossing_.result());
+  slot->loss_sum = loss;
   slot->samples = rows;
   slot->step = t;
   shm::AddRelaxed<uint64_t>(self_->samples_total, static_cast<uint64_t>(rows));
@@ -211,6 +228,7 @@ void SyncRank::Gradient(int64_t t) {
   phase_ = 2 * t + 1;
   barrier_.Arrive(phase_);
   if (Fault(FaultPoint::kAtBarrier1, t)) DieNow();
+  return kWorkerOk;
 }
 
 SyncRank::Share SyncRank::ShareOf(int64_t t, nn::PassInfo* pass) {
@@ -304,7 +322,14 @@ int SyncRank::ReduceAndUpdate(int64_t t) {
   if (!ReduceSlice(t, lr, inv, &sq)) return Diverged(t);
   if (clip) {
     if (const int e = UpdateClipped(t, lr, sq, t1, w1); e != kWorkerOk) return e;
-  } else {
+  }
+  if (!norms_.empty()) {
+    // The optimizer wrote the buffers in the slice too (from a zero gradient); they are the
+    // running statistics' alone.
+    SlotCrossing::AddUp(seg_, stats_.data());
+    nn::AdvanceRunningStats(norms_, stats_.data(), seg_.params(t), seg_.params(t + 1), lo_, hi_);
+  }
+  if (!clip) {
     shm::StoreRelaxed(self_->grad_sq, sq);
     shm::StoreRelaxed(self_->grad_sq_step, t);
     shm::AddRelaxed<uint64_t>(self_->reduce_ns_total, BusyNs(t1, w1));
@@ -434,7 +459,9 @@ int SyncRank::Run() {
     const Pause pause = PauseBefore(t);
     if (pause.next == Pause::Next::kEarlyStop) return kWorkerOk;
     if (pause.next == Pause::Next::kExit) return pause.code;
-    if (phase_ == 2 * static_cast<uint64_t>(t)) Gradient(t);
+    if (phase_ == 2 * static_cast<uint64_t>(t)) {
+      if (const int e = Gradient(t); e != kWorkerOk) return e;
+    }
     auto r = barrier_.Wait(2 * t + 1, Deadline());
     if (r != shm::PhaseBarrier::Result::kOk) return ExitFor(r);
     if (const int e = ReduceAndUpdate(t); e != kWorkerOk) return e;

@@ -10,6 +10,7 @@
 #include "master/hosts/hosts.h"
 #include "master/hosts/param_server.h"
 #include "master/kinds/async.h"
+#include "nn/layer.h"
 #include "shm/layout.h"
 
 namespace shmtrain::master {
@@ -69,6 +70,11 @@ class AsyncAcrossHosts final : public AsyncKind {
 // own update t / H.
 Status AsyncAcrossHosts::CheckHosts(const TrainOptions& o) const {
   const std::string hosts = std::to_string(o.host_count);
+  if (nn::StatsCount(o.model) > 0) {
+    return Status::Usage("the model's batch norm layers need one host with --mode async (this "
+                         "run has " + hosts + " hosts): the parameter server does not move "
+                         "their running statistics");
+  }
   if (o.early_stop > 0) {
     return Status::Usage("--early-stop is not available with --mode async across " + hosts +
                          " hosts (mpirun): each host validates its "

@@ -5,6 +5,7 @@
 #include "master/hosts/combiner.h"
 #include "master/hosts/hosts.h"
 #include "master/kinds/sync.h"
+#include "nn/layer.h"
 
 namespace shmtrain::master {
 namespace {
@@ -12,6 +13,15 @@ namespace {
 class SyncAcrossHosts final : public SyncKind {
  public:
   const char* name() const override { return "sync across hosts"; }
+
+  // Batch norm's statistics cross the workers of one host (worker/stats_crossing.h); the
+  // combiner does not carry them between hosts yet.
+  Status CheckHosts(const TrainOptions& o) const override {
+    if (nn::StatsCount(o.model) == 0) return Status::Ok();
+    return Status::Usage("the model's batch norm layers need --mode sync on one host (this run "
+                         "has " + std::to_string(o.host_count) + " hosts): their statistics "
+                         "do not cross hosts yet");
+  }
 
   CrossHostUnit StartCrossHost(const TrainOptions& o, SegmentWrites& seg,
                                const std::shared_ptr<Hosts>& hosts,

@@ -10,6 +10,7 @@
 #include "data/pipeline.h"
 #include "master/cli/flags.h"
 #include "master/kinds/kind.h"
+#include "nn/layer.h"
 #include "nn/optimizer.h"
 #include "shm/segment.h"
 
@@ -31,6 +32,7 @@ shm::Header MakeHeader(const TrainOptions& o, const OptimConfig& optim, int64_t 
   c.hosts = static_cast<uint32_t>(o.host_count);
   c.host_index = static_cast<uint32_t>(o.host_index);
   c.param_count = o.model.ParamCount();
+  c.stats_count = static_cast<uint64_t>(nn::StatsCount(o.model));
   c.rows = rows;
   c.features = features;
   c.total_steps = total_steps;

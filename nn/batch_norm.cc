@@ -1,0 +1,59 @@
+#include "nn/batch_norm.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace shmtrain::nn {
+
+std::vector<NormSite> NormSites(const ModelSpec& spec) {
+  std::vector<NormSite> sites;
+  for (const LayerSite& l : LayerSites(spec)) {
+    if (l.type->stats == nullptr) continue;
+    sites.push_back({l.in.c, l.param_offset + 2 * l.in.c, l.stats_offset, l.spec->args[1]});
+  }
+  return sites;
+}
+
+namespace {
+
+// out[i] = f(i - first) for the entries i of [first, first + count) inside [lo, hi).
+template <class F>
+void Within(int64_t first, int64_t count, int64_t lo, int64_t hi, F f) {
+  for (int64_t i = std::max(first, lo); i < std::min(first + count, hi); ++i) f(i, i - first);
+}
+
+}  // namespace
+
+void AdvanceRunningStats(const std::vector<NormSite>& sites, const double* stats,
+                         const float* in, float* out, int64_t lo, int64_t hi) {
+  for (const NormSite& s : sites) {
+    const int64_t c = s.channels;
+    const BatchMoments mom(stats + s.stats, c);
+    const double m = s.momentum;
+    const double unbias = mom.count > 1 ? mom.count / (mom.count - 1) : 1;
+    Within(s.running, c, lo, hi, [&](int64_t i, int64_t k) {
+      out[i] = static_cast<float>((1 - m) * static_cast<double>(in[i]) + m * mom.Mean(k));
+    });
+    Within(s.running + c, c, lo, hi, [&](int64_t i, int64_t k) {
+      out[i] = static_cast<float>((1 - m) * static_cast<double>(in[i]) +
+                                  m * mom.Variance(k) * unbias);
+    });
+    Within(s.running + 2 * c, 1, lo, hi, [&](int64_t i, int64_t) { out[i] = in[i] + 1; });
+  }
+}
+
+void ClearBufferGradients(const std::vector<NormSite>& sites, float* grad, int64_t lo,
+                          int64_t hi) {
+  for (const NormSite& s : sites) {
+    Within(s.running, 2 * s.channels + 1, lo, hi, [&](int64_t i, int64_t) { grad[i] = 0; });
+  }
+}
+
+RecordedStats::RecordedStats(const ModelSpec& spec)
+    : stats_(static_cast<size_t>(StatsCount(spec)), 0.0) {}
+
+void RecordedStats::Sum(int64_t offset, double* sums, int64_t count) {
+  std::memcpy(stats_.data() + offset, sums, static_cast<size_t>(count) * sizeof(double));
+}
+
+}  // namespace shmtrain::nn

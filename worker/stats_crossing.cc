@@ -1,0 +1,46 @@
+#include "worker/stats_crossing.h"
+
+#include "shm/futex.h"
+
+namespace shmtrain::worker {
+
+SlotCrossing::SlotCrossing(const shm::Segment& seg, int rank, shm::PhaseBarrier& barrier,
+                           int64_t timeout_ns)
+    : seg_(seg),
+      rank_(rank),
+      P_(static_cast<int>(seg.header()->config.workers)),
+      barrier_(barrier),
+      timeout_ns_(timeout_ns),
+      per_step_(seg.header()->config.stats_count + 1) {}
+
+void SlotCrossing::BeginStep(int64_t t) {
+  next_ = static_cast<uint64_t>(t) * per_step_ + 1;
+  result_ = shm::PhaseBarrier::Result::kOk;
+}
+
+void SlotCrossing::Sum(int64_t offset, double* sums, int64_t count) {
+  if (result_ != shm::PhaseBarrier::Result::kOk) return;
+  double* mine = seg_.stats(rank_) + offset;
+  for (int64_t j = 0; j < count; ++j) shm::StoreRelaxed(mine[j], sums[j]);
+  const uint64_t seq = next_++;
+  barrier_.PublishStats(seq);
+  result_ = barrier_.WaitStats(seq, shm::MonotonicNs() + timeout_ns_);
+  if (result_ != shm::PhaseBarrier::Result::kOk) return;
+  for (int64_t j = 0; j < count; ++j) sums[j] = shm::LoadRelaxed(seg_.stats(0)[offset + j]);
+  for (int q = 1; q < P_; ++q) {
+    const double* theirs = seg_.stats(q) + offset;
+    for (int64_t j = 0; j < count; ++j) sums[j] += shm::LoadRelaxed(theirs[j]);
+  }
+}
+
+void SlotCrossing::AddUp(const shm::Segment& seg, double* out) {
+  const auto& c = seg.header()->config;
+  const auto n = static_cast<int64_t>(c.stats_count);
+  for (int64_t j = 0; j < n; ++j) out[j] = shm::LoadRelaxed(seg.stats(0)[j]);
+  for (int q = 1; q < static_cast<int>(c.workers); ++q) {
+    const double* theirs = seg.stats(q);
+    for (int64_t j = 0; j < n; ++j) out[j] += shm::LoadRelaxed(theirs[j]);
+  }
+}
+
+}  // namespace shmtrain::worker
