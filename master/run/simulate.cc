@@ -5,6 +5,7 @@
 #include "data/batch_plan.h"
 #include "data/pipeline.h"
 #include "master/run/segment_header.h"
+#include "nn/batch_norm.h"
 #include "nn/metrics.h"
 #include "nn/model.h"
 #include "nn/update.h"
@@ -35,17 +36,28 @@ SimResult Simulate(const TrainOptions& o, const RunData& rd, int M, AsyncRule ru
   nn::Workspace<float> ws;
   data::BatchPlan plan(d.rows, o.batch, o.seed);
   std::vector<int64_t> idx;
+  // A training pass, as a worker's (worker/async_loop.cc): dropout drops, batch norm uses the
+  // minibatch's statistics and then moves the running ones by them.
+  const std::vector<nn::NormSite> norms = nn::NormSites(spec);
+  nn::RecordedStats recorded(spec);
+  nn::PassInfo pass;
+  pass.train = true;
+  pass.seed = o.seed;
+  pass.stats = norms.empty() ? nullptr : &recorded;
   for (int64_t u = 0; u < updates; ++u) {
     const int64_t read = std::max<int64_t>(0, u - (M - 1));
     const nn::AlignedVector<float>& w_bak = history[read % M];
     plan.Share(u, 0, 1, &idx);
     const int64_t rows = static_cast<int64_t>(idx.size());
     data::GatherRows(d.x.data(), d.y.data(), f, idx, &bx, &by);
-    nn::LossAndGrad<float>(spec, w_bak.data(), bx.data(), by.data(), rows, grad.data(), ws);
+    pass.step = u;
+    pass.rows = idx.data();
+    nn::LossAndGrad<float>(spec, w_bak.data(), bx.data(), by.data(), rows, grad.data(), ws, pass);
     const float inv = 1.0f / static_cast<float>(rows);
     for (float& g : grad) g *= inv;
     nn::ApplyRule<nn::PlainAccess>(rp, n, w.data(), w_bak.data(), grad.data(),
                                    mean_square[u % M].data());
+    nn::AdvanceRunningStats(norms, recorded.data(), w.data(), w.data(), 0, n);
     history[(u + 1) % M] = w;
   }
   SimResult r;

@@ -1,0 +1,226 @@
+// Batch norm against PyTorch's definitions written as loops in the test: the running
+// statistics a training pass moves, evaluation with them, and P = 1, 2, 3 sync workers through
+// the CLI against an independent reference in double that normalises with the statistics of
+// the whole batch (so P workers train what one process trains at the full batch).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "nn/batch_norm.h"
+#include "nn/model.h"
+#include "tests/line_images.h"
+#include "tests/proc_util.h"
+#include "tests/reference.h"
+
+namespace shmtrain {
+namespace {
+
+using test::Images;
+using test::ProcResult;
+
+constexpr double kEps = 1e-5, kMomentum = 0.1;
+
+// ---- the layer and its running statistics, one process ------------------------------------
+
+// x: n samples of c channels of `pixels` values, channels-last. The batch's mean and biased
+// variance per channel, in double, as torch.var(unbiased=False) over (N, H, W).
+void Moments(const std::vector<double>& x, int64_t c, std::vector<double>* mean,
+             std::vector<double>* var) {
+  const int64_t m = static_cast<int64_t>(x.size()) / c;
+  mean->assign(c, 0.0);
+  var->assign(c, 0.0);
+  for (int64_t p = 0; p < m; ++p)
+    for (int64_t k = 0; k < c; ++k) (*mean)[k] += x[p * c + k] / m;
+  for (int64_t p = 0; p < m; ++p)
+    for (int64_t k = 0; k < c; ++k) (*var)[k] += (x[p * c + k] - (*mean)[k]) * (x[p * c + k] - (*mean)[k]) / m;
+}
+
+ModelSpec OneLayer(Shape in, const std::string& text) {
+  ModelSpec spec;
+  spec.input = in;
+  spec.loss = Loss::kMse;
+  EXPECT_TRUE(nn::ParseModelText(text, &spec.layers).ok());
+  return spec;
+}
+
+// Training normalises with the batch's statistics; three passes move the running statistics
+// as torch.nn.BatchNorm2d(momentum=0.1) does (the variance unbiased), and num_batches_tracked
+// counts them; evaluation normalises with the running statistics.
+TEST(BatchNorm, TrainingMovesTheRunningStatisticsAndEvaluationUsesThem) {
+  const Shape in{3, 4, 5};
+  const int64_t c = 3, n = 4, m = n * 20;
+  const ModelSpec spec = OneLayer(in, "batchnorm2d");
+  auto layer = nn::FindLayerType("batchnorm2d")->make_double(spec.layers[0], in, in);
+  std::vector<float> w(spec.ParamCount());
+  nn::InitParams(spec, Init::kTorch, 1, w.data());
+  for (int64_t k = 0; k < c; ++k) {  // weight, bias off their defaults
+    w[k] = 0.5f + static_cast<float>(k);
+    w[c + k] = -0.25f * static_cast<float>(k);
+  }
+  std::vector<double> rm(c, 0.0), rv(c, 1.0);
+  const std::vector<nn::NormSite> sites = nn::NormSites(spec);
+  ASSERT_EQ(sites.size(), 1u);
+  nn::RecordedStats recorded(spec);
+  for (int step = 0; step < 3; ++step) {
+    std::vector<double> x(static_cast<size_t>(m * c));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37 * i + step) * (1 + step) + step;
+    nn::PassInfo pass;
+    pass.train = true;
+    pass.stats = &recorded;
+    std::vector<double> wd(w.begin(), w.end()), y(x.size());
+    layer->Forward(wd.data(), x.data(), n, pass, y.data());
+    std::vector<double> mean, var;
+    Moments(x, c, &mean, &var);
+    for (int64_t p = 0; p < m; ++p)
+      for (int64_t k = 0; k < c; ++k) {
+        const double want = (x[p * c + k] - mean[k]) / std::sqrt(var[k] + kEps) * w[k] + w[c + k];
+        ASSERT_NEAR(y[p * c + k], want, 1e-12) << "step " << step;
+      }
+    nn::AdvanceRunningStats(sites, recorded.data(), w.data(), w.data(), 0,
+                            static_cast<int64_t>(w.size()));
+    for (int64_t k = 0; k < c; ++k) {
+      rm[k] = (1 - kMomentum) * rm[k] + kMomentum * mean[k];
+      rv[k] = (1 - kMomentum) * rv[k] + kMomentum * var[k] * m / (m - 1);
+      EXPECT_NEAR(w[2 * c + k], rm[k], 1e-6 * std::max(1.0, std::abs(rm[k]))) << "running_mean";
+      EXPECT_NEAR(w[3 * c + k], rv[k], 1e-6 * std::max(1.0, rv[k])) << "running_var";
+    }
+    EXPECT_EQ(w[4 * c], static_cast<float>(step + 1)) << "num_batches_tracked";
+  }
+  // Evaluation: (x - running_mean) / sqrt(running_var + eps) * weight + bias.
+  std::vector<double> x(static_cast<size_t>(m * c)), y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::cos(0.11 * i);
+  std::vector<double> wd(w.begin(), w.end());
+  layer->Forward(wd.data(), x.data(), n, nn::PassInfo{}, y.data());
+  for (int64_t p = 0; p < m; ++p)
+    for (int64_t k = 0; k < c; ++k) {
+      const double want = (x[p * c + k] - wd[2 * c + k]) / std::sqrt(wd[3 * c + k] + kEps) * wd[k] + wd[c + k];
+      ASSERT_NEAR(y[p * c + k], want, 1e-12);
+    }
+}
+
+// ---- P sync workers through the CLI against a reference in double -------------------------
+
+// conv2d(4,3,padding=1,bias=false),batchnorm2d,relu,adaptiveavgpool2d(1),flatten,linear(3) on
+// 30 images of 1x6x6. Parameters in the product's layout: the convolution's W (4 x 9,
+// column-major: W[o + t*4], t = ky*3 + kx), batch norm's weight, bias, running_mean,
+// running_var, num_batches_tracked (4, 4, 4, 4, 1), the linear layer's W (3 x 4, column-major)
+// and b (3).
+const char* kModel = "conv2d(4,3,padding=1,bias=false),batchnorm2d,relu,adaptiveavgpool2d(1),"
+                     "flatten,linear(3)";
+constexpr int K = 4, kBn = 9 * K, kLin = kBn + 4 * K + 1, kParams = kLin + 3 * K + 3;
+
+// The mean cross-entropy of the full batch, batch norm with the full batch's statistics; the
+// batch's per-channel mean and biased variance into *mean, *var when given.
+double RefLoss(const std::vector<double>& w, const Images& d, std::vector<double>* mean = nullptr,
+               std::vector<double>* var = nullptr) {
+  const int rows = Images::kRows;
+  std::vector<double> z(static_cast<size_t>(rows * 36 * K));  // [i][pixel][o]
+  for (int i = 0; i < rows; ++i) {
+    const double* img = d.x.data() + i * Images::kPixels;
+    for (int o = 0; o < K; ++o)
+      for (int y = 0; y < 6; ++y)
+        for (int x = 0; x < 6; ++x) {
+          double s = 0;
+          for (int ky = 0; ky < 3; ++ky)
+            for (int kx = 0; kx < 3; ++kx) {
+              const int iy = y + ky - 1, ix = x + kx - 1;
+              if (iy >= 0 && iy < 6 && ix >= 0 && ix < 6) s += w[o + (ky * 3 + kx) * K] * img[iy * 6 + ix];
+            }
+          z[(i * 36 + y * 6 + x) * K + o] = s;
+        }
+  }
+  std::vector<double> mu, v;
+  Moments(z, K, &mu, &v);
+  double total = 0;
+  for (int i = 0; i < rows; ++i) {
+    double pooled[K] = {};
+    for (int p = 0; p < 36; ++p)
+      for (int o = 0; o < K; ++o) {
+        const double b = (z[(i * 36 + p) * K + o] - mu[o]) / std::sqrt(v[o] + kEps) * w[kBn + o] + w[kBn + K + o];
+        pooled[o] += std::max(b, 0.0) / 36;
+      }
+    double out[3];
+    for (int u = 0; u < 3; ++u) {
+      out[u] = w[kLin + 3 * K + u];
+      for (int j = 0; j < K; ++j) out[u] += w[kLin + u + j * 3] * pooled[j];
+    }
+    const double mx = std::max({out[0], out[1], out[2]});
+    total += mx + std::log(std::exp(out[0] - mx) + std::exp(out[1] - mx) + std::exp(out[2] - mx)) -
+             out[d.y[i]];
+  }
+  if (mean != nullptr) *mean = mu;
+  if (var != nullptr) *var = v;
+  return total / rows;
+}
+
+// SGD on the full batch (the gradient by central differences, the buffers left out), then the
+// running statistics moved by the step's batch statistics.
+std::vector<double> RefTrain(std::vector<double> w, const Images& d, int steps, double lr) {
+  const double h = 1e-6, m = Images::kRows * 36;
+  for (int t = 0; t < steps; ++t) {
+    std::vector<double> mean, var, g(w.size(), 0.0);
+    RefLoss(w, d, &mean, &var);
+    for (size_t p = 0; p < w.size(); ++p) {
+      if (p >= kBn + 2 * K && p < kLin) continue;  // a buffer
+      const double keep = w[p];
+      w[p] = keep + h;
+      const double up = RefLoss(w, d);
+      w[p] = keep - h;
+      const double down = RefLoss(w, d);
+      w[p] = keep;
+      g[p] = (up - down) / (2 * h);
+    }
+    for (size_t p = 0; p < w.size(); ++p) w[p] -= lr * g[p];
+    for (int o = 0; o < K; ++o) {
+      w[kBn + 2 * K + o] = (1 - kMomentum) * w[kBn + 2 * K + o] + kMomentum * mean[o];
+      w[kBn + 3 * K + o] = (1 - kMomentum) * w[kBn + 3 * K + o] + kMomentum * var[o] * m / (m - 1);
+    }
+    w[kBn + 4 * K] += 1;
+  }
+  return w;
+}
+
+std::vector<std::string> Train(const std::string& data, int workers, int steps, const std::string& lr,
+                               const std::string& save) {
+  return {"train", "--data", data, "--input-shape", "1,6,6", "--model", kModel, "--loss", "xent",
+          "--workers", std::to_string(workers), "--lr", lr, "--steps", std::to_string(steps),
+          "--seed", "5", "--save", save};
+}
+
+TEST(BatchNormRun, PSyncWorkersTrainWhatTheFullBatchReferenceTrains) {
+  test::TempDir dir;
+  const Images d;
+  const std::string data = dir.Write("images.csv", d.Csv());
+  ProcResult r = test::Shmtrain(Train(data, 1, 1, "1e-30", dir.File("init.model")), test::milliseconds{120'000});
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  const Model m0 = test::LoadSaved(dir.File("init.model"));
+  ASSERT_EQ(m0.params.size(), static_cast<size_t>(kParams));
+  std::vector<double> w0(m0.params.begin(), m0.params.end());
+  // The initial buffers: one step at a rate that moves nothing else moved them once.
+  for (int o = 0; o < K; ++o) {
+    w0[kBn + 2 * K + o] = 0;
+    w0[kBn + 3 * K + o] = 1;
+  }
+  w0[kBn + 4 * K] = 0;
+  const int steps = 5;
+  const std::vector<double> want = RefTrain(w0, d, steps, 0.5);
+  EXPECT_GT(test::MaxScaledDiff(std::vector<double>(w0.begin(), w0.end()), want), 1e-2)
+      << "the reference barely trained: the comparison says little";
+  for (const int workers : {1, 2, 3}) {
+    SCOPED_TRACE(std::to_string(workers) + " workers");
+    r = test::Shmtrain(Train(data, workers, steps, "0.5", dir.File("trained.model")), test::milliseconds{120'000});
+    ASSERT_EQ(r.exit_code, 0) << r.Describe();
+    const std::vector<float> got = test::LoadSaved(dir.File("trained.model")).params;
+    const double diff = test::MaxScaledDiff(got, want);
+    std::printf("[ batch norm P=%d ] against the full-batch reference: %.3g\n", workers, diff);
+    // Float rounding leaves about 1e-8; a biased running variance leaves 2e-6.
+    EXPECT_LE(diff, 1e-6);
+    EXPECT_EQ(got[kBn + 4 * K], static_cast<float>(steps)) << "num_batches_tracked";
+  }
+}
+
+}  // namespace
+}  // namespace shmtrain
