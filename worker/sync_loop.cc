@@ -124,7 +124,8 @@ class SyncRank {
   int UpdateClipped(int64_t t, double lr, double sq, int64_t t1, uint64_t w1);
   // Rank 0: the step's mean loss into the loss ring, when t is a logged step.
   void RecordLoss(int64_t t);
-  // Reduce time since t1 excludes waits (several hosts: for GS), which count as barrier wait.
+  // Time since t1 without the barrier's waits in it (several hosts: for GS; batch norm's
+  // crossings), which count as barrier wait.
   uint64_t BusyNs(int64_t t1, uint64_t w1) const {
     return static_cast<uint64_t>(shm::MonotonicNs() - t1) - (barrier_.waited_ns() - w1);
   }
@@ -199,6 +200,7 @@ Pause SyncRank::PauseBefore(int64_t t) {
 int SyncRank::Gradient(int64_t t) {
   if (Fault(FaultPoint::kBeforeCompute, t)) DieNow();
   const int64_t t0 = shm::MonotonicNs();
+  const uint64_t w0 = barrier_.waited_ns();
   // Dropout's mask follows the step and each sample's row (nn/layer.h, PassInfo).
   nn::PassInfo pass;
   pass.train = true;
@@ -224,7 +226,8 @@ int SyncRank::Gradient(int64_t t) {
   slot->samples = rows;
   slot->step = t;
   shm::AddRelaxed<uint64_t>(self_->samples_total, static_cast<uint64_t>(rows));
-  shm::AddRelaxed<uint64_t>(self_->compute_ns_total, static_cast<uint64_t>(shm::MonotonicNs() - t0));
+  // Batch norm's crossings waited at the barrier (counted there), not computed.
+  shm::AddRelaxed<uint64_t>(self_->compute_ns_total, BusyNs(t0, w0));
   phase_ = 2 * t + 1;
   barrier_.Arrive(phase_);
   if (Fault(FaultPoint::kAtBarrier1, t)) DieNow();
