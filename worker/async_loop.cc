@@ -17,7 +17,9 @@
 //      without applying; a gradient too stale (--max-staleness) is dropped, counted and
 //      recomputed on the SAME ticket from freshly read parameters;
 //   3. raises commit to odd, applies, advances param_version, stores ticket = -1, and only
-//      then stores commit even (counted, flag down).
+//      then stores commit even (counted, flag down). With batch norm, the apply also moves
+//      the shared running statistics by the minibatch's own statistics (nn/batch_norm.h):
+//      an update normalises with its own rows, as no rank waits for another.
 // What a death at each point leaves, and who repairs it:
 //   before 1, or after 3                ticket -1: nothing is held, nothing is lost;
 //   between the fetch_add and the store ticket -1 while u is out: the one window (two
