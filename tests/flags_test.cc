@@ -4,6 +4,7 @@
 // and the run fingerprint.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -370,6 +371,36 @@ TEST(FlagTable, OtherWorkerFlagsLeaveTheFingerprintAlone) {
     ASSERT_NE(it, Samples().end());
     const auto [a, b] = Runs(f, it->second);
     EXPECT_EQ(a.fingerprint, b.fingerprint) << "changes the fingerprint: mark it `trajectory`";
+  }
+}
+
+// Checkpoints carry the fingerprint of the run that wrote them, and a run resumes one only when
+// its own fingerprint is the same: these runs' fingerprints, as the builds before them computed
+// them, must stay what they were (tests/fixtures/v0.1 holds one such checkpoint). A change to
+// OptimConfig, RunFingerprint or the flags' resolution that moves one of these strands every
+// checkpoint of that kind of run.
+TEST(FlagTable, FingerprintsOfEarlierRunsStay) {
+  const std::vector<std::pair<std::vector<std::string>, uint64_t>> runs = {
+      {{}, 0x5d8a45df147168b9},
+      {{"--momentum", "0.9", "--batch", "10"}, 0x84e3d365f93c407e},
+      {{"--optimizer", "adam", "--lr-schedule", "cosine", "--warmup-steps", "3", "--clip-norm",
+        "1", "--weight-decay", "0.01"},
+       0x69c748e7c51592b6},
+      {{"--lr-schedule", "step", "--lr-step-every", "4", "--lr-gamma", "0.5"}, 0x53751f0c1b7ffd1d},
+      {{"--lr-schedule", "exponential", "--lr-gamma", "0.9", "--mode", "async"},
+       0x82cfcc00802f2927},
+      {{"--optimizer", "adamw", "--lr-schedule", "cosine", "--lr-min", "0.01", "--epochs", "3"},
+       0x9654c4994af550fc},
+  };
+  for (const auto& [given, want] : runs) {
+    std::vector<std::string> args = {"shmtrain", "train", "--no-metrics", "--example",
+                                     "parabola", "--layers", "1,5,1", "--lr", "0.1"};
+    args.insert(args.end(), given.begin(), given.end());
+    if (std::find(given.begin(), given.end(), "--epochs") == given.end()) {
+      args.insert(args.end(), {"--steps", "10"});
+    }
+    const uint64_t got = master::Run(args).fingerprint;
+    EXPECT_EQ(got, want) << "the fingerprint of this run moved";
   }
 }
 
