@@ -94,7 +94,7 @@ namespace shmtrain::shm {
 // "SHMTRAIN" read as a little-endian 64-bit integer.
 inline constexpr uint64_t kMagic = 0x4E494152544D4853ull;
 // Bump on every change to any struct in this file or to the meaning of a field.
-inline constexpr uint32_t kAbiVersion = 13;
+inline constexpr uint32_t kAbiVersion = 14;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr int kMaxWorkers = 256;
 // Loss records kept for the master's log (by log index modulo this).

@@ -40,7 +40,7 @@ namespace {
   } while (0)
 
 TEST(Layout, PinsEveryField) {
-  EXPECT_EQ(kAbiVersion, 13u);
+  EXPECT_EQ(kAbiVersion, 14u);
   EXPECT_EQ(std::memcmp(&kMagic, "SHMTRAIN", 8), 0);
   EXPECT_EQ(kLossRing, 4096);
   EXPECT_EQ(kMaxModelText, 4096u);
@@ -68,7 +68,7 @@ TEST(Layout, PinsEveryField) {
   PIN(Header, snapshot_stride, 184, 8);
   PIN(Header, host_sum_offset, 192, 8);
   PIN(Header, global_sum_offset, 200, 8);
-  PIN(Header, config, 208, 4480);
+  PIN(Header, config, 208, 4512);
   PIN(Header, abort_epoch, 4736, 4);
   PIN(Header, wake_seq, 4800, 4);
   PIN(Header, waiters, 4804, 4);
@@ -86,7 +86,7 @@ TEST(Layout, PinsEveryField) {
   PIN(Header, step1_end_ns, 5184, 8);
   PIN(Header, last_end_ns, 5192, 8);
   PIN(Header, loss_ring, 5200, 65536);
-  EXPECT_EQ(sizeof(RunConfig), 4480u);
+  EXPECT_EQ(sizeof(RunConfig), 4512u);
   PIN(RunConfig, mode, 0, 4);
   PIN(RunConfig, loss, 4, 4);
   PIN(RunConfig, input_shape, 8, 24);
@@ -118,9 +118,9 @@ TEST(Layout, PinsEveryField) {
   PIN(RunConfig, first_step, 4288, 8);
   PIN(RunConfig, eval_every, 4296, 8);
   PIN(RunConfig, snapshots, 4304, 8);
-  PIN(RunConfig, optim, 4312, 144);
-  PIN(RunConfig, augment, 4456, 16);
-  PIN(RunConfig, stats_count, 4472, 8);
+  PIN(RunConfig, optim, 4312, 176);
+  PIN(RunConfig, augment, 4488, 16);
+  PIN(RunConfig, stats_count, 4504, 8);
   EXPECT_EQ(sizeof(WorkerBlock), 768u);
   PIN(WorkerBlock, phase, 0, 8);
   PIN(WorkerBlock, heartbeat_ns, 8, 8);
@@ -151,7 +151,7 @@ TEST(Layout, PinsEveryField) {
   PIN(SlotHeader, step, 0, 8);
   PIN(SlotHeader, samples, 8, 8);
   PIN(SlotHeader, loss_sum, 16, 8);
-  EXPECT_EQ(sizeof(OptimConfig), 144u);
+  EXPECT_EQ(sizeof(OptimConfig), 176u);
   PIN(OptimConfig, optimizer, 0, 4);
   PIN(OptimConfig, num_states, 4, 4);
   PIN(OptimConfig, hyper, 8, 64);
@@ -165,6 +165,7 @@ TEST(Layout, PinsEveryField) {
   PIN(OptimConfig, gamma, 120, 8);
   PIN(OptimConfig, lr_min, 128, 8);
   PIN(OptimConfig, total_steps, 136, 8);
+  PIN(OptimConfig, milestones, 144, 32);
   EXPECT_EQ(sizeof(LossRecord), 16u);
   PIN(LossRecord, tag, 0, 8);
   PIN(LossRecord, loss, 8, 8);

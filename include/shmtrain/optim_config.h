@@ -15,6 +15,10 @@ namespace shmtrain {
 
 inline constexpr int kMaxHyper = 8;   // hyper-parameters one optimizer may declare
 inline constexpr int kMaxStates = 4;  // state vectors one optimizer may keep
+// Milestones one schedule may take (multistep, --lr-milestones). Four hold every MultiStepLR
+// recipe in common use (two for ResNet on CIFAR, three for wide ResNets) in 32 bytes, which
+// the segment's RunConfig absorbs without moving the Header's control words.
+inline constexpr int kMaxMilestones = 4;
 
 struct OptimConfig {
   uint32_t optimizer;   // OptimizerDef::id (nn/optimizer.h)
@@ -31,6 +35,11 @@ struct OptimConfig {
   double gamma;             // step and exponential: the decay factor
   double lr_min;            // cosine: the floor reached at the last update
   int64_t total_steps;      // the run's updates (cosine's horizon)
+  // multistep: the updates after the warmup at which the rate is multiplied by gamma, strictly
+  // increasing, each >= 1; 0 after the last (all 0 for every other schedule). Last, so that the
+  // bytes before it are those of the releases before it, which fingerprints of runs without
+  // milestones keep hashing alone (master/files/checkpoint.cc).
+  int64_t milestones[kMaxMilestones];
 };
 
 static_assert(std::is_trivially_copyable_v<OptimConfig> && std::is_standard_layout_v<OptimConfig>,

@@ -1,6 +1,7 @@
 #include "master/files/checkpoint.h"
 
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 
 #include "core/bytes.h"
@@ -10,6 +11,12 @@
 
 namespace shmtrain {
 namespace {
+
+// The bytes of OptimConfig that fingerprints hash whatever the schedule: all of it before
+// multistep's milestones, as the releases before them hashed it.
+constexpr size_t kOptimConfigBeforeMilestones = offsetof(OptimConfig, milestones);
+static_assert(kOptimConfigBeforeMilestones == 144,
+              "the OptimConfig of earlier releases: their checkpoints' fingerprints hash these");
 
 // FNV-1a over the bytes of each field, in a fixed order.
 class Hasher {
@@ -27,6 +34,23 @@ class Hasher {
  private:
   uint64_t h_ = 0xCBF29CE484222325ull;
 };
+
+// The resolved optimizer. The run's length matters only to a schedule that spans it
+// (ScheduleDef::spans_run, e.g. cosine): another --steps may otherwise extend a run from its
+// checkpoint. The fields before the milestones are the whole OptimConfig of the releases before
+// them, hashed as they were (their checkpoints keep their fingerprints); the milestones only
+// when the schedule has some (multistep), as many as it has.
+void HashOptim(const OptimConfig& optim, Hasher* h) {
+  OptimConfig oc = optim;
+  if (!nn::SpansRun(oc)) oc.total_steps = 0;
+  h->Bytes(&oc, kOptimConfigBeforeMilestones);
+  int milestones = 0;
+  while (milestones < kMaxMilestones && oc.milestones[milestones] != 0) ++milestones;
+  if (milestones > 0) {
+    h->Add<uint32_t>(static_cast<uint32_t>(milestones));
+    for (int i = 0; i < milestones; ++i) h->Add<int64_t>(oc.milestones[i]);
+  }
+}
 
 // n floats from p, which need not be aligned. (memcpy into an empty vector would pass its
 // null data(), which memcpy does not allow even for no bytes.)
@@ -104,11 +128,7 @@ uint64_t RunFingerprint(const TrainOptions& o, const OptimConfig& optim, const D
     h.Add<uint64_t>(o.augment.size());
     h.Bytes(o.augment.data(), o.augment.size());
   }
-  // The run's length matters only to a schedule that spans it (ScheduleDef::spans_run, e.g.
-  // cosine): another --steps may otherwise extend a run from its checkpoint.
-  OptimConfig oc = optim;
-  if (!nn::SpansRun(oc)) oc.total_steps = 0;
-  h.Bytes(&oc, sizeof oc);
+  HashOptim(optim, &h);
   h.Add<int64_t>(o.batch);
   h.Add<uint64_t>(o.seed);
   h.Add<int32_t>(o.workers);
