@@ -14,14 +14,51 @@ extern const ScheduleDef kConstant;
 extern const ScheduleDef kStep;
 extern const ScheduleDef kCosine;
 extern const ScheduleDef kExponential;
+extern const ScheduleDef kMultiStep;
 
 const std::vector<const ScheduleDef*>& Schedules() {
-  static const std::vector<const ScheduleDef*> all = {&kConstant, &kStep, &kCosine, &kExponential};
+  static const std::vector<const ScheduleDef*> all = {&kConstant, &kStep, &kCosine, &kExponential,
+                                                      &kMultiStep};
   return all;
 }
 
+namespace {
+
+// "30,80": a list of milestones as --lr-milestones takes it.
+std::string MilestoneText(const std::vector<int64_t>& m) {
+  std::string s;
+  for (int64_t x : m) s += (s.empty() ? "" : ",") + std::to_string(x);
+  return s;
+}
+
+// --lr-milestones: strictly increasing, each >= 1, at most kMaxMilestones; a refusal quotes
+// the list as typed.
+Status CheckMilestones(const TrainOptions& o) {
+  const std::vector<int64_t>& m = o.lr_milestones;
+  const std::string in = " (in '" + o.As("--lr-milestones", MilestoneText(m)) + "')";
+  if (m.empty()) return Status::Usage("--lr-milestones: needs at least one step");
+  if (m.size() > static_cast<size_t>(kMaxMilestones)) {
+    return Status::Usage("--lr-milestones: at most " + std::to_string(kMaxMilestones) +
+                         " milestones, got " + std::to_string(m.size()) + in);
+  }
+  for (size_t i = 0; i < m.size(); ++i) {
+    if (m[i] < 1) {
+      return Status::Usage("--lr-milestones: each must be >= 1, got " + std::to_string(m[i]) + in);
+    }
+    if (i > 0 && m[i] <= m[i - 1]) {
+      return Status::Usage("--lr-milestones: must be strictly increasing, got " +
+                           std::to_string(m[i]) + " after " + std::to_string(m[i - 1]) + in);
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 // ---- the flags schedules take, each with its fixed fields.
 const std::vector<ScheduleFlag>& ScheduleFlags() {
+  static const std::string milestone_limits =
+      "steps >= 1, strictly increasing, at most " + std::to_string(kMaxMilestones);
   static const std::vector<ScheduleFlag> all = {
       {.flag = "--lr-step-every",
        .value_name = "N",
@@ -58,6 +95,12 @@ const std::vector<ScheduleFlag>& ScheduleFlags() {
          }
          return Status::Ok();
        }},
+      {.flag = "--lr-milestones",
+       .value_name = "M1,M2,...",
+       .limits = milestone_limits.c_str(),
+       .given_list = &TrainOptions::lr_milestones,
+       .resolved_list = &OptimConfig::milestones,
+       .check = CheckMilestones},
   };
   return all;
 }
@@ -71,16 +114,17 @@ const ScheduleTakes* TakesOf(const ScheduleDef& d, std::string_view flag) {
   return nullptr;
 }
 
-// "step or exponential": the schedules that take `flag`, with how many they are.
+// "step, exponential or multistep": the schedules that take `flag`, with how many they are.
 std::pair<std::string, int> Taking(std::string_view flag) {
-  std::string s;
-  int n = 0;
+  std::vector<std::string> names;
   for (const ScheduleDef* d : Schedules()) {
-    if (TakesOf(*d, flag) == nullptr) continue;
-    s += (s.empty() ? "" : " or ") + std::string(d->name);
-    ++n;
+    if (TakesOf(*d, flag) != nullptr) names.push_back(d->name);
   }
-  return {s, n};
+  std::string s;
+  for (size_t i = 0; i < names.size(); ++i) {
+    s += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  }
+  return {s, static_cast<int>(names.size())};
 }
 
 Status UnknownSchedule(const std::string& name) {
@@ -88,10 +132,18 @@ Status UnknownSchedule(const std::string& name) {
                        ScheduleNames(", ") + ")");
 }
 
-// The value `o` gives for f when d takes it, else d's default; 0 when d does not take f.
+// The value `o` gives for f when d takes it, else d's default; 0 when d does not take f (a
+// list: its values, then 0; all 0 when d does not take it).
 void ResolveFlag(const ScheduleFlag& f, const ScheduleTakes* use, const TrainOptions& o,
                  OptimConfig* c) {
-  if (f.resolved_int != nullptr) {
+  if (f.resolved_list != nullptr) {
+    const std::vector<int64_t>& v = o.*f.given_list;
+    SHMTRAIN_CHECK(v.size() <= static_cast<size_t>(kMaxMilestones), "a list flag's check passed");
+    int64_t* out = c->*f.resolved_list;
+    for (size_t i = 0; i < static_cast<size_t>(kMaxMilestones); ++i) {
+      out[i] = use != nullptr && i < v.size() ? v[i] : 0;
+    }
+  } else if (f.resolved_int != nullptr) {
     const int64_t v = o.*f.given_int;
     c->*f.resolved_int =
         use == nullptr ? 0 : v != 0 ? v : static_cast<int64_t>(use->default_value);
@@ -108,7 +160,7 @@ const ScheduleDef* FindSchedule(uint32_t id) { return FindById(Schedules(), id);
 std::string ScheduleNames(const char* sep) { return NamesOf(Schedules(), sep); }
 
 std::string ScheduleHelp() {
-  std::string s = "the rate s updates after the warmup, of S (N, G, X: the flags below): ";
+  std::string s = "the rate s updates after the warmup, of S (N, G, X, Mi: the flags below): ";
   for (const ScheduleDef* d : Schedules()) {
     s += std::string(d == Schedules().front() ? "" : "; ") + d->name + ": " + d->summary;
   }

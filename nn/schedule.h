@@ -7,7 +7,8 @@
 //   t < W:  lr_t = lr * (t + 1) / W      (PyTorch: LinearLR(start_factor=1/W, total_iters=W-1))
 //   else    lr_t = the schedule's rate at s = t - W of the remaining S = T - W updates, e.g.
 //           step: lr * gamma^floor(s / step_every) (StepLR). Each schedule's definition, with
-//           its PyTorch class, opens its file in nn/schedules/.
+//           its PyTorch class, opens its file in nn/schedules/. Every schedule counts s from
+//           the end of the warmup, as PyTorch's SequentialLR([LinearLR, ...], [W]) does.
 //
 // A schedule is a ScheduleDef: its id (stored), its name, the flags it takes with what each
 // means to it and its default (or that it is required), whether its rate depends on the run's
@@ -19,9 +20,11 @@
 // the rate after the warmup, refusals without a required flag, the run's length) without a
 // test of its own.
 //
-// The values a schedule takes are the ScheduleFlags (--lr-step-every, --lr-gamma, --lr-min),
-// each with a fixed home in TrainOptions and in OptimConfig: a schedule reuses them. A new flag
-// is a new OptimConfig field, which changes the segment layout and every fingerprint.
+// The values a schedule takes are the ScheduleFlags (--lr-step-every, --lr-gamma, --lr-min,
+// --lr-milestones), each with a fixed home in TrainOptions and in OptimConfig: a schedule
+// reuses them. A new flag is a new OptimConfig field, which changes the segment layout (bump
+// shm::kAbiVersion); append it, zero for every schedule that does not take it, and hash it in
+// RunFingerprint only when it is set, so that existing checkpoints keep their fingerprints.
 #pragma once
 
 #include <cstdint>
@@ -37,7 +40,9 @@ namespace shmtrain::nn {
 
 // A flag that schedules take, declared once: its limits and where its value lives. An integer
 // flag is a number of updates (>= 1; 0 in TrainOptions when not given), a real one a float32
-// value (NaN in TrainOptions when not given). One of the two pairs of fields is set.
+// value (NaN in TrainOptions when not given), a list one numbers of updates separated by commas
+// (empty in TrainOptions when not given; in OptimConfig, 0 after the last). One of the three
+// pairs of fields is set.
 struct ScheduleFlag {
   const char* flag;        // "--lr-gamma"
   const char* value_name;  // "G"
@@ -46,6 +51,8 @@ struct ScheduleFlag {
   int64_t OptimConfig::*resolved_int = nullptr;
   double TrainOptions::*given_real = nullptr;
   double OptimConfig::*resolved_real = nullptr;
+  std::vector<int64_t> TrainOptions::*given_list = nullptr;
+  int64_t (OptimConfig::*resolved_list)[kMaxMilestones] = nullptr;
   // Ok when the value given is within the limits, else kUsage naming the flag and what is
   // wrong ("--lr-gamma: must be in (0, 1], got 2"), as OptimizerDef::check does.
   Status (*check)(const TrainOptions& o) = nullptr;
@@ -78,7 +85,7 @@ struct ScheduleDef {
 const std::vector<const ScheduleDef*>& Schedules();
 const ScheduleDef* FindSchedule(std::string_view name);  // nullptr when unknown
 const ScheduleDef* FindSchedule(uint32_t id);
-// "constant, step, cosine, exponential" (with sep ", ").
+// "constant, step, cosine, exponential, multistep" (with sep ", ").
 std::string ScheduleNames(const char* sep);
 // Every flag that schedules take, in --help order.
 const std::vector<ScheduleFlag>& ScheduleFlags();

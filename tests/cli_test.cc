@@ -202,9 +202,10 @@ const std::vector<UsageCase>& UsageCases() {
        "--lr-schedule step: needs --lr-step-every"},
       {"GammaWithCosine", Parabola({"--lr", "0.1", "--lr-schedule", "cosine", "--lr-gamma",
                                     "0.5"}),
-       "--lr-gamma: applies to --lr-schedule step or exponential"},
+       "--lr-gamma: applies to --lr-schedule step, exponential or multistep; this run's is "
+       "cosine"},
       {"GammaWithConstant", Parabola({"--lr", "0.1", "--lr-gamma", "0.5"}),
-       "--lr-gamma: applies to --lr-schedule step or exponential"},
+       "--lr-gamma: applies to --lr-schedule step, exponential or multistep"},
       {"ExponentialWithoutGamma", Parabola({"--lr", "0.1", "--lr-schedule", "exponential"}),
        "--lr-schedule exponential: needs --lr-gamma"},
       {"GammaZero",
@@ -224,7 +225,45 @@ const std::vector<UsageCase>& UsageCases() {
       {"LrMinAboveLr", Parabola({"--lr", "0.1", "--lr-schedule", "cosine", "--lr-min", "0.2"}),
        "--lr-min: 0.2 must be below --lr (0.1)"},
       {"UnknownSchedule", Parabola({"--lr", "0.1", "--lr-schedule", "linear"}),
-       "--lr-schedule: unknown value 'linear' (known: constant, step, cosine, exponential)"},
+       "--lr-schedule: unknown value 'linear' (known: constant, step, cosine, exponential, "
+       "multistep)"},
+      // multistep's milestones: whole numbers of steps, each >= 1, strictly increasing, at most
+      // kMaxMilestones, and for multistep only; each refusal quotes the list as typed.
+      {"MultistepWithoutMilestones", Parabola({"--lr", "0.1", "--lr-schedule", "multistep"}),
+       "--lr-schedule multistep: needs --lr-milestones M1,M2,..."},
+      {"MilestonesWithConstant", Parabola({"--lr", "0.1", "--lr-milestones", "3,6"}),
+       "--lr-milestones: applies to --lr-schedule multistep only; this run's is constant"},
+      {"MilestonesWithStep", Parabola({"--lr", "0.1", "--lr-schedule", "step", "--lr-step-every",
+                                       "2", "--lr-milestones", "3,6"}),
+       "--lr-milestones: applies to --lr-schedule multistep only; this run's is step"},
+      {"MilestonesRepeated",
+       Parabola({"--lr", "0.1", "--lr-schedule", "multistep", "--lr-milestones", "3,6,6"}),
+       "--lr-milestones: must be strictly increasing, got 6 after 6 (in '3,6,6')"},
+      {"MilestonesDecreasing",
+       Parabola({"--lr", "0.1", "--lr-schedule", "multistep", "--lr-milestones", "6,3"}),
+       "--lr-milestones: must be strictly increasing, got 3 after 6 (in '6,3')"},
+      {"MilestoneZero",
+       Parabola({"--lr", "0.1", "--lr-schedule", "multistep", "--lr-milestones", "0,3"}),
+       "--lr-milestones: each must be >= 1, got 0 (in '0,3')"},
+      {"MilestoneNegative",
+       Parabola({"--lr", "0.1", "--lr-schedule", "multistep", "--lr-milestones=3,-6"}),
+       "--lr-milestones: each must be >= 1, got -6 (in '3,-6')"},
+      {"MilestonesTooMany",
+       Parabola({"--lr", "0.1", "--lr-schedule", "multistep", "--lr-milestones", "1,2,3,4,5"}),
+       "--lr-milestones: at most 4 milestones, got 5 (in '1,2,3,4,5')"},
+      {"MilestoneNotAnInteger",
+       Parabola({"--lr", "0.1", "--lr-schedule", "multistep", "--lr-milestones", "3,4.5"}),
+       "--lr-milestones: '4.5' is not a whole number of steps (in '3,4.5')"},
+      {"MilestoneNotANumber",
+       Parabola({"--lr", "0.1", "--lr-schedule", "multistep", "--lr-milestones", "3,six"}),
+       "--lr-milestones: 'six' is not a whole number of steps (in '3,six')"},
+      {"MilestoneMissing",
+       Parabola({"--lr", "0.1", "--lr-schedule", "multistep", "--lr-milestones", "3,,6"}),
+       "--lr-milestones: a step is missing (in '3,,6')"},
+      {"MilestoneBeyondInt64",
+       Parabola({"--lr", "0.1", "--lr-schedule", "multistep", "--lr-milestones",
+                 "3,9223372036854775808"}),
+       "--lr-milestones: 9223372036854775808 is out of range (1..2^63-1)"},
       // Hyper-parameters of another optimizer, and the checks between them.
       {"NesterovWithoutMomentum", Parabola({"--lr", "0.1", "--nesterov"}),
        "--nesterov: needs --momentum"},
@@ -439,6 +478,9 @@ INSTANTIATE_TEST_SUITE_P(
                          "--warmup-steps", "9"})},
         OkCase{"StepWithDefaultGamma",
                Parabola({"--lr", "0.1", "--lr-schedule", "step", "--lr-step-every", "1"})},
+        OkCase{"MultistepAtMostMilestonesTheLastBeyondTheRun",
+               Parabola({"--lr", "0.1", "--lr-schedule", "multistep", "--lr-milestones",
+                         "1,2,9,9223372036854775807", "--lr-gamma", "0.5"})},
         OkCase{"ExponentialGammaOne",
                Parabola({"--lr", "0.1", "--lr-schedule", "exponential", "--lr-gamma", "1"})},
         OkCase{"ExplicitConstantWithWarmup",
@@ -620,10 +662,14 @@ TEST(Help, TrainListsTheOptimizerFlags) {
       {"--eps", {"> 0", "(default 1e-8)", "[adam or adamw]"}},
       {"--weight-decay", {">= 0", "(default 0; adamw: 0.01)"}},
       {"--clip-norm", {"> 0", "(default: off)"}},
-      {"--lr-schedule", {"constant|step|cosine|exponential", "(default constant)"}},
+      {"--lr-schedule",
+       {"constant|step|cosine|exponential|multistep", "(MultiStepLR)", "(default constant)"}},
       {"--lr-step-every", {">= 1", "(required by step)"}},
       {"--lr-gamma", {"(0, 1]", "default 0.1 for step", "required by exponential"}},
       {"--lr-min", {"cosine", ">= 0 and < --lr", "(default 0)"}},
+      {"--lr-milestones",
+       {"multistep: multiply the rate by --lr-gamma at each of these steps",
+        "steps >= 1, strictly increasing, at most 4", "(required by multistep)"}},
       {"--warmup-steps", {">= 0", "fewer than the run's", "(default 0)"}},
   };
   for (const auto& [flag, texts] : want) {
@@ -658,7 +704,8 @@ TEST(Help, TrainListsEveryRegisteredSchedule) {
 // A value within the limits of each flag that schedules take, as typed.
 std::string ValidText(const nn::ScheduleFlag& f) {
   const std::map<std::string, std::string, std::less<>> values = {
-      {"--lr-step-every", "7"}, {"--lr-gamma", "0.5"}, {"--lr-min", "0.01"}};
+      {"--lr-step-every", "7"}, {"--lr-gamma", "0.5"}, {"--lr-min", "0.01"},
+      {"--lr-milestones", "3,6"}};
   const auto it = values.find(f.flag);
   if (it == values.end()) {
     ADD_FAILURE() << f.flag << ": a new schedule flag; give it a valid value here";
@@ -697,6 +744,36 @@ TEST(Schedules, EachRunsWithItsRequiredFlagsAndIsRefusedWithoutOne) {
                            std::string("--lr-schedule ") + d->name + ": needs " + t.flag))
           << refused.message();
     }
+  }
+}
+
+// multistep through the command line: the rate of every step in the JSON log (`lr` of the
+// `step` events) is MultiStepLR's, stepped once an update: PyTorch's documented example, lr 0.05
+// with milestones 30 and 80 (gamma 0.1), is 0.05 up to step 29, 0.005 up to 79, then 0.0005.
+// After a warmup of W steps the milestones count from its end, W steps later.
+TEST(Schedules, MultistepLogsRatesThatChangeAtTheMilestones) {
+  for (const int64_t warmup : {0, 10}) {
+    SCOPED_TRACE("--warmup-steps " + std::to_string(warmup));
+    const ProcResult r = Shmtrain(
+        {"train", "--example", "parabola", "--layers", "1,5,1", "--lr", "0.05", "--steps", "120",
+         "--no-metrics", "--log-every", "1", "--log-format", "json", "--lr-schedule", "multistep",
+         "--lr-milestones", "30,80", "--warmup-steps", std::to_string(warmup)});
+    ASSERT_EQ(r.exit_code, 0) << r.Describe();
+    const auto events = test::Events(r.out, "step");
+    ASSERT_EQ(events.size(), 120u) << r.out;
+    std::set<double> rates;
+    for (const auto& e : events) {
+      const int64_t t = std::stoll(e.at("step"));
+      const double lr = std::stod(e.at("lr"));
+      const int64_t s = t - warmup;
+      const double want = t < warmup ? 0.05 * static_cast<double>(t + 1) / 10
+                          : s < 30   ? 0.05
+                          : s < 80   ? 0.005
+                                     : 0.0005;
+      EXPECT_DOUBLE_EQ(lr, want) << "step " << t;
+      if (t >= warmup) rates.insert(lr);
+    }
+    EXPECT_EQ(rates.size(), 3u);
   }
 }
 

@@ -240,6 +240,7 @@ const std::map<std::string, Sample>& Samples() {
       {"--lr-step-every", {{"--lr-schedule", "step"}, "5", "3"}},
       {"--lr-gamma", {{"--lr-schedule", "exponential"}, "0.5", "0.9"}},
       {"--lr-min", {{"--lr-schedule", "cosine"}, "0.01"}},
+      {"--lr-milestones", {{"--lr-schedule", "multistep"}, "3,6", "2,6"}},
       {"--warmup-steps", {{}, "2"}},
       {"--momentum", {{}, "0.9"}},
       {"--nesterov", {{"--momentum", "0.9"}, ""}},

@@ -1067,6 +1067,129 @@ TEST(ScheduleTest, RateAfterDoneUpdatesStopsAtTheLastUpdate) {
   EXPECT_DOUBLE_EQ(LearningRateAfter(cos, 1000), LearningRate(cos, 109));
 }
 
+// multistep against MultiStepLR's closed form written here, lr * G^bisect_right(milestones, s):
+// the number of milestones at or below s, counted by std::upper_bound.
+double RefMultiStep(double lr, double gamma, const std::vector<int64_t>& milestones, int64_t s) {
+  const auto passed =
+      std::upper_bound(milestones.begin(), milestones.end(), s) - milestones.begin();
+  return lr * std::pow(gamma, static_cast<double>(passed));
+}
+
+OptimConfig MultiStep(double lr, double gamma, const std::vector<int64_t>& milestones,
+                      int64_t warmup = 0) {
+  OptimConfig c = Sched("multistep", warmup, 0, gamma, 0);
+  c.lr = lr;
+  for (size_t i = 0; i < milestones.size(); ++i) c.milestones[i] = milestones[i];
+  return c;
+}
+
+// PyTorch's documented example (MultiStepLR(optimizer, milestones=[30, 80], gamma=0.1) with lr
+// 0.05): 0.05 for s < 30, 0.005 for 30 <= s < 80, 0.0005 from 80 on; before, at and after each
+// milestone, and at every s against the reference.
+TEST(ScheduleTest, MultiStepIsPyTorchsExample) {
+  const OptimConfig c = MultiStep(0.05, 0.1, {30, 80});
+  EXPECT_DOUBLE_EQ(LearningRate(c, 0), 0.05);
+  EXPECT_DOUBLE_EQ(LearningRate(c, 29), 0.05);
+  EXPECT_DOUBLE_EQ(LearningRate(c, 30), 0.005);
+  EXPECT_DOUBLE_EQ(LearningRate(c, 31), 0.005);
+  EXPECT_DOUBLE_EQ(LearningRate(c, 79), 0.005);
+  EXPECT_DOUBLE_EQ(LearningRate(c, 80), 0.0005);
+  EXPECT_DOUBLE_EQ(LearningRate(c, 81), 0.0005);
+  EXPECT_DOUBLE_EQ(LearningRate(c, 1000000), 0.0005);
+  for (int64_t s = 0; s < 200; ++s) {
+    EXPECT_EQ(LearningRate(c, s), RefMultiStep(0.05, 0.1, {30, 80}, s)) << "s " << s;
+  }
+}
+
+// As many milestones as a schedule may have, adjacent ones among them, another gamma, the rate
+// before, at and after each; the defaults as PyTorch's (gamma 0.1) through the options.
+TEST(ScheduleTest, MultiStepAtEveryMilestone) {
+  const std::vector<int64_t> m = {1, 5, 6, 100};
+  ASSERT_EQ(m.size(), static_cast<size_t>(kMaxMilestones));
+  const OptimConfig c = MultiStep(0.8, 0.5, m);
+  // s: the rate (worked out by hand) before, at and after each milestone.
+  const std::vector<std::pair<int64_t, double>> want = {
+      {0, 0.8},   {1, 0.4},   {2, 0.4},    {4, 0.4},     {5, 0.2},
+      {6, 0.1},   {7, 0.1},   {99, 0.1},   {100, 0.05},  {101, 0.05}};
+  for (const auto& [step, rate] : want) EXPECT_DOUBLE_EQ(LearningRate(c, step), rate) << step;
+  for (int64_t s = 0; s < 120; ++s) {
+    EXPECT_EQ(LearningRate(c, s), RefMultiStep(0.8, 0.5, m, s)) << "s " << s;
+  }
+  TrainOptions o;
+  o.lr = 0.1;
+  o.lr_schedule = "multistep";
+  o.lr_milestones = {3, 7};
+  OptimConfig r;
+  ASSERT_TRUE(ResolveOptim(o, 20, &r).ok());
+  EXPECT_EQ(r.gamma, 0.1);
+  EXPECT_EQ(std::vector<int64_t>(r.milestones, r.milestones + kMaxMilestones),
+            (std::vector<int64_t>{3, 7, 0, 0}));
+  EXPECT_DOUBLE_EQ(LearningRate(r, 6), 0.01);
+  EXPECT_DOUBLE_EQ(LearningRate(r, 7), 0.001);
+  EXPECT_EQ(Describe(r), "sgd (momentum 0, weight decay 0), lr 0.1, multistep schedule (x0.1 at "
+                         "3, 7)");
+}
+
+// After a warmup of W updates the milestones count from its end (s = t - W), as step's N does.
+TEST(ScheduleTest, MultiStepAfterAWarmup) {
+  const OptimConfig c = MultiStep(0.05, 0.1, {30, 80}, 10);
+  EXPECT_DOUBLE_EQ(LearningRate(c, 0), 0.005);  // (t + 1) / W of the rate
+  EXPECT_DOUBLE_EQ(LearningRate(c, 9), 0.05);
+  EXPECT_DOUBLE_EQ(LearningRate(c, 39), 0.05);
+  EXPECT_DOUBLE_EQ(LearningRate(c, 40), 0.005);
+  EXPECT_DOUBLE_EQ(LearningRate(c, 89), 0.005);
+  EXPECT_DOUBLE_EQ(LearningRate(c, 90), 0.0005);
+  for (int64_t t = 10; t < 200; ++t) {
+    EXPECT_EQ(LearningRate(c, t), RefMultiStep(0.05, 0.1, {30, 80}, t - 10)) << "t " << t;
+  }
+  // A milestone within the warmup's steps still counts from its end.
+  const OptimConfig early = MultiStep(1.0, 0.5, {2}, 5);
+  EXPECT_DOUBLE_EQ(LearningRate(early, 2), 0.6);
+  EXPECT_DOUBLE_EQ(LearningRate(early, 6), 1.0);
+  EXPECT_DOUBLE_EQ(LearningRate(early, 7), 0.5);
+}
+
+// The milestones' bytes are zero for every other schedule (the fingerprint of such a run hashes
+// OptimConfig as before them), whatever the options hold; and the check refuses each bad list
+// by the flag's name, quoting the list.
+TEST(ScheduleTest, MultiStepMilestonesAreZeroElsewhereAndChecked) {
+  for (const ScheduleDef* d : Schedules()) {
+    SCOPED_TRACE(d->name);
+    TrainOptions o;
+    o.lr = 0.1;
+    o.lr_schedule = d->name;
+    o.lr_step_every = 5;
+    o.lr_gamma = 0.5;
+    o.lr_milestones = {3, 7};
+    OptimConfig c;
+    ASSERT_TRUE(ResolveOptim(o, 20, &c).ok());
+    const int64_t want = d->name == std::string_view("multistep") ? 3 : 0;
+    EXPECT_EQ(c.milestones[0], want);
+    for (int i = 1 + (want != 0); i < kMaxMilestones; ++i) EXPECT_EQ(c.milestones[i], 0);
+  }
+  const std::vector<std::pair<std::vector<int64_t>, std::string>> refused = {
+      {{}, "--lr-milestones: needs at least one step"},
+      {{3, 3}, "--lr-milestones: must be strictly increasing, got 3 after 3 (in '3,3')"},
+      {{7, 3}, "--lr-milestones: must be strictly increasing, got 3 after 7 (in '7,3')"},
+      {{0}, "--lr-milestones: each must be >= 1, got 0 (in '0')"},
+      {{5, -1}, "--lr-milestones: each must be >= 1, got -1 (in '5,-1')"},
+      {{1, 2, 3, 4, 5}, "--lr-milestones: at most 4 milestones, got 5 (in '1,2,3,4,5')"},
+  };
+  for (const auto& [m, want] : refused) {
+    TrainOptions o;
+    o.lr = 0.1;
+    o.lr_schedule = "multistep";
+    o.given["--lr-schedule"] = "multistep";
+    o.lr_milestones = m;
+    std::string typed;
+    for (int64_t x : m) typed += (typed.empty() ? "" : ",") + std::to_string(x);
+    o.given["--lr-milestones"] = typed;
+    const Status s = CheckOptimizerOptions(o);
+    EXPECT_EQ(s.code(), Status::Code::kUsage) << want;
+    EXPECT_EQ(s.message(), want);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Every registered schedule (nn/schedule.h): one added later is checked here without a test of
 // its own.
@@ -1074,7 +1197,7 @@ TEST(ScheduleTest, RateAfterDoneUpdatesStopsAtTheLastUpdate) {
 // A value within the limits of each flag that schedules take.
 double ValidValue(const ScheduleFlag& f) {
   static const std::map<std::string, double, std::less<>> values = {
-      {"--lr-step-every", 7}, {"--lr-gamma", 0.5}, {"--lr-min", 0.01}};
+      {"--lr-step-every", 7}, {"--lr-gamma", 0.5}, {"--lr-min", 0.01}, {"--lr-milestones", 7}};
   const auto it = values.find(f.flag);
   if (it == values.end()) {
     ADD_FAILURE() << f.flag << ": a new schedule flag; give it a valid value here";
@@ -1091,12 +1214,14 @@ const ScheduleFlag& FlagNamed(std::string_view flag) {
   return ScheduleFlags().front();
 }
 
-// `flag` given on the command line with a valid value.
+// `flag` given on the command line with a valid value (a list flag: that value and twice it).
 void Give(TrainOptions* o, std::string_view flag) {
   const ScheduleFlag& f = FlagNamed(flag);
   const double v = ValidValue(f);
   if (f.given_int != nullptr) {
     o->*f.given_int = static_cast<int64_t>(v);
+  } else if (f.given_list != nullptr) {
+    o->*f.given_list = {static_cast<int64_t>(v), 2 * static_cast<int64_t>(v)};
   } else {
     o->*f.given_real = v;
   }
@@ -1146,7 +1271,7 @@ TEST(ScheduleRegistryTest, NamesAndIdsRoundTrip) {
 // Ids are stored in segments, checkpoints and fingerprints: these may never change.
 TEST(ScheduleRegistryTest, StoredIdsNeverChange) {
   const std::map<std::string, uint32_t> stored = {
-      {"constant", 0}, {"step", 1}, {"cosine", 2}, {"exponential", 3}};
+      {"constant", 0}, {"step", 1}, {"cosine", 2}, {"exponential", 3}, {"multistep", 4}};
   for (const auto& [name, id] : stored) {
     ASSERT_NE(FindSchedule(name), nullptr) << name;
     EXPECT_EQ(FindSchedule(name)->id, id) << name;
@@ -1190,6 +1315,8 @@ TEST(ScheduleRegistryTest, EachFlagCheckIsAStatusNamingItsFlag) {
     EXPECT_TRUE(ok.ok()) << ok.message();
     if (f.given_int != nullptr) {
       o.*f.given_int = -1;
+    } else if (f.given_list != nullptr) {
+      o.*f.given_list = {-1};
     } else {
       o.*f.given_real = -1;
     }

@@ -14,6 +14,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "shmtrain/model_spec.h"
 #include "shmtrain/optim_config.h"
@@ -176,11 +177,13 @@ struct TrainOptions {
   // Learning-rate schedule (nn/schedule.h): a registered name (default constant). The values
   // schedules take, each applying to the schedules that declare it, with their defaults and
   // limits there (nn/schedules/): lr_step_every >= 1 (0 = not given); lr_gamma in (0, 1] and
-  // lr_min in [0, lr) (NaN = not given). warmup_steps >= 0, shorter than the run.
+  // lr_min in [0, lr) (NaN = not given); lr_milestones strictly increasing, each >= 1, at most
+  // kMaxMilestones (empty = not given). warmup_steps >= 0, shorter than the run.
   std::string lr_schedule = "constant";
   int64_t lr_step_every = 0;
   double lr_gamma = std::numeric_limits<double>::quiet_NaN();
   double lr_min = std::numeric_limits<double>::quiet_NaN();
+  std::vector<int64_t> lr_milestones;
   int64_t warmup_steps = 0;
 
   // Length: exactly one of steps (>= 1) and epochs (>= 1). With a batch, an epoch is

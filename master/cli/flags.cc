@@ -270,6 +270,39 @@ std::string ShowList(const std::vector<int>& v) {
   return s;
 }
 
+// Numbers of updates separated by commas, such as 30,80 (a schedule's list flag): each a whole
+// number, refused naming the one that is not; the schedule's check (nn/schedule.h) has the rest.
+FlagValue StepList(Field<std::vector<int64_t>> at) {
+  return {[at](Command* c, const FlagDef& f, std::string_view v) {
+            std::vector<int64_t> out;
+            const std::string in = " (in '" + std::string(v) + "')";
+            for (size_t pos = 0; pos <= v.size();) {
+              const size_t comma = std::min(v.find(',', pos), v.size());
+              const std::string_view cell = v.substr(pos, comma - pos);
+              int64_t x = 0;
+              const auto [p, ec] = std::from_chars(cell.data(), cell.data() + cell.size(), x);
+              if (cell.empty()) return Status::Usage(f.name + ": a step is missing" + in);
+              if (ec == std::errc::result_out_of_range && p == cell.data() + cell.size()) {
+                return Status::Usage(f.name + ": " + std::string(cell) +
+                                     " is out of range (1..2^63-1)" + in);
+              }
+              if (ec != std::errc() || p != cell.data() + cell.size()) {
+                return Status::Usage(f.name + ": '" + std::string(cell) +
+                                     "' is not a whole number of steps" + in);
+              }
+              out.push_back(x);
+              pos = comma + 1;
+            }
+            at.Of(c) = std::move(out);
+            return Status::Ok();
+          },
+          [at](const Command& c, const FlagDef&) {
+            std::string s;
+            for (int64_t x : at.Of(c)) s += (s.empty() ? "" : ",") + std::to_string(x);
+            return s;
+          }};
+}
+
 }  // namespace
 
 const char* CommandName(uint32_t bit) {
@@ -710,11 +743,13 @@ std::vector<FlagDef> OptimFlags() {
   };
   for (const nn::ScheduleFlag& p : nn::ScheduleFlags()) {
     const bool whole = p.given_int != nullptr;
+    const bool list = p.given_list != nullptr;
     f.push_back({.name = p.flag, .arg = p.value_name, .help = nn::ScheduleFlagHelp(p),
                  .deflt_words = nn::ScheduleFlagDefaults(p),
                  .limits = whole ? IntRange(1, kUnbounded) : Stated(p.limits),
-                 .value = whole ? Int(Opt(p.given_int))
-                                : Real(Opt(p.given_real), Precision::kFloat32),
+                 .value = whole  ? Int(Opt(p.given_int))
+                          : list ? StepList(Opt(p.given_list))
+                                 : Real(Opt(p.given_real), Precision::kFloat32),
                  .group = kSchedule, .commands = kTrainCmd, .workers = true, .trajectory = true});
   }
   f.push_back({.name = "--warmup-steps", .arg = "N",
