@@ -1,7 +1,8 @@
 // The command line (master/cli/cli.cc, ParseCommandLine, then TrainOptions::Validate): the input
 // is the arguments after the program's name, one per line (or separated by NUL bytes). Only
 // the parse runs: nothing is loaded or started. The flags' value parsers (integers, numbers,
-// durations, enums, the lists of --layers and --workers, host:port) are reached through it.
+// durations, enums, the lists of --layers, --workers and --lr-milestones, host:port) are
+// reached through it.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -42,6 +43,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       for (int l : o.mlp_layers) {
         SHMTRAIN_FUZZ_CHECK(l >= 1 && l <= kMaxWidth, "a layer of %d units accepted", l);
       }
+    }
+    // multistep's milestones, which OptimConfig holds kMaxMilestones of, 0 after the last.
+    SHMTRAIN_FUZZ_CHECK(o.lr_milestones.size() <= static_cast<size_t>(kMaxMilestones),
+                        "%zu milestones accepted", o.lr_milestones.size());
+    for (size_t i = 0; i < o.lr_milestones.size(); ++i) {
+      const int64_t m = o.lr_milestones[i];
+      SHMTRAIN_FUZZ_CHECK(m >= 1 && (i == 0 || m > o.lr_milestones[i - 1]),
+                          "milestone %lld accepted after %zu others", static_cast<long long>(m), i);
     }
     SHMTRAIN_FUZZ_CHECK(!o.model.layers.empty(), "a model without layers accepted");
     SHMTRAIN_FUZZ_CHECK(o.model.Text().size() < kMaxModelText, "a model text of %zu bytes accepted",
