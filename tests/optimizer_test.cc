@@ -3,7 +3,7 @@
 // reference of tests/reference.h ends, from the same initial parameters, to float rounding
 // (kRefTol). The reference is written from the definitions the train flags follow (PyTorch's
 // SGD, Adam, AdamW, clip_grad_norm_, LinearLR warmup, StepLR, CosineAnnealingLR,
-// ExponentialLR), not from the product's code.
+// ExponentialLR, MultiStepLR), not from the product's code.
 //
 // - ReferenceTest: the reference against values worked out by hand.
 // - OptCaseTest: each case is fit to judge the product. It is still moving at its last update
@@ -184,6 +184,20 @@ std::vector<OptCase> Cases() {
     add("ExponentialWarmup", Blobs(o, 200));
   }
   {
+    RefOptions o = Sgd(0.02);
+    o.schedule = RefSchedule::kMultiStep;
+    o.milestones = {50, 120, 250};
+    o.gamma = 0.5;
+    add("MultiStep", Parabola(o, 300));
+  }
+  {
+    RefOptions o = Sgd(0.2);
+    o.schedule = RefSchedule::kMultiStep;
+    o.milestones = {60};  // the default gamma, 0.1, once: at update 90 of 200
+    o.warmup = 30;
+    add("MultiStepWarmup", Blobs(o, 200));
+  }
+  {
     RefOptions o = Sgd(0.01);
     o.warmup = 100;
     add("ConstantWarmup", Parabola(o, 300));
@@ -241,6 +255,14 @@ TEST(ReferenceTest, ScheduleValues) {
   EXPECT_DOUBLE_EQ(RefLr(o, 4, 10), 0.1);                           // s = 0
   EXPECT_NEAR(RefLr(o, 7, 10), 0.06, 1e-15);                        // s = S/2, S = 6
   EXPECT_NEAR(RefLr(o, 9, 10), 0.02 + 0.08 * 0.0669872981, 1e-10);  // s = 5: (1 + cos 150°)/2
+  o.schedule = RefSchedule::kMultiStep;
+  o.lr_min = 0;
+  o.milestones = {1, 3};
+  EXPECT_DOUBLE_EQ(RefLr(o, 4, 10), 0.1);          // s = 0
+  EXPECT_DOUBLE_EQ(RefLr(o, 5, 10), 0.1 * 0.1);    // s = 1: the default gamma
+  EXPECT_DOUBLE_EQ(RefLr(o, 6, 10), 0.1 * 0.1);    // s = 2
+  EXPECT_DOUBLE_EQ(RefLr(o, 7, 10), 0.1 * 0.01);   // s = 3
+  EXPECT_DOUBLE_EQ(RefLr(o, 9, 10), 0.1 * 0.01);   // s = 5
 }
 
 // A one-parameter problem: the model 1-1 (linear, no hidden layer), mse, one sample x = 1,
@@ -440,6 +462,15 @@ std::vector<FeatureCase> Features() {
           FeatureCase{"CosineLrMin", "Cosine", [](RefOptions* o) { o->lr_min = 0; }},
           FeatureCase{"ExponentialSchedule", "Exponential",
                       [](RefOptions* o) { o->schedule = RefSchedule::kConstant; }},
+          FeatureCase{"MultiStepSchedule", "MultiStep",
+                      [](RefOptions* o) {
+                        o->schedule = RefSchedule::kConstant;
+                        o->milestones.clear();
+                      }},
+          FeatureCase{"MultiStepGamma", "MultiStep", [](RefOptions* o) { o->gamma.reset(); }},
+          // Milestones count from the end of the warmup: 60 after 30, not update 60.
+          FeatureCase{"MilestonesAfterTheWarmup", "MultiStepWarmup",
+                      [](RefOptions* o) { o->milestones = {30}; }},
           FeatureCase{"Warmup", "ConstantWarmup", [](RefOptions* o) { o->warmup = 0; }},
           FeatureCase{"WarmupBeforeSchedule", "ExponentialWarmup",
                       [](RefOptions* o) { o->warmup = 0; }},

@@ -272,8 +272,16 @@ std::vector<std::string> RefOptions::Flags() const {
     case RefSchedule::kExponential:
       f.insert(f.end(), {"--lr-schedule", "exponential"});
       break;
+    case RefSchedule::kMultiStep:
+      f.insert(f.end(), {"--lr-schedule", "multistep"});
+      break;
   }
   if (step_every > 0) f.insert(f.end(), {"--lr-step-every", std::to_string(step_every)});
+  if (!milestones.empty()) {
+    std::string m;
+    for (int64_t x : milestones) m += (m.empty() ? "" : ",") + std::to_string(x);
+    f.insert(f.end(), {"--lr-milestones", m});
+  }
   if (gamma) add("--lr-gamma", *gamma);
   if (lr_min != 0) add("--lr-min", lr_min);
   if (warmup > 0) f.insert(f.end(), {"--warmup-steps", std::to_string(warmup)});
@@ -282,7 +290,8 @@ std::vector<std::string> RefOptions::Flags() const {
 
 // Linear warmup over W updates, (t+1)/W of the base (LinearLR with start_factor 1/W over W-1
 // iterations), then the schedule over the remaining S = T - W updates, s counted from the end
-// of the warmup: StepLR, ExponentialLR, CosineAnnealingLR with T_max = S.
+// of the warmup: StepLR, ExponentialLR, CosineAnnealingLR with T_max = S, MultiStepLR (the
+// rate multiplied by gamma once for each milestone passed, one update at a time).
 double RefLr(const RefOptions& opt, int64_t t, int64_t total) {
   const double base = opt.lr;
   if (t < opt.warmup) {
@@ -300,6 +309,14 @@ double RefLr(const RefOptions& opt, int64_t t, int64_t total) {
     case RefSchedule::kExponential:
       EXPECT_TRUE(opt.gamma.has_value()) << "exponential schedule without gamma";
       return base * std::pow(opt.Gamma(), static_cast<double>(s));
+    case RefSchedule::kMultiStep: {
+      EXPECT_FALSE(opt.milestones.empty()) << "multistep schedule without milestones";
+      double rate = base;
+      for (int64_t m : opt.milestones) {
+        if (m <= s) rate *= opt.Gamma();
+      }
+      return rate;
+    }
     case RefSchedule::kCosine:
       return opt.lr_min + (base - opt.lr_min) *
                               (1 + std::cos(std::numbers::pi * static_cast<double>(s) /

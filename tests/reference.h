@@ -51,7 +51,7 @@ double RefGradient(const ModelSpec& spec, const std::vector<double>& w, const Re
                    std::vector<double>* grad);
 
 enum class RefOptimizer { kSgd, kAdam, kAdamW };
-enum class RefSchedule { kConstant, kStep, kCosine, kExponential };
+enum class RefSchedule { kConstant, kStep, kCosine, kExponential, kMultiStep };
 
 // One training configuration: the reference's settings and, through Flags(), the train flags
 // that ask the product for the same. An unset optional (and a zero momentum, clip, lr_min,
@@ -68,10 +68,11 @@ struct RefOptions {
   std::optional<double> weight_decay;  // default 0.01 for adamw, else 0
   double clip_norm = 0;                // --clip-norm C > 0; 0 = off
   RefSchedule schedule = RefSchedule::kConstant;
-  int64_t step_every = 0;       // step: --lr-step-every N >= 1 (required by step)
-  std::optional<double> gamma;  // step: default 0.1; exponential: required
-  double lr_min = 0;            // cosine: --lr-min in [0, lr)
-  int64_t warmup = 0;           // --warmup-steps W, < the run's steps
+  int64_t step_every = 0;           // step: --lr-step-every N >= 1 (required by step)
+  std::vector<int64_t> milestones;  // multistep: --lr-milestones, increasing (required by it)
+  std::optional<double> gamma;      // step and multistep: default 0.1; exponential: required
+  double lr_min = 0;                // cosine: --lr-min in [0, lr)
+  int64_t warmup = 0;               // --warmup-steps W, < the run's steps
 
   double Beta1() const { return beta1.value_or(0.9); }
   double Beta2() const { return beta2.value_or(0.999); }
