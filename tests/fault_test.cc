@@ -1182,6 +1182,16 @@ TEST(FaultTest, ResumeIsExactWithAdamCosineWarmupClip) {
   ExpectResumeExact(AdamEverything(1500), kLongSteps, 1000, "adam");
 }
 
+// A multistep schedule after a warmup (milestones at 500, 5000, 10000 and 15000 updates after
+// its 200, halving the rate each time) resumes bit for bit across its milestones: the
+// checkpoint (past step 1000) is past the first, and the resumed run crosses the other three.
+TEST(FaultTest, ResumeIsExactAcrossMultistepMilestones) {
+  const Rule multistep = {"--batch", "32", "--momentum", "0.9", "--lr-schedule", "multistep",
+                          "--lr-milestones", "500,5000,10000,15000", "--lr-gamma", "0.5",
+                          "--warmup-steps", "200"};
+  ExpectResumeExact(multistep, kLongSteps, 1000, "multistep");
+}
+
 // bf16 products resume bit for bit too: the checkpoint holds float parameters and state, which
 // the resumed workers round to bf16 as the undisturbed ones did.
 TEST(FaultTest, ResumeIsExactInBf16) {
@@ -1303,6 +1313,9 @@ TEST(FaultTest, CheckpointOfOtherOptimizerSettingsIsRefused) {
       {"step every 100, then every 50",
        {{"--lr-schedule", "step", "--lr-step-every", "100"}, "every 100", ""},
        {{"--lr-schedule", "step", "--lr-step-every", "50"}, "every 50", ""}},
+      {"milestones 100,250, then 100,260",
+       {{"--lr-schedule", "multistep", "--lr-milestones", "100,250"}, "at 100, 250", ""},
+       {{"--lr-schedule", "multistep", "--lr-milestones", "100,260"}, "at 100, 260", ""}},
   };
   constexpr int64_t kSteps = 300;
   TempDir dir;
@@ -1370,6 +1383,9 @@ TEST(FaultTest, AnotherLengthResumesUnlessTheScheduleSpansTheRun) {
   const std::vector<std::pair<const char*, Rule>> schedules = {
       {"constant", {"--lr-schedule", "constant"}},
       {"step", {"--lr-schedule", "step", "--lr-step-every", "100"}},
+      // Resumed at step 200 (s = 150 after the warmup of 50): a milestone behind it, and the
+      // longer run crosses the three ahead (the run that wrote it ends before two of them).
+      {"multistep", {"--lr-schedule", "multistep", "--lr-milestones", "100,250,350,500"}},
       {"cosine", {"--lr-schedule", "cosine"}},
   };
   TempDir dir;
