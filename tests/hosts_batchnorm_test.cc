@@ -129,7 +129,8 @@ TEST_P(HostsBatchNormMatchTest, HostsTrainWhatOneWorkerTrains) {
   const std::string two_workers = dir_.File("two_workers.model");
   ASSERT_TRUE(ExitedWith(RunOneHost(Train(data_, 2, kSteps, with({}, two_workers))), 0));
 
-  for (const int P : {1, 2}) {
+  // Under a sanitizer 2 x 2 alone: its combiner adds two ranks, the paths of 2 x 1's and more.
+  for (const int P : test::UnlessSanitized<std::vector<int>>({1, 2}, {2})) {
     std::string first;
     for (int k = 1; k <= 2; ++k) {
       SCOPED_TRACE("2 hosts x " + std::to_string(P) + " workers, run " + std::to_string(k));
