@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "nn/model.h"
+
 namespace shmtrain::nn {
 
 std::vector<NormSite> NormSites(const ModelSpec& spec) {
@@ -54,6 +56,30 @@ RecordedStats::RecordedStats(const ModelSpec& spec)
 
 void RecordedStats::Sum(int64_t offset, double* sums, int64_t count) {
   std::memcpy(stats_.data() + offset, sums, static_cast<size_t>(count) * sizeof(double));
+}
+
+namespace {
+
+class CrossingLog final : public StatsCrossing {
+ public:
+  void Sum(int64_t offset, double*, int64_t count) override { log.push_back({offset, count}); }
+  std::vector<Crossing> log;
+};
+
+}  // namespace
+
+std::vector<Crossing> PassCrossings(const ModelSpec& spec) {
+  if (StatsCount(spec) == 0) return {};
+  CrossingLog crossings;
+  PassInfo pass;
+  pass.train = true;
+  pass.stats = &crossings;
+  const size_t n = spec.ParamCount();
+  std::vector<float> params(n, 0.0f), grad(n);
+  const float none = 0;  // no rows: nothing is read from the inputs and targets
+  Workspace<float> ws;
+  (void)LossAndGrad<float>(spec, params.data(), &none, &none, 0, grad.data(), ws, pass);
+  return std::move(crossings.log);
 }
 
 }  // namespace shmtrain::nn

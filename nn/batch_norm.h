@@ -58,6 +58,19 @@ void AdvanceRunningStats(const std::vector<NormSite>& sites, const double* stats
 // Zeroes the buffer entries of a gradient in [lo, hi) (async: weight decay added w to them).
 void ClearBufferGradients(const std::vector<NormSite>& sites, float* grad, int64_t lo, int64_t hi);
 
+// One crossing of a training pass (StatsCrossing::Sum): where its sums sit among the model's
+// statistics, and how many doubles.
+struct Crossing {
+  int64_t offset;
+  int64_t count;
+};
+// The crossings of a training pass of spec, in the order every pass makes them (forward in
+// layer order, backward in reverse, nested blocks included): the net's structure alone decides
+// them, whatever the rows. Found by a pass over 0 rows, the one a worker with an empty share
+// makes. Several hosts: the master's combiner exchanges the crossings in this order
+// (master/hosts/combiner.h).
+std::vector<Crossing> PassCrossings(const ModelSpec& spec);
+
 // A crossing that crosses nothing: it keeps the sums each crossing was given, at their place
 // among the model's statistics, for AdvanceRunningStats after the pass.
 class RecordedStats final : public StatsCrossing {

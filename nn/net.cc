@@ -139,8 +139,11 @@ double Net<S>::LossAndGrad(const S* params, const S* x, const S* y, int64_t n,
     return 0;
   }
   const S* input = Forward(params, x, n, pass);
-  Reserve(delta_, plan_.delta * n);
-  Reserve(delta_prev_, plan_.delta * n);
+  // Never empty: over 0 rows a null delta_prev_.data() would tell a layer that it has no input
+  // gradient to compute (dx == nullptr), and batch norm would skip its backward crossing,
+  // which every other worker makes.
+  Reserve(delta_, std::max<int64_t>(plan_.delta * n, 1));
+  Reserve(delta_prev_, std::max<int64_t>(plan_.delta * n, 1));
   const double loss = OutputLoss<S>(spec_.loss, input, y, outputs_, n, delta_.data());
   if (plan_.reorder_input) x = input_.data();
   for (size_t i = layers_.size(); i-- > plan_.first_params;) {

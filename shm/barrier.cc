@@ -84,21 +84,31 @@ PhaseBarrier::Result PhaseBarrier::WaitNorms(int64_t step, int64_t deadline_ns, 
   return r;
 }
 
-bool PhaseBarrier::StatsComplete(uint64_t seq) const {
-  for (int r = 0; r < workers_; ++r) {
-    if (LoadSeqCst(blocks_[r].stats_seq) < seq) return false;
+bool StatsComplete(const WorkerBlock* blocks, int workers, uint64_t seq) {
+  for (int r = 0; r < workers; ++r) {
+    if (LoadSeqCst(blocks[r].stats_seq) < seq) return false;
   }
   return true;
 }
 
 void PhaseBarrier::PublishStats(uint64_t seq) {
   StoreSeqCst(self_->stats_seq, seq);
-  if (workers_ == 1 || !StatsComplete(seq)) return;
+  // One rank on one host: nobody waits for it. Several hosts: the combiner does.
+  if ((workers_ == 1 && h_->config.hosts == 1) || !StatsComplete(blocks_, workers_, seq)) return;
   WakeCounted(h_);
 }
 
 PhaseBarrier::Result PhaseBarrier::WaitStats(uint64_t seq, int64_t deadline_ns) {
-  return WaitUntil([&] { return StatsComplete(seq); }, deadline_ns);
+  return WaitUntil([&] { return StatsComplete(blocks_, workers_, seq); }, deadline_ns);
+}
+
+PhaseBarrier::Result PhaseBarrier::WaitStatsCombined(uint64_t seq, int64_t deadline_ns) {
+  return WaitUntil([&] { return LoadSeqCst(h_->stats_combined_seq) >= seq; }, deadline_ns);
+}
+
+void PublishStatsCombined(Header* header, uint64_t seq) {
+  StoreSeqCst(header->stats_combined_seq, seq);
+  WakeCounted(header);
 }
 
 void PhaseBarrier::PublishHostSum(int64_t step) {

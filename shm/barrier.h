@@ -50,11 +50,15 @@ class PhaseBarrier {
   // order, so all get the same bits).
   Result WaitNorms(int64_t step, int64_t deadline_ns, double* sq);
   // Batch norm (sync): this rank's statistics of crossing `seq` are in its slot (layout.h);
-  // wakes the waiters if every rank's now are. A replacement redoing a step publishes its
+  // wakes the waiters (the peers; several hosts: the master's combiner) if every rank's now
+  // are. A replacement redoing a step publishes its
   // crossings again, the same values under the same numbers.
   void PublishStats(uint64_t seq);
   // Waits until every rank has published crossing `seq` or a later one, same rules as Wait().
   Result WaitStats(uint64_t seq, int64_t deadline_ns);
+  // Several hosts with batch norm: waits until the combiner has published crossing `seq`'s
+  // sums over every host in GStats (Header.stats_combined_seq >= seq), same rules as Wait().
+  Result WaitStatsCombined(uint64_t seq, int64_t deadline_ns);
   // Several hosts: this rank's slice of the host sum HS of `step` is written; wakes the waiters
   // (the master's combiner) when every rank's is.
   void PublishHostSum(int64_t step);
@@ -67,7 +71,6 @@ class PhaseBarrier {
  private:
   bool Complete(uint64_t target) const;
   bool NormsComplete(int64_t step) const;
-  bool StatsComplete(uint64_t seq) const;
   template <class Done>
   Result WaitUntil(Done done_now, int64_t deadline_ns);
   Header* h_;
@@ -113,6 +116,11 @@ void RequestStop(Header* header, int64_t stop_eval);
 bool HostSumsComplete(const WorkerBlock* blocks, int workers, int64_t step);
 // Master side, several hosts: GS and the totals of `step` are written; lets the ranks update.
 void PublishCombined(Header* header, int64_t step, int64_t samples, double loss_sum);
+// Every rank has published batch norm crossing `seq` or a later one (WorkerBlock.stats_seq).
+bool StatsComplete(const WorkerBlock* blocks, int workers, uint64_t seq);
+// Master side, several hosts with batch norm: crossing `seq`'s place in GStats is written;
+// lets the ranks on.
+void PublishStatsCombined(Header* header, uint64_t seq);
 // The current abort epoch (a worker records it when it starts).
 uint32_t LoadAbortEpoch(const Header& header);
 

@@ -21,6 +21,10 @@
 //                            itself, not a region of its own), GS the sum over every host's
 //                            HS, in host order (the master's combiner writes it,
 //                            master/hosts/combiner.h)
+//   GStats  double[stats_count]  several hosts with batch norm only: each crossing's sums over
+//                            every rank of every host (rank order, then host order), at the
+//                            crossing's place among the model's statistics (the combiner
+//                            writes it, published by stats_combined_seq)
 //   E[R]    float[n]         sync validation snapshots, a ring (only when eval_every > 0)
 //
 // Why offsets and not pointers: each process maps the segment at its own address, so a
@@ -34,7 +38,8 @@
 // memory order and why; nothing else builds a std::atomic_ref on the segment. (The parameter
 // floats that async workers share go through nn::SharedAccess, nn/update.h, relaxed.) Plain
 // data is published by such a word: a slot (its header and gradient) by the phase, HS by
-// host_sum_step, GS and combined_samples/combined_loss by combined_step, a loss record's loss
+// host_sum_step, GS and combined_samples/combined_loss by combined_step, GStats by
+// stats_combined_seq, a loss record's loss
 // by its tag; it is written before the word's store and read after a load that sees it.
 // Writes before any worker starts, or after every worker is reaped, are plain.
 //
@@ -61,13 +66,25 @@
 //   Slot[r]'s statistics, stats_seq  rank r, at each crossing of its gradient phase (the
 //                                   values, then stats_seq, seq_cst); every rank reads them
 //                                   at the crossing and again in phase 2 (the running
-//                                   statistics, nn/batch_norm.h). Crossing k (from 1) of step t
+//                                   statistics, nn/batch_norm.h); several hosts: the master's
+//                                   combiner reads them instead, and the ranks read GStats.
+//                                   Crossing k (from 1) of step t
 //                                   is sequence number t * (stats_count + 1) + k, so numbers
 //                                   grow with t; a slot's values are rewritten only at step
 //                                   t + 1, after every rank has passed phase 2t + 2.
 //   HS slice r, host_sum_step        rank r, after its slice of the step's host sum is in HS.
 //   GS, combined_*                   the master's combiner, once every host's HS of the step
 //                                    arrived; combined_step published last (seq_cst).
+//   GStats, stats_combined_seq       several hosts with batch norm: the master's combiner, at
+//                                    each crossing, once every rank of this host has
+//                                    published it (stats_seq) and every host's sums arrived;
+//                                    the crossing's place in GStats, then stats_combined_seq =
+//                                    its number (seq_cst). The ranks read that place after
+//                                    seeing the number, and all of GStats in phase 2 (after
+//                                    combined_step of the step, which the combiner publishes
+//                                    after the step's last crossing). A place is rewritten
+//                                    only at step t + 1's crossing, which no rank of this host
+//                                    reaches before every rank has passed phase 2t + 2.
 //   E[k%R]                          sync: each rank copies its slice of W[t%2] at eval step t
 //                                   = k * eval_every; the master copies it out, then acks k.
 //   Header.eval_ack, stop_eval      master only (seq_cst); workers read (eval_ack seq_cst,
@@ -94,7 +111,7 @@ namespace shmtrain::shm {
 // "SHMTRAIN" read as a little-endian 64-bit integer.
 inline constexpr uint64_t kMagic = 0x4E494152544D4853ull;
 // Bump on every change to any struct in this file or to the meaning of a field.
-inline constexpr uint32_t kAbiVersion = 14;
+inline constexpr uint32_t kAbiVersion = 15;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr int kMaxWorkers = 256;
 // Loss records kept for the master's log (by log index modulo this).
@@ -245,6 +262,7 @@ struct alignas(kCacheLine) Header {
   uint64_t snapshot_stride;  // bytes from one snapshot to the next
   uint64_t host_sum_offset;    // HS; 0 when hosts == 1
   uint64_t global_sum_offset;  // GS; 0 when hosts == 1
+  uint64_t global_stats_offset;  // GStats; 0 when hosts == 1 or stats_count == 0
 
   RunConfig config;
 
@@ -281,6 +299,10 @@ struct alignas(kCacheLine) Header {
   alignas(kCacheLine) int64_t combined_step;
   int64_t combined_samples;
   double combined_loss;
+  // Several hosts with batch norm: the number of the last crossing (WorkerBlock.stats_seq)
+  // whose sums over every host are in GStats. Written by the combiner (seq_cst) after GStats,
+  // then it wakes the waiters. Initially 0.
+  uint64_t stats_combined_seq;
 
   // ---- latest values for the metrics (double bits, relaxed): sync, rank 0 after each step;
   // async, any worker after an update.
@@ -396,8 +418,8 @@ inline uint64_t LoadPhase(const WorkerBlock& b) {
 inline void StorePhase(WorkerBlock& b, uint64_t v) { std::atomic_ref<uint64_t>(b.phase).store(v); }
 
 // The other words that a futex waiter checks (released_step, eval_ack, grad_sq_step with
-// --clip-norm, host_sum_step, combined_step) and the futex protocol's own (wake_seq, waiters,
-// abort_epoch): seq_cst, for the same reason as the phase words. The master stores stop_eval
+// --clip-norm, host_sum_step, combined_step, stats_seq, stats_combined_seq) and the futex
+// protocol's own (wake_seq, waiters, abort_epoch): seq_cst, for the same reason as the phase words. The master stores stop_eval
 // seq_cst too (RequestStop); it is read with LoadAcquire. The adds return the previous value.
 template <class T>
 inline T LoadSeqCst(const T& v) {

@@ -177,6 +177,8 @@ bool ComputeLayout(Header* h) {
     h->host_sum_offset = 0;
     h->global_sum_offset = 0;
   }
+  h->global_stats_offset = c.hosts > 1 && c.stats_count > 0 ? off.value() : 0;
+  if (h->global_stats_offset != 0) off = off + stats;
   h->total_size = off.value();
   return off.ok();
 }

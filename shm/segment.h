@@ -190,6 +190,12 @@ class Segment {
                       vec);
   }
   float* global_sum() const { return OptionalAt(header()->global_sum_offset); }
+  // Several hosts with batch norm: every crossing's sums over every host (GStats); null
+  // otherwise.
+  double* global_stats() const {
+    const uint64_t off = header()->global_stats_offset;
+    return off ? At<double>(off) : nullptr;
+  }
   SlotHeader* slot(int rank) const {
     return At<SlotHeader>(header()->slots_offset + header()->slot_stride * rank);
   }

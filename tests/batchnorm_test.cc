@@ -101,6 +101,26 @@ TEST(BatchNorm, TrainingMovesTheRunningStatisticsAndEvaluationUsesThem) {
     }
 }
 
+// The crossings of a pass, in its order (nn::PassCrossings, which the combiner of several hosts
+// follows): batch norm's forward sums (2C + 1) and, unless it is the first layer with
+// parameters (no input gradient), its backward sums (2C) at their place after them.
+TEST(BatchNorm, PassCrossingsAreForwardThenBackwardInPassOrder) {
+  const Shape in{1, 6, 6};
+  auto crossings = [&](const std::string& text) {
+    std::string out;
+    for (const nn::Crossing& c : nn::PassCrossings(OneLayer(in, text))) {
+      out += "(" + std::to_string(c.offset) + "," + std::to_string(c.count) + ")";
+    }
+    return out;
+  };
+  EXPECT_EQ(crossings("conv2d(4,3,padding=1),batchnorm2d,relu,flatten,linear(3)"), "(0,9)(9,8)");
+  EXPECT_EQ(crossings("conv2d(4,3,padding=1),batchnorm2d,relu,conv2d(2,3,padding=1),batchnorm2d,"
+                      "flatten,linear(3)"),
+            "(0,9)(17,5)(22,4)(9,8)");
+  EXPECT_EQ(crossings("batchnorm2d,flatten,linear(3)"), "(0,3)");
+  EXPECT_EQ(crossings("flatten,linear(3)"), "");
+}
+
 // ---- P sync workers through the CLI against a reference in double -------------------------
 
 // conv2d(4,3,padding=1,bias=false),batchnorm2d,relu,adaptiveavgpool2d(1),flatten,linear(3) on
@@ -220,6 +240,24 @@ TEST(BatchNormRun, PSyncWorkersTrainWhatTheFullBatchReferenceTrains) {
     EXPECT_LE(diff, 1e-6);
     EXPECT_EQ(got[kBn + 4 * K], static_cast<float>(steps)) << "num_batches_tracked";
   }
+}
+
+// A worker whose share of a step is empty still makes every crossing, the backward ones too
+// (nn/net.cc): 3 workers on minibatches of 2 rows, one of them without rows each step, train
+// what one worker trains (before, that worker skipped batch norm's backward crossing in its
+// first pass, and the others waited for it until the barrier's deadline, again and again).
+TEST(BatchNormRun, AWorkerWithoutRowsStillCrosses) {
+  test::TempDir dir;
+  const std::string data = dir.Write("images.csv", Images().Csv());
+  std::vector<std::vector<float>> got;
+  for (const int workers : {1, 3}) {
+    std::vector<std::string> a = Train(data, workers, 5, "0.5", dir.File("trained.model"));
+    a.insert(a.end(), {"--batch", "2", "--barrier-timeout", "5s", "--max-restarts", "0"});
+    const ProcResult r = test::Shmtrain(a, test::milliseconds{120'000});
+    ASSERT_EQ(r.exit_code, 0) << r.Describe();
+    got.push_back(test::LoadSaved(dir.File("trained.model")).params);
+  }
+  EXPECT_LE(test::MaxScaledDiff(got[1], std::vector<double>(got[0].begin(), got[0].end())), 1e-6);
 }
 
 }  // namespace

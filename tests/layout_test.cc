@@ -40,7 +40,7 @@ namespace {
   } while (0)
 
 TEST(Layout, PinsEveryField) {
-  EXPECT_EQ(kAbiVersion, 14u);
+  EXPECT_EQ(kAbiVersion, 15u);
   EXPECT_EQ(std::memcmp(&kMagic, "SHMTRAIN", 8), 0);
   EXPECT_EQ(kLossRing, 4096);
   EXPECT_EQ(kMaxModelText, 4096u);
@@ -68,7 +68,8 @@ TEST(Layout, PinsEveryField) {
   PIN(Header, snapshot_stride, 184, 8);
   PIN(Header, host_sum_offset, 192, 8);
   PIN(Header, global_sum_offset, 200, 8);
-  PIN(Header, config, 208, 4512);
+  PIN(Header, global_stats_offset, 208, 8);
+  PIN(Header, config, 216, 4512);
   PIN(Header, abort_epoch, 4736, 4);
   PIN(Header, wake_seq, 4800, 4);
   PIN(Header, waiters, 4804, 4);
@@ -81,6 +82,7 @@ TEST(Layout, PinsEveryField) {
   PIN(Header, combined_step, 5056, 8);
   PIN(Header, combined_samples, 5064, 8);
   PIN(Header, combined_loss, 5072, 8);
+  PIN(Header, stats_combined_seq, 5080, 8);
   PIN(Header, last_loss, 5120, 8);
   PIN(Header, last_grad_norm, 5128, 8);
   PIN(Header, step1_end_ns, 5184, 8);
@@ -221,42 +223,52 @@ TEST(Layout, RegionsAreAlignedAndDisjoint) {
 
 // The regions that only validation and several hosts lay out, under the same rule (layout.h:
 // every region 64-byte aligned, none overlapping), and HS with one worker a host: slot 0's
-// gradient itself, no region of its own.
+// gradient itself, no region of its own. GStats only with several hosts and batch norm.
 TEST(Layout, SnapshotRingAndHostSumsAreAlignedAndApart) {
   for (int workers : {1, 3}) {
     for (uint32_t hosts : {1u, 2u}) {
-      SCOPED_TRACE("P " + std::to_string(workers) + ", hosts " + std::to_string(hosts));
-      Header h = test::ParabolaLayout(Mode::kSync, workers, 1, /*eval_every=*/5);
-      h.config.hosts = hosts;
-      h.config.snapshots = 3;
-      ASSERT_TRUE(ComputeLayout(&h));
-      const uint64_t vec = 16 * sizeof(float);
-      std::vector<std::pair<uint64_t, uint64_t>> regions = {
-          {0, sizeof(Header)},
-          {h.blocks_offset, sizeof(WorkerBlock) * workers},
-          {h.params_offset[0], vec},
-          {h.params_offset[1], vec},
-          {h.state_offset[0][0], vec},
-          {h.state_offset[0][1], vec},
-          {h.slots_offset, h.slot_stride * workers},
-      };
-      EXPECT_EQ(h.snapshot_stride % kCacheLine, 0u);
-      for (uint64_t k = 0; k < 3; ++k) {
-        regions.push_back({h.snapshot_offset + k * h.snapshot_stride, vec});
-      }
-      if (hosts == 1) {
-        EXPECT_EQ(h.host_sum_offset, 0u);
-        EXPECT_EQ(h.global_sum_offset, 0u);
-      } else {
-        regions.push_back({h.global_sum_offset, vec});
-        if (workers == 1) {
-          EXPECT_EQ(h.host_sum_offset, h.slots_offset + sizeof(SlotHeader));
-          EXPECT_EQ(h.host_sum_offset % kCacheLine, 0u);
+      for (uint64_t stats : {0u, 9u}) {
+        SCOPED_TRACE("P " + std::to_string(workers) + ", hosts " + std::to_string(hosts) +
+                     ", statistics " + std::to_string(stats));
+        Header h = test::ParabolaLayout(Mode::kSync, workers, 1, /*eval_every=*/5);
+        h.config.hosts = hosts;
+        h.config.snapshots = 3;
+        h.config.stats_count = stats;
+        ASSERT_TRUE(ComputeLayout(&h));
+        if (hosts > 1 && stats > 0) {
+          EXPECT_NE(h.global_stats_offset, 0u);
         } else {
-          regions.push_back({h.host_sum_offset, vec});
+          EXPECT_EQ(h.global_stats_offset, 0u);
         }
+        const uint64_t vec = 16 * sizeof(float);
+        std::vector<std::pair<uint64_t, uint64_t>> regions = {
+            {0, sizeof(Header)},
+            {h.blocks_offset, sizeof(WorkerBlock) * workers},
+            {h.params_offset[0], vec},
+            {h.params_offset[1], vec},
+            {h.state_offset[0][0], vec},
+            {h.state_offset[0][1], vec},
+            {h.slots_offset, h.slot_stride * workers},
+        };
+        EXPECT_EQ(h.snapshot_stride % kCacheLine, 0u);
+        for (uint64_t k = 0; k < 3; ++k) {
+          regions.push_back({h.snapshot_offset + k * h.snapshot_stride, vec});
+        }
+        if (hosts == 1) {
+          EXPECT_EQ(h.host_sum_offset, 0u);
+          EXPECT_EQ(h.global_sum_offset, 0u);
+        } else {
+          regions.push_back({h.global_sum_offset, vec});
+          if (workers == 1) {
+            EXPECT_EQ(h.host_sum_offset, h.slots_offset + sizeof(SlotHeader));
+            EXPECT_EQ(h.host_sum_offset % kCacheLine, 0u);
+          } else {
+            regions.push_back({h.host_sum_offset, vec});
+          }
+        }
+        if (h.global_stats_offset != 0) regions.push_back({h.global_stats_offset, stats * sizeof(double)});
+        ExpectAlignedAndApart(regions, h.total_size);
       }
-      ExpectAlignedAndApart(regions, h.total_size);
     }
   }
 }

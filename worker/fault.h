@@ -30,6 +30,8 @@ enum class FaultPoint : uint32_t {
                         // waiting for the others'
   kMidHostSum = 9,      // several hosts: half of this rank's slice of the host sum written
   kAtHostSum = 10,      // several hosts: host-sum slice published, before waiting for GS
+  kAtStats = 11,        // sync with batch norm: the step's second crossing's sums published,
+                        // before waiting for them to cross (worker/stats_crossing.cc)
 };
 
 // Whether the hook fires here for this rank, step and incarnation.

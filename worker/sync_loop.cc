@@ -71,7 +71,7 @@ class SyncRank {
         augment_(c_, spec_.input, plan_.steps_per_epoch()),
         timeout_ns_(static_cast<int64_t>(c_.barrier_timeout_s * 1e9)),
         norms_(nn::NormSites(spec_)),
-        crossing_(seg, rank, barrier_, timeout_ns_),
+        crossing_(seg, rank, incarnation, barrier_, timeout_ns_),
         stats_(static_cast<size_t>(c_.stats_count)) {
     // This rank's slice of the parameter vector, in whole cache lines so that no two ranks
     // write the same line in the update phase.

@@ -944,7 +944,7 @@ std::vector<FlagDef> HookFlags() {
       hook("--fault-incarnations", "K", "1", IntRange(0, 1 << 30), Int(Opt(&TO::fault_incarnations))),
       hook("--fault-master-throw", "T", "-1", IntRange(-1, kUnbounded),
            Int(Opt(&TO::fault_master_throw))),
-      hook("--fault-point", "K", "1", IntRange(0, 10), Int(Opt(&TO::fault_point))),
+      hook("--fault-point", "K", "1", IntRange(0, 11), Int(Opt(&TO::fault_point))),
       hook("--fault-host", "H", "0", IntRange(0, 255), Int(Opt(&TO::fault_host))),
   };
   // Worker fault_rank of host fault_host dies: the other hosts' workers have no fault rank.

@@ -37,6 +37,10 @@ class SingleHost final : public Hosts {
                  const std::function<bool()>&) override {
     return Status::Internal("a single host has nothing to combine");
   }
+  Status CombineStats(const double*, double*, int64_t, uint64_t, const std::string&, int64_t,
+                      const std::function<bool()>&) override {
+    return Status::Internal("a single host has no statistics to combine");
+  }
   static Status NoPeers() { return Status::Internal("a single host has no other host to talk to"); }
   Status Send(int, int, const void*, int64_t, Message*) override { return NoPeers(); }
   Status Receive(int, int, void*, int64_t, Message*) override { return NoPeers(); }

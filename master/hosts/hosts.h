@@ -7,7 +7,8 @@
 //   - at start, an identity (the run's fingerprint and its starting state) that must agree,
 //     so that every host computes the same steps from the same bits;
 //   - every sync step, the host sums of the gradient (master/hosts/combiner.h) and the step's
-//     totals, combined in host order so that every host gets the same bits;
+//     totals, combined in host order so that every host gets the same bits; with batch norm,
+//     before them, each crossing's host sums of the statistics, likewise;
 //   - async (master/hosts/param_server.h): pushes of a host's update of a part to the part's owner,
 //     the owner's replies, liveness beats and the final parts, as non-blocking messages that
 //     the exchange thread polls (Send/Receive/Test), so that it never waits on one host while
@@ -72,6 +73,14 @@ class Hosts {
   // by deadline_ns (CLOCK_MONOTONIC), or kInterrupted when stop() turns true.
   virtual Status Combine(const float* in, float* out, int64_t n, StepTotals* totals,
                          int64_t deadline_ns, const std::function<bool()>& stop) = 0;
+  // One batch norm crossing's combine (sync): in, this host's sums of n doubles; out, every
+  // host's added in host order (the same bits on every host). `seq` numbers the crossing
+  // (WorkerBlock.stats_seq), the same on every host: a host that sends another one's sums ends
+  // it kInternal. `what` names the crossing in messages ("step 5, batch norm crossing 2").
+  // Deadline and stop as Combine's.
+  virtual Status CombineStats(const double* in, double* out, int64_t n, uint64_t seq,
+                              const std::string& what, int64_t deadline_ns,
+                              const std::function<bool()>& stop) = 0;
   // Async across hosts: starts sending `bytes` bytes at `data` to host `to` on channel `tag`
   // (the buffer must stay untouched until the message is done), or starts receiving at most
   // `bytes` bytes from host `from` on `tag` into `data`. Messages between two hosts on one

@@ -69,6 +69,8 @@ struct RunSummary {
   uint64_t compute_ns = 0, reduce_ns = 0, barrier_ns = 0;
   // Several hosts: the cross-host combine's mean time per step (master/hosts/combiner.h), in us.
   double combine_us = NAN;
+  // Several hosts with batch norm: the mean time of a crossing's exchange, in us.
+  double crossing_us = NAN;
   // Async across hosts: the totals of every host (host 0 reports them).
   CrossHostTotals cross;
 };
