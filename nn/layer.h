@@ -10,6 +10,15 @@
 // (nn/layer.cc), a row in docs/models.md's layer table. The gradient check of tests/layer_test.cc
 // runs on every registered type without a test of its own.
 //
+// Blocks. A layer may hold layers: residual(BODY) computes BODY(x) + x and
+// residual(BODY | SHORTCUT) computes BODY(x) + SHORTCUT(x) (nn/layers/residual.cc), BODY and
+// SHORTCUT being layer lists as the model text writes them (blocks nest). Its type is
+// Spatial::kBlock and its LayerSpec holds the lists (body, shortcut); its functions and its
+// Layer compose its layers', and its parameters are theirs, the body's then the shortcut's,
+// named "body.<j>.<name>" and "shortcut.<k>.<name>" as PyTorch names the members of a module
+// whose body and shortcut are nn.Sequential. The walks here (ResolveShapes, TakesImages,
+// LayerSites, the text) go into blocks; everything else sees a block as one layer.
+//
 // Tensors. A sample's tensor has a Shape (c channels of h x w; flat data is (features, 1, 1))
 // and is stored channels-last: pixel after pixel, row after row, the c values of a pixel
 // together (PyTorch's channels_last). A batch is n such tensors one after another: the
@@ -91,7 +100,10 @@ struct PassInfo {
 
 // A layer built for one input shape. x: n input tensors (in().Size() x n), y: n outputs
 // (out().Size() x n); params and dparams: the layer's slice of the flat vector. A layer keeps
-// no state between calls (scratch aside): Backward recomputes what it needs from x and y.
+// no state between calls (scratch aside): Backward recomputes what it needs from x and y. A
+// block is the exception: the activations of its layers are its scratch, and its Backward
+// reads those its last Forward wrote, so the two come in pairs on the same x and n, as Net
+// calls them (a block checks the pointer and the count).
 template <class S>
 class Layer {
  public:
@@ -125,8 +137,9 @@ using LayerMaker = std::unique_ptr<Layer<S>> (*)(const LayerSpec& spec, Shape in
 // slides a window over an image (conv2d, the pools) and gives an image, down to 1x1; flat data
 // and the vectors kFlattens layers give (linear, flatten) have no image shape for it (PyTorch's
 // conv2d refuses an (n, features) tensor). kKeeps layers give what they get (activations,
-// dropout).
-enum class Spatial { kKeeps, kWindows, kFlattens };
+// dropout). kBlock layers hold layers (residual): what they make of it is what their layers
+// make of it, which ResolveShapes and TakesImages find by going into them.
+enum class Spatial { kKeeps, kWindows, kFlattens, kBlock };
 
 struct LayerType {
   const char* name;     // in the model text: "conv2d"
@@ -173,12 +186,18 @@ const std::vector<const LayerType*>& LayerTypes();
 const LayerType* FindLayerType(std::string_view name);
 
 // The model text: layers separated by top-level commas, each "name" or "name(args)" with the
-// required arguments by position, then any by name: "conv2d(32,5,padding=2),relu,flatten".
-// Messages name the layer ("layer 4 'conv2d(64,x)'") and what is wrong with it; callers say
-// where the text came from (--model, a file).
+// required arguments by position, then any by name: "conv2d(32,5,padding=2),relu,flatten". A
+// block is "residual(LAYERS)" or "residual(LAYERS | LAYERS)": its body, then its shortcut after
+// the one top-level '|' (commas and bars inside parentheses belong to the layers there).
+// Messages name the layer ("layer 4 'conv2d(64,x)'") and what is wrong with it, inside a
+// block the block's too ("layer 2 'residual(relu,conv2d(8))': in its body, layer 2
+// 'conv2d(8)': conv2d needs kernel ..."); callers say where the text came from (--model, a
+// file). Blocks nest at most kMaxBlockDepth deep.
 Status ParseModelText(std::string_view text, std::vector<LayerSpec>* layers);
+inline constexpr int kMaxBlockDepth = 32;
 // The canonical text of layers: required arguments by position, the others by name only when
-// they differ from their default. ParseModelText(ModelText(l)) gives l back.
+// they differ from their default; a block as "residual(A,B|C)", without spaces, and without
+// the bar for an identity shortcut. ParseModelText(ModelText(l)) gives l back.
 std::string ModelText(const std::vector<LayerSpec>& layers);
 // A model text as a model file or the segment stores it: ParseModelText, refused unless the
 // text is the canonical text of what it reads. --model takes any spelling ParseModelText
@@ -186,7 +205,9 @@ std::string ModelText(const std::vector<LayerSpec>& layers);
 // of it, so one model is stored as one text: the same file bytes, fingerprint and segment.
 // A stored text spelled otherwise was not written by shmtrain.
 Status ParseStoredModelText(std::string_view text, std::vector<LayerSpec>* layers);
-// "conv2d #2 (layer 4)": the second conv2d, fourth layer (1-based), as messages name it.
+// "conv2d #2 (layer 4)": the second conv2d, fourth layer (1-based), as messages name it; within
+// one list (the model's, or a block's body or shortcut: the messages about a block's layers
+// name the block first).
 std::string LayerName(const std::vector<LayerSpec>& layers, size_t index);
 
 // The shape after each layer (shapes->size() == layers.size()), or a message naming the first
@@ -194,8 +215,17 @@ std::string LayerName(const std::vector<LayerSpec>& layers, size_t index);
 // leaves no output". The input is an image (of C x H x W, 1 x 1 too) unless flat_input says
 // that it is flat data (a row of features: data/pipeline.cc, for data without an image shape),
 // which a kWindows layer refuses as it refuses a kFlattens layer's output.
+//
+// A block's body and shortcut are resolved on the block's input, and must give the same shape
+// ("residual #2 (layer 5): body gives 32x16x16, shortcut gives 16x32x32"); without a shortcut,
+// the body must give its input back. A message about a layer inside a block names the block
+// and then the layer within its list ("residual #1 (layer 3): in its body, conv2d #1 (layer 1):
+// ..."). shapes holds the model's layers' outputs only, a block's among them.
 Status ResolveShapes(Shape input, const std::vector<LayerSpec>& layers, std::vector<Shape>* shapes,
                      bool flat_input = false);
+// For block types: the out_shape of a kBlock layer, not told whether its input is an image or
+// flat data (ResolveShapes, which knows, resolves blocks itself and checks what depends on it).
+Status ResolveBlock(const LayerSpec& block, Shape in, Shape* out);
 
 // Whether a model on `input` takes images: an input of more than one pixel, or a 1x1 one that
 // a kWindows layer reads before any kFlattens layer. Data whose samples have an image shape
@@ -219,6 +249,18 @@ std::vector<LayerSite> LayerSites(const ModelSpec& spec);
 int64_t StatsCount(const ModelSpec& spec);
 // The doubles layer `spec` of type `t` crosses on input `in` (LayerType::stats; 0 if none).
 int64_t StatsSize(const LayerType& t, const LayerSpec& spec, Shape in);
+
+// The layers a block holds, each with its input and output shape, in the flat vector's order:
+// its body's, then its shortcut's (`shortcut` tells which), resolved on the block's input
+// `in`. The block must resolve (abort otherwise). Not nested: a block inside is one entry.
+struct BlockMember {
+  const LayerSpec* spec;
+  const LayerType* type;
+  Shape in, out;
+  bool shortcut;  // false: the body's
+  size_t index;   // within its list
+};
+std::vector<BlockMember> BlockMembers(const LayerSpec& block, Shape in);
 
 // The number of parameters of layer `spec` of type `t` on input `in` (its blocks' sizes); -1
 // when it does not fit in int64_t (ParamBlock::Size).

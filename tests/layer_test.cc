@@ -96,7 +96,20 @@ std::vector<Case> Cases() {
                           // [3,5), [4,6)) and an output larger than its input (rows repeat).
                           {"adaptiveavgpool2d(1)", {19, 3, 4}},
                           {"adaptiveavgpool2d(4)", {3, 6, 5}},
-                          {"adaptiveavgpool2d(3)", {2, 2, 2}}}) {
+                          {"adaptiveavgpool2d(3)", {2, 2, 2}},
+                          // Residual blocks: an identity shortcut, a projection (a strided
+                          // body and a 1x1 shortcut), blocks nested in the body and the
+                          // shortcut, flat tensors, and a body without parameters whose
+                          // dropout drops.
+                          {"residual(conv2d(3,3,padding=1),relu,conv2d(3,3,padding=1))", {3, 6, 5}},
+                          {"residual(conv2d(4,3,stride=2,padding=1,bias=false),relu,"
+                           "conv2d(4,3,padding=1)|conv2d(4,1,stride=2,bias=false))",
+                           {3, 6, 5}},
+                          {"residual(residual(conv2d(2,3,padding=1),tanh),relu,"
+                           "conv2d(2,1)|residual(conv2d(2,1)|conv2d(2,3,padding=1)))",
+                           {2, 4, 3}},
+                          {"residual(linear(7),tanh,linear(7))", {7, 1, 1}},
+                          {"residual(relu,dropout(0.5)|maxpool2d(1),sigmoid)", {3, 2, 2}}}) {
     std::vector<LayerSpec> l;
     if (!ParseModelText(text, &l).ok()) std::abort();
     cases.push_back({FindLayerType(l[0].kind), l[0], in, ModelText(l) + " on " + in.Text()});
@@ -256,7 +269,9 @@ TEST(EveryLayerCases, CoverEveryRegisteredTypeAndItsOptionalArguments) {
             : name == "maxpool2d"         ? 2
             : name == "avgpool2d"         ? 1
             : name == "adaptiveavgpool2d" ? 3
-                                          : 0;
+            // Its default, an empty body, is refused: its cases are the five above.
+            : name == "residual" ? 4
+                                 : 0;
     EXPECT_EQ(std::count_if(cases.begin(), cases.end(), [&](const Case& c) { return c.type == t; }),
               static_cast<long>(want))
         << t->name << " has a variant on no input shape";
