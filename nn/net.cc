@@ -21,6 +21,17 @@ std::vector<Shape> Shapes(const ModelSpec& spec) {
   return shapes;
 }
 
+// The activations a block keeps for each sample: its layers' outputs, nested blocks' too. 0 for
+// any other layer.
+int64_t BlockActivations(const LayerSpec& l, Shape in) {
+  if (FindLayerType(l.kind)->spatial != Spatial::kBlock) return 0;
+  int64_t n = 0;
+  for (const BlockMember& m : BlockMembers(l, in)) {
+    n = SatAdd(n, SatAdd(m.out.Size(), BlockActivations(*m.spec, m.in)));
+  }
+  return n;
+}
+
 template <class S>
 void Reserve(AlignedVector<S>& v, int64_t size) {
   if (static_cast<int64_t>(v.size()) < size) v.resize(static_cast<size_t>(size));
@@ -44,7 +55,11 @@ int64_t EvalChunk(const ModelSpec& spec) {
   std::vector<Shape> shapes;
   if (!ResolveShapes(spec.input, spec.layers, &shapes).ok()) return 1;
   int64_t per_sample = spec.input.Size();
-  for (const Shape& s : shapes) per_sample += s.Size();
+  Shape in = spec.input;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    per_sample = SatAdd(per_sample, SatAdd(shapes[i].Size(), BlockActivations(spec.layers[i], in)));
+    in = shapes[i];
+  }
   constexpr int64_t kFloats = int64_t{16} << 20;
   return std::clamp<int64_t>(kFloats / std::max<int64_t>(1, per_sample), 1, 4096);
 }
