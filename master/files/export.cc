@@ -1,5 +1,6 @@
 #include "master/files/export.h"
 
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 
@@ -36,7 +37,9 @@ void AppendMlp(const std::vector<int>& sizes, const float* p, std::vector<data::
 }
 
 // Any model: "{i}.{block}" for layer i's parameter blocks, in PyTorch's layouts
-// (nn::LayerType::to_torch): one module index per layer, as nn.Sequential numbers them.
+// (nn::LayerType::to_torch): one module index per layer, as nn.Sequential numbers them. A
+// residual block's blocks are its layers' ("{i}.body.{j}.weight", "{i}.shortcut.{k}.weight":
+// nn/layers/residual.cc); a buffer PyTorch keeps as an integer is int64.
 void AppendLayered(const ModelSpec& spec, const float* p, std::vector<data::NpyArray>* out) {
   std::vector<Shape> shapes;
   const Status resolved = nn::ResolveShapes(spec.input, spec.layers, &shapes);
@@ -51,8 +54,15 @@ void AppendLayered(const ModelSpec& spec, const float* p, std::vector<data::NpyA
       if (t.to_torch != nullptr) t.to_torch(spec.layers[i], in, p, torch.data());
       const float* q = torch.data();
       for (const nn::ParamBlock& b : blocks) {
-        out->push_back(data::NpyArray::Float32(std::to_string(i) + "." + b.name, b.torch_shape,
-                                               std::vector<float>(q, q + b.Size())));
+        const std::string name = std::to_string(i) + "." + b.name;
+        if (b.integer) {  // a count PyTorch keeps as int64 (num_batches_tracked)
+          std::vector<int64_t> v(static_cast<size_t>(b.Size()));
+          for (size_t e = 0; e < v.size(); ++e) v[e] = std::llround(q[e]);
+          out->push_back(data::NpyArray::Int64(name, b.torch_shape, v));
+        } else {
+          out->push_back(data::NpyArray::Float32(name, b.torch_shape,
+                                                 std::vector<float>(q, q + b.Size())));
+        }
         q += b.Size();
       }
       p += size;
