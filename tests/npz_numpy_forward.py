@@ -9,9 +9,11 @@
 An MLP's export is nn.Sequential(Linear, act, ..., Linear); any other model's names its layers
 ("model", the model text) and its input shape, and each layer is written here from PyTorch's
 definitions in numpy, NCHW (conv2d with or without a bias, max, average and adaptive average
-pooling, flatten, activations; dropout is the identity outside training). The parameter arrays
-must be exactly the state dict's keys (load_state_dict(strict=True)): a conv2d(bias=false)
-has "i.weight" alone.
+pooling, flatten, activations; dropout is the identity outside training). A residual block
+residual(BODY) or residual(BODY|SHORTCUT) at module i is docs/models.md's Residual module,
+body(x) + shortcut(x) (the identity without a shortcut), its layers' arrays found under the
+prefixes "i.body.j." and "i.shortcut.k.", nested alike. The parameter arrays must be exactly
+the state dict's keys (load_state_dict(strict=True)): a conv2d(bias=false) has "i.weight" alone.
 """
 import csv
 import sys
@@ -28,18 +30,27 @@ ACT = {"relu": lambda a: np.maximum(a, 0), "tanh": np.tanh,
        "sigmoid": lambda a: 1 / (1 + np.exp(-a)), "identity": lambda a: a}
 
 
-def layers_of(text):
-    """The model text's layers as (name, positional args, named args)."""
-    out, depth, start = [], 0, 0
-    parts = []
-    for i, ch in enumerate(text + ","):
+def split_top(text, sep):
+    """text split at each sep outside parentheses."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text + sep):
         depth += ch == "("
         depth -= ch == ")"
-        if ch == "," and depth == 0:
+        if ch == sep and depth == 0:
             parts.append(text[start:i])
             start = i + 1
-    for part in parts:
+    return parts
+
+
+def layers_of(text):
+    """The model text's layers as (name, positional args, named args); a residual block as
+    ("residual", [body layers, shortcut layers if any], {})."""
+    out = []
+    for part in split_top(text, ","):
         name, _, rest = part.partition("(")
+        if name == "residual":
+            out.append((name, [layers_of(l) for l in split_top(rest[:-1], "|")], {}))
+            continue
         pos, named = [], {}
         for arg in filter(None, rest.rstrip(")").split(",")):
             k, eq, v = arg.partition("=")
@@ -87,24 +98,24 @@ def pool(a, k, stride, reduce):
     return reduce(np.stack(windows), axis=0)
 
 
-if "model" in z.files:
-    # Any model: nn.Sequential of the model text's layers, module i for layer i.
-    shape = [int(v) for v in z["input_shape"]]
-    f = shape[0] * shape[1] * shape[2]
-    x = np.array([[float(c) for c in r[:f]] for r in rows], dtype=np.float64)
-    a = ((x - z["input.offset"]) * z["input.scale"]).reshape(len(rows), *shape)
-    keys = set()
-    for i, (name, pos, named) in enumerate(layers_of(str(z["model"]))):
-        if name == "linear":
-            keys |= {f"{i}.weight", f"{i}.bias"}
-            a = a @ z[f"{i}.weight"].T.astype(np.float64) + z[f"{i}.bias"]
+def forward(layers, a, prefix, keys):
+    """nn.Sequential of `layers` on a, its module i's arrays named prefix + "i." + name; the
+    names it reads are added to keys."""
+    for i, (name, pos, named) in enumerate(layers):
+        p = f"{prefix}{i}."
+        if name == "residual":
+            body = forward(pos[0], a, p + "body.", keys)
+            a = body + (forward(pos[1], a, p + "shortcut.", keys) if len(pos) > 1 else a)
+        elif name == "linear":
+            keys |= {p + "weight", p + "bias"}
+            a = a @ z[p + "weight"].T.astype(np.float64) + z[p + "bias"]
         elif name == "conv2d":
-            w = z[f"{i}.weight"]
-            keys.add(f"{i}.weight")
+            w = z[p + "weight"]
+            keys.add(p + "weight")
             bias = named.get("bias", 1.0) != 0
             if bias:
-                keys.add(f"{i}.bias")
-            a = conv2d(a, w, z[f"{i}.bias"] if bias else np.zeros(w.shape[0]),
+                keys.add(p + "bias")
+            a = conv2d(a, w, z[p + "bias"] if bias else np.zeros(w.shape[0]),
                        int(named.get("stride", 1)), int(named.get("padding", 0)))
         elif name == "adaptiveavgpool2d":
             a = adaptive_avg_pool2d(a, int(pos[0] if pos else named["output_size"]))
@@ -118,6 +129,17 @@ if "model" in z.files:
             pass  # identity outside training
         else:
             a = ACT[name](a)
+    return a
+
+
+if "model" in z.files:
+    # Any model: nn.Sequential of the model text's layers, module i for layer i.
+    shape = [int(v) for v in z["input_shape"]]
+    f = shape[0] * shape[1] * shape[2]
+    x = np.array([[float(c) for c in r[:f]] for r in rows], dtype=np.float64)
+    a = ((x - z["input.offset"]) * z["input.scale"]).reshape(len(rows), *shape)
+    keys = set()
+    a = forward(layers_of(str(z["model"])), a, "", keys)
     params = {k for k in z.files if k[:1].isdigit()}
     if params != keys:
         sys.exit(f"npz_numpy_forward: parameter arrays {sorted(params)}, but load_state_dict "
