@@ -523,12 +523,13 @@ FlagValue SimWorkers() {
 }
 
 // The registered layers with their arguments, for --model's help: "linear(out), conv2d(out,
-// kernel, stride=1, padding=0), ...".
+// kernel, stride=1, padding=0), ..., residual(LAYERS[|SHORTCUT])".
 std::string LayerList() {
   std::string s;
   for (const nn::LayerType* t : nn::LayerTypes()) {
     if (!s.empty()) s += ", ";
     s += t->name;
+    if (t->spatial == nn::Spatial::kBlock) s += "(LAYERS[|SHORTCUT])";
     std::string args;
     for (const nn::LayerArg& a : t->args) {
       if (!args.empty()) args += ",";
