@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "master/files/model_file.h"
 #include "nn/layer.h"
 #include "nn/model.h"
 #include "nn/net.h"
@@ -226,6 +227,11 @@ TEST(ResidualSites, AreTheLeafLayersInTheFlatVectorsOrder) {
   }
   EXPECT_EQ(spec.ParamCount(), 159u + 98);
   EXPECT_EQ(StatsCount(spec), 0);
+  // A model file's messages name a parameter by its block (a non-finite value).
+  EXPECT_EQ(ParamName(spec, 54 + 5),
+            "residual #1 (layer 2) body.0.weight, element 5 of 81 (1.body.0.weight in an export)");
+  EXPECT_EQ(ParamName(spec, 150 + 8), "residual #1 (layer 2) shortcut.0.weight, element 8 of 9 "
+                                      "(1.shortcut.0.weight in an export)");
 
   // The block's blocks, as PyTorch names them in a module of body and shortcut Sequentials.
   const LayerType& t = *FindLayerType("residual");
