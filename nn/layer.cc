@@ -197,28 +197,8 @@ Status ParseBlock(const LayerType& t, std::string_view text, size_t open, int de
   return Status::Ok();
 }
 
-// One layer's text: "name" or "name(args)", or a block's, `depth` blocks deep.
-Status ParseLayer(std::string_view text, int depth, LayerSpec* out) {
-  const size_t open = text.find('(');
-  const std::string_view name = Trim(text.substr(0, open));
-  if (std::vector<std::string_view> bars; SplitTopLevel(text, '|', &bars) && bars.size() > 1) {
-    return Status::Usage("'|' outside a block (it parts a residual block's body from its "
-                         "shortcut: residual(BODY | SHORTCUT))");
-  }
-  const LayerType* t = FindLayerType(name);
-  if (t == nullptr) {
-    return Status::Usage("unknown layer '" + std::string(name) + "' (layers: " + TypeNames() +
-                         ")");
-  }
-  if (t->spatial == Spatial::kBlock) return ParseBlock(*t, text, open, depth, out);
-  std::vector<std::string_view> given;
-  if (open != std::string_view::npos) {
-    if (text.back() != ')') return Status::Usage("text after its closing parenthesis");
-    const std::string_view inside = Trim(text.substr(open + 1, text.size() - open - 2));
-    if (!inside.empty() && !SplitTopLevel(inside, ',', &given)) {
-      return Status::Usage("unbalanced parentheses");
-    }
-  }
+// A layer's arguments as `given` in its text: the required ones by position, then any by name.
+Status ParseArgs(const LayerType* t, const std::vector<std::string_view>& given, LayerSpec* out) {
   out->kind = t->name;
   out->args.assign(t->args.size(), 0.0);
   std::vector<bool> set(t->args.size(), false);
@@ -261,6 +241,31 @@ Status ParseLayer(std::string_view text, int depth, LayerSpec* out) {
     out->args[i] = t->args[i].default_value;
   }
   return Status::Ok();
+}
+
+// One layer's text: "name" or "name(args)", or a block's, `depth` blocks deep.
+Status ParseLayer(std::string_view text, int depth, LayerSpec* out) {
+  const size_t open = text.find('(');
+  const std::string_view name = Trim(text.substr(0, open));
+  if (std::vector<std::string_view> bars; SplitTopLevel(text, '|', &bars) && bars.size() > 1) {
+    return Status::Usage("'|' outside a block (it parts a residual block's body from its "
+                         "shortcut: residual(BODY | SHORTCUT))");
+  }
+  const LayerType* t = FindLayerType(name);
+  if (t == nullptr) {
+    return Status::Usage("unknown layer '" + std::string(name) + "' (layers: " + TypeNames() +
+                         ")");
+  }
+  if (t->spatial == Spatial::kBlock) return ParseBlock(*t, text, open, depth, out);
+  std::vector<std::string_view> given;
+  if (open != std::string_view::npos) {
+    if (text.back() != ')') return Status::Usage("text after its closing parenthesis");
+    const std::string_view inside = Trim(text.substr(open + 1, text.size() - open - 2));
+    if (!inside.empty() && !SplitTopLevel(inside, ',', &given)) {
+      return Status::Usage("unbalanced parentheses");
+    }
+  }
+  return ParseArgs(t, given, out);
 }
 
 // A list of layers, `depth` blocks deep.
