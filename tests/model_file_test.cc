@@ -472,7 +472,7 @@ TEST(ModelFileTest, InconsistentFieldsRefused) {
   std::memcpy(b.data() + 32 + 10, "tanx", 4);
   ExpectRefused(b, "layer 2 'tanx': unknown layer 'tanx' (layers: linear, conv2d, maxpool2d, "
                    "avgpool2d, adaptiveavgpool2d, batchnorm2d, batchnorm1d, flatten, relu, "
-                   "tanh, sigmoid, dropout)");
+                   "tanh, sigmoid, dropout, residual)");
   b = v3;
   std::memcpy(b.data() + 32 + 22, "1", 1);  // linear(1) with xent
   ExpectRefused(b, "loss xent with 1 outputs");
