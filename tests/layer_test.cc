@@ -109,7 +109,11 @@ std::vector<Case> Cases() {
                            "conv2d(2,1)|residual(conv2d(2,1)|conv2d(2,3,padding=1)))",
                            {2, 4, 3}},
                           {"residual(linear(7),tanh,linear(7))", {7, 1, 1}},
-                          {"residual(relu,dropout(0.5)|maxpool2d(1),sigmoid)", {3, 2, 2}}}) {
+                          {"residual(relu,dropout(0.5)|maxpool2d(1),sigmoid)", {3, 2, 2}},
+                          // Batch norm in a block (each pass its own batch's statistics here).
+                          {"residual(conv2d(3,3,padding=1,bias=false),batchnorm2d,relu|"
+                           "conv2d(3,1,bias=false),batchnorm2d)",
+                           {3, 4, 3}}}) {
     std::vector<LayerSpec> l;
     if (!ParseModelText(text, &l).ok()) std::abort();
     cases.push_back({FindLayerType(l[0].kind), l[0], in, ModelText(l) + " on " + in.Text()});
@@ -269,8 +273,8 @@ TEST(EveryLayerCases, CoverEveryRegisteredTypeAndItsOptionalArguments) {
             : name == "maxpool2d"         ? 2
             : name == "avgpool2d"         ? 1
             : name == "adaptiveavgpool2d" ? 3
-            // Its default, an empty body, is refused: its cases are the five above.
-            : name == "residual" ? 4
+            // Its default, an empty body, is refused: its cases are the six above.
+            : name == "residual" ? 5
                                  : 0;
     EXPECT_EQ(std::count_if(cases.begin(), cases.end(), [&](const Case& c) { return c.type == t; }),
               static_cast<long>(want))

@@ -42,7 +42,8 @@ std::vector<LayerSpec> Parse(const std::string& text) {
 
 TEST(ResidualText, ParsesBodyAndShortcutAndPrintsTheCanonicalForm) {
   const std::pair<const char*, const char*> spellings[] = {
-      {" residual( conv2d(16,3,padding=1,bias=false), relu , conv2d(16, 3, padding=1, bias=False) ),"
+      {" residual( conv2d(16,3,padding=1,bias=false), relu , conv2d(16, 3, padding=1, bias=False) "
+       "),"
        "relu",
        "residual(conv2d(16,3,padding=1,bias=false),relu,conv2d(16,3,padding=1,bias=false)),relu"},
       {"residual(conv2d(32,3,stride=2,padding=1,bias=false),relu,conv2d(32,3,padding=1,bias=false)"
@@ -86,7 +87,8 @@ TEST(ResidualText, RefusalsNameTheBlockAndTheLayerInIt) {
   deepest = "residual(" + deep + ")";
   EXPECT_EQ(Parse(deep).size(), 1u);
   const std::pair<std::string, std::string> bad[] = {
-      {"residual()", "layer 1 'residual()': an empty body (residual(LAYERS) needs a layer at least)"},
+      {"residual()",
+       "layer 1 'residual()': an empty body (residual(LAYERS) needs a layer at least)"},
       {"relu,residual( | conv2d(8,1))", "layer 2 'residual( | conv2d(8,1))': an empty body"},
       {"residual",
        "layer 1 'residual': residual needs its layers: residual(LAYERS) adds its input to their "
@@ -128,8 +130,9 @@ TEST(ResidualShapes, BodyAndShortcutMustAgreeAndMessagesNameTheBlock) {
                                   "stride=2)),adaptiveavgpool2d(1),flatten,linear(10)"),
                             &shapes)
                   .ok());
-  EXPECT_EQ(shapes, (std::vector<Shape>{{16, 32, 32}, {16, 32, 32}, {32, 16, 16}, {32, 1, 1},
-                                        {32, 1, 1}, {10, 1, 1}}));
+  EXPECT_EQ(shapes,
+            (std::vector<Shape>{
+                {16, 32, 32}, {16, 32, 32}, {32, 16, 16}, {32, 1, 1}, {32, 1, 1}, {10, 1, 1}}));
   struct Bad {
     Shape input;
     const char* text;
@@ -173,7 +176,8 @@ TEST(ResidualShapes, BodyAndShortcutMustAgreeAndMessagesNameTheBlock) {
   }
   // Flat data through blocks of linear layers, as PyTorch adds two (n, 8) tensors.
   const Status mlp = ResolveShapes(
-      {8, 1, 1}, Parse("residual(linear(8),relu,linear(8)),relu,residual(linear(4)|linear(4)),linear(2)"),
+      {8, 1, 1},
+      Parse("residual(linear(8),relu,linear(8)),relu,residual(linear(4)|linear(4)),linear(2)"),
       &shapes, /*flat_input=*/true);
   EXPECT_TRUE(mlp.ok()) << mlp.message();
 }
@@ -198,8 +202,9 @@ TEST(ResidualSites, AreTheLeafLayersInTheFlatVectorsOrder) {
   ModelSpec spec;
   spec.input = {2, 4, 4};
   spec.loss = Loss::kXent;
-  spec.layers = Parse("conv2d(3,3,padding=1,bias=false),residual(conv2d(3,3,padding=1),relu,"
-                      "residual(conv2d(3,1)|tanh)|conv2d(3,1,bias=false)),flatten,linear(2)");
+  spec.layers = Parse(
+      "conv2d(3,3,padding=1,bias=false),residual(conv2d(3,3,padding=1),relu,"
+      "residual(conv2d(3,1)|tanh)|conv2d(3,1,bias=false)),flatten,linear(2)");
   const std::vector<LayerSite> sites = LayerSites(spec);
   const LayerSpec& block = spec.layers[1];
   struct Want {
@@ -230,8 +235,9 @@ TEST(ResidualSites, AreTheLeafLayersInTheFlatVectorsOrder) {
   // A model file's messages name a parameter by its block (a non-finite value).
   EXPECT_EQ(ParamName(spec, 54 + 5),
             "residual #1 (layer 2) body.0.weight, element 5 of 81 (1.body.0.weight in an export)");
-  EXPECT_EQ(ParamName(spec, 150 + 8), "residual #1 (layer 2) shortcut.0.weight, element 8 of 9 "
-                                      "(1.shortcut.0.weight in an export)");
+  EXPECT_EQ(ParamName(spec, 150 + 8),
+            "residual #1 (layer 2) shortcut.0.weight, element 8 of 9 "
+            "(1.shortcut.0.weight in an export)");
 
   // The block's blocks, as PyTorch names them in a module of body and shortcut Sequentials.
   const LayerType& t = *FindLayerType("residual");
@@ -240,9 +246,54 @@ TEST(ResidualSites, AreTheLeafLayersInTheFlatVectorsOrder) {
     names.push_back(b.name + " " + std::to_string(b.Size()));
     EXPECT_FALSE(b.buffer || b.integer) << b.name;
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"body.0.weight 81", "body.0.bias 3",
-                                             "body.2.body.0.weight 9", "body.2.body.0.bias 3",
-                                             "shortcut.0.weight 9"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"body.0.weight 81", "body.0.bias 3", "body.2.body.0.weight 9",
+                                      "body.2.body.0.bias 3", "shortcut.0.weight 9"}));
+}
+
+// Batch norm inside blocks: its statistics sit where LayerSites says (the body's before the
+// shortcut's, nested alike, each 4C + 1), and the block's layers cross them there, forward in
+// the flat vector's order and backward at the second half of each.
+class Recorder final : public StatsCrossing {
+ public:
+  void Sum(int64_t offset, double*, int64_t count) override { calls.push_back({offset, count}); }
+  std::vector<std::pair<int64_t, int64_t>> calls;
+};
+
+TEST(ResidualStats, BatchNormInBlocksCrossesAtItsSitesOffsets) {
+  ModelSpec spec;
+  spec.input = {2, 4, 4};
+  spec.loss = Loss::kXent;
+  spec.layers = Parse(
+      "conv2d(3,3,padding=1,bias=false),batchnorm2d,relu,residual(conv2d(3,3,"
+      "padding=1,bias=false),batchnorm2d,relu,residual(conv2d(5,1,bias=false),"
+      "batchnorm2d,conv2d(3,1)|tanh)|conv2d(3,1,bias=false),batchnorm2d),"
+      "flatten,linear(2),batchnorm1d");
+  std::vector<std::pair<int64_t, int64_t>> forward, backward;
+  for (const LayerSite& site : LayerSites(spec)) {
+    if (site.type->stats == nullptr) continue;
+    const int64_t c = site.in.c;
+    forward.push_back({site.stats_offset, 2 * c + 1});
+    backward.push_back({site.stats_offset + 2 * c + 1, 2 * c});
+  }
+  const std::vector<std::pair<int64_t, int64_t>> want = {
+      {0, 7}, {13, 7}, {26, 11}, {47, 7}, {60, 5}};
+  EXPECT_EQ(forward, want);
+  EXPECT_EQ(StatsCount(spec), 60 + 9);
+  Net<double> net(spec);
+  const int64_t n = 3;
+  std::vector<double> params = Random(net.ParamCount(), 71), grad(params.size());
+  const std::vector<double> x = Random(spec.input.Size() * n, 72), y = {1, 0, 1};
+  Recorder recorder;
+  PassInfo pass;
+  pass.train = true;
+  pass.stats = &recorder;
+  net.LossAndGrad(params.data(), x.data(), y.data(), n, pass, grad.data());
+  ASSERT_EQ(recorder.calls.size(), forward.size() + backward.size());
+  EXPECT_EQ(std::vector(recorder.calls.begin(), recorder.calls.begin() + 5), forward);
+  std::vector<std::pair<int64_t, int64_t>> back(recorder.calls.begin() + 5, recorder.calls.end());
+  std::sort(back.begin(), back.end());
+  EXPECT_EQ(back, backward);
 }
 
 // ---- against PyTorch's definitions ----------------------------------------------------------
@@ -251,7 +302,9 @@ TEST(ResidualSites, AreTheLeafLayersInTheFlatVectorsOrder) {
 struct Tensor {
   int64_t n, c, h, w;
   std::vector<double> v;
-  double& at(int64_t i, int64_t ch, int64_t y, int64_t x) { return v[((i * c + ch) * h + y) * w + x]; }
+  double& at(int64_t i, int64_t ch, int64_t y, int64_t x) {
+    return v[((i * c + ch) * h + y) * w + x];
+  }
   double get(int64_t i, int64_t ch, int64_t y, int64_t x) const {
     return v[((i * c + ch) * h + y) * w + x];
   }
@@ -292,9 +345,15 @@ Tensor Add(Tensor a, const Tensor& b) {
   return a;
 }
 
-double Relu(double v) { return std::max(v, 0.0); }
-double Sigmoid(double v) { return 1 / (1 + std::exp(-v)); }
-double Tanh(double v) { return std::tanh(v); }
+double Relu(double v) {
+  return std::max(v, 0.0);
+}
+double Sigmoid(double v) {
+  return 1 / (1 + std::exp(-v));
+}
+double Tanh(double v) {
+  return std::tanh(v);
+}
 
 // The arrays an export would hold: every block of every layer by its name "{i}.{block}", in
 // PyTorch's layout (LayerType::to_torch).
@@ -346,9 +405,8 @@ TEST(ResidualForward, MatchesPyTorchsDefinitionsWrittenAsLoops) {
   for (const auto& [name, v] : z) names.push_back(name);
   EXPECT_EQ(names, (std::vector<std::string>{
                        "0.weight", "2.body.0.bias", "2.body.0.weight", "2.body.2.weight",
-                       "4.body.0.weight", "4.body.2.bias", "4.body.2.weight",
-                       "4.shortcut.0.weight", "5.body.0.body.0.bias", "5.body.0.body.0.weight",
-                       "8.bias", "8.weight"}));
+                       "4.body.0.weight", "4.body.2.bias", "4.body.2.weight", "4.shortcut.0.weight",
+                       "5.body.0.body.0.bias", "5.body.0.body.0.weight", "8.bias", "8.weight"}));
   Tensor a = Map(Conv(Tensor{n, 2, 6, 5, x}, z["0.weight"], nullptr, 3, 3, 1, 1), Relu);
   Tensor body = Conv(a, z["2.body.0.weight"], &z["2.body.0.bias"], 3, 3, 1, 1);
   body = Conv(Map(body, Relu), z["2.body.2.weight"], nullptr, 3, 3, 1, 1);
@@ -359,7 +417,7 @@ TEST(ResidualForward, MatchesPyTorchsDefinitionsWrittenAsLoops) {
   ASSERT_EQ(a.c * a.h * a.w, 36);
   const Tensor inner =
       Map(Conv(a, z["5.body.0.body.0.weight"], &z["5.body.0.body.0.bias"], 4, 1, 1, 0), Sigmoid);
-  a = Add(Map(Add(inner, a), Relu), a);  // maxpool2d(1) is the identity
+  a = Add(Map(Add(inner, a), Relu), a);          // maxpool2d(1) is the identity
   const std::vector<double>& w = z["8.weight"];  // (3, 4), row-major
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t u = 0; u < 3; ++u) {
@@ -381,8 +439,9 @@ TEST(ResidualBackward, AFirstBlockComputesNoInputGradient) {
   ModelSpec spec;
   spec.input = {3, 4, 4};
   spec.loss = Loss::kXent;
-  spec.layers = Parse("residual(relu,conv2d(3,3,padding=1)|relu,conv2d(3,1)),tanh,"
-                      "residual(relu|tanh,sigmoid),flatten,linear(3)");
+  spec.layers = Parse(
+      "residual(relu,conv2d(3,3,padding=1)|relu,conv2d(3,1)),tanh,"
+      "residual(relu|tanh,sigmoid),flatten,linear(3)");
   Net<double> net(spec);
   EXPECT_TRUE(net.RunsBackward(0));
   EXPECT_FALSE(net.NeedsInputGradient(0));
@@ -422,18 +481,15 @@ TEST(ResidualMemory, PassBytesCountsTheBlocksActivationsAndDeltas) {
 // ---- ResNet-20 ------------------------------------------------------------------------------
 
 // docs/models.md's ResNet-20 for CIFAR-10 (examples/resnet20.txt): the canonical text, within
-// what a run holds, of 3x32x32 images to 10 classes. Without batchnorm2d in this build each of
-// its layers is read as relu, which keeps every shape.
-TEST(ResNet20, TheExampleIsCanonicalAndResolves) {
-  std::string text = test::ReadWholeFile(std::string(SHMTRAIN_SOURCE_DIR) + "/examples/resnet20.txt");
+// what a run holds, of 3x32x32 images to 10 classes, its parameters and batch norm statistics,
+// and a training pass of it.
+TEST(ResNet20, TheExampleIsCanonicalResolvesAndTrains) {
+  std::string text =
+      test::ReadWholeFile(std::string(SHMTRAIN_SOURCE_DIR) + "/examples/resnet20.txt");
   ASSERT_FALSE(text.empty());
   ASSERT_EQ(text.back(), '\n');
   text.pop_back();
   EXPECT_LT(text.size(), kMaxModelText);
-  const bool batch_norm = FindLayerType("batchnorm2d") != nullptr;
-  for (size_t at; !batch_norm && (at = text.find("batchnorm2d")) != std::string::npos;) {
-    text.replace(at, 11, "relu");
-  }
   ModelSpec spec;
   spec.input = {3, 32, 32};
   spec.loss = Loss::kXent;
@@ -442,24 +498,41 @@ TEST(ResNet20, TheExampleIsCanonicalAndResolves) {
   const Status s = ResolveShapes(spec.input, spec.layers, &shapes);
   ASSERT_TRUE(s.ok()) << s.message();
   EXPECT_EQ(spec.outputs(), 10);
+  EXPECT_EQ(shapes[shapes.size() - 4], (Shape{64, 8, 8}));
   EXPECT_EQ(std::count_if(spec.layers.begin(), spec.layers.end(),
                           [](const LayerSpec& l) { return l.kind == "residual"; }),
             9);
-  // 19 convolutions (2 in each of 9 blocks and the stem) and the linear layer, plus the two
-  // 1x1 projections.
-  int64_t convs = 0, linears = 0;
+  // 19 3x3 convolutions (the stem's and 2 in each of 9 blocks), the two 1x1 projections, a
+  // batch norm after each of those 21, and the linear layer.
+  int64_t convs = 0, norms = 0, linears = 0;
   for (const LayerSite& site : LayerSites(spec)) {
     convs += site.spec->kind == "conv2d";
+    norms += site.spec->kind == "batchnorm2d";
     linears += site.spec->kind == "linear";
   }
   EXPECT_EQ(convs, 21);
+  EXPECT_EQ(norms, 21);
   EXPECT_EQ(linears, 1);
   const uint64_t weights = 16 * 3 * 9 + 6 * 16 * 16 * 9 + (32 * 16 * 9 + 5 * 32 * 32 * 9) +
                            (64 * 32 * 9 + 5 * 64 * 64 * 9) + 32 * 16 + 64 * 32 + 64 * 10 + 10;
-  if (!batch_norm) {
-    EXPECT_EQ(spec.ParamCount(), weights);
-  }
-  EXPECT_EQ(shapes[shapes.size() - 4], (Shape{64, 8, 8}));
+  // Batch norm: weight, bias, running_mean and running_var per channel, num_batches_tracked;
+  // 7 of 16 channels, 7 of 32 and 7 of 64.
+  const int64_t channels = 7 * 16 + 7 * 32 + 7 * 64;
+  EXPECT_EQ(spec.ParamCount(), weights + 4 * channels + 21);
+  EXPECT_EQ(StatsCount(spec), 4 * channels + 21);
+  // A training pass on two images: a finite loss and a gradient for every convolution.
+  Workspace<float> ws;
+  const int64_t n = 2;
+  std::vector<float> params(spec.ParamCount()), grad(params.size());
+  InitParams(spec, Init::kTorch, 81, params.data());
+  const std::vector<double> xd = Random(spec.input.Size() * n, 82);
+  const std::vector<float> x(xd.begin(), xd.end()), y = {3, 7};
+  PassInfo pass;
+  pass.train = true;
+  const double loss =
+      LossAndGrad<float>(spec, params.data(), x.data(), y.data(), n, grad.data(), ws, pass);
+  EXPECT_TRUE(std::isfinite(loss)) << loss;
+  EXPECT_NE(grad[0], 0.0f);  // the stem's first weight: the gradient went through every block
 }
 
 }  // namespace
