@@ -9,11 +9,13 @@
 An MLP's export is nn.Sequential(Linear, act, ..., Linear); any other model's names its layers
 ("model", the model text) and its input shape, and each layer is written here from PyTorch's
 definitions in numpy, NCHW (conv2d with or without a bias, max, average and adaptive average
-pooling, flatten, activations; dropout is the identity outside training). A residual block
-residual(BODY) or residual(BODY|SHORTCUT) at module i is docs/models.md's Residual module,
-body(x) + shortcut(x) (the identity without a shortcut), its layers' arrays found under the
-prefixes "i.body.j." and "i.shortcut.k.", nested alike. The parameter arrays must be exactly
-the state dict's keys (load_state_dict(strict=True)): a conv2d(bias=false) has "i.weight" alone.
+pooling, flatten, activations; dropout is the identity outside training, and batch norm
+normalises with its running statistics, num_batches_tracked an int64 as PyTorch keeps it). A
+residual block, residual(BODY) or residual(BODY|SHORTCUT) at module i, is docs/models.md's
+Residual module, body(x) + shortcut(x) (the identity without a shortcut), its layers' arrays
+found under the prefixes "i.body.j." and "i.shortcut.k.", nested alike. The parameter arrays
+must be exactly the state dict's keys (load_state_dict(strict=True)): a conv2d(bias=false) has
+"i.weight" alone.
 """
 import csv
 import sys
@@ -117,6 +119,14 @@ def forward(layers, a, prefix, keys):
                 keys.add(p + "bias")
             a = conv2d(a, w, z[p + "bias"] if bias else np.zeros(w.shape[0]),
                        int(named.get("stride", 1)), int(named.get("padding", 0)))
+        elif name in ("batchnorm2d", "batchnorm1d"):
+            blocks = ["weight", "bias", "running_mean", "running_var", "num_batches_tracked"]
+            keys |= {p + b for b in blocks}
+            if z[p + "num_batches_tracked"].dtype != np.int64:
+                sys.exit(f"npz_numpy_forward: {p}num_batches_tracked is not int64")
+            shape = (1, -1) + (1,) * (a.ndim - 2)  # the channels (features) are axis 1
+            w, b, mean, var = (z[p + k].astype(np.float64).reshape(shape) for k in blocks[:4])
+            a = (a - mean) / np.sqrt(var + named.get("eps", 1e-5)) * w + b
         elif name == "adaptiveavgpool2d":
             a = adaptive_avg_pool2d(a, int(pos[0] if pos else named["output_size"]))
         elif name in ("maxpool2d", "avgpool2d"):

@@ -20,18 +20,38 @@ using test::ProcResult;
 
 constexpr test::milliseconds kTimeout{120'000};
 
-// A stem, a block with an identity shortcut, a strided block with a 1x1 projection, a block
-// nested in a body, and ResNet's head, on 1x6x6 images.
+// A stem, a block with an identity shortcut, a strided block with a 1x1 projection and batch
+// norm in its body and its shortcut (their statistics cross the workers), a block nested in a
+// body, and ResNet's head, on 1x6x6 images.
 constexpr const char* kModel =
     "conv2d(4,3,padding=1,bias=false),relu,residual(conv2d(4,3,padding=1,bias=false),relu,"
-    "conv2d(4,3,padding=1)),relu,residual(conv2d(8,3,stride=2,padding=1,bias=false),relu,"
-    "conv2d(8,3,padding=1,bias=false)|conv2d(8,1,stride=2,bias=false)),residual(residual("
-    "conv2d(8,1),tanh),relu),adaptiveavgpool2d(1),flatten,linear(3)";
+    "conv2d(4,3,padding=1)),relu,residual(conv2d(8,3,stride=2,padding=1,bias=false),"
+    "batchnorm2d,relu,conv2d(8,3,padding=1,bias=false),batchnorm2d|conv2d(8,1,stride=2,"
+    "bias=false),batchnorm2d),residual(residual(conv2d(8,1),tanh),relu),adaptiveavgpool2d(1),"
+    "flatten,linear(3)";
 
 std::vector<std::string> Train(const std::string& data, int workers, const std::string& save) {
-  return {"train", "--data", data,   "--input-shape", "1,6,6", "--model", kModel, "--loss",
-          "xent",  "--workers", std::to_string(workers), "--lr", "0.3", "--steps", "25",
-          "--batch", "10", "--seed", "5", "--save", save};
+  return {"train",
+          "--data",
+          data,
+          "--input-shape",
+          "1,6,6",
+          "--model",
+          kModel,
+          "--loss",
+          "xent",
+          "--workers",
+          std::to_string(workers),
+          "--lr",
+          "0.3",
+          "--steps",
+          "25",
+          "--batch",
+          "10",
+          "--seed",
+          "5",
+          "--save",
+          save};
 }
 
 std::vector<std::string> Split(const std::string& s, char sep) {
@@ -46,7 +66,8 @@ std::vector<std::string> Split(const std::string& s, char sep) {
   return out;
 }
 
-// Two workers train what one does (to float rounding: their shares are summed, not one batch).
+// Two workers train what one does (to float rounding: their shares are summed, not one batch),
+// batch norm in the blocks normalising by the whole batch's statistics.
 TEST(ResidualCli, PWorkersTrainWhatOneDoes) {
   test::TempDir dir;
   const std::string data = dir.Write("images.csv", test::Images().Csv());
@@ -87,12 +108,24 @@ TEST(ResidualCli, TheExportIsPyTorchsAndNumpyPredictsWhatPredictDoes) {
       params.push_back(cells[0] + " " + cells[1] + " " + cells[2]);
     }
   }
-  EXPECT_EQ(params, (std::vector<std::string>{
-                        "0.weight <f4 4,1,3,3", "2.body.0.weight <f4 4,4,3,3",
-                        "2.body.2.weight <f4 4,4,3,3", "2.body.2.bias <f4 4",
-                        "4.body.0.weight <f4 8,4,3,3", "4.body.2.weight <f4 8,8,3,3",
-                        "4.shortcut.0.weight <f4 8,4,1,1", "5.body.0.body.0.weight <f4 8,8,1,1",
-                        "5.body.0.body.0.bias <f4 8", "8.weight <f4 3,8", "8.bias <f4 3"}));
+  std::vector<std::string> want = {"0.weight <f4 4,1,3,3", "2.body.0.weight <f4 4,4,3,3",
+                                   "2.body.2.weight <f4 4,4,3,3", "2.body.2.bias <f4 4",
+                                   "4.body.0.weight <f4 8,4,3,3"};
+  // Batch norm's blocks and buffers, num_batches_tracked a 0-d int64 as PyTorch keeps it.
+  auto norm = [&](const std::string& p) {
+    for (const char* b : {"weight", "bias", "running_mean", "running_var"}) {
+      want.push_back(p + b + " <f4 8");
+    }
+    want.push_back(p + "num_batches_tracked <i8 ");
+  };
+  norm("4.body.1.");
+  want.push_back("4.body.3.weight <f4 8,8,3,3");
+  norm("4.body.4.");
+  want.push_back("4.shortcut.0.weight <f4 8,4,1,1");
+  norm("4.shortcut.1.");
+  want.insert(want.end(), {"5.body.0.body.0.weight <f4 8,8,1,1", "5.body.0.body.0.bias <f4 8",
+                           "8.weight <f4 3,8", "8.bias <f4 3"});
+  EXPECT_EQ(params, want);
 
   const ProcResult np =
       test::RunProcess({NUMPY_PYTHON, NPZ_NUMPY_FORWARD_PY, dir.File("m.npz"), data}, kTimeout);
@@ -117,10 +150,10 @@ TEST(ResidualCli, TheExportIsPyTorchsAndNumpyPredictsWhatPredictDoes) {
 TEST(ResidualCli, SimulateTrainsAModelOfBlocks) {
   test::TempDir dir;
   const std::string data = dir.Write("images.csv", test::Images().Csv());
-  const ProcResult r = test::Shmtrain({"simulate", "--data", data, "--input-shape", "1,6,6",
-                                       "--model", kModel, "--loss", "xent", "--workers", "1,2",
-                                       "--lr", "0.3", "--steps", "10", "--batch", "10"},
-                                      kTimeout);
+  const ProcResult r = test::Shmtrain(
+      {"simulate", "--data", data, "--input-shape", "1,6,6", "--model", kModel, "--loss", "xent",
+       "--workers", "1,2", "--lr", "0.3", "--steps", "10", "--batch", "10"},
+      kTimeout);
   ASSERT_EQ(r.exit_code, 0) << r.Describe();
   EXPECT_NE(r.out.find("M=2"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("nan"), std::string::npos) << r.out;
