@@ -516,7 +516,9 @@ Status ResolveShapes(Shape input, const std::vector<LayerSpec>& layers, std::vec
   }
   if (layers.empty()) return Status::Usage("a model without layers");
   Flatness flat;
-  if (flat_input) flat = {Flatness::kFlat, " has no image shape (--input-shape C,H,W gives flat data one)"};
+  if (flat_input) {
+    flat = {Flatness::kFlat, " has no image shape (--input-shape C,H,W gives flat data one)"};
+  }
   return ResolveList(input, layers, &flat, shapes);
 }
 

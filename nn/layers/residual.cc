@@ -106,8 +106,8 @@ class Residual final : public Layer<S> {
   }
 
   // y = body + shortcut: dy is the gradient of both outputs, and dx the sum of their dx.
-  void Backward(const S* params, const S* x, const S*, const S* dy, int64_t n,
-                const PassInfo& pass, S* dx, S* dparams) override {
+  void Backward(const S* params, const S* x, const S*, const S* dy, int64_t n, const PassInfo& pass,
+                S* dx, S* dparams) override {
     SHMTRAIN_CHECK(x == forward_x_ && n == forward_n_,
                    "a residual block's backward pass on another input than its forward pass");
     Reserve(delta_[0], delta_size_ * n);
@@ -131,8 +131,8 @@ class Residual final : public Layer<S> {
   // Layers [begin, end), one list, backward from dy. Unless `want`, the pass stops at the
   // list's first layer with parameters, which computes no input gradient; with `want`, the
   // first layer's input gradient goes to first_dx, or (null) to a delta, and is returned.
-  const S* BackList(size_t begin, size_t end, const S* params, const S* x, const S* dy,
-                    int64_t n, const PassInfo& pass, S* first_dx, bool want, S* dparams) {
+  const S* BackList(size_t begin, size_t end, const S* params, const S* x, const S* dy, int64_t n,
+                    const PassInfo& pass, S* first_dx, bool want, S* dparams) {
     size_t stop = begin;
     while (!want && stop < end && members_[stop].params == 0) ++stop;
     const S* d = dy;
@@ -167,8 +167,7 @@ std::vector<ParamBlock> Params(const LayerSpec& spec, Shape in) {
   std::vector<ParamBlock> blocks;
   for (const BlockMember& m : BlockMembers(spec, in)) {
     if (m.type->params == nullptr) continue;
-    const std::string prefix =
-        (m.shortcut ? "shortcut." : "body.") + std::to_string(m.index) + ".";
+    const std::string prefix = (m.shortcut ? "shortcut." : "body.") + std::to_string(m.index) + ".";
     for (ParamBlock b : m.type->params(*m.spec, m.in)) {
       b.name = prefix + b.name;
       blocks.push_back(std::move(b));
@@ -222,8 +221,9 @@ int64_t Stats(const LayerSpec& spec, Shape in) {
 extern const LayerType kResidual = {
     .name = "residual",
     .torch = "Residual",
-    .summary = "body(x) + x, or body(x) + shortcut(x): residual(LAYERS) or "
-               "residual(LAYERS | SHORTCUT), any layers, blocks too",
+    .summary =
+        "body(x) + x, or body(x) + shortcut(x): residual(LAYERS) or "
+        "residual(LAYERS | SHORTCUT), any layers, blocks too",
     .args = {},
     .spatial = Spatial::kBlock,
     .out_shape = ResolveBlock,
