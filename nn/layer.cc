@@ -280,8 +280,10 @@ Status ParseList(std::string_view text, int depth, std::vector<LayerSpec>* layer
     LayerSpec spec;
     Status s = part.empty() ? Status::Usage("empty layer") : ParseLayer(part, depth, &spec);
     if (!s.ok()) {
-      return Status::Usage("layer " + std::to_string(i + 1) + " '" + std::string(part) + "': " +
-                           s.message());
+      // A long part (a block's) is cut: each block around the layer at fault quotes itself.
+      const std::string quoted = part.size() <= 60 ? std::string(part)
+                                                   : std::string(part.substr(0, 56)) + " ...";
+      return Status::Usage("layer " + std::to_string(i + 1) + " '" + quoted + "': " + s.message());
     }
     layers->push_back(std::move(spec));
   }
