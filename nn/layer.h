@@ -192,7 +192,8 @@ const LayerType* FindLayerType(std::string_view name);
 // Messages name the layer ("layer 4 'conv2d(64,x)'") and what is wrong with it, inside a
 // block the block's too ("layer 2 'residual(relu,conv2d(8))': in its body, layer 2
 // 'conv2d(8)': conv2d needs kernel ..."); callers say where the text came from (--model, a
-// file). Blocks nest at most kMaxBlockDepth deep.
+// file). Blocks nest at most kMaxBlockDepth deep: the parser and every walk into blocks
+// recurse, and --model's text is parsed before its length is checked.
 Status ParseModelText(std::string_view text, std::vector<LayerSpec>* layers);
 inline constexpr int kMaxBlockDepth = 32;
 // The canonical text of layers: required arguments by position, the others by name only when
