@@ -111,7 +111,7 @@ namespace shmtrain::shm {
 // "SHMTRAIN" read as a little-endian 64-bit integer.
 inline constexpr uint64_t kMagic = 0x4E494152544D4853ull;
 // Bump on every change to any struct in this file or to the meaning of a field.
-inline constexpr uint32_t kAbiVersion = 15;
+inline constexpr uint32_t kAbiVersion = 16;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr int kMaxWorkers = 256;
 // Loss records kept for the master's log (by log index modulo this).
@@ -365,6 +365,9 @@ struct alignas(kCacheLine) WorkerBlock {
   // Sync with batch norm: the sequence number of the last crossing whose statistics this rank
   // has written into its slot (seq_cst; the layout of Slot above). Initially 0.
   uint64_t stats_seq;
+  // Sync with batch norm: the time this rank waited in its crossings (relaxed; a part of
+  // barrier_wait_ns_total): what the statistics across workers cost.
+  uint64_t crossing_wait_ns_total;
   // Durations (relaxed counters): every barrier wait (sync); every step as rank 0 sees it
   // (sync) or every update of this rank (async).
   alignas(kCacheLine) uint64_t barrier_wait_hist[kDurationBuckets];

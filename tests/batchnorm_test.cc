@@ -233,6 +233,12 @@ TEST(BatchNormRun, PSyncWorkersTrainWhatTheFullBatchReferenceTrains) {
     SCOPED_TRACE(std::to_string(workers) + " workers");
     r = test::Shmtrain(Train(data, workers, steps, "0.5", dir.File("trained.model")), test::milliseconds{120'000});
     ASSERT_EQ(r.exit_code, 0) << r.Describe();
+    // The summary says what the crossings cost, a part of the barrier's wait: at each one every
+    // rank but the last to arrive waits.
+    if (workers > 1) {
+      EXPECT_NE((r.out + r.err).find("(batch norm's crossings "), std::string::npos)
+          << r.Describe();
+    }
     const std::vector<float> got = test::LoadSaved(dir.File("trained.model")).params;
     const double diff = test::MaxScaledDiff(got, want);
     std::printf("[ batch norm P=%d ] against the full-batch reference: %.3g\n", workers, diff);

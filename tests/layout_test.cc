@@ -40,7 +40,7 @@ namespace {
   } while (0)
 
 TEST(Layout, PinsEveryField) {
-  EXPECT_EQ(kAbiVersion, 15u);
+  EXPECT_EQ(kAbiVersion, 16u);
   EXPECT_EQ(std::memcmp(&kMagic, "SHMTRAIN", 8), 0);
   EXPECT_EQ(kLossRing, 4096);
   EXPECT_EQ(kMaxModelText, 4096u);
@@ -146,6 +146,7 @@ TEST(Layout, PinsEveryField) {
   PIN(WorkerBlock, grad_sq_step, 312, 8);
   PIN(WorkerBlock, host_sum_step, 320, 8);
   PIN(WorkerBlock, stats_seq, 328, 8);
+  PIN(WorkerBlock, crossing_wait_ns_total, 336, 8);
   PIN(WorkerBlock, barrier_wait_hist, 384, 160);
   PIN(WorkerBlock, step_duration_hist, 544, 160);
   PIN(WorkerBlock, step_duration_ns_total, 704, 8);

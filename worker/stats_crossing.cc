@@ -34,13 +34,15 @@ void SlotCrossing::Sum(int64_t offset, double* sums, int64_t count) {
       FaultAt(seg_.header()->config, FaultPoint::kAtStats, rank_, step_, incarnation_)) {
     DieNow();
   }
+  const uint64_t w0 = barrier_.waited_ns();
+  result_ = global_ != nullptr ? barrier_.WaitStatsCombined(seq, shm::MonotonicNs() + timeout_ns_)
+                               : barrier_.WaitStats(seq, shm::MonotonicNs() + timeout_ns_);
+  shm::AddRelaxed<uint64_t>(seg_.block(rank_)->crossing_wait_ns_total, barrier_.waited_ns() - w0);
+  if (result_ != shm::PhaseBarrier::Result::kOk) return;
   if (global_ != nullptr) {
-    result_ = barrier_.WaitStatsCombined(seq, shm::MonotonicNs() + timeout_ns_);
-    if (result_ == shm::PhaseBarrier::Result::kOk) std::copy(global_ + offset, global_ + offset + count, sums);
+    std::copy(global_ + offset, global_ + offset + count, sums);
     return;
   }
-  result_ = barrier_.WaitStats(seq, shm::MonotonicNs() + timeout_ns_);
-  if (result_ != shm::PhaseBarrier::Result::kOk) return;
   for (int64_t j = 0; j < count; ++j) sums[j] = shm::LoadRelaxed(seg_.stats(0)[offset + j]);
   for (int q = 1; q < P_; ++q) {
     const double* theirs = seg_.stats(q) + offset;

@@ -134,6 +134,7 @@ StepSplit SyncKind::SplitPerStep(const RunSummary& s) const {
   split.compute_us = static_cast<double>(s.compute_ns) * per;
   split.reduce_us = static_cast<double>(s.reduce_ns) * per;
   split.barrier_us = static_cast<double>(s.barrier_ns) * per;
+  split.crossing_us = static_cast<double>(s.crossing_ns) * per;
   return split;
 }
 
@@ -141,7 +142,8 @@ void SyncKind::AddJson(const RunSummary& s, JsonLine* j) const {
   const StepSplit p = SplitPerStep(s);
   j->Num("step_compute_us", p.compute_us)
       .Num("step_reduce_us", p.reduce_us)
-      .Num("step_barrier_us", p.barrier_us);
+      .Num("step_barrier_us", p.barrier_us)
+      .Num("step_crossing_us", p.crossing_us);
 }
 
 }  // namespace shmtrain::master

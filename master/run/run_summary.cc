@@ -26,11 +26,12 @@ void ReadWorkerCounters(const shm::Segment& seg, RunSummary* s) {
     s->staleness_sum += shm::LoadRelaxed(seg.block(r)->staleness_sum);
     s->worker_updates.push_back(shm::LoadCommit(*seg.block(r)) / 2);
   }
-  s->compute_ns = s->reduce_ns = s->barrier_ns = 0;
+  s->compute_ns = s->reduce_ns = s->barrier_ns = s->crossing_ns = 0;
   for (uint32_t r = 0; r < h->config.workers; ++r) {
     s->compute_ns += shm::LoadRelaxed(seg.block(r)->compute_ns_total);
     s->reduce_ns += shm::LoadRelaxed(seg.block(r)->reduce_ns_total);
     s->barrier_ns += shm::LoadRelaxed(seg.block(r)->barrier_wait_ns_total);
+    s->crossing_ns += shm::LoadRelaxed(seg.block(r)->crossing_wait_ns_total);
   }
   s->param_version = static_cast<int64_t>(shm::LoadAcquire(h->param_version));
   s->step1_end_ns = shm::LoadRelaxed(h->step1_end_ns);
@@ -56,8 +57,10 @@ std::string SplitText(const RunSummary& s) {
     return std::string(name) + " " + Fmt("%.0f", us) + " us (" +
            Fmt("%.0f", all > 0 ? 100 * us / all : 0.0) + "%)";
   };
-  return "time per step and worker: " + part("compute", p.compute_us) + ", " +
-         part("reduce+update", p.reduce_us) + ", " + part("barrier wait", p.barrier_us);
+  std::string text = "time per step and worker: " + part("compute", p.compute_us) + ", " +
+                     part("reduce+update", p.reduce_us) + ", " + part("barrier wait", p.barrier_us);
+  if (p.crossing_us > 0) text += " (batch norm's crossings " + Fmt("%.0f", p.crossing_us) + " us)";
+  return text;
 }
 
 std::string SummaryText(const RunSummary& s) {

@@ -67,6 +67,8 @@ struct RunSummary {
   // Where the time went, summed over the ranks: computing gradients (async: whole updates),
   // the reduce + update phase (sync), and waiting at barriers (sync).
   uint64_t compute_ns = 0, reduce_ns = 0, barrier_ns = 0;
+  // Sync with batch norm: the part of barrier_ns spent in batch norm's crossings.
+  uint64_t crossing_ns = 0;
   // Several hosts: the cross-host combine's mean time per step (master/hosts/combiner.h), in us.
   double combine_us = NAN;
   // Several hosts with batch norm: the mean time of a crossing's exchange, in us.
@@ -78,6 +80,7 @@ struct RunSummary {
 // Sync: the mean per worker and step of each phase, in microseconds.
 struct StepSplit {
   double compute_us = NAN, reduce_us = NAN, barrier_us = NAN;
+  double crossing_us = NAN;  // a part of barrier_us: batch norm's crossings (0 without)
 };
 StepSplit SplitPerStep(const RunSummary& s);
 
