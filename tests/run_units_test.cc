@@ -822,7 +822,8 @@ TEST(RunSummary, SyncJsonFieldsInOrder) {
                 std::string(nn::PathName(nn::UsedPath())) +
                 "\",\"first_step\":0,\"restarts\":3,\"torn_updates\":0,"
                 "\"recoveries\":3,\"recovery_median_s\":0.25,\"recovery_max_s\":0.5,"
-            "\"step_compute_us\":8,\"step_reduce_us\":1,\"step_barrier_us\":1}");
+            "\"step_compute_us\":8,\"step_reduce_us\":1,\"step_barrier_us\":1,"
+            "\"step_crossing_us\":0}");
 }
 
 TEST(RunSummary, StepSplitPerWorkerAndStep) {
@@ -856,7 +857,8 @@ TEST(RunSummary, EarlyStopAndValidation) {
   // The kind's fields (master/kinds/kind.h: sync's step split) before the validation's.
   EXPECT_NE(j.find("\"recovery_median_s\":null,\"recovery_max_s\":null,\"stopped_early\":true,"
                    "\"best_step\":1200,\"step_compute_us\":16,\"step_reduce_us\":2,"
-                   "\"step_barrier_us\":2,\"val_loss\":0.21,\"val_accuracy\":0.94432}"),
+                   "\"step_barrier_us\":2,\"step_crossing_us\":0,\"val_loss\":0.21,"
+                   "\"val_accuracy\":0.94432}"),
             std::string::npos)
       << j;
   s.stopped_early = false;

@@ -175,38 +175,34 @@ Status FlatOnly(const LayerSpec& spec, Shape in, Shape* out) {
   return SameShape(spec, in, out);
 }
 
+// The two types differ in their names and in what input they take.
+LayerType BatchNormType(const char* name, const char* torch, const char* summary, Spatial spatial,
+                        Status (*out_shape)(const LayerSpec&, Shape, Shape*)) {
+  return {.name = name,
+          .torch = torch,
+          .summary = summary,
+          .args = {{"eps", false, 1e-5, 1e-12, 1, false}, {"momentum", false, 0.1, 0, 1, false}},
+          .spatial = spatial,
+          .out_shape = out_shape,
+          .params = Params,
+          .init = Init,
+          .to_torch = nullptr,
+          .scratch = nullptr,
+          .make_float = MakeLayer<BatchNorm, float>,
+          .make_double = MakeLayer<BatchNorm, double>,
+          .stats = Stats};
+}
+
 }  // namespace
 
-extern const LayerType kBatchNorm2d = {
-    .name = "batchnorm2d",
-    .torch = "BatchNorm2d",
-    .summary = "each channel normalised by the batch's statistics (training) or the running ones",
-    .args = {{"eps", false, 1e-5, 1e-12, 1, false}, {"momentum", false, 0.1, 0, 1, false}},
-    .spatial = Spatial::kWindows,
-    .out_shape = SameShape,
-    .params = Params,
-    .init = Init,
-    .to_torch = nullptr,
-    .scratch = nullptr,
-    .make_float = MakeLayer<BatchNorm, float>,
-    .make_double = MakeLayer<BatchNorm, double>,
-    .stats = Stats,
-};
+extern const LayerType kBatchNorm2d = BatchNormType(
+    "batchnorm2d", "BatchNorm2d",
+    "each channel normalised by the batch's statistics (training) or the running ones",
+    Spatial::kWindows, SameShape);
 
-extern const LayerType kBatchNorm1d = {
-    .name = "batchnorm1d",
-    .torch = "BatchNorm1d",
-    .summary = "each feature normalised by the batch's statistics (training) or the running ones",
-    .args = {{"eps", false, 1e-5, 1e-12, 1, false}, {"momentum", false, 0.1, 0, 1, false}},
-    .spatial = Spatial::kKeeps,
-    .out_shape = FlatOnly,
-    .params = Params,
-    .init = Init,
-    .to_torch = nullptr,
-    .scratch = nullptr,
-    .make_float = MakeLayer<BatchNorm, float>,
-    .make_double = MakeLayer<BatchNorm, double>,
-    .stats = Stats,
-};
+extern const LayerType kBatchNorm1d = BatchNormType(
+    "batchnorm1d", "BatchNorm1d",
+    "each feature normalised by the batch's statistics (training) or the running ones",
+    Spatial::kKeeps, FlatOnly);
 
 }  // namespace shmtrain::nn
