@@ -178,8 +178,9 @@ def check_model(args):
     model.load_state_dict({k: torch.from_numpy(z[k]) for k in z.files if k[0].isdigit()})
     model.eval()
     running = accuracy(model, xte, yte)
-    model.train()  # each test batch normalised by its own statistics
-    batch_stats = {b: accuracy(model, xte, yte, batch=b) for b in (128, 1000)}
+    model.train()  # each test batch normalised by its own statistics: batches of mixed classes
+    perm = torch.randperm(len(yte), generator=torch.Generator().manual_seed(args.seed))
+    batch_stats = {b: accuracy(model, xte[perm], yte[perm], batch=b) for b in (128, 1000)}
     print(json.dumps({"running_stats": running, "batch_stats_128": batch_stats[128],
                       "batch_stats_1000": batch_stats[1000]}))
 
