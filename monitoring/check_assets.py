@@ -18,8 +18,9 @@
 4. README.md documents every exporter metric and every alert.
 5. With --scrape FILE (a text exposition captured from a running exporter, e.g.
    `curl -s http://127.0.0.1:9464/metrics > scrape.txt`): every referenced metric exists in
-   the scrape (for a histogram: its _bucket, _sum and _count series) with the expected type,
-   and every shmtrain_ sample carries the host label.
+   the scrape (for a histogram: its _bucket, _sum and _count series) with the expected type
+   (the validation gauges only once the run has validated), and every shmtrain_ sample
+   carries the host label.
 
 Exits 0 when everything passes, 1 listing every failure otherwise, 2 on a usage or I/O error.
 """
@@ -68,11 +69,15 @@ METRICS = {
     "shmtrain_host_pushes_dropped_total": ("counter", (), None),
     "shmtrain_host_push_staleness": ("histogram", (), None),
     "shmtrain_host_last_push_timestamp_seconds": ("gauge", (), None),
-    # Only once a run with held-out data has validated (absent otherwise: not on the dashboard).
+    # Only once a run with held-out data has validated (absent otherwise: empty panels).
     "shmtrain_validation_loss": ("gauge", (), None),
     "shmtrain_validation_accuracy": ("gauge", (), None),
     "shmtrain_validation_rmse": ("gauge", (), None),
 }
+# Metrics a scrape may lack altogether: served only once the run has validated, and then
+# accuracy (--loss xent) or RMSE (the other losses), never both.
+AFTER_VALIDATION = {"shmtrain_validation_loss", "shmtrain_validation_accuracy",
+                    "shmtrain_validation_rmse"}
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 
 EXPECTED_DS = {"type": "prometheus", "uid": "${datasource}"}
@@ -476,6 +481,10 @@ def check_scrape(path, found, rep):
         if len(absent) == len(wanted) and only_mode and mode and mode != only_mode:
             rep.note(f"{base}: absent; it is exported in {only_mode} mode only and this "
                      f"scrape is of a {mode} run")
+            continue
+        if len(absent) == len(wanted) and base in AFTER_VALIDATION:
+            rep.note(f"{base}: absent; it is served once a run has validated (accuracy with "
+                     f"--loss xent, RMSE otherwise)")
             continue
         missing.append((base, absent))
     for base, absent in missing:

@@ -9,15 +9,21 @@ set -euo pipefail
 # clang and libclang-rt-14-dev (libFuzzer and the sanitizer runtimes) build scripts/fuzz.sh's
 # targets. ninja-build runs the builds (scripts/test.sh): 10% less wall than make's on 2 cores.
 # libjpeg62-turbo-dev and libpng-dev decode image folders (data/image.h); python3-pil decodes
-# the same files in the tests, as the reference.
+# the same files in the tests, as the reference. protobuf-compiler, python3-protobuf and
+# python3-crc32c decode TensorBoard event files in the tests as TensorBoard reads them.
 packages=(cmake g++ make ninja-build python3 libboost-dev libboost-filesystem-dev libeigen3-dev
           libcli11-dev nlohmann-json3-dev zlib1g-dev libgtest-dev prometheus-cpp-dev prometheus
           openmpi-bin libopenmpi-dev dataset-fashion-mnist python3-numpy
-          clang libclang-rt-14-dev libjpeg62-turbo-dev libpng-dev python3-pil)
+          clang libclang-rt-14-dev libjpeg62-turbo-dev libpng-dev python3-pil
+          protobuf-compiler python3-protobuf python3-crc32c)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# node and npm run the dashboard's type check (monitoring/schema/check.sh). Debian's nodejs and
+# npm only when there is no npm at all: a nodejs from elsewhere (nodesource's) brings its own
+# npm, and Debian's npm package conflicts with it.
+command -v npm >/dev/null || missing+=(nodejs npm)
 [ ${#missing[@]} -eq 0 ] && exit 0
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
