@@ -8,7 +8,10 @@
 //   DurationHistogram the cross-host combiner: its time per step (combine())
 //   PushStats         async across hosts: this host's pushes to the parts' owners and what it
 //                     did as the owner of its own part (master/hosts/param_server.h)
-//   ValidationStats   the validation protocol: the latest evaluation
+//   ValidationStats   the validation protocol: the latest evaluation (and each one, into
+//                     the history)
+//   RunHistory        the run's curves (monitoring/run_history.h): the loss log, the
+//                     validations, the watch unit's samples/s
 //
 // Threads: a part is written by its unit, on the run loop's thread, except the combine times
 // (the combiner's thread) and PushStats (the parameter server's exchange thread, which also
@@ -21,6 +24,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "monitoring/run_history.h"
 #include "shm/layout.h"
 
 namespace shmtrain::monitoring {
@@ -85,8 +89,10 @@ class CheckpointStats {
 // The validation protocol's: the latest evaluation.
 class ValidationStats {
  public:
-  // Loss, and accuracy (xent) or RMSE (mse).
-  void Set(double loss, double metric) {
+  explicit ValidationStats(RunHistory& history) : history_(history) {}
+  // The evaluation of the parameters after `step`: loss, and accuracy (xent) or RMSE (mse).
+  void Set(int64_t step, double loss, double metric) {
+    history_.AddValidation(step, loss, metric);
     loss_.store(loss, std::memory_order_relaxed);
     metric_.store(metric, std::memory_order_relaxed);
     validations_.fetch_add(1, std::memory_order_release);
@@ -96,6 +102,7 @@ class ValidationStats {
   double metric() const { return metric_.load(std::memory_order_relaxed); }
 
  private:
+  RunHistory& history_;
   std::atomic<uint64_t> validations_{0};
   std::atomic<double> loss_{0};
   std::atomic<double> metric_{0};
@@ -152,16 +159,19 @@ class RunStats {
   // Async across hosts: pushes and the owner's applies (master/hosts/param_server.h).
   PushStats& pushes() { return pushes_; }
   const PushStats& pushes() const { return pushes_; }
+  RunHistory& history() { return history_; }
+  const RunHistory& history() const { return history_; }
   const WorkerStats& workers() const { return workers_; }
   const CheckpointStats& checkpoints() const { return checkpoints_; }
   const DurationHistogram& combine() const { return combine_; }
   const ValidationStats& validation() const { return validation_; }
 
  private:
+  RunHistory history_;  // before validation_, which appends to it
   WorkerStats workers_;
   CheckpointStats checkpoints_;
   DurationHistogram combine_;
-  ValidationStats validation_;
+  ValidationStats validation_{history_};
   PushStats pushes_;
 };
 

@@ -589,7 +589,8 @@ class ValidationTest : public ::testing::Test {
   data::Dataset val_;
   std::vector<float> good_, bad_, huge_;
   Logger log_{LogFormat::kJson, false};
-  monitoring::ValidationStats stats_;
+  monitoring::RunHistory history_;
+  monitoring::ValidationStats stats_{history_};
 };
 
 TEST_F(ValidationTest, WithoutEarlyStopASnapshotIsAckedOnceCopied) {

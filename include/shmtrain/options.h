@@ -241,6 +241,9 @@ struct TrainOptions {
   std::string metrics_addr = "127.0.0.1:9464";
   bool metrics = true;
 
+  // TensorBoard event files are written to this directory (empty: none); host 0 writes them.
+  std::string tensorboard_dir;
+
   // Save the trained model here (empty: do not save).
   std::string save_path;
 

@@ -873,6 +873,10 @@ std::vector<FlagDef> OutputFlags() {
       {.name = "--no-metrics", .arg = "", .help = "serve no metrics (default: {default})",
        .deflt_words = "served", .value = Switch(Opt(&TO::metrics), false), .group = kOut,
        .commands = kTrainExample},
+      {.name = "--tensorboard", .arg = "DIR",
+       .help = "write TensorBoard event files into DIR as the run goes (default: {default})",
+       .deflt_words = "none", .value = Text(Opt(&TO::tensorboard_dir)), .group = kOut,
+       .commands = kTrainExample},
   };
 }
 

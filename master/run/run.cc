@@ -24,6 +24,7 @@
 #include "master/run/divergence.h"
 #include "master/run/run_end.h"
 #include "master/run/run_lines.h"
+#include "master/run/run_watch.h"
 #include "master/run/run_loop.h"
 #include "master/run/segment_header.h"
 #include "master/run/segment_reads.h"
@@ -31,6 +32,7 @@
 #include "master/run/supervisor.h"
 #include "master/run/validation.h"
 #include "monitoring/exporter.h"
+#include "monitoring/tfevents.h"
 #include "nn/model.h"
 #include "nn/optimizer.h"
 #include "shm/futex.h"
@@ -375,6 +377,12 @@ Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher,
   // Shared with the cross-host thread, whose share may outlive the run (exchange_thread.h).
   const auto run_stats = std::make_shared<monitoring::RunStats>(o.workers);
   monitoring::RunStats& stats = *run_stats;
+  // Made once the run's start has succeeded (the data read, the segment filled), so a run that
+  // cannot start leaves no event file; host 0 writes the job's.
+  std::unique_ptr<monitoring::EventFile> events;
+  if (!o.tensorboard_dir.empty() && o.host_index == 0) {
+    if (Status s = monitoring::EventFile::Create(o.tensorboard_dir, &events); !s.ok()) return s;
+  }
   // The loop owns the segment from here to the run's end; the units, declared after it, read
   // it through seg and write through the loop's writes().
   RunLoop loop(std::move(st.seg), std::move(st.seg_name));
@@ -388,7 +396,7 @@ Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher,
   const int64_t t_start = shm::MonotonicNs();  // the clock of the summary and the events
   StopSignal stop(total, o.host_count > 1);
   MasterFault fault(o.fault_master_throw);
-  LossLog losses(log, seg.header()->config.log_every, first);
+  LossLog losses(log, seg.header()->config.log_every, first, &stats.history());
   ProgressLine live(log, first, total, t_start);
   ValidationProtocol validation({.eval_every = st.plan.eval_every,
                                  .early_stop = o.early_stop,
@@ -415,9 +423,10 @@ Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher,
                                seg, writes, log, stats.checkpoints());
   FinalModel model(o, st.rd, divergence, &st.reserved[0]);
   SummaryLine summary(o, first, st.rd.train.rows, t_start, log);
+  RunWatch watch(stats, std::move(events), t_start, o.model.loss == Loss::kXent, log);
   const Status ran = loop.Run([&sup](int ms) { sup.Wait(ms); },
                               {&stop, &fault, &losses, &live, cross.unit.get(), &validation, &sup,
-                               &checkpoints, &model, &summary});
+                               &checkpoints, &model, &summary, &watch});
   return WithStdoutStatus(ran, o, log);
 }
 

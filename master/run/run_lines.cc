@@ -14,7 +14,9 @@ constexpr int64_t kProgressNs = 200'000'000;  // the live line's refresh
 
 }  // namespace
 
-LossLog::LossLog(Logger& log, int64_t log_every, int64_t first_step) : log_(log) {
+LossLog::LossLog(Logger& log, int64_t log_every, int64_t first_step,
+                 monitoring::RunHistory* history)
+    : log_(log), history_(history) {
   if (log_every > 0) next_ = (first_step + log_every - 1) / log_every;
 }
 
@@ -44,6 +46,7 @@ void LossLog::Drain(const shm::Segment& seg) {
       // constant-rate run's lines stay "step S loss L".
       const double lr = nn::LearningRate(c.optim, step);
       const bool varies = nn::RateVaries(c.optim);
+      if (history_ != nullptr) history_->AddLoss(step, loss);
       log_.Line("step " + std::to_string(step) + " loss " + Fmt("%.9g", loss) +
                     (varies ? " lr " + Fmt("%.6g", lr) : std::string()),
                 JsonLine("step").Int("step", step).Num("loss", loss).Num("lr", lr));

@@ -7,6 +7,7 @@
 
 #include "master/cli/log.h"
 #include "master/run/run_loop.h"
+#include "monitoring/run_history.h"
 
 namespace shmtrain::master {
 
@@ -17,8 +18,10 @@ namespace shmtrain::master {
 // read them (the ring holds shm::kLossRing), said once.
 class LossLog final : public RunUnit {
  public:
-  // log_every: the segment's (RunConfig::log_every); first_step: the step the run starts from.
-  LossLog(Logger& log, int64_t log_every, int64_t first_step);
+  // log_every: the segment's (RunConfig::log_every); first_step: the step the run starts from;
+  // history: where each printed loss is also appended (null: nowhere).
+  LossLog(Logger& log, int64_t log_every, int64_t first_step,
+          monitoring::RunHistory* history = nullptr);
   Verdict Tick(const RunView& view) override;
   void Report(RunEnd& end) override;
 
@@ -27,6 +30,7 @@ class LossLog final : public RunUnit {
   void ReportLost() const;
 
   Logger& log_;
+  monitoring::RunHistory* history_;
   int64_t next_ = 0;
   int64_t lost_ = 0;
 };

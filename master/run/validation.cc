@@ -138,7 +138,7 @@ void ValidationProtocol::LogValidation(int64_t step, const nn::Metrics& m, int64
   const std::string epoch_text =
       step % per_epoch == 0 ? std::to_string(step / per_epoch) : Fmt("%.2f", epoch);
   // The gauges first: a reader of the log line finds them already set.
-  stats_.Set(m.loss, xent ? m.accuracy : m.rmse);
+  stats_.Set(step, m.loss, xent ? m.accuracy : m.rmse);
   JsonLine j("validation");
   j.Int("step", step).Num("epoch", epoch).Num("val_loss", m.loss);
   xent ? j.Num("val_accuracy", m.accuracy) : j.Num("val_rmse", m.rmse);

@@ -1,0 +1,170 @@
+#include "monitoring/tfevents.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+
+#include "core/crc32.h"
+
+namespace shmtrain::monitoring {
+namespace {
+
+constexpr char kFileVersion[] = "brain.Event:2";
+
+// Protobuf's wire format: a field's key is (number << 3) | wire type.
+enum Wire : uint32_t { kVarint = 0, kFixed64 = 1, kBytes = 2, kFixed32 = 5 };
+
+void Varint(std::string* out, uint64_t v) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>((v & 0x7F) | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+
+void Key(std::string* out, uint32_t field, Wire wire) { Varint(out, (field << 3) | wire); }
+
+template <class T>
+void LittleEndian(std::string* out, T v) {
+  char b[sizeof(T)];
+  std::memcpy(b, &v, sizeof(T));  // x86-64 and every target of this build are little-endian
+  out->append(b, sizeof(T));
+}
+
+void BytesField(std::string* out, uint32_t field, std::string_view v) {
+  Key(out, field, kBytes);
+  Varint(out, v.size());
+  out->append(v);
+}
+
+// Event's wall_time (1) and step (2), which every event starts with.
+std::string EventHead(double wall_time, int64_t step) {
+  std::string e;
+  Key(&e, 1, kFixed64);
+  LittleEndian(&e, wall_time);
+  if (step != 0) {  // proto3 leaves a zero scalar out
+    Key(&e, 2, kVarint);
+    Varint(&e, static_cast<uint64_t>(step));
+  }
+  return e;
+}
+
+double UnixNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string HostName() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "localhost";
+  return name;
+}
+
+}  // namespace
+
+uint32_t MaskedCrc32c(std::string_view bytes) {
+  const uint32_t c = Crc32c(bytes.data(), bytes.size());
+  return ((c >> 15) | (c << 17)) + 0xA282EAD8u;
+}
+
+std::string TfRecord(std::string_view data) {
+  std::string r;
+  r.reserve(data.size() + 16);
+  LittleEndian<uint64_t>(&r, data.size());
+  LittleEndian<uint32_t>(&r, MaskedCrc32c(r));
+  r.append(data);
+  LittleEndian<uint32_t>(&r, MaskedCrc32c(data));
+  return r;
+}
+
+std::string FileVersionEvent(double wall_time) {
+  std::string e = EventHead(wall_time, 0);
+  BytesField(&e, 3, kFileVersion);
+  return e;
+}
+
+std::string ScalarEvent(double wall_time, int64_t step, std::string_view tag, float value) {
+  std::string v;
+  BytesField(&v, 1, tag);
+  Key(&v, 2, kFixed32);
+  LittleEndian(&v, value);
+  std::string summary;
+  BytesField(&summary, 1, v);
+  std::string e = EventHead(wall_time, step);
+  BytesField(&e, 5, summary);
+  return e;
+}
+
+Status EventFile::Create(const std::string& dir, std::unique_ptr<EventFile>* out) {
+  auto bad = [&](const std::string& path, const std::string& why) {
+    return Status::Usage("--tensorboard " + dir + ": cannot create " + path + ": " + why);
+  };
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return bad("the directory", ec.message());
+  const double now = UnixNow();
+  const std::string base = (std::filesystem::path(dir) / "events.out.tfevents.").string() +
+                           std::to_string(static_cast<int64_t>(now)) + "." + HostName();
+  std::string path = base;
+  int fd = -1;
+  for (int n = 1; fd < 0; ++n) {
+    fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0 && (errno != EEXIST || n > 1000)) return bad(path, std::strerror(errno));
+    if (fd < 0) path = base + "." + std::to_string(n);
+  }
+  std::unique_ptr<EventFile> f(new EventFile(fd, path));
+  f->pending_ = TfRecord(FileVersionEvent(now));
+  f->pending_records_ = 1;
+  if (Status s = f->Flush(); !s.ok()) {
+    f->Remove();
+    return bad(path, s.message());
+  }
+  *out = std::move(f);
+  return Status::Ok();
+}
+
+EventFile::~EventFile() {
+  if (fd_ >= 0) close(fd_);
+}
+
+void EventFile::Scalar(std::string_view tag, int64_t step, double value) {
+  pending_ += TfRecord(ScalarEvent(UnixNow(), step, tag, static_cast<float>(value)));
+  ++pending_records_;
+}
+
+Status EventFile::Flush() {
+  if (pending_.empty() || fd_ < 0) return Status::Ok();
+  const std::string data = std::move(pending_);
+  const int64_t n = pending_records_;
+  pending_.clear();
+  pending_records_ = 0;
+  // One write(2) of whole records: a regular file takes it whole or, on a full disk, a part
+  // that is cut back below, so the file never ends in the middle of a record.
+  const off_t before = lseek(fd_, 0, SEEK_END);
+  ssize_t w;
+  do {
+    w = write(fd_, data.data(), data.size());
+  } while (w < 0 && errno == EINTR);
+  if (w == static_cast<ssize_t>(data.size())) {
+    records_ += n;
+    return Status::Ok();
+  }
+  const std::string why = w < 0 ? std::strerror(errno) : "short write (disk full?)";
+  if (before >= 0 && ftruncate(fd_, before) != 0) {
+    // the cut failed too: the reader stops at the torn record, as TensorBoard does
+  }
+  return Status::Resource("cannot write " + path_ + ": " + why);
+}
+
+void EventFile::Remove() {
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
+  unlink(path_.c_str());
+}
+
+}  // namespace shmtrain::monitoring

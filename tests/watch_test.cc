@@ -1,0 +1,231 @@
+// Watching a run: TensorBoard event files (--tensorboard, monitoring/tfevents.h).
+//
+// The files are decoded as TensorBoard reads them by tests/tfevents_decode.py: TensorBoard's
+// Event and Summary schema compiled by protoc, every record's two CRC-32C checked by
+// python3-crc32c, the first event the file_version. What they hold is checked against the
+// run's own JSON log: every printed loss and its rate, every validation, at its step.
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/crc32.h"
+#include "gtest/gtest.h"
+#include "monitoring/tfevents.h"
+#include "tests/proc_util.h"
+#include "tests/real_data.h"
+
+namespace shmtrain {
+namespace {
+
+using std::chrono::milliseconds;
+using test::Clock;
+using test::ProcResult;
+using test::Subprocess;
+using test::TempDir;
+
+constexpr const char* kMasterBin = SHMTRAIN_BIN;
+constexpr milliseconds kRunTimeout{120'000};
+// Debian's Python, which python3-protobuf and python3-crc32c are installed for.
+constexpr const char* kPython = "/usr/bin/python3";
+
+// The event files in dir (names starting "events.out.tfevents.").
+std::vector<std::string> EventFiles(const std::string& dir) {
+  std::vector<std::string> out;
+  const ProcResult r = test::RunProcess({"/usr/bin/find", dir, "-maxdepth", "1", "-name",
+                                         "events.out.tfevents.*"}, milliseconds{10'000});
+  for (const std::string& line : test::SplitLines(r.out)) out.push_back(line);
+  return out;
+}
+
+// tests/tfevents_decode.py's verdict on a file: its JSON, or a failure with its stderr.
+::testing::AssertionResult Decode(const std::string& path, nlohmann::json* out) {
+  const ProcResult r = test::RunProcess(
+      {kPython, std::string(SHMTRAIN_SOURCE_DIR) + "/tests/tfevents_decode.py", path},
+      milliseconds{60'000});
+  if (!r.exited || r.exit_code != 0) {
+    return ::testing::AssertionFailure() << path << " does not decode: " << r.Describe();
+  }
+  *out = nlohmann::json::parse(r.out);
+  return ::testing::AssertionSuccess();
+}
+
+// The points [step, value] of a tag, as (step -> value); a step twice is a failure.
+std::map<int64_t, double> Points(const nlohmann::json& decoded, const std::string& tag) {
+  std::map<int64_t, double> out;
+  if (!decoded["scalars"].contains(tag)) return out;
+  for (const auto& p : decoded["scalars"][tag]) {
+    EXPECT_TRUE(out.emplace(p[0].get<int64_t>(), p[1].get<double>()).second)
+        << tag << ": step " << p[0] << " twice";
+  }
+  return out;
+}
+
+std::vector<std::string> Fashion8Run(const std::string& data, std::vector<std::string> extra) {
+  std::vector<std::string> a = {kMasterBin, "train", "--workers", "2", "--data", data,
+                                "--task", "classification", "--layers", "64,64,10",
+                                "--normalize", "minmax", "--seed", "7", "--lr", "0.2",
+                                "--batch", "32", "--val-split", "0.2", "--log-format", "json",
+                                "--no-metrics", "--no-progress"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+// A run of 10^8 steps (the parabola example): stopped by the test.
+std::vector<std::string> LongRun(const std::string& mode, int workers,
+                                 std::vector<std::string> extra) {
+  std::vector<std::string> a = {kMasterBin, "train", "--example", "parabola", "--rows", "5000",
+                                "--layers", "1,32,1", "--lr", "0.01", "--steps", "100000000",
+                                "--workers", std::to_string(workers), "--mode", mode,
+                                "--log-format", "json", "--log-every", "1000", "--no-progress",
+                                "--no-metrics"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+// Decodes dir's one event file until `ready` holds of it (the run writes it as it goes);
+// a failure at the deadline.
+void WaitForFile(const std::string& dir, const std::function<bool(const nlohmann::json&)>& ready,
+                 nlohmann::json* out) {
+  const Clock::time_point deadline = Clock::now() + milliseconds{60'000};
+  while (Clock::now() < deadline) {
+    const std::vector<std::string> files = EventFiles(dir);
+    if (files.size() == 1) {
+      ASSERT_TRUE(Decode(files[0], out));
+      if (ready(*out)) return;
+    }
+    std::this_thread::sleep_for(milliseconds{300});
+  }
+  FAIL() << "the event file in " << dir << " never showed what was waited for: " << out->dump();
+}
+
+TEST(EventFileFraming, Crc32cAndTheRecordLayout) {
+  EXPECT_EQ(Crc32c("123456789", 9), 0xE3069283u);  // the CRC-32C check value
+  const std::string data = monitoring::FileVersionEvent(1.5);
+  const std::string rec = monitoring::TfRecord(data);
+  ASSERT_EQ(rec.size(), data.size() + 16);
+  uint64_t len = 0;
+  uint32_t len_crc = 0, data_crc = 0;
+  std::memcpy(&len, rec.data(), 8);
+  std::memcpy(&len_crc, rec.data() + 8, 4);
+  std::memcpy(&data_crc, rec.data() + 12 + data.size(), 4);
+  EXPECT_EQ(len, data.size());
+  EXPECT_EQ(len_crc, monitoring::MaskedCrc32c(rec.substr(0, 8)));
+  EXPECT_EQ(data_crc, monitoring::MaskedCrc32c(data));
+  EXPECT_EQ(rec.substr(12, data.size()), data);
+}
+
+TEST(TensorBoard, TheEventFileHoldsWhatTheLogPrintedAtItsSteps) {
+  const std::string fashion8 = test::SmallFashionCsv();
+  ASSERT_FALSE(fashion8.empty()) << "no data set: the failure above says why";
+  TempDir dir;
+  const std::string tb = dir.File("tb/run1");  // made with its parent
+  const ProcResult r = test::RunProcess(
+      Fashion8Run(fashion8, {"--epochs", "3", "--log-every", "7", "--lr-schedule", "cosine",
+                             "--tensorboard", tb}),
+      kRunTimeout);
+  ASSERT_TRUE(test::ExitedWith(r, 0));
+  const std::vector<std::string> files = EventFiles(tb);
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(files[0].find(tb + "/events.out.tfevents."), 0u) << files[0];
+  nlohmann::json d;
+  ASSERT_TRUE(Decode(files[0], &d));
+  EXPECT_EQ(d["file_version"], "brain.Event:2");
+  EXPECT_EQ(d["tail_bytes"], 0);
+
+  const auto loss = Points(d, "train/loss"), lr = Points(d, "train/learning_rate");
+  const auto steps = test::Events(r.out, "step");
+  ASSERT_FALSE(steps.empty());
+  EXPECT_EQ(loss.size(), steps.size());
+  for (const auto& e : steps) {
+    const int64_t step = std::stoll(e.at("step"));
+    ASSERT_EQ(loss.count(step), 1u) << "no train/loss at step " << step;
+    EXPECT_EQ(loss.at(step), static_cast<float>(std::stod(e.at("loss")))) << step;
+    EXPECT_EQ(lr.at(step), static_cast<float>(std::stod(e.at("lr")))) << step;
+  }
+  const auto val_loss = Points(d, "val/loss"), val_acc = Points(d, "val/accuracy");
+  const auto vals = test::Events(r.out, "validation");
+  ASSERT_EQ(vals.size(), 3u);  // one an epoch
+  EXPECT_EQ(val_loss.size(), vals.size());
+  for (const auto& e : vals) {
+    const int64_t step = std::stoll(e.at("step"));
+    ASSERT_EQ(val_acc.count(step), 1u) << "no val/accuracy at step " << step;
+    EXPECT_EQ(val_loss.at(step), static_cast<float>(std::stod(e.at("val_loss"))));
+    EXPECT_EQ(val_acc.at(step), static_cast<float>(std::stod(e.at("val_accuracy"))));
+  }
+  // samples/s at least at the end (a point a second besides), at the run's last step.
+  const auto rate = Points(d, "train/samples_per_s");
+  ASSERT_FALSE(rate.empty());
+  const double summary_steps = test::Num(test::SummaryOf(r), "steps");
+  EXPECT_EQ(rate.rbegin()->first, static_cast<int64_t>(summary_steps));
+  EXPECT_GT(rate.rbegin()->second, 0);
+  EXPECT_EQ(Points(d, "workers/restarts").rbegin()->second, 0);
+  EXPECT_FALSE(d["scalars"].contains("async/staleness_mean")) << "a sync run has no staleness";
+}
+
+// Async: staleness and dropped updates, restarts as workers are killed, all while the run goes
+// (the file is read during the run); a SIGKILL of the master leaves only whole records.
+TEST(TensorBoard, AsyncRunIsWrittenAsItGoesAndAKilledRunLeavesWholeRecords) {
+  TempDir dir;
+  Subprocess p(LongRun("async", 3, {"--chaos-kill-every", "0.5s", "--chaos-seed", "3",
+                                    "--tensorboard", dir.path()}));
+  nlohmann::json d;
+  const auto restarted = [](const nlohmann::json& j) {
+    // Two flushes at least: the file grows as the run goes.
+    return j["scalars"].contains("workers/restarts") && j["scalars"]["workers/restarts"].size() >= 2 &&
+           j["scalars"]["workers/restarts"].back()[1].get<double>() >= 2 &&
+           j["scalars"].contains("async/staleness_mean") &&
+           j["scalars"].contains("train/loss") && j["scalars"].contains("train/samples_per_s");
+  };
+  ASSERT_NO_FATAL_FAILURE(WaitForFile(dir.path(), restarted, &d));
+  const auto tau = Points(d, "async/staleness_mean");
+  EXPECT_GT(tau.rbegin()->second, 0) << "3 async workers: some staleness";
+  EXPECT_LT(tau.rbegin()->second, 10);
+  EXPECT_TRUE(d["scalars"].contains("async/dropped_updates"));
+  // Steps go forward, as TensorBoard plots them.
+  const auto restarts = Points(d, "workers/restarts");
+  EXPECT_GT(restarts.rbegin()->first, restarts.begin()->first);
+
+  ASSERT_TRUE(p.Signal(SIGKILL));
+  const ProcResult r = p.Wait(kRunTimeout);
+  EXPECT_EQ(r.term_signal, SIGKILL);
+  nlohmann::json after;
+  ASSERT_TRUE(Decode(EventFiles(dir.path()).at(0), &after));
+  EXPECT_EQ(after["tail_bytes"], 0);
+  EXPECT_GE(after["records"].get<int>(), d["records"].get<int>());
+}
+
+TEST(TensorBoard, ADirectoryThatCannotBeMadeIsRefusedAndNothingIsLeft) {
+  const std::string fashion8 = test::SmallFashionCsv();
+  ASSERT_FALSE(fashion8.empty());
+  TempDir dir;
+  const std::string file = dir.Write("a-file", "x");
+  const ProcResult r = test::RunProcess(
+      Fashion8Run(fashion8, {"--epochs", "1", "--tensorboard", file + "/tb"}), kRunTimeout);
+  ASSERT_TRUE(test::ExitedWith(r, 2));
+  EXPECT_NE(r.err.find("--tensorboard " + file + "/tb: cannot create the directory"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(test::SegmentsOf(r.pid), std::vector<std::string>());
+  EXPECT_TRUE(test::Events(r.out, "worker_started").empty()) << "refused before any worker";
+
+  // A run that cannot start (its data file is missing) makes no directory and no file.
+  const std::string tb = dir.File("tb");
+  const ProcResult bad = test::RunProcess(
+      Fashion8Run(dir.File("missing.csv"), {"--epochs", "1", "--tensorboard", tb}), kRunTimeout);
+  EXPECT_NE(bad.exit_code, 0);
+  struct stat st;
+  EXPECT_NE(stat(tb.c_str(), &st), 0) << tb << " was made by a run that could not start";
+}
+
+}  // namespace
+}  // namespace shmtrain
