@@ -25,6 +25,7 @@ import json
 import math
 import os
 import socket
+import sys
 import time
 
 import numpy as np
@@ -141,7 +142,7 @@ def train(rank, args, port, data, queue):
     dist.barrier()
     t0 = time.perf_counter()
     update = 0
-    for _ in range(args.epochs):
+    for epoch in range(args.epochs):
         perm = torch.randperm(len(ytr), generator=order)
         ddp.train()
         for b in range(per_epoch):
@@ -155,6 +156,12 @@ def train(rank, args, port, data, queue):
             loss.backward()
             opt.step()
             update += 1
+        if rank == 0 and args.eval_every and (epoch + 1) % args.eval_every == 0:
+            model.eval()
+            print(json.dumps({"epoch": epoch + 1, "s": round(time.perf_counter() - t0, 1),
+                              "loss": round(loss.item(), 4),
+                              "test_accuracy": accuracy(model, xte, yte, bf16=args.bf16)}),
+                  file=sys.stderr, flush=True)
     dist.barrier()
     seconds = time.perf_counter() - t0
     if rank == 0:
@@ -191,6 +198,8 @@ def main():
     p.add_argument("--procs", type=int, default=2)
     p.add_argument("--bf16", action="store_true", help="bf16 autocast")
     p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--eval-every", type=int, default=0,
+                   help="rank 0 prints the test accuracy to stderr every E epochs")
     p.add_argument("--batch", type=int, default=128, help="global batch")
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--schedule", choices=("cosine", "multistep"), default="cosine")
