@@ -1,10 +1,10 @@
 #include "monitoring/exporter.h"
 
+#include <CivetServer.h>
+#include <civetweb.h>
 #include <prometheus/collectable.h>
-#include <prometheus/exposer.h>
 #include <prometheus/metric_family.h>
-
-#include <dlfcn.h>
+#include <prometheus/text_serializer.h>
 
 #include <algorithm>
 #include <charconv>
@@ -14,6 +14,7 @@
 
 #include "master/kinds/kind.h"
 #include "master/run/segment_reads.h"
+#include "monitoring/run_page.h"
 #include "nn/schedule.h"
 #include "shm/futex.h"
 
@@ -116,7 +117,7 @@ class Families {
 
 }  // namespace
 
-class RunCollector final : public prometheus::Collectable {
+class RunCollector final {
  public:
   RunCollector(const shm::Segment* seg, const RunStats* stats, const TrainOptions& o)
       : seg_(seg),
@@ -131,7 +132,7 @@ class RunCollector final : public prometheus::Collectable {
     seg_ = nullptr;
   }
 
-  std::vector<MetricFamily> Collect() const override {
+  std::vector<MetricFamily> Collect() const {
     std::lock_guard<std::mutex> lock(mu_);
     if (seg_ == nullptr) return {};
     Families f(static_cast<int>(seg_->header()->config.workers));
@@ -363,7 +364,91 @@ Status HostMetricsAddress(const std::string& addr, int host_local, std::string* 
   return Status::Ok();
 }
 
-Exporter::~Exporter() = default;
+namespace {
+
+// The live page (monitoring/page/live.html), embedded at build time.
+constexpr unsigned char kLivePage[] = {
+#include "monitoring/live_page.inc"
+};
+
+void Reply(mg_connection* conn, const char* mime, const std::string& body) {
+  mg_send_http_ok(conn, mime, static_cast<long long>(body.size()));
+  mg_write(conn, body.data(), body.size());
+}
+
+}  // namespace
+
+// What the server's threads read of the run: the collector and the page's sources while a
+// run is attached; nothing before and after. A request holds mu_ while it reads the segment;
+// the run loop takes it only in Attach and Detach.
+class RunSource {
+ public:
+  void Attach(const shm::Segment* seg, const RunStats* stats, const TrainOptions& o,
+              const RunFacts& facts) {
+    std::lock_guard<std::mutex> lock(mu_);
+    collector_ = std::make_unique<RunCollector>(seg, stats, o);
+    seg_ = seg;
+    stats_ = stats;
+    opts_ = o;
+    facts_ = facts;
+  }
+  // The last /api/run answer is kept: the page shows the run's end until the master exits.
+  void Detach() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (seg_ == nullptr) return;
+    last_page_ = RunPageJson(*seg_, *stats_, opts_, facts_, /*ended=*/true);
+    collector_->Detach();
+    seg_ = nullptr;
+  }
+  std::string Metrics() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (seg_ == nullptr) return "";
+    return prometheus::TextSerializer().Serialize(collector_->Collect());
+  }
+  std::string Page() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (seg_ == nullptr) return last_page_.empty() ? "null" : last_page_;
+    return RunPageJson(*seg_, *stats_, opts_, facts_, /*ended=*/false);
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::unique_ptr<RunCollector> collector_;
+  const shm::Segment* seg_ = nullptr;
+  const RunStats* stats_ = nullptr;
+  TrainOptions opts_;
+  RunFacts facts_;
+  std::string last_page_;
+};
+
+// GET / (the page), /api/run (its data), /metrics (Prometheus' text format); 404 otherwise.
+class Routes final : public CivetHandler {
+ public:
+  explicit Routes(const RunSource& run) : run_(run) {}
+  bool handleGet(CivetServer* /*server*/, mg_connection* conn) override {
+    const std::string uri = mg_get_request_info(conn)->local_uri;
+    if (uri == "/metrics") {
+      Reply(conn, "text/plain; version=0.0.4; charset=utf-8", run_.Metrics());
+    } else if (uri == "/api/run") {
+      Reply(conn, "application/json", run_.Page());
+    } else if (uri == "/" || uri == "/index.html") {
+      Reply(conn, "text/html; charset=utf-8",
+            std::string(reinterpret_cast<const char*>(kLivePage), sizeof(kLivePage)));
+    } else {
+      mg_send_http_error(conn, 404, "%s", "not found: this server has /, /api/run and /metrics\n");
+    }
+    return true;
+  }
+
+ private:
+  const RunSource& run_;
+};
+
+Exporter::Exporter() : run_(std::make_unique<RunSource>()), routes_(std::make_unique<Routes>(*run_)) {}
+
+Exporter::~Exporter() {
+  if (server_) server_->close();  // its threads end before the routes and the source go
+}
 
 Status Exporter::Start(const std::string& addr, std::unique_ptr<Exporter>* out) {
   auto bad = [&](const std::string& what) {
@@ -376,10 +461,7 @@ Status Exporter::Start(const std::string& addr, std::unique_ptr<Exporter>* out) 
   const std::string host = hp.ipv6 ? "[" + hp.host + "]" : hp.host;
   const int port = hp.port;
   // civetweb binds IPv6 only when built with it (Debian 12's is not); feature 8 is IPv6.
-  // Looked up at run time so that the link does not depend on civetweb directly.
-  using CheckFeature = unsigned (*)(unsigned);
-  const auto check = reinterpret_cast<CheckFeature>(dlsym(RTLD_DEFAULT, "mg_check_feature"));
-  if (hp.ipv6 && check != nullptr && check(8) == 0) {
+  if (hp.ipv6 && mg_check_feature(8) == 0) {
     return bad("this build's HTTP server (civetweb) has no IPv6 support; listen on an IPv4 "
                "address such as 127.0.0.1:" + std::to_string(port));
   }
@@ -387,28 +469,27 @@ Status Exporter::Start(const std::string& addr, std::unique_ptr<Exporter>* out) 
   try {
     // Two serving threads and a 1 s request timeout: a client that connects and sends nothing
     // (a stuck tool, a port scanner) holds one thread for at most a second, never the endpoint
-    // (civetweb's default would hold its only thread for 30 s). Scrapes are rare and cheap;
-    // the cores belong to the workers.
-    e->exposer_ = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
+    // (civetweb's default would hold its only thread for 30 s). Scrapes and the page's polls
+    // are rare and cheap; the cores belong to the workers.
+    e->server_ = std::make_unique<CivetServer>(std::vector<std::string>{
         "listening_ports", addr, "num_threads", "2", "request_timeout_ms", "1000"});
   } catch (const std::exception& ex) {
     (void)ex;  // civetweb's text ("null context ...") says less than we do
     return bad("cannot listen there: the port is taken, or the address is not one of this "
                "host's (use port 0 for any free port, or --no-metrics)");
   }
-  const std::vector<int> ports = e->exposer_->GetListeningPorts();
+  e->server_->addHandler("/", e->routes_.get());
+  const std::vector<int> ports = e->server_->getListeningPorts();
   e->address_ = host + ":" + std::to_string(ports.empty() ? port : ports.front());
   *out = std::move(e);
   return Status::Ok();
 }
 
-void Exporter::Attach(const shm::Segment* seg, const RunStats* stats, const TrainOptions& opts) {
-  collector_ = std::make_shared<RunCollector>(seg, stats, opts);
-  exposer_->RegisterCollectable(collector_);
+void Exporter::Attach(const shm::Segment* seg, const RunStats* stats, const TrainOptions& opts,
+                      const RunFacts& facts) {
+  run_->Attach(seg, stats, opts, facts);
 }
 
-void Exporter::Detach() {
-  if (collector_) collector_->Detach();
-}
+void Exporter::Detach() { run_->Detach(); }
 
 }  // namespace shmtrain::monitoring

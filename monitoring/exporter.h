@@ -1,4 +1,6 @@
-// The master's Prometheus endpoint.
+// The master's HTTP endpoint: Prometheus metrics at /metrics, the live page at / and its data
+// at /api/run (monitoring/run_page.h), served by civetweb (Debian's libcivetweb-dev, which
+// prometheus-cpp's own server wraps; used directly because that wrapper serves only metrics).
 //
 // Only the master listens (under mpirun, each host master: its own endpoint, every series
 // labelled with its host index). Every value is read from the segment (and from the master's
@@ -6,7 +8,7 @@
 // waits for training, the workers never know about it, and counters stay monotonic when a
 // worker is replaced because they live in the rank's block, which outlives its incarnations.
 //
-// Threads: prometheus-cpp serves scrapes on its own threads (civetweb). They only read the
+// Threads: civetweb serves requests on its own threads. They only read the
 // segment (relaxed, acquire and, for the sync progress, seq_cst loads through shm/layout.h's
 // accessors) and RunStats (atomics). A scrape holds the collector's mutex while it reads the
 // segment; the run loop takes it only in Detach(), at the run's end, so training never waits
@@ -16,14 +18,13 @@
 #include <memory>
 #include <string>
 
+#include "monitoring/run_page.h"
 #include "monitoring/run_stats.h"
 #include "shm/segment.h"
 #include "shmtrain/options.h"
 #include "shmtrain/status.h"
 
-namespace prometheus {
-class Exposer;
-}
+class CivetServer;
 
 namespace shmtrain::monitoring {
 
@@ -35,6 +36,8 @@ namespace shmtrain::monitoring {
 Status HostMetricsAddress(const std::string& addr, int host_local, std::string* out);
 
 class RunCollector;
+class RunSource;
+class Routes;
 
 class Exporter {
  public:
@@ -45,17 +48,19 @@ class Exporter {
   // The address actually bound, e.g. "127.0.0.1:43567".
   const std::string& address() const { return address_; }
 
-  // Serves this run's metrics from now on, every series labelled host="<opts.host_index>".
-  // seg and stats must outlive the exporter.
-  void Attach(const shm::Segment* seg, const RunStats* stats, const TrainOptions& opts);
-  // Stops reading the segment (a scrape in progress finishes first); later scrapes see no
-  // run metrics. Call before the segment is unmapped.
+  // Serves this run's metrics and page from now on, every series labelled
+  // host="<opts.host_index>". seg and stats must outlive the exporter or the next Detach().
+  void Attach(const shm::Segment* seg, const RunStats* stats, const TrainOptions& opts,
+              const RunFacts& facts);
+  // Stops reading the segment (a request in progress finishes first): later scrapes see no run
+  // metrics, and /api/run answers with the run as it ended. Call before the segment is unmapped.
   void Detach();
 
  private:
-  Exporter() = default;
-  std::unique_ptr<prometheus::Exposer> exposer_;
-  std::shared_ptr<RunCollector> collector_;
+  Exporter();
+  std::unique_ptr<RunSource> run_;
+  std::unique_ptr<Routes> routes_;
+  std::unique_ptr<CivetServer> server_;  // last: its threads stop before the routes go
   std::string address_;
 };
 

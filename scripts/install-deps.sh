@@ -10,12 +10,13 @@ set -euo pipefail
 # targets. ninja-build runs the builds (scripts/test.sh): 10% less wall than make's on 2 cores.
 # libjpeg62-turbo-dev and libpng-dev decode image folders (data/image.h); python3-pil decodes
 # the same files in the tests, as the reference. protobuf-compiler, python3-protobuf and
-# python3-crc32c decode TensorBoard event files in the tests as TensorBoard reads them.
+# python3-crc32c decode TensorBoard event files in the tests as TensorBoard reads them;
+# chromium (headless) loads the master's live page in the tests.
 packages=(cmake g++ make ninja-build python3 libboost-dev libboost-filesystem-dev libeigen3-dev
           libcli11-dev nlohmann-json3-dev zlib1g-dev libgtest-dev prometheus-cpp-dev prometheus
           openmpi-bin libopenmpi-dev dataset-fashion-mnist python3-numpy
           clang libclang-rt-14-dev libjpeg62-turbo-dev libpng-dev python3-pil
-          protobuf-compiler python3-protobuf python3-crc32c)
+          protobuf-compiler python3-protobuf python3-crc32c chromium)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

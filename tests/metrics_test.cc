@@ -79,12 +79,6 @@ constexpr milliseconds kPrometheusStop{15'000};
 constexpr int kWorkers = 3;
 // A run without mpirun is host 0 of 1: every series it serves carries host="0".
 constexpr const char* kHost = "0";
-// The series prometheus-cpp serves about its own HTTP endpoint, from a registry of its own that
-// the exporter cannot reach: they are the only ones without the host label (Prometheus gives
-// them one from the target's labels; monitoring/prometheus.yml).
-const std::set<std::string> kExposerSeries = {
-    "exposer_transferred_bytes_total", "exposer_scrapes_total", "exposer_request_latencies",
-    "exposer_request_latencies_count", "exposer_request_latencies_sum"};
 
 bool Contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
@@ -234,12 +228,10 @@ bool IsMonotonic(const Scrape& s, const std::string& name) {
   return it->second == "counter" || (it->second == "histogram" && family != name);
 }
 
-// Every sample line carries host="<host>", but prometheus-cpp's own (kExposerSeries), which
-// the exporter cannot label.
+// Every sample line carries host="<host>".
 void ExpectHostLabel(const Scrape& s, const std::string& host) {
   int labelled = 0;
   for (const Sample& x : s.samples) {
-    if (kExposerSeries.count(x.name) != 0) continue;
     const auto it = x.labels.find("host");
     EXPECT_TRUE(it != x.labels.end() && it->second == host)
         << SeriesKey(x.name, x.labels) << " lacks host=\"" << host << "\"";
@@ -568,7 +560,7 @@ TEST_F(MetricsTest, SeriesNameTheirHostAndTheHostFamiliesAreServed) {
     ASSERT_NO_FATAL_FAILURE(ScrapeMetrics(t.address(), &s));
     int lines = 0;
     for (const std::string& line : test::SplitLines(s.text)) {
-      if (line.empty() || line[0] == '#' || line.rfind("exposer_", 0) == 0) continue;
+      if (line.empty() || line[0] == '#') continue;
       ++lines;
       EXPECT_TRUE(Contains(line, "{host=\"0\"") || Contains(line, ",host=\"0\""))
           << "sample line without host=\"0\": " << line;
@@ -641,7 +633,7 @@ TEST_F(MetricsTest, HostPushSeriesServeTheExchangesCountsForTheirHost) {
   std::unique_ptr<monitoring::Exporter> exporter;
   const Status started = monitoring::Exporter::Start("127.0.0.1:0", &exporter);
   ASSERT_TRUE(started.ok()) << started.message();
-  exporter->Attach(&seg, &stats, opts);
+  exporter->Attach(&seg, &stats, opts, {});
 
   // Before the first push: every family, at zero.
   Scrape before;
@@ -1061,7 +1053,7 @@ TEST_F(MetricsTest, RealPrometheusScrapesTheTrainer) {
   ASSERT_GT(port, 0) << "no free loopback port";
   const std::string prom_addr = "127.0.0.1:" + std::to_string(port);
   // As monitoring/prometheus.yml: honor_labels, and a host label on the target, which only the
-  // series without one take (up, exposer_*). A value the trainer does not serve ("9") tells
+  // series without one take (up). A value the trainer does not serve ("9") tells
   // the two apart.
   const std::string config = dir_.Write("prometheus.yml",
                                         "global:\n"
@@ -1157,9 +1149,6 @@ TEST_F(MetricsTest, RealPrometheusScrapesTheTrainer) {
   ASSERT_EQ(res.size(), 1u);
   EXPECT_EQ(res[0].value, "1") << "Prometheus sees the target down";
   EXPECT_EQ(res[0].metric["host"], "9") << "up takes the target's host label";
-  ASSERT_NO_FATAL_FAILURE(PromQuery(prom_addr, "exposer_scrapes_total", &res));
-  ASSERT_EQ(res.size(), 1u);
-  EXPECT_EQ(res[0].metric["host"], "9") << "prometheus-cpp's own series take the target's";
 
   // The host families, as the dashboard and the alerts query them.
   ASSERT_NO_FATAL_FAILURE(PromQuery(prom_addr, "shmtrain_hosts", &res));

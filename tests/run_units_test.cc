@@ -1065,7 +1065,7 @@ TEST(MetricsHostLabel, EverySeriesNamesTheHostIndexOfItsHostMaster) {
   std::unique_ptr<monitoring::Exporter> exporter;
   const Status started = monitoring::Exporter::Start("127.0.0.1:0", &exporter);
   ASSERT_TRUE(started.ok()) << started.message();
-  exporter->Attach(&seg, &stats, opts);
+  exporter->Attach(&seg, &stats, opts, {});
   const std::string text = ScrapeOnce(exporter->address());
   exporter->Detach();
   ASSERT_NE(text, "") << "no answer from " << exporter->address();

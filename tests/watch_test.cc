@@ -1,16 +1,24 @@
-// Watching a run: TensorBoard event files (--tensorboard, monitoring/tfevents.h).
+// Watching a run: TensorBoard event files (--tensorboard, monitoring/tfevents.h), and the live
+// page (monitoring/page/live.html) in a real browser.
 //
 // The files are decoded as TensorBoard reads them by tests/tfevents_decode.py: TensorBoard's
 // Event and Summary schema compiled by protoc, every record's two CRC-32C checked by
 // python3-crc32c, the first event the file_version. What they hold is checked against the
 // run's own JSON log: every printed loss and its rate, every validation, at its step.
+//
+// The page is loaded during a real run by Debian's chromium, headless (tests/live_page.py reads
+// the DOM it rendered); what it shows is checked against the run's JSON log, and a screenshot
+// is kept in the build tree (tests/artifacts/live-page.png).
 #include <sys/stat.h>
 
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstring>
+#include <algorithm>
+#include <atomic>
 #include <functional>
+#include <cstdio>
 #include <map>
 #include <string>
 #include <thread>
@@ -225,6 +233,207 @@ TEST(TensorBoard, ADirectoryThatCannotBeMadeIsRefusedAndNothingIsLeft) {
   EXPECT_NE(bad.exit_code, 0);
   struct stat st;
   EXPECT_NE(stat(tb.c_str(), &st), 0) << tb << " was made by a run that could not start";
+}
+
+// tests/live_page.py's snapshot of url (its JSON), run on a thread of its own so that the
+// caller keeps reading the trainer's output meanwhile.
+class PageSnapshot {
+ public:
+  PageSnapshot(const std::string& url, const std::string& screenshot) {
+    std::vector<std::string> argv = {kPython,
+                                     std::string(SHMTRAIN_SOURCE_DIR) + "/tests/live_page.py", url};
+    if (!screenshot.empty()) argv.insert(argv.end(), {"--screenshot", screenshot});
+    thread_ = std::thread([this, argv] {
+      result_ = test::RunProcess(argv, milliseconds{60'000});
+      done_ = true;
+    });
+  }
+  bool done() const { return done_; }
+  // Reads the trainer's output (so that it never blocks on a full pipe) until the snapshot is
+  // taken.
+  void PumpUntilDone(Subprocess& trainer) {
+    std::string line;
+    while (!done_) trainer.ReadLine(&line, milliseconds{50});
+  }
+  ~PageSnapshot() {
+    if (thread_.joinable()) thread_.join();
+  }
+  // Joins; the snapshot, or a failure.
+  ::testing::AssertionResult Get(nlohmann::json* out) {
+    thread_.join();
+    if (!result_.exited || result_.exit_code != 0) {
+      return ::testing::AssertionFailure() << "tests/live_page.py: " << result_.Describe();
+    }
+    const std::string& o = result_.out;
+    *out = nlohmann::json::parse(o.substr(0, o.rfind('}') + 1));
+    return ::testing::AssertionSuccess();
+  }
+
+ private:
+  std::thread thread_;
+  ProcResult result_;
+  std::atomic<bool> done_{false};
+};
+
+bool HasPoints(const nlohmann::json& snap, const std::string& series) {
+  return snap["series"].contains(series) && snap["series"][series]["points"].get<int>() > 0;
+}
+
+// The event of `kind` at `step` in the JSON log; a failure when there is none.
+std::map<std::string, std::string> EventAt(const std::string& out, const std::string& kind,
+                                           int64_t step) {
+  for (const auto& e : test::Events(out, kind)) {
+    if (std::stoll(e.at("step")) == step) return e;
+  }
+  ADD_FAILURE() << "no '" << kind << "' event at step " << step;
+  return {};
+}
+
+TEST(LivePage, ChromiumShowsTheRunAsItsLogHasIt) {
+  const std::string fashion8 = test::SmallFashionCsv();
+  ASSERT_FALSE(fashion8.empty());
+  std::vector<std::string> args = Fashion8Run(
+      fashion8, {"--epochs", "100000", "--eval-every", "40", "--log-every", "20",
+                 "--metrics-addr", "127.0.0.1:0"});
+  args.erase(std::find(args.begin(), args.end(), "--no-metrics"));
+  Subprocess p(args);
+  std::string line, url;
+  const Clock::time_point deadline = Clock::now() + milliseconds{90'000};
+  while (url.empty() && p.ReadLine(&line, milliseconds{30'000})) {
+    if (const auto ev = test::ParseFlatJson(line); ev && ev->at("event") == "metrics") {
+      url = "http://" + ev->at("address") + "/";
+    }
+  }
+  ASSERT_FALSE(url.empty()) << "no metrics event: " << p.err();
+  // Until the page shows every curve (the run validates every 40 steps).
+  nlohmann::json snap;
+  for (;;) {
+    PageSnapshot page(url, "");
+    page.PumpUntilDone(p);
+    ASSERT_TRUE(page.Get(&snap));
+    if (snap["ready"] == true && HasPoints(snap, "train") && HasPoints(snap, "val") &&
+        HasPoints(snap, "rate")) {
+      break;
+    }
+    ASSERT_LT(Clock::now(), deadline) << "the page never showed every curve: " << snap.dump();
+  }
+  ::mkdir(SHMTRAIN_TEST_ARTIFACTS, 0755);
+  const std::string png = std::string(SHMTRAIN_TEST_ARTIFACTS) + "/live-page.png";
+  PageSnapshot shot(url, png);
+  shot.PumpUntilDone(p);
+  nlohmann::json shown;
+  ASSERT_TRUE(shot.Get(&shown));
+  struct stat st;
+  ASSERT_EQ(stat(png.c_str(), &st), 0);
+  EXPECT_GT(st.st_size, 10'000) << png;
+
+  ASSERT_TRUE(p.Signal(SIGINT));
+  const ProcResult r = p.Wait(kRunTimeout);
+  ASSERT_TRUE(test::ExitedWith(r, 130));
+  // What the page showed is what the log printed, at the same steps, to the bit.
+  EXPECT_EQ(snap["state"], "running");
+  EXPECT_EQ(snap["connection"], "live");
+  const auto train = snap["series"]["train"]["last"];
+  EXPECT_EQ(train[1].get<double>(),
+            std::stod(EventAt(r.out, "step", train[0].get<int64_t>())["loss"]));
+  const auto val = snap["series"]["val"]["last"], metric = snap["series"]["metric"]["last"];
+  const auto v = EventAt(r.out, "validation", val[0].get<int64_t>());
+  EXPECT_EQ(val[1].get<double>(), std::stod(v.at("val_loss")));
+  EXPECT_EQ(metric[1].get<double>(), std::stod(v.at("val_accuracy")));
+  EXPECT_EQ(snap["series"]["val"]["points"], snap["series"]["metric"]["points"]);
+  EXPECT_GE(snap["step"].get<int64_t>(), train[0].get<int64_t>());
+  // The workers: both up, with the pids the log announced.
+  const std::vector<pid_t> pids = test::StartedWorkers(r.out);
+  ASSERT_EQ(snap["workers"].size(), 2u) << snap.dump();
+  for (const auto& w : snap["workers"]) {
+    EXPECT_EQ(w["state"], "up");
+    EXPECT_EQ(w["pid"].get<pid_t>(), pids.at(w["worker"].get<size_t>()));
+  }
+  EXPECT_FALSE(snap["series"].contains("staleness")) << "a sync run has no staleness chart";
+}
+
+// ---------------------------------------------------------------------------------------------
+// The terminal: under a pseudo-terminal (script(1)) the live line updates in place and each
+// epoch's line stays; through a pipe, plain lines only, one per epoch (epochs shorter than a
+// second fold into the next line), and the log on stdout as before.
+
+// A run of 4 epochs of about a second each in the normal build.
+std::vector<std::string> EpochRun(const std::vector<std::string>& extra) {
+  std::vector<std::string> a = {kMasterBin, "train", "--example", "parabola", "--rows",
+                                test::UnlessSanitized<std::string>("60000", "20000"),
+                                "--layers", "1,256,256,1", "--batch", "100", "--lr", "0.001",
+                                "--epochs", "4", "--workers", "2", "--log-every", "500",
+                                "--no-metrics"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+// The epochs the lines that stay cover, in order: "epoch 3/4" is {3, 3}, "epochs 1-2/4" {1, 2}.
+std::vector<std::pair<int, int>> EpochLines(const std::string& text) {
+  std::vector<std::pair<int, int>> out;
+  for (std::string line : test::SplitLines(text)) {
+    while (!line.empty() && line.back() == '\r') line.pop_back();  // a terminal's "\r\n"
+    const size_t cr = line.rfind('\r');
+    if (cr != std::string::npos) line = line.substr(cr + 1);
+    if (line.rfind("\033[K", 0) == 0) line = line.substr(3);
+    int a = 0, b = 0, n = 0;
+    if (std::sscanf(line.c_str(), "epochs %d-%d/%d ", &a, &b, &n) == 3 ||
+        (std::sscanf(line.c_str(), "epoch %d/%d ", &a, &n) == 2 && (b = a) > 0)) {
+      // A line that stays ends with its samples/s and seconds, not an ETA.
+      if (line.find("ETA") == std::string::npos) out.emplace_back(a, b);
+    }
+  }
+  return out;
+}
+
+void ExpectEveryEpochOnce(const std::vector<std::pair<int, int>>& lines, const std::string& text) {
+  ASSERT_FALSE(lines.empty()) << text;
+  int next = 1;
+  for (const auto& [a, b] : lines) {
+    EXPECT_EQ(a, next) << text;
+    next = b + 1;
+  }
+  EXPECT_EQ(next, 5) << "the last line is epoch 4/4:\n" << text;
+}
+
+TEST(Terminal, ThroughAPipePlainLinesOnlyOnePerEpoch) {
+  const ProcResult r = test::RunProcess(EpochRun({}), kRunTimeout);
+  ASSERT_TRUE(test::ExitedWith(r, 0));
+  for (const std::string* s : {&r.out, &r.err}) {
+    for (char c : *s) {
+      ASSERT_TRUE(c == '\n' || (c >= 0x20 && c != 0x7f) || (c & 0x80))
+          << "control character " << int(c) << " in a pipe:\n" << *s;
+    }
+  }
+  const auto lines = EpochLines(r.err);
+  ExpectEveryEpochOnce(lines, r.err);
+  EXPECT_GE(lines.size(), 2u) << "epochs of a second or more each have a line:\n" << r.err;
+  EXPECT_NE(r.err.find("epoch 4/4  step 2400/2400  loss "), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("ETA"), std::string::npos) << "no live line in a pipe:\n" << r.err;
+  // The log on stdout is as before: the loss lines.
+  EXPECT_NE(r.out.find("step 500 loss "), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("epoch"), std::string::npos) << r.out;
+
+  const ProcResult quiet = test::RunProcess(EpochRun({"--no-progress"}), kRunTimeout);
+  ASSERT_TRUE(test::ExitedWith(quiet, 0));
+  EXPECT_TRUE(EpochLines(quiet.err).empty()) << quiet.err;
+}
+
+TEST(Terminal, UnderAPseudoTerminalTheLiveLineUpdatesAndEachEpochsLineStays) {
+  std::string cmd;
+  for (const std::string& a : EpochRun({})) cmd += "'" + a + "' ";
+  // script(1) (util-linux, in every Debian) runs the command on a pseudo-terminal: both stdout
+  // and stderr are a terminal, as in an interactive shell.
+  const ProcResult r = test::RunProcess({"/usr/bin/script", "-qfec", cmd, "/dev/null"}, kRunTimeout);
+  ASSERT_TRUE(test::ExitedWith(r, 0));
+  // The live line: rewritten in place (carriage return, erase line), with an ETA.
+  EXPECT_NE(r.out.find("\r\033[Kepoch 1/4  step "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" ETA "), std::string::npos) << r.out;
+  ExpectEveryEpochOnce(EpochLines(r.out), r.out);
+  // It is cleared before the run's last lines: nothing after the summary's line but its end.
+  const size_t last = r.out.rfind("\r\033[K");
+  ASSERT_NE(last, std::string::npos);
+  EXPECT_NE(r.out.find('\n', last), std::string::npos) << "a live line was left standing";
 }
 
 }  // namespace

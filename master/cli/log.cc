@@ -81,11 +81,14 @@ JsonLine& JsonLine::Ints(std::string_view key, const std::vector<uint64_t>& v) {
 }
 
 Logger::Logger(LogFormat format, bool progress)
-    : format_(format), live_(progress && isatty(STDERR_FILENO)) {}
+    : format_(format),
+      live_(progress && isatty(STDERR_FILENO)),
+      plain_(progress && !isatty(STDERR_FILENO) && format == LogFormat::kText) {}
 
 void Logger::SetSecondary(std::string who) {
   who_ = std::move(who);
   live_ = false;
+  plain_ = false;
 }
 
 void Logger::Out(const std::string& s) {
@@ -134,6 +137,13 @@ void Logger::Progress(const std::string& text) {
 void Logger::ClearProgress() {
   if (!live_shown_) return;
   std::fputs("\r\033[K", stderr);
+  std::fflush(stderr);
+  live_shown_ = false;
+}
+
+void Logger::ProgressDone(const std::string& text) {
+  if (!live_ && !plain_) return;
+  std::fprintf(stderr, "%s%s\n", live_ ? "\r\033[K" : "", text.c_str());
   std::fflush(stderr);
   live_shown_ = false;
 }

@@ -64,6 +64,11 @@ class Logger {
   // Replaces the live line (terminal only; nothing otherwise).
   void Progress(const std::string& text);
   void ClearProgress();
+  // A progress line that stays (an epoch's end): on a terminal it replaces the live line and
+  // ends it; when stderr is not a terminal, a plain line there (text format only, so that
+  // stdout stays the log and no control character reaches a file or pipe). Nothing with
+  // --no-progress or on a host other than host 0.
+  void ProgressDone(const std::string& text);
   // "shmtrain: error: ..." on stderr (and a JSON "error" event in json mode), the message
   // made Printable (core/utf8.h; line breaks and tabs kept).
   void Error(const std::string& msg);
@@ -82,7 +87,8 @@ class Logger {
   void Out(const std::string& s);
 
   LogFormat format_;
-  bool live_;
+  bool live_;   // the live line: progress shown, stderr a terminal
+  bool plain_;  // progress shown, stderr not a terminal, text format: plain lines
   Status stdout_;
   bool live_shown_ = false;
   std::string who_;  // empty on host 0 and in single-host runs

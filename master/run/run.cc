@@ -145,8 +145,9 @@ void LogSegment(const TrainOptions& o, const RunData& rd, const shm::Segment& se
                    .Str("mode", ToString(o.mode)));
   if (exporter) {
     const std::string url = "http://" + exporter->address() + "/metrics";
-    log.Info("metrics: " + url,
-             JsonLine("metrics").Str("address", exporter->address()).Str("url", url));
+    const std::string page = "http://" + exporter->address() + "/";
+    log.Info("metrics: " + url + "  live page: " + page,
+             JsonLine("metrics").Str("address", exporter->address()).Str("url", url).Str("page", page));
   }
 }
 
@@ -388,22 +389,25 @@ Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher,
   RunLoop loop(std::move(st.seg), std::move(st.seg_name));
   const shm::Segment& seg = loop.segment();
   SegmentWrites& writes = loop.writes();
-  if (exporter) exporter->Attach(&seg, &stats, o);
+  const int64_t t_start = shm::MonotonicNs();  // the clock of the summary and the events
+  // Steps an epoch as the plan counts them (an early end by --steps included).
+  const int64_t steps_per_epoch =
+      o.StepsPerEpoch(st.rd.train.rows) * total / std::max<int64_t>(st.total_steps, 1);
+  if (exporter) exporter->Attach(&seg, &stats, o, {steps_per_epoch, first, t_start});
   const DetachOnExit detach(exporter.get());
   LogSegment(o, st.rd, seg, exporter.get(), log);
 
   // What a run does, each round and at its end, in this order (master/run/run_loop.h).
-  const int64_t t_start = shm::MonotonicNs();  // the clock of the summary and the events
   StopSignal stop(total, o.host_count > 1);
   MasterFault fault(o.fault_master_throw);
   LossLog losses(log, seg.header()->config.log_every, first, &stats.history());
-  ProgressLine live(log, first, total, t_start);
+  ProgressLine live(log, first, total, steps_per_epoch, t_start, stats.history(),
+                    o.model.loss == Loss::kXent);
   ValidationProtocol validation({.eval_every = st.plan.eval_every,
                                  .early_stop = o.early_stop,
                                  .first_step = first,
                                  .total_steps = total,
-                                 .steps_per_epoch = o.StepsPerEpoch(st.rd.train.rows) * total /
-                                                    std::max<int64_t>(st.total_steps, 1),
+                                 .steps_per_epoch = steps_per_epoch,
                                  .t_start_ns = t_start},
                                 o.model, st.rd.val, seg, writes, log, stats.validation());
   // Several hosts: the unit that combines them (the combiner, the parameter server).

@@ -35,18 +35,35 @@ class LossLog final : public RunUnit {
   int64_t lost_ = 0;
 };
 
-// The live line on a terminal: step, loss, learning rate, samples/s and ETA, refreshed every
-// 200 ms; cleared when the run ends.
+// Progress, one line per epoch (Logger::Progress, ProgressDone). On a terminal, the live line:
+// epoch x/N, step, loss, learning rate, samples/s, ETA and the latest validation, refreshed
+// every 200 ms; at each epoch's end it stays as that epoch's line (samples/s and seconds since
+// the line before) and a new one starts; at most one such line a second, epochs shorter than
+// that folding into the next, and the last epoch's always. When stderr is not a terminal, only
+// those lines, plain.
 class ProgressLine final : public RunUnit {
  public:
-  ProgressLine(Logger& log, int64_t first_step, int64_t total_steps, int64_t t_start_ns);
+  // steps_per_epoch: as the run's plan counts them; history: where the validations are.
+  ProgressLine(Logger& log, int64_t first_step, int64_t total_steps, int64_t steps_per_epoch,
+               int64_t t_start_ns, const monitoring::RunHistory& history, bool xent);
   Verdict Tick(const RunView& view) override;
   void Stop(RunEnd& end) override;
 
  private:
+  // "epoch x/N  step s/T  loss L" and the rest of the live line (live: epoch is the epochs
+  // done) or of the line that stays for the epochs after epoch_ up to `epoch`.
+  std::string Text(const RunView& view, int64_t epoch, bool live) const;
+  std::string LastValidation() const;
+
   Logger& log_;
-  int64_t first_, total_, t_start_;
+  int64_t first_, total_, per_epoch_, t_start_;
+  const monitoring::RunHistory& history_;
+  bool xent_;
   int64_t next_ns_;
+  int64_t epoch_;               // epochs done when the last line stayed (0-based: the live one)
+  int64_t crossed_;             // epochs done at the last round
+  int64_t epoch_ns_;             // when it stayed (or the run started)
+  uint64_t epoch_samples_ = 0;   // samples done then
 };
 
 }  // namespace shmtrain::master
