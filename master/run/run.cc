@@ -362,6 +362,21 @@ Status WithStdoutStatus(const Status& s, const TrainOptions& o, Logger& log) {
       (o.save_path.empty() ? "" : " and its model was saved to " + o.save_path));
 }
 
+// The checkpoint policy's configuration: where, how often, and what a checkpoint must match.
+CheckpointConfig CheckpointConfigFor(const TrainOptions& o, Start& st, const RunKind& kind,
+                                     CheckpointCut* cut) {
+  return {.path = o.checkpoint_path,
+          .every = st.plan.checkpoint_every,
+          .kind = &kind,
+          .first_step = st.resume.step,
+          .total_steps = st.plan.steps,
+          .fingerprint = st.fingerprint,
+          .optimizer = st.optimizer,
+          .cut = cut,
+          .hosts = o.host_count,
+          .reservation = &st.reserved[1]};
+}
+
 }  // namespace
 
 Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher,
@@ -378,12 +393,9 @@ Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher,
   // Shared with the cross-host thread, whose share may outlive the run (exchange_thread.h).
   const auto run_stats = std::make_shared<monitoring::RunStats>(o.workers);
   monitoring::RunStats& stats = *run_stats;
-  // Made once the run's start has succeeded (the data read, the segment filled), so a run that
-  // cannot start leaves no event file; host 0 writes the job's.
+  // Made once the run's start has succeeded, so a run that cannot start leaves no event file.
   std::unique_ptr<monitoring::EventFile> events;
-  if (!o.tensorboard_dir.empty() && o.host_index == 0) {
-    if (Status s = monitoring::EventFile::Create(o.tensorboard_dir, &events); !s.ok()) return s;
-  }
+  if (Status s = OpenEventFile(o, &events); !s.ok()) return s;
   // The loop owns the segment from here to the run's end; the units, declared after it, read
   // it through seg and write through the loop's writes().
   RunLoop loop(std::move(st.seg), std::move(st.seg_name));
@@ -401,8 +413,8 @@ Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher,
   StopSignal stop(total, o.host_count > 1);
   MasterFault fault(o.fault_master_throw);
   LossLog losses(log, seg.header()->config.log_every, first, &stats.history());
-  ProgressLine live(log, first, total, steps_per_epoch, t_start, stats.history(),
-                    o.model.loss == Loss::kXent);
+  const bool xent = o.model.loss == Loss::kXent;
+  ProgressLine live(log, first, total, steps_per_epoch, t_start, stats.history(), xent);
   ValidationProtocol validation({.eval_every = st.plan.eval_every,
                                  .early_stop = o.early_stop,
                                  .first_step = first,
@@ -414,20 +426,11 @@ Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher,
   const CrossHostUnit cross = kind.StartCrossHost(o, writes, hosts_share, run_stats);
   const DivergenceCause divergence(o, st.resume);
   Supervisor sup(seg, writes, launcher, log, stats.workers(), SupervisorOptionsFor(o, divergence));
-  CheckpointPolicy checkpoints({.path = o.checkpoint_path,
-                                .every = st.plan.checkpoint_every,
-                                .kind = &kind,
-                                .first_step = first,
-                                .total_steps = total,
-                                .fingerprint = st.fingerprint,
-                                .optimizer = st.optimizer,
-                                .cut = cross.cut,
-                                .hosts = o.host_count,
-                                .reservation = &st.reserved[1]},
-                               seg, writes, log, stats.checkpoints());
+  CheckpointPolicy checkpoints(CheckpointConfigFor(o, st, kind, cross.cut), seg, writes, log,
+                               stats.checkpoints());
   FinalModel model(o, st.rd, divergence, &st.reserved[0]);
   SummaryLine summary(o, first, st.rd.train.rows, t_start, log);
-  RunWatch watch(stats, std::move(events), t_start, o.model.loss == Loss::kXent, log);
+  RunWatch watch(stats, std::move(events), t_start, xent, log);
   const Status ran = loop.Run([&sup](int ms) { sup.Wait(ms); },
                               {&stop, &fault, &losses, &live, cross.unit.get(), &validation, &sup,
                                &checkpoints, &model, &summary, &watch});

@@ -28,6 +28,10 @@
 
 namespace shmtrain::master {
 
+// The run's event file when --tensorboard is given and this is host 0 (which writes the job's);
+// else none. EventFile::Create's refusal when the directory or file cannot be made.
+Status OpenEventFile(const TrainOptions& o, std::unique_ptr<monitoring::EventFile>* out);
+
 class RunWatch final : public RunUnit {
  public:
   // file: the run's event file, or null (no --tensorboard, or a host other than host 0).
