@@ -765,6 +765,23 @@ TEST(Simulate, IsDeterministic) {
   EXPECT_EQ(a.out, b.out);
 }
 
+// A rule whose model diverged is a cell that says so, not "-nan"; a converging run has none.
+TEST(Simulate, ADivergedCellSaysDiverged) {
+  const std::vector<std::string> base = {"simulate", "--workers", "4", "--compare", "--example",
+                                         "parabola", "--layers", "1,5,1", "--steps", "200",
+                                         "--batch", "8", "--lr"};
+  std::vector<std::string> args = base;
+  args.push_back("1000");
+  const ProcResult bad = Shmtrain(args);
+  ASSERT_EQ(bad.exit_code, 0) << bad.Describe();
+  EXPECT_NE(bad.out.find("asgd        diverged"), std::string::npos) << bad.out;
+  EXPECT_EQ(bad.out.find("nan"), std::string::npos) << bad.out;
+  args.back() = "0.01";
+  const ProcResult good = Shmtrain(args);
+  ASSERT_EQ(good.exit_code, 0) << good.Describe();
+  EXPECT_EQ(good.out.find("diverged"), std::string::npos) << good.out;
+}
+
 // Held-out accuracy of async runs varies with the scheduling (the same command in sync mode:
 // 0.780; with --lr 1e-9: 0.078). Measured: 40 runs on this 2-core machine at its usual load (a
 // load average of about 9, others compiling): min 0.752, median 0.780, max 0.802; 100 runs with

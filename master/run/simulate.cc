@@ -1,5 +1,6 @@
 #include "master/run/simulate.h"
 
+#include <cmath>
 #include <string>
 
 #include "data/batch_plan.h"
@@ -75,7 +76,9 @@ Status RunSimulate(const TrainOptions& opts, const std::vector<int>& workers, bo
   if (Status s = data::PrepareData(o, {WorkerBatchRows, SegmentBytes}, &rd); !s.ok()) return s;
   const bool xent = o.model.loss == Loss::kXent;
   const char* err_name = xent ? "held-out error" : "held-out RMSE";
+  // A rule that diverged (its model's training loss is not finite) says so, not "-nan".
   auto cell = [&](const SimResult& r) {
+    if (!std::isfinite(r.train_loss)) return std::string("diverged");
     const std::string e = xent ? Fmt("%.2f%%", 100 * r.val_error) : Fmt("%.4g", r.val_error);
     return rd.val.rows > 0 ? e + " / " + Fmt("%.4f", r.train_loss) : Fmt("%.4f", r.train_loss);
   };
