@@ -30,24 +30,23 @@ json CurveJson(const Curve& c, const char* a, const char* b) {
   return out;
 }
 
+// This host's workers, then (on host 0 under mpirun) the other hosts' as last reported.
 json Workers(const shm::Segment& seg, const RunStats& stats, int host) {
+  std::vector<WorkerState> all = LocalWorkerStates(
+      seg.block(0), static_cast<int>(seg.header()->config.workers), stats, host);
+  const std::vector<WorkerState> remote = stats.remote_workers().All();
+  all.insert(all.end(), remote.begin(), remote.end());
+  std::stable_sort(all.begin(), all.end(),
+                   [](const WorkerState& a, const WorkerState& b) { return a.host < b.host; });
   json out = json::array();
-  const int64_t now = shm::MonotonicNs();
-  for (uint32_t r = 0; r < seg.header()->config.workers; ++r) {
-    const int rank = static_cast<int>(r);
-    const shm::WorkerBlock* b = seg.block(rank);
-    uint64_t restarts = 0;
-    for (int why = 0; why < kRestartReasons; ++why) {
-      restarts += stats.workers().restarts(rank, static_cast<RestartReason>(why));
-    }
-    const int64_t hb = shm::LoadRelaxed(b->heartbeat_ns);
-    out.push_back({{"host", host},
-                   {"worker", rank},
-                   {"up", stats.workers().up(rank) && shm::LoadAcquire(b->attached) != 0},
-                   {"restarts", restarts},
-                   {"pid", shm::LoadRelaxed(b->pid)},
-                   {"heartbeat_age_s", hb > 0 ? std::max<int64_t>(0, now - hb) * 1e-9 : 0.0},
-                   {"samples", shm::LoadRelaxed(b->samples_total)}});
+  for (const WorkerState& w : all) {
+    out.push_back({{"host", w.host},
+                   {"worker", w.worker},
+                   {"up", w.up},
+                   {"restarts", w.restarts},
+                   {"pid", w.pid},
+                   {"heartbeat_age_s", w.heartbeat_age_s},
+                   {"samples", w.samples}});
   }
   return out;
 }
@@ -83,6 +82,28 @@ json Progress(const shm::Segment& seg, const RunHistory& history, const RunFacts
 }
 
 }  // namespace
+
+std::vector<WorkerState> LocalWorkerStates(const shm::WorkerBlock* blocks, int P,
+                                           const RunStats& stats, int host) {
+  std::vector<WorkerState> out;
+  const int64_t now = shm::MonotonicNs();
+  for (int rank = 0; rank < P; ++rank) {
+    const shm::WorkerBlock* b = blocks + rank;
+    WorkerState w;
+    w.host = host;
+    w.worker = rank;
+    w.up = stats.workers().up(rank) && shm::LoadAcquire(b->attached) != 0;
+    for (int why = 0; why < kRestartReasons; ++why) {
+      w.restarts += stats.workers().restarts(rank, static_cast<RestartReason>(why));
+    }
+    w.pid = shm::LoadRelaxed(b->pid);
+    const int64_t hb = shm::LoadRelaxed(b->heartbeat_ns);
+    w.heartbeat_age_s = hb > 0 ? std::max<int64_t>(0, now - hb) * 1e-9 : 0.0;
+    w.samples = shm::LoadRelaxed(b->samples_total);
+    out.push_back(w);
+  }
+  return out;
+}
 
 std::string RunPageJson(const shm::Segment& seg, const RunStats& stats, const TrainOptions& o,
                         const RunFacts& facts, bool ended) {

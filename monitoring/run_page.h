@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "monitoring/run_stats.h"
 #include "shm/segment.h"
@@ -35,6 +36,11 @@ struct RunFacts {
   int64_t first_step = 0;       // where this run started (a resumed run: not 0)
   int64_t t_start_ns = 0;       // shm::MonotonicNs() at the run's start
 };
+
+// This host's workers, read from their P blocks in the segment (shm::Segment::block(0) on)
+// and the supervisor's counters.
+std::vector<WorkerState> LocalWorkerStates(const shm::WorkerBlock* blocks, int P,
+                                           const RunStats& stats, int host);
 
 // The JSON of /api/run. `ended`: the run's workers are done (the segment is read one last time).
 std::string RunPageJson(const shm::Segment& seg, const RunStats& stats, const TrainOptions& opts,

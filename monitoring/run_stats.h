@@ -22,6 +22,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <vector>
 
 #include "monitoring/run_history.h"
@@ -144,6 +145,40 @@ class PushStats {
   std::atomic<double> last_sent_unix_{0};
 };
 
+// One worker's state as the live page shows it (monitoring/run_page.h).
+struct WorkerState {
+  int host = 0;
+  int worker = 0;
+  bool up = false;            // its process runs and has attached
+  uint64_t restarts = 0;      // replacements of this rank, for every reason
+  int64_t pid = 0;            // its current incarnation's
+  double heartbeat_age_s = 0; // seconds since its last heartbeat (0 before it started)
+  uint64_t samples = 0;       // samples whose gradient it computed
+};
+
+// Under mpirun, on host 0: the other hosts' workers as their host masters last reported them
+// (master/hosts/worker_states.h). Written by host 0's exchange thread, read by the page's
+// requests: one mutex.
+class RemoteWorkers {
+ public:
+  void Set(int host, std::vector<WorkerState> states) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (by_host_.size() <= static_cast<size_t>(host)) by_host_.resize(static_cast<size_t>(host) + 1);
+    by_host_[static_cast<size_t>(host)] = std::move(states);
+  }
+  // Every reported worker, in host order.
+  std::vector<WorkerState> All() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<WorkerState> out;
+    for (const auto& h : by_host_) out.insert(out.end(), h.begin(), h.end());
+    return out;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::vector<WorkerState>> by_host_;
+};
+
 // The owner: every part, for the units that write them and for the scrapes that read them all.
 class RunStats {
  public:
@@ -161,6 +196,8 @@ class RunStats {
   const PushStats& pushes() const { return pushes_; }
   RunHistory& history() { return history_; }
   const RunHistory& history() const { return history_; }
+  RemoteWorkers& remote_workers() { return remote_; }
+  const RemoteWorkers& remote_workers() const { return remote_; }
   const WorkerStats& workers() const { return workers_; }
   const CheckpointStats& checkpoints() const { return checkpoints_; }
   const DurationHistogram& combine() const { return combine_; }
@@ -173,6 +210,7 @@ class RunStats {
   DurationHistogram combine_;
   ValidationStats validation_{history_};
   PushStats pushes_;
+  RemoteWorkers remote_;
 };
 
 }  // namespace shmtrain::monitoring

@@ -527,6 +527,21 @@ Turns MeasureTurns(MpiJob& job, pid_t slow, const std::string& addr) {
   return t;
 }
 
+// Host 0's live page lists every host's workers: the parameter server's thread reports them.
+TEST_F(HostsAsyncTest, HostZerosPageListsEveryHostsWorkers) {
+  const int base = test::PickFreePorts(2);
+  ASSERT_GT(base, 0);
+  MpiJob job(2, LongAsyncRun({"--metrics-addr", "127.0.0.1:" + std::to_string(base)}));
+  ASSERT_GT(job.mpirun(), 0);
+  ASSERT_TRUE(UntilExchanging(job)) << "the job did not get going; stderr:\n"
+                                    << job.err() << job.DescribeWorkers();
+  test::ExpectThePageListsEveryHostsWorkers(job, base);
+  ASSERT_TRUE(job.SignalMpirun(SIGINT));
+  const Clock::time_point ended = Clock::now();
+  (void)job.Wait(milliseconds{30'000});
+  ExpectJobGone(job, ended, kGoneBound);
+}
+
 TEST_F(HostsAsyncTest, AStoppedWorkerOnHost1SlowsNotHost0) {
   SHMTRAIN_RATE_TEST();
   const int base = test::PickFreePorts(2);

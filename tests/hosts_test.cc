@@ -34,6 +34,7 @@
 #include <map>
 #include <ostream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -528,7 +529,8 @@ TEST_F(HostsTest, EveryHostServesMetricsOnItsPortWithItsHostLabel) {
   const int base = test::PickFreePorts(2);
   ASSERT_GT(base, 0);
   MpiJob job(2, Train({"--workers", "2", "--steps", "100000000", "--log-every", "50",
-                       "--metrics-addr", "127.0.0.1:" + std::to_string(base)}));
+                       "--metrics-addr", "127.0.0.1:" + std::to_string(base), "--tensorboard",
+                       dir.File("tb")}));
   ASSERT_GT(job.mpirun(), 0);
   ASSERT_TRUE(job.UntilRunning(2, kEventTimeout)) << "the job did not start; stderr:\n"
                                                   << job.err();
@@ -588,6 +590,7 @@ TEST_F(HostsTest, EveryHostServesMetricsOnItsPortWithItsHostLabel) {
     EXPECT_GT(combines, 0) << "shmtrain_host_combine_seconds_count: this host's combines";
     EXPECT_EQ(hosts, 2) << "shmtrain_hosts";
   }
+  test::ExpectThePageListsEveryHostsWorkers(job, base);
 
   ASSERT_TRUE(job.SignalMpirun(SIGINT));
   const Clock::time_point stopped = Clock::now();
@@ -595,6 +598,12 @@ TEST_F(HostsTest, EveryHostServesMetricsOnItsPortWithItsHostLabel) {
   EXPECT_FALSE(r.timed_out);
   EXPECT_FALSE(r.exited && r.exit_code == 0) << "a stopped job ended as if it had finished";
   ExpectJobGone(job, stopped, kGoneBound);
+  // One TensorBoard file for the job, host 0's, written as it went (tests/watch_test.cc decodes
+  // such files).
+  const ProcResult files = test::RunProcess(
+      {"/usr/bin/find", dir.File("tb"), "-name", "events.out.tfevents.*", "-size", "+1k"},
+      milliseconds{10'000});
+  EXPECT_EQ(test::SplitLines(files.out).size(), 1u) << files.out;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -13,8 +13,11 @@
 #include <cerrno>
 #include <cstdlib>
 #include <random>
+#include <set>
 #include <sstream>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 namespace shmtrain::test {
 namespace {
@@ -485,6 +488,37 @@ int PickFreePorts(int count) {
     if (free) return port;
   }
   return -1;
+}
+
+// Host 0's live page (/api/run) lists the job's workers: its own and, as each host master
+// reports them about once a second (master/hosts/worker_states.h), every other host's, with
+// the pids the job's processes have.
+void ExpectThePageListsEveryHostsWorkers(MpiJob& job, int base) {
+  // Until the page lists exactly the job's workers (as the job's processes show them), each
+  // up: a host's first report may come before its workers have started.
+  std::set<std::pair<int, int64_t>> want, listed;
+  std::string body, error;
+  const bool agree = job.UntilCondition(
+      [&] {
+        want.clear();
+        for (int h = 0; h < job.hosts(); ++h) {
+          for (const auto& [pid, seen] : job.workers(h)) want.insert({h, pid});
+        }
+        const auto resp =
+            HttpGet("127.0.0.1:" + std::to_string(base), "/api/run", milliseconds{5'000}, &error);
+        if (!resp.has_value()) return false;
+        body = resp->body;
+        listed.clear();
+        const nlohmann::json run = nlohmann::json::parse(body);
+        for (const auto& w : run["workers"]) {
+          if (w["up"].get<bool>()) listed.insert({w["host"].get<int>(), w["pid"].get<int64_t>()});
+        }
+        return listed == want && static_cast<int>(want.size()) >= job.hosts();
+      },
+      milliseconds{10'000});
+  EXPECT_TRUE(agree) << "host 0's page does not list the job's " << want.size()
+                     << " workers, up (" << listed.size() << " listed; " << error << "):\n"
+                     << body;
 }
 
 }  // namespace shmtrain::test

@@ -159,4 +159,9 @@ std::vector<std::string> WithoutMetrics(std::vector<std::string> a);
 // take these between this check and the job's listen. -1 if none was found.
 int PickFreePorts(int count);
 
+// Host 0's live page (/api/run on 127.0.0.1:base) lists every host's workers, with the pids
+// the job's processes have, within 10 s (each host master reports its own about once a
+// second); a failure otherwise.
+void ExpectThePageListsEveryHostsWorkers(MpiJob& job, int base);
+
 }  // namespace shmtrain::test

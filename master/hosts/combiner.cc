@@ -24,10 +24,10 @@ constexpr int64_t kSliceNs = 20'000'000;
 // never (Segment::LeaveMapped).
 struct Combiner::Body {
   Body(const shm::Segment& seg, std::shared_ptr<Hosts> hosts_in,
-       std::shared_ptr<monitoring::DurationHistogram> times_in, int64_t timeout_ns,
+       std::shared_ptr<monitoring::RunStats> stats_in, int64_t timeout_ns,
        std::vector<nn::Crossing> crossings_in)
       : hosts_share(std::move(hosts_in)),
-        times_share(std::move(times_in)),
+        stats_share(std::move(stats_in)),
         h(seg.header()),
         blocks(seg.block(0)),
         P(static_cast<int>(h->config.workers)),
@@ -36,8 +36,9 @@ struct Combiner::Body {
         crossings(std::move(crossings_in)),
         global_stats(seg.global_stats()),
         hosts(*hosts_share),
-        times(*times_share),
-        timeout_ns(timeout_ns) {
+        times(stats_share->combine()),
+        timeout_ns(timeout_ns),
+        workers(hosts, blocks, P, stats_share) {
     for (int q = 0; q < P; ++q) {
       slots.push_back(seg.slot(q));
       rank_stats.push_back(seg.stats(q));
@@ -47,6 +48,8 @@ struct Combiner::Body {
     host_stats.resize(static_cast<size_t>(most));
   }
   void Loop();
+  void Report(int64_t now);
+  bool reporting = true;
   // Waits, in slices that see a Stop(), until done() (ranks that make it true move the futex
   // word); false when stopped.
   template <class Done>
@@ -68,7 +71,7 @@ struct Combiner::Body {
   // What the thread uses besides the mapping is its own share (a thread left behind outlives
   // the run loop's objects): kept here, and used through the references below.
   const std::shared_ptr<Hosts> hosts_share;
-  const std::shared_ptr<monitoring::DurationHistogram> times_share;
+  const std::shared_ptr<monitoring::RunStats> stats_share;
   shm::Header* const h;
   const shm::WorkerBlock* const blocks;
   const int P;
@@ -84,6 +87,7 @@ struct Combiner::Body {
   Hosts& hosts;
   monitoring::DurationHistogram& times;
   const int64_t timeout_ns;
+  WorkerStatesExchange workers;  // this host's workers, to host 0's page
   std::atomic<bool> stop{false};
   // The crossings combined and their time: the mean for the summary.
   std::atomic<int64_t> crossings_done{0}, crossings_ns{0};
@@ -92,9 +96,9 @@ struct Combiner::Body {
 };
 
 Combiner::Combiner(shm::Segment& seg, std::shared_ptr<Hosts> hosts,
-                   std::shared_ptr<monitoring::DurationHistogram> times, double host_timeout_s,
+                   std::shared_ptr<monitoring::RunStats> stats, double host_timeout_s,
                    std::vector<nn::Crossing> crossings)
-    : body_(std::make_shared<Body>(seg, std::move(hosts), std::move(times),
+    : body_(std::make_shared<Body>(seg, std::move(hosts), std::move(stats),
                                    static_cast<int64_t>(host_timeout_s * 1e9),
                                    std::move(crossings))),
       thread_(seg, [body = body_] { body->Loop(); }) {}
@@ -126,7 +130,9 @@ bool Combiner::Body::WaitFor(Done done_now) {
       h,
       [&]() -> int64_t {
         done = done_now();
-        return done || stop.load() ? shm::kWakeDone : shm::MonotonicNs() + kSliceNs;
+        const int64_t now = shm::MonotonicNs();
+        if (!done && !stop.load()) Report(now);
+        return done || stop.load() ? shm::kWakeDone : now + kSliceNs;
       },
       [&] { return stop.load(); });
   return done;
@@ -145,10 +151,20 @@ bool Combiner::Body::GoesOn(const Status& s) {
 void Combiner::Body::Loop() {
   const shm::RunConfig& c = h->config;
   for (int64_t t = c.first_step; t < c.total_steps; ++t) {
-    if (!CombineCrossings(t)) return;
-    if (!WaitFor([&] { return shm::HostSumsComplete(blocks, P, t); })) return;
-    if (!CombineStep(t)) return;
+    Report(shm::MonotonicNs());
+    if (!CombineCrossings(t) || !WaitFor([&] { return shm::HostSumsComplete(blocks, P, t); }) ||
+        !CombineStep(t)) {
+      break;
+    }
   }
+  workers.Withdraw();
+}
+
+// The workers' states to host 0's page; a failure of the transport there is the next
+// exchange's to find (it says which host), so it is not this thread's end.
+void Combiner::Body::Report(int64_t now) {
+  if (!reporting) return;
+  if (Status s = workers.Pump(now); !s.ok()) reporting = false;
 }
 
 // Crossing k + 1 of step t is number t * (stats_count + 1) + k + 1 (shm/layout.h). A rank

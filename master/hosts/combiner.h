@@ -30,6 +30,7 @@
 
 #include "master/hosts/exchange_thread.h"
 #include "master/hosts/hosts.h"
+#include "master/hosts/worker_states.h"
 #include "master/run/run_loop.h"
 #include "monitoring/run_stats.h"
 #include "nn/batch_norm.h"
@@ -41,12 +42,13 @@ namespace shmtrain::master {
 class Combiner final : public RunUnit {
  public:
   // Combines steps first_step .. total_steps - 1 of seg's run; starts at once. Each combine's
-  // time goes to `times` (the combine's part of the run's metrics), written here only.
-  // `crossings`: a step's batch norm crossings (nn::PassCrossings of the run's model; none
-  // without batch norm). The thread keeps its share of hosts and times: one left behind stuck
-  // in the transport outlives the run.
+  // time goes to stats' combine() (the combine's part of the run's metrics), written here only;
+  // between steps, the thread reports this host's workers to host 0's page
+  // (master/hosts/worker_states.h). `crossings`: a step's batch norm crossings
+  // (nn::PassCrossings of the run's model; none without batch norm). The thread keeps its share
+  // of hosts and stats: one left behind stuck in the transport outlives the run.
   Combiner(shm::Segment& seg, std::shared_ptr<Hosts> hosts,
-           std::shared_ptr<monitoring::DurationHistogram> times, double host_timeout_s,
+           std::shared_ptr<monitoring::RunStats> stats, double host_timeout_s,
            std::vector<nn::Crossing> crossings = {});
   ~Combiner() override;  // Stop()
   Combiner(const Combiner&) = delete;

@@ -68,7 +68,7 @@ uint64_t CrossHostTotals::TauQuantile(double q) const {
 // starts; its exchanges are in master/hosts/param_server_exchange.cc.
 
 ParamServer::Body::Body(const shm::Segment& seg, std::shared_ptr<Hosts> hosts_in,
-                        std::shared_ptr<monitoring::PushStats> stats_in, const Options& o)
+                        std::shared_ptr<monitoring::RunStats> stats_in, const Options& o)
     : hosts_share(std::move(hosts_in)),
       stats_share(std::move(stats_in)),
       h(seg.header()),
@@ -79,9 +79,10 @@ ParamServer::Body::Body(const shm::Segment& seg, std::shared_ptr<Hosts> hosts_in
       me(hosts_share->index()),
       P(static_cast<int>(seg.header()->config.workers)),
       hosts(*hosts_share),
-      stats(*stats_share),
+      stats(stats_share->pushes()),
       opts(o),
       timeout_ns(static_cast<int64_t>(o.host_timeout_s * 1e9)),
+      workers(hosts, blocks, P, stats_share),
       owned(seg.params(0) + Part(me).begin, Part(me).end - Part(me).begin, H,
             nn::RuleParams{.rule = static_cast<AsyncRule>(seg.header()->config.rule),
                            .lr = 0,
@@ -109,7 +110,7 @@ ParamServer::Body::Body(const shm::Segment& seg, std::shared_ptr<Hosts> hosts_in
 // ---- The unit.
 
 ParamServer::ParamServer(shm::Segment& seg, std::shared_ptr<Hosts> hosts,
-                         std::shared_ptr<monitoring::PushStats> stats, const Options& o)
+                         std::shared_ptr<monitoring::RunStats> stats, const Options& o)
     : body_(std::make_shared<Body>(seg, std::move(hosts), std::move(stats), o)),
       thread_(seg, [body = body_] { body->Run(); }) {}
 

@@ -106,8 +106,10 @@ class ParamServer final : public RunUnit, public CheckpointCut {
   };
   // Starts the exchange thread at once; seg's workers may start after. The thread keeps its
   // share of hosts and stats: one left behind stuck in the transport outlives the run.
+  // stats: the run's (its pushes' counters; under mpirun, the workers' states that go to host
+  // 0's page, master/hosts/worker_states.h).
   ParamServer(shm::Segment& seg, std::shared_ptr<Hosts> hosts,
-              std::shared_ptr<monitoring::PushStats> stats, const Options& o);
+              std::shared_ptr<monitoring::RunStats> stats, const Options& o);
   ~ParamServer() override;  // Stop()
   ParamServer(const ParamServer&) = delete;
   ParamServer& operator=(const ParamServer&) = delete;

@@ -14,6 +14,7 @@
 #include "data/batch_plan.h"
 #include "master/hosts/hosts.h"
 #include "master/hosts/param_server.h"
+#include "master/hosts/worker_states.h"
 #include "master/run/run_summary.h"
 #include "monitoring/run_stats.h"
 #include "shm/segment.h"
@@ -80,7 +81,7 @@ struct Buffer {
 
 struct ParamServer::Body {
   Body(const shm::Segment& seg, std::shared_ptr<Hosts> hosts,
-       std::shared_ptr<monitoring::PushStats> stats, const Options& o);
+       std::shared_ptr<monitoring::RunStats> stats, const Options& o);
   void Run();
   Status Serve();
   Status ServePushes(int64_t now, bool* busy);
@@ -121,7 +122,7 @@ struct ParamServer::Body {
   // What the thread uses besides the mapping is its own share (a thread left behind outlives
   // the run loop's objects): kept here, and used through the references below.
   const std::shared_ptr<Hosts> hosts_share;
-  const std::shared_ptr<monitoring::PushStats> stats_share;
+  const std::shared_ptr<monitoring::RunStats> stats_share;
   // The segment, as plain pointers taken once (see Combiner::Body).
   shm::Header* const h;
   const shm::WorkerBlock* const blocks;
@@ -132,6 +133,7 @@ struct ParamServer::Body {
   monitoring::PushStats& stats;
   const Options opts;
   const int64_t timeout_ns;
+  WorkerStatesExchange workers;  // this host's workers, to host 0's page
   OwnedPart owned;
   std::vector<uint64_t> tau_counts = std::vector<uint64_t>(kTauCounts, 0);
   uint64_t tau_max = 0;

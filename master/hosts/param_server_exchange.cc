@@ -32,6 +32,7 @@ void ParamServer::Body::Withdraw() {
     hosts.Cancel(&q.final_recv);
     hosts.Cancel(&pushers[static_cast<size_t>(k)].recv);
   }
+  workers.Withdraw();
 }
 
 Status ParamServer::Body::Serve() {
@@ -64,6 +65,7 @@ Status ParamServer::Body::Serve() {
     if (Status s = TakeReplies(now, &busy); !s.ok()) return s;
     if (Status s = PushDue(&busy); !s.ok()) return s;
     if (Status s = Beats(now, &busy); !s.ok()) return s;
+    if (Status s = workers.Pump(now); !s.ok()) return s;
     for (int k = 0; k < H; ++k) {
       if (k != me && now - peers[static_cast<size_t>(k)].last_heard_ns > timeout_ns) {
         return Status::HostLost("async exchange: nothing arrived from " + hosts.Describe(k) +

@@ -119,7 +119,7 @@ CrossHostUnit AsyncAcrossHosts::StartCrossHost(
     const TrainOptions& o, SegmentWrites& seg, const std::shared_ptr<Hosts>& hosts,
     const std::shared_ptr<monitoring::RunStats>& stats) const {
   auto server = std::make_unique<ParamServer>(
-      seg.ForExchange(), hosts, std::shared_ptr<monitoring::PushStats>(stats, &stats->pushes()),
+      seg.ForExchange(), hosts, stats,
       ParamServer::Options{.push_every = o.push_every,
                            .host_timeout_s = o.host_timeout_s,
                            .max_staleness = o.max_staleness});

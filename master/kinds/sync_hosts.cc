@@ -22,8 +22,7 @@ class SyncAcrossHosts final : public SyncKind {
                                const std::shared_ptr<monitoring::RunStats>& stats) const override {
     CrossHostUnit cross;
     cross.unit = std::make_unique<Combiner>(
-        seg.ForExchange(), hosts, std::shared_ptr<monitoring::DurationHistogram>(stats, &stats->combine()),
-        o.host_timeout_s, nn::PassCrossings(o.model));
+        seg.ForExchange(), hosts, stats, o.host_timeout_s, nn::PassCrossings(o.model));
     return cross;
   }
 
