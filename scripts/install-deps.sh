@@ -4,8 +4,10 @@
 # the user already has: apt-get runs with --no-remove, so an install that would remove anything
 # stops with an error and changes nothing.
 set -euo pipefail
-# python3 runs monitoring/check_assets.py and bench/digits_wall.py. Open MPI (openmpi-bin for
-# mpirun, libopenmpi-dev to build with it) gives several hosts; the build works without it.
+# libcivetweb-dev (which prometheus-cpp-dev depends on) is the master's HTTP server
+# (monitoring/exporter.h). python3 runs monitoring/check_assets.py and bench/digits_wall.py.
+# Open MPI (openmpi-bin for mpirun, libopenmpi-dev to build with it) gives several hosts; the
+# build works without it.
 # clang and libclang-rt-14-dev (libFuzzer and the sanitizer runtimes) build scripts/fuzz.sh's
 # targets. ninja-build runs the builds (scripts/test.sh): 10% less wall than make's on 2 cores.
 # libjpeg62-turbo-dev and libpng-dev decode image folders (data/image.h); python3-pil decodes
@@ -13,8 +15,8 @@ set -euo pipefail
 # python3-crc32c decode TensorBoard event files in the tests as TensorBoard reads them;
 # chromium (headless) loads the master's live page in the tests.
 packages=(cmake g++ make ninja-build python3 libboost-dev libboost-filesystem-dev libeigen3-dev
-          libcli11-dev nlohmann-json3-dev zlib1g-dev libgtest-dev prometheus-cpp-dev prometheus
-          openmpi-bin libopenmpi-dev dataset-fashion-mnist python3-numpy
+          libcli11-dev nlohmann-json3-dev zlib1g-dev libgtest-dev prometheus-cpp-dev libcivetweb-dev
+          prometheus openmpi-bin libopenmpi-dev dataset-fashion-mnist python3-numpy
           clang libclang-rt-14-dev libjpeg62-turbo-dev libpng-dev python3-pil
           protobuf-compiler python3-protobuf python3-crc32c chromium)
 missing=()
