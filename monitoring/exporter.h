@@ -8,11 +8,12 @@
 // waits for training, the workers never know about it, and counters stay monotonic when a
 // worker is replaced because they live in the rank's block, which outlives its incarnations.
 //
-// Threads: civetweb serves requests on its own threads. They only read the
-// segment (relaxed, acquire and, for the sync progress, seq_cst loads through shm/layout.h's
-// accessors) and RunStats (atomics). A scrape holds the collector's mutex while it reads the
-// segment; the run loop takes it only in Detach(), at the run's end, so training never waits
-// for a scrape.
+// Threads: civetweb serves requests (scrapes, the page, /api/run) on its own threads. They only
+// read the segment (relaxed, acquire and, for the sync progress, seq_cst loads through
+// shm/layout.h's accessors) and RunStats (atomics; the history and the other hosts' workers
+// under their own mutexes). A request holds the run source's mutex while it reads the segment;
+// the run loop takes it only in Attach() and Detach(), at the run's start and end, so training
+// never waits for a request.
 #pragma once
 
 #include <memory>
