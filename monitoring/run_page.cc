@@ -8,6 +8,7 @@
 #include "master/kinds/kind.h"
 #include "master/run/segment_reads.h"
 #include "nn/schedule.h"
+#include "shm/futex.h"
 #include "shm/layout.h"
 
 namespace shmtrain::monitoring {

@@ -4,6 +4,7 @@
 
 #include "master/run/segment_reads.h"
 #include "nn/schedule.h"
+#include "shm/futex.h"
 #include "shm/layout.h"
 
 namespace shmtrain::master {
