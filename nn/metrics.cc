@@ -5,7 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "nn/loss.h"
 #include "nn/model.h"
+#include "nn/net.h"
 
 namespace shmtrain::nn {
 
@@ -33,27 +35,27 @@ Metrics Evaluate(const ModelSpec& spec, const float* params, const float* x, con
   m.rows = rows;
   if (rows == 0) return m;
   Workspace<float> ws;
+  Net<float>& net = ws.NetFor(spec);
   const int64_t in = spec.inputs(), out = spec.outputs();
-  std::vector<float> pred;
   double loss = 0, correct = 0;
   for (int64_t r0 = 0; r0 < rows; r0 += kChunk) {
     const int64_t k = std::min(kChunk, rows - r0);
-    const float* xs = x + r0 * in;
     const float* ys = y + r0;
-    const double chunk = LossSum<float>(spec, params, xs, ys, k, ws);
+    // One forward pass for both the loss and the predictions: the loss of the outputs is
+    // LossSum's to the bit, and the largest output is the largest probability.
+    const float* z = net.Outputs(params, x + r0 * in, k);
+    const double chunk = OutputLoss<float>(spec.loss, z, ys, out, k, nullptr);
     loss += chunk;
     if (!std::isfinite(chunk)) {
       for (int64_t i = 0; i < k; ++i) {
-        if (!std::isfinite(LossSum<float>(spec, params, xs + i * in, ys + i, 1, ws))) {
+        if (!std::isfinite(OutputLoss<float>(spec.loss, z + i * out, ys + i, out, 1, nullptr))) {
           m.nonfinite.Add(r0 + i);
         }
       }
     }
     if (spec.loss == Loss::kXent) {
-      pred.resize(static_cast<size_t>(k * out));
-      Predict<float>(spec, params, xs, k, pred.data(), ws);
       for (int64_t i = 0; i < k; ++i) {
-        const float* p = pred.data() + i * out;
+        const float* p = z + i * out;
         int best = 0;
         for (int j = 1; j < static_cast<int>(out); ++j) {
           if (p[j] > p[best]) best = j;

@@ -81,6 +81,13 @@ class Net {
                      S* grad);
   // Outputs (outputs x n): probabilities for xent, the outputs for mse. No dropout.
   void Predict(const S* params, const S* x, int64_t n, S* out);
+  // The last layer's raw outputs z (outputs x n, sample j at z + j*Outputs()), as LossSum's
+  // and Predict's losses see them (not training: no dropout, batch norm's running
+  // statistics); valid until the next pass. One forward pass gives an evaluation both its loss
+  // and its predictions (nn/metrics.cc).
+  const S* Outputs(const S* params, const S* x, int64_t n) {
+    return Forward(params, x, n, PassInfo{});
+  }
 
  private:
   const S* Forward(const S* params, const S* x, int64_t n, const PassInfo& pass);
