@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -406,6 +407,17 @@ bool UntilExchanging(MpiJob& job) {
              kEventTimeout);
 }
 
+// A long 2-host run serving metrics from *base (host h at *base + h), started and exchanging.
+void StartExchangingWithMetrics(std::unique_ptr<MpiJob>* job, int* base) {
+  *base = test::PickFreePorts(2);
+  ASSERT_GT(*base, 0);
+  *job = std::make_unique<MpiJob>(
+      2, LongAsyncRun({"--metrics-addr", "127.0.0.1:" + std::to_string(*base)}));
+  ASSERT_GT((*job)->mpirun(), 0);
+  ASSERT_TRUE(UntilExchanging(**job)) << "the job did not get going; stderr:\n"
+                                      << (*job)->err() << (*job)->DescribeWorkers();
+}
+
 TEST_F(HostsAsyncTest, HostMasterKilledEndsTheJob) {
   for (const int victim : {1, 0}) {
     SCOPED_TRACE("host " + std::to_string(victim) + "'s master SIGKILLed");
@@ -529,12 +541,10 @@ Turns MeasureTurns(MpiJob& job, pid_t slow, const std::string& addr) {
 
 // Host 0's live page lists every host's workers: the parameter server's thread reports them.
 TEST_F(HostsAsyncTest, HostZerosPageListsEveryHostsWorkers) {
-  const int base = test::PickFreePorts(2);
-  ASSERT_GT(base, 0);
-  MpiJob job(2, LongAsyncRun({"--metrics-addr", "127.0.0.1:" + std::to_string(base)}));
-  ASSERT_GT(job.mpirun(), 0);
-  ASSERT_TRUE(UntilExchanging(job)) << "the job did not get going; stderr:\n"
-                                    << job.err() << job.DescribeWorkers();
+  std::unique_ptr<MpiJob> started;
+  int base = 0;
+  ASSERT_NO_FATAL_FAILURE(StartExchangingWithMetrics(&started, &base));
+  MpiJob& job = *started;
   test::ExpectThePageListsEveryHostsWorkers(job, base);
   ASSERT_TRUE(job.SignalMpirun(SIGINT));
   const Clock::time_point ended = Clock::now();
@@ -544,12 +554,10 @@ TEST_F(HostsAsyncTest, HostZerosPageListsEveryHostsWorkers) {
 
 TEST_F(HostsAsyncTest, AStoppedWorkerOnHost1SlowsNotHost0) {
   SHMTRAIN_RATE_TEST();
-  const int base = test::PickFreePorts(2);
-  ASSERT_GT(base, 0);
-  MpiJob job(2, LongAsyncRun({"--metrics-addr", "127.0.0.1:" + std::to_string(base)}));
-  ASSERT_GT(job.mpirun(), 0);
-  ASSERT_TRUE(UntilExchanging(job)) << "the job did not get going; stderr:\n"
-                                    << job.err() << job.DescribeWorkers();
+  std::unique_ptr<MpiJob> started;
+  int base = 0;
+  ASSERT_NO_FATAL_FAILURE(StartExchangingWithMetrics(&started, &base));
+  MpiJob& job = *started;
   pid_t slow = -1;
   for (const auto& [pid, w] : job.workers(1)) slow = pid;
   ASSERT_GT(slow, 0) << job.DescribeWorkers();
