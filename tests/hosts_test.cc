@@ -528,16 +528,19 @@ TEST_F(HostsTest, EveryHostServesMetricsOnItsPortWithItsHostLabel) {
   TempDir dir;
   const int base = test::PickFreePorts(2);
   ASSERT_GT(base, 0);
-  MpiJob job(2, Train({"--workers", "2", "--steps", "100000000", "--log-every", "50",
+  // A line a thousand steps: the checks below read no output for seconds, and a job that
+  // fills mpirun's pipe meanwhile blocks host 0's run loop in its log's write, where SIGINT's
+  // SIGTERM cannot stop it (it is SIGKILLed, its event file unflushed).
+  MpiJob job(2, Train({"--workers", "2", "--steps", "100000000", "--log-every", "1000",
                        "--metrics-addr", "127.0.0.1:" + std::to_string(base), "--tensorboard",
                        dir.File("tb")}));
   ASSERT_GT(job.mpirun(), 0);
   ASSERT_TRUE(job.UntilRunning(2, kEventTimeout)) << "the job did not start; stderr:\n"
                                                   << job.err();
-  // Well inside the run: both hosts have combined a hundred steps.
+  // Well inside the run: both hosts have combined a thousand steps.
   ASSERT_TRUE(job.Until(
       [](const std::string& l) {
-        return JsonField(l, "event") == "step" && std::stoll(*JsonField(l, "step")) >= 100;
+        return JsonField(l, "event") == "step" && std::stoll(*JsonField(l, "step")) >= 1000;
       },
       kEventTimeout))
       << job.err();
@@ -598,12 +601,14 @@ TEST_F(HostsTest, EveryHostServesMetricsOnItsPortWithItsHostLabel) {
   EXPECT_FALSE(r.timed_out);
   EXPECT_FALSE(r.exited && r.exit_code == 0) << "a stopped job ended as if it had finished";
   ExpectJobGone(job, stopped, kGoneBound);
-  // One TensorBoard file for the job, host 0's, written as it went (tests/watch_test.cc decodes
-  // such files).
+  // One TensorBoard file for the job, host 0's, with records in it (the first event and the
+  // losses of 1000 steps are over 100 bytes; tests/watch_test.cc decodes such files).
   const ProcResult files = test::RunProcess(
-      {"/usr/bin/find", dir.File("tb"), "-name", "events.out.tfevents.*", "-size", "+1k"},
+      {"/usr/bin/find", dir.File("tb"), "-name", "events.out.tfevents.*", "-printf", "%s\\n"},
       milliseconds{10'000});
-  EXPECT_EQ(test::SplitLines(files.out).size(), 1u) << files.out;
+  const std::vector<std::string> sizes = test::SplitLines(files.out);
+  ASSERT_EQ(sizes.size(), 1u) << "the sizes of the job's event files:\n" << files.out;
+  EXPECT_GT(std::stoll(sizes[0]), 100) << "bytes in the job's event file";
 }
 
 // ---------------------------------------------------------------------------------------------
