@@ -56,6 +56,7 @@ METRICS = {
     "shmtrain_worker_heartbeat_age_seconds": ("gauge", ("worker",), None),
     "shmtrain_worker_compute_seconds_total": ("counter", ("worker",), None),
     "shmtrain_worker_reduce_seconds_total": ("counter", ("worker",), None),
+    "shmtrain_worker_crossing_wait_seconds_total": ("counter", ("worker",), None),
     "shmtrain_recovery_duration_seconds": ("histogram", (), None),
     "shmtrain_torn_updates_total": ("counter", (), None),
     "shmtrain_checkpoint_duration_seconds": ("histogram", (), None),

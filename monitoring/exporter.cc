@@ -247,7 +247,8 @@ class RunCollector final {
                    return hb > 0 ? std::max<int64_t>(0, now - hb) * 1e-9 : 0.0;
                  });
     // Where a sync step's time goes: compute (the gradient), reduce (the reduce + update
-    // phase) and the barrier waits (shmtrain_barrier_wait_seconds) add up to the wall time.
+    // phase) and the barrier waits (shmtrain_barrier_wait_seconds) add up to the wall time;
+    // batch norm's crossing waits are a part of the barrier waits.
     f->PerWorker("shmtrain_worker_compute_seconds_total",
                  "Seconds the worker spent computing gradients (sync) or whole updates (async).",
                  MetricType::Counter,
@@ -257,6 +258,11 @@ class RunCollector final {
                  "worker and applying the optimizer to it.",
                  MetricType::Counter,
                  [&](int r) { return LoadRelaxed(seg_->block(r)->reduce_ns_total) * 1e-9; });
+    f->PerWorker("shmtrain_worker_crossing_wait_seconds_total",
+                 "Sync: seconds the worker waited at batch norm's crossings for every worker's "
+                 "batch statistics (a part of shmtrain_barrier_wait_seconds).",
+                 MetricType::Counter,
+                 [&](int r) { return LoadRelaxed(seg_->block(r)->crossing_wait_ns_total) * 1e-9; });
   }
 
   // What only the master knows: recoveries, torn updates, checkpoints, the cross-host

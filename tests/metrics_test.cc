@@ -323,7 +323,8 @@ void ExpectWorkerLabels(const Scrape& s, int workers) {
   for (const char* name :
        {"shmtrain_worker_up", "shmtrain_samples_total", "shmtrain_barrier_wait_seconds_count",
         "shmtrain_barrier_wait_seconds_sum", "shmtrain_worker_heartbeat_age_seconds",
-        "shmtrain_worker_compute_seconds_total", "shmtrain_worker_reduce_seconds_total"}) {
+        "shmtrain_worker_compute_seconds_total", "shmtrain_worker_reduce_seconds_total",
+        "shmtrain_worker_crossing_wait_seconds_total"}) {
     EXPECT_EQ(WorkerValues(s, name), want) << name;
   }
   for (const char* reason : {"crash", "hang", "chaos", "peer_hang"}) {
@@ -368,7 +369,6 @@ std::vector<std::string> LongRunArgs(const std::string& mode, int workers,
   std::vector<std::string> args = {kMasterBin,     "train",
                                    "--example",    "parabola",
                                    "--rows",       "5000",
-                                   "--layers",     "1,32,1",
                                    "--lr",         "0.01",
                                    "--steps",      "100000000",
                                    "--workers",    std::to_string(workers),
@@ -376,6 +376,10 @@ std::vector<std::string> LongRunArgs(const std::string& mode, int workers,
                                    "--log-format", "json",
                                    "--log-every",  "1000",
                                    "--no-progress"};
+  // The model: --layers 1,32,1 unless `extra` gives one.
+  if (std::find(extra.begin(), extra.end(), "--model") == extra.end()) {
+    args.insert(args.end(), {"--layers", "1,32,1"});
+  }
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
 }
@@ -825,6 +829,40 @@ TEST_F(MetricsTest, CountersAreMonotonic) {
     EXPECT_EQ(WorkerValues(mid, "shmtrain_worker_up"), Ranks(kWorkers));
     for (const Sample* up : mid.Named("shmtrain_worker_up")) {
       EXPECT_EQ(up->value, 1) << SeriesKey(up->name, up->labels) << " in a mid-run scrape";
+    }
+    t.Stop();
+  }
+}
+
+// Batch norm's crossing waits, a part of the barrier waits: a sync run of a model with batch
+// norm counts them for every worker, one without counts none. A crossing's wait goes into the
+// barrier's total before it goes into the crossings', and a scrape reads the barrier's first, so
+// a scrape's crossing total is compared with the next scrape's barrier total.
+TEST_F(MetricsTest, CrossingWaitsArePartOfEveryWorkersBarrierWaits) {
+  for (const bool batch_norm : {false, true}) {
+    SCOPED_TRACE(batch_norm ? "with batch norm" : "without batch norm");
+    std::vector<std::string> extra = {"--metrics-addr=127.0.0.1:0"};
+    if (batch_norm) extra.insert(extra.end(), {"--model", "linear(32),batchnorm1d,relu,linear(1)"});
+    Trainer t("sync", kWorkers, extra);
+    ASSERT_NO_FATAL_FAILURE(t.WaitFor("metrics"));
+    ASSERT_NO_FATAL_FAILURE(t.WaitFor("step"));
+    t.SleepFor(milliseconds{300});
+    Scrape first, next;
+    ASSERT_NO_FATAL_FAILURE(ScrapeMetrics(t.address(), &first));
+    ASSERT_NO_FATAL_FAILURE(ScrapeMetrics(t.address(), &next));
+    const std::string name = "shmtrain_worker_crossing_wait_seconds_total";
+    EXPECT_EQ(first.types.count(name) ? first.types.at(name) : "", "counter");
+    for (int r = 0; r < kWorkers; ++r) {
+      const std::map<std::string, std::string> worker = {{"worker", std::to_string(r)}};
+      const std::optional<double> crossing = first.Value(name, worker);
+      const std::optional<double> barrier = next.Value("shmtrain_barrier_wait_seconds_sum", worker);
+      ASSERT_TRUE(crossing.has_value() && barrier.has_value()) << "worker " << r;
+      if (batch_norm) {
+        EXPECT_GT(*crossing, 0) << "worker " << r;
+        EXPECT_LE(*crossing, *barrier) << "worker " << r;
+      } else {
+        EXPECT_EQ(*crossing, 0) << "worker " << r;
+      }
     }
     t.Stop();
   }
