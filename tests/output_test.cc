@@ -1,7 +1,8 @@
 // Outputs that block, fill the disk, or are left behind (master/files/output_path.h,
 // master/files/output_write.h, master/run/signals.h), through the real CLI:
 //  - a write into a FIFO whose reader opened it and does not read ends on a stop signal, like
-//    any stopped run (its exit code, no segment, no worker);
+//    any stopped run (its exit code, no segment, no worker); a log on such a FIFO holds up
+//    neither the run loop nor the stop;
 //  - a checkpoint is a regular file: a FIFO, a device or a descriptor is refused at start;
 //  - a character device that cannot be opened (/dev/tty without a terminal) is refused at start;
 //  - --save and --checkpoint reserve their bytes at start: a full disk is refused before
@@ -73,12 +74,14 @@ class StuckReader {
   ~StuckReader() { close(fd_); }
   StuckReader(const StuckReader&) = delete;
   StuckReader& operator=(const StuckReader&) = delete;
-  // Whether a writer has filled the buffer (and so waits for room) within timeout.
-  bool Full(milliseconds timeout) const {
+  // Whether a writer has filled the buffer (and so waits for room) within timeout. A writer of
+  // lines waits with up to a line's bytes free (a write of at most PIPE_BUF bytes goes in
+  // whole): `slack` is that line's length at most.
+  bool Full(milliseconds timeout, int slack = 0) const {
     const auto deadline = test::Clock::now() + timeout;
     for (;;) {
       int queued = 0;
-      if (ioctl(fd_, FIONREAD, &queued) == 0 && queued >= capacity_) return true;
+      if (ioctl(fd_, FIONREAD, &queued) == 0 && queued >= capacity_ - slack) return true;
       if (test::Clock::now() > deadline) return false;
       usleep(10'000);
     }
@@ -115,6 +118,47 @@ TEST(BlockingOutputs, ASaveThatCannotBeWrittenEndsOnAStopSignal) {
         << r.err;
     test::ExpectCleanedUp(r);
   }
+}
+
+// The training log's stdout read by nobody (a paused pager, a pipe nobody drains): the run loop
+// only queues its lines (master/cli/output_thread.h), so it goes on writing its checkpoints
+// while the log waits, and a stop signal ends the run within the drain's bound, its error on
+// stderr, nothing left behind.
+TEST(BlockingOutputs, AStdoutNobodyReadsStallsNeitherTheRunLoopNorItsStop) {
+  TempDir dir;
+  const std::string fifo = dir.File("log.fifo");
+  const std::string ckpt = dir.File("run.ckpt");
+  StuckReader reader(fifo);
+  std::vector<std::string> argv = {"/bin/sh", "-c", "exec \"$0\" \"$@\" > " + fifo};
+  for (const std::string& a :
+       LongRun({"--log-every", "1", "--checkpoint", ckpt, "--checkpoint-every", "500"})) {
+    argv.push_back(a);
+  }
+  Subprocess p(argv);
+  ASSERT_TRUE(reader.Full(kRunTimeout, 1024)) << "the run never filled its log's pipe: " << p.err();
+  // Checkpoints go on after the pipe filled: two new ones seen, each a new file (renamed in).
+  struct stat first {};
+  stat(ckpt.c_str(), &first);
+  for (int seen = 0; seen < 2;) {
+    struct stat st {};
+    const auto deadline = test::Clock::now() + milliseconds(30'000);
+    for (;;) {
+      if (stat(ckpt.c_str(), &st) == 0 && st.st_ino != first.st_ino) break;
+      ASSERT_TRUE(test::Clock::now() < deadline)
+          << "no new checkpoint in 30 s while the log waited for its reader: " << p.err();
+      usleep(10'000);
+    }
+    first = st;
+    ++seen;
+  }
+  const auto t0 = test::Clock::now();
+  ASSERT_TRUE(p.Signal(SIGTERM));
+  const ProcResult r = p.Wait(milliseconds(30'000));
+  const auto took = std::chrono::duration_cast<milliseconds>(r.end - t0).count();
+  ASSERT_TRUE(test::ExitedWith(r, 143)) << r.Describe();
+  EXPECT_LT(took, 10'000) << "the stop took " << took << " ms";
+  EXPECT_NE(r.err.find("stopped by SIGTERM at step"), std::string::npos) << r.err;
+  test::ExpectCleanedUp(r);
 }
 
 // predict --out into such a FIFO: the command holds no workers, and a stop signal ends it at

@@ -92,7 +92,20 @@ void Logger::SetSecondary(std::string who) {
 }
 
 void Logger::Out(const std::string& s) {
-  if (stdout_.ok()) stdout_ = WriteStdout(s);
+  if (bg_) {
+    bg_->Put(OutputThread::Stream::kOut, s);
+  } else if (stdout_.ok()) {
+    stdout_ = WriteStdout(s);
+  }
+}
+
+void Logger::Err(const std::string& s) {
+  if (bg_) {
+    bg_->Put(OutputThread::Stream::kErr, s);
+    return;
+  }
+  std::fputs(s.c_str(), stderr);
+  std::fflush(stderr);
 }
 
 void Logger::Always(const JsonLine& json) {
@@ -119,8 +132,7 @@ void Logger::Info(const std::string& text, const JsonLine& json) {
     return;
   }
   ClearProgress();
-  std::fprintf(stderr, "%s\n", text.c_str());
-  std::fflush(stderr);
+  Err(text + "\n");
 }
 
 void Logger::JsonOnly(const JsonLine& json) {
@@ -129,30 +141,26 @@ void Logger::JsonOnly(const JsonLine& json) {
 
 void Logger::Progress(const std::string& text) {
   if (!live_) return;
-  std::fprintf(stderr, "\r\033[K%s", text.c_str());
-  std::fflush(stderr);
+  Err("\r\033[K" + text);
   live_shown_ = true;
 }
 
 void Logger::ClearProgress() {
   if (!live_shown_) return;
-  std::fputs("\r\033[K", stderr);
-  std::fflush(stderr);
+  Err("\r\033[K");
   live_shown_ = false;
 }
 
 void Logger::ProgressDone(const std::string& text) {
   if (!live_ && !plain_) return;
-  std::fprintf(stderr, "%s%s\n", live_ ? "\r\033[K" : "", text.c_str());
-  std::fflush(stderr);
+  Err((live_ ? "\r\033[K" : "") + text + "\n");
   live_shown_ = false;
 }
 
 void Logger::Error(const std::string& msg) {
   ClearProgress();
   const std::string full = Printable(secondary() ? who_ + ": " + msg : msg, "\n\t");
-  std::fprintf(stderr, "shmtrain: error: %s\n", full.c_str());
-  std::fflush(stderr);
+  Err("shmtrain: error: " + full + "\n");
   Always(JsonLine("error").Str("message", full));
 }
 

@@ -4,12 +4,14 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "core/decimal.h"
+#include "master/cli/output_thread.h"
 #include "shmtrain/options.h"
 #include "shmtrain/status.h"
 
@@ -55,7 +57,12 @@ class Logger {
   void Text(const std::string& text);
   // Ok, or the first write to stdout that failed (WriteStdout); nothing more is written to
   // stdout after it. A command ends with it once its work is done (docs/failures.md, "Exit codes").
-  const Status& stdout_status() const { return stdout_; }
+  Status stdout_status() const { return bg_ ? bg_->stdout_status() : stdout_; }
+  // From now on the lines are written by a thread of their own (master/cli/output_thread.h), so
+  // a reader that stops reading never blocks the caller: train's run loop. Drain before the
+  // process ends; stopping() says when a stopped run may leave unwritten lines behind.
+  void WriteInBackground() { bg_ = std::make_unique<OutputThread>(); }
+  bool Drain(bool (*stopping)()) { return bg_ ? bg_->Drain(stopping) : true; }
   // A diagnostic: the text on stderr in text mode (stdout stays the training log), the JSON
   // event on stdout in json mode.
   void Info(const std::string& text, const JsonLine& json);
@@ -83,8 +90,10 @@ class Logger {
   void Always(const JsonLine& json);
 
  private:
-  // Writes s to stdout unless a write failed before (stdout_).
+  // Writes s to stdout unless a write failed before (stdout_), or queues it (bg_).
   void Out(const std::string& s);
+  // Writes s to stderr and flushes it, or queues it (bg_).
+  void Err(const std::string& s);
 
   LogFormat format_;
   bool live_;   // the live line: progress shown, stderr a terminal
@@ -92,6 +101,7 @@ class Logger {
   Status stdout_;
   bool live_shown_ = false;
   std::string who_;  // empty on host 0 and in single-host runs
+  std::unique_ptr<OutputThread> bg_;
 };
 
 }  // namespace shmtrain::master

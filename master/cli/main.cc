@@ -76,9 +76,12 @@ Status JoinTheHosts(int* argc, char*** argv, shmtrain::TrainOptions* o,
   master::InstallSignalHandlers();
 
   master::Logger log(o.log_format, o.progress);
+  // The run loop must not wait on a reader of its output (master/cli/output_thread.h).
+  log.WriteInBackground();
   std::unique_ptr<master::Hosts> joined;
   if (Status s = Guarded([&] { return JoinTheHosts(argc, argv, &o, &joined, log); }); !s.ok()) {
     const int code = Outcome(s, log);
+    log.Drain(master::StopRequested);
     std::fflush(nullptr);
     if (joined) joined->AbortJob(code);
     std::_Exit(code);
@@ -87,13 +90,18 @@ Status JoinTheHosts(int* argc, char*** argv, shmtrain::TrainOptions* o,
   const std::shared_ptr<master::Hosts> hosts = std::move(joined);
   master::ProcessLauncher launcher(master::DefaultWorkerPath());
   std::unique_ptr<monitoring::Exporter> exporter;
-  const Status s = Guarded([&] { return master::RunTrain(o, log, launcher, hosts, &exporter); });
+  const Status ran = Guarded([&] { return master::RunTrain(o, log, launcher, hosts, &exporter); });
+  // The run's lines written out (or, once stopped, given up on) before stdout's status counts.
+  log.Drain(master::StopRequested);
+  const Status s = master::WithStdoutStatus(ran, o, log);
   const int code = Outcome(s, log);
   // The workers are reaped and the segment removed by now. Ending here rather than returning
   // skips the metrics server's shutdown, which would wait out civetweb's 2 s poll quantum;
   // the kernel closes its socket. Several hosts: a failure here ends the job on every host
   // with this code (a stop signal came to every host master already, from mpirun), unless
   // every host learned at the start that the run cannot start: then each leaves on its own.
+  // The log is written out first; a stopped run leaves what its reader does not take.
+  log.Drain(master::StopRequested);
   std::fflush(nullptr);
   if (code == kExitOk || hosts->failed_together()) {
     hosts->Finish();

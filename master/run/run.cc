@@ -353,15 +353,6 @@ class MasterFault final : public RunUnit {
   int64_t at_;
 };
 
-// A log that cannot be written (a full disk, a closed pipe) does not stop the training it
-// reports on: the run ends, its model saved, and then says that stdout failed.
-Status WithStdoutStatus(const Status& s, const TrainOptions& o, Logger& log) {
-  if (!s.ok() || log.stdout_status().ok()) return s;
-  return Status::Resource(
-      log.stdout_status().message() + "; the run finished" +
-      (o.save_path.empty() ? "" : " and its model was saved to " + o.save_path));
-}
-
 // The checkpoint policy's configuration: where, how often, and what a checkpoint must match.
 CheckpointConfig CheckpointConfigFor(const TrainOptions& o, Start& st, const RunKind& kind,
                                      CheckpointCut* cut) {
@@ -378,6 +369,13 @@ CheckpointConfig CheckpointConfigFor(const TrainOptions& o, Start& st, const Run
 }
 
 }  // namespace
+
+Status WithStdoutStatus(const Status& ran, const TrainOptions& o, const Logger& log) {
+  if (!ran.ok() || log.stdout_status().ok()) return ran;
+  return Status::Resource(
+      log.stdout_status().message() + "; the run finished" +
+      (o.save_path.empty() ? "" : " and its model was saved to " + o.save_path));
+}
 
 Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher,
                 const std::shared_ptr<Hosts>& hosts_share,
@@ -434,7 +432,7 @@ Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher,
   const Status ran = loop.Run([&sup](int ms) { sup.Wait(ms); },
                               {&stop, &fault, &losses, &live, cross.unit.get(), &validation, &sup,
                                &checkpoints, &model, &summary, &watch});
-  return WithStdoutStatus(ran, o, log);
+  return ran;
 }
 
 }  // namespace shmtrain::master

@@ -44,4 +44,10 @@ Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher,
                 const std::shared_ptr<Hosts>& hosts,
                 std::unique_ptr<monitoring::Exporter>* exporter);
 
+// A log that cannot be written (a full disk, a closed pipe) does not stop the training it
+// reports on: `ran` when it failed or stdout took every line; else kResource, stdout's failure
+// and that the run finished (its model saved). Asked once the log is written out
+// (Logger::Drain), so that stdout's status is final.
+Status WithStdoutStatus(const Status& ran, const TrainOptions& o, const Logger& log);
+
 }  // namespace shmtrain::master

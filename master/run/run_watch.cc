@@ -26,7 +26,6 @@ RunWatch::RunWatch(monitoring::RunStats& stats, std::unique_ptr<monitoring::Even
                    int64_t t_start_ns, bool xent, Logger& log)
     : stats_(stats),
       file_(std::move(file)),
-      t_start_(t_start_ns),
       next_rate_ns_(t_start_ns + kRateNs),
       next_flush_ns_(t_start_ns + kFlushNs),
       rate_ns_(t_start_ns),

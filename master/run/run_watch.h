@@ -47,7 +47,7 @@ class RunWatch final : public RunUnit {
 
   monitoring::RunStats& stats_;
   std::unique_ptr<monitoring::EventFile> file_;
-  int64_t t_start_, next_rate_ns_, next_flush_ns_;
+  int64_t next_rate_ns_, next_flush_ns_;
   int64_t rate_step_ = -1, rate_ns_ = 0;  // the last samples/s point: its step and time
   uint64_t rate_samples_ = 0;             // and the samples done then
   bool xent_;

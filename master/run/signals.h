@@ -11,7 +11,8 @@
 //    default action, so the process ends at once, by that signal, leaving nothing behind. A
 //    SIGPIPE the master raised itself (a write to a closed stdout or a scraper that hung up)
 //    is ignored: the write fails with EPIPE and training goes on (a failed stdout ends a run
-//    that ends well with exit 4, once its model is saved: Logger::stdout_status, RunTrain).
+//    that ends well with exit 4, once its model is saved: Logger::stdout_status,
+//    WithStdoutStatus in master/run/run.h).
 //  - Crash signals (SEGV, BUS, FPE, ILL, ABRT, TRAP, SYS): the files registered with
 //    RemovedOnDeath (the segment's name among them) are removed, then the signal is raised
 //    again with its default action. Workers die with the master (PR_SET_PDEATHSIG).
