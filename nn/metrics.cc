@@ -43,7 +43,7 @@ Metrics Evaluate(const ModelSpec& spec, const float* params, const float* x, con
     const float* ys = y + r0;
     // One forward pass for both the loss and the predictions: the loss of the outputs is
     // LossSum's to the bit, and the largest output is the largest probability.
-    const float* z = net.Outputs(params, x + r0 * in, k);
+    const float* z = net.RawOutputs(params, x + r0 * in, k);
     const double chunk = OutputLoss<float>(spec.loss, z, ys, out, k, nullptr);
     loss += chunk;
     if (!std::isfinite(chunk)) {

@@ -85,7 +85,7 @@ class Net {
   // and Predict's losses see them (not training: no dropout, batch norm's running
   // statistics); valid until the next pass. One forward pass gives an evaluation both its loss
   // and its predictions (nn/metrics.cc).
-  const S* Outputs(const S* params, const S* x, int64_t n) {
+  const S* RawOutputs(const S* params, const S* x, int64_t n) {
     return Forward(params, x, n, PassInfo{});
   }
 

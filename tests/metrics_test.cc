@@ -835,9 +835,10 @@ TEST_F(MetricsTest, CountersAreMonotonic) {
 }
 
 // Batch norm's crossing waits, a part of the barrier waits: a sync run of a model with batch
-// norm counts them for every worker, one without counts none. A crossing's wait goes into the
-// barrier's total before it goes into the crossings', and a scrape reads the barrier's first, so
-// a scrape's crossing total is compared with the next scrape's barrier total.
+// norm counts them for every worker, one without counts none. A worker adds a crossing's wait
+// to its barrier total (shm/barrier.cc) before its crossing total (worker/stats_crossing.cc),
+// and the exporter reads both with relaxed loads, so one scrape's crossing total is compared
+// with the barrier total of the scrape after it.
 TEST_F(MetricsTest, CrossingWaitsArePartOfEveryWorkersBarrierWaits) {
   for (const bool batch_norm : {false, true}) {
     SCOPED_TRACE(batch_norm ? "with batch norm" : "without batch norm");

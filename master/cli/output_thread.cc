@@ -105,7 +105,10 @@ void OutputThread::Run() {
     queue_.pop_front();
     queued_bytes_ -= s.size();
     const bool to_stdout = to == Stream::kOut;
-    if (to_stdout && !stdout_.ok()) continue;
+    if (to_stdout && !stdout_.ok()) {  // stdout failed: its lines go unwritten
+      cv_.notify_all();
+      continue;
+    }
     writing_ = true;
     lock.unlock();
     int err = 0;
