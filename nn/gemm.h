@@ -2,14 +2,17 @@
 //
 // C (m x n, column-major, leading dimension ldc) = op(A) (m x k) * op(B) (k x n), or C += that
 // product. An operand is column-major with its leading dimension, read as stored or
-// transposed. Which kernel runs is decided per process (nn/cpu.h):
-//   avx512  kernels of our own (nn/kernels/gemm_avx512.cc, compiled for AVX-512 alone): a
-//           32 x 12 tile of C in 24 ZMM registers, A and B packed into panels a block of k at a
-//           time;
-//   avx2    Eigen's product, compiled for the build's x86-64-v3: the products and the bits of
-//           the releases before this seam.
-// Each sums in an order fixed by m, n and k alone: the same operands give the same bits on
-// every run of one path. The paths differ by float rounding.
+// transposed. Which kernel runs is decided per process (nn/cpu.h); both are our own, BLIS's
+// loops over panels of A and B packed a block of k at a time:
+//   avx512  nn/kernels/gemm_avx512.cc, compiled for AVX-512 alone: a 32 x 12 tile of C in 24
+//           ZMM registers;
+//   avx2    nn/kernels/gemm_avx2.cc, compiled for the build's x86-64-v3 (AVX2 + FMA): a
+//           16 x 6 tile of C in 12 YMM registers.
+// Each sums every element of C in an order fixed by m, n and k alone: its k products in k
+// order, in blocks of k whose length depends on k alone. The same operands give the same bits
+// on every run of one path, and a column of C (a sample) the same bits whichever other
+// columns share its product (eval and predict give a sample the outputs it gets alone). The
+// paths differ by float rounding.
 #pragma once
 
 #include <cstdint>
@@ -29,13 +32,13 @@ void Gemm(int64_t m, int64_t n, int64_t k, Operand a, Operand b, float* c, int64
           bool accumulate);
 
 // The kernel Gemm runs in this process now: the bf16 one when the product inputs are bf16,
-// else the AVX-512 float one where UsedPath() is avx512, else Eigen's AVX2 product.
+// else the AVX-512 float one where UsedPath() is avx512, else the AVX2 one.
 enum class GemmKernel { kAvx2, kAvx512, kBf16 };
 GemmKernel ChosenKernel();
 
-// Products that share op(A) (m x k), as a layer's weights over its chunks of samples: the
-// AVX-512 kernels pack op(A) once, on the first product, and read it back in the others, with
-// the same bits as Gemm's. op(A)'s values must not change while the object lives; the kernel
+// Products that share op(A) (m x k), as a layer's weights over its chunks of samples: every
+// kernel packs op(A) once, on the first product, and reads it back in the others, with the
+// same bits as Gemm's. op(A)'s values must not change while the object lives; the kernel
 // is chosen once, when it is made.
 class SameA {
  public:
@@ -50,7 +53,7 @@ class SameA {
   struct Free {
     void operator()(float* p) const;
   };
-  std::unique_ptr<float, Free> buf_;  // op(A) packed (AVX-512 kernels)
+  std::unique_ptr<float, Free> buf_;  // op(A) packed
   bool packed_ = false;
 };
 
@@ -62,7 +65,8 @@ class SameA {
 bool SetProductInputs(ComputeType t);
 ComputeType ProductInputs();
 
-// The kernels behind Gemm, for tests and benchmarks that compare them.
+// The kernels behind Gemm, for tests and benchmarks that compare them. The AVX2 one runs on
+// every CPU this build runs on.
 void GemmAvx2(int64_t m, int64_t n, int64_t k, Operand a, Operand b, float* c, int64_t ldc,
               bool accumulate);
 // Only where UsedCpu().avx512 (or DetectedCpu()) holds: elsewhere it runs instructions the CPU
@@ -82,6 +86,11 @@ struct KeptA {
 int64_t KeptAFloats(int64_t m, int64_t k, bool bf16);
 void GemmAvx512Kept(int64_t m, int64_t n, int64_t k, Operand a, Operand b, float* c, int64_t ldc,
                     bool accumulate, bool bf16, KeptA* kept);
+// GemmAvx2 with op(A) packed into (or, once kept->packed, read from) kept->buf,
+// KeptAFloatsAvx2(m, k) 64-byte aligned floats: SameA's kernel on the AVX2 path.
+int64_t KeptAFloatsAvx2(int64_t m, int64_t k);
+void GemmAvx2Kept(int64_t m, int64_t n, int64_t k, Operand a, Operand b, float* c, int64_t ldc,
+                  bool accumulate, KeptA* kept);
 // x as bf16 bits by the kernel's own conversion (vcvtne2ps2bf16): for tests. Only where
 // UsedCpu().avx512_bf16 holds.
 void RoundToBf16Avx512(const float* x, int64_t n, uint16_t* out);
