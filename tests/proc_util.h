@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <optional>
@@ -319,6 +320,33 @@ ProcResult RunShell(const std::string& script, const std::vector<std::string>& a
 // `shmtrain <args>` run to its end (RunProcess); a train run gets --no-metrics, --no-progress and
 // --log-every 0. A run that leaves a segment fails the current test.
 ProcResult Shmtrain(std::vector<std::string> args, milliseconds timeout);
+
+// Sets an environment variable for its lifetime and then restores what was there (unset if
+// nothing): a test that picks the CPU path (SHMTRAIN_CPU) leaves the caller's choice to the
+// tests after it, as CI's run of the AVX2 path needs.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      setenv(name_, old_.c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  bool had_ = false;
+  std::string old_;
+};
 
 // An .npy file `name` in dir of dtype descr ("<f4") and shape ("n, 4") whose data is a hole of
 // data_bytes: as large as it says, no disk spent.

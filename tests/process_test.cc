@@ -772,10 +772,8 @@ TEST(KernelPath, TheEnvironmentChoosesItAndTheSummarySaysIt) {
                                          "--steps", "20", "--workers", "2", "--log-format",
                                          "json"};
   const auto run = [&](const char* cpu) {
-    setenv("SHMTRAIN_CPU", cpu, 1);
-    const ProcResult r = test::Shmtrain(args, kRunTimeout);
-    unsetenv("SHMTRAIN_CPU");
-    return r;
+    const test::ScopedEnv env("SHMTRAIN_CPU", cpu);
+    return test::Shmtrain(args, kRunTimeout);
   };
   ProcResult r = run("avx2");
   ASSERT_EQ(r.exit_code, 0) << r.Describe();
@@ -788,13 +786,16 @@ TEST(KernelPath, TheEnvironmentChoosesItAndTheSummarySaysIt) {
       << r.out;
   r = run("avx9");
   EXPECT_EQ(r.exit_code, 2) << r.Describe();
-  EXPECT_NE(r.err.find("SHMTRAIN_CPU='avx9' is not a CPU path: use avx2, avx512 or native"),
-            std::string::npos)
-      << r.err;
+  // Messages by their meaning: the variable, its value, what it takes.
+  EXPECT_NE(r.err.find("SHMTRAIN_CPU='avx9'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("avx2, avx512 or native"), std::string::npos) << r.err;
+  // A path above the CPU's: only on a CPU without AVX-512 (the check reads the CPU itself, so
+  // SHMTRAIN_CPU=avx2 cannot stand in for one).
   if (!avx512) {
     r = run("avx512");
     EXPECT_EQ(r.exit_code, 2) << r.Describe();
-    EXPECT_NE(r.err.find("SHMTRAIN_CPU=avx512, but this CPU"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("SHMTRAIN_CPU=avx512"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("no AVX-512"), std::string::npos) << r.err;
   }
 }
 
@@ -880,19 +881,49 @@ TEST(Bf16Run, AsyncDcAsgdTrainsInBf16) {
   }
 }
 
+// --precision auto: bf16 where the CPU path in use has avx512_bf16, float elsewhere (here
+// SHMTRAIN_CPU=avx2 hides it); the first lines say which, and the run trains the bits of the
+// precision it chose, given by name.
+TEST(Bf16Run, AutoChoosesWhatTheCpuPathHas) {
+  TempDir dir;
+  const auto run = [&](const char* cpu, const std::string& precision, const std::string& file) {
+    const test::ScopedEnv env("SHMTRAIN_CPU", cpu);
+    return test::Shmtrain({"train", "--example", "blobs", "--rows", "200", "--features", "8",
+                           "--model", "linear(16),relu,linear(3)", "--loss", "xent", "--lr",
+                           "0.1", "--steps", "30", "--batch", "32", "--workers", "2",
+                           "--precision", precision, "--log-format", "json", "--save",
+                           dir.File(file)},
+                          kRunTimeout);
+  };
+  for (const char* cpu : {"native", "avx2"}) {
+    SCOPED_TRACE(cpu);
+    const ProcResult r = run(cpu, "auto", "auto.model");
+    ASSERT_EQ(r.exit_code, 0) << r.Describe();
+    const std::vector<std::map<std::string, std::string>> said = test::Events(r.out, "precision");
+    ASSERT_EQ(said.size(), 1u) << r.out;
+    const bool bf16 = std::string(cpu) == "native" && nn::DetectedCpu().avx512_bf16;
+    const std::string chosen = bf16 ? "bf16" : "float";
+    EXPECT_EQ(said[0].at("precision"), chosen);
+    const ProcResult named = run(cpu, chosen, "named.model");
+    ASSERT_EQ(named.exit_code, 0) << named.Describe();
+    EXPECT_TRUE(test::ReadWholeFile(dir.File("auto.model")) ==
+                test::ReadWholeFile(dir.File("named.model")))
+        << "--precision auto did not train what --precision " << chosen << " trains";
+    EXPECT_TRUE(test::Events(named.out, "precision").empty()) << "said for a named precision";
+  }
+}
+
 // bf16 where the CPU path has no avx512_bf16 (SHMTRAIN_CPU=avx512 hides it here, as a CPU with
 // AVX-512 but without it would): refused at the start, naming the feature; nothing left.
 TEST(Bf16Run, ACpuWithoutTheDotProductIsRefused) {
-  setenv("SHMTRAIN_CPU", nn::DetectedCpu().avx512 ? "avx512" : "avx2", 1);
+  const test::ScopedEnv env("SHMTRAIN_CPU", nn::DetectedCpu().avx512 ? "avx512" : "avx2");
   const ProcResult r = test::Shmtrain({"train", "--example", "parabola", "--layers", "1,8,1",
                                        "--lr", "0.05", "--steps", "20", "--precision", "bf16"},
                                       kRunTimeout);
-  unsetenv("SHMTRAIN_CPU");
   EXPECT_EQ(r.exit_code, 2) << r.Describe();
-  EXPECT_NE(r.err.find("--precision bf16: the workers would refuse this run: bf16 products need "
-                       "avx512_bf16"),
-            std::string::npos)
-      << r.err;
+  // By its meaning: the flag and its value, and the CPU feature they need.
+  EXPECT_NE(r.err.find("--precision bf16"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("avx512_bf16"), std::string::npos) << r.err;
 }
 
 }  // namespace
