@@ -12,6 +12,7 @@
 #include "core/decimal.h"
 #include "data/augment.h"
 #include "data/format.h"
+#include "nn/cpu.h"
 #include "nn/layer.h"
 #include "nn/optimizer.h"
 #include "nn/schedule.h"
@@ -468,6 +469,24 @@ FlagValue LossValue() {
           [](const Command& c, const FlagDef&) { return std::string(ToString(c.train.model.loss)); }};
 }
 
+// --precision: float, bf16, or auto, which resolves here to what the CPU path in use
+// (nn::UsedCpu) computes fastest, so that the checkpoint's fingerprint and the workers hold the
+// resolved value; `given` keeps "auto" for the run's first line.
+FlagValue PrecisionValue() {
+  return {[](Command* c, const FlagDef& f, std::string_view v) {
+            if (v == "auto") {
+              c->train.precision =
+                  nn::UsedCpu().avx512_bf16 ? ComputeType::kBf16 : ComputeType::kFloat;
+              return Status::Ok();
+            }
+            const std::optional<ComputeType> t = ParseEnum<ComputeType>(v);
+            if (!t) return Unknown(f, v);
+            c->train.precision = *t;
+            return Status::Ok();
+          },
+          [](const Command& c, const FlagDef&) { return std::string(ToString(c.train.precision)); }};
+}
+
 FlagValue TaskValue() {
   return {[](Command* c, const FlagDef& f, std::string_view v) {
             const std::optional<Task> t = ParseEnum<Task>(v);
@@ -673,12 +692,13 @@ std::vector<FlagDef> ModelFlags() {
                "he: scaled normal W, b = 0 (default {default})",
        .deflt = "torch", .value = Choice(Opt(&TO::init)), .group = kModel,
        .commands = kTrainSim},
-      {.name = "--precision", .arg = EnumNames<ComputeType>("|"),
+      {.name = "--precision", .arg = EnumNames<ComputeType>("|") + "|auto",
        .help = "the inputs of the products of linear and conv2d layers in the workers: float, "
                "or bf16 (rounded to nearest even, summed in float; weights, optimizer, loss and "
-               "the sums across workers stay float; needs a CPU with avx512_bf16) (default "
-               "{default})",
-       .deflt = "float", .value = Choice(Opt(&TO::precision)),
+               "the sums across workers stay float; needs a CPU with avx512_bf16), or auto "
+               "(bf16 where the CPU has avx512_bf16, else float; the run's first line says "
+               "which) (default {default})",
+       .deflt = "float", .value = PrecisionValue(),
        .group = kModel, .commands = kTrainCmd, .workers = true,
        .to_workers = Copy<&TO::precision, &RC::precision>, .trajectory = true},
   };

@@ -143,6 +143,15 @@ void LogSegment(const TrainOptions& o, const RunData& rd, const shm::Segment& se
                    .Int("steps", c.total_steps)
                    .Int("first_step", c.first_step)
                    .Str("mode", ToString(o.mode)));
+  // --precision auto resolved when the flags were read (master/cli/flags.cc): said once.
+  if (o.As("--precision", "") == "auto") {
+    const std::string chosen(ToString(o.precision));
+    log.Info("precision auto: " + chosen +
+                 (o.precision == ComputeType::kBf16
+                      ? " (this CPU has avx512_bf16)"
+                      : " (the CPU path in use has no avx512_bf16)"),
+             JsonLine("precision").Str("precision", chosen).Bool("auto", true));
+  }
   if (exporter) {
     const std::string url = "http://" + exporter->address() + "/metrics";
     const std::string page = "http://" + exporter->address() + "/";
@@ -294,6 +303,10 @@ Status StartHere(TrainOptions& o, Logger& log, std::unique_ptr<monitoring::Expor
                               st->total_steps, OtherRunExplainer(o, st->optim, d), &st->resume);
         !s.ok()) {
       return s;
+    }
+    // A checkpoint holds no model: its running variances are checked against the run's.
+    if (Status s = CheckRunningVariances(o.model, st->resume.params); !s.ok()) {
+      return Status::Data(o.resume_path + ": not a usable checkpoint: " + s.message());
     }
     st->resume.step = kind.HostStep(st->resume.step, o.host_count);
   }
