@@ -62,7 +62,11 @@ def _run_chromium(chromium, url, extra, timeout_s):
     profile = tempfile.mkdtemp(prefix="live_page_")
     cmd = [chromium, "--headless=new", "--no-sandbox", "--disable-gpu",
            "--no-first-run", "--no-default-browser-check", "--disable-extensions",
-           "--mute-audio", f"--user-data-dir={profile}"] + extra + [url]
+           "--mute-audio", f"--user-data-dir={profile}",
+           # No connections of chromium's own: on a machine without a network each is refused,
+           # many at a time, beside the one load that matters.
+           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+           "--disable-quic"] + extra + [url]
     try:
         # start_new_session: on a timeout the whole process group (chromium's helpers
         # included) is killed, not only the launcher script.

@@ -249,6 +249,14 @@ class PageSnapshot {
     });
   }
   bool done() const { return done_; }
+  // For a failed snapshot's message: whether the trainer still served the page, and what it
+  // printed on stderr (a sanitizer's report ends it).
+  static std::string TrainerState(Subprocess& trainer) {
+    std::string line;
+    trainer.ReadLine(&line, milliseconds{0});
+    return std::string("; the trainer ") + (trainer.running() ? "still runs" : "has exited") +
+           ", its stderr: " + test::Clip(trainer.err());
+  }
   // Reads the trainer's output (so that it never blocks on a full pipe) until the snapshot is
   // taken.
   void PumpUntilDone(Subprocess& trainer) {
@@ -310,7 +318,7 @@ TEST(LivePage, ChromiumShowsTheRunAsItsLogHasIt) {
   for (;;) {
     PageSnapshot page(url, "");
     page.PumpUntilDone(p);
-    ASSERT_TRUE(page.Get(&snap));
+    ASSERT_TRUE(page.Get(&snap)) << PageSnapshot::TrainerState(p);
     if (snap["ready"] == true && HasPoints(snap, "train") && HasPoints(snap, "val") &&
         HasPoints(snap, "rate")) {
       break;
@@ -322,7 +330,7 @@ TEST(LivePage, ChromiumShowsTheRunAsItsLogHasIt) {
   PageSnapshot shot(url, png);
   shot.PumpUntilDone(p);
   nlohmann::json shown;
-  ASSERT_TRUE(shot.Get(&shown));
+  ASSERT_TRUE(shot.Get(&shown)) << PageSnapshot::TrainerState(p);
   struct stat st;
   ASSERT_EQ(stat(png.c_str(), &st), 0);
   EXPECT_GT(st.st_size, 10'000) << png;
