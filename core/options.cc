@@ -8,6 +8,7 @@
 #include "core/decimal.h"
 #include "data/augment.h"
 #include "data/format.h"
+#include "nn/batch_norm.h"
 #include "nn/layer.h"
 #include "nn/optimizer.h"
 
@@ -165,6 +166,35 @@ Status CheckModel(const ModelSpec& model, const char* flag, bool flat_input) {
                          std::to_string(out));
   }
   return Status::Ok();
+}
+
+Status CheckBatchNormBatches(const TrainOptions& o, int64_t rows) {
+  // Full batch: one batch of every row. Otherwise the smallest batch the run meets: --batch,
+  // or the last of an epoch (rows % batch) once the run reaches an epoch's last step.
+  const int64_t batch = o.batch > 0 ? o.batch : rows;
+  const int64_t last = rows % batch;
+  const bool meets_last = last != 0 && o.TotalSteps(rows) >= o.StepsPerEpoch(rows);
+  const int64_t smallest = meets_last ? last : batch;
+  const std::string layer = nn::LoneValueLayer(o.model, smallest);
+  if (layer.empty()) return Status::Ok();
+  const std::string why = " gives " + layer +
+                          " one value per channel, and batch norm needs more than one to "
+                          "normalise by in training (PyTorch: \"Expected more than 1 value per "
+                          "channel when training\")";
+  const std::string b = "--batch " + o.As("--batch", std::to_string(o.batch));
+  if (o.batch == 0) {
+    return Status::Usage("the training data has " + std::to_string(rows) +
+                         " row: a full batch of it" + why);
+  }
+  if (!meets_last || smallest == batch) {
+    return Status::Usage(b + ": a training batch of " + std::to_string(smallest) + " sample" + why +
+                         "; give a larger --batch");
+  }
+  return Status::Usage(b + ": the " + std::to_string(rows) + " training rows leave the last batch "
+                       "of every epoch " + std::to_string(last) + " sample (" +
+                       std::to_string(rows) + " = " + std::to_string(rows / batch) + " x " +
+                       std::to_string(batch) + " + 1), which" + why +
+                       "; give a --batch that does not divide " + std::to_string(rows - 1));
 }
 
 Status TrainOptions::BuildModel() {

@@ -195,7 +195,7 @@ Status CheckAgainstData(const TrainOptions& o, const Dataset& d) {
     return Status::Usage("--batch: " + std::to_string(o.batch) + " is larger than the " +
                          std::to_string(d.rows) + " rows of " + src);
   }
-  return Status::Ok();
+  return CheckBatchNormBatches(o, d.rows);
 }
 
 // A --model's input shape when --input-shape did not give it: the built-in examples are flat;

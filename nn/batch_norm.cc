@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "nn/model.h"
+#include "shmtrain/status.h"
 
 namespace shmtrain::nn {
 
@@ -14,6 +16,25 @@ std::vector<NormSite> NormSites(const ModelSpec& spec) {
     sites.push_back({l.in.c, l.param_offset + 2 * l.in.c, l.stats_offset, l.spec->args[1]});
   }
   return sites;
+}
+
+std::string LoneValueLayer(const ModelSpec& spec, int64_t rows) {
+  std::vector<Shape> shapes;
+  SHMTRAIN_CHECK(ResolveShapes(spec.input, spec.layers, &shapes).ok(),
+                 "LoneValueLayer: a model that does not resolve");
+  Shape in = spec.input;
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    // The layer alone on its input: its sites are itself or, for a block, its layers.
+    const ModelSpec one{in, {spec.layers[i]}, spec.loss};
+    for (const LayerSite& l : LayerSites(one)) {
+      if (l.type->stats == nullptr || SatMul(rows, l.in.h * l.in.w) > 1) continue;
+      const std::string top = LayerName(spec.layers, i);
+      if (l.spec == &one.layers[0]) return top;
+      return l.spec->kind + " in " + top;
+    }
+    in = shapes[i];
+  }
+  return "";
 }
 
 namespace {

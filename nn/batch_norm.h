@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "nn/layer.h"
@@ -47,6 +48,15 @@ struct NormSite {
 };
 // Every batch norm layer of spec, in the flat vector's order (nested blocks too).
 std::vector<NormSite> NormSites(const ModelSpec& spec);
+
+// The first batch norm layer of spec that a training batch of `rows` samples gives at most
+// one value per channel (batchnorm1d: a value per sample; batchnorm2d: rows x h x w), named
+// as messages name a layer ("batchnorm1d #1 (layer 2)", one inside a block as "batchnorm2d in
+// residual #2 (layer 4)"); empty when there is none. Such a batch has no variance: the
+// layer outputs its bias alone and its running_var decays by (1 - momentum) a step, which
+// is why PyTorch refuses it ("Expected more than 1 value per channel when training") and so
+// does the run (core/options.cc, CheckBatchNormBatches). The spec must resolve.
+std::string LoneValueLayer(const ModelSpec& spec, int64_t rows);
 
 // The buffers after a step whose crossed sums are `stats` (the model's statistics, StatsCount
 // doubles), from the buffers before it: out[i] for the buffer entries i in [lo, hi) of the

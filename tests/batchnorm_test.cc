@@ -4,13 +4,17 @@
 // the whole batch (so P workers train what one process trains at the full batch).
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
+#include "core/crc32.h"
 #include "gtest/gtest.h"
 #include "nn/batch_norm.h"
 #include "nn/model.h"
+#include "shmtrain/options.h"
 #include "tests/line_images.h"
 #include "tests/proc_util.h"
 #include "tests/reference.h"
@@ -119,6 +123,85 @@ TEST(BatchNorm, PassCrossingsAreForwardThenBackwardInPassOrder) {
             "(0,9)(17,5)(22,4)(9,8)");
   EXPECT_EQ(crossings("batchnorm2d,flatten,linear(3)"), "(0,3)");
   EXPECT_EQ(crossings("flatten,linear(3)"), "");
+}
+
+// ---- batches that give a layer one value per channel ---------------------------------------
+
+ModelSpec Spec(const std::string& text, Shape input) {
+  ModelSpec spec;
+  spec.input = input;
+  spec.loss = Loss::kXent;
+  EXPECT_TRUE(nn::ParseModelText(text, &spec.layers).ok()) << text;
+  return spec;
+}
+
+// One value per channel: a batchnorm1d at one sample, a batchnorm2d at one sample of a 1x1
+// map (PyTorch counts N x H x W), one inside a block too; two values, or one sample of a
+// larger map, are enough.
+TEST(BatchNorm, LoneValueLayerNamesTheLayerThatABatchGivesOneValuePerChannel) {
+  const ModelSpec mlp = Spec("flatten,linear(4),batchnorm1d,relu,linear(3)", {1, 6, 6});
+  EXPECT_EQ(nn::LoneValueLayer(mlp, 1), "batchnorm1d #1 (layer 3)");
+  EXPECT_EQ(nn::LoneValueLayer(mlp, 2), "");
+  const ModelSpec pooled =
+      Spec("conv2d(4,3),batchnorm2d,adaptiveavgpool2d(1),batchnorm2d,flatten,linear(3)", {1, 6, 6});
+  EXPECT_EQ(nn::LoneValueLayer(pooled, 1), "batchnorm2d #2 (layer 4)");
+  EXPECT_EQ(nn::LoneValueLayer(pooled, 2), "");
+  const ModelSpec block = Spec("conv2d(4,3),adaptiveavgpool2d(1),residual(conv2d(4,1),batchnorm2d),"
+                               "flatten,linear(3)", {1, 6, 6});
+  EXPECT_EQ(nn::LoneValueLayer(block, 1), "batchnorm2d in residual #1 (layer 3)");
+  EXPECT_EQ(nn::LoneValueLayer(Spec("conv2d(4,3,padding=1),batchnorm2d,flatten,linear(3)", {1, 6, 6}), 1),
+            "");
+}
+
+// The smallest batch a run meets: --batch, the full batch, or the last of an epoch when the
+// run gets there.
+TEST(BatchNorm, ARunWhoseBatchGivesOneValuePerChannelIsRefusedNamingTheBatch) {
+  TrainOptions o;
+  o.model = Spec("flatten,linear(4),batchnorm1d,relu,linear(3)", {1, 6, 6});
+  o.batch = 1;
+  o.epochs = 1;
+  Status s = CheckBatchNormBatches(o, 30);
+  EXPECT_EQ(s.code(), Status::Code::kUsage);
+  EXPECT_NE(s.message().find("--batch 1: a training batch of 1 sample gives batchnorm1d #1 "
+                             "(layer 3) one value per channel"), std::string::npos) << s.message();
+  o.batch = 29;  // 30 = 29 + 1
+  s = CheckBatchNormBatches(o, 30);
+  EXPECT_NE(s.message().find("--batch 29: the 30 training rows leave the last batch of every "
+                             "epoch 1 sample (30 = 1 x 29 + 1)"), std::string::npos) << s.message();
+  o.epochs = 0;
+  o.steps = 1;  // never at the epoch's last batch
+  EXPECT_TRUE(CheckBatchNormBatches(o, 30).ok());
+  o.steps = 2;
+  EXPECT_FALSE(CheckBatchNormBatches(o, 30).ok());
+  o.batch = 0;
+  EXPECT_TRUE(CheckBatchNormBatches(o, 30).ok());
+  EXPECT_NE(CheckBatchNormBatches(o, 1).message().find("has 1 row: a full batch of it gives "
+                                                       "batchnorm1d #1 (layer 3)"),
+            std::string::npos);
+  o.model = Spec("flatten,linear(4),relu,linear(3)", {1, 6, 6});
+  o.batch = 1;
+  EXPECT_TRUE(CheckBatchNormBatches(o, 30).ok());
+}
+
+// Through the command line: refused before a worker starts, exit 2, nothing left behind;
+// --batch 1 used to train silently into a model at chance.
+TEST(BatchNormRun, ABatchOfOneSampleIsRefusedAtTheStart) {
+  test::TempDir dir;
+  const std::string data = dir.Write("images.csv", Images().Csv());
+  for (const char* batch : {"1", "29"}) {
+    SCOPED_TRACE(std::string("--batch ") + batch);
+    const ProcResult r = test::Shmtrain(
+        {"train", "--data", data, "--input-shape", "1,6,6", "--model",
+         "flatten,linear(4),batchnorm1d,relu,linear(3)", "--loss", "xent", "--workers", "2",
+         "--lr", "0.1", "--epochs", "1", "--batch", batch, "--save", dir.File("m.bin")},
+        test::milliseconds{60'000});
+    EXPECT_EQ(r.exit_code, 2) << r.Describe();
+    EXPECT_NE(r.err.find(std::string("--batch ") + batch + ": "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("batchnorm1d #1 (layer 3) one value per channel"), std::string::npos)
+        << r.err;
+    EXPECT_FALSE(test::FileExists(dir.File("m.bin")));
+    EXPECT_TRUE(test::SegmentsOf(r.pid).empty());
+  }
 }
 
 // ---- P sync workers through the CLI against a reference in double -------------------------
@@ -264,6 +347,59 @@ TEST(BatchNormRun, AWorkerWithoutRowsStillCrosses) {
     got.push_back(test::LoadSaved(dir.File("trained.model")).params);
   }
   EXPECT_LE(test::MaxScaledDiff(got[1], std::vector<double>(got[0].begin(), got[0].end())), 1e-6);
+}
+
+// bytes with the float at `at` set to v and the CRC-32 that ends the file recomputed: a model
+// file or a checkpoint made by hand, which only its contents can tell from a written one.
+std::string WithFloat(std::string bytes, size_t at, float v) {
+  std::memcpy(bytes.data() + at, &v, sizeof v);
+  const uint32_t crc = Crc32(bytes.data(), bytes.size() - 4);
+  std::memcpy(bytes.data() + bytes.size() - 4, &crc, sizeof crc);
+  return bytes;
+}
+
+// A negative running variance in a model file or a checkpoint: eval, export and --resume
+// refuse it, naming the layer's buffer (eval used to print a loss and exit 0, export to take
+// it, a resumed run to meet it at its first validation).
+TEST(BatchNormRun, ANegativeRunningVarianceIsRefusedByEvalExportAndResume) {
+  test::TempDir dir;
+  const std::string data = dir.Write("images.csv", Images().Csv());
+  std::vector<std::string> a = Train(data, 1, 4, "0.5", dir.File("m.bin"));
+  a.insert(a.end(), {"--checkpoint", dir.File("ck.bin"), "--checkpoint-every", "2"});
+  ProcResult r = test::Shmtrain(a, test::milliseconds{120'000});
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  const int var = kBn + 3 * K + 1;  // running_var[1]
+  const std::string name = "batchnorm2d #1 (layer 2) running_var, element 1 of 4";
+  const std::string model = test::ReadWholeFile(dir.File("m.bin"));
+  // The parameters end the file, before its checksum.
+  const std::string bad = dir.Write("bad.bin", WithFloat(model, model.size() - 4 - (kParams - var) * 4, -3));
+  for (const std::string cmd : {"eval", "export"}) {
+    SCOPED_TRACE(cmd);
+    std::vector<std::string> args = {cmd, "--model", bad};
+    if (cmd == "eval") args.insert(args.end(), {"--data", data});
+    if (cmd == "export") args.insert(args.end(), {"--out", dir.File("m.npz")});
+    r = test::Shmtrain(args, test::milliseconds{60'000});
+    EXPECT_EQ(r.exit_code, 2) << r.Describe();
+    EXPECT_NE(r.err.find("bad.bin: not a usable model file: parameter " + std::to_string(var) +
+                         " of " + std::to_string(kParams) + " is -3"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(name), std::string::npos) << r.err;
+    EXPECT_FALSE(test::FileExists(dir.File("m.npz")));
+  }
+  // A checkpoint: magic, version, mode, step, fingerprint, n, K, m (48 bytes), the optimizer's
+  // m bytes, then W.
+  const std::string ck = test::ReadWholeFile(dir.File("ck.bin"));
+  uint32_t m = 0;
+  ASSERT_GT(ck.size(), 48u);
+  std::memcpy(&m, ck.data() + 44, sizeof m);
+  dir.Write("ck.bin", WithFloat(ck, 48 + m + var * 4, -3));
+  a = Train(data, 1, 8, "0.5", dir.File("m.bin"));
+  a.insert(a.end(), {"--resume", dir.File("ck.bin")});
+  r = test::Shmtrain(a, test::milliseconds{120'000});
+  EXPECT_EQ(r.exit_code, 2) << r.Describe();
+  EXPECT_NE(r.err.find("ck.bin: not a usable checkpoint: parameter " + std::to_string(var)),
+            std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(name), std::string::npos) << r.err;
+  EXPECT_TRUE(test::SegmentsOf(r.pid).empty());
 }
 
 }  // namespace

@@ -610,6 +610,47 @@ TEST(ModelFileTest, NonFiniteValuesAreRefusedNamingTheFirst) {
   ExpectRefused(EncodeModel(m), "the input offset of feature 1 is NaN");
 }
 
+// A running variance that is negative (or not finite) comes from no run: evaluation would
+// normalise by its square root (eval printed a loss of 1121.63 and exited 0 for one; a larger
+// one ended in exit 5 blaming the outputs). Refused, naming the layer's buffer; in a block too.
+TEST(ModelFileTest, NegativeRunningVarianceIsRefusedNamingTheLayer) {
+  Model m;
+  m.spec.input = {3, 1, 1};
+  m.spec.loss = Loss::kXent;
+  ASSERT_TRUE(nn::ParseModelText("linear(4),batchnorm1d,relu,linear(2)", &m.spec.layers).ok());
+  m.classes = data::ClassMap::Build({"cat", "dog"});
+  // linear: W 0..11, b 12..15; batch norm: weight 16..19, bias 20..23, running_mean 24..27,
+  // running_var 28..31, num_batches_tracked 32; linear 33..42.
+  m.params = DistinctParams(m.spec);
+  ASSERT_EQ(m.params.size(), 43u);
+  for (int i = 28; i < 32; ++i) m.params[i] = 0.5f;
+  Model back;
+  ASSERT_TRUE(DecodeModel(EncodeModel(m), "m.bin", &back).ok());
+  m.params[29] = -3;
+  ExpectRefused(EncodeModel(m), "parameter 29 of 43 is -3, and a running variance is a finite "
+                                "number, never negative: batchnorm1d #1 (layer 2) running_var, "
+                                "element 1 of 4 (1.running_var in an export)");
+  m.params[29] = 0;  // a constant feature's
+  ASSERT_TRUE(DecodeModel(EncodeModel(m), "m.bin", &back).ok());
+  m.params[24] = -3;  // a mean may be anything
+  ASSERT_TRUE(DecodeModel(EncodeModel(m), "m.bin", &back).ok());
+  EXPECT_EQ(CheckRunningVariances(m.spec, m.params).code(), Status::Code::kOk);
+  m.params[31] = -1e-30f;
+  EXPECT_NE(CheckRunningVariances(m.spec, m.params).message().find("parameter 31 of 43 is -1e-30"),
+            std::string::npos);
+  m.spec.layers.clear();
+  m.params = {};
+  ASSERT_TRUE(nn::ParseModelText("linear(4),residual(batchnorm1d,relu),linear(2)",
+                                 &m.spec.layers).ok());
+  m.params = DistinctParams(m.spec);
+  for (int i = 16; i < 33; ++i) m.params[i] = 0.5f;
+  m.params[30] = -0.25f;
+  ExpectRefused(EncodeModel(m), "parameter 30 of 43 is -0.25, and a running variance is a "
+                                "finite number, never negative: residual #1 (layer 2) "
+                                "body.0.running_var, element 2 of 4 (1.body.0.running_var in an "
+                                "export)");
+}
+
 // The head of a version 3 file that declares a large model, and nothing after `until`: the
 // input 1x4096x4096 (2^24 values, the most a model file may declare), two linear layers of
 // 65536 units and two classes (about 2^40 parameters), normalisation `norm`. Its F and the

@@ -330,6 +330,12 @@ struct TrainOptions {
   int64_t StepsPerEpoch(int64_t rows) const { return batch > 0 ? (rows + batch - 1) / batch : 1; }
 };
 
+// The training batches against batch norm once the training data has `rows` rows: kUsage
+// naming --batch and the layer when a batch the run meets (--batch, the full batch, or the
+// last batch of an epoch, rows % batch) gives a batch norm layer one value per channel
+// (nn::LoneValueLayer). The model's input must be resolved.
+Status CheckBatchNormBatches(const TrainOptions& o, int64_t rows);
+
 // The data-format flags given against --format (the formats' flags, data/format.h): kUsage
 // naming the first that does not apply.
 Status CheckFormatFlags(const TrainOptions& o);

@@ -12,7 +12,9 @@
 
 #include "core/bytes.h"
 #include "core/crc32.h"
+#include "core/decimal.h"
 #include "core/utf8.h"
+#include "nn/batch_norm.h"
 #include "nn/layer.h"
 
 namespace shmtrain {
@@ -240,6 +242,23 @@ Status CheckFinite(const Model& m) {
 
 }  // namespace
 
+Status CheckRunningVariances(const ModelSpec& spec, const std::vector<float>& params) {
+  if (params.size() != spec.ParamCount()) return Status::Ok();  // the caller refuses the count
+  for (const nn::NormSite& s : nn::NormSites(spec)) {
+    for (int64_t k = 0; k < s.channels; ++k) {
+      const size_t i = static_cast<size_t>(s.running + s.channels + k);
+      const float v = params[i];
+      if (std::isfinite(v) && v >= 0) continue;
+      return Status::Data("parameter " + std::to_string(i) + " of " +
+                          std::to_string(params.size()) + " is " +
+                          (std::isfinite(v) ? Fmt("%g", v) : NonFiniteName(v)) +
+                          ", and a running variance is a finite number, never negative: " +
+                          ParamName(spec, i));
+    }
+  }
+  return Status::Ok();
+}
+
 std::string NonFiniteName(float v) {
   if (std::isnan(v)) return "NaN";
   return v > 0 ? "+Inf" : "-Inf";
@@ -347,6 +366,8 @@ Status DecodeModel(const std::string& bytes, const std::string& path, Model* out
   // A valid checksum only says the bytes are the ones written: no shmtrain run saves a
   // non-finite model, and one would predict NaN for every row.
   if (Status s = CheckFinite(m); !s.ok()) return bad(s.message());
+  // Nor one with a negative running variance: evaluation would take its square root.
+  if (Status s = CheckRunningVariances(m.spec, m.params); !s.ok()) return bad(s.message());
   *out = std::move(m);
   return Status::Ok();
 }

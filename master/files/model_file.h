@@ -50,6 +50,11 @@ Status DecodeModel(const std::string& bytes, const std::string& path, Model* out
 // messages: "layer 1 weight row 2, column 0 (2.weight[2, 0] in an export)" or "layer 0 bias
 // 3 (0.bias[3] in an export)"; layers, rows (output units) and columns (inputs) count from 0.
 std::string ParamName(const ModelSpec& spec, size_t index);
+// kData naming the first running_var entry of a batch norm layer of spec that is negative or
+// not finite in params (spec's flat vector), with ParamName: no run makes one, and evaluation
+// normalises by its square root. Model files (DecodeModel) and resumed checkpoints, whose
+// model is the run's, are refused with it.
+Status CheckRunningVariances(const ModelSpec& spec, const std::vector<float>& params);
 // "NaN", "+Inf" or "-Inf" for a non-finite value, for messages.
 std::string NonFiniteName(float v);
 // Every value of v is finite: what a run must hold before it writes a model or a checkpoint.
