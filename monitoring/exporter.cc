@@ -11,6 +11,8 @@
 #include <cmath>
 #include <limits>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include "master/kinds/kind.h"
 #include "master/run/segment_reads.h"
@@ -473,12 +475,17 @@ Status Exporter::Start(const std::string& addr, std::unique_ptr<Exporter>* out) 
   }
   std::unique_ptr<Exporter> e(new Exporter());
   try {
-    // Two serving threads and a 1 s request timeout: a client that connects and sends nothing
-    // (a stuck tool, a port scanner) holds one thread for at most a second, never the endpoint
-    // (civetweb's default would hold its only thread for 30 s). Scrapes and the page's polls
-    // are rare and cheap; the cores belong to the workers.
+    // civetweb (1.15 on Debian 12) serves a connection per thread, in the order it accepted
+    // them, and a client that sends its request slowly or not at all holds its thread until
+    // request_timeout_ms has passed since it connected. Beside N such clients that reconnect
+    // at once (a "slowloris"), a scrape waits about (N - threads) x timeout / threads; 2
+    // threads and 1 s failed 9 scrapes in 11 beside 200. 64 threads and 500 ms answered each
+    // in about 1 s beside 200 (3.5 s beside 500); an idle thread costs a stack's address space
+    // and no CPU. Without keep-alive a client holds a thread for one request only.
+    // docs/monitoring.md has the measurements.
     e->server_ = std::make_unique<CivetServer>(std::vector<std::string>{
-        "listening_ports", addr, "num_threads", "2", "request_timeout_ms", "1000"});
+        "listening_ports", addr, "num_threads", std::to_string(kServingThreads),
+        "request_timeout_ms", std::to_string(kRequestTimeoutMs), "enable_keep_alive", "no"});
   } catch (const std::exception& ex) {
     (void)ex;  // civetweb's text ("null context ...") says less than we do
     return bad("cannot listen there: the port is taken, or the address is not one of this "

@@ -46,6 +46,10 @@ class Exporter {
   // Listens on "HOST:PORT" (port 0: any free port). kUsage, naming the address, when it is
   // malformed or cannot be bound (taken port, foreign address).
   static Status Start(const std::string& addr, std::unique_ptr<Exporter>* out);
+  // The HTTP server's serving threads, and how long a client may take to send its request
+  // before its connection is dropped (exporter.cc says why these; the tests hold them).
+  static constexpr int kServingThreads = 64;
+  static constexpr int kRequestTimeoutMs = 500;
   // The address actually bound, e.g. "127.0.0.1:43567".
   const std::string& address() const { return address_; }
 
