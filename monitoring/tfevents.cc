@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <system_error>
+#include <vector>
 
 #include "core/crc32.h"
 
@@ -100,13 +101,53 @@ std::string ScalarEvent(double wall_time, int64_t step, std::string_view tag, fl
   return e;
 }
 
+namespace {
+
+// Makes dir and its missing parents, as create_directories does, and appends the ones this
+// call made to *made, outermost first: what a refusal removes again, and nothing that was
+// there before (nor a directory another process made meanwhile).
+std::error_code MakeDirectories(const std::string& dir, std::vector<std::string>* made) {
+  std::filesystem::path p = std::filesystem::path(dir).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();  // "a/b/" names "a/b"
+  std::vector<std::filesystem::path> missing;
+  for (; !p.empty(); p = p.parent_path()) {
+    std::error_code ec;
+    if (std::filesystem::symlink_status(p, ec).type() != std::filesystem::file_type::not_found) {
+      break;
+    }
+    missing.push_back(p);
+    if (p == p.parent_path()) break;
+  }
+  for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+    std::error_code ec;
+    const bool created = std::filesystem::create_directory(*it, ec);
+    if (ec) return ec;
+    if (created) made->push_back(it->string());
+  }
+  // What exists must be a directory (create_directories' own check of the last part).
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec) && !ec) {
+    ec = std::make_error_code(std::errc::not_a_directory);
+  }
+  return ec;
+}
+
+// Removes the directories of `made`, innermost first, each only while it is empty.
+void RemoveMade(const std::vector<std::string>& made) {
+  for (auto it = made.rbegin(); it != made.rend(); ++it) {
+    if (rmdir(it->c_str()) != 0) return;
+  }
+}
+
+}  // namespace
+
 Status EventFile::Create(const std::string& dir, std::unique_ptr<EventFile>* out) {
+  std::vector<std::string> made;
   auto bad = [&](const std::string& path, const std::string& why) {
+    RemoveMade(made);
     return Status::Usage("--tensorboard " + dir + ": cannot create " + path + ": " + why);
   };
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return bad("the directory", ec.message());
+  if (std::error_code ec = MakeDirectories(dir, &made)) return bad("the directory", ec.message());
   const double now = UnixNow();
   const std::string base = (std::filesystem::path(dir) / "events.out.tfevents.").string() +
                            std::to_string(static_cast<int64_t>(now)) + "." + HostName();
@@ -118,6 +159,7 @@ Status EventFile::Create(const std::string& dir, std::unique_ptr<EventFile>* out
     if (fd < 0) path = base + "." + std::to_string(n);
   }
   std::unique_ptr<EventFile> f(new EventFile(fd, path));
+  f->made_dirs_ = made;
   f->pending_ = TfRecord(FileVersionEvent(now));
   f->pending_records_ = 1;
   if (Status s = f->Flush(); !s.ok()) {
@@ -165,6 +207,7 @@ void EventFile::Remove() {
   if (fd_ >= 0) close(fd_);
   fd_ = -1;
   unlink(path_.c_str());
+  RemoveMade(made_dirs_);
 }
 
 }  // namespace shmtrain::monitoring

@@ -22,6 +22,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "shmtrain/status.h"
 
@@ -41,7 +42,8 @@ class EventFile {
   // Makes dir (and its parents) if missing, then creates in it
   // "events.out.tfevents.<unix seconds>.<hostname>" (".1", ".2", ... appended when that name is
   // taken: a file is never appended to or replaced) and writes the file_version event.
-  // kUsage naming --tensorboard and the path when the directory or file cannot be made.
+  // kUsage naming --tensorboard and the path when the directory or file cannot be made; the
+  // directories this call made are removed again then (those that were there stay).
   static Status Create(const std::string& dir, std::unique_ptr<EventFile>* out);
   ~EventFile();
   EventFile(const EventFile&) = delete;
@@ -55,13 +57,15 @@ class EventFile {
   // Records written to the file so far, the file_version event included.
   int64_t records() const { return records_; }
   const std::string& path() const { return path_; }
-  // Removes the file (a run that ended before it had anything to show).
+  // Removes the file (a run that ended before it had anything to show), and the directories
+  // Create made for it while they are empty.
   void Remove();
 
  private:
   EventFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
   int fd_;
   std::string path_;
+  std::vector<std::string> made_dirs_;  // by Create, outermost first
   std::string pending_;
   int64_t pending_records_ = 0;
   int64_t records_ = 0;

@@ -12,6 +12,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -38,6 +39,7 @@
 #include "gtest/gtest.h"
 #include "monitoring/exporter.h"
 #include "monitoring/run_stats.h"
+#include "monitoring/tfevents.h"
 #include "shm/layout.h"
 #include "shm/segment.h"
 #include "tests/parabola_layout.h"
@@ -1370,6 +1372,40 @@ TEST_F(MetricsTest, AnIdleClientDoesNotStallScrapes) {
       << "the scrape waited for the idle connection to time out";
   EXPECT_TRUE(s.idle_open) << "the idle connection was dropped before the scrape was answered";
   t.Stop();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The event file's directories: a refusal, and Remove(), take away the directories Create
+// made, innermost first and only while empty, and never one that was there before.
+
+bool IsDir(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+TEST(EventFileDirectories, ARefusalRemovesWhatItMadeAndNothingElse) {
+  TempDir dir;
+  const std::string kept = dir.File("kept");
+  ASSERT_EQ(mkdir(kept.c_str(), 0700), 0);
+  // The last part is longer than a name may be: the two before it are made, then refused.
+  const std::string too_long = kept + "/new/deeper/" + std::string(300, 'x');
+  std::unique_ptr<monitoring::EventFile> f;
+  const Status s = monitoring::EventFile::Create(too_long, &f);
+  EXPECT_EQ(s.code(), Status::Code::kUsage);
+  EXPECT_NE(s.message().find("cannot create the directory"), std::string::npos) << s.message();
+  EXPECT_FALSE(IsDir(kept + "/new")) << "left behind by the refusal";
+  EXPECT_TRUE(IsDir(kept));
+  // Made, then removed by a run that has nothing to show: a directory that holds something
+  // else by then stays, with it.
+  ASSERT_TRUE(monitoring::EventFile::Create(kept + "/a/b/", &f).ok());
+  f->Remove();
+  EXPECT_FALSE(IsDir(kept + "/a"));
+  EXPECT_TRUE(IsDir(kept));
+  ASSERT_TRUE(monitoring::EventFile::Create(kept + "/a/b", &f).ok());
+  ASSERT_EQ(mkdir((kept + "/a/other").c_str(), 0700), 0);
+  f->Remove();
+  EXPECT_FALSE(IsDir(kept + "/a/b"));
+  EXPECT_TRUE(IsDir(kept + "/a/other"));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -260,6 +260,35 @@ TEST(FullDisk, SaveAndCheckpointReserveTheirBytesBeforeTraining) {
   EXPECT_FALSE(test::FileExists(dir.File("m.bin.tmp." + std::to_string(ok.pid))));
 }
 
+// A --tensorboard directory on a full disk: its directory can be made, its file's first
+// record cannot be written, and the refusal removes what the run made (the file and `sub`),
+// not what was there (`kept`). The listing is taken inside the mount namespace, before the
+// tiny file system goes with it.
+TEST(FullDisk, ARefusedTensorboardDirectoryIsRemovedAgain) {
+  if (geteuid() != 0) GTEST_SKIP() << "mounting a small file system needs root";
+  TempDir dir;
+  const std::string disk = dir.File("disk");
+  ASSERT_EQ(mkdir(disk.c_str(), 0700), 0);
+  const std::string script =
+      "mount -t tmpfs -o size=64k tmpfs \"$0\" || exit 99; mkdir \"$0/kept\"; "
+      "dd if=/dev/zero of=\"$0/fill\" bs=4k 2>/dev/null; \"$@\"; rc=$?; "
+      "echo listing:; ls -A \"$0\" \"$0/kept\"; exit $rc";
+  std::vector<std::string> argv = {"/usr/bin/unshare", "--mount", "--propagation", "private",
+                                   "/bin/sh", "-c", script, disk};
+  for (const std::string& a : ShortRun({"--tensorboard", disk + "/kept/sub/deeper"})) {
+    argv.push_back(a);
+  }
+  const ProcResult r = test::RunProcess(argv, kRunTimeout);
+  if (r.exited && r.exit_code == 99) GTEST_SKIP() << "cannot mount a tmpfs here: " << r.err;
+  EXPECT_TRUE(test::ExitedWith(r, 2)) << r.err;
+  EXPECT_NE(r.err.find("--tensorboard " + disk + "/kept/sub/deeper: cannot create "),
+            std::string::npos) << r.err;
+  EXPECT_TRUE(test::StartedWorkers(r.out).empty()) << "workers were started";
+  const size_t at = r.out.find("listing:");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  EXPECT_EQ(r.out.substr(at), "listing:\n" + disk + ":\nfill\nkept\n\n" + disk + "/kept:\n") << r.out;
+}
+
 // ---------------------------------------------------------------------------------------------
 // What a killed run leaves, and what the next one does with it.
 
