@@ -5,9 +5,10 @@
 // The loops of BLIS (Van Zee and van de Geijn, 2015), as nn/kernels/gemm_avx512.cc runs them:
 // n in blocks of kNc columns, k in blocks of equal length, at most kKc (op(B)'s block packed
 // into panels of kNr columns, k-major), m in blocks of kMc (op(A)'s block packed into panels of
-// kMr rows, k-major), then a micro-kernel per kMr x kNr tile of C that keeps the tile in 12 of
-// the 16 YMM registers over the block's k: per k, two loads of A, kNr broadcasts of B and
-// 2 kNr FMAs (two more registers hold A, one the broadcast). Panels are zero-padded, so the
+// kMr rows, k-major), then, for each panel of A (it stays in L1) and each panel of B (they
+// stream from L2), a micro-kernel per kMr x kNr tile of C that keeps the tile in 12 of the 16
+// YMM registers over the block's k: per k, two loads of A, kNr broadcasts of B and 2 kNr FMAs
+// (two more registers hold A, one the broadcast). Panels are zero-padded, so the
 // micro-kernel always runs a whole tile and stores only C's part of it. Each C element is its
 // k products summed in k order (one FMA each, from zero), block after block (C + the block's
 // sum): the bits depend on m, n, k and the operands alone, never on where in a tile or a block
@@ -31,7 +32,7 @@ namespace {
 constexpr int64_t kMr = 16, kNr = 6;
 // kMc % kMr == 0, kNc % kNr == 0. A panel of kMr rows over kKc: 16 KB; op(A)'s block 128 KB
 // (L2); a panel of B 6 KB (L1).
-constexpr int64_t kKc = 256, kMc = 128, kNc = 768;
+constexpr int64_t kKc = 256, kMc = 128, kNc = 384;
 
 // 64-byte aligned floats from the standard library's aligned operator new, whose failure is
 // std::bad_alloc and unwinds to the command's one catch site (docs/errors.md): this file
@@ -149,30 +150,34 @@ inline void StoreSix(float* dst, __m256 v) {
 // op(B)'s k [p0, p0+kc) x columns [j0, j0+nc) into panels of kNr columns: panel s holds, for
 // each p, kNr consecutive floats (zeros past n).
 void PackB(Operand b, int64_t n, int64_t p0, int64_t kc, int64_t j0, int64_t nc, float* dst) {
-  for (int64_t s = 0; s < nc; s += kNr, dst += kNr * kc) {
-    const int64_t cols = std::min(kNr, n - (j0 + s));
-    if (b.t) {
-      for (int64_t p = 0; p < kc; ++p) {
-        const float* src = b.p + (j0 + s) + (p0 + p) * b.ld;
-        float* d = dst + p * kNr;
+  if (b.t) {
+    // Rows of op(B) are contiguous in n: each read once, along, into every panel.
+    for (int64_t p = 0; p < kc; ++p) {
+      const float* src = b.p + j0 + (p0 + p) * b.ld;
+      for (int64_t s = 0; s < nc; s += kNr) {
+        const int64_t cols = std::min(kNr, n - (j0 + s));
+        float* d = dst + s * kc + p * kNr;
         if (cols == kNr) {
-          _mm_storeu_ps(d, _mm_loadu_ps(src));
-          std::memcpy(d + 4, src + 4, 2 * sizeof(float));
+          _mm_storeu_ps(d, _mm_loadu_ps(src + s));
+          std::memcpy(d + 4, src + s + 4, 2 * sizeof(float));
         } else {
-          for (int64_t j = 0; j < kNr; ++j) d[j] = j < cols ? src[j] : 0.0f;
+          for (int64_t j = 0; j < kNr; ++j) d[j] = j < cols ? src[s + j] : 0.0f;
         }
       }
-    } else {
-      // Columns are contiguous in k: 8 x 8 blocks transposed (6 of their columns kept), then
-      // the rest element by element.
-      int64_t p = 0;
-      for (; p + 8 <= kc; p += 8) {
-        __m256 t[8];
-        LoadTransposed(b.p + p0 + p + (j0 + s) * b.ld, b.ld, cols, t);
-        for (int q = 0; q < 8; ++q) StoreSix(dst + (p + q) * kNr, t[q]);
-      }
-      PackTail(b.p + p0 + (j0 + s) * b.ld, b.ld, cols, kNr, p, kc, dst);
     }
+    return;
+  }
+  for (int64_t s = 0; s < nc; s += kNr, dst += kNr * kc) {
+    const int64_t cols = std::min(kNr, n - (j0 + s));
+    // Columns are contiguous in k: 8 x 8 blocks transposed (6 of their columns kept), then
+    // the rest element by element.
+    int64_t p = 0;
+    for (; p + 8 <= kc; p += 8) {
+      __m256 t[8];
+      LoadTransposed(b.p + p0 + p + (j0 + s) * b.ld, b.ld, cols, t);
+      for (int q = 0; q < 8; ++q) StoreSix(dst + (p + q) * kNr, t[q]);
+    }
+    PackTail(b.p + p0 + (j0 + s) * b.ld, b.ld, cols, kNr, p, kc, dst);
   }
 }
 
@@ -245,11 +250,12 @@ struct KBlocks {
 };
 
 // The tiles of one (n block, k block, m block): C's [i0, i0+mc) x [j0, j0+nc) [+]= the
-// packed panels' product.
+// packed panels' product; a panel of A over every panel of B (which order the tiles come in
+// changes no bits).
 void Tiles(const float* pa, const float* pb, int64_t kc, int64_t mc, int64_t nc, float* c,
            int64_t ldc, bool add) {
-  for (int64_t s = 0; s < nc; s += kNr) {
-    for (int64_t r = 0; r < mc; r += kMr) {
+  for (int64_t r = 0; r < mc; r += kMr) {
+    for (int64_t s = 0; s < nc; s += kNr) {
       MicroKernel(kc, pa + r * kc, pb + s * kc, c + r + s * ldc, ldc, std::min(kMr, mc - r),
                   std::min(kNr, nc - s), add);
     }
