@@ -18,6 +18,7 @@
 #include <chrono>
 #include <climits>
 #include <cstring>
+#include <exception>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -423,10 +424,18 @@ Status BlockParser::ParseSplit(std::string_view first, std::string_view second,
   SidePart* side = pending_ == &sides_[0] ? &sides_[1] : &sides_[0];
   side->Clear();
   const int64_t start = *line_no;
+  // An exception on either thread (std::bad_alloc) is rethrown on this one once both are
+  // done, to the command's one catch site (docs/errors.md): escaping the second thread, or
+  // leaving it unjoined, would end the process in std::terminate.
+  std::exception_ptr second_error, first_error;
   auto parse_second = [&] {
     const Clock::time_point t0 = Clock::now();
     side->line_no = start + CountNewlines(first.data(), first.size());
-    side->status = ParseLines(path_, sh_, second, &side->line_no, &side->rows);
+    try {
+      side->status = ParseLines(path_, sh_, second, &side->line_no, &side->rows);
+    } catch (...) {
+      second_error = std::current_exception();
+    }
     side->seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   };
   std::thread thread;
@@ -436,10 +445,17 @@ Status BlockParser::ParseSplit(std::string_view first, std::string_view second,
     parse_second();  // no thread to be had: one after the other
   }
   const Clock::time_point t0 = Clock::now();
-  Finish();  // the previous block's side part, now that its rows come next
-  const Status s = ParseLines(path_, sh_, first, line_no, out_);
+  Status s;
+  try {
+    Finish();  // the previous block's side part, now that its rows come next
+    s = ParseLines(path_, sh_, first, line_no, out_);
+  } catch (...) {
+    first_error = std::current_exception();
+  }
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   if (thread.joinable()) thread.join();
+  if (first_error) std::rethrow_exception(first_error);
+  if (second_error) std::rethrow_exception(second_error);
   if (!s.ok()) return s;
   if (!side->status.ok()) return side->status;
   pending_ = side;

@@ -2,12 +2,16 @@
 // the run it makes against /dev/shm and the memory, and the image check.
 #include "data/pipeline.h"
 
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/decimal.h"
@@ -32,17 +36,28 @@ std::string Bytes(double b) {
   return u == 0 ? Fmt("%.0f", b) + " bytes" : Fmt("%.1f", b) + " " + unit[u];
 }
 
-// MemAvailable of /proc/meminfo in bytes, or 0 if unknown.
+// MemAvailable of /proc/meminfo in bytes, or 0 if unknown; less when the room left under
+// the process's own limits (ulimit -v) is less.
 uint64_t MemAvailable() {
   FILE* f = std::fopen("/proc/meminfo", "r");
-  if (f == nullptr) return 0;
-  char line[256];
   unsigned long long kib = 0;
-  while (std::fgets(line, sizeof line, f)) {
-    if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
+  if (f != nullptr) {
+    char line[256];
+    while (std::fgets(line, sizeof line, f)) {
+      if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
+    }
+    std::fclose(f);
   }
-  std::fclose(f);
-  return kib * 1024;
+  const uint64_t machine = kib * 1024, room = RoomUnderMemoryLimits(nullptr);
+  if (machine == 0) return room == UINT64_MAX ? 0 : room;
+  return std::min(machine, room);
+}
+
+// " (under ...)" when the limits, not the machine, leave `mem` bytes.
+std::string LimitNote(uint64_t mem) {
+  std::string what;
+  const uint64_t room = RoomUnderMemoryLimits(&what);
+  return room <= mem ? " (" + what + ")" : "";
 }
 
 uint64_t ShmFree() {
@@ -84,7 +99,8 @@ Status FitsInMemory(const std::string& src, int64_t rows, int features, uint64_t
                : "the data as 32-bit floats " + shape) +
       ", plus the model's activations and scratch: " + passes.what;
   return Status::Resource(src + ": the run needs about " + Bytes(need) + " of memory (" + parts +
-                          ") but " + Bytes(mem_available) + " is available");
+                          ") but " + Bytes(mem_available) + " is available" +
+                          LimitNote(mem_available));
 }
 
 // How to read a file as `file` says, for a model of this loss.
@@ -269,6 +285,36 @@ Status LoadForModel(const std::string& path, const DataFileOptions& file, const 
     return CheckMemory(path, rows, features, model);
   };
   return LoadFile(path, lo, out);
+}
+
+uint64_t RoomUnderMemoryLimits(std::string* what) {
+  // The address space in use and the data part of it: /proc/self/statm's pages.
+  // Read without allocating: this runs after an allocation has failed too (master/cli/main.cc).
+  char buf[256] = {};
+  const int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  const ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
+  if (fd >= 0) close(fd);
+  unsigned long long size = 0, resident = 0, shared = 0, text = 0, lib = 0, data = 0;
+  if (n <= 0 || std::sscanf(buf, "%llu %llu %llu %llu %llu %llu", &size, &resident, &shared,
+                            &text, &lib, &data) != 6) {
+    return UINT64_MAX;
+  }
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  uint64_t room = UINT64_MAX;
+  for (const auto& [resource, used, name] :
+       {std::tuple{RLIMIT_AS, size * page, "the address-space limit (ulimit -v, RLIMIT_AS)"},
+        std::tuple{RLIMIT_DATA, data * page, "the data limit (ulimit -d, RLIMIT_DATA)"}}) {
+    rlimit lim{};
+    if (getrlimit(resource, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) continue;
+    const uint64_t left = lim.rlim_cur > used ? lim.rlim_cur - used : 0;
+    if (left >= room) continue;
+    room = left;
+    if (what != nullptr) {
+      *what = Bytes(static_cast<double>(left)) + " left under " + name + " of " +
+              Bytes(static_cast<double>(lim.rlim_cur)) + "; raise it or give less data";
+    }
+  }
+  return room;
 }
 
 Status CheckMemory(const std::string& src, int64_t rows, int features, const ModelSpec& model) {

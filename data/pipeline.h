@@ -61,6 +61,10 @@ Status LoadForModel(const std::string& path, const DataFileOptions& file, const 
 // adds its segment and its workers' passes. Status::Resource naming src and the figures
 // otherwise.
 Status CheckMemory(const std::string& src, int64_t rows, int features, const ModelSpec& model);
+// The bytes this process may still map under its own limits (RLIMIT_AS, ulimit -v; RLIMIT_DATA),
+// UINT64_MAX when none is set; the memory checks take the smaller of it and MemAvailable. *what
+// (if given) names the limit that binds, its size and what is left, for messages.
+uint64_t RoomUnderMemoryLimits(std::string* what);
 
 // The one check of an image model's input against the image shape data gives one sample
 // (LoadOptions::check_image), made by train (--data, --val-data), eval and predict before a row

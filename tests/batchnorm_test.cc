@@ -372,7 +372,8 @@ TEST(BatchNormRun, ANegativeRunningVarianceIsRefusedByEvalExportAndResume) {
   const std::string name = "batchnorm2d #1 (layer 2) running_var, element 1 of 4";
   const std::string model = test::ReadWholeFile(dir.File("m.bin"));
   // The parameters end the file, before its checksum.
-  const std::string bad = dir.Write("bad.bin", WithFloat(model, model.size() - 4 - (kParams - var) * 4, -3));
+  const size_t at = model.size() - 4 - (kParams - var) * 4;
+  const std::string bad = dir.Write("bad.bin", WithFloat(model, at, -3));
   for (const std::string cmd : {"eval", "export"}) {
     SCOPED_TRACE(cmd);
     std::vector<std::string> args = {cmd, "--model", bad};

@@ -2,13 +2,16 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
+#include "data/pipeline.h"
 #include "master/cli/cli.h"
 #include "master/cli/log.h"
 #include "master/files/export.h"
@@ -33,6 +36,14 @@ template <class Body>
 Status Guarded(Body&& body) {
   try {
     return body();
+  } catch (const std::bad_alloc&) {
+    // Under a limit of the process's own (ulimit -v) the limit is the cause, not a bug: the
+    // resource error names it. Without one, an allocation the machine refuses stays internal.
+    std::string limit;
+    if (shmtrain::data::RoomUnderMemoryLimits(&limit) != UINT64_MAX) {
+      return Status::Resource("out of memory: an allocation failed with " + limit);
+    }
+    return Status::Internal("internal error: out of memory (std::bad_alloc)");
   } catch (...) {
     return Status::Internal("internal error: " +
                             shmtrain::master::DescribeException(std::current_exception()));
