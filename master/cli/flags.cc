@@ -981,8 +981,12 @@ std::vector<FlagDef> HookFlags() {
   f[4].to_workers = Copy<&TO::fault_point, &RC::fault_point>;
   for (size_t i : {0, 1, 2, 4, 5}) f[i].workers = true;
   f.push_back({.name = "--host-timeout", .arg = "D",
+               // Accepted on one host, where nothing waits on another host: the host count
+               // is MPI's, known after the flags are read, and one job script serves mpirun
+               // -np 1 and -np H alike (docs/guide.md).
                .help = "several hosts (mpirun): end the job when another host's sum of a step has "
-                       "not arrived within D, {limits} (default {default})",
+                       "not arrived within D, {limits} (default {default}); on one host it has "
+                       "nothing to wait for and changes nothing",
                .deflt = "60s", .limits = SecondsRange(0.1, 86400),
                .value = Seconds(Opt(&TO::host_timeout_s)), .group = kFault,
                .commands = kTrainSim});
