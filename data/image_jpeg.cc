@@ -8,8 +8,12 @@
 // error: libjpeg would go on and fill the rest with grey.
 #include <setjmp.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <limits>
+#include <string>
 
 // jpeglib.h needs size_t and FILE declared before it.
 #include <jerror.h>
@@ -19,6 +23,27 @@
 
 namespace shmtrain::data::image_internal {
 namespace {
+
+// The least entropy-coded data a file needs for the blocks its header declares, so that a
+// small file declaring a large image is refused before its pixels are allocated (as a PNG is
+// by deflate's ratio). Every scan codes each block of its components with at least one bit:
+// a Huffman code is 1 to 16 bits long (a sequential scan codes a DC difference and an end of
+// block per block, a progressive DC scan one difference per block; only the AC scans' runs of
+// ends of block span blocks, and they follow a DC scan of the same component). A file has at
+// least one scan, so it holds at least one bit per block of its component with the fewest
+// blocks: with sampling factors up to 4, a block of 32 x 32 pixels, 8192 pixels a byte at
+// most. Real images need far more (a flat 8 x 8 block costs 2 bits at the least and a photo's
+// tens), so the bound refuses only files cut short or lying. An arithmetic-coded file can code
+// a flat block in less than a bit; it is held to the same bound, which only a nearly constant
+// image of that rare coding (few encoders write it) undercuts.
+int64_t LeastBits(const jpeg_decompress_struct& c) {
+  int64_t least = std::numeric_limits<int64_t>::max();
+  for (int i = 0; i < c.num_components; ++i) {
+    const jpeg_component_info& k = c.comp_info[i];
+    least = std::min(least, int64_t{k.width_in_blocks} * k.height_in_blocks);
+  }
+  return least;
+}
 
 // A progressive file may hold any number of scans, and each one walks the whole image: a
 // small file of many empty scans would take minutes. Real files have at most a few dozen.
@@ -150,6 +175,12 @@ Status DecodeJpeg(const uint8_t* bytes, size_t n, const std::string& name,
   }
   const int64_t w = j.cinfo.image_width, h = j.cinfo.image_height;
   if (Status s = CheckDeclaredSize(name, "JPEG", w, h, limits); !s.ok()) return s;
+  if (const int64_t bits = LeastBits(j.cinfo); bits > 8 * static_cast<int64_t>(n)) {
+    return Bad(name, "truncated JPEG: its header declares " + std::to_string(w) + " x " +
+                         std::to_string(h) + " pixels, at least " + std::to_string(bits) +
+                         " blocks of 8 x 8 samples coded with a bit each at the least, which a "
+                         "file of " + std::to_string(n) + " bytes cannot hold");
+  }
   out->header = ImageHeader{ImageKind::kJpeg, static_cast<int>(w), static_cast<int>(h), channels};
   out->pixels.clear();
   if (header_only) return Status::Ok();
@@ -157,7 +188,8 @@ Status DecodeJpeg(const uint8_t* bytes, size_t n, const std::string& name,
   // libjpeg's own buffers: a multi-scan file's coefficients (2 bytes a sample, each component
   // padded to its blocks) and rows of at most 65535 pixels. More is a file that lies.
   j.cinfo.mem->max_memory_to_use =
-      static_cast<long>((int64_t{64} << 20) + 2 * int64_t{j.cinfo.num_components} * (w + 32) * (h + 32));
+      static_cast<long>((int64_t{64} << 20) +
+                        2 * int64_t{j.cinfo.num_components} * (w + 32) * (h + 32));
   const size_t row_bytes = static_cast<size_t>(w) * channels;
   out->pixels.resize(row_bytes * static_cast<size_t>(h));
   if (!ReadPixels(&j, out->pixels.data(), row_bytes)) {

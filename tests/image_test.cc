@@ -302,6 +302,18 @@ TEST_F(ImageFiles, AJpegDeclaringAHugeSizeIsRefusedBeforeItsPixelsAreAllocated) 
             "huge.jpg: JPEG too large: its header declares 65000 x 65000 = 4225000000 pixels, "
             "more than the limit of 67108864");
   EXPECT_LE(largest, size_t{64} << 10);
+  // 8000 x 8000 (64 Mpx, inside the limit) from a file of a few KB: its 4:2:0 colour has
+  // 500 x 500 blocks at the least, a bit each, more than the file holds. Refused before the
+  // 192 MB of pixels are allocated (they were, and the decode failed only then).
+  for (size_t i = sof + 5; i < sof + 9; i += 2) {
+    jpg[i] = 0x1f;
+    jpg[i + 1] = 0x40;
+  }
+  EXPECT_EQ(DecodeMeasured(jpg, "lie.jpg", &largest).message(),
+            "lie.jpg: truncated JPEG: its header declares 8000 x 8000 pixels, at least 250000 "
+            "blocks of 8 x 8 samples coded with a bit each at the least, which a file of " +
+                std::to_string(jpg.size()) + " bytes cannot hold");
+  EXPECT_LE(largest, size_t{64} << 10);
   // A smaller limit is kept as well.
   ImageLimits small;
   small.max_pixels = 64 * 47;
@@ -309,6 +321,43 @@ TEST_F(ImageFiles, AJpegDeclaringAHugeSizeIsRefusedBeforeItsPixelsAreAllocated) 
                       .message(),
                   "s.jpg: JPEG too large: its header declares 64 x 48 = 3072 pixels, more than "
                   "the limit of 3008"));
+}
+
+// A progressive grey JPEG by hand whose one scan spends exactly a bit on each block: side x
+// side pixels of mid-grey, a DC scan whose Huffman table's one code is "0" (category 0, no
+// difference), then `data` bytes of zeros (side * side / 512 of them code every block).
+Bytes HandJpeg(int side, size_t data) {
+  const uint8_t hi = static_cast<uint8_t>(side >> 8), lo = static_cast<uint8_t>(side);
+  Bytes out = {0xff, 0xd8, 0xff, 0xdb, 0x00, 0x43, 0x00};  // SOI, DQT: table 0 of ones
+  out.insert(out.end(), 64, 1);
+  out.insert(out.end(), {0xff, 0xc2, 0x00, 0x0b, 8, hi, lo, hi, lo, 1, 1, 0x11, 0});  // SOF2
+  out.insert(out.end(), {0xff, 0xc4, 0x00, 0x14, 0x00, 1});  // DHT: DC table 0, one 1-bit code
+  out.insert(out.end(), 15, 0);
+  out.push_back(0);  // its symbol: category 0
+  out.insert(out.end(), {0xff, 0xda, 0x00, 0x08, 1, 1, 0x00, 0, 0, 0x00});  // SOS: DC, first
+  out.insert(out.end(), data, 0);
+  out.insert(out.end(), {0xff, 0xd9});  // EOI
+  return out;
+}
+
+// The JPEG bound is no stricter than the coding: a file that spends a bit a block, the least
+// a scan can, decodes; the same file without the last 200 bytes of its scan (more than its
+// 118 bytes of headers) is refused by the bound before its pixels are allocated (libjpeg
+// allocated them, read the scan and found it cut short).
+TEST(ImageTest, AJpegIsHeldToABitABlock) {
+  const Bytes whole = HandJpeg(2048, 2048 * 2048 / 512);
+  Image image;
+  const Status s = DecodeImage(whole.data(), whole.size(), "flat.jpg", ImageLimits{}, &image);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(image.header.channels, 1);
+  EXPECT_EQ(image.pixels, Bytes(size_t{2048} * 2048, 128));
+  const Bytes cut = HandJpeg(2048, 2048 * 2048 / 512 - 200);
+  size_t largest = 0;
+  EXPECT_EQ(DecodeMeasured(cut, "cut.jpg", &largest).message(),
+            "cut.jpg: truncated JPEG: its header declares 2048 x 2048 pixels, at least 65536 "
+            "blocks of 8 x 8 samples coded with a bit each at the least, which a file of " +
+                std::to_string(cut.size()) + " bytes cannot hold");
+  EXPECT_LE(largest, size_t{64} << 10);
 }
 
 TEST(ImageTest, FilesThatAreNoImagesAreRefused) {
