@@ -9,7 +9,11 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
 
+#include "core/utf8.h"
 #include "data/image_codec.h"
 
 namespace shmtrain::data {
@@ -21,14 +25,31 @@ using image_internal::Bad;
 // is held in memory whole while it is decoded.
 constexpr int64_t kMaxFileBytes = int64_t{64} << 20;
 
-// Reads all of `path`, refusing a file over kMaxFileBytes before reading it.
+// What a file that is not a regular file is, and why it is not read.
+std::string NotARegularFile(mode_t mode) {
+  const char* what = S_ISFIFO(mode)  ? "a FIFO (named pipe)"
+                     : S_ISSOCK(mode) ? "a socket"
+                     : S_ISCHR(mode)  ? "a character device"
+                     : S_ISBLK(mode)  ? "a block device"
+                     : S_ISDIR(mode)  ? "a directory"
+                                      : "not a regular file";
+  return std::string("cannot read the image: it is ") + what +
+         ", not a regular file (an image is read from a regular file; remove it or move it "
+         "out of the folder)";
+}
+
+// Reads all of `path`, refusing a file over kMaxFileBytes before reading it, and one that is
+// not a regular file (after symbolic links) before opening it: opening a FIFO waits for a
+// writer, and opening a device may act on it. The descriptor is opened without blocking and
+// checked again, in case the name was replaced meanwhile.
 Status ReadImageFile(const std::string& path, std::vector<uint8_t>* out) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (Status s = CheckImageFile(path); !s.ok()) return s;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) return Bad(path, std::string("cannot open the image: ") + std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    return Bad(path, "cannot read the image: not a regular file");
+    return Bad(path, NotARegularFile(st.st_mode));
   }
   if (st.st_size > kMaxFileBytes) {
     ::close(fd);
@@ -82,7 +103,7 @@ Status Decode(const uint8_t* bytes, size_t n, const std::string& name, const Ima
 namespace image_internal {
 
 Status Bad(const std::string& name, const std::string& what) {
-  return Status::Data(name + ": " + what);
+  return Status::Data(Printable(name) + ": " + what);
 }
 
 Status CheckDeclaredSize(const std::string& name, const char* kind, int64_t width,
@@ -114,6 +135,15 @@ bool SniffImage(const uint8_t* bytes, size_t n, ImageKind* kind) {
     return true;
   }
   return false;
+}
+
+Status CheckImageFile(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    return Bad(path, std::string("cannot open the image: ") + std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode)) return Bad(path, NotARegularFile(st.st_mode));
+  return Status::Ok();
 }
 
 Status ReadImageHeader(const std::string& path, const ImageLimits& limits, ImageHeader* out) {

@@ -15,7 +15,7 @@ Status DecodeJpeg(const uint8_t* bytes, size_t n, const std::string& name,
 Status DecodePng(const uint8_t* bytes, size_t n, const std::string& name,
                  const ImageLimits& limits, bool header_only, Image* out);
 
-// kData "<name>: <what>".
+// kData "<name>: <what>", the name Printable (core/utf8.h): a file name may hold any byte.
 Status Bad(const std::string& name, const std::string& what);
 
 // The declared width x height against the limits, before anything is allocated for the

@@ -18,7 +18,14 @@
 //
 // Refused, each naming the file or folder: no class folder, a class folder with no image, a
 // symbolic link that leads back to a folder above it, an image that cannot be decoded, one of
-// another size, an unreadable folder.
+// another size, an unreadable folder, a file named as an image that is not a regular file (a
+// FIFO, a socket, a device, or a link to one: never opened, since opening a FIFO waits for a
+// writer; such a file with another name is left out like any other). Names in messages show
+// their control bytes as \xNN (Printable, core/utf8.h): a file name may hold a line break.
+//
+// A load ends between two images, kInterrupted naming the signal, once the function given to
+// SetLoadStop reports a stop signal: the master's (master/run/signals.h), so that a stop
+// signal ends train's start within one image's decode, not after every image.
 #pragma once
 
 #include <cstdint>
@@ -42,12 +49,20 @@ struct ImageFolderFiles {
 // Whether `path` is a directory (after symbolic links): an image folder by its kind.
 bool IsImageFolder(const std::string& path);
 
-// Lists root's classes and images in row order. flat_ok: a root without class folders (predict
-// on a folder of images) lists its own image files, with no classes.
+// What tells a load to stop: a function that gives the stop signal's number, 0 while there is
+// none (it is called from the decoding threads, so it must be thread-safe); null: nothing
+// stops a load.
+void SetLoadStop(int (*stop_signal)());
+
+// Lists root's classes and images in row order. flat_ok (predict): a root without class
+// folders (a folder of images) lists its own image files, with no classes; a root that holds
+// both images and folders is refused, naming the images a folder of class folders would leave
+// out (ImageFolder, and train and eval, leave files at the root out).
 Status ListImageFolder(const std::string& root, bool flat_ok, ImageFolderFiles* out);
 
-// The shape of one sample (the first image's header, c x h x w), without decoding.
-Status ImageFolderShape(const std::string& root, Shape* out);
+// The shape of one sample (the first image's header, c x h x w), without decoding; flat_ok as
+// for ListImageFolder.
+Status ImageFolderShape(const std::string& root, bool flat_ok, Shape* out);
 
 // The warning a load that left files out deserves ("" when it left none out): how many, and
 // the first, of the files in `src` that are not images by their names.

@@ -2,16 +2,28 @@
 // tests/make_image_folders.py, which writes the folders with PIL and the same images, decoded
 // by PIL, as NumPy arrays in ImageFolder's row order: the loader must give exactly those rows,
 // labels, classes and files. Then each hostile folder, refused with a message naming the file.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <csignal>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "data/dataset.h"
+#include "data/image.h"
 #include "data/image_folder.h"
 #include "tests/proc_util.h"
 
@@ -19,6 +31,7 @@ namespace shmtrain {
 namespace {
 
 using std::chrono::milliseconds;
+namespace fs = std::filesystem;
 
 constexpr const char* kPython = NUMPY_PYTHON;
 constexpr const char* kMakeFolders = MAKE_IMAGE_FOLDERS_PY;
@@ -82,7 +95,7 @@ TEST_F(ImageFolders, RowsAreImageFoldersOrderAndPilsPixels) {
   EXPECT_EQ(d.skipped_files, 1) << "notes.txt is not a row; README at the root is no class";
   EXPECT_TRUE(Has(d.first_skipped, "a/notes.txt")) << d.first_skipped;
   Shape shape;
-  ASSERT_TRUE(data::ImageFolderShape(In("same/images"), &shape).ok());
+  ASSERT_TRUE(data::ImageFolderShape(In("same/images"), false, &shape).ok());
   EXPECT_EQ(shape, (Shape{3, 7, 5}));
 }
 
@@ -162,6 +175,179 @@ TEST_F(ImageFolders, EachHostileFolderIsRefusedNamingTheFile) {
     EXPECT_EQ(s.code(), Status::Code::kData) << name << ": " << s.message();
     EXPECT_TRUE(Has(s.message(), want)) << name << ": " << s.message();
   }
+}
+
+// Runs `body` beside a watchdog that, once 10 s have passed, keeps opening `fifos` for writing
+// without blocking: that releases a reader blocked in opening one, so a load that would block
+// for ever fails the test instead of hanging it. True when nothing had to be released.
+bool EndsWithoutRelease(const std::vector<std::string>& fifos, const std::function<void()>& body) {
+  std::atomic<bool> done{false}, released{false};
+  std::thread dog([&] {
+    const auto release_at = std::chrono::steady_clock::now() + std::chrono::seconds{10};
+    while (!done.load()) {
+      std::this_thread::sleep_for(milliseconds{10});
+      if (std::chrono::steady_clock::now() < release_at) continue;
+      for (const std::string& f : fifos) {
+        const int fd = ::open(f.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+        if (fd >= 0) {
+          released.store(true);
+          ::close(fd);
+        }
+      }
+    }
+  });
+  body();
+  done.store(true);
+  dog.join();
+  return !released.load();
+}
+
+// A class folder of one good image: root/a/0.png, and root/b/ empty for the case's file.
+std::string TwoClasses(const std::string& root, const std::string& png) {
+  for (const char* c : {"a", "b"}) fs::create_directories(root + "/" + c);
+  fs::copy_file(png, root + "/a/0.png");
+  fs::copy_file(png, root + "/b/0.png");
+  return root;
+}
+
+// A file named as an image that is not a regular file is refused by its kind, without being
+// opened: opening a FIFO waits for a writer (the loader used to block there for ever, and a
+// stop signal with it). A FIFO with another name is left out like any other file.
+TEST_F(ImageFolders, SpecialFilesNamedAsImagesAreRefusedWithoutBlocking) {
+  const std::string png = In("grey/images/one/0.png");
+  const std::string fifo = TwoClasses(In("fifo"), png) + "/b/stuck.jpg";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  const std::string link = TwoClasses(In("fifo_link"), png) + "/b/link.png";
+  fs::create_symlink(fifo, link);
+  const std::string sock = TwoClasses(In("socket"), png) + "/b/sock.png";
+  const int sfd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  ASSERT_LT(sock.size(), sizeof addr.sun_path);
+  std::strcpy(addr.sun_path, sock.c_str());
+  ASSERT_EQ(::bind(sfd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0)
+      << std::strerror(errno);
+  const std::string dev = TwoClasses(In("device"), png) + "/b/null.jpg";
+  fs::create_symlink("/dev/null", dev);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {fifo, "a FIFO (named pipe), not a regular file"},
+      {link, "a FIFO (named pipe), not a regular file"},
+      {sock, "a socket, not a regular file"},
+      {dev, "a character device, not a regular file"}};
+  EXPECT_TRUE(EndsWithoutRelease({fifo}, [&] {
+    for (const auto& [path, what] : cases) {
+      const std::string root = fs::path(path).parent_path().parent_path().string();
+      data::Dataset d;
+      const Status s = data::LoadImageFolder(root, Classify(), &d);
+      EXPECT_EQ(s.code(), Status::Code::kData) << path << ": " << s.message();
+      EXPECT_TRUE(Has(s.message(), path + ": cannot read the image: it is " + what))
+          << s.message();
+      data::Image image;
+      EXPECT_TRUE(Has(data::DecodeImage(path, data::ImageLimits{}, &image).message(), what));
+    }
+  })) << "a load opened the FIFO and waited for a writer";
+  ::close(sfd);
+  // Named as no image: left out without being opened.
+  const std::string root = TwoClasses(In("fifo_other"), png);
+  ASSERT_EQ(::mkfifo((root + "/b/pipe").c_str(), 0600), 0);
+  EXPECT_TRUE(EndsWithoutRelease({root + "/b/pipe"}, [&] {
+    data::Dataset d;
+    const Status s = data::LoadImageFolder(root, Classify(), &d);
+    ASSERT_TRUE(s.ok()) << s.message();
+    EXPECT_EQ(d.rows, 2);
+    EXPECT_EQ(d.skipped_files, 1);
+    EXPECT_EQ(d.first_skipped, root + "/b/pipe");
+  }));
+}
+
+// Predict's folder is one of images or one of class folders. Images beside folders would not
+// be rows of a folder of class folders: predict used to write the sub-folder's one row, exit 0.
+TEST_F(ImageFolders, PredictRefusesImagesBesideFolders) {
+  const std::string root = In("mixed");
+  fs::create_directories(root + "/sub");
+  for (const char* name : {"c.png", "a.png", "e.png", "b.png", "d.png"}) {
+    fs::copy_file(In("grey/images/one/0.png"), root + "/" + name);
+  }
+  fs::copy_file(In("grey/images/one/1.png"), root + "/sub/0.png");
+  data::LoadOptions o;
+  o.no_labels = true;
+  data::Dataset d;
+  const Status s = data::LoadImageFolder(root, o, &d);
+  EXPECT_EQ(s.code(), Status::Code::kData) << d.rows << " rows";
+  EXPECT_TRUE(Has(s.message(), root + ": holds both images (5, the first " + root +
+                                   "/a.png) and folders (the first " + root + "/sub)"))
+      << s.message();
+  EXPECT_TRUE(Has(s.message(), "would not be predicted")) << s.message();
+  Shape shape;
+  EXPECT_EQ(data::ImageFolderShape(root, true, &shape).code(), Status::Code::kData);
+  // Training reads it as ImageFolder does: the class folder's image, the top's files no row.
+  ASSERT_TRUE(data::LoadImageFolder(root, Classify(), &d).ok());
+  EXPECT_EQ(d.rows, 1);
+  // Only images count: a README beside the class folders is no reason to refuse.
+  fs::remove_all(root);
+  fs::create_directories(root + "/sub");
+  fs::copy_file(In("grey/images/one/1.png"), root + "/sub/0.png");
+  std::ofstream(root + "/README.txt") << "the images\n";
+  ASSERT_TRUE(data::LoadImageFolder(root, o, &d).ok());
+  EXPECT_EQ(d.rows, 1);
+}
+
+// A name holding a control byte (a line break) is shown as \xNN in a message, never raw.
+TEST_F(ImageFolders, ControlBytesInNamesAreEscapedInMessages) {
+  const std::string root = In("names");
+  fs::create_directories(root + "/bad\nclass");
+  fs::copy_file(In("grey/images/one/0.png"), root + "/bad\nclass/0.png");
+  data::Dataset d;
+  Status s = data::LoadImageFolder(root, Classify(), &d);
+  EXPECT_EQ(s.code(), Status::Code::kData);
+  EXPECT_TRUE(Has(s.message(), root + "/bad\\x0aclass: the class folder's name holds a "
+                                      "control byte (\\x0a at byte 3)"))
+      << s.message();
+  EXPECT_EQ(s.message().find('\n'), std::string::npos) << s.message();
+  fs::rename(root + "/bad\nclass", root + "/b");
+  std::ofstream(root + "/b/x\ty.bmp") << "BM";
+  s = data::LoadImageFolder(root, Classify(), &d);
+  EXPECT_TRUE(Has(s.message(), root + "/b/x\\x09y.bmp: only JPEG")) << s.message();
+  fs::remove(root + "/b/x\ty.bmp");
+  std::ofstream(root + "/b/1\n.png") << "not a png";
+  s = data::LoadImageFolder(root, Classify(), &d);
+  EXPECT_TRUE(Has(s.message(), root + "/b/1\\x0a.png: not a JPEG or PNG file")) << s.message();
+  EXPECT_EQ(s.message().find('\n'), std::string::npos) << s.message();
+}
+
+// The stop a master reports (SetLoadStop) ends a load between two images, naming the signal.
+std::atomic<int> g_stop_calls{0};
+int g_stop_after = 0;
+int StopAfterSomeCalls() {
+  return g_stop_calls.fetch_add(1) >= g_stop_after ? SIGTERM : 0;
+}
+
+TEST_F(ImageFolders, AStopEndsTheLoadBetweenImages) {
+  const std::string root = In("stop");
+  for (const char* c : {"a", "b"}) {
+    fs::create_directories(root + "/" + c);
+    for (int i = 0; i < 1000; ++i) {
+      fs::create_hard_link(In("grey/images/one/0.png"),
+                           root + "/" + c + "/" + std::to_string(i) + ".png");
+    }
+  }
+  data::SetLoadStop(StopAfterSomeCalls);
+  g_stop_after = 500;
+  g_stop_calls = 0;
+  data::Dataset d;
+  Status s = data::LoadImageFolder(root, Classify(), &d);
+  EXPECT_EQ(s.code(), Status::Code::kInterrupted) << s.message();
+  EXPECT_TRUE(Has(s.message(), "stopped by SIGTERM while loading the images of " + root + " ("))
+      << s.message();
+  EXPECT_TRUE(Has(s.message(), " of 2000 decoded)")) << s.message();
+  EXPECT_LT(g_stop_calls.load(), 700) << "each thread stops before its next image";
+  g_stop_after = 0;
+  s = data::LoadImageFolder(root, Classify(), &d);
+  EXPECT_TRUE(Has(s.message(), "stopped by SIGTERM while listing " + root + "/a")) << s.message();
+  data::SetLoadStop(nullptr);
+  ASSERT_TRUE(data::LoadImageFolder(root, Classify(), &d).ok());
+  EXPECT_EQ(d.rows, 2000);
+  fs::remove_all(root);
 }
 
 // 100,000 tiny files (2 classes of 50,000 copies of a 6x4 PNG; a tenth under a sanitizer):

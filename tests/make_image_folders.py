@@ -10,12 +10,16 @@ folder's files sorted; images by extension), so the loader is checked against th
                                     them, OUT/y.npy int64, OUT/paths.txt the files in row order
   make_image_folders.py grey OUT    OUT/images: 2 classes of 6x4 grey PNGs, and OUT/x.npy, y.npy
   make_image_folders.py bad OUT     one image folder per hostile case, OUT/<case>
+  make_image_folders.py heavy OUT   OUT/heavy.png: a 6x4 grey PNG with a 1 MiB text chunk,
+                                    about a millisecond to read, as a photo takes to decode,
+                                    and 24 samples: a folder of many links to it loads for
+                                    seconds in little memory
 """
 import os
 import sys
 
 import numpy as np
-from PIL import Image
+from PIL import Image, PngImagePlugin
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
 
@@ -111,10 +115,17 @@ def bad(out):
     os.symlink("missing.png", os.path.join(folder("broken_link"), "b", "1.png"))
 
 
+def heavy(out):
+    info = PngImagePlugin.PngInfo()
+    info.add_text("comment", "x" * (1 << 20))
+    rng_image(np.random.default_rng(10), 6, 4, "L").save(os.path.join(out, "heavy.png"),
+                                                          pnginfo=info)
+
+
 def main():
     mode, out = sys.argv[1], sys.argv[2]
     os.makedirs(out, exist_ok=True)
-    {"same": same, "grey": grey, "bad": bad}[mode](out)
+    {"same": same, "grey": grey, "bad": bad, "heavy": heavy}[mode](out)
 
 
 if __name__ == "__main__":

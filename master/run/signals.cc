@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "data/image_folder.h"
 #include "master/run/run.h"
 #include "shmtrain/status.h"
 
@@ -142,6 +143,8 @@ void InstallSignalHandlers(StopAction stop) {
     for (const int sig : kCrashSignals) sigaction(sig, &crash, nullptr);
   }
   std::set_terminate(OnTerminate);
+  // A load of images checks for a stop between files (kRemoveAndDie never lets it see one).
+  data::SetLoadStop([] { return g_stop_signal.load(); });
 }
 
 }  // namespace shmtrain::master
