@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "core/decimal.h"
+#include "data/dataset.h"
 
 namespace shmtrain::data {
 namespace {
@@ -281,6 +282,8 @@ Status ReadAs(ArrayReader& r, int64_t count, std::vector<Out>* out, const Elemen
   // A size known exactly is had up front; any other only as the bytes arrive.
   Grow(out, count, r.src->Left().exact ? count : per_block);
   for (int64_t done = 0; done < count;) {
+    // A stop signal ends a load between two blocks (data/dataset.h).
+    if (LoadStopSignal() != 0) return LoadStopped("reading " + r.src->name());
     if (done == static_cast<int64_t>(out->size())) Grow(out, count, per_block);
     const int64_t n = std::min({per_block, count - done, static_cast<int64_t>(out->size()) - done});
     const size_t want = static_cast<size_t>(n * size);

@@ -1,6 +1,7 @@
 #include "data/byte_stream.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -11,6 +12,8 @@
 #include <cstring>
 #include <unordered_map>
 #include <utility>
+
+#include "data/dataset.h"
 
 namespace shmtrain::data {
 namespace {
@@ -42,7 +45,7 @@ class Fd {
 };
 
 Status OpenFd(const std::string& path, Fd* fd) {
-  const int f = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int f = OpenForReading(path);
   if (f < 0) return Status::Data(path + ": cannot open file: " + std::strerror(errno));
   struct stat st {};
   if (::fstat(f, &st) == 0 && S_ISDIR(st.st_mode)) {
@@ -130,6 +133,7 @@ class FileSource final : public ByteSource {
     }
     z_.next_in = in_.data();
     for (;;) {
+      if (Status s = WaitReadable(fd_.get(), name()); !s.ok()) return s;
       const ssize_t r = ::read(fd_.get(), in_.data() + z_.avail_in, in_.size() - z_.avail_in);
       if (r < 0 && errno == EINTR) continue;
       if (r < 0) return Damaged(name(), std::string("cannot read file: ") + std::strerror(errno));
@@ -503,6 +507,28 @@ Status CheckExtent(const std::string& name, int fd, const ZipEntry& e, uint64_t 
 }
 
 }  // namespace
+
+int OpenForReading(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) return -1;
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0) {
+    const int e = errno;
+    ::close(fd);
+    errno = e;
+    return -1;
+  }
+  return fd;
+}
+
+Status WaitReadable(int fd, const std::string& name) {
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    const int r = ::poll(&p, 1, 200);
+    if (r > 0 || (r < 0 && errno != EINTR)) return Status::Ok();
+    if (Status s = LoadStopped("reading " + name); !s.ok()) return s;
+  }
+}
 
 Status OpenFile(const std::string& path, std::unique_ptr<ByteSource>* out) {
   Fd fd;

@@ -1,6 +1,7 @@
 #include "data/dataset.h"
 
 #include "core/decimal.h"
+#include "core/signal_name.h"
 #include "core/utf8.h"
 #include "data/format.h"
 #include "data/text_cells.h"
@@ -8,6 +9,7 @@
 #include "nn/rng.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <string>
 #include <string_view>
@@ -190,6 +192,24 @@ Dataset MakeBlobs(int64_t n, int features, int classes, uint64_t seed) {
     d.y[i] = static_cast<float>(k);
   }
   return d;
+}
+
+namespace {
+// SetLoadStop's function, or null.
+std::atomic<int (*)()> g_load_stop{nullptr};
+}  // namespace
+
+void SetLoadStop(int (*stop_signal)()) { g_load_stop.store(stop_signal); }
+
+int LoadStopSignal() {
+  int (*const stop)() = g_load_stop.load();
+  return stop != nullptr ? stop() : 0;
+}
+
+Status LoadStopped(const std::string& what) {
+  const int sig = LoadStopSignal();
+  if (sig == 0) return Status::Ok();
+  return Status::Interrupted("stopped by " + SignalName(sig) + " while " + what);
 }
 
 }  // namespace shmtrain::data

@@ -116,4 +116,17 @@ Dataset MakeParabola(int64_t n);
 // i mod classes. Deterministic in seed (nn::Rng). For benchmarks and tests at any size.
 Dataset MakeBlobs(int64_t n, int features, int classes, uint64_t seed);
 
+// What tells a load to stop: a function that gives the stop signal's number, 0 while there is
+// none: the master's (master/run/signals.h), so that a stop signal ends a run's start within a
+// block of its data, not after all of it. It is called from the loaders' threads, so it must
+// be thread-safe; null (the default): nothing stops a load.
+void SetLoadStop(int (*stop_signal)());
+// The stop signal asked for meanwhile, 0 when none.
+int LoadStopSignal();
+// Ok while no stop is asked for; else kInterrupted, "stopped by SIGTERM while <what>" (the
+// master exits 128 + n). Every loader asks between two blocks of its input: the text loaders
+// between blocks of lines (data/line_blocks.h), the array readers between blocks of elements
+// (data/array_file.h), the image loader between two images.
+Status LoadStopped(const std::string& what);
+
 }  // namespace shmtrain::data

@@ -24,15 +24,6 @@ namespace fs = std::filesystem;
 
 enum class NameKind { kImage, kUnreadImage, kOther };
 
-// SetLoadStop's function, or null.
-std::atomic<int (*)()> g_stop{nullptr};
-
-// The stop signal asked for meanwhile, 0 when none.
-int StopSignal() {
-  int (*const stop)() = g_stop.load();
-  return stop != nullptr ? stop() : 0;
-}
-
 // kInterrupted for a load that a stop signal ended: the master exits 128 + sig.
 Status Stopped(int sig, const std::string& what) {
   return Status::Interrupted("stopped by " + SignalName(sig) + " while " + what);
@@ -169,7 +160,7 @@ Status ListClass(const std::string& dir, int label, ImageFolderFiles* out) {
   std::sort(folders.begin(), folders.end());
   const size_t before = out->paths.size();
   for (const std::string& f : folders) {
-    if (const int sig = StopSignal(); sig != 0) return Stopped(sig, "listing " + Shown(f));
+    if (const int sig = LoadStopSignal(); sig != 0) return Stopped(sig, "listing " + Shown(f));
     Entries e;
     if (Status s = ReadEntries(f, &e); !s.ok()) return s;
     if (Status s = ListFiles(f, e, label, out); !s.ok()) return s;
@@ -224,7 +215,7 @@ class RowDecoder {
   void Work() {
     Image img;
     for (int i; (i = next_.fetch_add(1)) < n_ && i < failed_at_.load();) {
-      if (const int sig = StopSignal(); sig != 0) {
+      if (const int sig = LoadStopSignal(); sig != 0) {
         stopped_.store(sig);
         return;
       }
@@ -302,10 +293,6 @@ std::string SkippedFilesWarning(const Dataset& d, const std::string& src) {
          (d.skipped_files == 1 ? " file is" : " files are") +
          " not an image by its name (.jpg, .jpeg, .png) and left out, as torchvision's "
          "ImageFolder leaves them (the first: " + Shown(d.first_skipped) + ")";
-}
-
-void SetLoadStop(int (*stop_signal)()) {
-  g_stop.store(stop_signal);
 }
 
 bool IsImageFolder(const std::string& path) {

@@ -24,8 +24,8 @@
 // their control bytes as \xNN (Printable, core/utf8.h): a file name may hold a line break.
 //
 // A load ends between two images, kInterrupted naming the signal, once the function given to
-// SetLoadStop reports a stop signal: the master's (master/run/signals.h), so that a stop
-// signal ends train's start within one image's decode, not after every image.
+// SetLoadStop (data/dataset.h) reports a stop signal: the master's (master/run/signals.h), so
+// that a stop signal ends train's start within one image's decode, not after every image.
 #pragma once
 
 #include <cstdint>
@@ -48,11 +48,6 @@ struct ImageFolderFiles {
 
 // Whether `path` is a directory (after symbolic links): an image folder by its kind.
 bool IsImageFolder(const std::string& path);
-
-// What tells a load to stop: a function that gives the stop signal's number, 0 while there is
-// none (it is called from the decoding threads, so it must be thread-safe); null: nothing
-// stops a load.
-void SetLoadStop(int (*stop_signal)());
 
 // Lists root's classes and images in row order. flat_ok (predict): a root without class
 // folders (a folder of images) lists its own image files, with no classes; a root that holds

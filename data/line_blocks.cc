@@ -11,6 +11,9 @@
 #include <utility>
 #include <vector>
 
+#include "core/utf8.h"
+#include "data/dataset.h"
+
 namespace shmtrain::data {
 namespace {
 
@@ -56,7 +59,7 @@ Status LineBlocks::ReadError() const {
 }
 
 Status LineBlocks::Open() {
-  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  fd_ = OpenForReading(path_);
   if (fd_ < 0) return Status::Data(path_ + ": cannot open file: " + std::strerror(errno));
   struct stat st {};
   size_t first = block_bytes_;
@@ -105,6 +108,7 @@ void LineBlocks::Fill(size_t want) {
 Status LineBlocks::ReadSome(char* p, size_t n, size_t* got) {
   if (src_ != nullptr) return src_->Read(p, n, got);
   for (;;) {
+    if (Status s = WaitReadable(fd_, Printable(path_)); !s.ok()) return s;
     const ssize_t r = ::read(fd_, p, n);
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) return ReadError();
@@ -177,6 +181,8 @@ Status LineBlocks::Extend() {
 }
 
 Status LineBlocks::Next(bool* more) {
+  // A stop signal ends a load between two blocks (data/dataset.h).
+  if (Status s = LoadStopped("reading " + Printable(path_)); !s.ok()) return s;
   lines_before_ += CountNewlines(buf_.get() + begin_, end_ - begin_);
   moved_ = true;
   // What follows the block (a line in part) moves to the front of the buffer.

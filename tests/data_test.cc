@@ -2,12 +2,16 @@
 // class maps, held-out splits, the built-in parabola, and the batch plan (which rows each
 // worker uses at each step).
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
+#include <chrono>
+#include <csignal>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -16,6 +20,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -25,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "data/array_file.h"
 #include "data/batch_plan.h"
 #include "data/byte_stream.h"
 #include "data/dataset.h"
@@ -2682,6 +2688,118 @@ TEST_F(PipelineTest, ASegmentLargerThanDevShmIsRefused) {
             std::string::npos)
       << s.message();
   EXPECT_EQ(rd.train.rows, 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// A stop signal (SetLoadStop: the master's) ends a load between two blocks of its input, and a
+// pipe whose writer stalls within a round of WaitReadable, rather than after the whole file.
+
+std::atomic<int> g_stop_calls{0};
+std::atomic<int> g_stop_after{0};
+int StopAfterSomeCalls() { return g_stop_calls.fetch_add(1) >= g_stop_after ? SIGTERM : 0; }
+
+class LoadStopTest : public CsvTest {
+ protected:
+  void StopAfter(int calls) {
+    g_stop_calls = 0;
+    g_stop_after = calls;
+    SetLoadStop(StopAfterSomeCalls);
+  }
+  void TearDown() override {
+    SetLoadStop(nullptr);
+    CsvTest::TearDown();
+  }
+};
+
+TEST_F(LoadStopTest, EndsATextLoadBetweenBlocks) {
+  std::string text = "x,y\n";
+  for (int i = 0; i < 20000; ++i) text += std::to_string(i) + "," + std::to_string(i % 3) + "\n";
+  const std::string path = Write(text);
+  TextTuning t;
+  t.block_bytes = 4096;  // about 45 blocks
+  for (int threads : {1, 2}) {
+    t.threads = threads;
+    StopAfter(3);
+    Dataset d;
+    const Status s = LoadText(path, {}, t, &d);
+    EXPECT_EQ(s.code(), Status::Code::kInterrupted) << s.message();
+    EXPECT_EQ(s.message(), "stopped by SIGTERM while reading " + path);
+    EXPECT_LE(g_stop_calls.load(), 6) << "the load went on after the stop";
+  }
+  SetLoadStop(nullptr);
+  Dataset d;
+  ASSERT_TRUE(LoadText(path, {}, t, &d).ok());
+  EXPECT_EQ(d.rows, 20000);
+}
+
+TEST_F(LoadStopTest, EndsAnArrayReadBetweenBlocks) {
+  // 4M float32 values: 16 blocks of 1 MiB.
+  const int64_t n = int64_t{1} << 22;
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" +
+                       std::to_string(n) + ",), }";
+  header.append(64 - (10 + header.size() + 1) % 64, ' ');
+  header += '\n';
+  std::string file = std::string("\x93NUMPY\x01\x00", 8);
+  file += static_cast<char>(header.size() & 0xff);
+  file += static_cast<char>(header.size() >> 8);
+  file += header;
+  file.append(static_cast<size_t>(n) * 4, '\0');
+  const std::string path = Write(file, "big.npy");
+  const auto read = [&](std::vector<float>* v) {
+    std::unique_ptr<ByteSource> src;
+    if (Status s = OpenFile(path, &src); !s.ok()) return s;
+    ArrayReader r;
+    if (Status s = ReadNpyHeader(std::move(src), &r); !s.ok()) return s;
+    return ReadFloats(r, n, v, [](int64_t i) { return std::to_string(i); });
+  };
+  StopAfter(2);
+  std::vector<float> v;
+  const Status s = read(&v);
+  EXPECT_EQ(s.code(), Status::Code::kInterrupted) << s.message();
+  EXPECT_EQ(s.message(), "stopped by SIGTERM while reading " + path);
+  EXPECT_LE(g_stop_calls.load(), 4);  // the block that stops asks twice (LoadStopped)
+  SetLoadStop(nullptr);
+  ASSERT_TRUE(read(&v).ok());
+  EXPECT_EQ(static_cast<int64_t>(v.size()), n);
+}
+
+// A FIFO whose writer opened it, wrote a few lines and went quiet: the load waits for more,
+// and a stop ends the wait. Nobody writing at all is the same wait (open(2) does not hold it).
+TEST_F(LoadStopTest, EndsTheWaitForAStalledPipe) {
+  const std::string path = dir_ + "/pipe.csv";
+  ASSERT_EQ(mkfifo(path.c_str(), 0600), 0);
+  for (bool writes : {true, false}) {
+    SCOPED_TRACE(writes ? "a writer that stalls" : "no writer");
+    StopAfter(1 << 30);
+    std::atomic<bool> done{false};
+    std::thread writer;
+    if (writes) {
+      writer = std::thread([&] {
+        const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+        if (fd < 0) return;
+        const std::string lines = "x,y\n1,0\n2,1\n";
+        EXPECT_EQ(::write(fd, lines.data(), lines.size()), static_cast<ssize_t>(lines.size()));
+        while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        ::close(fd);
+      });
+    }
+    std::thread stopper([] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      g_stop_after = 0;
+    });
+    const auto t0 = std::chrono::steady_clock::now();
+    Dataset d;
+    const Status s = LoadText(path, {}, TextTuning{}, &d);
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    done = true;
+    stopper.join();
+    if (writer.joinable()) writer.join();
+    EXPECT_EQ(s.code(), Status::Code::kInterrupted) << s.message();
+    EXPECT_EQ(s.message(), "stopped by SIGTERM while reading " + path);
+    // 300 ms, then at most a round of 200 ms; a loaded machine may add some.
+    EXPECT_LT(waited, 1.5);
+  }
 }
 
 }  // namespace

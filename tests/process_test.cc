@@ -20,6 +20,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <map>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -725,6 +727,43 @@ TEST(WorkerTest, ForeignSegmentExitsTwelve) {
   shm_unlink(name.c_str());
   EXPECT_TRUE(sized);
   ExpectNoSegments(getpid());
+}
+
+// Whether process pid has `path` open (one of /proc/pid/fd's links).
+bool HasOpen(pid_t pid, const std::string& path) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(
+           "/proc/" + std::to_string(pid) + "/fd", ec)) {
+    if (std::filesystem::read_symlink(e.path(), ec) == path) return true;
+  }
+  return false;
+}
+
+// --data a FIFO that nobody writes: the run waits for its text, and a stop signal ends the wait
+// within a round of it (data/byte_stream.h's WaitReadable), naming the file; before, open(2)
+// and read(2) held the master past any signal.
+TEST(SignalTest, AStopEndsTheWaitForADataPipe) {
+  TempDir dir;
+  const std::string fifo = dir.File("rows.csv");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  Subprocess p(Shmtrain({"train", "--data", fifo, "--layers", "1,4,1", "--lr", "0.1",
+                         "--steps", "5"}));
+  ASSERT_GT(p.pid(), 0);
+  const auto deadline = Clock::now() + milliseconds{20'000};
+  while (p.running() && !HasOpen(p.pid(), fifo) && Clock::now() < deadline) {
+    std::string line;
+    p.ReadLine(&line, milliseconds{20});
+  }
+  ASSERT_TRUE(HasOpen(p.pid(), fifo)) << "the run never opened " << fifo << ": " << p.err();
+  const auto t0 = Clock::now();
+  ASSERT_TRUE(p.Signal(SIGTERM));
+  const ProcResult r = p.Wait(kRunTimeout);
+  const double after_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  ExpectExit(r, 143);
+  EXPECT_NE(r.err.find("stopped by SIGTERM while reading " + fifo), std::string::npos) << r.err;
+  // A round of 200 ms, and the exit; a loaded machine may add some.
+  EXPECT_LT(after_s, 1.5);
+  ExpectNoSegments(r.pid);
 }
 
 // A worker started by hand against a live run's segment cannot join it or disturb it: a

@@ -11,7 +11,7 @@
 #include <string>
 #include <utility>
 
-#include "data/image_folder.h"
+#include "data/dataset.h"
 #include "master/run/run.h"
 #include "shmtrain/status.h"
 

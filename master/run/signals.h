@@ -4,8 +4,8 @@
 //    XFSZ, VTALRM, PROF, IO, PWR). In `train` (StopAction::kRaiseFlag): a flag
 //    (g_stop_signal), which StopSignal, the first unit of the run loop's rounds, turns into
 //    the end of the run (kInterrupted), and which every wait of the run's end asks (an
-//    output write that has no room, master/files/output_write.h), as does a load of images
-//    between two files (data::SetLoadStop); the run's end stops the workers,
+//    output write that has no room, master/files/output_write.h), as does a load of data
+//    between two blocks of it (data::SetLoadStop); the run's end stops the workers,
 //    writes a checkpoint if one is configured, removes the segment, and the process exits
 //    128 + n. In the other commands (StopAction::kRemoveAndDie), which hold no workers: the
 //    files registered with RemovedOnDeath are removed and the signal is raised again with its
