@@ -375,6 +375,13 @@ put("jpeg", "ycc420_progressive.jpg", jpeg(16, 16, [(1, 2, 2), (2, 1, 1), (3, 1,
 put("jpeg", "cmyk.jpg", jpeg(8, 8, [(1, 1, 1), (2, 1, 1), (3, 1, 1), (4, 1, 1)]))
 put("jpeg", "twelve_bits.jpg", jpeg(8, 8, [(1, 1, 1)], precision=12))
 put("jpeg", "cut.jpg", jpeg(32, 16, [(1, 2, 2), (2, 1, 1), (3, 1, 1)])[:-20])
+# A baseline grey header declaring 1000 x 1000 pixels in 155 bytes: its 15,625 blocks need a
+# bit each at least, so it is refused from its header before anything is allocated for it.
+put("jpeg", "regress-more_blocks_than_bits.jpg", bytes.fromhex(
+    "ffd8ffdb00430001010101010101010101010101010101010101010101010101010101010101010101010101"
+    "010101010101010101010101010101010101010101010101010101ffc0000b0803e803e801011100ffc4001f"
+    "0000010501010101010100000000000000000102030405060708090a0bffc400141001000000000000000000"
+    "00000000000000ffda0008010100003f00fcff007fffd9"))
 
 
 # PNG (data/image_png.cc): every colour type and the bit depths of each, a palette with
