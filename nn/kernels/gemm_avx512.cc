@@ -20,10 +20,11 @@
 #endif
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <new>
 
 #include "nn/gemm.h"
 
@@ -34,12 +35,14 @@ constexpr int64_t kMr = 32, kNr = 12;
 constexpr int64_t kMc = 128, kNc = 768;  // kMc % kMr == 0, kNc % kNr == 0 (k: K::kKc)
 
 // A scratch buffer of 64-byte aligned floats, kept between calls (workers are one thread).
+// The standard library's aligned operator new allocates it: its failure is std::bad_alloc,
+// which unwinds to the command's one catch site (docs/errors.md), the old buffer kept.
 class Scratch {
  public:
   float* Get(int64_t n) {
     if (n > size_) {
-      buf_.reset(static_cast<float*>(std::aligned_alloc(64, ((n * 4 + 63) / 64) * 64)));
-      if (!buf_) throw std::bad_alloc();
+      buf_.reset(static_cast<float*>(
+          ::operator new(static_cast<size_t>(n) * sizeof(float), std::align_val_t{64})));
       size_ = n;
     }
     return buf_.get();
@@ -47,7 +50,7 @@ class Scratch {
 
  private:
   struct Free {
-    void operator()(float* p) const { std::free(p); }
+    void operator()(float* p) const { ::operator delete(p, std::align_val_t{64}); }
   };
   std::unique_ptr<float, Free> buf_;
   int64_t size_ = 0;
