@@ -202,6 +202,31 @@ TEST(Gemm, ProductsThatShareATakeGemmsBits) {
   SetProductInputs(ComputeType::kFloat);
 }
 
+// SameA's kernel on the AVX2 path, on any CPU (SameA itself takes the process's path): op(A)
+// packed by the first product and read back by the later ones gives GemmAvx2's bits; op(A)
+// crosses blocks of m and k, B a block of n.
+TEST(Gemm, TheAvx2KernelWithAKeptAGivesItsBits) {
+  for (bool ta : {false, true}) {
+    SCOPED_TRACE(ta ? "A^T" : "A");
+    const Case c{150, 400, 530, ta, false};
+    const Operands o(c, 13);
+    std::vector<float> buf(static_cast<size_t>(KeptAFloatsAvx2(c.m, c.k)) + 16);
+    // 64-byte aligned inside buf, as SameA's buffer is.
+    const uintptr_t at = reinterpret_cast<uintptr_t>(buf.data());
+    KeptA kept{buf.data() + ((64 - at % 64) % 64) / sizeof(float), false};
+    for (int64_t n : {c.n, int64_t{37}, int64_t{5}}) {
+      const Operands b(Case{c.m, n, c.k, c.ta, false}, static_cast<uint32_t>(n));
+      std::vector<float> want = b.c0, got = b.c0;
+      GemmAvx2(c.m, n, c.k, {o.a.data(), o.lda, c.ta}, {b.b.data(), b.ldb}, want.data(), b.ldc,
+               n == 37);
+      GemmAvx2Kept(c.m, n, c.k, {o.a.data(), o.lda, c.ta}, {b.b.data(), b.ldb}, got.data(), b.ldc,
+                   n == 37, &kept);
+      EXPECT_TRUE(kept.packed);
+      EXPECT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * want.size())) << "n " << n;
+    }
+  }
+}
+
 // A sample's outputs do not depend on the other samples of its batch (eval and predict of one
 // image give it the bits it gets among all): a column of C computed within n = 1, 2, 7, 64
 // or 300 columns, at various places among them (n / 2: 0, 1, 3, 32, 150, so at different
