@@ -370,6 +370,14 @@ TEST(JsonLog, UsageErrorsAreJsonEventsWithTheBytesEscaped) {
            {{"train", raw, "--log-format", "json"}, "'" + shown + "'", true},
            {{"predict", "--bogus", "--log-format", "json"}, "unknown flag --bogus", true},
            {Parabola({"--lr", raw}), "--lr", false},
+           // A line break in a value (here the model's text) is escaped too: the message stays
+           // one line, in text as in JSON.
+           {{"train", "--example", "parabola", "--model", "linear(5)\nrelu", "--lr", "0.1",
+             "--steps", "2"},
+            "'linear(5)\\x0arelu'", false},
+           {{"train", "--example", "parabola", "--model", "linear(5)\nrelu", "--lr", "0.1",
+             "--steps", "2", "--log-format", "json"},
+            "'linear(5)\\x0arelu'", true},
        }) {
     SCOPED_TRACE(::testing::PrintToString(c.args));
     const ProcResult r = Shmtrain(c.args);

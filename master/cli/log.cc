@@ -159,7 +159,9 @@ void Logger::ProgressDone(const std::string& text) {
 
 void Logger::Error(const std::string& msg) {
   ClearProgress();
-  const std::string full = Printable(secondary() ? who_ + ": " + msg : msg, "\n\t");
+  // One line: a value the user gave (a flag's, a file name, a model's text) is quoted as it
+  // came, and a line break in it would pass for the message's end.
+  const std::string full = Printable(secondary() ? who_ + ": " + msg : msg, "\t");
   Err("shmtrain: error: " + full + "\n");
   Always(JsonLine("error").Str("message", full));
 }
