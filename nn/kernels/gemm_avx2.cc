@@ -210,8 +210,11 @@ void StoreTile(const __m256 (&acc)[kNr][2], float* c, int64_t ldc, int64_t rows,
   }
 }
 
-// C's tile (rows x cols of at most kMr x kNr at c) = [C +] the panels' product over kc. The
-// twelve accumulators are named, not an array: GCC then keeps them in registers.
+// C's tile (rows x cols of at most kMr x kCols at c) = [C +] the panels' product over kc, for
+// the first kCols columns of the panel of B (a narrower tile at n's edge computes no padding;
+// every element's sum is the same chain of FMAs at any width). The accumulators are named,
+// not an array: GCC then keeps them in registers.
+template <int kCols>
 void MicroKernel(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int64_t rows,
                  int64_t cols, bool add) {
   __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
@@ -221,25 +224,48 @@ void MicroKernel(int64_t kc, const float* a, const float* b, float* c, int64_t l
     __m256 bj = _mm256_broadcast_ss(b);
     c00 = _mm256_fmadd_ps(a0, bj, c00);
     c01 = _mm256_fmadd_ps(a1, bj, c01);
-    bj = _mm256_broadcast_ss(b + 1);
-    c10 = _mm256_fmadd_ps(a0, bj, c10);
-    c11 = _mm256_fmadd_ps(a1, bj, c11);
-    bj = _mm256_broadcast_ss(b + 2);
-    c20 = _mm256_fmadd_ps(a0, bj, c20);
-    c21 = _mm256_fmadd_ps(a1, bj, c21);
-    bj = _mm256_broadcast_ss(b + 3);
-    c30 = _mm256_fmadd_ps(a0, bj, c30);
-    c31 = _mm256_fmadd_ps(a1, bj, c31);
-    bj = _mm256_broadcast_ss(b + 4);
-    c40 = _mm256_fmadd_ps(a0, bj, c40);
-    c41 = _mm256_fmadd_ps(a1, bj, c41);
-    bj = _mm256_broadcast_ss(b + 5);
-    c50 = _mm256_fmadd_ps(a0, bj, c50);
-    c51 = _mm256_fmadd_ps(a1, bj, c51);
+    if constexpr (kCols > 1) {
+      bj = _mm256_broadcast_ss(b + 1);
+      c10 = _mm256_fmadd_ps(a0, bj, c10);
+      c11 = _mm256_fmadd_ps(a1, bj, c11);
+    }
+    if constexpr (kCols > 2) {
+      bj = _mm256_broadcast_ss(b + 2);
+      c20 = _mm256_fmadd_ps(a0, bj, c20);
+      c21 = _mm256_fmadd_ps(a1, bj, c21);
+    }
+    if constexpr (kCols > 3) {
+      bj = _mm256_broadcast_ss(b + 3);
+      c30 = _mm256_fmadd_ps(a0, bj, c30);
+      c31 = _mm256_fmadd_ps(a1, bj, c31);
+    }
+    if constexpr (kCols > 4) {
+      bj = _mm256_broadcast_ss(b + 4);
+      c40 = _mm256_fmadd_ps(a0, bj, c40);
+      c41 = _mm256_fmadd_ps(a1, bj, c41);
+    }
+    if constexpr (kCols > 5) {
+      bj = _mm256_broadcast_ss(b + 5);
+      c50 = _mm256_fmadd_ps(a0, bj, c50);
+      c51 = _mm256_fmadd_ps(a1, bj, c51);
+    }
   }
   const __m256 acc[kNr][2] = {{c00, c01}, {c10, c11}, {c20, c21},
                               {c30, c31}, {c40, c41}, {c50, c51}};
   StoreTile(acc, c, ldc, rows, cols, add);
+}
+
+// The micro-kernel as wide as the tile's columns.
+void Tile(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int64_t rows,
+          int64_t cols, bool add) {
+  switch (cols) {
+    case 1: return MicroKernel<1>(kc, a, b, c, ldc, rows, cols, add);
+    case 2: return MicroKernel<2>(kc, a, b, c, ldc, rows, cols, add);
+    case 3: return MicroKernel<3>(kc, a, b, c, ldc, rows, cols, add);
+    case 4: return MicroKernel<4>(kc, a, b, c, ldc, rows, cols, add);
+    case 5: return MicroKernel<5>(kc, a, b, c, ldc, rows, cols, add);
+    default: return MicroKernel<kNr>(kc, a, b, c, ldc, rows, cols, add);
+  }
 }
 
 // k's blocks: equal lengths of at most kKc, fixed by k alone (no short last block, whose tiles
@@ -256,8 +282,8 @@ void Tiles(const float* pa, const float* pb, int64_t kc, int64_t mc, int64_t nc,
            int64_t ldc, bool add) {
   for (int64_t r = 0; r < mc; r += kMr) {
     for (int64_t s = 0; s < nc; s += kNr) {
-      MicroKernel(kc, pa + r * kc, pb + s * kc, c + r + s * ldc, ldc, std::min(kMr, mc - r),
-                  std::min(kNr, nc - s), add);
+      Tile(kc, pa + r * kc, pb + s * kc, c + r + s * ldc, ldc, std::min(kMr, mc - r),
+           std::min(kNr, nc - s), add);
     }
   }
 }
