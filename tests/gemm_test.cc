@@ -78,15 +78,17 @@ struct Operands {
 const std::vector<Case>& Cases() {
   static const std::vector<Case> cases = [] {
     std::vector<Case> v;
-    // Tiles and their edges (AVX-512: 32 x 12 tiles; AVX2: 16 x 6 tiles, 8 x 8 transposes
-    // while packing; both: blocks of 128 rows, 768 columns, 256 of k), and each block size
-    // crossed more than once (k 520, m 260, n 1540), kept small: the reference is a loop in
-    // double, and this test runs under ASan too.
+    // Tiles and their edges (AVX-512: 32 x 12 tiles, blocks of 768 columns; AVX2: 16 x 6
+    // tiles, 8 x 8 transposes while packing, blocks of at most 98304 / kc columns; both: blocks
+    // of 128 rows, 256 of k), and each block size crossed more than once (k 520, m 260, n 1540;
+    // n 800 at k 520), kept small: the reference is a loop in double, and this test runs under
+    // ASan too.
     const int64_t shapes[][3] = {
-        {1, 1, 1},    {1, 13, 7},    {31, 11, 5},    {32, 12, 256},  {33, 13, 257},
-        {129, 25, 300}, {64, 770, 9}, {7, 1, 1000},  {17, 40, 520},  {260, 20, 40},
-        {40, 1540, 3}, {10, 64, 128}, {16, 6, 8},    {5, 17, 33},    {300, 5, 17},
-        {17, 33, 300}, {33, 300, 5},  {15, 7, 9},    {1, 300, 17},   {300, 1, 33}};
+        {1, 1, 1},      {1, 13, 7},   {31, 11, 5},  {32, 12, 256}, {33, 13, 257},
+        {129, 25, 300}, {64, 770, 9}, {7, 1, 1000}, {17, 40, 520}, {260, 20, 40},
+        {40, 1540, 3},  {10, 64, 128}, {16, 6, 8},  {5, 17, 33},   {300, 5, 17},
+        {17, 33, 300},  {33, 300, 5}, {15, 7, 9},   {1, 300, 17},  {300, 1, 33},
+        {20, 800, 520}};
     for (const auto& s : shapes) {
       for (int t = 0; t < 4; ++t) v.push_back({s[0], s[1], s[2], (t & 1) != 0, (t & 2) != 0});
     }
@@ -228,12 +230,12 @@ TEST(Gemm, TheAvx2KernelWithAKeptAGivesItsBits) {
 }
 
 // A sample's outputs do not depend on the other samples of its batch (eval and predict of one
-// image give it the bits it gets among all): a column of C computed within n = 1, 2, 7, 64
-// or 300 columns, at various places among them (n / 2: 0, 1, 3, 32, 150, so at different
-// places in a tile), has the same bits, on every path, for each transpose, with C = and
-// C +=; k crosses a block of k (300).
+// image give it the bits it gets among all): a column of C computed within n = 1, 2, 7, 64, 300
+// or 800 columns, at various places among them (n / 2: 0, 1, 3, 32, 150, 400, so at different
+// places in a tile, and in a later block of n at 800), has the same bits, on every path, for
+// each transpose, with C = and C +=; k crosses blocks of k (300, 1000).
 TEST(Gemm, ASamplesColumnHasTheSameBitsInAnyBatch) {
-  constexpr int64_t kPool = 300, kAt = 150;  // a pool of columns; the sample is column kAt
+  constexpr int64_t kPool = 800, kAt = 400;  // a pool of columns; the sample is column kAt
   const int64_t shapes[][2] = {{37, 300}, {128, 64}, {5, 1000}, {300, 17}};  // m, k
   for (const Path& path : Paths()) {
     for (const auto& mk : shapes) {
@@ -243,7 +245,7 @@ TEST(Gemm, ASamplesColumnHasTheSameBitsInAnyBatch) {
           SCOPED_TRACE(std::string(path.name) + " " + Name(c) + (accumulate ? " C +=" : " C ="));
           const Operands o(c, 5);
           std::vector<float> alone;
-          for (int64_t n : {1, 2, 7, 64, 300}) {
+          for (int64_t n : {1, 2, 7, 64, 300, 800}) {
             // Columns [start, start + n) of the pool, the sample at n / 2 among them.
             const int64_t start = kAt - n / 2;
             const Operand b{o.b.data() + (c.tb ? start : start * o.ldb), o.ldb, c.tb};
