@@ -79,10 +79,9 @@ const std::vector<Case>& Cases() {
   static const std::vector<Case> cases = [] {
     std::vector<Case> v;
     // Tiles and their edges (AVX-512: 32 x 12 tiles, blocks of 768 columns; AVX2: 16 x 6
-    // tiles, 8 x 8 transposes while packing, blocks of at most 98304 / kc columns; both: blocks
-    // of 128 rows, 256 of k), and each block size crossed more than once (k 520, m 260, n 1540;
-    // n 800 at k 520), kept small: the reference is a loop in double, and this test runs under
-    // ASan too.
+    // tiles, 8 x 8 transposes while packing, blocks of 384 columns; both: blocks of 128 rows,
+    // 256 of k), and each block size crossed more than once (k 520, m 260, n 800 and 1540),
+    // kept small: the reference is a loop in double, and this test runs under ASan too.
     const int64_t shapes[][3] = {
         {1, 1, 1},      {1, 13, 7},   {31, 11, 5},  {32, 12, 256}, {33, 13, 257},
         {129, 25, 300}, {64, 770, 9}, {7, 1, 1000}, {17, 40, 520}, {260, 20, 40},

@@ -3,17 +3,17 @@
 // anywhere).
 //
 // The loops of BLIS (Van Zee and van de Geijn, 2015), as nn/kernels/gemm_avx512.cc runs them: n
-// in blocks of at most kBFloats / kc columns, k in blocks of equal length, at most kKc (op(B)'s
-// block packed into panels of kNr columns, k-major), m in blocks of kMc (op(A)'s block packed
-// into panels of kMr rows, k-major), then, for each panel of A (it stays in L1) and each panel of
-// B (they stream from L2), a micro-kernel per kMr x kNr tile of C that keeps the tile in 12 of
-// the 16 YMM registers over the block's k: per k, two loads of A, kNr broadcasts of B and 2 kNr
-// FMAs (two more registers hold A, one the broadcast). Panels are zero-padded, so the
-// micro-kernel always runs all kMr rows of a tile (and as many columns as C has at n's edge) and
-// stores only C's part of it. Each C element is its k products summed in k order (one FMA each,
-// from zero), block after block (C + the block's sum): the bits depend on m, n, k and the
-// operands alone, never on where in a tile or a block an element falls, so a column of C (a
-// sample) has the same bits in a product of any n.
+// in blocks of kNc columns, k in blocks of equal length, at most kKc (op(B)'s block packed into
+// panels of kNr columns, k-major), m in blocks of kMc (op(A)'s block packed into panels of kMr
+// rows, k-major), then, for each panel of A (it stays in L1) and each panel of B (they stream
+// from L2), a micro-kernel per kMr x kNr tile of C that keeps the tile in 12 of the 16 YMM
+// registers over the block's k: per k, two loads of A, kNr broadcasts of B and 2 kNr FMAs (two
+// more registers hold A, one the broadcast). Panels are zero-padded, so the micro-kernel always
+// runs all kMr rows of a tile (and as many columns as C has at n's edge) and stores only C's part
+// of it. Each C element is its k products summed in k order (one FMA each, from zero), block
+// after block (C + the block's sum): the bits depend on m, n, k and the operands alone, never on
+// where in a tile or a block an element falls, so a column of C (a sample) has the same bits in a
+// product of any n.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -31,10 +31,11 @@ namespace avx2_gemm {
 namespace {
 
 constexpr int64_t kMr = 16, kNr = 6;
-// kMc % kMr == 0. A panel of kMr rows over kKc: 16 KB (L1); op(B)'s block at most kBFloats,
+// kMc % kMr == 0, kNc % kNr == 0. A panel of kMr rows over kKc: 16 KB (L1); op(B)'s block
 // 384 KB (L2: Zen 3 has 512 KB). kernel_bench's shapes ran alike (within 3%) with kKc from 128
-// to 512 and with the panels of B outside those of A.
-constexpr int64_t kKc = 256, kMc = 128, kBFloats = 96 * 1024;
+// to 512; blocks of n sized to fill 384 KB for shorter blocks of k ran conv2's weight gradient
+// 6% slower.
+constexpr int64_t kKc = 256, kMc = 128, kNc = 384;
 
 // 64-byte aligned floats from the standard library's aligned operator new, whose failure is
 // std::bad_alloc and unwinds to the command's one catch site (docs/errors.md): this file
@@ -277,18 +278,6 @@ struct KBlocks {
   int64_t count, len;
 };
 
-// n's blocks: equal lengths (whole panels) of at most kBFloats / kc columns, so that op(B)'s
-// packed block fits in L2 whatever k's block is: a product of a short k (a weight gradient
-// over a batch) packs op(A) for fewer blocks of n. How n is split changes no bits.
-struct NBlocks {
-  NBlocks(int64_t n, int64_t kc) {
-    const int64_t cap = std::max(kNr, kBFloats / kc / kNr * kNr);
-    const int64_t count = (n + cap - 1) / cap;
-    len = ((n + count - 1) / count + kNr - 1) / kNr * kNr;
-  }
-  int64_t len;
-};
-
 // The tiles of one (n block, k block, m block): C's [i0, i0+mc) x [j0, j0+nc) [+]= the
 // packed panels' product; a panel of A over every panel of B (which order the tiles come in
 // changes no bits).
@@ -315,12 +304,12 @@ void Blocked(int64_t m, int64_t n, int64_t k, Operand a, Operand b, float* c, in
     return;
   }
   const KBlocks kb(k);
-  const NBlocks nb(n, kb.len);
+  const int64_t nc_max = std::min(kNc, (n + kNr - 1) / kNr * kNr);
   const int64_t mc_max = std::min(kMc, (m + kMr - 1) / kMr * kMr);
-  float* pb = packed_b.Get(kb.len * nb.len);
+  float* pb = packed_b.Get(kb.len * nc_max);
   float* pa = kept != nullptr ? nullptr : packed_a.Get(kb.len * mc_max);
-  for (int64_t j0 = 0; j0 < n; j0 += nb.len) {
-    const int64_t nc = std::min(nb.len, n - j0), nc_pad = (nc + kNr - 1) / kNr * kNr;
+  for (int64_t j0 = 0; j0 < n; j0 += kNc) {
+    const int64_t nc = std::min(kNc, n - j0), nc_pad = (nc + kNr - 1) / kNr * kNr;
     for (int64_t p0 = 0; p0 < k; p0 += kb.len) {
       const int64_t kc = std::min(kb.len, k - p0);
       PackB(b, n, p0, kc, j0, nc_pad, pb);
