@@ -77,17 +77,6 @@ Status ExpectAtLeast(const ByteSource& src, uint64_t need, const std::string& wh
 // garbage with its offset); a damaged stream is refused at the compressed byte where inflation
 // failed. Every message names the path.
 Status OpenFile(const std::string& path, std::unique_ptr<ByteSource>* out);
-
-// open(2) for reading without waiting for a FIFO's writer (O_NONBLOCK, cleared once open, so
-// that reads wait as usual, through WaitReadable): a FIFO nobody writes would hold open(2), and
-// a stop signal with it. -1 and errno as open(2) on failure.
-int OpenForReading(const std::string& path);
-
-// Waits until fd has bytes to read (or its end, or an error for read() to name), in rounds of
-// 200 ms between which a stop signal ends the wait (kInterrupted, data/dataset.h): a pipe or
-// FIFO whose writer stalls holds a load for at most one round after a stop. A regular file is
-// always ready. `name` names the file in the message.
-Status WaitReadable(int fd, const std::string& name);
 // OpenFile on `fd`, open for reading on `path` (which names it in messages), from where the
 // descriptor stands: the source takes it over and closes it.
 Status OpenDescriptor(const std::string& path, int fd, std::unique_ptr<ByteSource>* out);

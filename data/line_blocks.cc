@@ -13,6 +13,7 @@
 
 #include "core/utf8.h"
 #include "data/dataset.h"
+#include "data/read_wait.h"
 
 namespace shmtrain::data {
 namespace {
