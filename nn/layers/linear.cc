@@ -2,8 +2,8 @@
 //
 // Parameters: W (out x in, column-major: W(i, j) at i + j*out), then b (out). PyTorch's weight
 // is (out, in) row-major, so export transposes W. With the activation layers this is the MLP
-// of --layers to the bit: the same products and sums in the same order as the releases before
-// layers (tests/fixtures/ holds a model one of them trained) on the AVX2 path of nn/gemm.h.
+// of --layers: the model the releases before layers trained (tests/fixtures/ holds one), to
+// float rounding (their bits were Eigen's product's, which the AVX2 path no longer runs).
 #include <Eigen/Core>
 #include <cmath>
 #include <type_traits>
