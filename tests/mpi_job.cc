@@ -12,10 +12,14 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
+#include <filesystem>
 #include <random>
 #include <set>
 #include <sstream>
+#include <string>
+#include <system_error>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -135,9 +139,29 @@ std::string PidList(const std::vector<pid_t>& pids) {
   return s;
 }
 
+// Where this test process's mpirun jobs keep Open MPI's session directories: a directory of
+// its own, removed when the process ends. Under the shared default (/tmp/ompi.<host>.<uid>)
+// two jobs that ctest starts at the same moment race to create it, and the loser's mpirun
+// ends at once ("A call to mkdir was unable to create the desired directory ... File exists").
+const std::string& SessionBase() {
+  struct Base {
+    std::string path;
+    Base() {
+      std::string t = "/tmp/shmtrain-mpi.XXXXXX";
+      if (mkdtemp(t.data()) != nullptr) path = t;
+    }
+    ~Base() {
+      std::error_code ec;
+      if (!path.empty()) std::filesystem::remove_all(path, ec);
+    }
+  };
+  static const Base base;
+  return base.path;
+}
+
 // Everything mpirun needs to run host masters on this machine over loopback TCP, and the tag.
 std::vector<std::string> MpirunFlags(const std::string& tag) {
-  return {kMpirun,
+  std::vector<std::string> flags = {kMpirun,
           "--allow-run-as-root",
           "--oversubscribe",
           "--bind-to",
@@ -153,6 +177,10 @@ std::vector<std::string> MpirunFlags(const std::string& tag) {
           "lo",
           "-x",
           std::string(kTagVar) + "=" + tag};
+  if (!SessionBase().empty()) {
+    flags.insert(flags.begin() + 1, {"--mca", "orte_tmpdir_base", SessionBase()});
+  }
+  return flags;
 }
 
 std::string NewTag() {
