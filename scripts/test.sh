@@ -49,42 +49,6 @@ build() {
   cmake --build "$dir" -j"$jobs" ${targets:+--target $targets}
 }
 
-# The next configuration's build runs while this one's tests do, in the idle scheduling class
-# (chrt --idle): it takes only the CPU time the tests leave (most of a test is a process
-# starting or waiting for another), and the tests never wait for it. Without chrt it builds
-# after the tests. start_build <name> <command...> starts it, in a process group of its own
-# (ended with the script); finish_build <name> <command...> waits for it (or runs the command
-# now), prints the end of its output, and fails when it failed.
-declare -A bg_pid bg_log bg_t0
-stop_builds() {
-  for p in "${bg_pid[@]}"; do [ -z "$p" ] || kill -- -"$p" 2>/dev/null || true; done
-}
-trap stop_builds EXIT
-start_build() {
-  local name=$1; shift
-  bg_log[$name]=$(mktemp "/tmp/shmtrain-build-$name.XXXXXX")
-  bg_t0[$name]=$SECONDS
-  bg_pid[$name]=""
-  chrt --idle 0 true 2>/dev/null || return 0
-  set -m
-  ( chrt --idle -p 0 $BASHPID >/dev/null && "$@" ) >"${bg_log[$name]}" 2>&1 &
-  bg_pid[$name]=$!
-  set +m
-}
-finish_build() {
-  local name=$1 rc=0; shift
-  if [ -n "${bg_pid[$name]}" ]; then
-    wait "${bg_pid[$name]}" || rc=$?
-    bg_pid[$name]=""
-  else
-    "$@" >"${bg_log[$name]}" 2>&1 || rc=$?
-  fi
-  tail -n 40 "${bg_log[$name]}"
-  rm -f "${bg_log[$name]}"
-  [ $rc -eq 0 ] || { echo "test.sh: the $name build failed" >&2; exit $rc; }
-  echo "test.sh: $name: built $((SECONDS - bg_t0[$name])) s after it started"
-}
-
 # run_tests <build dir> <label or ""> <tests at once> [env ...]: ctest, on the kernel path the
 # env words choose (none: what the CPU has).
 run_tests() {
@@ -119,7 +83,6 @@ if [[ $what == all || $what == plain ]]; then
   t0=$SECONDS
   build build "" -DCMAKE_BUILD_TYPE=Release
   echo "test.sh: build: built in $((SECONDS - t0)) s"
-  [[ $what == all ]] && start_build asan asan_build
   # Three tests at once on two cores: most of a test is a process starting or waiting for
   # another (ASan's 707 tests: 131 s at -j2, 110 s at -j3).
   run_tests build "" 3
@@ -133,16 +96,15 @@ if [[ $what == all || $what == plain ]]; then
   fi
 fi
 if [[ $what == all || $what == asan ]]; then
-  if [[ $what == all ]]; then
-    finish_build asan asan_build
-    start_build tsan tsan_build
-  else
-    asan_build
-  fi
+  t0=$SECONDS
+  asan_build
+  echo "test.sh: build-asan: built in $((SECONDS - t0)) s"
   run_tests build-asan asan 3 "${avx2_path[@]}"
 fi
 if [[ $what == all || $what == tsan ]]; then
-  if [[ $what == all ]]; then finish_build tsan tsan_build; else tsan_build; fi
+  t0=$SECONDS
+  tsan_build
+  echo "test.sh: build-tsan: built in $((SECONDS - t0)) s"
   # TSan's tests start mpirun jobs whose host timeouts they measure: two at once.
   run_tests build-tsan tsan 2 "${avx2_path[@]}"
 fi
