@@ -208,7 +208,10 @@ int LoadStopSignal() {
 
 Status LoadStopped(const std::string& what) {
   const int sig = LoadStopSignal();
-  if (sig == 0) return Status::Ok();
+  return sig == 0 ? Status::Ok() : StoppedLoading(sig, what);
+}
+
+Status StoppedLoading(int sig, const std::string& what) {
   return Status::Interrupted("stopped by " + SignalName(sig) + " while " + what);
 }
 

@@ -128,5 +128,8 @@ int LoadStopSignal();
 // between blocks of lines (data/line_blocks.h), the array readers between blocks of elements
 // (data/array_file.h), the image loader between two images.
 Status LoadStopped(const std::string& what);
+// That kInterrupted for a signal already taken (the image loader's threads keep the one they
+// saw).
+Status StoppedLoading(int sig, const std::string& what);
 
 }  // namespace shmtrain::data

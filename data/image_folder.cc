@@ -12,7 +12,6 @@
 #include <utility>
 #include <vector>
 
-#include "core/signal_name.h"
 #include "core/utf8.h"
 #include "data/format.h"
 #include "data/image.h"
@@ -23,11 +22,6 @@ namespace {
 namespace fs = std::filesystem;
 
 enum class NameKind { kImage, kUnreadImage, kOther };
-
-// kInterrupted for a load that a stop signal ended: the master exits 128 + sig.
-Status Stopped(int sig, const std::string& what) {
-  return Status::Interrupted("stopped by " + SignalName(sig) + " while " + what);
-}
 
 // A path in a message: a file name may hold any byte, a line break among them.
 std::string Shown(const std::string& path) {
@@ -160,7 +154,9 @@ Status ListClass(const std::string& dir, int label, ImageFolderFiles* out) {
   std::sort(folders.begin(), folders.end());
   const size_t before = out->paths.size();
   for (const std::string& f : folders) {
-    if (const int sig = LoadStopSignal(); sig != 0) return Stopped(sig, "listing " + Shown(f));
+    if (const int sig = LoadStopSignal(); sig != 0) {
+      return StoppedLoading(sig, "listing " + Shown(f));
+    }
     Entries e;
     if (Status s = ReadEntries(f, &e); !s.ok()) return s;
     if (Status s = ListFiles(f, e, label, out); !s.ok()) return s;
@@ -203,9 +199,9 @@ class RowDecoder {
     Work();
     for (std::thread& t : pool) t.join();
     if (const int sig = stopped_.load(); sig != 0) {
-      return Stopped(sig, "loading the images of " + Shown(root) + " (" +
-                              std::to_string(decoded_.load()) + " of " + std::to_string(n_) +
-                              " decoded)");
+      return StoppedLoading(sig, "loading the images of " + Shown(root) + " (" +
+                                     std::to_string(decoded_.load()) + " of " +
+                                     std::to_string(n_) + " decoded)");
     }
     if (failed_at_.load() < n_) return std::move(failures_[static_cast<size_t>(failed_at_.load())]);
     return Status::Ok();
