@@ -74,14 +74,20 @@ std::vector<Case> Cases() {
     }
   }
   // Shapes that take other paths. The convolution's kernels (nn/layers/conv2d.cc): direct
-  // forward for few input channels, direct weight gradient for multiples of 16 output
-  // channels, im2col otherwise; rows of output pixels and runs of taps both longer and
-  // shorter than a tile (6 pixels or taps, 12 on the AVX-512 path), channel blocks of 32 and
-  // 16. Pooling whose windows tile the input exactly.
+  // forward and weight gradient for multiples of 16 output channels, im2col otherwise; the
+  // input gradient direct for multiples of 16 input channels at stride 1 (dy padded by
+  // kernel - 1 - padding: 2, 1 and 0 here), im2col otherwise; rows of output pixels and runs
+  // of taps both longer and shorter than a tile (6 pixels or taps, 12 on the AVX-512 path),
+  // channel blocks of 32 and 16, a 1x1 output. Pooling whose windows tile the input exactly.
   for (auto [text, in] : {std::pair<const char*, Shape>{"conv2d(16,3,padding=1)", {1, 5, 8}},
                           {"conv2d(32,5,stride=2,padding=2)", {2, 7, 9}},
                           {"conv2d(48,3,padding=1)", {1, 2, 27}},
                           {"conv2d(16,2)", {6, 5, 8}},
+                          {"conv2d(32,3)", {16, 5, 15}},
+                          {"conv2d(16,3,padding=1,bias=false)", {32, 3, 13}},
+                          {"conv2d(48,5,padding=2)", {16, 3, 2}},
+                          {"conv2d(16,1)", {16, 2, 13}},
+                          {"conv2d(16,3,padding=2)", {16, 1, 1}},
                           // Without a bias, on each of those kernels' paths.
                           {"conv2d(16,3,padding=1,bias=false)", {1, 5, 8}},
                           {"conv2d(32,5,stride=2,padding=2,bias=false)", {2, 7, 9}},
@@ -269,7 +275,7 @@ TEST(EveryLayerCases, CoverEveryRegisteredTypeAndItsOptionalArguments) {
     size_t want = 1;
     for (const LayerArg& a : t->args) want += !a.required;
     const std::string name = t->name;
-    want += name == "conv2d"              ? 9
+    want += name == "conv2d"              ? 14
             : name == "maxpool2d"         ? 2
             : name == "avgpool2d"         ? 1
             : name == "adaptiveavgpool2d" ? 3

@@ -1,8 +1,9 @@
-// The direct convolution of layers with few input channels (nn/layers/conv2d.cc) on the
-// AVX-512 path: the same tiles as the layer's own (AVX2) kernel, with 16 lanes a register and
-// tiles of up to 12 pixels (or kernel taps) x 32 channels in 24 ZMM registers. Each output
-// (or gradient element) is summed in the layer kernel's order, by the same FMAs: both paths
-// give the same bits.
+// The direct convolution of nn/layers/conv2d.cc (layers of a multiple of 16 output channels:
+// forward, weight gradient, and, through the forward kernel, the input gradient). Its AVX2
+// kernels are nn/kernels/direct_conv_packets.h's; these are the AVX-512 path's: the same tiles
+// with 16 lanes a register, up to 12 pixels (or kernel taps) x 32 channels in 24 ZMM
+// registers. Each output (or gradient element) is summed in the same order by the same FMAs:
+// both paths give the same bits.
 #pragma once
 
 #include <cstdint>

@@ -20,16 +20,20 @@ namespace {
 
 constexpr int64_t kTile = 12;
 
-// f(integral_constant<N>, i) for tiles [i, i+N) covering [0, n): N = kTile but for a last,
-// narrower tile; N is a constant so that the tile stays in registers.
+// f(integral_constant<N>, i) for tiles [i, i+N) covering [0, n), of lengths that differ by one
+// at most, none over kTile (8 pixels: one tile of 8; 16: 8 + 8, not 12 + 4); N is a constant so
+// that the tile stays in registers. No sum depends on the tiles.
 template <class F>
 void ForTiles(int64_t n, F&& f) {
+  const int64_t tiles = (n + kTile - 1) / kTile;
   int64_t i = 0;
-  for (; i + kTile <= n; i += kTile) f(std::integral_constant<int, kTile>{}, i);
-  const int64_t rest = n - i;
-  [&]<int... N>(std::integer_sequence<int, N...>) {
-    ((rest == N + 1 ? (f(std::integral_constant<int, N + 1>{}, i), 0) : 0), ...);
-  }(std::make_integer_sequence<int, kTile - 1>{});
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t len = n / tiles + (t < n % tiles ? 1 : 0);
+    [&]<int... N>(std::integer_sequence<int, N...>) {
+      ((len == N + 1 ? (f(std::integral_constant<int, N + 1>{}, i), 0) : 0), ...);
+    }(std::make_integer_sequence<int, kTile>{});
+    i += len;
+  }
 }
 
 // Output pixels (oy, ox .. ox+NP-1), channels ob .. ob+16Q-1.

@@ -2,27 +2,29 @@
 // kernels, zero padding, no dilation and no groups; bias=false has no bias parameter at all
 // (PyTorch's, for convolutions that batch norm follows).
 //
-// Two kernels, chosen per layer by its shape:
-// - im2col + one matrix product (nn/gemm.h) per chunk of samples, for layers with many input
-//   channels. The input is channels-last (nn/layer.h), so the kernel's window over one input
-//   row is one contiguous run of memory, and im2col is a few copies per output pixel; the
-//   product's result (out x pixels, column-major) is the output, channels-last, with nothing
-//   to reorder. Samples are taken in chunks whose im2col matrix stays near the cache
-//   (kColTarget), not the whole batch's; the weights, the same operand in every chunk's
-//   product, are packed once a pass (nn/gemm.h's SameA), not once a chunk.
-// - A direct convolution for layers with few input channels (kDirectMaxIn), typically the
-//   first one on images: there the product's inner dimension is k*k*c (25 on a 5x5 kernel
-//   over grey images), too short for the GEMM to run near its rate, and im2col moves 25
-//   floats for every output pixel. The direct kernel reads one zero-padded sample (a few KB,
-//   in L1) and keeps a tile of kTile output pixels x kOb output channels in registers; its
-//   weight gradient keeps kTile kernel taps x kOb channels. bench/conv_bench measures both
-//   (docs/benchmarks.md). Its weight gradient also serves layers with more input
-//   channels on the AVX2 path, where it beats Eigen's product; on the AVX-512 path (nn/cpu.h)
-//   those take nn/gemm.h's product, which is faster there and takes --precision bf16. The
-//   direct kernels compute in float whatever the precision; on the AVX-512 path they run
-//   nn/kernels/direct_conv.h's tiles (16 lanes, 12 pixels x 32 channels), which sum in the
-//   same order by the same FMAs and so give the same bits.
-// Both sum in a fixed order: the same input gives the same bits on every run.
+// Two kinds of kernel, chosen per layer by its shape alone:
+// - Direct kernels (nn/kernels/direct_conv.h) for layers of a multiple of 16 output channels:
+//   no im2col matrix and no packing. A sample is copied once into a zero-padded buffer (a few
+//   to a few hundred KB, in L1 or L2), and a tile of pixels x 16 or 32 output channels stays in
+//   registers while each tap adds input (broadcast) x weights (loaded); the weight gradient
+//   keeps a tile of taps x channels and sums over the pixels. The input gradient is the same
+//   forward kernel at stride 1 (for layers of a multiple of 16 input channels): dy padded by
+//   kernel - 1 - padding, convolved with the weights flipped in space and transposed, is dx.
+//   ResNets' 3x3 and 1x1 convolutions of 16 to 512 channels on small maps make short, wide
+//   products that im2col + GEMM ran at half the FMA peak or less: the direct kernels run
+//   them at 0.8 of it (bench/conv_bench, docs/benchmarks.md).
+// - im2col + one matrix product (nn/gemm.h) per chunk of samples otherwise (other channel
+//   counts, and the input gradient of strided layers). The input is channels-last
+//   (nn/layer.h), so the kernel's window over one input row is one contiguous run of memory;
+//   the product's result (out x pixels, column-major) is the output, channels-last. Samples
+//   are taken in chunks whose im2col matrix stays near the cache (kColTarget); the weights,
+//   the same operand in every chunk's product, are packed once a pass (nn/gemm.h's SameA).
+// The direct kernels compute in float whatever --precision says; the AVX2 path runs
+// nn/kernels/direct_conv_packets.h's (6 pixels x 16 channels), the AVX-512 path
+// nn/kernels/direct_conv_avx512.cc's (12 pixels x 32 channels), which sum in the same order
+// by the same FMAs and so give the same bits. Every kernel sums in an order fixed by the
+// shapes: the same input gives the same bits on every run, and a sample's outputs do not
+// depend on the other samples of its batch.
 //
 // Parameters: W (out x K, column-major) with K = kernel*kernel*in_channels ordered (ky, kx,
 // c), then b (out) unless bias=false. PyTorch's weight is (out, in, kh, kw): export reorders.
@@ -37,16 +39,12 @@
 #include "nn/cpu.h"
 #include "nn/gemm.h"
 #include "nn/kernels/direct_conv.h"
+#include "nn/kernels/direct_conv_packets.h"
 #include "nn/layer.h"
 #include "nn/rng.h"
 
 namespace shmtrain::nn {
 namespace {
-
-using Eigen::internal::pmadd;
-using Eigen::internal::ploadu;
-using Eigen::internal::pset1;
-using Eigen::internal::pstoreu;
 
 template <class S>
 using Mat = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic>;
@@ -55,28 +53,11 @@ using Vec = Eigen::Matrix<S, Eigen::Dynamic, 1>;
 
 // Elements of the im2col matrix of one chunk of samples.
 constexpr int64_t kColTarget = int64_t{1} << 18;
-// The direct kernel: for layers of at most kDirectMaxIn input channels and a multiple of kOb
-// output channels; tiles of up to kTile pixels (forward) or kernel taps (weight gradient):
-// kTile x kOb accumulators fill 12 of AVX2's 16 registers with floats.
-constexpr int64_t kDirectMaxIn = 4, kOb = 16, kTile = 6;
+// The direct kernels take layers of a multiple of kOb output channels (their blocks of
+// channels); the input gradient's, layers of a multiple of kOb input channels.
+constexpr int64_t kOb = direct_packets::kOb;
 
 bool HasBias(const LayerSpec& spec) { return spec.args[4] != 0; }
-
-// f(std::integral_constant<int, N>{}, i) for tiles [i, i+N) covering [0, n): N = kTile but
-// for a narrower last tile. N is a constant so that the tile's loops unroll into registers.
-template <class F>
-void ForTiles(int64_t n, F&& f) {
-  int64_t i = 0;
-  for (; i + kTile <= n; i += kTile) f(std::integral_constant<int, kTile>{}, i);
-  switch (n - i) {
-    case 5: return f(std::integral_constant<int, 5>{}, i);
-    case 4: return f(std::integral_constant<int, 4>{}, i);
-    case 3: return f(std::integral_constant<int, 3>{}, i);
-    case 2: return f(std::integral_constant<int, 2>{}, i);
-    case 1: return f(std::integral_constant<int, 1>{}, i);
-    default: return;
-  }
-}
 
 // What the layer's kernels hold, from its spec and shapes alone: the layer sizes its scratch
 // from it and Scratch() counts it for nn::PassBytes, so the memory the master checks is the
@@ -87,33 +68,38 @@ struct ConvPlan {
       : kdim(spec.Int(1) * spec.Int(1) * in.c),
         pix(out.h * out.w),
         chunk(std::max<int64_t>(1, kColTarget / SatMul(kdim, pix))),
-        direct_forward(in.c <= kDirectMaxIn && spec.Int(0) % kOb == 0),
-        direct_weight_grad(spec.Int(0) % kOb == 0 &&
-                           (in.c <= kDirectMaxIn || UsedPath() == CpuPath::kAvx2)),
-        padded(direct_forward || direct_weight_grad
-                   ? SatMul(SatMul(in.h + 2 * spec.Int(3), in.w + 2 * spec.Int(3)), in.c)
-                   : 0),
-        zeros(direct_forward && !HasBias(spec) ? spec.Int(0) : 0) {}
+        direct(spec.Int(0) % kOb == 0),
+        direct_input_grad(direct && in.c % kOb == 0 && spec.Int(2) == 1 &&
+                          spec.Int(3) < spec.Int(1)),
+        flip_pad(spec.Int(1) - 1 - spec.Int(3)),
+        padded(direct ? SatMul(SatMul(in.h + 2 * spec.Int(3), in.w + 2 * spec.Int(3)), in.c)
+                      : 0),
+        dy_padded(direct_input_grad
+                      ? SatMul(SatMul(out.h + 2 * flip_pad, out.w + 2 * flip_pad), spec.Int(0))
+                      : 0),
+        flipped(direct_input_grad ? SatMul(kdim, spec.Int(0)) : 0),
+        zeros(std::max(direct && !HasBias(spec) ? spec.Int(0) : 0,
+                       direct_input_grad ? in.c : 0)) {}
   // The im2col matrix of m samples (m up to chunk).
   int64_t Col(int64_t m) const { return SatMul(SatMul(kdim, m), pix); }
+  // Whether a pass uses im2col: the forward pass and the weight gradient unless the direct
+  // kernels take them, the input gradient unless its direct kernel does.
+  bool UsesCol(bool backward) const { return !direct || (backward && !direct_input_grad); }
 
   int64_t kdim;   // the taps of one output value: kernel x kernel x input channels
   int64_t pix;    // one sample's output pixels
   int64_t chunk;  // the samples of one im2col matrix
-  bool direct_forward, direct_weight_grad;
-  int64_t padded;  // the direct kernels' zero-padded sample (0: neither runs)
-  int64_t zeros;   // the direct forward kernel's bias without one
+  bool direct;             // forward pass and weight gradient by the direct kernels
+  bool direct_input_grad;  // the input gradient by the direct forward kernel (stride 1)
+  int64_t flip_pad;        // dy's padding for it: kernel - 1 - padding
+  int64_t padded;     // the direct kernels' zero-padded sample (0: they do not run)
+  int64_t dy_padded;  // a sample's zero-padded dy for the input gradient
+  int64_t flipped;    // the input gradient's weights: W flipped and transposed
+  int64_t zeros;      // where a direct kernel's sums start without a bias
 };
 
 template <class S>
 class Conv2d final : public Layer<S> {
-  // Eigen's SIMD packet for S (8 floats or 4 doubles with AVX2; S itself without vector units)
-  // and its operations: the direct kernel's registers.
-  using Packet = typename Eigen::internal::packet_traits<S>::type;
-  static constexpr int kLanes = Eigen::internal::unpacket_traits<Packet>::size;
-  static constexpr int kPackets = kOb / kLanes;
-  static_assert(kOb % kLanes == 0);
-
  public:
   Conv2d(const LayerSpec& spec, Shape in, Shape out)
       : Layer<S>(in, out),
@@ -125,21 +111,22 @@ class Conv2d final : public Layer<S> {
         kdim_(plan_.kdim),
         pix_(plan_.pix),
         chunk_(plan_.chunk),
-        direct_forward_(plan_.direct_forward),
-        direct_weight_grad_(plan_.direct_weight_grad),
-        wp_(in.w + 2 * pad_),
         avx512_(UsedPath() == CpuPath::kAvx512),
         bias_(HasBias(spec)) {
     padded_.assign(plan_.padded, S(0));
+    dy_padded_.assign(plan_.dy_padded, S(0));
+    flipped_.assign(plan_.flipped, S(0));
     zeros_.assign(plan_.zeros, S(0));
   }
 
   void Forward(const S* params, const S* x, int64_t n, const PassInfo&, S* y) override {
     Eigen::Map<const Mat<S>> w(params, co_, kdim_);
     Eigen::Map<const Vec<S>> b(params + co_ * kdim_, bias_ ? co_ : 0);
-    if (direct_forward_) {
+    if (plan_.direct) {
       for (int64_t s = 0; s < n; ++s) {
-        DirectForward(params, x + s * this->in().Size(), y + s * this->out().Size());
+        Pad(x + s * this->in().Size(), this->in(), pad_, padded_.data());
+        DirectForward(Direct(), padded_.data(), params, Bias(params),
+                      y + s * this->out().Size());
       }
       return;
     }
@@ -164,11 +151,32 @@ class Conv2d final : public Layer<S> {
     Eigen::Map<Vec<S>> grad_b(dparams + co_ * kdim_, bias_ ? co_ : 0);
     grad_w.setZero();
     grad_b.setZero();
-    if (direct_weight_grad_) {
+    if (bias_) {
+      Eigen::Map<const Mat<S>> d(dy, co_, n * pix_);
+      for (int64_t j = 0; j < n * pix_; ++j) grad_b += d.col(j);
+    }
+    if (plan_.direct) {
       for (int64_t s = 0; s < n; ++s) {
-        DirectWeightGrad(x + s * this->in().Size(), dy + s * this->out().Size(), dparams);
+        Pad(x + s * this->in().Size(), this->in(), pad_, padded_.data());
+        DirectWeightGrad(Direct(), padded_.data(), dy + s * this->out().Size(), dparams);
       }
     }
+    if (dx != nullptr && plan_.direct_input_grad) {
+      FlipWeights(params);
+      for (int64_t s = 0; s < n; ++s) {
+        Pad(dy + s * this->out().Size(), this->out(), plan_.flip_pad, dy_padded_.data());
+        DirectForward(Flipped(), dy_padded_.data(), flipped_.data(), zeros_.data(),
+                      dx + s * this->in().Size());
+      }
+    }
+    if (!plan_.direct || (dx != nullptr && !plan_.direct_input_grad)) {
+      ProductBackward(params, x, dy, n, plan_.direct ? nullptr : dparams, dx);
+    }
+  }
+
+ private:
+  // The weight gradient (unless dparams is null) and dx (unless null) by im2col and products.
+  void ProductBackward(const S* params, const S* x, const S* dy, int64_t n, S* dparams, S* dx) {
     std::optional<SameA> weights_t;  // W^T, packed once for all chunks
     if constexpr (std::is_same_v<S, float>) {
       if (dx != nullptr) weights_t.emplace(kdim_, co_, Operand{params, co_, true});
@@ -176,18 +184,15 @@ class Conv2d final : public Layer<S> {
     for (int64_t i = 0; i < n; i += chunk_) {
       const int64_t m = std::min(chunk_, n - i);
       Eigen::Map<const Mat<S>> d(dy + i * this->out().Size(), co_, m * pix_);
-      if (!direct_weight_grad_) {
+      if (dparams != nullptr) {
         Im2col(x + i * this->in().Size(), m);
         if constexpr (std::is_same_v<S, float>) {
           Gemm(co_, kdim_, m * pix_, {d.data(), co_}, {col_.data(), kdim_, true}, dparams, co_,
                true);
         } else {
-          grad_w.noalias() +=
+          Eigen::Map<Mat<S>>(dparams, co_, kdim_).noalias() +=
               d * Eigen::Map<const Mat<S>>(col_.data(), kdim_, m * pix_).transpose();
         }
-      }
-      if (bias_) {
-        for (int64_t j = 0; j < m * pix_; ++j) grad_b += d.col(j);
       }
       if (dx != nullptr) {
         S* dcol = Col(m);
@@ -202,111 +207,56 @@ class Conv2d final : public Layer<S> {
     }
   }
 
- private:
   // The direct kernels' shape for nn/kernels/direct_conv.h.
   DirectConv Direct() const {
-    return {this->in().c, k_, stride_, co_, this->out().h, this->out().w, wp_};
+    return {this->in().c, k_, stride_, co_, this->out().h, this->out().w,
+            this->in().w + 2 * pad_};
+  }
+  // The input gradient's convolution (stride 1): dy padded by kernel - 1 - padding, convolved
+  // with the flipped weights, gives dx, its co input channels summed for each of c outputs.
+  DirectConv Flipped() const {
+    return {co_, k_, 1, this->in().c, this->in().h, this->in().w,
+            this->out().w + 2 * plan_.flip_pad};
   }
 
-  // Copies one sample into the interior of padded_ (its border stays zero).
-  void Pad(const S* img) {
-    const Shape in = this->in();
-    for (int64_t iy = 0; iy < in.h; ++iy) {
-      std::copy(img + iy * in.w * in.c, img + (iy + 1) * in.w * in.c,
-                padded_.data() + ((iy + pad_) * wp_ + pad_) * in.c);
-    }
-  }
-
-  // One sample's output, direct: tiles of kTile pixels along a row (and a last, narrower
-  // one) for each block of kOb channels.
-  void DirectForward(const S* params, const S* img, S* y) {
-    Pad(img);
-    if constexpr (std::is_same_v<S, float>) {
-      if (avx512_) {
-        return DirectConvForwardAvx512(Direct(), padded_.data(), params, Bias(params), y);
-      }
-    }
-    const Shape out = this->out();
-    for (int64_t ob = 0; ob < co_; ob += kOb) {
-      for (int64_t oy = 0; oy < out.h; ++oy) {
-        ForTiles(out.w, [&](auto np, int64_t ox) {
-          ForwardTile<decltype(np)::value>(params, ob, oy, ox, y);
-        });
-      }
-    }
-  }
-
-  // Output pixels (oy, ox .. ox+NP-1), channels ob .. ob+kOb-1: bias, then each kernel row's
-  // k*c taps in (ky, kx, c) order.
-  template <int NP>
-  void ForwardTile(const S* params, int64_t ob, int64_t oy, int64_t ox, S* y) const {
-    const int64_t c = this->in().c, run = k_ * c, step = stride_ * c;
-    Packet acc[NP][kPackets];
-    for (int q = 0; q < kPackets; ++q) {
-      const Packet b = ploadu<Packet>(Bias(params) + ob + q * kLanes);
-      for (int p = 0; p < NP; ++p) acc[p][q] = b;
-    }
+  // flipped_ = the weights of Flipped(): W'(c, (ky', kx', o)) = W(o, (k-1-ky', k-1-kx', c)),
+  // column-major (c rows) as the forward kernel reads W.
+  void FlipWeights(const S* params) {
+    const int64_t c = this->in().c;
     for (int64_t ky = 0; ky < k_; ++ky) {
-      const S* src = padded_.data() + ((oy * stride_ + ky) * wp_ + ox * stride_) * c;
-      const S* w = params + ky * run * co_ + ob;
-      for (int64_t j = 0; j < run; ++j, w += co_) {
-        Packet wv[kPackets];
-        for (int q = 0; q < kPackets; ++q) wv[q] = ploadu<Packet>(w + q * kLanes);
-        for (int p = 0; p < NP; ++p) {
-          const Packet v = pset1<Packet>(src[p * step + j]);
-          for (int q = 0; q < kPackets; ++q) acc[p][q] = pmadd(v, wv[q], acc[p][q]);
+      for (int64_t kx = 0; kx < k_; ++kx) {
+        const S* w = params + (ky * k_ + kx) * c * co_;
+        S* f = flipped_.data() + ((k_ - 1 - ky) * k_ + (k_ - 1 - kx)) * co_ * c;
+        for (int64_t o = 0; o < co_; ++o) {
+          for (int64_t ci = 0; ci < c; ++ci) f[o * c + ci] = w[ci * co_ + o];
         }
       }
     }
-    S* dst = y + (oy * this->out().w + ox) * co_ + ob;
-    for (int p = 0; p < NP; ++p) {
-      for (int q = 0; q < kPackets; ++q) pstoreu(dst + p * co_ + q * kLanes, acc[p][q]);
+  }
+
+  // Copies one tensor of shape `sh` into the interior of dst, padded by `pad` on each side
+  // (the border, never written, stays zero).
+  static void Pad(const S* img, Shape sh, int64_t pad, S* dst) {
+    const int64_t wp = sh.w + 2 * pad;
+    for (int64_t iy = 0; iy < sh.h; ++iy) {
+      std::copy(img + iy * sh.w * sh.c, img + (iy + 1) * sh.w * sh.c,
+                dst + ((iy + pad) * wp + pad) * sh.c);
     }
   }
 
-  // Adds one sample's weight gradient to dparams' W, direct: for each block of kOb channels
-  // and each run of kTile taps within a kernel row, the sum over the output pixels.
-  void DirectWeightGrad(const S* img, const S* dy, S* dparams) {
-    Pad(img);
+  // One sample's direct forward kernel (nn/kernels/direct_conv.h): AVX-512's in float on that
+  // path, else the packets' (nn/kernels/direct_conv_packets.h).
+  void DirectForward(const DirectConv& d, const S* padded, const S* w, const S* bias, S* y) {
     if constexpr (std::is_same_v<S, float>) {
-      if (avx512_) return DirectConvWeightGradAvx512(Direct(), padded_.data(), dy, dparams);
+      if (avx512_) return DirectConvForwardAvx512(d, padded, w, bias, y);
     }
-    const int64_t run = k_ * this->in().c;
-    for (int64_t ob = 0; ob < co_; ob += kOb) {
-      for (int64_t ky = 0; ky < k_; ++ky) {
-        ForTiles(run, [&](auto nt, int64_t j) {
-          WeightTile<decltype(nt)::value>(ob, ky, j, dy, dparams);
-        });
-      }
-    }
+    direct_packets::Forward<S>(d, padded, w, bias, y);
   }
-
-  // Taps (ky, j .. j+NT-1) of kernel row ky (j counts (kx, c) pairs), channels ob ..
-  // ob+kOb-1: their gradient plus the sum over output pixels of input tap x dy.
-  template <int NT>
-  void WeightTile(int64_t ob, int64_t ky, int64_t j, const S* dy, S* dparams) const {
-    const Shape out = this->out();
-    const int64_t c = this->in().c, run = k_ * c;
-    S* g = dparams + (ky * run + j) * co_ + ob;
-    Packet acc[NT][kPackets];
-    for (int t = 0; t < NT; ++t) {
-      for (int q = 0; q < kPackets; ++q) acc[t][q] = ploadu<Packet>(g + t * co_ + q * kLanes);
+  void DirectWeightGrad(const DirectConv& d, const S* padded, const S* dy, S* g) {
+    if constexpr (std::is_same_v<S, float>) {
+      if (avx512_) return DirectConvWeightGradAvx512(d, padded, dy, g);
     }
-    for (int64_t oy = 0; oy < out.h; ++oy) {
-      const S* src = padded_.data() + ((oy * stride_ + ky) * wp_) * c + j;
-      const S* d = dy + oy * out.w * co_ + ob;
-      for (int64_t ox = 0; ox < out.w; ++ox, src += stride_ * c, d += co_) {
-        Packet dv[kPackets];
-        for (int q = 0; q < kPackets; ++q) dv[q] = ploadu<Packet>(d + q * kLanes);
-        for (int t = 0; t < NT; ++t) {
-          const Packet v = pset1<Packet>(src[t]);
-          for (int q = 0; q < kPackets; ++q) acc[t][q] = pmadd(v, dv[q], acc[t][q]);
-        }
-      }
-    }
-    for (int t = 0; t < NT; ++t) {
-      for (int q = 0; q < kPackets; ++q) pstoreu(g + t * co_ + q * kLanes, acc[t][q]);
-    }
+    direct_packets::WeightGrad<S>(d, padded, dy, g);
   }
 
   // Where the direct kernels' sums start: the bias, or zeros without one.
@@ -373,13 +323,13 @@ class Conv2d final : public Layer<S> {
 
   const ConvPlan plan_;
   const int64_t co_, k_, stride_, pad_, kdim_, pix_, chunk_;
-  const bool direct_forward_, direct_weight_grad_;
-  const int64_t wp_;  // the padded input's width
   const bool avx512_;  // the direct kernels run nn/kernels/direct_conv.h's (float only)
   const bool bias_;    // false: bias=false, no b in params
   std::vector<S, Eigen::aligned_allocator<S>> col_;
-  std::vector<S> padded_;  // the direct kernel's zero-padded sample
-  std::vector<S> zeros_;   // the direct forward kernel's bias without one
+  std::vector<S> padded_;     // the direct kernels' zero-padded sample
+  std::vector<S> dy_padded_;  // the input gradient's zero-padded dy of one sample
+  std::vector<S> flipped_;    // the input gradient's weights
+  std::vector<S> zeros_;      // the direct kernels' start without a bias
 };
 
 Status OutShape(const LayerSpec& spec, Shape in, Shape* out) {
@@ -392,13 +342,12 @@ Status OutShape(const LayerSpec& spec, Shape in, Shape* out) {
   return Status::Ok();
 }
 
-// What Conv2d allocates: im2col matrices where the forward pass uses them (the direct kernel
-// does not), and in the backward pass (for the weight gradient unless the direct kernel takes
-// it, and for dx), then the padded sample and, without a bias, the direct kernel's zeros.
+// What Conv2d allocates: im2col matrices where a pass uses them (ConvPlan::UsesCol), the
+// padded sample, dy and flipped weights of the direct kernels, and their zeros.
 int64_t Scratch(const LayerSpec& spec, Shape in, Shape out, int64_t n, bool backward) {
   const ConvPlan p(spec, in, out);
-  const int64_t col = !p.direct_forward || backward ? p.Col(std::min(p.chunk, n)) : 0;
-  return SatAdd(SatAdd(col, p.padded), p.zeros);
+  const int64_t col = p.UsesCol(backward) ? p.Col(std::min(p.chunk, n)) : 0;
+  return SatAdd(SatAdd(SatAdd(col, p.padded), SatAdd(p.dy_padded, p.flipped)), p.zeros);
 }
 
 std::vector<ParamBlock> Params(const LayerSpec& spec, Shape in) {
