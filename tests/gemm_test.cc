@@ -416,6 +416,57 @@ TEST(Bf16, TheProductIsOfTheRoundedOperandsSummedInFloat) {
   }
 }
 
+// The bf16 direct convolution: each output the bias plus the exact products of the input and
+// the weights rounded to bf16 (the test's rounding), to the bound of float summation; pairs of
+// taps that cross a kernel column (c odd, k*c even) and rows of more and fewer pixels than a
+// tile, strides 1 and 2, blocks of 32 and 16 channels.
+TEST(DirectConv, TheBf16ForwardSumsTheRoundedInputsInFloat) {
+  if (!HasBf16()) GTEST_SKIP() << "this CPU has no avx512_bf16";
+  struct Shape {
+    int64_t c, k, stride, co, h, w;  // input channels and size (unpadded), padding k / 2
+  };
+  for (const Shape& sh : {Shape{16, 3, 1, 48, 5, 27}, Shape{2, 5, 2, 16, 9, 8},
+                          Shape{64, 1, 1, 32, 3, 13}, Shape{6, 3, 1, 16, 1, 1},
+                          Shape{3, 2, 1, 16, 4, 5}}) {
+    SCOPED_TRACE("c " + std::to_string(sh.c) + " k " + std::to_string(sh.k) + " stride " +
+                 std::to_string(sh.stride) + " co " + std::to_string(sh.co));
+    const int64_t pad = sh.k / 2, hp = sh.h + 2 * pad, wp = sh.w + 2 * pad;
+    const DirectConv d{sh.c, sh.k, sh.stride, sh.co, (hp - sh.k) / sh.stride + 1,
+                       (wp - sh.k) / sh.stride + 1, wp};
+    const int64_t kdim = sh.k * sh.k * sh.c, pix = d.out_h * d.out_w;
+    std::mt19937 rng(9);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<float> padded(hp * wp * sh.c, 0.0f), w(sh.co * kdim), bias(sh.co);
+    for (int64_t y = 0; y < sh.h; ++y) {
+      for (int64_t x = 0; x < sh.w * sh.c; ++x) padded[((y + pad) * wp + pad) * sh.c + x] = u(rng);
+    }
+    for (float& v : w) v = u(rng);
+    for (float& v : bias) v = u(rng);
+    std::vector<uint16_t> in(padded.size());
+    RoundToBf16Avx512(padded.data(), static_cast<int64_t>(in.size()), in.data());
+    std::vector<uint32_t> pairs(kdim * sh.co / 2);
+    PackDirectBf16Weights(d, w.data(), pairs.data());
+    std::vector<float> y(pix * sh.co);
+    DirectConvForwardBf16(d, in.data(), pairs.data(), bias.data(), y.data());
+    for (int64_t p = 0; p < pix; ++p) {
+      for (int64_t o = 0; o < sh.co; ++o) {
+        double want = bias[o], size = std::fabs(bias[o]);
+        for (int64_t t = 0; t < kdim; ++t) {
+          const int64_t ky = t / (sh.k * sh.c), j = t % (sh.k * sh.c);
+          const double v = static_cast<double>(RoundedToBf16(
+                               padded[((p / d.out_w * sh.stride + ky) * wp +
+                                       p % d.out_w * sh.stride) * sh.c + j])) *
+                           RoundedToBf16(w[t * sh.co + o]);
+          want += v;
+          size += std::fabs(v);
+        }
+        ASSERT_NEAR(y[p * sh.co + o], want, size * kdim * 0x1p-23)
+            << "pixel " << p << " channel " << o;
+      }
+    }
+  }
+}
+
 // SHMTRAIN_CPU: the known names, and a path above the CPU's refused.
 TEST(CpuPath, TheEnvironmentIsChecked) {
   const char* old = std::getenv("SHMTRAIN_CPU");

@@ -28,4 +28,16 @@ void DirectConvForwardAvx512(const DirectConv& s, const float* padded, const flo
 void DirectConvWeightGradAvx512(const DirectConv& s, const float* padded, const float* dy,
                                 float* g);
 
+// --precision bf16's forward kernel: the same tiles, with the taps of each kernel row taken in
+// pairs (k*c even) by vdpbf16ps, whose products of bf16 values are summed into float. `padded`
+// is the padded sample rounded to bf16 (RoundToBf16Avx512, nn/gemm.h); `pairs` is W rounded
+// to bf16, each pair of taps side by side (PackDirectBf16Weights). Only where
+// UsedCpu().avx512_bf16 holds.
+void DirectConvForwardBf16(const DirectConv& s, const uint16_t* padded, const uint32_t* pairs,
+                           const float* bias, float* y);
+// W (co x k*k*c, column-major, k*c even) as DirectConvForwardBf16 reads it: for tap pair t
+// (taps 2t and 2t+1) and channel o, pairs[t * co + o] holds W(o, 2t) in its low half and
+// W(o, 2t + 1) in its high half, rounded to bf16 as vcvtne2ps2bf16 rounds. k*k*c*co/2 values.
+void PackDirectBf16Weights(const DirectConv& s, const float* w, uint32_t* pairs);
+
 }  // namespace shmtrain::nn

@@ -12,6 +12,7 @@
 
 #include <immintrin.h>
 
+#include <cstring>
 #include <type_traits>
 #include <utility>
 
@@ -91,6 +92,39 @@ void WeightTile(const DirectConv& s, const float* padded, const float* dy, int64
   }
 }
 
+// Output pixels (oy, ox .. ox+NP-1), channels ob .. ob+16Q-1, in bf16: each kernel row's taps
+// in pairs, a pair's two bf16 inputs broadcast as one 32-bit value.
+template <int NP, int Q>
+void ForwardTileBf16(const DirectConv& s, const uint16_t* padded, const uint32_t* pairs,
+                     const float* bias, int64_t ob, int64_t oy, int64_t ox, float* y) {
+  const int64_t half = s.k * s.c / 2, step = s.stride * s.c;
+  __m512 acc[NP][Q];
+  for (int q = 0; q < Q; ++q) {
+    const __m512 b = _mm512_loadu_ps(bias + ob + 16 * q);
+    for (int p = 0; p < NP; ++p) acc[p][q] = b;
+  }
+  for (int64_t ky = 0; ky < s.k; ++ky) {
+    const uint16_t* src = padded + ((oy * s.stride + ky) * s.wp + ox * s.stride) * s.c;
+    const uint32_t* wk = pairs + ky * half * s.co + ob;
+    for (int64_t t = 0; t < half; ++t, wk += s.co) {
+      __m512bh wv[Q];
+      for (int q = 0; q < Q; ++q) {
+        wv[q] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(wk + 16 * q));
+      }
+      for (int p = 0; p < NP; ++p) {
+        int32_t pair;
+        std::memcpy(&pair, src + p * step + 2 * t, sizeof pair);
+        const __m512bh v = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
+        for (int q = 0; q < Q; ++q) acc[p][q] = _mm512_dpbf16_ps(acc[p][q], v, wv[q]);
+      }
+    }
+  }
+  float* dst = y + (oy * s.out_w + ox) * s.co + ob;
+  for (int p = 0; p < NP; ++p) {
+    for (int q = 0; q < Q; ++q) _mm512_storeu_ps(dst + p * s.co + 16 * q, acc[p][q]);
+  }
+}
+
 // f(integral_constant<Q>, ob) for each block of output channels: 32 (Q = 2), and 16 (Q = 1)
 // for a last one.
 template <class F>
@@ -122,6 +156,37 @@ void DirectConvWeightGradAvx512(const DirectConv& s, const float* padded, const 
       });
     }
   });
+}
+
+}  // namespace shmtrain::nn
+
+namespace shmtrain::nn {
+
+void DirectConvForwardBf16(const DirectConv& s, const uint16_t* padded, const uint32_t* pairs,
+                           const float* bias, float* y) {
+  ForBlocks(s.co, [&](auto q, int64_t ob) {
+    for (int64_t oy = 0; oy < s.out_h; ++oy) {
+      ForTiles(s.out_w, [&](auto np, int64_t ox) {
+        ForwardTileBf16<decltype(np)::value, decltype(q)::value>(s, padded, pairs, bias, ob, oy,
+                                                                 ox, y);
+      });
+    }
+  });
+}
+
+void PackDirectBf16Weights(const DirectConv& s, const float* w, uint32_t* pairs) {
+  const __m512i interleave = _mm512_set_epi16(
+      31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5, 20, 4,
+      19, 3, 18, 2, 17, 1, 16, 0);
+  const int64_t taps = s.k * s.k * s.c;
+  for (int64_t t = 0; t + 1 < taps; t += 2) {
+    for (int64_t o = 0; o < s.co; o += 16) {
+      const __m512bh both = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(w + (t + 1) * s.co + o),
+                                                _mm512_loadu_ps(w + t * s.co + o));
+      _mm512_storeu_si512(pairs + t / 2 * s.co + o,
+                          _mm512_permutexvar_epi16(interleave, reinterpret_cast<__m512i>(both)));
+    }
+  }
 }
 
 }  // namespace shmtrain::nn

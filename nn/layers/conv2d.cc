@@ -19,10 +19,12 @@
 //   the product's result (out x pixels, column-major) is the output, channels-last. Samples
 //   are taken in chunks whose im2col matrix stays near the cache (kColTarget); the weights,
 //   the same operand in every chunk's product, are packed once a pass (nn/gemm.h's SameA).
-// The direct kernels compute in float whatever --precision says; the AVX2 path runs
-// nn/kernels/direct_conv_packets.h's (6 pixels x 16 channels), the AVX-512 path
-// nn/kernels/direct_conv_avx512.cc's (12 pixels x 32 channels), which sum in the same order
-// by the same FMAs and so give the same bits. Every kernel sums in an order fixed by the
+// Under --precision bf16 the direct forward kernel (and so the input gradient) rounds its
+// inputs to bf16 and sums their products in float by vdpbf16ps, a kernel row's taps in pairs,
+// where k*c is even (nn/kernels/direct_conv.h); the weight gradient stays float. In float,
+// the AVX2 path runs nn/kernels/direct_conv_packets.h's (6 pixels x 16 channels), the AVX-512
+// path nn/kernels/direct_conv_avx512.cc's (12 pixels x 32 channels), which sum in the same
+// order by the same FMAs and so give the same bits. Every kernel sums in an order fixed by the
 // shapes: the same input gives the same bits on every run, and a sample's outputs do not
 // depend on the other samples of its batch.
 //
@@ -79,7 +81,9 @@ struct ConvPlan {
                       : 0),
         flipped(direct_input_grad ? SatMul(kdim, spec.Int(0)) : 0),
         zeros(std::max(direct && !HasBias(spec) ? spec.Int(0) : 0,
-                       direct_input_grad ? in.c : 0)) {}
+                       direct_input_grad ? in.c : 0)),
+        bf16_inputs(direct ? std::max(padded, dy_padded) / 2 + 1 : 0),
+        bf16_weights(direct ? SatMul(kdim, spec.Int(0)) / 2 : 0) {}
   // The im2col matrix of m samples (m up to chunk).
   int64_t Col(int64_t m) const { return SatMul(SatMul(kdim, m), pix); }
   // Whether a pass uses im2col: the forward pass and the weight gradient unless the direct
@@ -96,6 +100,9 @@ struct ConvPlan {
   int64_t dy_padded;  // a sample's zero-padded dy for the input gradient
   int64_t flipped;    // the input gradient's weights: W flipped and transposed
   int64_t zeros;      // where a direct kernel's sums start without a bias
+  // --precision bf16's direct forward kernel: the padded sample (or dy) rounded to bf16, and
+  // the weights (or the flipped ones) in pairs, counted as floats.
+  int64_t bf16_inputs, bf16_weights;
 };
 
 template <class S>
@@ -117,16 +124,18 @@ class Conv2d final : public Layer<S> {
     dy_padded_.assign(plan_.dy_padded, S(0));
     flipped_.assign(plan_.flipped, S(0));
     zeros_.assign(plan_.zeros, S(0));
+    bf16_in_.assign(2 * plan_.bf16_inputs, 0);
+    bf16_w_.assign(plan_.bf16_weights, 0);
   }
 
   void Forward(const S* params, const S* x, int64_t n, const PassInfo&, S* y) override {
     Eigen::Map<const Mat<S>> w(params, co_, kdim_);
     Eigen::Map<const Vec<S>> b(params + co_ * kdim_, bias_ ? co_ : 0);
     if (plan_.direct) {
+      const bool bf16 = Bf16Weights(Direct(), params);
       for (int64_t s = 0; s < n; ++s) {
         Pad(x + s * this->in().Size(), this->in(), pad_, padded_.data());
-        DirectForward(Direct(), padded_.data(), params, Bias(params),
-                      y + s * this->out().Size());
+        DirectForward(Direct(), padded_, params, Bias(params), bf16, y + s * this->out().Size());
       }
       return;
     }
@@ -163,9 +172,10 @@ class Conv2d final : public Layer<S> {
     }
     if (dx != nullptr && plan_.direct_input_grad) {
       FlipWeights(params);
+      const bool bf16 = Bf16Weights(Flipped(), flipped_.data());
       for (int64_t s = 0; s < n; ++s) {
         Pad(dy + s * this->out().Size(), this->out(), plan_.flip_pad, dy_padded_.data());
-        DirectForward(Flipped(), dy_padded_.data(), flipped_.data(), zeros_.data(),
+        DirectForward(Flipped(), dy_padded_, flipped_.data(), zeros_.data(), bf16,
                       dx + s * this->in().Size());
       }
     }
@@ -244,13 +254,31 @@ class Conv2d final : public Layer<S> {
     }
   }
 
-  // One sample's direct forward kernel (nn/kernels/direct_conv.h): AVX-512's in float on that
-  // path, else the packets' (nn/kernels/direct_conv_packets.h).
-  void DirectForward(const DirectConv& d, const S* padded, const S* w, const S* bias, S* y) {
+  // Whether the direct forward kernel of shape d runs in bf16 (--precision bf16, in float, with
+  // each kernel row's taps in pairs): if so, w packed into bf16_w_ for it.
+  bool Bf16Weights(const DirectConv& d, const S* w) {
     if constexpr (std::is_same_v<S, float>) {
-      if (avx512_) return DirectConvForwardAvx512(d, padded, w, bias, y);
+      if (ProductInputs() == ComputeType::kBf16 && d.k * d.c % 2 == 0) {
+        PackDirectBf16Weights(d, w, bf16_w_.data());
+        return true;
+      }
     }
-    direct_packets::Forward<S>(d, padded, w, bias, y);
+    return false;
+  }
+
+  // One sample's direct forward kernel (nn/kernels/direct_conv.h) on `padded`: in bf16 (the
+  // sample rounded into bf16_in_, the weights Bf16Weights packed), AVX-512's in float on that
+  // path, else the packets' (nn/kernels/direct_conv_packets.h).
+  void DirectForward(const DirectConv& d, const std::vector<S>& padded, const S* w,
+                     const S* bias, bool bf16, S* y) {
+    if constexpr (std::is_same_v<S, float>) {
+      if (bf16) {
+        RoundToBf16Avx512(padded.data(), static_cast<int64_t>(padded.size()), bf16_in_.data());
+        return DirectConvForwardBf16(d, bf16_in_.data(), bf16_w_.data(), bias, y);
+      }
+      if (avx512_) return DirectConvForwardAvx512(d, padded.data(), w, bias, y);
+    }
+    direct_packets::Forward<S>(d, padded.data(), w, bias, y);
   }
   void DirectWeightGrad(const DirectConv& d, const S* padded, const S* dy, S* g) {
     if constexpr (std::is_same_v<S, float>) {
@@ -330,6 +358,8 @@ class Conv2d final : public Layer<S> {
   std::vector<S> dy_padded_;  // the input gradient's zero-padded dy of one sample
   std::vector<S> flipped_;    // the input gradient's weights
   std::vector<S> zeros_;      // the direct kernels' start without a bias
+  std::vector<uint16_t> bf16_in_;  // the padded sample or dy in bf16
+  std::vector<uint32_t> bf16_w_;   // the weights in bf16 pairs
 };
 
 Status OutShape(const LayerSpec& spec, Shape in, Shape* out) {
@@ -343,11 +373,13 @@ Status OutShape(const LayerSpec& spec, Shape in, Shape* out) {
 }
 
 // What Conv2d allocates: im2col matrices where a pass uses them (ConvPlan::UsesCol), the
-// padded sample, dy and flipped weights of the direct kernels, and their zeros.
+// padded sample, dy and flipped weights of the direct kernels, their zeros, and their bf16
+// copies.
 int64_t Scratch(const LayerSpec& spec, Shape in, Shape out, int64_t n, bool backward) {
   const ConvPlan p(spec, in, out);
   const int64_t col = p.UsesCol(backward) ? p.Col(std::min(p.chunk, n)) : 0;
-  return SatAdd(SatAdd(SatAdd(col, p.padded), SatAdd(p.dy_padded, p.flipped)), p.zeros);
+  return SatAdd(SatAdd(SatAdd(col, p.padded), SatAdd(p.dy_padded, p.flipped)),
+                SatAdd(p.zeros, SatAdd(p.bf16_inputs, p.bf16_weights)));
 }
 
 std::vector<ParamBlock> Params(const LayerSpec& spec, Shape in) {
