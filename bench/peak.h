@@ -1,14 +1,19 @@
 // One core's arithmetic peaks, measured by loops of independent vector instructions (16 chains
 // of 512-bit, 12 of 256-bit: more than the instructions' latency times their ports, so the
 // loop runs at the issue rate). The benchmarks divide their rates by these, measured in the
-// same run. Only call a 512-bit loop where nn::DetectedCpu() has the feature.
+// same run. Only call a 512-bit loop where nn::DetectedCpu() has the feature. One run of a loop
+// moves with what else the machine runs; MeasurePeak gives the median of several, and their
+// spread, which is printed beside it.
 #pragma once
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 namespace shmtrain::bench {
 
@@ -59,5 +64,33 @@ __attribute__((target("avx512f,avx512bf16"))) inline double Bf16DotPeak() {
 }
 
 #undef SHMTRAIN_PEAK_LOOP
+
+// A peak over several runs of its loop: the median, which the rates are divided by, and the
+// slowest and fastest run.
+struct Peak {
+  double median = 0, min = 0, max = 0;
+  int runs = 0;
+  // "262.3 GFLOP/s (median of 7 runs, 255.0..263.1)"
+  std::string Text() const {
+    char text[96];
+    std::snprintf(text, sizeof text, "%.1f GFLOP/s (median of %d runs, %.1f..%.1f)", median,
+                  runs, min, max);
+    return text;
+  }
+};
+
+// `loop` (Fma512Peak, Fma256Peak, Bf16DotPeak) run `runs` times, one after another.
+inline Peak MeasurePeak(double (*loop)(), int runs = 7) {
+  std::vector<double> rates;
+  for (int r = 0; r < runs; ++r) rates.push_back(loop());
+  std::sort(rates.begin(), rates.end());
+  const size_t n = rates.size();
+  Peak p;
+  p.median = n % 2 ? rates[n / 2] : (rates[n / 2 - 1] + rates[n / 2]) / 2;
+  p.min = rates.front();
+  p.max = rates.back();
+  p.runs = runs;
+  return p;
+}
 
 }  // namespace shmtrain::bench
