@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""cnn-small (or the benchmarks' MLP) in PyTorch DistributedDataParallel for
+"""cnn-small, the benchmarks' MLP or ResNet-20 in PyTorch DistributedDataParallel for
 bench/conv_bench.cc: WORLD processes on this host (gloo over loopback), one thread each,
-channels_last, PER_RANK random images per rank and step, SGD with momentum; prints the global
-samples/s of the timed steps.
+channels_last, PER_RANK random images per rank and step (1x28x28; 3x32x32 for ResNet-20), SGD
+with momentum; prints the global samples/s of the timed steps.
 
-Usage: cnn_ddp.py WORLD PER_RANK STEPS [cnn-small|mlp]
+Usage: cnn_ddp.py WORLD PER_RANK STEPS [cnn-small|mlp|resnet20]
 """
 import os
 import socket
@@ -16,7 +16,7 @@ import torch.multiprocessing as mp
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from cnn_small import cnn_small, mlp, timed_steps
+from torch_models import model_and_shape, timed_steps
 
 
 def worker(rank, world, per_rank, steps, model_name, port, queue):
@@ -25,10 +25,11 @@ def worker(rank, world, per_rank, steps, model_name, port, queue):
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(1)
-    model = (mlp() if model_name == "mlp" else cnn_small()).to(memory_format=torch.channels_last)
+    model, shape = model_and_shape(model_name)
+    model = model.to(memory_format=torch.channels_last)
     ddp = DistributedDataParallel(model)
     torch.manual_seed(2 + rank)
-    x = torch.rand(per_rank, 1, 28, 28).contiguous(memory_format=torch.channels_last)
+    x = torch.rand(per_rank, *shape).contiguous(memory_format=torch.channels_last)
     y = torch.randint(0, 10, (per_rank,))
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""cnn-small (or the 1M-parameter MLP) in PyTorch for bench/conv_bench.cc: trains it with SGD on random images at one
-batch size, one thread, NCHW or channels_last, in float or under bf16 autocast (the one line a
-PyTorch user adds: torch.autocast("cpu", dtype=torch.bfloat16)), and prints the samples/s of its
-steps.
+"""cnn-small, the 1M-parameter MLP or ResNet-20 in PyTorch for bench/conv_bench.cc: trains it
+with SGD on random images (1x28x28; 3x32x32 for ResNet-20) at one batch size, one thread, NCHW
+or channels_last, in float or under bf16 autocast (the one line a PyTorch user adds:
+torch.autocast("cpu", dtype=torch.bfloat16)), and prints the samples/s of its steps.
 
-Usage: cnn_torch.py BATCH nchw|channels_last STEPS [float|bf16] [cnn-small|mlp]
+Usage: cnn_torch.py BATCH nchw|channels_last STEPS [float|bf16] [cnn-small|mlp|resnet20]
 """
 import contextlib
 import sys
@@ -12,14 +12,14 @@ import sys
 import torch
 from torch import nn
 
-from cnn_small import cnn_small, mlp, timed_steps
+from torch_models import model_and_shape, timed_steps
 
 torch.set_num_threads(1)
 batch, layout, steps = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 precision = sys.argv[4] if len(sys.argv) > 4 else "float"
 torch.manual_seed(1)
-model = mlp() if len(sys.argv) > 5 and sys.argv[5] == "mlp" else cnn_small()
-x = torch.rand(batch, 1, 28, 28)
+model, shape = model_and_shape(sys.argv[5] if len(sys.argv) > 5 else "cnn-small")
+x = torch.rand(batch, *shape)
 y = torch.randint(0, 10, (batch,))
 if layout == "channels_last":
     model = model.to(memory_format=torch.channels_last)

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""ResNet-20 (examples/resnet20.txt) on CIFAR-10 image folders in PyTorch, the peer of
-`shmtrain train --model "$(cat examples/resnet20.txt)"` in docs/benchmarks.md.
+"""ResNet-20 (examples/resnet20.txt; the module is bench/torch_models.py's) on CIFAR-10 image
+folders in PyTorch, the peer of `shmtrain train --model "$(cat examples/resnet20.txt)"` in
+docs/benchmarks.md.
 
 Train: PROCS DistributedDataParallel processes (gloo over loopback, one thread each,
 channels_last), each taking its half of every global batch; the data set is read once from
@@ -36,36 +37,7 @@ from PIL import Image
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-
-class Residual(nn.Module):
-    """The README's module: body(x) + shortcut(x); no shortcut layers is the identity."""
-
-    def __init__(self, body, shortcut=()):
-        super().__init__()
-        self.body, self.shortcut = nn.Sequential(*body), nn.Sequential(*shortcut)
-
-    def forward(self, x):
-        return self.body(x) + self.shortcut(x)
-
-
-def conv_bn(cin, cout, kernel, stride):
-    pad = kernel // 2
-    return [nn.Conv2d(cin, cout, kernel, stride=stride, padding=pad, bias=False),
-            nn.BatchNorm2d(cout)]
-
-
-def resnet20():
-    """examples/resnet20.txt, module for module (so an export's names load strictly)."""
-    layers = conv_bn(3, 16, 3, 1) + [nn.ReLU()]
-    cin = 16
-    for cout in (16, 32, 64):
-        for block in range(3):
-            stride = 2 if cout != cin else 1
-            body = conv_bn(cin, cout, 3, stride) + [nn.ReLU()] + conv_bn(cout, cout, 3, 1)
-            shortcut = conv_bn(cin, cout, 1, stride) if stride == 2 else []
-            layers += [Residual(body, shortcut), nn.ReLU()]
-            cin = cout
-    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
+from torch_models import resnet20
 
 
 def read_folder(root):
