@@ -29,15 +29,16 @@ import socket
 import sys
 import time
 
-import numpy as np
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
-from PIL import Image
-from torch import nn
-from torch.nn.parallel import DistributedDataParallel
-
+# First: torch_models sets the environment that torch's libraries read as they load.
 from torch_models import resnet20
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+from PIL import Image  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
 
 def read_folder(root):
