@@ -3,7 +3,8 @@
 // (PyTorch's, for convolutions that batch norm follows).
 //
 // Two kinds of kernel, chosen per layer by its shape alone:
-// - Direct kernels (nn/kernels/direct_conv.h) for layers of a multiple of 16 output channels:
+// - Direct kernels (nn/kernels/direct_conv.h) for layers of a multiple of 16 output channels
+//   whose weights and maps suit them (kDirectMaxTaps, kDirectMinPixels below):
 //   no im2col matrix and no packing. A sample is copied once into a zero-padded buffer (a few
 //   to a few hundred KB, in L1 or L2), and a tile of pixels x 16 or 32 output channels stays in
 //   registers while each tap adds input (broadcast) x weights (loaded); the weight gradient
@@ -56,8 +57,16 @@ using Vec = Eigen::Matrix<S, Eigen::Dynamic, 1>;
 // Elements of the im2col matrix of one chunk of samples.
 constexpr int64_t kColTarget = int64_t{1} << 18;
 // The direct kernels take layers of a multiple of kOb output channels (their blocks of
-// channels); the input gradient's, layers of a multiple of kOb input channels.
-constexpr int64_t kOb = direct_packets::kOb;
+// channels); the input gradient's, layers of a multiple of kOb input channels. Where a block's
+// weights outgrow the caches (more than kDirectMaxTaps taps: they are read again for every
+// tile of pixels) or a sample has fewer than kDirectMinPixels output pixels (the weight
+// gradient's tiles are loaded and stored for every sample, over a few pixels), the product,
+// which reads the weights once for a chunk of samples, was faster: measured on Zen 4 (AVX-512),
+// 256 channels on 8x8 maps took 1.5x, 512 2.5x, 64 on 4x4 1.5x and on 2x2 10x as long in the
+// backward pass; 128 on 8x8 and 16x16 and 64 on 8x8 (ResNet-20's last stage) ran as fast or
+// faster. A first layer of at most kDirectMaxIn channels stays direct at any size.
+constexpr int64_t kOb = direct_packets::kOb, kDirectMaxTaps = 1152, kDirectMinPixels = 64,
+                  kDirectMaxIn = 4;
 
 bool HasBias(const LayerSpec& spec) { return spec.args[4] != 0; }
 
@@ -70,7 +79,8 @@ struct ConvPlan {
       : kdim(spec.Int(1) * spec.Int(1) * in.c),
         pix(out.h * out.w),
         chunk(std::max<int64_t>(1, kColTarget / SatMul(kdim, pix))),
-        direct(spec.Int(0) % kOb == 0),
+        direct(spec.Int(0) % kOb == 0 &&
+               (in.c <= kDirectMaxIn || (kdim <= kDirectMaxTaps && pix >= kDirectMinPixels))),
         direct_input_grad(direct && in.c % kOb == 0 && spec.Int(2) == 1 &&
                           spec.Int(3) < spec.Int(1)),
         flip_pad(spec.Int(1) - 1 - spec.Int(3)),
