@@ -10,6 +10,7 @@
 #include <array>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -108,6 +109,25 @@ void WriteNpyU8(const std::string& path, const std::vector<int64_t>& shape,
   }
 }
 
+// The files and directory of the SyntheticImages that exist (empty: none), as C strings so
+// that a signal handler may remove them: a failed trainer run ends the benchmark through
+// std::exit (bench::RunEvents) and Ctrl-C through SIGINT, both past the destructor.
+char g_images[3][512];
+
+void RemoveImages() {
+  if (g_images[2][0] == '\0') return;
+  unlink(g_images[0]);
+  unlink(g_images[1]);
+  rmdir(g_images[2]);
+  g_images[2][0] = '\0';
+}
+
+void RemoveImagesAndDie(int sig) {
+  RemoveImages();
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
 // Random images for one scaling part, removed when it ends: n uint8 images of `shape` in
 // (C, H, W) order and their labels (0..9) as .npy files (x.npy, y.npy), which shmtrain's NumPy
 // loader reads as C x H x W images, in a directory of their own under TMPDIR (or /tmp).
@@ -117,11 +137,20 @@ class SyntheticImages {
     const char* tmp = std::getenv("TMPDIR");
     std::string dir = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
                       "/conv_bench.XXXXXX";
-    if (mkdtemp(dir.data()) == nullptr) {
+    if (dir.size() + 8 > sizeof g_images[0] || mkdtemp(dir.data()) == nullptr) {
       std::fprintf(stderr, "conv_bench: mkdtemp %s: %s\n", dir.c_str(), std::strerror(errno));
       std::exit(1);
     }
     dir_ = dir;
+    std::snprintf(g_images[0], sizeof g_images[0], "%s/x.npy", dir_.c_str());
+    std::snprintf(g_images[1], sizeof g_images[1], "%s/y.npy", dir_.c_str());
+    std::snprintf(g_images[2], sizeof g_images[2], "%s", dir_.c_str());
+    static const bool registered = [] {
+      std::atexit(RemoveImages);
+      for (int sig : {SIGINT, SIGTERM, SIGHUP}) signal(sig, RemoveImagesAndDie);
+      return true;
+    }();
+    (void)registered;
     std::vector<uint8_t> x(static_cast<size_t>(n * shape.Size())), y(static_cast<size_t>(n));
     uint64_t s = 88172645463325252ull;  // xorshift64
     for (uint8_t& v : x) {
@@ -131,17 +160,13 @@ class SyntheticImages {
       v = static_cast<uint8_t>(s >> 56);
     }
     for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<uint8_t>((i * 7 + x[i]) % 10);
-    WriteNpyU8(dir_ + "/x.npy", {n, shape.c, shape.h, shape.w}, x);
-    WriteNpyU8(dir_ + "/y.npy", {n}, y);
+    WriteNpyU8(g_images[0], {n, shape.c, shape.h, shape.w}, x);
+    WriteNpyU8(g_images[1], {n}, y);
     data_ = {std::to_string(n) + " random " + nn::ImageText(shape) + " images (uint8 .npy in " +
                  dir_ + ", removed after)",
              "--data " + dir_ + "/x.npy --labels " + dir_ + "/y.npy"};
   }
-  ~SyntheticImages() {
-    unlink((dir_ + "/x.npy").c_str());
-    unlink((dir_ + "/y.npy").c_str());
-    rmdir(dir_.c_str());
-  }
+  ~SyntheticImages() { RemoveImages(); }
   SyntheticImages(const SyntheticImages&) = delete;
   SyntheticImages& operator=(const SyntheticImages&) = delete;
   const TrainData& data() const { return data_; }
