@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -18,6 +19,7 @@
 
 #include "nn/cpu.h"
 #include "nn/kernels/direct_conv.h"
+#include "nn/kernels/direct_conv_packets.h"
 
 namespace shmtrain::nn {
 namespace {
@@ -278,13 +280,20 @@ TEST(Gemm, AnEmptySumIsZero) {
   }
 }
 
-// The AVX-512 direct convolution against loops that sum as nn/layers/conv2d.cc's own kernel
-// does (the bias, then the taps in (ky, kx, c) order; a weight gradient's pixels in row
-// order), each step one std::fma as the kernels' FMAs: the same bits. Shapes whose rows, runs
-// of taps and channel blocks are longer and shorter than a tile (12 pixels or taps, blocks of
-// 32 and 16 channels), strides 1 and 2.
-TEST(DirectConv, TheAvx512KernelsSumInTheLayersOrder) {
-  if (!DetectedCpu().avx512) GTEST_SKIP() << "this CPU has no AVX-512";
+// The direct convolution's kernels of each path (nn/kernels/direct_conv.h: AVX2's packets on
+// every CPU, AVX-512's where the CPU has it) against loops that sum in the layer's order (the
+// bias, then the taps in (ky, kx, c) order; a weight gradient's pixels in row order), each step
+// one std::fma as the kernels' FMAs: the same bits, so both paths give the same bits. Shapes
+// whose rows, runs of taps and channel blocks are longer and shorter than a tile (6 or 12
+// pixels or taps, blocks of 32 and 16 channels), strides 1 and 2.
+struct DirectKernels {
+  const char* name;
+  bool runs;
+  void (*forward)(const DirectConv&, const float*, const float*, const float*, float*);
+  void (*weight_grad)(const DirectConv&, const float*, const float*, float*);
+};
+
+void ExpectTheLayersOrder(const DirectKernels& k) {
   struct Shape {
     int64_t c, k, stride, co, h, w;  // input channels and size (unpadded), padding k / 2
   };
@@ -325,7 +334,7 @@ TEST(DirectConv, TheAvx512KernelsSumInTheLayersOrder) {
       return padded[((oy * sh.stride + ky) * wp + ox * sh.stride) * sh.c + j];
     };
     std::vector<float> y(pix * sh.co), want(pix * sh.co);
-    DirectConvForwardAvx512(d, padded.data(), w.data(), bias.data(), y.data());
+    k.forward(d, padded.data(), w.data(), bias.data(), y.data());
     for (int64_t p = 0; p < pix; ++p) {
       for (int64_t o = 0; o < sh.co; ++o) {
         float acc = bias[o];
@@ -336,7 +345,7 @@ TEST(DirectConv, TheAvx512KernelsSumInTheLayersOrder) {
     EXPECT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * sizeof(float)))
         << "the forward pass differs from the layer's order";
     std::vector<float> g = g0, gwant = g0;
-    DirectConvWeightGradAvx512(d, padded.data(), dy.data(), g.data());
+    k.weight_grad(d, padded.data(), dy.data(), g.data());
     for (int64_t t = 0; t < kdim; ++t) {
       for (int64_t o = 0; o < sh.co; ++o) {
         float acc = gwant[t * sh.co + o];
@@ -346,6 +355,21 @@ TEST(DirectConv, TheAvx512KernelsSumInTheLayersOrder) {
     }
     EXPECT_EQ(0, std::memcmp(g.data(), gwant.data(), g.size() * sizeof(float)))
         << "the weight gradient differs from the layer's order";
+  }
+}
+
+TEST(DirectConv, EachPathsKernelsSumInTheLayersOrder) {
+  for (const DirectKernels& k :
+       {DirectKernels{"avx2", true, &direct_packets::Forward<float>,
+                      &direct_packets::WeightGrad<float>},
+        DirectKernels{"avx512", DetectedCpu().avx512, &DirectConvForwardAvx512,
+                      &DirectConvWeightGradAvx512}}) {
+    if (!k.runs) {
+      std::printf("[ skipped ] the %s kernels: this CPU has no AVX-512\n", k.name);
+      continue;
+    }
+    SCOPED_TRACE(k.name);
+    ExpectTheLayersOrder(k);
   }
 }
 
