@@ -299,8 +299,7 @@ void ExpectTheLayersOrder(const DirectKernels& k) {
   };
   for (const Shape& sh : {Shape{1, 5, 1, 32, 28, 28}, Shape{3, 5, 1, 48, 6, 27},
                           Shape{2, 3, 2, 16, 9, 30}, Shape{4, 1, 1, 64, 3, 13},
-                          // Kernel rows of 16k taps: the weight gradient with taps in lanes,
-                          // tiles of 8 channels x 48 or 32 taps.
+                          // Kernel rows of 16k taps, as ResNets' layers have.
                           Shape{16, 3, 1, 48, 5, 11}, Shape{32, 1, 2, 16, 7, 9},
                           Shape{80, 1, 1, 16, 2, 3}}) {
     SCOPED_TRACE("c " + std::to_string(sh.c) + " k " + std::to_string(sh.k) + " stride " +

@@ -21,26 +21,20 @@ namespace {
 
 constexpr int64_t kTile = 12;
 
-// f(integral_constant<N>, i) for pieces [i, i+N) covering [0, n), of lengths that differ by
-// one at most, none over Max; N is a constant so that a tile stays in registers. No sum
-// depends on the pieces.
-template <int Max, class F>
-void ForPieces(int64_t n, F&& f) {
-  const int64_t pieces = (n + Max - 1) / Max;
-  int64_t i = 0;
-  for (int64_t t = 0; t < pieces; ++t) {
-    const int64_t len = n / pieces + (t < n % pieces ? 1 : 0);
-    [&]<int... N>(std::integer_sequence<int, N...>) {
-      ((len == N + 1 ? (f(std::integral_constant<int, N + 1>{}, i), 0) : 0), ...);
-    }(std::make_integer_sequence<int, Max>{});
-    i += len;
-  }
-}
-
-// Tiles of up to kTile pixels (8: one tile; 16: 8 + 8, not 12 + 4) or taps.
+// f(integral_constant<N>, i) for tiles [i, i+N) covering [0, n), of lengths that differ by one
+// at most, none over kTile (8 pixels: one tile of 8; 16: 8 + 8, not 12 + 4); N is a constant so
+// that the tile stays in registers. No sum depends on the tiles.
 template <class F>
 void ForTiles(int64_t n, F&& f) {
-  ForPieces<kTile>(n, f);
+  const int64_t tiles = (n + kTile - 1) / kTile;
+  int64_t i = 0;
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t len = n / tiles + (t < n % tiles ? 1 : 0);
+    [&]<int... N>(std::integer_sequence<int, N...>) {
+      ((len == N + 1 ? (f(std::integral_constant<int, N + 1>{}, i), 0) : 0), ...);
+    }(std::make_integer_sequence<int, kTile>{});
+    i += len;
+  }
 }
 
 // Output pixels (oy, ox .. ox+NP-1), channels ob .. ob+16Q-1.
@@ -131,43 +125,6 @@ void ForwardTileBf16(const DirectConv& s, const uint16_t* padded, const uint32_t
   }
 }
 
-// The same sums with taps in the lanes, for kernel rows of a multiple of 16 taps: channels ob ..
-// ob+NO-1 x taps (ky, j .. j+16QV-1), each a broadcast of dy times 16 taps loaded from the
-// input, so that a tile of 16 channels needs fewer loads per FMA (11 per 24, not 13 per 12).
-// The sums start from g's values and add the pixels in row order, by the same FMAs as
-// WeightTile: the same bits.
-template <int NO, int QV>
-void WeightTileByTaps(const DirectConv& s, const float* padded, const float* dy, int64_t ob,
-                      int64_t ky, int64_t j, float* g) {
-  float* gt = g + (ky * s.k * s.c + j) * s.co + ob;
-  alignas(64) float lanes[16];
-  __m512 acc[NO][QV];
-  for (int o = 0; o < NO; ++o) {
-    for (int q = 0; q < QV; ++q) {
-      for (int l = 0; l < 16; ++l) lanes[l] = gt[(16 * q + l) * s.co + o];
-      acc[o][q] = _mm512_load_ps(lanes);
-    }
-  }
-  for (int64_t oy = 0; oy < s.out_h; ++oy) {
-    const float* src = padded + ((oy * s.stride + ky) * s.wp) * s.c + j;
-    const float* d = dy + oy * s.out_w * s.co + ob;
-    for (int64_t ox = 0; ox < s.out_w; ++ox, src += s.stride * s.c, d += s.co) {
-      __m512 xv[QV];
-      for (int q = 0; q < QV; ++q) xv[q] = _mm512_loadu_ps(src + 16 * q);
-      for (int o = 0; o < NO; ++o) {
-        const __m512 dv = _mm512_set1_ps(d[o]);
-        for (int q = 0; q < QV; ++q) acc[o][q] = _mm512_fmadd_ps(xv[q], dv, acc[o][q]);
-      }
-    }
-  }
-  for (int o = 0; o < NO; ++o) {
-    for (int q = 0; q < QV; ++q) {
-      _mm512_store_ps(lanes, acc[o][q]);
-      for (int l = 0; l < 16; ++l) gt[(16 * q + l) * s.co + o] = lanes[l];
-    }
-  }
-}
-
 // f(integral_constant<Q>, ob) for each block of output channels: 32 (Q = 2), and 16 (Q = 1)
 // for a last one.
 template <class F>
@@ -192,16 +149,6 @@ void DirectConvForwardAvx512(const DirectConv& s, const float* padded, const flo
 
 void DirectConvWeightGradAvx512(const DirectConv& s, const float* padded, const float* dy,
                                 float* g) {
-  if (s.k * s.c % 16 == 0) {  // taps in the lanes: tiles of up to 8 channels x 48 taps
-    return ForPieces<8>(s.co, [&](auto no, int64_t ob) {
-      for (int64_t ky = 0; ky < s.k; ++ky) {
-        ForPieces<3>(s.k * s.c / 16, [&](auto qv, int64_t v) {
-          WeightTileByTaps<decltype(no)::value, decltype(qv)::value>(s, padded, dy, ob, ky,
-                                                                    16 * v, g);
-        });
-      }
-    });
-  }
   ForBlocks(s.co, [&](auto q, int64_t ob) {
     for (int64_t ky = 0; ky < s.k; ++ky) {
       ForTiles(s.k * s.c, [&](auto nt, int64_t j) {
