@@ -22,7 +22,8 @@
 //   the same operand in every chunk's product, are packed once a pass (nn/gemm.h's SameA).
 // Under --precision bf16 the direct forward kernel (and so the input gradient) rounds its
 // inputs to bf16 and sums their products in float by vdpbf16ps, a kernel row's taps in pairs,
-// where k*c is even (nn/kernels/direct_conv.h); the weight gradient stays float. In float,
+// where k*c is even (nn/kernels/direct_conv.h); the weight gradient stays float for layers of
+// fewer than kBf16ProductTaps taps and is the bf16 product's for the others. In float,
 // the AVX2 path runs nn/kernels/direct_conv_packets.h's (6 pixels x 16 channels), the AVX-512
 // path nn/kernels/direct_conv_avx512.cc's (12 pixels x 32 channels), which sum in the same
 // order by the same FMAs and so give the same bits. Every kernel sums in an order fixed by the
@@ -67,6 +68,11 @@ constexpr int64_t kColTarget = int64_t{1} << 18;
 // faster. A first layer of at most kDirectMaxIn channels stays direct at any size.
 constexpr int64_t kOb = direct_packets::kOb, kDirectMaxTaps = 1152, kDirectMinPixels = 64,
                   kDirectMaxIn = 4;
+// Under --precision bf16 the weight gradient of a direct layer of at least kBf16ProductTaps
+// taps is the bf16 product's (im2col + nn/gemm.h), whose k runs over a chunk's every pixel:
+// measured on Zen 4, 32 and 64 channels 3x3 (288, 576 taps) and cnn-small's 5x5 over 32 (800)
+// took 0.6-0.85x the time of the direct float kernel, 16 channels 3x3 (144) 1.5x.
+constexpr int64_t kBf16ProductTaps = 256;
 
 bool HasBias(const LayerSpec& spec) { return spec.args[4] != 0; }
 
@@ -97,8 +103,11 @@ struct ConvPlan {
   // The im2col matrix of m samples (m up to chunk).
   int64_t Col(int64_t m) const { return SatMul(SatMul(kdim, m), pix); }
   // Whether a pass uses im2col: the forward pass and the weight gradient unless the direct
-  // kernels take them, the input gradient unless its direct kernel does.
-  bool UsesCol(bool backward) const { return !direct || (backward && !direct_input_grad); }
+  // kernels take them (or, in bf16, the product takes the weight gradient: counted whatever
+  // the precision, an upper bound in float), the input gradient unless its direct kernel does.
+  bool UsesCol(bool backward) const {
+    return !direct || (backward && (!direct_input_grad || kdim >= kBf16ProductTaps));
+  }
 
   int64_t kdim;   // the taps of one output value: kernel x kernel x input channels
   int64_t pix;    // one sample's output pixels
@@ -174,7 +183,8 @@ class Conv2d final : public Layer<S> {
       Eigen::Map<const Mat<S>> d(dy, co_, n * pix_);
       for (int64_t j = 0; j < n * pix_; ++j) grad_b += d.col(j);
     }
-    if (plan_.direct) {
+    const bool product_weight_grad = !plan_.direct || Bf16ProductWeightGrad();
+    if (!product_weight_grad) {
       for (int64_t s = 0; s < n; ++s) {
         Pad(x + s * this->in().Size(), this->in(), pad_, padded_.data());
         DirectWeightGrad(Direct(), padded_.data(), dy + s * this->out().Size(), dparams);
@@ -189,8 +199,9 @@ class Conv2d final : public Layer<S> {
                       dx + s * this->in().Size());
       }
     }
-    if (!plan_.direct || (dx != nullptr && !plan_.direct_input_grad)) {
-      ProductBackward(params, x, dy, n, plan_.direct ? nullptr : dparams, dx);
+    S* product_dx = plan_.direct_input_grad ? nullptr : dx;
+    if (product_weight_grad || product_dx != nullptr) {
+      ProductBackward(params, x, dy, n, product_weight_grad ? dparams : nullptr, product_dx);
     }
   }
 
@@ -262,6 +273,12 @@ class Conv2d final : public Layer<S> {
       std::copy(img + iy * sh.w * sh.c, img + (iy + 1) * sh.w * sh.c,
                 dst + ((iy + pad) * wp + pad) * sh.c);
     }
+  }
+
+  // Whether the product takes a direct layer's weight gradient (kBf16ProductTaps).
+  bool Bf16ProductWeightGrad() const {
+    return std::is_same_v<S, float> && ProductInputs() == ComputeType::kBf16 &&
+           kdim_ >= kBf16ProductTaps;
   }
 
   // Whether the direct forward kernel of shape d runs in bf16 (--precision bf16, in float, with
