@@ -2,8 +2,9 @@
 // header that instantiates templates other files instantiate too (nn/kernels/gemm_avx512.cc
 // says why).
 //
-// Forward: for each block of 32 output channels (16 for a last odd block), each output row is
-// cut into tiles of up to kTile pixels; a tile's kTile x 2 accumulators start at the bias,
+// Forward: for each block of 32 output channels (16 for a last odd block), the output's pixels,
+// row after row, are cut into tiles of up to kTile pixels that may span rows (an 8x8 map: tiles
+// of 11 and 10, not 8 a row); a tile's kTile x 2 accumulators start at the bias,
 // then each tap (ky, then kx and c as one run) adds input x weight: two loads of W, one
 // broadcast of the input per pixel. The weight gradient is the same with taps for pixels: a
 // tile of up to kTile taps of one kernel row x the block's channels, summed over the output
@@ -22,8 +23,8 @@ namespace {
 constexpr int64_t kTile = 12;
 
 // f(integral_constant<N>, i) for tiles [i, i+N) covering [0, n), of lengths that differ by one
-// at most, none over kTile (8 pixels: one tile of 8; 16: 8 + 8, not 12 + 4); N is a constant so
-// that the tile stays in registers. No sum depends on the tiles.
+// at most, none over kTile (16 taps: 8 + 8, not 12 + 4); N is a constant so that the tile stays
+// in registers. No sum depends on the tiles.
 template <class F>
 void ForTiles(int64_t n, F&& f) {
   const int64_t tiles = (n + kTile - 1) / kTile;
@@ -37,29 +38,41 @@ void ForTiles(int64_t n, F&& f) {
   }
 }
 
-// Output pixels (oy, ox .. ox+NP-1), channels ob .. ob+16Q-1.
+// Each of NP pixels' window in `padded`: output pixels p0 .. p0+NP-1, row after row (a tile
+// may span rows).
+template <int NP, class T>
+void Windows(const DirectConv& s, const T* padded, int64_t p0, const T* (&at)[NP]) {
+  for (int p = 0; p < NP; ++p) {
+    const int64_t oy = (p0 + p) / s.out_w, ox = (p0 + p) % s.out_w;
+    at[p] = padded + (oy * s.stride * s.wp + ox * s.stride) * s.c;
+  }
+}
+
+// Output pixels p0 .. p0+NP-1, channels ob .. ob+16Q-1.
 template <int NP, int Q>
 void ForwardTile(const DirectConv& s, const float* padded, const float* w, const float* bias,
-                 int64_t ob, int64_t oy, int64_t ox, float* y) {
-  const int64_t run = s.k * s.c, step = s.stride * s.c;
+                 int64_t ob, int64_t p0, float* y) {
+  const int64_t run = s.k * s.c;
+  const float* at[NP];
+  Windows(s, padded, p0, at);
   __m512 acc[NP][Q];
   for (int q = 0; q < Q; ++q) {
     const __m512 b = _mm512_loadu_ps(bias + ob + 16 * q);
     for (int p = 0; p < NP; ++p) acc[p][q] = b;
   }
   for (int64_t ky = 0; ky < s.k; ++ky) {
-    const float* src = padded + ((oy * s.stride + ky) * s.wp + ox * s.stride) * s.c;
+    const int64_t row = ky * s.wp * s.c;
     const float* wk = w + ky * run * s.co + ob;
     for (int64_t j = 0; j < run; ++j, wk += s.co) {
       __m512 wv[Q];
       for (int q = 0; q < Q; ++q) wv[q] = _mm512_loadu_ps(wk + 16 * q);
       for (int p = 0; p < NP; ++p) {
-        const __m512 v = _mm512_set1_ps(src[p * step + j]);
+        const __m512 v = _mm512_set1_ps(at[p][row + j]);
         for (int q = 0; q < Q; ++q) acc[p][q] = _mm512_fmadd_ps(v, wv[q], acc[p][q]);
       }
     }
   }
-  float* dst = y + (oy * s.out_w + ox) * s.co + ob;
+  float* dst = y + p0 * s.co + ob;
   for (int p = 0; p < NP; ++p) {
     for (int q = 0; q < Q; ++q) _mm512_storeu_ps(dst + p * s.co + 16 * q, acc[p][q]);
   }
@@ -96,15 +109,17 @@ void WeightTile(const DirectConv& s, const float* padded, const float* dy, int64
 // in pairs, a pair's two bf16 inputs broadcast as one 32-bit value.
 template <int NP, int Q>
 void ForwardTileBf16(const DirectConv& s, const uint16_t* padded, const uint32_t* pairs,
-                     const float* bias, int64_t ob, int64_t oy, int64_t ox, float* y) {
-  const int64_t half = s.k * s.c / 2, step = s.stride * s.c;
+                     const float* bias, int64_t ob, int64_t p0, float* y) {
+  const int64_t half = s.k * s.c / 2;
+  const uint16_t* at[NP];
+  Windows(s, padded, p0, at);
   __m512 acc[NP][Q];
   for (int q = 0; q < Q; ++q) {
     const __m512 b = _mm512_loadu_ps(bias + ob + 16 * q);
     for (int p = 0; p < NP; ++p) acc[p][q] = b;
   }
   for (int64_t ky = 0; ky < s.k; ++ky) {
-    const uint16_t* src = padded + ((oy * s.stride + ky) * s.wp + ox * s.stride) * s.c;
+    const int64_t row = ky * s.wp * s.c;
     const uint32_t* wk = pairs + ky * half * s.co + ob;
     for (int64_t t = 0; t < half; ++t, wk += s.co) {
       __m512bh wv[Q];
@@ -113,13 +128,13 @@ void ForwardTileBf16(const DirectConv& s, const uint16_t* padded, const uint32_t
       }
       for (int p = 0; p < NP; ++p) {
         int32_t pair;
-        std::memcpy(&pair, src + p * step + 2 * t, sizeof pair);
+        std::memcpy(&pair, at[p] + row + 2 * t, sizeof pair);
         const __m512bh v = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
         for (int q = 0; q < Q; ++q) acc[p][q] = _mm512_dpbf16_ps(acc[p][q], v, wv[q]);
       }
     }
   }
-  float* dst = y + (oy * s.out_w + ox) * s.co + ob;
+  float* dst = y + p0 * s.co + ob;
   for (int p = 0; p < NP; ++p) {
     for (int q = 0; q < Q; ++q) _mm512_storeu_ps(dst + p * s.co + 16 * q, acc[p][q]);
   }
@@ -139,11 +154,9 @@ void ForBlocks(int64_t co, F&& f) {
 void DirectConvForwardAvx512(const DirectConv& s, const float* padded, const float* w,
                              const float* bias, float* y) {
   ForBlocks(s.co, [&](auto q, int64_t ob) {
-    for (int64_t oy = 0; oy < s.out_h; ++oy) {
-      ForTiles(s.out_w, [&](auto np, int64_t ox) {
-        ForwardTile<decltype(np)::value, decltype(q)::value>(s, padded, w, bias, ob, oy, ox, y);
-      });
-    }
+    ForTiles(s.out_h * s.out_w, [&](auto np, int64_t p0) {
+      ForwardTile<decltype(np)::value, decltype(q)::value>(s, padded, w, bias, ob, p0, y);
+    });
   });
 }
 
@@ -165,12 +178,10 @@ namespace shmtrain::nn {
 void DirectConvForwardBf16(const DirectConv& s, const uint16_t* padded, const uint32_t* pairs,
                            const float* bias, float* y) {
   ForBlocks(s.co, [&](auto q, int64_t ob) {
-    for (int64_t oy = 0; oy < s.out_h; ++oy) {
-      ForTiles(s.out_w, [&](auto np, int64_t ox) {
-        ForwardTileBf16<decltype(np)::value, decltype(q)::value>(s, padded, pairs, bias, ob, oy,
-                                                                 ox, y);
-      });
-    }
+    ForTiles(s.out_h * s.out_w, [&](auto np, int64_t p0) {
+      ForwardTileBf16<decltype(np)::value, decltype(q)::value>(s, padded, pairs, bias, ob, p0,
+                                                               y);
+    });
   });
 }
 

@@ -3,11 +3,11 @@
 // gradient checks). Included by nn/layers/conv2d.cc alone.
 //
 // A tile keeps kTile outputs x kOb channels in registers (kTile x kOb / lanes accumulators: 12
-// of AVX2's 16 registers with floats). The forward pass walks each output row in tiles of
-// pixels; the weight gradient walks each kernel row's run of k*c taps in tiles of taps. A row
-// is cut into tiles of as equal a length as kTile allows (8 pixels: 4 + 4, not 6 + 2), which
-// changes no sum: each output adds its taps in (ky, kx, c) order, and each gradient element
-// its pixels in row order, whatever tile holds it.
+// of AVX2's 16 registers with floats). The forward pass walks the output's pixels, row after
+// row, in tiles that may span rows (an 8x8 map: tiles of 6 and 5 pixels, not 4 + 4 a row);
+// the weight gradient walks each kernel row's run of k*c taps in tiles of taps. Tiles are of
+// as equal a length as kTile allows, which changes no sum: each output adds its taps in (ky,
+// kx, c) order, and each gradient element its pixels in row order, whatever tile holds it.
 #pragma once
 
 #include <Eigen/Core>
@@ -47,31 +47,36 @@ struct Kernels {
   static constexpr int kPackets = kOb / kLanes;
   static_assert(kOb % kLanes == 0);
 
-  // Output pixels (oy, ox .. ox+NP-1), channels ob .. ob+kOb-1: bias, then each kernel row's
-  // k*c taps in (ky, kx, c) order.
+  // Output pixels p0 .. p0+NP-1 (row after row, a tile may span rows), channels ob ..
+  // ob+kOb-1: bias, then each kernel row's k*c taps in (ky, kx, c) order.
   template <int NP>
   static void ForwardTile(const DirectConv& s, const S* padded, const S* w, const S* bias,
-                          int64_t ob, int64_t oy, int64_t ox, S* y) {
+                          int64_t ob, int64_t p0, S* y) {
     using namespace Eigen::internal;
-    const int64_t run = s.k * s.c, step = s.stride * s.c;
+    const int64_t run = s.k * s.c;
+    const S* at[NP];  // each pixel's window in `padded`
+    for (int p = 0; p < NP; ++p) {
+      const int64_t oy = (p0 + p) / s.out_w, ox = (p0 + p) % s.out_w;
+      at[p] = padded + (oy * s.stride * s.wp + ox * s.stride) * s.c;
+    }
     Packet acc[NP][kPackets];
     for (int q = 0; q < kPackets; ++q) {
       const Packet b = ploadu<Packet>(bias + ob + q * kLanes);
       for (int p = 0; p < NP; ++p) acc[p][q] = b;
     }
     for (int64_t ky = 0; ky < s.k; ++ky) {
-      const S* src = padded + ((oy * s.stride + ky) * s.wp + ox * s.stride) * s.c;
+      const int64_t row = ky * s.wp * s.c;
       const S* wk = w + ky * run * s.co + ob;
       for (int64_t j = 0; j < run; ++j, wk += s.co) {
         Packet wv[kPackets];
         for (int q = 0; q < kPackets; ++q) wv[q] = ploadu<Packet>(wk + q * kLanes);
         for (int p = 0; p < NP; ++p) {
-          const Packet v = pset1<Packet>(src[p * step + j]);
+          const Packet v = pset1<Packet>(at[p][row + j]);
           for (int q = 0; q < kPackets; ++q) acc[p][q] = pmadd(v, wv[q], acc[p][q]);
         }
       }
     }
-    S* dst = y + (oy * s.out_w + ox) * s.co + ob;
+    S* dst = y + p0 * s.co + ob;
     for (int p = 0; p < NP; ++p) {
       for (int q = 0; q < kPackets; ++q) pstoreu(dst + p * s.co + q * kLanes, acc[p][q]);
     }
@@ -112,11 +117,9 @@ struct Kernels {
 template <class S>
 void Forward(const DirectConv& s, const S* padded, const S* w, const S* bias, S* y) {
   for (int64_t ob = 0; ob < s.co; ob += kOb) {
-    for (int64_t oy = 0; oy < s.out_h; ++oy) {
-      ForTiles(s.out_w, [&](auto np, int64_t ox) {
-        Kernels<S>::template ForwardTile<decltype(np)::value>(s, padded, w, bias, ob, oy, ox, y);
-      });
-    }
+    ForTiles(s.out_h * s.out_w, [&](auto np, int64_t p0) {
+      Kernels<S>::template ForwardTile<decltype(np)::value>(s, padded, w, bias, ob, p0, y);
+    });
   }
 }
 
