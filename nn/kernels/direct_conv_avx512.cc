@@ -48,12 +48,38 @@ void Windows(const DirectConv& s, const T* padded, int64_t p0, const T* (&at)[NP
   }
 }
 
-// Output pixels p0 .. p0+NP-1, channels ob .. ob+16Q-1.
-template <int NP, int Q>
-void ForwardTile(const DirectConv& s, const float* padded, const float* w, const float* bias,
-                 int64_t ob, int64_t p0, float* y) {
-  const int64_t run = s.k * s.c;
-  const float* at[NP];
+// A forward step of each kind: float takes one tap (a broadcast of the input, an FMA), bf16 a
+// pair of taps (their two bf16 inputs broadcast as one 32-bit value, vdpbf16ps).
+struct FloatTaps {
+  using In = float;
+  using W = float;
+  static constexpr int kTaps = 1;
+  static __m512 Weights(const float* w) { return _mm512_loadu_ps(w); }
+  static __m512 Input(const float* x) { return _mm512_set1_ps(*x); }
+  static __m512 Add(__m512 acc, __m512 x, __m512 w) { return _mm512_fmadd_ps(x, w, acc); }
+};
+struct Bf16Taps {
+  using In = uint16_t;
+  using W = uint32_t;
+  static constexpr int kTaps = 2;
+  static __m512bh Weights(const uint32_t* w) {
+    return reinterpret_cast<__m512bh>(_mm512_loadu_si512(w));
+  }
+  static __m512bh Input(const uint16_t* x) {
+    int32_t pair;
+    std::memcpy(&pair, x, sizeof pair);
+    return reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
+  }
+  static __m512 Add(__m512 acc, __m512bh x, __m512bh w) { return _mm512_dpbf16_ps(acc, x, w); }
+};
+
+// Output pixels p0 .. p0+NP-1, channels ob .. ob+16Q-1: the bias, then each kernel row's taps
+// in order, T::kTaps at a time (w: kTaps taps x co a step).
+template <class T, int NP, int Q>
+void ForwardTile(const DirectConv& s, const typename T::In* padded, const typename T::W* w,
+                 const float* bias, int64_t ob, int64_t p0, float* y) {
+  const int64_t steps = s.k * s.c / T::kTaps;
+  const typename T::In* at[NP];
   Windows(s, padded, p0, at);
   __m512 acc[NP][Q];
   for (int q = 0; q < Q; ++q) {
@@ -62,13 +88,13 @@ void ForwardTile(const DirectConv& s, const float* padded, const float* w, const
   }
   for (int64_t ky = 0; ky < s.k; ++ky) {
     const int64_t row = ky * s.wp * s.c;
-    const float* wk = w + ky * run * s.co + ob;
-    for (int64_t j = 0; j < run; ++j, wk += s.co) {
-      __m512 wv[Q];
-      for (int q = 0; q < Q; ++q) wv[q] = _mm512_loadu_ps(wk + 16 * q);
+    const typename T::W* wk = w + ky * steps * s.co + ob;
+    for (int64_t t = 0; t < steps; ++t, wk += s.co) {
+      decltype(T::Weights(wk)) wv[Q];
+      for (int q = 0; q < Q; ++q) wv[q] = T::Weights(wk + 16 * q);
       for (int p = 0; p < NP; ++p) {
-        const __m512 v = _mm512_set1_ps(at[p][row + j]);
-        for (int q = 0; q < Q; ++q) acc[p][q] = _mm512_fmadd_ps(v, wv[q], acc[p][q]);
+        const auto v = T::Input(at[p] + row + T::kTaps * t);
+        for (int q = 0; q < Q; ++q) acc[p][q] = T::Add(acc[p][q], v, wv[q]);
       }
     }
   }
@@ -105,41 +131,6 @@ void WeightTile(const DirectConv& s, const float* padded, const float* dy, int64
   }
 }
 
-// Output pixels (oy, ox .. ox+NP-1), channels ob .. ob+16Q-1, in bf16: each kernel row's taps
-// in pairs, a pair's two bf16 inputs broadcast as one 32-bit value.
-template <int NP, int Q>
-void ForwardTileBf16(const DirectConv& s, const uint16_t* padded, const uint32_t* pairs,
-                     const float* bias, int64_t ob, int64_t p0, float* y) {
-  const int64_t half = s.k * s.c / 2;
-  const uint16_t* at[NP];
-  Windows(s, padded, p0, at);
-  __m512 acc[NP][Q];
-  for (int q = 0; q < Q; ++q) {
-    const __m512 b = _mm512_loadu_ps(bias + ob + 16 * q);
-    for (int p = 0; p < NP; ++p) acc[p][q] = b;
-  }
-  for (int64_t ky = 0; ky < s.k; ++ky) {
-    const int64_t row = ky * s.wp * s.c;
-    const uint32_t* wk = pairs + ky * half * s.co + ob;
-    for (int64_t t = 0; t < half; ++t, wk += s.co) {
-      __m512bh wv[Q];
-      for (int q = 0; q < Q; ++q) {
-        wv[q] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(wk + 16 * q));
-      }
-      for (int p = 0; p < NP; ++p) {
-        int32_t pair;
-        std::memcpy(&pair, at[p] + row + 2 * t, sizeof pair);
-        const __m512bh v = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
-        for (int q = 0; q < Q; ++q) acc[p][q] = _mm512_dpbf16_ps(acc[p][q], v, wv[q]);
-      }
-    }
-  }
-  float* dst = y + p0 * s.co + ob;
-  for (int p = 0; p < NP; ++p) {
-    for (int q = 0; q < Q; ++q) _mm512_storeu_ps(dst + p * s.co + 16 * q, acc[p][q]);
-  }
-}
-
 // f(integral_constant<Q>, ob) for each block of output channels: 32 (Q = 2), and 16 (Q = 1)
 // for a last one.
 template <class F>
@@ -155,7 +146,8 @@ void DirectConvForwardAvx512(const DirectConv& s, const float* padded, const flo
                              const float* bias, float* y) {
   ForBlocks(s.co, [&](auto q, int64_t ob) {
     ForTiles(s.out_h * s.out_w, [&](auto np, int64_t p0) {
-      ForwardTile<decltype(np)::value, decltype(q)::value>(s, padded, w, bias, ob, p0, y);
+      ForwardTile<FloatTaps, decltype(np)::value, decltype(q)::value>(s, padded, w, bias, ob,
+                                                                      p0, y);
     });
   });
 }
@@ -179,8 +171,8 @@ void DirectConvForwardBf16(const DirectConv& s, const uint16_t* padded, const ui
                            const float* bias, float* y) {
   ForBlocks(s.co, [&](auto q, int64_t ob) {
     ForTiles(s.out_h * s.out_w, [&](auto np, int64_t p0) {
-      ForwardTileBf16<decltype(np)::value, decltype(q)::value>(s, padded, pairs, bias, ob, p0,
-                                                               y);
+      ForwardTile<Bf16Taps, decltype(np)::value, decltype(q)::value>(s, padded, pairs, bias,
+                                                                     ob, p0, y);
     });
   });
 }
