@@ -621,11 +621,14 @@ TEST(Conv2d, Bf16RoundsWhatEachPassPromises) {
   if (!UsedCpu().avx512_bf16) GTEST_SKIP() << "this CPU has no avx512_bf16";
   const LayerType& t = *FindLayerType("conv2d");
   using Case = std::tuple<const char*, Shape, bool>;  // model text, input, float dW
-  for (const auto& [text, in, float_weight_grad] :
-       {Case{"conv2d(32,3,padding=1,bias=false)", {32, 8, 8}, false},
-        Case{"conv2d(16,3,padding=1,bias=false)", {16, 8, 8}, true},
-        Case{"conv2d(32,3,stride=2,padding=1)", {16, 16, 16}, true}}) {
-    SCOPED_TRACE(std::string(text) + " on " + in.Text());
+  for (const Case& c : {Case{"conv2d(32,3,padding=1,bias=false)", {32, 8, 8}, false},
+                        Case{"conv2d(16,3,padding=1,bias=false)", {16, 8, 8}, true},
+                        Case{"conv2d(32,3,stride=2,padding=1)", {16, 16, 16}, true}}) {
+    // Named copies, not a structured binding: the lambda below captures them.
+    const std::string text = std::get<0>(c);
+    const Shape in = std::get<1>(c);
+    const bool float_weight_grad = std::get<2>(c);
+    SCOPED_TRACE(text + " on " + in.Text());
     std::vector<LayerSpec> l;
     ASSERT_TRUE(ParseModelText(text, &l).ok());
     Shape out;
