@@ -123,51 +123,60 @@ TEST(ResNetBlocks, PWorkersTrainWhatOneTrains) {
   }
 }
 
-// Rank 1 dies at step 12 with half its gradient slot NaN (3), and after arriving at barrier 2
-// (6): replaced, it redoes its share, and the run ends with the undisturbed run's bytes.
-TEST(ResNetBlocks, AWorkerKilledInAStepEndsByteIdentical) {
+// f(dir, data, precision, ref) in each precision, ref the bytes of the undisturbed run of
+// kSteps steps at P = 2.
+constexpr int kSteps = 25;
+template <class F>
+void AgainstTheUndisturbedRun(F&& f) {
   TempDir dir;
   const std::string data = ImagesCsv(dir);
   for (const std::string& precision : Precisions()) {
     SCOPED_TRACE(precision);
-    const std::string ref = Reference(dir, data, 2, 25, precision);
+    const std::string ref = Reference(dir, data, 2, kSteps, precision);
     ASSERT_FALSE(ref.empty());
+    f(dir, data, precision, ref);
+  }
+}
+
+// Rank 1 dies at step 12 with half its gradient slot NaN (3), and after arriving at barrier 2
+// (6): replaced, it redoes its share, and the run ends with the undisturbed run's bytes.
+TEST(ResNetBlocks, AWorkerKilledInAStepEndsByteIdentical) {
+  AgainstTheUndisturbedRun([](const TempDir& dir, const std::string& data,
+                              const std::string& precision, const std::string& ref) {
     for (const char* point : {"3", "6"}) {
       SCOPED_TRACE(std::string("--fault-point ") + point);
       const std::string path = dir.File("fault.model");
-      const ProcResult r = Finish(Train(data, 2, 25, precision,
+      const ProcResult r = Finish(Train(data, 2, kSteps, precision,
                                         {"--fault-rank", "1", "--fault-step", "12",
                                          "--fault-point", point, "--save", path}));
       ASSERT_TRUE(ExitedWith(r, 0)) << test::Clip(r.Describe());
       EXPECT_EQ(Num(SummaryOf(r), "restarts"), 1) << SummaryOf(r);
       EXPECT_TRUE(SameBytes(test::ReadWholeFile(path), ref));
     }
-  }
+  });
 }
 
-// A run stopped after its checkpoint at step 10 and resumed from it ends with the bytes of the
-// run that went straight through.
+// A run of 15 steps with a checkpoint every 10, resumed from its checkpoint to the end, ends
+// with the bytes of the run that went straight through.
 TEST(ResNetBlocks, AResumedCheckpointEndsByteIdentical) {
-  TempDir dir;
-  const std::string data = ImagesCsv(dir);
-  for (const std::string& precision : Precisions()) {
-    SCOPED_TRACE(precision);
-    const std::string ref = Reference(dir, data, 2, 25, precision);
-    ASSERT_FALSE(ref.empty());
+  AgainstTheUndisturbedRun([](const TempDir& dir, const std::string& data,
+                              const std::string& precision, const std::string& ref) {
     const std::string ckpt = dir.File(precision + ".ckpt");
     const std::vector<std::string> opts = {"--checkpoint", ckpt, "--checkpoint-every", "10"};
     ProcResult first = Finish(Train(data, 2, 15, precision, opts));
     ASSERT_TRUE(ExitedWith(first, 0)) << test::Clip(first.Describe());
     Checkpoint c;
     ASSERT_TRUE(LoadCheckpoint(ckpt, &c).ok());
+    std::printf("[ resnet blocks resume, %s ] from the checkpoint of step %lld\n",
+                precision.c_str(), static_cast<long long>(c.step));
     std::vector<std::string> resume = opts;
     const std::string path = dir.File("resumed.model");
     resume.insert(resume.end(), {"--resume", ckpt, "--save", path});
-    const ProcResult r = Finish(Train(data, 2, 25, precision, resume));
+    const ProcResult r = Finish(Train(data, 2, kSteps, precision, resume));
     ASSERT_TRUE(ExitedWith(r, 0)) << test::Clip(r.Describe());
     EXPECT_EQ(Num(SummaryOf(r), "first_step"), c.step);
     EXPECT_TRUE(SameBytes(test::ReadWholeFile(path), ref));
-  }
+  });
 }
 
 }  // namespace
