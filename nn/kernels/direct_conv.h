@@ -7,8 +7,28 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 namespace shmtrain::nn {
+
+// f(integral_constant<N>, i) for tiles [i, i+N) covering [0, n), of lengths that differ by one
+// at most, none over Max (8 pixels with Max 6: 4 + 4, not 6 + 2); N is a constant so that a
+// tile's loops unroll into registers. No sum depends on the tiles. Both paths' kernels cut
+// their tiles by it; each instantiates it only with its own lambdas, so no instantiation is
+// shared between the files compiled for different instruction sets.
+template <int Max, class F>
+void ForTiles(int64_t n, F&& f) {
+  const int64_t tiles = (n + Max - 1) / Max;
+  int64_t i = 0;
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t len = n / tiles + (t < n % tiles ? 1 : 0);
+    [&]<int... N>(std::integer_sequence<int, N...>) {
+      ((len == N + 1 ? (f(std::integral_constant<int, N + 1>{}, i), 0) : 0), ...);
+    }(std::make_integer_sequence<int, Max>{});
+    i += len;
+  }
+}
 
 struct DirectConv {
   int64_t c, k, stride;  // input channels, kernel size, stride

@@ -22,22 +22,6 @@ namespace {
 
 constexpr int64_t kTile = 12;
 
-// f(integral_constant<N>, i) for tiles [i, i+N) covering [0, n), of lengths that differ by one
-// at most, none over kTile (16 taps: 8 + 8, not 12 + 4); N is a constant so that the tile stays
-// in registers. No sum depends on the tiles.
-template <class F>
-void ForTiles(int64_t n, F&& f) {
-  const int64_t tiles = (n + kTile - 1) / kTile;
-  int64_t i = 0;
-  for (int64_t t = 0; t < tiles; ++t) {
-    const int64_t len = n / tiles + (t < n % tiles ? 1 : 0);
-    [&]<int... N>(std::integer_sequence<int, N...>) {
-      ((len == N + 1 ? (f(std::integral_constant<int, N + 1>{}, i), 0) : 0), ...);
-    }(std::make_integer_sequence<int, kTile>{});
-    i += len;
-  }
-}
-
 // Each of NP pixels' window in `padded`: output pixels p0 .. p0+NP-1, row after row (a tile
 // may span rows).
 template <int NP, class T>
@@ -145,7 +129,7 @@ void ForBlocks(int64_t co, F&& f) {
 void DirectConvForwardAvx512(const DirectConv& s, const float* padded, const float* w,
                              const float* bias, float* y) {
   ForBlocks(s.co, [&](auto q, int64_t ob) {
-    ForTiles(s.out_h * s.out_w, [&](auto np, int64_t p0) {
+    ForTiles<kTile>(s.out_h * s.out_w, [&](auto np, int64_t p0) {
       ForwardTile<FloatTaps, decltype(np)::value, decltype(q)::value>(s, padded, w, bias, ob,
                                                                       p0, y);
     });
@@ -156,7 +140,7 @@ void DirectConvWeightGradAvx512(const DirectConv& s, const float* padded, const 
                                 float* g) {
   ForBlocks(s.co, [&](auto q, int64_t ob) {
     for (int64_t ky = 0; ky < s.k; ++ky) {
-      ForTiles(s.k * s.c, [&](auto nt, int64_t j) {
+      ForTiles<kTile>(s.k * s.c, [&](auto nt, int64_t j) {
         WeightTile<decltype(nt)::value, decltype(q)::value>(s, padded, dy, ob, ky, j, g);
       });
     }
@@ -170,7 +154,7 @@ namespace shmtrain::nn {
 void DirectConvForwardBf16(const DirectConv& s, const uint16_t* padded, const uint32_t* pairs,
                            const float* bias, float* y) {
   ForBlocks(s.co, [&](auto q, int64_t ob) {
-    ForTiles(s.out_h * s.out_w, [&](auto np, int64_t p0) {
+    ForTiles<kTile>(s.out_h * s.out_w, [&](auto np, int64_t p0) {
       ForwardTile<Bf16Taps, decltype(np)::value, decltype(q)::value>(s, padded, pairs, bias,
                                                                      ob, p0, y);
     });

@@ -20,26 +20,6 @@ namespace shmtrain::nn::direct_packets {
 
 constexpr int64_t kOb = 16, kTile = 6;
 
-// f(integral_constant<N>, i) for tiles [i, i+N) covering [0, n), of lengths that differ by
-// one at most, none over kTile. N is a constant so that the tile's loops unroll into registers.
-template <class F>
-void ForTiles(int64_t n, F&& f) {
-  const int64_t tiles = (n + kTile - 1) / kTile;
-  int64_t i = 0;
-  for (int64_t t = 0; t < tiles; ++t) {
-    const int64_t len = n / tiles + (t < n % tiles ? 1 : 0);
-    switch (len) {
-      case 6: f(std::integral_constant<int, 6>{}, i); break;
-      case 5: f(std::integral_constant<int, 5>{}, i); break;
-      case 4: f(std::integral_constant<int, 4>{}, i); break;
-      case 3: f(std::integral_constant<int, 3>{}, i); break;
-      case 2: f(std::integral_constant<int, 2>{}, i); break;
-      default: f(std::integral_constant<int, 1>{}, i); break;
-    }
-    i += len;
-  }
-}
-
 template <class S>
 struct Kernels {
   using Packet = typename Eigen::internal::packet_traits<S>::type;
@@ -117,7 +97,7 @@ struct Kernels {
 template <class S>
 void Forward(const DirectConv& s, const S* padded, const S* w, const S* bias, S* y) {
   for (int64_t ob = 0; ob < s.co; ob += kOb) {
-    ForTiles(s.out_h * s.out_w, [&](auto np, int64_t p0) {
+    ForTiles<kTile>(s.out_h * s.out_w, [&](auto np, int64_t p0) {
       Kernels<S>::template ForwardTile<decltype(np)::value>(s, padded, w, bias, ob, p0, y);
     });
   }
@@ -127,7 +107,7 @@ template <class S>
 void WeightGrad(const DirectConv& s, const S* padded, const S* dy, S* g) {
   for (int64_t ob = 0; ob < s.co; ob += kOb) {
     for (int64_t ky = 0; ky < s.k; ++ky) {
-      ForTiles(s.k * s.c, [&](auto nt, int64_t j) {
+      ForTiles<kTile>(s.k * s.c, [&](auto nt, int64_t j) {
         Kernels<S>::template WeightTile<decltype(nt)::value>(s, padded, dy, ob, ky, j, g);
       });
     }
