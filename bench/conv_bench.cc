@@ -14,7 +14,10 @@
 // first: never installed by the scripts, not a test dependency), bench/cnn_torch.py trains the
 // same net in PyTorch in float (NCHW and channels_last) and under bf16 autocast
 // (channels_last), interleaved with ours; the ratios to each are printed, and the ratio to
-// PyTorch's best configuration in the step's precision (ResNet-20's target: 1.3). What PyTorch
+// PyTorch's best configuration in the step's precision (ResNet-20's target: 1.3), with what that
+// target asks of the core: its rate as a share of the peak, beside PyTorch's share and the
+// share a square GEMM of 1024 reaches in the same run (the best shape our products have; a
+// whole step also runs batch norm, activations and small products). What PyTorch
 // ran on (its BLAS, what ran its convolutions, the ISAs: bench/torch_models.py) is printed once
 // for each different report. PyTorch on the reference BLAS is not compared: the scripts refuse,
 // and the reason is printed. Medians of several runs, with the spread of the whole steps.
@@ -285,7 +288,8 @@ std::string ConfigText(const char* label, const bench::TorchSeries& s, double ou
 
 // PyTorch's rates beside ours (`ours` samples/s in precision p), and our ratio to its best
 // configuration in p: float NCHW or channels_last for float, bf16 autocast for bf16.
-void PrintTorch(const BenchModel& model, const Precision& p, double ours, const TorchConfigs& t) {
+void PrintTorch(const BenchModel& model, const Precision& p, double ours, double sample_flops,
+                const TorchConfigs& t) {
   std::printf("  PyTorch, 1 thread, interleaved: %s, %s, %s\n",
               ConfigText("float NCHW", t.nchw, ours, false).c_str(),
               ConfigText("float channels_last", t.channels_last, ours, false).c_str(),
@@ -303,6 +307,15 @@ void PrintTorch(const BenchModel& model, const Precision& p, double ours, const 
   const double ratio = ours / best.Median();
   std::printf("  ours / PyTorch's best %s configuration (%s, %.0f samples/s): %.2f%s\n", p.name,
               label, best.Median(), ratio, Verdict(ratio, model.step_target).c_str());
+  if (model.step_target <= 0) return;
+  // What the target asks of this core, against what its best product reaches.
+  const double need = model.step_target * best.Median() * sample_flops / 1e9;
+  std::printf("  the target asks %.0f samples/s = %.1f GFLOP/s = %.2f of the %s peak over the "
+              "whole step; PyTorch's best runs at %.2f of it, this run's best product (GEMM "
+              "1024^3) at %.2f\n",
+              model.step_target * best.Median(), need, need / p.peak.median, p.name,
+              best.Median() * sample_flops / 1e9 / p.peak.median,
+              p.product.median / p.peak.median);
 }
 
 // The table of one precision's layers and its whole step.
@@ -344,7 +357,10 @@ void Run(const BenchModel& model, int batch, int runs, int steps,
   }
   for (size_t k = 0; k < precisions.size(); ++k) {
     PrintPrecision(model, b, precisions[k], ours[k], runs, steps);
-    if (torch) PrintTorch(model, precisions[k], batch / bench::Median(ours[k].step_s), t);
+    if (torch) {
+      PrintTorch(model, precisions[k], batch / bench::Median(ours[k].step_s),
+                 b.step_flops / batch, t);
+    }
   }
 }
 
@@ -376,20 +392,46 @@ bool ParseParts(const std::string& arg, std::vector<BenchModel>* models, bool* s
   return true;
 }
 
+// GFLOP/s of one square product of 1024 in the product inputs set now, the kernel's best shape.
+double SquareProductRate() {
+  constexpr int64_t n = 1024;
+  static const std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f);
+  static std::vector<float> c(n * n);
+  nn::Gemm(n, n, n, {a.data(), n}, {b.data(), n}, c.data(), n, false);  // warm, packed once
+  const auto t0 = std::chrono::steady_clock::now();
+  constexpr int reps = 4;
+  for (int r = 0; r < reps; ++r) {
+    nn::Gemm(n, n, n, {a.data(), n}, {b.data(), n}, c.data(), n, false);
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return 2.0 * n * n * n * reps / s / 1e9;
+}
+
+// The rate of that product in product inputs t, the median of 7.
+bench::Peak ProductPeak(ComputeType t) {
+  if (!nn::SetProductInputs(t)) std::abort();
+  const bench::Peak p = bench::MeasurePeak(SquareProductRate);
+  nn::SetProductInputs(ComputeType::kFloat);
+  return p;
+}
+
 // The precisions this CPU's kernels run, with their peaks; PyTorch held to AVX2 when ours are
 // on an AVX-512 CPU.
 std::vector<Precision> Precisions() {
   const nn::CpuFeatures cpu = nn::UsedCpu();
   std::vector<Precision> precisions = {
       {"float", ComputeType::kFloat,
-       bench::MeasurePeak(cpu.avx512 ? bench::Fma512Peak : bench::Fma256Peak)}};
+       bench::MeasurePeak(cpu.avx512 ? bench::Fma512Peak : bench::Fma256Peak),
+       ProductPeak(ComputeType::kFloat)}};
   if (cpu.avx512_bf16) {
-    precisions.push_back({"bf16", ComputeType::kBf16, bench::MeasurePeak(bench::Bf16DotPeak)});
+    precisions.push_back({"bf16", ComputeType::kBf16, bench::MeasurePeak(bench::Bf16DotPeak),
+                          ProductPeak(ComputeType::kBf16)});
   }
-  std::printf("kernels: %s; float FMA peak %s", nn::PathName(nn::UsedPath()),
-              precisions[0].peak.Text().c_str());
+  std::printf("kernels: %s; float FMA peak %s, GEMM 1024^3 %s", nn::PathName(nn::UsedPath()),
+              precisions[0].peak.Text().c_str(), precisions[0].product.Text().c_str());
   if (precisions.size() > 1) {
-    std::printf(", bf16 dot-product peak %s", precisions[1].peak.Text().c_str());
+    std::printf(", bf16 dot-product peak %s, bf16 GEMM 1024^3 %s",
+                precisions[1].peak.Text().c_str(), precisions[1].product.Text().c_str());
   }
   std::printf(" (one core, this run)\n");
   if (nn::UsedPath() == nn::CpuPath::kAvx2 && nn::DetectedCpu().avx512) {

@@ -34,12 +34,15 @@ struct BenchModel {
   ScalingTargets scaling;
 };
 
-// A precision the step is measured in: its name, what the workers' products take, and the peak
-// its ratio is taken against (the float FMA peak, or vdpbf16ps's for bf16).
+// A precision the step is measured in: its name, what the workers' products take, the peak
+// its ratio is taken against (the float FMA peak, or vdpbf16ps's for bf16), and the rate of
+// the best-suited product its kernels run (a square GEMM of 1024: the ceiling a whole step,
+// which adds batch norm, activations and small products, can come near but not pass).
 struct Precision {
   const char* name;
   ComputeType type;
   Peak peak;
+  Peak product;
 };
 
 // One run of bench/cnn_torch.py: `model` at `batch`, layout nchw or channels_last, precision
