@@ -27,7 +27,7 @@ class PhaseBarrier {
   enum class Result { kOk, kAborted, kTimeout, kOrphaned };
 
   // self = this rank's block; epoch = the abort_epoch this worker started under.
-  PhaseBarrier(Header* header, WorkerBlock* blocks, int workers, WorkerBlock* self,
+  PhaseBarrier(Header* header, const WorkerBlock* blocks, int workers, WorkerBlock* self,
                uint32_t epoch);
 
   // Publishes this rank's phase and wakes the waiters if the phase is now complete.
@@ -74,7 +74,7 @@ class PhaseBarrier {
   template <class Done>
   Result WaitUntil(Done done_now, int64_t deadline_ns);
   Header* h_;
-  WorkerBlock* blocks_;
+  const WorkerBlock* blocks_;  // every rank's, read only: a rank writes its own through self_
   int workers_;
   WorkerBlock* self_;
   uint32_t epoch_;

@@ -412,6 +412,12 @@ static_assert(sizeof(float) == 4, "parameters are IEEE float32");
 static_assert(std::endian::native == std::endian::little, "the magic is read little-endian");
 
 // ---- the named accessors for every concurrent word.
+//
+// Loads take a const reference, so that a holder of the read-only view (a const Segment,
+// shm/segment.h, whose pointers are to const) can read every word, and build their atomic_ref
+// on a const_cast of it: C++20's std::atomic_ref<T> needs a non-const T, and the load writes
+// nothing (lock-free, at most 8 bytes: asserted above) into a mapping that is writable anyway.
+// Stores, adds and exchanges take a mutable reference, which a const view cannot give.
 
 // Plain loads/stores of a published word: seq_cst, because the barrier's "last arriver
 // wakes" argument needs one total order over the phase stores and the waiters counter.

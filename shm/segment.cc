@@ -457,8 +457,8 @@ Status Segment::Create(const std::string& name, const Header& proto, Segment* ou
   s.Adopt(name, std::move(region), /*owner=*/true);
   std::memcpy(s.base_, &proto, sizeof(Header));
   for (uint32_t r = 0; r < proto.config.workers; ++r) {
-    s.block(static_cast<int>(r))->grad_sq_step = -1;
-    s.block(static_cast<int>(r))->host_sum_step = -1;
+    s.mutable_block(static_cast<int>(r))->grad_sq_step = -1;
+    s.mutable_block(static_cast<int>(r))->host_sum_step = -1;
   }
   *out = std::move(s);
   return Status::Ok();

@@ -179,7 +179,7 @@ double MeanGradient(const ModelSpec& spec, uint64_t seed, int64_t minibatch,
 // update.
 class AsyncRank {
  public:
-  AsyncRank(const shm::Segment& seg, int rank, uint32_t incarnation);
+  AsyncRank(shm::Segment& seg, int rank, uint32_t incarnation);
   int Run();
 
  private:
@@ -214,7 +214,7 @@ class AsyncRank {
   // between), num_batches_tracked counted up by an atomic add (exact: every applied update).
   void MoveRunningStats();
 
-  const shm::Segment& seg_;
+  shm::Segment& seg_;
   shm::Header* h_;
   const shm::RunConfig& c_;
   const ModelSpec spec_;
@@ -245,23 +245,23 @@ class AsyncRank {
   std::optional<nn::RecordedStats> recorded_;
 };
 
-AsyncRank::AsyncRank(const shm::Segment& seg, int rank, uint32_t incarnation)
+AsyncRank::AsyncRank(shm::Segment& seg, int rank, uint32_t incarnation)
     : seg_(seg),
-      h_(seg.header()),
+      h_(seg.mutable_header()),
       c_(h_->config),
       spec_(SpecOf(c_)),
       rank_(rank),
       incarnation_(incarnation),
       n_(static_cast<int64_t>(c_.param_count)),
-      self_(seg.block(rank)),
+      self_(seg.mutable_block(rank)),
       epoch_(shm::LoadAbortEpoch(*h_)),
       master_(static_cast<pid_t>(c_.master_pid)),
       plan_(c_.rows, c_.batch, c_.seed),
       augment_(c_, spec_.input, plan_.steps_per_epoch()),
       w_bak_(n_),
       grad_(n_),
-      w_(seg.params(0)),
-      mean_square_(seg.grad(rank)),
+      w_(seg.mutable_params(0)),
+      mean_square_(seg.mutable_grad(rank)),
       total_(static_cast<uint64_t>(c_.total_steps)),
       gate_(h_, seg.block(0), static_cast<int>(c_.workers), self_, epoch_),
       norms_(nn::NormSites(spec_)) {
@@ -392,7 +392,7 @@ int AsyncRank::Run() {
 // 10 at nice 5 (docs/hosts.md, "Async across hosts").
 constexpr int kAcrossHostsNice = 5;
 
-int RunAsync(const shm::Segment& seg, int rank, uint32_t incarnation) {
+int RunAsync(shm::Segment& seg, int rank, uint32_t incarnation) {
   if (seg.header()->config.hosts > 1) (void)!nice(kAcrossHostsNice);
   AsyncRank r(seg, rank, incarnation);
   return r.Run();
