@@ -388,11 +388,25 @@ static_assert(std::is_trivially_copyable_v<Header> && std::is_standard_layout_v<
 static_assert(std::is_trivially_copyable_v<WorkerBlock> && std::is_standard_layout_v<WorkerBlock>,
               "worker blocks are plain bytes shared between processes");
 static_assert(std::is_trivially_copyable_v<SlotHeader>, "slots are plain bytes");
+// Every type an atomic_ref is built on in the segment: the words below (uint64_t, int64_t,
+// uint32_t, double) and W's floats, which every async update loads and stores (nn::SharedAccess)
+// and whose batch norm count it adds to. A type that is not lock-free would be guarded by a
+// lock in the standard library's process-private table: another process would not see it, and
+// a holder that dies would leave it held. Lock-free at most 8 bytes is also one plain load,
+// which writes nothing: the load accessors below may take a const view's word (see there).
 static_assert(std::atomic_ref<uint64_t>::is_always_lock_free &&
                   std::atomic_ref<int64_t>::is_always_lock_free &&
                   std::atomic_ref<uint32_t>::is_always_lock_free &&
-                  std::atomic_ref<double>::is_always_lock_free,
+                  std::atomic_ref<double>::is_always_lock_free &&
+                  std::atomic_ref<float>::is_always_lock_free,
               "a lock inside an atomic would be process-private and die with its holder");
+static_assert(std::atomic_ref<uint64_t>::required_alignment == alignof(uint64_t) &&
+                  std::atomic_ref<int64_t>::required_alignment == alignof(int64_t) &&
+                  std::atomic_ref<uint32_t>::required_alignment == alignof(uint32_t) &&
+                  std::atomic_ref<double>::required_alignment == alignof(double) &&
+                  std::atomic_ref<float>::required_alignment == alignof(float),
+              "the shared words are plain members and floats at their natural alignment, which "
+              "must be all an atomic_ref asks");
 static_assert(alignof(WorkerBlock) == kCacheLine && sizeof(WorkerBlock) % kCacheLine == 0,
               "each rank's block on its own cache lines: no false sharing between ranks");
 static_assert(sizeof(SlotHeader) == kCacheLine, "the gradient starts one cache line in");
