@@ -65,7 +65,7 @@ class PhaseBarrier {
   // Several hosts: waits until the combiner has published GS of `step` (Header.combined_step
   // >= step), same rules as Wait().
   Result WaitCombined(int64_t step, int64_t deadline_ns);
-  // Wait time accumulated by Wait(), in ns.
+  // Wait time accumulated by every wait above (Wait() and the others), in ns.
   uint64_t waited_ns() const { return waited_ns_; }
 
  private:
@@ -112,7 +112,8 @@ void ReleaseCheckpoint(Header* header, int64_t step);
 // stored before the ack that lets ranks past the eval it names.
 void AckEval(Header* header, int64_t k);
 void RequestStop(Header* header, int64_t stop_eval);
-// Master side, several hosts: every rank has written its slice of HS for `step`.
+// Several hosts: every rank has written its slice of HS for `step` (the combiner waits for it;
+// a rank that completes the set wakes it).
 bool HostSumsComplete(const WorkerBlock* blocks, int workers, int64_t step);
 // Master side, several hosts: GS and the totals of `step` are written; lets the ranks update.
 void PublishCombined(Header* header, int64_t step, int64_t samples, double loss_sum);

@@ -35,34 +35,42 @@
 // structs stay trivially copyable and standard-layout, so their bytes are the contract and a
 // layout test can pin them. Every concurrent access to a word of the header, a WorkerBlock or
 // a loss record's tag goes through a named accessor at the end of this file, which says its
-// memory order and why; nothing else builds a std::atomic_ref on the segment. (The parameter
-// floats that async workers share go through nn::SharedAccess, nn/update.h, relaxed.) Plain
-// data is published by such a word: a slot (its header and gradient) by the phase, HS by
-// host_sum_step, GS and combined_samples/combined_loss by combined_step, GStats by
-// stats_combined_seq, a loss record's loss
-// by its tag; it is written before the word's store and read after a load that sees it.
-// Writes before any worker starts, or after every worker is reaped, are plain.
+// memory order and why. The floats of W that async workers share are the one other place a
+// std::atomic_ref is built on the segment: nn::SharedAccess (nn/update.h) loads and stores
+// them relaxed, and batch norm's num_batches_tracked, a float in W, is counted up by a relaxed
+// fetch_add (worker/async_loop.cc, MoveRunningStats); the master's exchange threads and its
+// reads of W use nn::SharedAccess too. Plain data is published by such a word: a slot (its
+// header and gradient) by the phase, a slot's statistics by its rank's stats_seq, a slice of
+// a snapshot E by its rank's snap_eval, HS by host_sum_step, GS and
+// combined_samples/combined_loss by combined_step, GStats by stats_combined_seq, a loss
+// record's loss by its tag; it is written before the word's store and read after a load that
+// sees it. Writes before any worker starts, or after every worker is reaped, are plain.
 //
 // Who writes what:
 //   Header identity/offsets/config  master, before any worker starts; read-only afterwards.
 //   Header.abort_epoch              master only (seq_cst); workers read.
 //   Header.wake_seq                 futex word (seq_cst); bumped by whoever makes a waited-for
-//                                   condition true: a rank completing a phase, the norms or
-//                                   the host sums; the master releasing a checkpoint, acking an
-//                                   eval or aborting; the combiner publishing GS. Waiters sleep
-//                                   on it.
+//                                   condition true: a rank completing a phase, the norms, a
+//                                   crossing's statistics or the host sums; the master
+//                                   releasing a checkpoint, acking an eval or aborting; the
+//                                   combiner publishing GS or a crossing's GStats. Waiters
+//                                   sleep on it (the ranks, and the combiner).
 //   Header.waiters                  waiters increment before sleeping, decrement after.
 //   Header.loss_ring                sync: rank 0 (during the update phase); async: the worker
 //                                   whose update has the logged version. Master reads.
-//   Header.step1_end_ns, last_end_ns  sync: any rank (the first to pass the run's first or last
-//                                   step, or to stop early); master reads. Async: unused.
+//   Header.step1_end_ns, last_end_ns  sync: any rank: the first to pass the run's first step
+//                                   sets step1_end_ns; each rank that passes the last step, or
+//                                   stops early, stores last_end_ns, and the last store stays;
+//                                   master reads. Async: unused.
 //   WorkerBlock[r]                  rank r (its current incarnation) writes; master and peers
 //                                   read. The master writes incarnation and attached = 0 before
 //                                   a spawn, and, while rank r is not running, settles its
 //                                   commit and ticket after a death, or hands it an owed
 //                                   ticket (through master/run/segment_writes.h: the
 //                                   supervisor, and the async DeathRules, master/kinds/async.cc).
-//   Slot[r]                         rank r writes in phase 1; every rank reads in phase 2.
+//   Slot[r]                         rank r writes in phase 1; every rank reads in phase 2;
+//                                   several hosts: the master's combiner reads its header
+//                                   (samples, loss) once HS of the step is whole.
 //   Slot[r]'s statistics, stats_seq  rank r, at each crossing of its gradient phase (the
 //                                   values, then stats_seq, seq_cst); every rank reads them
 //                                   at the crossing and again in phase 2 (the running
@@ -310,8 +318,8 @@ struct alignas(kCacheLine) Header {
   double last_grad_norm;
 
   // ---- progress (sync), written by any rank: the first to complete the run's first step sets
-  // step1_end_ns (StoreIfZero); the one completing the last step (or stopping early) sets
-  // last_end_ns (relaxed).
+  // step1_end_ns (StoreIfZero); each rank completing the last step (or stopping early) stores
+  // last_end_ns (relaxed; the last store stays, the values differ by a wake-up).
   alignas(kCacheLine) int64_t step1_end_ns;  // CLOCK_MONOTONIC when the first step completed
   int64_t last_end_ns;                       // ... when the last step completed
   LossRecord loss_ring[kLossRing];
@@ -368,8 +376,9 @@ struct alignas(kCacheLine) WorkerBlock {
   // Sync with batch norm: the time this rank waited in its crossings (relaxed; a part of
   // barrier_wait_ns_total): what the statistics across workers cost.
   uint64_t crossing_wait_ns_total;
-  // Durations (relaxed counters): every barrier wait (sync); every step as rank 0 sees it
-  // (sync) or every update of this rank (async).
+  // Durations (relaxed counters): every barrier wait (sync; async, the start gate's and the
+  // checkpoint pauses'); every step as rank 0 sees it (sync) or every update of this rank
+  // (async).
   alignas(kCacheLine) uint64_t barrier_wait_hist[kDurationBuckets];
   uint64_t step_duration_hist[kDurationBuckets];
   uint64_t step_duration_ns_total;
@@ -442,8 +451,9 @@ inline void StorePhase(WorkerBlock& b, uint64_t v) { std::atomic_ref<uint64_t>(b
 
 // The other words that a futex waiter checks (released_step, eval_ack, grad_sq_step with
 // --clip-norm, host_sum_step, combined_step, stats_seq, stats_combined_seq) and the futex
-// protocol's own (wake_seq, waiters, abort_epoch): seq_cst, for the same reason as the phase words. The master stores stop_eval
-// seq_cst too (RequestStop); it is read with LoadAcquire. The adds return the previous value.
+// protocol's own (wake_seq, waiters, abort_epoch): seq_cst, for the same reason as the phase
+// words. The master stores stop_eval seq_cst too (RequestStop); it is read with LoadAcquire.
+// The adds return the previous value.
 template <class T>
 inline T LoadSeqCst(const T& v) {
   return std::atomic_ref<T>(const_cast<T&>(v)).load();

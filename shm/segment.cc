@@ -70,10 +70,10 @@ uint64_t SizeOf(const bip::shared_memory_object& shm) {
   return shm.get_size(size) && size > 0 ? static_cast<uint64_t>(size) : 0;
 }
 
-// Mappings given up by Segment::LeaveMapped. A detached thread may still read them, so they
-// must never be unmapped: their owners live behind a pointer that is never deleted, which
-// also keeps them reachable (a leak checker sees them in use, not lost). Never throws: it
-// runs in a destructor's path (Combiner::Stop).
+// Mappings given up by Segment::LeaveMapped. A detached thread may still read and write them,
+// so they must never be unmapped: their owners live behind a pointer that is never deleted,
+// which also keeps them reachable (a leak checker sees them in use, not lost). Never throws:
+// it runs in a destructor's path (Combiner::Stop, ParamServer::Stop).
 void KeepMappedUntilExit(std::unique_ptr<bip::mapped_region> region) noexcept {
   static std::mutex mu;
   static auto* const kept = new std::vector<std::unique_ptr<bip::mapped_region>>;

@@ -28,13 +28,14 @@
 //                                       from a fresh ticket (below), as for a torn update;
 //   in 2                                ticket u, commit even: the replacement (same rank, next
 //                                       incarnation) takes u over and computes it afresh;
-//   in 3 (commit odd)                   the master clears the ticket (Supervisor::OnExit) and
-//                                       Reconcile settles the update as applied or torn, so
-//                                       an applied ticket is never redone.
+//   in 3 (commit odd)                   the master clears the ticket (Supervisor::OnExit, by
+//                                       the async death rules' Settle, master/kinds/async.cc)
+//                                       and their Reconcile settles the update as applied or
+//                                       torn, so an applied ticket is never redone.
 // Tickets at or past total_steps are never used by a claim; when updates are still owed once
 // every rank has finished (torn ones, or the window above), the master hands the ranks
-// tickets total_steps, total_steps + 1, ... directly in their blocks (ResumeAsync): fresh
-// minibatches, not a second pass over applied ones.
+// tickets total_steps, total_steps + 1, ... directly in their blocks (the async death rules'
+// AllFinished, master/kinds/async.cc): fresh minibatches, not a second pass over applied ones.
 #include "worker/async_loop.h"
 
 #include <unistd.h>
@@ -122,7 +123,8 @@ void RecordUpdate(shm::Header* h, shm::WorkerBlock* self, uint64_t v_apply, uint
 // W at the multiple of N at or below u (the checkpoint "at update kN": every ticket below kN
 // applied, none above). The rank announces the pause with phase 2kN (even: holds no update in
 // flight) and waits for released_step >= kN, as a sync rank pauses before step kN. Tickets at
-// or past total_steps (owed updates, Supervisor::ResumeAsync) never pause.
+// or past total_steps (owed updates, handed out by the async death rules' AllFinished,
+// master/kinds/async.cc) never pause.
 int PauseForCheckpoint(shm::Header* h, shm::WorkerBlock* self, shm::PhaseBarrier& gate,
                        int64_t ticket) {
   const shm::RunConfig& c = h->config;
@@ -139,7 +141,7 @@ int PauseForCheckpoint(shm::Header* h, shm::WorkerBlock* self, shm::PhaseBarrier
 
 // The next update ticket below total_steps, recorded in the rank's block; -1 when none is
 // left to this rank: it writes W no more, so no checkpoint waits for it
-// (master/run/checkpoint_policy.cc, AllPausedBefore).
+// (AsyncKind::AllPausedBefore, master/kinds/async.cc).
 int64_t ClaimTicket(shm::Header* h, shm::WorkerBlock* self, uint64_t total) {
   const uint64_t u =
       shm::LoadRelaxed(h->claimed) >= total ? total : shm::AddRelaxed<uint64_t>(h->claimed, 1);

@@ -423,7 +423,8 @@ void SyncRank::RecordLoss(int64_t t) {
 void SyncRank::RecordStepEnd(int64_t t, double loss) {
   shm::AddRelaxed<uint64_t>(self_->steps_total, 1);
   // Timing of the run's steps, recorded by any rank (rank 0 may be a replacement that never
-  // saw the first or last step end): the first to pass wins, the values differ by a wake-up.
+  // saw the first or last step end): the first past the first step and the last past the last
+  // one win; the values differ by a wake-up.
   if (t == c_.first_step || t + 1 == c_.total_steps) {
     const int64_t now = shm::MonotonicNs();
     if (t == c_.first_step) shm::StoreIfZero(h_->step1_end_ns, now);

@@ -60,8 +60,9 @@ struct Combiner::Body {
   bool CombineCrossing(int64_t t, size_t k, uint64_t seq);
   // Step t's gradient and totals, once every rank has published its slice of HS.
   bool CombineStep(int64_t t);
-  // Whether the thread goes on after an exchange that returned s: false when stopped (nothing
-  // else may be touched then: the times may be gone) or when s failed (status() says why).
+  // Whether the thread goes on after an exchange that returned s: false when stopped (the
+  // exchange may have ended early, kInterrupted, with GS or GStats part written: nothing of it
+  // is published or timed, and the stop is no failure) or when s failed (status() says why).
   bool GoesOn(const Status& s);
   void Fail(Status s) {
     std::lock_guard<std::mutex> lock(mu);
