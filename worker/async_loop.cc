@@ -197,10 +197,18 @@ class AsyncRank {
   // stands for checkpoints: 2kN paused before the checkpoint at kN (PauseForCheckpoint), 2 *
   // total_steps with no ticket left (ClaimTicket).
   int WaitForEveryRank();
+  // What comes after HoldTicket, as the sync loop's Pause says it: the update of the ticket
+  // held in ticket_; the rank's end, nothing being left to do (no ticket, or an early stop:
+  // the worker exits kWorkerOk); or the worker's exit with `code`, a WorkerExit (the master
+  // aborted or died, or the checkpoint pause's wait failed).
+  struct Hold {
+    enum class Next { kUpdate, kFinished, kExit };
+    Next next = Next::kUpdate;
+    int code = kWorkerOk;  // for kExit
+  };
   // Before an update: the heartbeat, the checks (abort, a dead master, an early stop), the
-  // ticket (held, or claimed) and the checkpoint pause. Nothing with ticket_ held, else the
-  // rank's exit code (kWorkerOk: nothing is left to do).
-  std::optional<int> HoldTicket();
+  // ticket (held, or claimed) and the checkpoint pause.
+  Hold HoldTicket();
   // Snapshots W into w_bak_ (u->v_read: the version read just before), counts the ticket's
   // minibatch and forms its gradient to apply (clipped, decayed, at the stream's learning
   // rate); kWorkerDiverged when its loss or norm is not finite.
@@ -281,14 +289,18 @@ int AsyncRank::WaitForEveryRank() {
   return r == shm::PhaseBarrier::Result::kOk ? kWorkerOk : ExitFor(r);
 }
 
-std::optional<int> AsyncRank::HoldTicket() {
+AsyncRank::Hold AsyncRank::HoldTicket() {
   shm::StoreRelaxed(self_->heartbeat_ns, shm::MonotonicNs());
-  if (shm::LoadAbortEpoch(*h_) != epoch_) return kWorkerAborted;
-  if (getppid() != master_) return kWorkerOrphaned;
-  if (shm::LoadAcquire(h_->stop_eval) != shm::kNoStop) return kWorkerOk;  // early stop
-  if (ticket_ < 0 && (ticket_ = ClaimTicket(h_, self_, total_)) < 0) return kWorkerOk;
-  if (const int rc = PauseForCheckpoint(h_, self_, gate_, ticket_); rc != kWorkerOk) return rc;
-  return std::nullopt;
+  if (shm::LoadAbortEpoch(*h_) != epoch_) return {Hold::Next::kExit, kWorkerAborted};
+  if (getppid() != master_) return {Hold::Next::kExit, kWorkerOrphaned};
+  if (shm::LoadAcquire(h_->stop_eval) != shm::kNoStop) return {Hold::Next::kFinished};
+  if (ticket_ < 0 && (ticket_ = ClaimTicket(h_, self_, total_)) < 0) {
+    return {Hold::Next::kFinished};
+  }
+  if (const int rc = PauseForCheckpoint(h_, self_, gate_, ticket_); rc != kWorkerOk) {
+    return {Hold::Next::kExit, rc};
+  }
+  return {};
 }
 
 int AsyncRank::Compute(Update* u) {
@@ -372,7 +384,9 @@ int AsyncRank::Run() {
   if (const int rc = WaitForEveryRank(); rc != kWorkerOk) return rc;
   ticket_ = shm::LoadRelaxed(self_->ticket);
   for (;;) {
-    if (const std::optional<int> rc = HoldTicket()) return *rc;
+    const Hold hold = HoldTicket();
+    if (hold.next == Hold::Next::kFinished) return kWorkerOk;
+    if (hold.next == Hold::Next::kExit) return hold.code;
     Update u;
     u.b = static_cast<int64_t>(shm::LoadRelaxed(self_->batches));
     // Fires while the ticket is held: the replacement must take it over.
