@@ -94,13 +94,14 @@ ClassMap ClassMap::FromValues(std::vector<double> values) {
   return m;
 }
 
-std::string ClassMap::NameError(std::string_view name) {
+Status ClassMap::CheckName(std::string_view name) {
   for (size_t i = 0; i < name.size(); ++i) {
     const unsigned char c = static_cast<unsigned char>(name[i]);
     if (c >= 0x20 && c != 0x7f) continue;
-    return "holds a control byte (" + EscapedByte(c) + " at byte " + std::to_string(i) + ")";
+    return Status::Data("holds a control byte (" + EscapedByte(c) + " at byte " +
+                        std::to_string(i) + ")");
   }
-  return "";
+  return Status::Ok();
 }
 
 int ClassMap::FindValue(double v) const {

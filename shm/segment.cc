@@ -70,10 +70,10 @@ uint64_t SizeOf(const bip::shared_memory_object& shm) {
   return shm.get_size(size) && size > 0 ? static_cast<uint64_t>(size) : 0;
 }
 
-// Mappings given up by Segment::LeaveMapped. A detached thread may still read them, so they
-// must never be unmapped: their owners live behind a pointer that is never deleted, which
-// also keeps them reachable (a leak checker sees them in use, not lost). Never throws: it
-// runs in a destructor's path (Combiner::Stop).
+// Mappings given up by Segment::LeaveMapped. A detached thread may still read and write them,
+// so they must never be unmapped: their owners live behind a pointer that is never deleted,
+// which also keeps them reachable (a leak checker sees them in use, not lost). Never throws:
+// it runs in a destructor's path (Combiner::Stop, ParamServer::Stop).
 void KeepMappedUntilExit(std::unique_ptr<bip::mapped_region> region) noexcept {
   static std::mutex mu;
   static auto* const kept = new std::vector<std::unique_ptr<bip::mapped_region>>;
@@ -457,8 +457,8 @@ Status Segment::Create(const std::string& name, const Header& proto, Segment* ou
   s.Adopt(name, std::move(region), /*owner=*/true);
   std::memcpy(s.base_, &proto, sizeof(Header));
   for (uint32_t r = 0; r < proto.config.workers; ++r) {
-    s.block(static_cast<int>(r))->grad_sq_step = -1;
-    s.block(static_cast<int>(r))->host_sum_step = -1;
+    s.mutable_block(static_cast<int>(r))->grad_sq_step = -1;
+    s.mutable_block(static_cast<int>(r))->host_sum_step = -1;
   }
   *out = std::move(s);
   return Status::Ok();

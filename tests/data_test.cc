@@ -605,6 +605,20 @@ TEST_F(CsvTest, ClassLabelWithAControlByteRefused) {
               "2:2: ", "label '\\x01' holds a control byte (\\x01 at byte 0)" + why);
 }
 
+// The check itself is a boundary's Status (docs/errors.md): ok for printable text (UTF-8's
+// bytes above 0x7f included), kData naming the first control byte and where it is.
+TEST(ClassNames, CheckNameIsAStatus) {
+  EXPECT_TRUE(ClassMap::CheckName("cat").ok());
+  EXPECT_TRUE(ClassMap::CheckName("").ok());
+  EXPECT_TRUE(ClassMap::CheckName("chat \xc3\xa9 ~").ok());
+  const Status nul = ClassMap::CheckName(std::string_view("c\0t\n", 4));
+  EXPECT_EQ(nul.code(), Status::Code::kData);
+  EXPECT_EQ(nul.message(), "holds a control byte (\\x00 at byte 1)");
+  const Status del = ClassMap::CheckName("ab\x7f");
+  EXPECT_EQ(del.code(), Status::Code::kData);
+  EXPECT_EQ(del.message(), "holds a control byte (\\x7f at byte 2)");
+}
+
 TEST_F(CsvTest, NanClassLabelRefused) {
   ExpectError("1,cat\n2,nan\n3,dog\n", Classify(), "2:2: ", "value 'nan' is not finite");
   ExpectError("x,c\n1,0\n2,1\n3, NaN \n", Classify(), "4:2: ", "value 'NaN' is not finite");

@@ -170,7 +170,7 @@ class RunLoopTest : public ::testing::Test {
 // Each step of the end is shown to every unit before the next step begins: nothing is saved
 // before everything has stopped, whatever the list order.
 TEST_F(RunLoopTest, RoundsShowEveryUnitTheViewInListOrderThenEachStepOfTheEndInTurn) {
-  seg_.block(0)->phase = 6;  // step 3 done
+  seg_.mutable_block(0)->phase = 6;  // step 3 done
   RecordingUnit a("a", &calls_), b("b", &calls_), c("c", &calls_);
   c.end_at_round = 2;
   c.verdict = Verdict::Done();
@@ -239,8 +239,8 @@ TEST_F(RunLoopTest, AStartThatFailsRunsNoRoundAndEveryUnitSeesTheEnd) {
 
 TEST_F(RunLoopTest, AnEndStepThatFailsIsSeenByTheUnitsAndStepsAfterItAndReturned) {
   const std::vector<float> w = Filled(4);
-  std::copy(w.begin(), w.end(), seg_.params(2));
-  seg_.block(0)->phase = 4;  // every worker finished step 1: the run ends at step 2
+  std::copy(w.begin(), w.end(), seg_.mutable_params(2));
+  seg_.mutable_block(0)->phase = 4;  // every worker finished step 1: the run ends at step 2
   RecordingUnit before("before", &calls_), model("model", &calls_), summary("summary", &calls_);
   before.end_at_round = 1;
   before.verdict = Verdict::Done();
@@ -421,21 +421,21 @@ TEST_F(CheckpointPolicyTest, SyncCopiesStepStateOnceEveryRankPausedThenReleases)
   ASSERT_TRUE(seg.valid());
   // Step 4 reads buffer 0; buffer 1 holds something else.
   const std::vector<float> w = Filled(10), v = Filled(-10), m = Filled(-20);
-  std::copy(w.begin(), w.end(), seg.params(4));
-  std::copy(v.begin(), v.end(), seg.state(0, 4));
-  std::copy(m.begin(), m.end(), seg.state(1, 4));
-  std::fill(seg.params(5), seg.params(5) + w.size(), 99.f);
-  std::fill(seg.state(0, 5), seg.state(0, 5) + w.size(), 99.f);
-  std::fill(seg.state(1, 5), seg.state(1, 5) + w.size(), 99.f);
+  std::copy(w.begin(), w.end(), seg.mutable_params(4));
+  std::copy(v.begin(), v.end(), seg.mutable_state(0, 4));
+  std::copy(m.begin(), m.end(), seg.mutable_state(1, 4));
+  std::fill(seg.mutable_params(5), seg.mutable_params(5) + w.size(), 99.f);
+  std::fill(seg.mutable_state(0, 5), seg.mutable_state(0, 5) + w.size(), 99.f);
+  std::fill(seg.mutable_state(1, 5), seg.mutable_state(1, 5) + w.size(), 99.f);
   const std::string path = dir_.File("c.bin");
   CheckpointPolicy policy(Config(path, 4), seg, writes, log_, stats_);
   ASSERT_EQ(policy.schedule().next(), 4);
-  seg.block(0)->phase = 8;  // paused before step 4
-  seg.block(1)->phase = 7;  // still in step 3's update
+  seg.mutable_block(0)->phase = 8;  // paused before step 4
+  seg.mutable_block(1)->phase = 7;  // still in step 3's update
   policy.Tick({seg, 4});
   EXPECT_FALSE(fs::exists(path)) << "rank 1 was not paused yet";
   EXPECT_EQ(seg.header()->released_step, 0);
-  seg.block(1)->phase = 8;
+  seg.mutable_block(1)->phase = 8;
   testing::internal::CaptureStdout();
   policy.Tick({seg, 4});
   testing::internal::GetCapturedStdout();
@@ -454,24 +454,24 @@ TEST_F(CheckpointPolicyTest, AsyncCopiesOnceEveryRankPausedAtOrPastTheMultipleTh
   SegmentWrites writes(seg);
   ASSERT_TRUE(seg.valid());
   const std::vector<float> w = Filled(3);
-  std::copy(w.begin(), w.end(), seg.params(0));
-  seg.header()->param_version = 5;
+  std::copy(w.begin(), w.end(), seg.mutable_params(0));
+  seg.mutable_header()->param_version = 5;
   const std::string path = dir_.File("c.bin");
   CheckpointPolicy policy(Config(path, 5, Mode::kAsync), seg, writes, log_, stats_);
   ASSERT_EQ(policy.schedule().next(), 5);
-  seg.block(0)->phase = 10;  // paused before ticket 5 (or a later one, below 10)
-  seg.block(1)->phase = 20;  // no ticket below total_steps (10) left
-  seg.block(2)->phase = 1;   // computing a ticket below 5: may still write W
+  seg.mutable_block(0)->phase = 10;  // paused before ticket 5 (or a later one, below 10)
+  seg.mutable_block(1)->phase = 20;  // no ticket below total_steps (10) left
+  seg.mutable_block(2)->phase = 1;   // computing a ticket below 5: may still write W
   policy.Tick({seg, 5});
   EXPECT_FALSE(fs::exists(path)) << "rank 2 may still apply";
-  seg.block(2)->phase = 4;  // released from a pause before 2, computing below 5
+  seg.mutable_block(2)->phase = 4;  // released from a pause before 2, computing below 5
   policy.Tick({seg, 5});
   EXPECT_FALSE(fs::exists(path)) << "a pause before 2 is not one before 5";
-  seg.block(2)->phase = 11;  // odd: never an async pause
+  seg.mutable_block(2)->phase = 11;  // odd: never an async pause
   policy.Tick({seg, 5});
   EXPECT_FALSE(fs::exists(path));
   EXPECT_EQ(seg.header()->released_step, 0);
-  seg.block(2)->phase = 10;
+  seg.mutable_block(2)->phase = 10;
   testing::internal::CaptureStdout();
   policy.Tick({seg, 5});
   testing::internal::GetCapturedStdout();
@@ -489,7 +489,7 @@ TEST_F(CheckpointPolicyTest, StopCheckpointOnlyWithACheckpointPath) {
   shm::Segment seg = MakeSegment(Layout(Mode::kSync, 1, 0));
   SegmentWrites writes(seg);
   ASSERT_TRUE(seg.valid());
-  seg.block(0)->phase = 7;  // step 3 done, step 4's gradient computed
+  seg.mutable_block(0)->phase = 7;  // step 3 done, step 4's gradient computed
   CheckpointPolicy none(Config(""), seg, writes, log_, stats_);
   EXPECT_TRUE(none.WriteOnStop().ok());
   EXPECT_EQ(none.last_written(), 2);
@@ -579,8 +579,8 @@ class ValidationTest : public ::testing::Test {
   }
   // Every rank has copied `params` into snapshot k.
   static void Publish(shm::Segment& seg, int64_t k, const std::vector<float>& params) {
-    std::copy(params.begin(), params.end(), seg.snapshot(k));
-    for (uint32_t r = 0; r < seg.header()->config.workers; ++r) seg.block(r)->snap_eval = k;
+    std::copy(params.begin(), params.end(), seg.mutable_snapshot(k));
+    for (uint32_t r = 0; r < seg.header()->config.workers; ++r) seg.mutable_block(r)->snap_eval = k;
   }
   double Loss(const std::vector<float>& p) const {
     return nn::Evaluate(kSpec, p.data(), val_.x.data(), val_.y.data(), val_.rows).loss;
@@ -602,7 +602,7 @@ TEST_F(ValidationTest, WithoutEarlyStopASnapshotIsAckedOnceCopied) {
                        log_, stats_);
   EXPECT_EQ(seg.header()->eval_ack, 1) << "a run resumed at step 2 has passed eval 1";
   EXPECT_TRUE(v.wants_fast_poll());
-  seg.block(0)->snap_eval = 2;
+  seg.mutable_block(0)->snap_eval = 2;
   ASSERT_TRUE(v.Poll().ok());
   EXPECT_EQ(seg.header()->eval_ack, 1) << "rank 1 has not copied its slice yet";
   Publish(seg, 2, good_);
@@ -1151,7 +1151,7 @@ TEST(SupervisorChaos, KillsOnlyOnceWhileTheRunStandsStill) {
   tick_on();
   EXPECT_EQ(sup.restarts(), 1) << "chaos killed again while the run had not moved";
   EXPECT_EQ(launcher.spawned, 3);
-  shm::StoreRelease<uint64_t>(seg.header()->param_version, 1);  // the run moves one update
+  shm::StoreRelease<uint64_t>(seg.mutable_header()->param_version, 1);  // the run moves one update
   tick_until([&] { return sup.restarts() >= 2; });
   tick_on();
   EXPECT_EQ(sup.restarts(), 2) << "chaos should kill once more after the run moved";
@@ -1303,11 +1303,11 @@ TEST(StartStateCrc, CoversTheParametersTheRunStartsFrom) {
     c.step = 3;
     c.params = Filled(1);
     ResumeInto(c, &seg);
-    seg.header()->config.first_step = 3;
+    seg.mutable_header()->config.first_step = 3;
     const uint32_t before = StartStateCrc(seg);
     const std::vector<float> read = ParamsAfter(seg, 3);
     ASSERT_EQ(read, c.params) << ToString(mode);
-    float* w = mode == Mode::kSync ? seg.params(3) : seg.params(0);
+    float* w = mode == Mode::kSync ? seg.mutable_params(3) : seg.mutable_params(0);
     w[0] += 1;
     EXPECT_NE(StartStateCrc(seg), before) << ToString(mode) << ": a changed start went unseen";
   }
@@ -1378,16 +1378,16 @@ TEST(RunKind, AsyncDeathRulesHandOutTicketsForTheUpdatesOwed) {
   const int64_t total = seg.header()->config.total_steps;
   monitoring::RunStats stats(3);
   std::unique_ptr<DeathRules> rules = KindOf(Mode::kAsync, 1).MakeDeathRules(seg, writes, stats.workers());
-  seg.header()->param_version = static_cast<uint64_t>(total - 2);
+  seg.mutable_header()->param_version = static_cast<uint64_t>(total - 2);
   std::vector<int> owed;
   ASSERT_TRUE(rules->AllFinished(&owed).ok());
   EXPECT_EQ(owed, (std::vector<int>{0, 1}));
   EXPECT_EQ(seg.block(0)->ticket, total);
   EXPECT_EQ(seg.block(1)->ticket, total + 1);
-  seg.header()->param_version = static_cast<uint64_t>(total);
+  seg.mutable_header()->param_version = static_cast<uint64_t>(total);
   ASSERT_TRUE(rules->AllFinished(&owed).ok());
   EXPECT_TRUE(owed.empty());
-  seg.header()->param_version = static_cast<uint64_t>(total + 1);
+  seg.mutable_header()->param_version = static_cast<uint64_t>(total + 1);
   EXPECT_EQ(rules->AllFinished(&owed).code(), Status::Code::kInternal);
 }
 
@@ -1398,8 +1398,8 @@ TEST(RunKind, SyncDeathRulesFinishARankOnlyAtTheLastStep) {
   const uint64_t total = static_cast<uint64_t>(seg.header()->config.total_steps);
   monitoring::RunStats stats(2);
   std::unique_ptr<DeathRules> rules = KindOf(Mode::kSync, 1).MakeDeathRules(seg, writes, stats.workers());
-  seg.block(0)->phase = 2 * total - 1;
-  seg.block(1)->phase = 2 * total;
+  seg.mutable_block(0)->phase = 2 * total - 1;
+  seg.mutable_block(1)->phase = 2 * total;
   EXPECT_FALSE(rules->FinishedItsPart(0));
   EXPECT_TRUE(rules->FinishedItsPart(1));
   std::vector<int> owed{7};

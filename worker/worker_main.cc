@@ -71,7 +71,7 @@ int CheckIdentity(const shmtrain::shm::Segment& seg, long long rank, long long i
     std::fprintf(stderr, "shmtrain-worker: rank %lld outside 0..%u\n", rank, c.workers - 1);
     return kWorkerBadRank;
   }
-  shm::WorkerBlock* self = seg.block(static_cast<int>(rank));
+  const shm::WorkerBlock* self = seg.block(static_cast<int>(rank));
   if (shm::LoadAcquire(self->incarnation) != static_cast<uint32_t>(incarnation)) {
     std::fprintf(stderr, "shmtrain-worker[%lld]: incarnation %lld is stale\n", rank, incarnation);
     return kWorkerBadRank;
@@ -119,7 +119,7 @@ int main(int argc, char** argv) {
   if (const int e = CheckIdentity(seg, rank, incarnation, parent); e != kWorkerOk) return e;
   const shm::RunConfig& c = seg.header()->config;
   if (const int e = PrepareCompute(c, rank); e != kWorkerOk) return e;
-  shm::WorkerBlock* self = seg.block(static_cast<int>(rank));
+  shm::WorkerBlock* self = seg.mutable_block(static_cast<int>(rank));
   shm::StoreRelaxed<int64_t>(self->pid, getpid());
   shm::StoreRelaxed(self->heartbeat_ns, shm::MonotonicNs());
   shm::StoreRelease<uint32_t>(self->attached, 1);

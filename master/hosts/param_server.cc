@@ -67,13 +67,13 @@ uint64_t CrossHostTotals::TauQuantile(double q) const {
 // ---- The exchange thread's state (master/hosts/param_server_body.h), made before the thread
 // starts; its exchanges are in master/hosts/param_server_exchange.cc.
 
-ParamServer::Body::Body(const shm::Segment& seg, std::shared_ptr<Hosts> hosts_in,
+ParamServer::Body::Body(shm::Segment& seg, std::shared_ptr<Hosts> hosts_in,
                         std::shared_ptr<monitoring::RunStats> stats_in, const Options& o)
     : hosts_share(std::move(hosts_in)),
       stats_share(std::move(stats_in)),
-      h(seg.header()),
+      h(seg.mutable_header()),
       blocks(seg.block(0)),
-      w(seg.params(0)),
+      w(seg.mutable_params(0)),
       n(static_cast<int64_t>(seg.header()->config.param_count)),
       H(hosts_share->count()),
       me(hosts_share->index()),

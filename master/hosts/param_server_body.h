@@ -80,7 +80,7 @@ struct Buffer {
 // ---- The exchange thread.
 
 struct ParamServer::Body {
-  Body(const shm::Segment& seg, std::shared_ptr<Hosts> hosts,
+  Body(shm::Segment& seg, std::shared_ptr<Hosts> hosts,
        std::shared_ptr<monitoring::RunStats> stats, const Options& o);
   void Run();
   Status Serve();

@@ -163,7 +163,7 @@ std::vector<float> AsyncKind::ParamsAfter(const shm::Segment& seg, int64_t /*ste
 // The one parameter buffer, and the version and the tickets at the checkpoint's update.
 void AsyncKind::ResumeInto(const Checkpoint& c, shm::Segment* seg) const {
   RestoreStepState(c, 0, seg);
-  shm::Header* h = seg->header();
+  shm::Header* h = seg->mutable_header();
   h->param_version = static_cast<uint64_t>(c.step);
   h->claimed = static_cast<uint64_t>(c.step);
   h->released_step = c.step;

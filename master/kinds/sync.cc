@@ -68,9 +68,9 @@ std::vector<float> SyncKind::ParamsAfter(const shm::Segment& seg, int64_t step) 
 void SyncKind::ResumeInto(const Checkpoint& c, shm::Segment* seg) const {
   RestoreStepState(c, c.step, seg);
   for (uint32_t r = 0; r < seg->header()->config.workers; ++r) {
-    seg->block(static_cast<int>(r))->phase = 2 * static_cast<uint64_t>(c.step);
+    seg->mutable_block(static_cast<int>(r))->phase = 2 * static_cast<uint64_t>(c.step);
   }
-  shm::Header* h = seg->header();
+  shm::Header* h = seg->mutable_header();
   h->param_version = 0;
   h->claimed = 0;
   h->released_step = c.step;

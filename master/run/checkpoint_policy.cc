@@ -35,9 +35,10 @@ bool StateFitsLayout(const Checkpoint& c, const shm::Header& layout) {
 // Into the buffers that step `step` reads (sync), or the single parameter buffer (async,
 // step 0's: async runs keep no optimizer state).
 void RestoreStepState(const Checkpoint& c, int64_t step, shm::Segment* seg) {
-  std::copy(c.params.begin(), c.params.end(), seg->params(step));
+  std::copy(c.params.begin(), c.params.end(), seg->mutable_params(step));
   for (size_t k = 0; k < c.states.size(); ++k) {
-    std::copy(c.states[k].begin(), c.states[k].end(), seg->state(static_cast<int>(k), step));
+    std::copy(c.states[k].begin(), c.states[k].end(),
+              seg->mutable_state(static_cast<int>(k), step));
   }
 }
 

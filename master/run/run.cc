@@ -114,20 +114,20 @@ class DetachOnExit {
 // memory once, not twice, for the whole run.
 void FillSegment(const TrainOptions& o, data::Dataset* d, const Checkpoint& resume,
                  shm::Segment* seg) {
-  std::copy(d->x.begin(), d->x.end(), seg->x());
-  std::copy(d->y.begin(), d->y.end(), seg->y());
+  std::copy(d->x.begin(), d->x.end(), seg->mutable_x());
+  std::copy(d->y.begin(), d->y.end(), seg->mutable_y());
   std::vector<float>().swap(d->x);
   std::vector<float>().swap(d->y);
-  seg->header()->config.first_step = resume.step;
-  seg->header()->combined_step = resume.step - 1;
+  seg->mutable_header()->config.first_step = resume.step;
+  seg->mutable_header()->combined_step = resume.step - 1;
   if (o.resume_path.empty()) {
-    nn::InitParams(o.model, o.init, o.seed, seg->params(0));
+    nn::InitParams(o.model, o.init, o.seed, seg->mutable_params(0));
   } else {
     ResumeInto(resume, seg);
   }
   for (int r = 0; r < o.workers; ++r) {
-    seg->slot(r)->step = -1;
-    seg->block(r)->ticket = -1;
+    seg->mutable_slot(r)->step = -1;
+    seg->mutable_block(r)->ticket = -1;
   }
 }
 
