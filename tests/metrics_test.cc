@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "master/run/kind_view.h"
 #include "monitoring/exporter.h"
 #include "monitoring/run_stats.h"
 #include "monitoring/tfevents.h"
@@ -640,7 +641,8 @@ TEST_F(MetricsTest, HostPushSeriesServeTheExchangesCountsForTheirHost) {
   std::unique_ptr<monitoring::Exporter> exporter;
   const Status started = monitoring::Exporter::Start("127.0.0.1:0", &exporter);
   ASSERT_TRUE(started.ok()) << started.message();
-  exporter->Attach(&seg, &stats, opts, {});
+  const master::KindView kind(master::KindOf(opts.mode, opts.host_count), opts);
+  exporter->Attach(&seg, &kind, &stats, opts, {});
 
   // Before the first push: every family, at zero.
   Scrape before;

@@ -76,7 +76,7 @@ Status JoinTheHosts(int* argc, char*** argv, shmtrain::TrainOptions* o,
   o->host_local = h.local();
   o->host_local_count = h.local_count();
   if (h.index() != 0) log.SetSecondary(h.Describe(h.index()));
-  return shmtrain::master::KindOf(o->mode, h.count()).CheckHosts(*o);
+  return shmtrain::master::CheckKindOnHosts(*o);
 }
 
 // `shmtrain train`: this host's part of the run (the whole run on one host), then the exit.
