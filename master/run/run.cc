@@ -13,12 +13,12 @@
 
 #include "core/crc32.h"
 #include "data/dataset.h"
-#include "data/image_folder.h"
 #include "data/pipeline.h"
 #include "master/files/checkpoint.h"
 #include "master/files/model_file.h"
 #include "master/files/output_path.h"
 #include "master/files/output_write.h"
+#include "master/files/predict.h"
 #include "master/kinds/kind.h"
 #include "master/run/checkpoint_policy.h"
 #include "master/run/divergence.h"
@@ -40,16 +40,6 @@
 #include "shm/segment.h"
 
 namespace shmtrain::master {
-
-// Image folders: the files a load left out, said once per data set.
-void WarnSkippedFiles(const data::Dataset& d, const std::string& src, Logger& log) {
-  if (const std::string w = data::SkippedFilesWarning(d, src); !w.empty()) {
-    log.Info(w, JsonLine("files_left_out")
-                    .Str("data", src)
-                    .Int("files", d.skipped_files)
-                    .Str("first", d.first_skipped));
-  }
-}
 
 int64_t WorkerBatchRows(const KindPlan& kind, const TrainOptions& o, int64_t rows) {
   const int64_t batch = o.batch > 0 ? std::min(o.batch, rows) : rows;

@@ -36,10 +36,6 @@ int64_t WorkerBatchRows(const KindPlan& kind, const TrainOptions& o, int64_t row
 // outlive it.
 data::RunSizing SizingOf(const RunKind& kind);
 
-// Image folders (data/image_folder.h): the warning for the files a load of `src` left out,
-// when it left any out.
-void WarnSkippedFiles(const data::Dataset& d, const std::string& src, Logger& log);
-
 // Runs a training to its end: this host's part of it when hosts.count() > 1 (opts.host_* must
 // match hosts). On failure, every worker is gone and the segment removed before this returns.
 // The metrics endpoint, if any, is left in *exporter: stopping it costs civetweb's 2 s poll
