@@ -25,7 +25,7 @@ inline constexpr WorkerKind kWorkerKinds[] = {
     {Mode::kAsync, RunAsync},
 };
 
-// A worker process (worker/worker_process.cc): argv, the master's watch, the segment attached
+// A worker process (worker/worker_main.cc): argv, the master's watch, the segment attached
 // and checked, then the loop of the kind in `kinds` whose mode is the header's. Returns the
 // process's exit code (kWorkerBadLayout when no kind has the header's mode).
 int WorkerMain(int argc, char** argv, std::span<const WorkerKind> kinds);

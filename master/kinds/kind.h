@@ -13,8 +13,8 @@
 // count of hosts: RunTrain (master/run/run.h) asks it once and hands the kind on. Each kind is
 // one file beside it (sync.cc, sync_hosts.cc, async.cc, async_hosts.cc). The workers' side of
 // a kind is its loop (worker/sync_loop.h, worker/async_loop.h), picked from the segment
-// header's mode word by the workers' table (worker/worker_main.cc). So a new kind of run is
-// one file and one line on each side: its class and its line in kKinds here, its loop and its
+// header's mode word by the workers' table (worker/worker_kinds.h). So a new kind of run is
+// one file and one line on each side: its class and its line in kind.cc's table, its loop and its
 // line in the workers' table; a kind that --mode can name also appends its value and name to
 // Mode (include/shmtrain/options.h), and its own flags are flags (master/cli/flags.cc).
 #pragma once
