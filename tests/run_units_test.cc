@@ -28,7 +28,7 @@
 
 #include "core/signal_name.h"
 #include "data/dataset.h"
-#include "master/cli/log.h"
+#include "master/log/log.h"
 #include "master/files/checkpoint.h"
 #include "master/hosts/exchange_thread.h"
 #include "master/hosts/hosts.h"
@@ -753,7 +753,7 @@ TEST_F(ValidationTest, AModelWithANonFiniteValidationLossIsNeverKept) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// A JSON log line (master/cli/log.h).
+// A JSON log line (master/log/log.h).
 
 // Keys and strings are escaped, and the line is valid UTF-8 whatever bytes they hold (a data
 // file's cell or path may hold any): each ill-formed sequence becomes one U+FFFD.

@@ -13,7 +13,7 @@
 
 #include "data/pipeline.h"
 #include "master/cli/cli.h"
-#include "master/cli/log.h"
+#include "master/log/log.h"
 #include "master/files/export.h"
 #include "master/files/predict.h"
 #include "master/kinds/kind.h"
@@ -87,7 +87,7 @@ Status JoinTheHosts(int* argc, char*** argv, shmtrain::TrainOptions* o,
   master::InstallSignalHandlers();
 
   master::Logger log(o.log_format, o.progress);
-  // The run loop must not wait on a reader of its output (master/cli/output_thread.h).
+  // The run loop must not wait on a reader of its output (master/log/output_thread.h).
   log.WriteInBackground();
   std::unique_ptr<master::Hosts> joined;
   if (Status s = Guarded([&] { return JoinTheHosts(argc, argv, &o, &joined, log); }); !s.ok()) {

@@ -9,7 +9,7 @@
 
 #include "data/dataset.h"
 #include "master/cli/cli.h"
-#include "master/cli/log.h"
+#include "master/log/log.h"
 #include "shmtrain/status.h"
 
 namespace shmtrain::master {

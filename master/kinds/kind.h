@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "master/cli/log.h"
+#include "master/log/log.h"
 #include "master/files/checkpoint.h"
 #include "master/unit/run_figures.h"
 #include "master/unit/run_unit.h"

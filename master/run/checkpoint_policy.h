@@ -47,7 +47,7 @@
 #include <functional>
 #include <string>
 
-#include "master/cli/log.h"
+#include "master/log/log.h"
 #include "master/files/checkpoint.h"
 #include "master/files/output_write.h"
 #include "master/kinds/kind.h"

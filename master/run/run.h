@@ -13,7 +13,7 @@
 #include <memory>
 
 #include "data/pipeline.h"
-#include "master/cli/log.h"
+#include "master/log/log.h"
 #include "master/hosts/hosts.h"
 #include "master/kinds/kind.h"
 #include "master/run/launcher.h"

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "master/cli/log.h"
+#include "master/log/log.h"
 #include "master/files/output_write.h"
 #include "master/run/divergence.h"
 #include "master/run/run.h"

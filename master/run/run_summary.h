@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "master/cli/log.h"
+#include "master/log/log.h"
 #include "master/kinds/kind.h"
 #include "master/unit/run_figures.h"
 #include "nn/metrics.h"

@@ -21,7 +21,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "master/cli/log.h"
+#include "master/log/log.h"
 #include "master/run/run_loop.h"
 #include "monitoring/run_stats.h"
 #include "monitoring/tfevents.h"

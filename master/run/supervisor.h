@@ -37,7 +37,7 @@
 #include <string>
 #include <vector>
 
-#include "master/cli/log.h"
+#include "master/log/log.h"
 #include "master/kinds/kind.h"
 #include "master/run/divergence.h"
 #include "master/run/launcher.h"

@@ -37,7 +37,7 @@
 #include <vector>
 
 #include "data/dataset.h"
-#include "master/cli/log.h"
+#include "master/log/log.h"
 #include "master/run/evaluator.h"
 #include "master/run/run_loop.h"
 #include "master/unit/segment_writes.h"
