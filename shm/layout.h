@@ -66,7 +66,7 @@
 //                                   read. The master writes incarnation and attached = 0 before
 //                                   a spawn, and, while rank r is not running, settles its
 //                                   commit and ticket after a death, or hands it an owed
-//                                   ticket (through master/run/segment_writes.h: the
+//                                   ticket (through master/unit/segment_writes.h: the
 //                                   supervisor, and the async DeathRules, master/kinds/async.cc).
 //   Slot[r]                         rank r writes in phase 1; every rank reads in phase 2;
 //                                   several hosts: the master's combiner reads its header

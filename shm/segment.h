@@ -211,7 +211,7 @@ class Segment {
   // ---- The writes: the same places, mutable, for the holder of the Segment itself (not of a
   // const view). Each is named so that every write into the segment can be found. The master's:
   // before any worker starts, the filling of the new segment (master/run/run.cc, FillSegment,
-  // with a resumed checkpoint's ResumeInto); while they run, master/run/segment_writes.h (the
+  // with a resumed checkpoint's ResumeInto); while they run, master/unit/segment_writes.h (the
   // run loop's units) and the cross-host exchange threads (SegmentWrites::ForExchange). A
   // worker's: through the Segment it attached, which worker/worker_main.cc hands to its loop.
   // Who may write which word while the workers run, and with which memory order, is

@@ -322,14 +322,15 @@ RunOf Run(const std::vector<std::string>& args) {
   EXPECT_TRUE(s.ok()) << s.message();
   TrainOptions o = cmd.train;
   RunData rd;
-  s = data::PrepareData(o, {WorkerBatchRows, SegmentBytes}, &rd);
+  const RunKind& kind = KindOf(o.mode, o.host_count);
+  s = data::PrepareData(o, SizingOf(kind), &rd);
   EXPECT_TRUE(s.ok()) << s.message();
   if (!s.ok()) return r;
   const int64_t total = o.TotalSteps(rd.train.rows);
   OptimConfig optim{};
   s = nn::ResolveOptim(o, total, &optim);
   EXPECT_TRUE(s.ok()) << s.message();
-  r.config = MakeHeader(o, optim, rd.train.rows, rd.train.features, total,
+  r.config = MakeHeader(kind, o, optim, rd.train.rows, rd.train.features, total,
                         EvalEvery(o, rd.train.rows))
                  .config;
   r.fingerprint = RunFingerprint(o, optim, rd.train);

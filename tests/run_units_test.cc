@@ -28,13 +28,15 @@
 
 #include "core/signal_name.h"
 #include "data/dataset.h"
-#include "master/cli/log.h"
+#include "master/log/log.h"
 #include "master/files/checkpoint.h"
 #include "master/hosts/exchange_thread.h"
 #include "master/hosts/hosts.h"
 #include "master/kinds/kind.h"
+#include "master/kinds/step_state.h"
 #include "master/run/checkpoint_policy.h"
 #include "master/run/evaluator.h"
+#include "master/run/kind_view.h"
 #include "master/run/launcher.h"
 #include "master/run/run_loop.h"
 #include "master/run/run_summary.h"
@@ -159,7 +161,7 @@ class RunLoopTest : public ::testing::Test {
  protected:
   // Runs the loop over `units` on seg_; every sleep is recorded as "sleep(ms)".
   Status Run(std::vector<RunUnit*> units) {
-    RunLoop loop(std::move(seg_), RemovedOnDeath());
+    RunLoop loop(std::move(seg_), RemovedOnDeath(), KindOf(Mode::kSync, 1));
     return loop.Run([this](int ms) { calls_.push_back("sleep(" + std::to_string(ms) + ")"); },
                     std::move(units));
   }
@@ -513,7 +515,7 @@ TEST_F(CheckpointPolicyTest, ResumeRestoresTheStateAndTheProtocolWords) {
   ASSERT_TRUE(LoadResume(path, Mode::kSync, 0xF1F2, "opt A", layout, 10, {}, &c).ok());
   shm::Segment seg = MakeSegment(layout);
   ASSERT_TRUE(seg.valid());
-  ResumeInto(c, &seg);
+  KindOf(Mode::kSync, 1).ResumeInto(c, &seg);
   // Step 5 reads buffer 1: the state is there, and CopyStepState gives it back.
   EXPECT_EQ(std::vector<float>(seg.params(5), seg.params(5) + 16), Filled(7));
   EXPECT_EQ(std::vector<float>(seg.state(0, 5), seg.state(0, 5) + 16), Filled(-7));
@@ -566,6 +568,7 @@ TEST_F(CheckpointPolicyTest, ResumeRefusesAnotherRunsCheckpoint) {
 
 class ValidationTest : public ::testing::Test {
  protected:
+  const RunKind& kSyncKind = KindOf(Mode::kSync, 1);
   void SetUp() override {
     val_ = data::MakeParabola(50);
     good_.resize(kSpec.ParamCount());
@@ -598,8 +601,8 @@ TEST_F(ValidationTest, WithoutEarlyStopASnapshotIsAckedOnceCopied) {
   SegmentWrites writes(seg);
   ASSERT_TRUE(seg.valid());
   testing::internal::CaptureStdout();
-  ValidationProtocol v({.eval_every = 2, .first_step = 2, .total_steps = 10}, kSpec, val_, seg, writes,
-                       log_, stats_);
+  ValidationProtocol v(kSyncKind, {.eval_every = 2, .first_step = 2, .total_steps = 10}, kSpec,
+                       val_, seg, writes, log_, stats_);
   EXPECT_EQ(seg.header()->eval_ack, 1) << "a run resumed at step 2 has passed eval 1";
   EXPECT_TRUE(v.wants_fast_poll());
   seg.mutable_block(0)->snap_eval = 2;
@@ -648,8 +651,8 @@ TEST_F(ValidationTest, EarlyStopNamesEvalKPlus2BeforeAckingKAndKeepsTheBest) {
   SegmentWrites writes(seg);
   ASSERT_TRUE(seg.valid());
   testing::internal::CaptureStdout();
-  ValidationProtocol v({.eval_every = 2, .early_stop = 1, .total_steps = 10}, kSpec, val_, seg, writes,
-                       log_, stats_);
+  ValidationProtocol v(kSyncKind, {.eval_every = 2, .early_stop = 1, .total_steps = 10}, kSpec,
+                       val_, seg, writes, log_, stats_);
   Publish(seg, 1, good_);
   ASSERT_TRUE(v.Poll().ok());
   Publish(seg, 2, bad_);  // no better: with patience 1, eval 2 decides
@@ -696,7 +699,8 @@ TEST_F(ValidationTest, AModelWithANonFiniteValidationLossIsNeverKept) {
     SegmentWrites writes(seg);
     ASSERT_TRUE(seg.valid());
     testing::internal::CaptureStdout();
-    ValidationProtocol v({.eval_every = 2, .early_stop = patience, .total_steps = 10}, kSpec, val_,
+    ValidationProtocol v(kSyncKind,
+                         {.eval_every = 2, .early_stop = patience, .total_steps = 10}, kSpec, val_,
                          seg, writes, log_, stats_);
     Publish(seg, 1, huge_);
     ASSERT_TRUE(v.Poll().ok());
@@ -729,8 +733,8 @@ TEST_F(ValidationTest, AModelWithANonFiniteValidationLossIsNeverKept) {
   shm::Segment seg = MakeSegment(Layout(Mode::kSync, 2, 0, 2));
   SegmentWrites writes(seg);
   testing::internal::CaptureStdout();
-  ValidationProtocol v({.eval_every = 2, .early_stop = 2, .total_steps = 10}, kSpec, val_, seg, writes,
-                       log_, stats_);
+  ValidationProtocol v(kSyncKind, {.eval_every = 2, .early_stop = 2, .total_steps = 10}, kSpec,
+                       val_, seg, writes, log_, stats_);
   Publish(seg, 1, huge_);
   ASSERT_TRUE(v.Poll().ok());
   Publish(seg, 2, huge_);
@@ -749,7 +753,7 @@ TEST_F(ValidationTest, AModelWithANonFiniteValidationLossIsNeverKept) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// A JSON log line (master/cli/log.h).
+// A JSON log line (master/log/log.h).
 
 // Keys and strings are escaped, and the line is valid UTF-8 whatever bytes they hold (a data
 // file's cell or path may hold any): each ill-formed sequence becomes one U+FFFD.
@@ -789,9 +793,11 @@ TEST(JsonLine, NumbersAreTheShortestTextOfTheirDouble) {
 // ---------------------------------------------------------------------------------------------
 // The run summary.
 
+const RunKind& kSync = KindOf(Mode::kSync, 1);
+const RunKind& kAsync = KindOf(Mode::kAsync, 1);
+
 RunSummary SyncSummary() {
   RunSummary s;
-  s.mode = Mode::kSync;
   s.workers = 2;
   s.end_step = 2000;
   s.final_loss = 0.0123456789;
@@ -810,13 +816,13 @@ RunSummary SyncSummary() {
 }
 
 TEST(RunSummary, SyncText) {
-  EXPECT_EQ(SummaryText(SyncSummary()),
+  EXPECT_EQ(SummaryText(kSync, SyncSummary()),
             "done: 2000 steps, final loss 0.0123456789, 1.500 s, 66667 samples/s, 2 workers, "
             "12.50 us/step");
 }
 
 TEST(RunSummary, SyncJsonFieldsInOrder) {
-  EXPECT_EQ(SummaryJson(SyncSummary()).Done(),
+  EXPECT_EQ(SummaryJson(kSync, SyncSummary()).Done(),
             "{\"event\":\"summary\",\"steps\":2000,\"final_loss\":0.0123456789,\"wall_s\":1.5,"
             "\"samples_per_s\":66666.66666666667,\"workers\":2,\"hosts\":1,\"us_per_step\":12.5,"
             "\"mode\":\"sync\",\"kernels\":\"" +
@@ -828,15 +834,13 @@ TEST(RunSummary, SyncJsonFieldsInOrder) {
 }
 
 TEST(RunSummary, StepSplitPerWorkerAndStep) {
-  EXPECT_EQ(SplitText(SyncSummary()),
+  EXPECT_EQ(SplitText(kSync, SyncSummary()),
             "time per step and worker: compute 8 us (80%), reduce+update 1 us (10%), "
             "barrier wait 1 us (10%)");
   RunSummary resumed = SyncSummary();
   resumed.first_step = 1000;  // half the steps ran: twice the time per step
-  EXPECT_EQ(SplitPerStep(resumed).compute_us, 16);
-  RunSummary async = SyncSummary();
-  async.mode = Mode::kAsync;
-  EXPECT_EQ(SplitText(async), "");
+  EXPECT_EQ(SplitPerStep(kSync, resumed).compute_us, 16);
+  EXPECT_EQ(SplitText(kAsync, SyncSummary()), "");
 }
 
 TEST(RunSummary, EarlyStopAndValidation) {
@@ -850,11 +854,11 @@ TEST(RunSummary, EarlyStopAndValidation) {
   s.classification = true;
   s.val.loss = 0.21;
   s.val.accuracy = 0.94432;
-  EXPECT_EQ(SummaryText(s),
+  EXPECT_EQ(SummaryText(kSync, s),
             "done: 2000 steps, final loss 0.0123456789 (stopped early; model of step 1200), "
             "val loss 0.21, val accuracy 0.9443, 1.500 s, 66667 samples/s, 1 worker, "
             "12.50 us/step");
-  const std::string j = SummaryJson(s).Done();
+  const std::string j = SummaryJson(kSync, s).Done();
   // The kind's fields (master/kinds/kind.h: sync's step split) before the validation's.
   EXPECT_NE(j.find("\"recovery_median_s\":null,\"recovery_max_s\":null,\"stopped_early\":true,"
                    "\"best_step\":1200,\"step_compute_us\":16,\"step_reduce_us\":2,"
@@ -865,14 +869,13 @@ TEST(RunSummary, EarlyStopAndValidation) {
   s.stopped_early = false;
   s.classification = false;
   s.val.rmse = 0.5;
-  EXPECT_NE(SummaryText(s).find("(model of step 1200), val loss 0.21, val rmse 0.5, "),
+  EXPECT_NE(SummaryText(kSync, s).find("(model of step 1200), val loss 0.21, val rmse 0.5, "),
             std::string::npos)
-      << SummaryText(s);
+      << SummaryText(kSync, s);
 }
 
 TEST(RunSummary, Async) {
   RunSummary s;
-  s.mode = Mode::kAsync;
   s.rule = AsyncRule::kDcAsgdA;
   s.workers = 3;
   s.first_step = 100;
@@ -884,11 +887,12 @@ TEST(RunSummary, Async) {
   s.staleness_sum = 1650;
   s.worker_updates = {400, 350, 250};
   s.param_version = 1100;
-  EXPECT_DOUBLE_EQ(UsPerStep(s), 2000.0) << "wall time over the 1000 updates this run applied";
-  EXPECT_EQ(SummaryText(s),
+  EXPECT_DOUBLE_EQ(UsPerStep(kAsync, s), 2000.0)
+      << "wall time over the 1000 updates this run applied";
+  EXPECT_EQ(SummaryText(kAsync, s),
             "done: 1100 updates, final loss 0.5 (dc-asgd-a, mean staleness 1.50, 3 dropped), "
             "2.000 s, 4000 samples/s, 3 workers, 2000.00 us/step");
-  const std::string j = SummaryJson(s).Done();
+  const std::string j = SummaryJson(kAsync, s).Done();
   EXPECT_NE(j.find("\"rule\":\"dc-asgd-a\",\"updates\":1100,\"param_version\":1100,"
                    "\"worker_updates\":[400,350,250],\"dropped\":3,\"mean_staleness\":1.5}"),
             std::string::npos)
@@ -898,23 +902,23 @@ TEST(RunSummary, Async) {
 TEST(RunSummary, SyncUsPerStepNeedsTwoSteps) {
   RunSummary s = SyncSummary();
   s.end_step = 1;
-  EXPECT_TRUE(std::isnan(UsPerStep(s)));
-  EXPECT_NE(SummaryJson(s).Done().find("\"us_per_step\":null"), std::string::npos);
+  EXPECT_TRUE(std::isnan(UsPerStep(kSync, s)));
+  EXPECT_NE(SummaryJson(kSync, s).Done().find("\"us_per_step\":null"), std::string::npos);
   s = SyncSummary();
   s.step1_end_ns = 0;  // never recorded
-  EXPECT_TRUE(std::isnan(UsPerStep(s)));
+  EXPECT_TRUE(std::isnan(UsPerStep(kSync, s)));
 }
 
 TEST(RunSummary, ATimeThatCannotBeMeasuredIsSaidNotPrintedAsNan) {
   RunSummary s = SyncSummary();
   s.end_step = 1;
-  const std::string text = SummaryText(s);
+  const std::string text = SummaryText(kSync, s);
   EXPECT_EQ(text.find("nan"), std::string::npos) << text;
   EXPECT_NE(text.find(", no time per step (sync steps are timed from the end of the first to "
                       "the end of the last: it takes 2 steps or more)"),
             std::string::npos)
       << text;
-  EXPECT_NE(SummaryText(SyncSummary()).find(" us/step"), std::string::npos);
+  EXPECT_NE(SummaryText(kSync, SyncSummary()).find(" us/step"), std::string::npos);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1065,7 +1069,8 @@ TEST(MetricsHostLabel, EverySeriesNamesTheHostIndexOfItsHostMaster) {
   std::unique_ptr<monitoring::Exporter> exporter;
   const Status started = monitoring::Exporter::Start("127.0.0.1:0", &exporter);
   ASSERT_TRUE(started.ok()) << started.message();
-  exporter->Attach(&seg, &stats, opts, {});
+  const KindView kind(KindOf(Mode::kSync, opts.host_count), opts);
+  exporter->Attach(&seg, &kind, &stats, opts, {});
   const std::string text = ScrapeOnce(exporter->address());
   exporter->Detach();
   ASSERT_NE(text, "") << "no answer from " << exporter->address();
@@ -1119,7 +1124,7 @@ class SleeperLauncher final : public Launcher {
 // tick. True while the run goes on.
 bool Round(Supervisor& sup, const shm::Segment& seg) {
   sup.Wait(1);
-  return !sup.Tick({seg, Progress(seg), shm::MonotonicNs()}).ends;
+  return !sup.Tick({seg, KindOf(seg.header()->config).Progress(seg), shm::MonotonicNs()}).ends;
 }
 
 // Chaos never kills twice while the run stands still: on a machine so loaded that no
@@ -1135,7 +1140,7 @@ TEST(SupervisorChaos, KillsOnlyOnceWhileTheRunStandsStill) {
   SupervisorOptions opts;
   opts.heartbeat_timeout_ns = 3'600'000'000'000;
   opts.chaos_every_ns = 1'000'000;  // 1 ms
-  Supervisor sup(seg, writes, launcher, log, stats, opts);
+  Supervisor sup(KindOf(Mode::kAsync, 1), seg, writes, launcher, log, stats, opts);
   ASSERT_TRUE(sup.Start().ok());
   // Ticks until `done`, for 30 s at most (a loaded machine is slow to reap and restart).
   auto tick_until = [&](const std::function<bool()>& done) {
@@ -1162,7 +1167,7 @@ TEST(SupervisorChaos, KillsOnlyOnceWhileTheRunStandsStill) {
 // segment's mapping (ExchangeThread::JoinOrLeave): the steps after it still read the segment,
 // the supervisor's among them, which stops the workers through the segment's abort word.
 TEST(RunEnd, AThreadLeftBehindLeavesTheSegmentToTheUnitsAfterIt) {
-  RunLoop loop(MakeSegment(Layout(Mode::kSync, 2, 0)), RemovedOnDeath());
+  RunLoop loop(MakeSegment(Layout(Mode::kSync, 2, 0)), RemovedOnDeath(), KindOf(Mode::kSync, 1));
   const shm::Segment& seg = loop.segment();
   auto release = std::make_shared<std::atomic<bool>>(false);
   // A unit whose thread never returns until released (the test hook of a stuck exchange), and
@@ -1186,7 +1191,7 @@ TEST(RunEnd, AThreadLeftBehindLeavesTheSegmentToTheUnitsAfterIt) {
   monitoring::WorkerStats stats(2);
   SupervisorOptions opts;
   opts.heartbeat_timeout_ns = 3'600'000'000'000;
-  Supervisor sup(seg, loop.writes(), launcher, log, stats, opts);
+  Supervisor sup(KindOf(Mode::kSync, 1), seg, loop.writes(), launcher, log, stats, opts);
   const Status s = loop.Run([&sup](int ms) { sup.Wait(ms); }, {&stuck, &sup});
   EXPECT_EQ(s.code(), Status::Code::kHostLost) << s.message();
   ASSERT_TRUE(seg.valid());
@@ -1302,14 +1307,16 @@ TEST(StartStateCrc, CoversTheParametersTheRunStartsFrom) {
     c.mode = mode;
     c.step = 3;
     c.params = Filled(1);
-    ResumeInto(c, &seg);
+    const RunKind& kind = KindOf(mode, 1);
+    kind.ResumeInto(c, &seg);
     seg.mutable_header()->config.first_step = 3;
-    const uint32_t before = StartStateCrc(seg);
-    const std::vector<float> read = ParamsAfter(seg, 3);
+    const uint32_t before = StartStateCrc(seg, kind);
+    const std::vector<float> read = kind.ParamsAfter(seg, 3);
     ASSERT_EQ(read, c.params) << ToString(mode);
     float* w = mode == Mode::kSync ? seg.mutable_params(3) : seg.mutable_params(0);
     w[0] += 1;
-    EXPECT_NE(StartStateCrc(seg), before) << ToString(mode) << ": a changed start went unseen";
+    EXPECT_NE(StartStateCrc(seg, kind), before)
+        << ToString(mode) << ": a changed start went unseen";
   }
 }
 

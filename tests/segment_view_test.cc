@@ -1,7 +1,7 @@
 // The read-only view of the segment, held by the compiler: a `const shm::Segment&` gives
 // pointers to const, so a unit handed the view (the master's run units, the exporter) cannot
 // store into the segment, and only the holder of the Segment itself reaches the mutable_
-// accessors (master/run/segment_writes.h on the master's side, a worker's own loop on its).
+// accessors (master/unit/segment_writes.h on the master's side, a worker's own loop on its).
 // The static_asserts below are the test: this file does not compile when the view gives a
 // mutable pointer out. The runtime test shows that both sides reach the same bytes.
 #include <concepts>
@@ -10,7 +10,7 @@
 #include <utility>
 
 #include "gtest/gtest.h"
-#include "master/run/segment_writes.h"
+#include "master/unit/segment_writes.h"
 #include "shm/barrier.h"
 #include "shm/layout.h"
 #include "shm/segment.h"

@@ -409,7 +409,7 @@ int AsyncRank::Run() {
 constexpr int kAcrossHostsNice = 5;
 
 int RunAsync(shm::Segment& seg, int rank, uint32_t incarnation) {
-  if (seg.header()->config.hosts > 1) (void)!nice(kAcrossHostsNice);
+  if (AcrossHosts(seg.header()->config)) (void)!nice(kAcrossHostsNice);
   AsyncRank r(seg, rank, incarnation);
   return r.Run();
 }

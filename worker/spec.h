@@ -1,5 +1,5 @@
-// What both worker loops share: the model spec from the segment, barrier exit codes, the
-// augmentation of the training rows.
+// What both worker loops share: the model spec from the segment, whether the run crosses hosts,
+// barrier exit codes, the augmentation of the training rows.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +12,10 @@
 #include "shmtrain/status.h"
 
 namespace shmtrain::worker {
+
+// Whether the run is one of several hosts' (each host's sums then cross the hosts: the sync
+// combiner, the async parameter server): the one place a worker loop asks.
+inline bool AcrossHosts(const shm::RunConfig& c) { return c.hosts > 1; }
 
 // The segment's model; Segment::Validate has checked that its text parses and resolves.
 inline ModelSpec SpecOf(const shm::RunConfig& c) {

@@ -276,7 +276,7 @@ void SyncRank::UpdateChunk(int64_t t, double lr, int64_t i0, int64_t k, const fl
 }
 
 double SyncRank::MeanChunk(int64_t i0, int64_t k, float inv, float* out) const {
-  if (c_.hosts == 1) {
+  if (!AcrossHosts(c_)) {
     SumChunk(seg_, P_, i0, k, out);
   } else {
     std::copy(seg_.global_sum() + i0, seg_.global_sum() + i0 + k, out);
@@ -314,7 +314,7 @@ int SyncRank::ReduceAndUpdate(int64_t t) {
   const int64_t t1 = shm::MonotonicNs();
   const uint64_t w1 = barrier_.waited_ns();
   if (const int e = SumSlotTotals(t); e != kWorkerOk) return e;
-  if (c_.hosts > 1) {
+  if (AcrossHosts(c_)) {
     if (const int e = CombineAcrossHosts(t); e != kWorkerOk) return e;
   }
   if (!std::isfinite(loss_sum_)) return Diverged(t);

@@ -1,7 +1,7 @@
-// shmtrain-worker <segment> <rank> <incarnation>
-//
-// Started by the master only. Everything else it needs is in the segment header. Exit codes
-// are API (include/shmtrain/status.h).
+// The worker's process, whatever its kind of run (worker/worker_kinds.h): its arguments, the
+// master's watch, the segment attached and checked, then the kind's loop. Started by the master
+// only. Everything else it needs is in the segment header. Exit codes are API
+// (include/shmtrain/status.h).
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -17,8 +17,7 @@
 #include "shm/segment.h"
 #include "shmtrain/options.h"
 #include "shmtrain/status.h"
-#include "worker/async_loop.h"
-#include "worker/sync_loop.h"
+#include "worker/worker_kinds.h"
 
 namespace {
 
@@ -101,8 +100,9 @@ int PrepareCompute(const shmtrain::shm::RunConfig& c, long long rank) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  using namespace shmtrain;
+namespace shmtrain::worker {
+
+int WorkerMain(int argc, char** argv, std::span<const WorkerKind> kinds) {
   const pid_t parent = getppid();
   WatchMaster(parent, argc, argv);
 
@@ -125,11 +125,11 @@ int main(int argc, char** argv) {
   shm::StoreRelease<uint32_t>(self->attached, 1);
 
   // The worker's side of the run's kind (master/kinds/kind.h): its loop.
-  switch (static_cast<Mode>(c.mode)) {
-    case Mode::kSync:
-      return worker::RunSync(seg, static_cast<int>(rank), static_cast<uint32_t>(incarnation));
-    case Mode::kAsync:
-      return worker::RunAsync(seg, static_cast<int>(rank), static_cast<uint32_t>(incarnation));
+  for (const WorkerKind& k : kinds) {
+    if (static_cast<uint32_t>(k.mode) != c.mode) continue;
+    return k.loop(seg, static_cast<int>(rank), static_cast<uint32_t>(incarnation));
   }
   return kWorkerBadLayout;
 }
+
+}  // namespace shmtrain::worker

@@ -274,10 +274,7 @@ void ApplyTask(TrainOptions* o) {
 
 // The rules of the run's kind that the command line alone decides (master/kinds/kind.h): the
 // flags of the other mode, and what this mode cannot run on any count of hosts.
-Status CheckKindOptions(const TrainOptions& o) {
-  if (Status s = CheckModeFlags(o); !s.ok()) return s;
-  return KindOf(o.mode, 1).CheckOptions(o);
-}
+Status CheckKindOptions(const TrainOptions& o) { return CheckModeOptions(o); }
 
 // `simulate`'s own checks once its flags are parsed.
 Status FinishSimulate(const CLI::App* app, Command* out) {

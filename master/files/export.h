@@ -27,7 +27,7 @@
 
 #include "data/npz_writer.h"
 #include "master/cli/cli.h"
-#include "master/cli/log.h"
+#include "master/log/log.h"
 #include "master/files/model_file.h"
 #include "shmtrain/status.h"
 

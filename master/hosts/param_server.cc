@@ -6,7 +6,7 @@
 
 #include "data/batch_plan.h"
 #include "master/hosts/param_server_body.h"
-#include "master/run/run.h"
+#include "master/unit/stop_flag.h"
 
 namespace shmtrain::master {
 
@@ -50,18 +50,6 @@ void OwnedPart::EveryHostPulled() {
     std::copy(g_.begin(), g_.end(), bak_.begin() + static_cast<int64_t>(h) * len_);
     pulled_[h] = version_;
   }
-}
-
-uint64_t CrossHostTotals::TauQuantile(double q) const {
-  uint64_t total = 0;
-  for (uint64_t c : tau_counts) total += c;
-  if (total == 0) return 0;
-  uint64_t seen = 0;
-  for (size_t t = 0; t < tau_counts.size(); ++t) {
-    seen += tau_counts[t];
-    if (static_cast<double>(seen) >= q * static_cast<double>(total)) return t;
-  }
-  return tau_counts.size() - 1;
 }
 
 // ---- The exchange thread's state (master/hosts/param_server_body.h), made before the thread

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "master/run/checkpoint_policy.h"
+#include "master/kinds/step_state.h"
 
 namespace shmtrain::master {
 namespace {
@@ -48,7 +48,7 @@ int SyncKind::CheckpointStates(const OptimConfig& optim) const {
   return static_cast<int>(optim.num_states);
 }
 
-const char* SyncKind::RuleLabel(const TrainOptions& /*o*/) const { return "none"; }
+const char* SyncKind::RuleLabel(const TrainOptions& /*o*/) const { return ""; }
 
 // The lowest step every rank has completed: a rank's phase word is 2 x its steps done.
 int64_t SyncKind::Progress(const shm::Segment& seg) const {

@@ -1,4 +1,4 @@
-#include "master/run/segment_writes.h"
+#include "master/unit/segment_writes.h"
 
 #include "shm/barrier.h"
 #include "shm/futex.h"
