@@ -10,6 +10,10 @@
 // (nn/layer.cc), a row in docs/models.md's layer table. The gradient check of tests/layer_test.cc
 // runs on every registered type without a test of its own.
 //
+// This header's parts are defined one job a file: the registry (nn/layer.cc), the model text's
+// grammar and canonical form (nn/model_text.cc), shape resolution (nn/shapes.cc), the parameter,
+// statistics and block walks (nn/layer_walks.cc), and ModelSpec's methods (nn/model_spec.cc).
+//
 // Blocks. A layer may hold layers: residual(BODY) computes BODY(x) + x and
 // residual(BODY | SHORTCUT) computes BODY(x) + SHORTCUT(x) (nn/layers/residual.cc), BODY and
 // SHORTCUT being layer lists as the model text writes them (blocks nest). Its type is
