@@ -1,5 +1,6 @@
 // The walks over a model's parameters and statistics (nn/layer.h): each block's and layer's
 // size, and every layer that computes, in the flat vector's order.
+#include <utility>
 #include <vector>
 
 #include "nn/layer.h"
@@ -51,6 +52,10 @@ std::vector<LayerSite> LayerSites(const ModelSpec& spec) {
   std::vector<Shape> shapes;
   const Status s = ResolveShapes(spec.input, spec.layers, &shapes);
   SHMTRAIN_CHECK(s.ok(), "a model that does not resolve: " + s.message());
+  return LayerSites(spec, shapes);
+}
+
+std::vector<LayerSite> LayerSites(const ModelSpec& spec, const std::vector<Shape>& shapes) {
   std::vector<LayerSite> sites;
   Shape in = spec.input;
   int64_t param = 0, stats = 0;
@@ -59,6 +64,28 @@ std::vector<LayerSite> LayerSites(const ModelSpec& spec) {
     in = shapes[i];
   }
   return sites;
+}
+
+Status ResolveModel(const ModelSpec& spec, bool flat_input, ResolvedModel* out) {
+  ResolvedModel r;
+  if (Status s = ResolveShapes(spec.input, spec.layers, &r.shapes, flat_input); !s.ok()) return s;
+  r.spec = spec;
+  r.outputs = r.shapes.back().Size();
+  uint64_t params = 0;
+  bool fits = true;
+  Shape in = spec.input;
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    const int64_t size = ParamSize(*FindLayerType(spec.layers[i].kind), spec.layers[i], in);
+    fits = fits && size >= 0 &&
+           !__builtin_add_overflow(params, static_cast<uint64_t>(size), &params);
+    in = r.shapes[i];
+  }
+  if (fits) r.param_count = params;
+  for (const LayerSite& site : LayerSites(r.spec, r.shapes)) {
+    r.stats_count += StatsSize(*site.type, *site.spec, site.in);
+  }
+  *out = std::move(r);
+  return Status::Ok();
 }
 
 int64_t StatsCount(const ModelSpec& spec) {
