@@ -2,9 +2,9 @@
 //
 // The CLI fills a TrainOptions from the flag table (master/cli/flags.h), which states each flag's
 // default and limits and checks every value against its limits as it is read; plan::Validate
-// (master/plan/validate.h) then checks the fields against each other. The master copies the parts the workers need into the
-// segment header (shm/layout.h), which is the workers' only source of truth: the flag's row in
-// the table says so and writes its RunConfig field (an added field there bumps the ABI).
+// (master/plan/validate.h) then checks the fields against each other. The master copies the
+// parts the workers need into the segment header (shm/layout.h), their only source of truth:
+// the flag's row says so and writes its RunConfig field (an added field there bumps the ABI).
 #pragma once
 
 #include <cstdint>
@@ -145,8 +145,8 @@ struct TrainOptions {
   // for mse or the number of classes for xent; each size 1..65536, 2..64 entries. model_text
   // (--model): layers in the model text (nn/layer.h), on input_shape (--input-shape C,H,W; c =
   // 0: the data's own, 1xHxW for images of H x W, else flat). `model` is the model these say:
-  // plan::BuildModel builds it (an MLP's whole, a --model's layers), and the run sets a --model's input
-  // from the data (data/pipeline.h).
+  // plan::BuildModel builds it (an MLP's whole, a --model's layers), and the run sets a
+  // --model's input from the data (data/pipeline.h).
   std::vector<int> mlp_layers;
   Activation activation = Activation::kTanh;
   std::string model_text;
