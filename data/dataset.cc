@@ -145,7 +145,7 @@ Status LoadText(const std::string& path, const LoadOptions& opts, const TextTuni
   while (!HeadDecides(src.block()) && !src.at_eof()) {
     if (Status s = src.Extend(); !s.ok()) return s;
   }
-  Detection d = {opts.file.format, DetectedBy::kFlag};
+  Detection d = {FormatNamed(opts.file), DetectedBy::kFlag};
   if (d.def == nullptr) d = {TextFormatByName(path), DetectedBy::kName};  // .svm, .libsvm, ...
   for (const DataFormatDef* f : Formats()) {
     if (d.def == nullptr && f->text() && f->by_lines && f->by_lines(src.block())) {

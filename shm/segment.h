@@ -116,12 +116,15 @@ struct [[nodiscard]] ConfigCheck {
   bool ok() const { return status.ok(); }
 };
 
-// The run configuration as far as a worker relies on it: every size the layout is computed from
-// in range and the layout within 64 bits, the model's text parsed, its input's dimensions within
-// kMaxWidth and its shapes resolved, the features and the parameter count the model's. The one
-// check of it: Segment::Validate makes it on every attach, and the master on the header it
-// builds, before a row is stored and before a worker starts, so that a run the workers would
-// refuse is refused at its start.
+// The run configuration as far as the segment's layout relies on it: every size the layout is
+// computed from in range and the layout within 64 bits, the model's text ending within its
+// field, its input's dimensions within kMaxWidth, a known precision. Segment::Validate makes it
+// on every attach, and the master on the header it builds, before a row is stored and before a
+// worker starts, so that a run the workers would refuse is refused at its start. The model's
+// own check (its text read, its shapes, the features and the counts against it, the
+// precision's kernels, the augmentation: data::CheckRunModel) is the workers', once attached;
+// the master writes the model it resolved and checks what the options ask of it
+// (data::CheckRunOptions).
 ConfigCheck CheckRunConfig(const RunConfig& c);
 
 class Segment {

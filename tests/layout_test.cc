@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "data/pipeline.h"
 #include "gtest/gtest.h"
 #include "shm/layout.h"
 #include "shm/segment.h"
@@ -287,15 +288,19 @@ TEST(Layout, ValidateAcceptsItsOwnLayout) {
   EXPECT_EQ(Segment::Validate(bad, h.total_size).worker_exit, kWorkerBadLayout);
 }
 
-// Validate of header h laid out again from its config (where that fits in 64 bits; else with
-// the offsets it has) and mapped at exactly its total_size: the reason of a refusal, or
-// "accepted". So only the config can be what is wrong.
+// A worker's checks of header h laid out again from its config (where that fits in 64 bits;
+// else with the offsets it has) and mapped at exactly its total_size: Validate, then the
+// model's (data::CheckRunModel). The reason of a refusal, or "accepted". So only the config can
+// be what is wrong.
 std::string Refusal(Header h) {
   if (Header again = h; ComputeLayout(&again)) h = again;
   const shm::SegmentCheck check = Segment::Validate(h, h.total_size);
-  if (check.worker_exit == kWorkerOk) return "accepted";
-  EXPECT_EQ(check.worker_exit, kWorkerBadLayout) << check.status.message();
-  return check.status.message();
+  if (check.worker_exit != kWorkerOk) {
+    EXPECT_EQ(check.worker_exit, kWorkerBadLayout) << check.status.message();
+    return check.status.message();
+  }
+  const shm::ConfigCheck model = data::CheckRunModel(h.config);
+  return model.ok() ? "accepted" : model.status.message();
 }
 
 #define EXPECT_REFUSED_FOR(h, what)                                        \

@@ -17,7 +17,7 @@ namespace shmtrain::worker {
 // combiner, the async parameter server): the one place a worker loop asks.
 inline bool AcrossHosts(const shm::RunConfig& c) { return c.hosts > 1; }
 
-// The segment's model; Segment::Validate has checked that its text parses and resolves.
+// The segment's model; data::CheckRunModel has checked that its text parses and resolves.
 inline ModelSpec SpecOf(const shm::RunConfig& c) {
   ModelSpec s;
   s.input = {c.input_shape[0], c.input_shape[1], c.input_shape[2]};
@@ -28,7 +28,7 @@ inline ModelSpec SpecOf(const shm::RunConfig& c) {
 }
 
 // The run's augmentation of its training rows (--augment, data/augment.h), as the segment
-// holds it (Segment::Validate has checked it against the model's input). The epoch of a
+// holds it (data::CheckRunModel has checked it against the model's input). The epoch of a
 // step (sync) or of a minibatch of the stream (async) is its number / steps_per_epoch, the
 // run's BatchPlan's.
 class RowAugment {

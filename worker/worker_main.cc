@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 
+#include "data/pipeline.h"
 #include "nn/gemm.h"
 #include "shm/futex.h"
 #include "shm/segment.h"
@@ -115,6 +116,11 @@ int WorkerMain(int argc, char** argv, std::span<const WorkerKind> kinds) {
   if (const shm::SegmentCheck check = shm::Segment::Attach(argv[1], &seg); !check.ok()) {
     std::fprintf(stderr, "shmtrain-worker[%lld]: %s\n", rank, check.status.message().c_str());
     return check.worker_exit;
+  }
+  if (const shm::ConfigCheck check = data::CheckRunModel(seg.header()->config); !check.ok()) {
+    std::fprintf(stderr, "shmtrain-worker[%lld]: segment %s: run configuration: %s\n", rank,
+                 argv[1], check.status.message().c_str());
+    return kWorkerBadLayout;
   }
   if (const int e = CheckIdentity(seg, rank, incarnation, parent); e != kWorkerOk) return e;
   const shm::RunConfig& c = seg.header()->config;

@@ -1,7 +1,7 @@
 // The command line on CLI11: CLI11 owns the grammar (commands, `--flag value` and
 // `--flag=value`, help layout); the flags are the table's (master/cli/flags.h), whose values parse
 // and check themselves, so every message names the flag and the bad value; cross-field rules
-// are checked by TrainOptions::Validate() (core/options.cc), their one home.
+// are checked by plan::Validate (master/plan/validate.cc), their one home.
 #include "master/cli/cli.h"
 
 #include <CLI/CLI.hpp>
@@ -13,6 +13,7 @@
 #include "data/image_folder.h"
 #include "master/cli/flags.h"
 #include "master/kinds/kind.h"
+#include "master/plan/validate.h"
 
 namespace shmtrain::master {
 namespace {
@@ -261,7 +262,7 @@ Status CollectGiven(const CLI::App* app, TrainOptions* o) {
   return Status::Ok();
 }
 
-// --task without --loss picks the loss; with it, Validate() checks that they agree.
+// --task without --loss picks the loss; with it, plan::Validate checks that they agree.
 void ApplyTask(TrainOptions* o) {
   // An image folder's labels are its class folders: a classification unless told otherwise.
   if (!o->task && !o->loss_given && !o->data_path.empty() && data::IsImageFolder(o->data_path)) {
@@ -290,8 +291,8 @@ Status FinishSimulate(const CLI::App* app, Command* out) {
   o.mode = Mode::kAsync;
   out->kind = Command::Kind::kSimulate;
   ApplyTask(&o);
-  if (Status s = o.BuildModel(); !s.ok()) return s;
-  if (Status s = o.Validate(); !s.ok()) return s;
+  if (Status s = plan::BuildModel(&o); !s.ok()) return s;
+  if (Status s = plan::Validate(o); !s.ok()) return s;
   return CheckKindOptions(o);
 }
 
@@ -307,7 +308,7 @@ Status FinishEvalOrPredict(const CLI::App* app, Command* out) {
   if (o.Given("--seed") && o.val_split == 0) {
     return Status::Usage("--seed: applies with --val-split F only (the seed of that split)");
   }
-  if (Status s = CheckFormatFlags(o); !s.ok()) return s;
+  if (Status s = data::CheckFormatFlags(o); !s.ok()) return s;
   out->kind = predict ? Command::Kind::kPredict : Command::Kind::kEval;
   return Status::Ok();
 }
@@ -401,8 +402,8 @@ Status FinishTrain(TrainOptions* o) {
   if (!o->Given("--heartbeat-timeout")) {
     o->heartbeat_timeout_s = TrainOptions::DefaultHeartbeatTimeout(o->barrier_timeout_s);
   }
-  if (Status s = o->BuildModel(); !s.ok()) return s;
-  if (Status s = o->Validate(); !s.ok()) return s;
+  if (Status s = plan::BuildModel(o); !s.ok()) return s;
+  if (Status s = plan::Validate(*o); !s.ok()) return s;
   return CheckKindOptions(*o);
 }
 

@@ -20,6 +20,7 @@
 #include "master/files/output_write.h"
 #include "master/files/predict.h"
 #include "master/kinds/kind.h"
+#include "master/plan/resolve.h"
 #include "master/run/checkpoint_policy.h"
 #include "master/run/divergence.h"
 #include "master/run/kind_view.h"
@@ -199,6 +200,7 @@ struct Start {
   // Their room on disk, taken once the sizes are known (Reserve); used by the writes.
   OutputReservation reserved[2];
   RunData rd;
+  plan::Resolved resolved;  // the model and the data, resolved once (master/plan/resolve.h)
   int64_t total_steps = 0;  // the run's
   HostPlan plan;            // this host's share of it (RunKind::Plan)
   OptimConfig optim;
@@ -275,7 +277,7 @@ Status StartHere(TrainOptions& o, const RunKind& kind, Logger& log,
     if (Status s = StartHostMetrics(o.metrics_addr, o.host_local, exporter); !s.ok()) return s;
     InstallSignalHandlers();  // the server's library has just set SIGPIPE to SIG_IGN
   }
-  if (Status s = data::PrepareData(o, SizingOf(kind), &st->rd); !s.ok()) {
+  if (Status s = plan::Resolve(o, SizingOf(kind), &st->rd, &st->resolved); !s.ok()) {
     return s;
   }
   WarnSkippedFiles(st->rd.train, o.data_path, log);

@@ -27,7 +27,7 @@ shm::Header MakeHeader(const RunKind& kind, const TrainOptions& o, const OptimCo
   c.input_shape[0] = o.model.input.c;
   c.input_shape[1] = o.model.input.h;
   c.input_shape[2] = o.model.input.w;
-  const std::string text = o.model.Text();  // shorter than the field (TrainOptions::Validate)
+  const std::string text = o.model.Text();  // shorter than the field (plan::Validate)
   std::snprintf(c.model, sizeof c.model, "%s", text.c_str());
   c.hosts = static_cast<uint32_t>(o.host_count);
   c.host_index = static_cast<uint32_t>(o.host_index);
@@ -68,7 +68,8 @@ int64_t EvalEvery(const TrainOptions& o, int64_t rows) {
 }
 
 Status CheckConfig(const TrainOptions& o, const shm::Header& h) {
-  const shm::ConfigCheck check = shm::CheckRunConfig(h.config);
+  shm::ConfigCheck check = shm::CheckRunConfig(h.config);
+  if (check.ok()) check = data::CheckRunOptions(h.config);
   if (check.ok()) return Status::Ok();
   std::string source;
   switch (check.part) {

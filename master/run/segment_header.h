@@ -26,8 +26,8 @@ shm::Header MakeHeader(const RunKind& kind, const TrainOptions& o, const OptimCo
 // batch, else every --log-every steps (50 when that is 0).
 int64_t EvalEvery(const TrainOptions& o, int64_t rows);
 
-// The workers' own check of the run configuration (shm::CheckRunConfig) on a header this run
-// builds: what they would refuse is kUsage here, naming the flag or the file behind it.
+// The workers' own check of the run configuration (shm::CheckRunConfig, data::CheckRunOptions)
+// on a header this run builds: what they would refuse is kUsage here, naming the flag or file.
 Status CheckConfig(const TrainOptions& o, const shm::Header& h);
 
 // The segment of a run of o on rows x features, before the data is read (the data pipeline's
