@@ -4,7 +4,8 @@
 Each top-level folder of the library and the programs sits on a floor, and includes only
 folders on the floors below it; inside master/ the rooms are ordered the same way. Prints
 every #include that points up or sideways (file:line, the folder it comes from and the one it
-reaches), and exits 1 if there is one. tests/, bench/ and fuzz/ may include anything.
+reaches), every data:: type named in a public header, and a cycle in the table itself, and
+exits 1 if there is one. tests/, bench/ and fuzz/ may include anything.
 
 Usage: layering.py SOURCE_DIR
 """
@@ -19,14 +20,14 @@ ALLOWED = {
     "core": {"include"},
     "shm": {"include", "core"},
     "nn": {"include", "core"},
-    "data": {"include", "core", "nn"},
-    "monitoring": {"include", "core", "nn", "shm"},
+    "data": {"include", "core", "shm", "nn"},
+    "monitoring": {"include", "core", "shm", "nn"},
     "worker": {"include", "core", "nn", "data", "shm"},
     "master": {"include", "core", "nn", "data", "shm", "monitoring"},
 }
 
 # master/'s rooms, bottom to top: a room includes only rooms before it in this list.
-MASTER_ROOMS = ["base", "files", "plan", "hosts", "kinds", "run", "cli"]
+MASTER_ROOMS = ["log", "unit", "flags", "plan", "files", "hosts", "kinds", "run", "cli"]
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
@@ -34,7 +35,7 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 def folder_of_include(path, including_folder):
     """The top-level folder an #include "path" reaches, or None for one in the same folder."""
     if path.startswith("shmtrain/"):
-        return "include"
+        return "include" if including_folder != "include" else None
     head = path.split("/", 1)[0]
     if "/" not in path or head not in ALLOWED:
         return None  # a sibling header ("x.h") or a generated one
@@ -74,10 +75,38 @@ def check(rel, folder, included):
     return None
 
 
+def public_data_types(source_dir):
+    """Public headers speak the public vocabulary: no data:: type outside a comment."""
+    root = os.path.join(source_dir, "include", "shmtrain")
+    for name in sorted(os.listdir(root)):
+        with open(os.path.join(root, name), encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                if "data::" in line.split("//", 1)[0]:
+                    yield f"include/shmtrain/{name}:{number}: a public header names data::"
+
+
+def table_cycles():
+    """The floors' table itself: a cycle in ALLOWED would let two folders include each other."""
+    done, found = set(), []
+
+    def visit(folder, path):
+        if folder in path:
+            found.append("ALLOWED has a cycle: " + " -> ".join(path + [folder]))
+        elif folder not in done:
+            for below in sorted(ALLOWED[folder]):
+                visit(below, path + [folder])
+            done.add(folder)
+
+    for folder in ALLOWED:
+        visit(folder, [])
+    return found
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit("usage: layering.py SOURCE_DIR")
-    found = list(violations(sys.argv[1]))
+    found = table_cycles() + list(violations(sys.argv[1]))
+    found += list(public_data_types(sys.argv[1]))
     for v in found:
         print(v)
     print(f"layering: {len(found)} include(s) against the floors")

@@ -2,11 +2,8 @@
 // refusals of a model that does not resolve (the same messages and exit code wherever its input
 // comes from), and the floors the resolution keeps: core/ and shm/ include nothing above them,
 // and the public headers carry no type of data/.
-#include <dirent.h>
 
 #include <cstdint>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -154,46 +151,6 @@ TEST(Resolve, TheSegmentsLayoutCheckReadsNoModel) {
                                         std::string("linear, conv2d, maxpool2d, avgpool2d, ") +
                                         "adaptiveavgpool2d, batchnorm2d, batchnorm1d, flatten, "
                                         "relu, tanh, sigmoid, dropout, residual)");
-}
-
-// The source files of `dir` (relative to the source tree), each with its text.
-std::vector<std::pair<std::string, std::string>> Sources(const std::string& dir) {
-  std::vector<std::pair<std::string, std::string>> out;
-  const std::string root = std::string(SHMTRAIN_SOURCE_DIR) + "/" + dir;
-  DIR* d = opendir(root.c_str());
-  EXPECT_NE(d, nullptr) << root;
-  if (d == nullptr) return out;
-  while (const dirent* e = readdir(d)) {
-    const std::string name = e->d_name;
-    if (!name.ends_with(".h") && !name.ends_with(".cc")) continue;
-    std::ifstream f(root + "/" + name);
-    std::stringstream text;
-    text << f.rdbuf();
-    out.push_back({dir + "/" + name, text.str()});
-  }
-  closedir(d);
-  return out;
-}
-
-TEST(Floors, CoreAndShmIncludeNothingAboveThemAndPublicHeadersNoDataType) {
-  for (const char* dir : {"core", "shm"}) {
-    const auto files = Sources(dir);
-    EXPECT_FALSE(files.empty()) << dir;
-    for (const auto& [path, text] : files) {
-      for (const char* above : {"#include \"nn/", "#include \"data/", "#include \"master/",
-                                "#include \"worker/", "#include \"monitoring/"}) {
-        EXPECT_EQ(text.find(above), std::string::npos) << path << " includes " << above;
-      }
-    }
-  }
-  for (const auto& [path, text] : Sources("include/shmtrain")) {
-    std::istringstream lines(text);
-    std::string line;
-    for (int n = 1; std::getline(lines, line); ++n) {
-      const std::string code = line.substr(0, line.find("//"));  // comments may name them
-      EXPECT_EQ(code.find("data::"), std::string::npos) << path << ":" << n << ": " << line;
-    }
-  }
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // Every setting of a training run, with its default.
 //
-// The CLI fills a TrainOptions from the flag table (master/cli/flags.h), which states each flag's
+// The CLI fills a TrainOptions from the flag table (master/flags/flags.h), which states each flag's
 // default and limits and checks every value against its limits as it is read; plan::Validate
 // (master/plan/validate.h) then checks the fields against each other. The master copies the
 // parts the workers need into the segment header (shm/layout.h), their only source of truth:

@@ -1,5 +1,5 @@
 // The command line on CLI11: CLI11 owns the grammar (commands, `--flag value` and
-// `--flag=value`, help layout); the flags are the table's (master/cli/flags.h), whose values parse
+// `--flag=value`, help layout); the flags are the table's (master/flags/flags.h), whose values parse
 // and check themselves, so every message names the flag and the bad value; cross-field rules
 // are checked by plan::Validate (master/plan/validate.cc), their one home.
 #include "master/cli/cli.h"
@@ -11,7 +11,7 @@
 
 #include "data/format.h"
 #include "data/image_folder.h"
-#include "master/cli/flags.h"
+#include "master/flags/flags.h"
 #include "master/kinds/kind.h"
 #include "master/plan/validate.h"
 

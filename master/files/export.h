@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "data/npz_writer.h"
-#include "master/cli/cli.h"
+#include "master/flags/command.h"
 #include "master/log/log.h"
 #include "master/files/model_file.h"
 #include "shmtrain/status.h"

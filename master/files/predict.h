@@ -8,7 +8,7 @@
 #include <string>
 
 #include "data/dataset.h"
-#include "master/cli/cli.h"
+#include "master/flags/command.h"
 #include "master/log/log.h"
 #include "shmtrain/status.h"
 

@@ -16,7 +16,7 @@
 // header's mode word by the workers' table (worker/worker_kinds.h). So a new kind of run is
 // one file and one line on each side: its class and its line in kind.cc's table, its loop and its
 // line in the workers' table; a kind that --mode can name also appends its value and name to
-// Mode (include/shmtrain/options.h), and its own flags are flags (master/cli/flags.cc).
+// Mode (include/shmtrain/options.h), and its own flags are flags (master/flags/flags.cc).
 #pragma once
 
 #include <cstdint>

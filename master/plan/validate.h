@@ -2,7 +2,7 @@
 // --model's text, then every rule between the fields (what is required, what excludes what, the
 // model's sizes and shapes where the command line tells its input, --augment, the optimizer's
 // flags, the data-format flags, the held-out data, the deadlines). Each flag's own limits are
-// the flag table's, checked as the command line is read (master/cli/flags.h); the checks that
+// the flag table's, checked as the command line is read (master/flags/flags.h); the checks that
 // need the data (its width, classes, rows) are the data pipeline's, made as it reads it
 // (data/pipeline.h).
 #pragma once

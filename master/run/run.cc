@@ -142,7 +142,7 @@ void LogSegment(const TrainOptions& o, const RunData& rd, const shm::Segment& se
                    .Int("steps", c.total_steps)
                    .Int("first_step", c.first_step)
                    .Str("mode", ToString(o.mode)));
-  // --precision auto resolved when the flags were read (master/cli/flags.cc): said once.
+  // --precision auto resolved when the flags were read (master/flags/flags.cc): said once.
   if (o.As("--precision", "") == "auto") {
     const std::string chosen(ToString(o.precision));
     log.Info("precision auto: " + chosen +

@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "data/pipeline.h"
-#include "master/cli/flags.h"
+#include "master/flags/flags.h"
 #include "nn/layer.h"
 #include "nn/optimizer.h"
 #include "shm/segment.h"

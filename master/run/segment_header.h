@@ -1,6 +1,6 @@
 // The segment header a run starts from: what the workers read of the run (RunConfig), laid out
 // (shm/layout.h). Flags the workers read write their own RunConfig fields (FlagDef::to_workers,
-// master/cli/flags.h); what flags resolve to (the model, the optimizer, the run's length, the
+// master/flags/flags.h); what flags resolve to (the model, the optimizer, the run's length, the
 // validation steps) and what no flag says (the data's shape, this host, spinning) is written
 // here.
 #pragma once

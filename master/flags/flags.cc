@@ -1,6 +1,6 @@
-// The flag table: every flag once (master/cli/flags.h says what comes from it). The value parsers
+// The flag table: every flag once (master/flags/flags.h says what comes from it). The value parsers
 // below make every message name the flag and quote the value as typed.
-#include "master/cli/flags.h"
+#include "master/flags/flags.h"
 
 #include <algorithm>
 #include <charconv>

@@ -1,4 +1,4 @@
-// Every flag of every command, declared once (master/cli/flags.cc): its name, value, default,
+// Every flag of every command, declared once (master/flags/flags.cc): its name, value, default,
 // limits, help, the field it fills, the commands that take it, and whether the workers or the
 // run fingerprint depend on it.
 //
@@ -23,7 +23,7 @@
 #include <string_view>
 #include <vector>
 
-#include "master/cli/cli.h"
+#include "master/flags/command.h"
 #include "shm/layout.h"
 
 namespace shmtrain::master {
