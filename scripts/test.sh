@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds and runs the tests in three configurations, each with what it can find
-# (tests/CMakeLists.txt labels every test executable):
+# Checks the sources' format (scripts/format-check.sh), then builds and runs the tests in three
+# configurations, each with what it can find (tests/CMakeLists.txt labels every test
+# executable):
 #   plain  the normal build: every test, the benchmarks built;
 #   asan   ASan+UBSan: parsers, model files, checkpoints, layers, every process and fault
 #          path;
@@ -8,7 +9,7 @@
 #          cross-host combiner and parameter server);
 # then fuzzes every parser for a short fixed time (scripts/fuzz.sh, with the targets of the
 # ASan build; any finding fails).
-# Usage: scripts/test.sh [all|plain|asan|tsan|fuzz]   (default: all)
+# Usage: scripts/test.sh [all|format|plain|asan|tsan|fuzz]   (default: all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
@@ -79,6 +80,9 @@ tsan_build() {
 export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 
+if [[ $what == all || $what == format ]]; then
+  bash scripts/format-check.sh
+fi
 if [[ $what == all || $what == plain ]]; then
   t0=$SECONDS
   build build "" -DCMAKE_BUILD_TYPE=Release
