@@ -6,14 +6,19 @@
 # is held to its counts (a change that adds a long line or a misformatted one fails), and
 # every count only goes down: the check fails when a listed file does better than its line
 # says, until the line is lowered (--update lowers it) or, clean, removed.
-# Usage: scripts/format-check.sh [--update]
+# Usage: scripts/format-check.sh [--update | --reset]
 #   --update  lowers the list's counts to what the files now have and drops the clean files;
 #             it never adds a file nor raises a count.
+#   --reset   writes the list anew from the tree as it is (every file that is not clean, with
+#             its counts): once, when branches begun before the check merge, never to let a
+#             change through.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 list=scripts/format-debt.txt
 update=0
+reset=0
 [[ ${1:-} == --update ]] && update=1
+[[ ${1:-} == --reset ]] && reset=1
 # The findings are clang-format 14's (Debian 12's): another version formats otherwise.
 want_version=14
 command -v clang-format >/dev/null || {
@@ -40,6 +45,14 @@ count_one() {
 export -f count_one
 git ls-files -z '*.cc' '*.h' | xargs -0 -P"$(nproc)" -n1 bash -c 'count_one "$0"' |
   sort >"$counts"
+
+if ((reset)); then
+  sed -n '/^#/p' "$list" >"$list.new"
+  awk '$2 > 0 || $3 > 0' "$counts" >>"$list.new"
+  mv "$list.new" "$list"
+  echo "format-check: $list written anew: $(grep -vc '^#' "$list") files not clean"
+  exit 0
+fi
 
 # The listed counts, then each file against them.
 declare -A listed_long listed_findings
