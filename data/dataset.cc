@@ -94,13 +94,14 @@ ClassMap ClassMap::FromValues(std::vector<double> values) {
   return m;
 }
 
-std::string ClassMap::NameError(std::string_view name) {
+Status ClassMap::CheckName(std::string_view name) {
   for (size_t i = 0; i < name.size(); ++i) {
     const unsigned char c = static_cast<unsigned char>(name[i]);
     if (c >= 0x20 && c != 0x7f) continue;
-    return "holds a control byte (" + EscapedByte(c) + " at byte " + std::to_string(i) + ")";
+    return Status::Data("holds a control byte (" + EscapedByte(c) + " at byte " +
+                        std::to_string(i) + ")");
   }
-  return "";
+  return Status::Ok();
 }
 
 int ClassMap::FindValue(double v) const {
@@ -144,7 +145,7 @@ Status LoadText(const std::string& path, const LoadOptions& opts, const TextTuni
   while (!HeadDecides(src.block()) && !src.at_eof()) {
     if (Status s = src.Extend(); !s.ok()) return s;
   }
-  Detection d = {opts.file.format, DetectedBy::kFlag};
+  Detection d = {FormatNamed(opts.file), DetectedBy::kFlag};
   if (d.def == nullptr) d = {TextFormatByName(path), DetectedBy::kName};  // .svm, .libsvm, ...
   for (const DataFormatDef* f : Formats()) {
     if (d.def == nullptr && f->text() && f->by_lines && f->by_lines(src.block())) {

@@ -40,10 +40,10 @@ struct ClassMap {
   int FindValue(double v) const;
   // Class names are printable text: they go into predict's CSV, messages and JSON logs, where
   // a control byte (a NUL, a tab, a line break: bytes below 0x20, and 0x7f) would be written
-  // raw and cut or break what reads them, and an escaped form would be another name. Empty
-  // when `name` is one; else what is wrong ("holds a control byte (\x00 at byte 1)"), for the
-  // loaders and model files to refuse it with where it is.
-  static std::string NameError(std::string_view name);
+  // raw and cut or break what reads them, and an escaped form would be another name. Ok when
+  // `name` is one; else kData saying what is wrong ("holds a control byte (\x00 at byte 1)"),
+  // which the loaders and model files prefix with where the name is.
+  static Status CheckName(std::string_view name);
 };
 
 struct Dataset {

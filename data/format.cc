@@ -111,6 +111,16 @@ std::optional<const DataFormatDef*> ParseFormat(std::string_view name) {
   return d;
 }
 
+std::optional<std::string> ParseFormatName(std::string_view name) {
+  const std::optional<const DataFormatDef*> d = ParseFormat(name);
+  if (!d.has_value()) return std::nullopt;
+  return *d == nullptr ? std::string() : std::string((*d)->name);
+}
+
+const DataFormatDef* FormatNamed(const DataFileOptions& file) {
+  return file.format.empty() ? nullptr : FindFormat(file.format);
+}
+
 std::string FormatNames(std::string_view sep) {
   std::string s = "auto";
   for (const DataFormatDef* d : Formats()) s += std::string(sep) + d->name;
@@ -170,7 +180,7 @@ Detection DetectFormat(const std::string& path) {
 }
 
 Detection FormatOf(const std::string& path, const LoadOptions& opts) {
-  if (opts.file.format != nullptr) return {opts.file.format, DetectedBy::kFlag};
+  if (const DataFormatDef* d = FormatNamed(opts.file)) return {d, DetectedBy::kFlag};
   return DetectFormat(path);
 }
 
@@ -211,6 +221,20 @@ Status SampleShape(const std::string& path, const LoadOptions& opts, std::vector
   // A directory is read by a format of directories only (any other refuses it as it loads).
   if (S_ISDIR(st.st_mode) && d.def->by_dir == nullptr) return Status::Ok();
   return d.def->sample_shape(path, opts, dims);
+}
+
+Status CheckFormatFlags(const TrainOptions& o) {
+  const DataFormatDef* d = FormatNamed(o.file);
+  if (d == nullptr) return Status::Ok();  // auto: the loader checks the format it finds
+  for (const FormatFlag& f : DataFormatFlags()) {
+    if (!o.Given(f.name) || d->Takes(f.name)) continue;
+    const std::string format = d->name;
+    return Status::Usage(std::string(f.name) + ": applies to " + AppliesTo(f.name) +
+                         (f.labels ? ", not to --format " + format + " (whose labels " +
+                                         d->labels + ")"
+                                   : " only, not to --format " + format));
+  }
+  return Status::Ok();
 }
 
 }  // namespace shmtrain::data

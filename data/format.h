@@ -74,6 +74,12 @@ const DataFormatDef* FindFormat(std::string_view name);
 // --format's value: "auto" is nullptr (by name, then by content), else FindFormat's; nullopt
 // when unknown.
 std::optional<const DataFormatDef*> ParseFormat(std::string_view name);
+// --format's value as the options hold it (DataFileOptions::format): "" for "auto", else the
+// format's own name (an alias's too); nullopt when unknown.
+std::optional<std::string> ParseFormatName(std::string_view name);
+// The format the options name (DataFileOptions::format); nullptr for auto (or a name no format
+// has).
+const DataFormatDef* FormatNamed(const DataFileOptions& file);
 // "auto" and every format's name, joined by sep: "auto|csv|libsvm|idx|npy|npz".
 std::string FormatNames(std::string_view sep);
 
@@ -124,5 +130,10 @@ Status CheckFormatFlagsFor(const std::string& path, const Detection& d, const Lo
 // {28, 28} for IDX images of 28 x 28, {784} for an (n, 784) array. Empty for flat data and for
 // what is neither a regular file nor a directory (a pipe is read once, by its loader).
 Status SampleShape(const std::string& path, const LoadOptions& opts, std::vector<int64_t>* dims);
+
+// The data-format flags given against --format (the formats' flags above): kUsage naming the
+// first that does not apply. The run's options check it (master/plan/validate.h), as do eval and
+// predict.
+Status CheckFormatFlags(const TrainOptions& o);
 
 }  // namespace shmtrain::data

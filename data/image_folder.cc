@@ -301,8 +301,8 @@ Status ListImageFolder(const std::string& root, bool flat_ok, ImageFolderFiles* 
   Entries top;
   if (Status s = ReadEntries(root, &top); !s.ok()) return s;
   for (const std::string& d : top.dirs) {
-    if (const std::string why = ClassMap::NameError(d); !why.empty()) {
-      return Status::Data(Shown(root + "/" + d) + ": the class folder's name " + why);
+    if (const Status s = ClassMap::CheckName(d); !s.ok()) {
+      return Status::Data(Shown(root + "/" + d) + ": the class folder's name " + s.message());
     }
   }
   if (top.dirs.empty()) {

@@ -16,7 +16,10 @@
 
 #include "core/decimal.h"
 #include "data/arrays.h"
+#include "data/augment.h"
 #include "data/format.h"
+#include "nn/batch_norm.h"
+#include "nn/cpu.h"
 #include "nn/layer.h"
 #include "nn/metrics.h"
 #include "nn/model.h"
@@ -74,8 +77,9 @@ struct PassMemory {
 
 // Each worker's pass over the most rows it takes at once (n: run.worker_batch_rows), and the
 // master's evaluations (validation, the final loss) beside them.
-PassMemory TrainingPasses(const TrainOptions& o, int64_t n, int64_t rows) {
-  const uint64_t worker = nn::PassBytes(o.model, n, /*backward=*/true);
+PassMemory TrainingPasses(const TrainOptions& o, const nn::ResolvedModel& model, int64_t n,
+                          int64_t rows) {
+  const uint64_t worker = nn::PassBytes(model, n, /*backward=*/true);
   const uint64_t eval = nn::EvaluateBytes(o.model, rows);
   const int64_t eval_rows = std::min(nn::EvalChunk(o.model), rows);
   return {static_cast<double>(worker) * o.workers + static_cast<double>(eval),
@@ -136,7 +140,8 @@ TrainOptions WithFlatInput(const TrainOptions& o, int features) {
 // The run's segment (its configuration as the workers will check it: run.segment_bytes)
 // against /dev/shm, then it and the data against the memory: before a row is made or stored.
 Status CheckFits(const std::string& src, int64_t rows, int features, const TrainOptions& o,
-                 const RunSizing& run, uint64_t shm_free, uint64_t mem_available) {
+                 const nn::ResolvedModel& model, const RunSizing& run, uint64_t shm_free,
+                 uint64_t mem_available) {
   uint64_t seg = 0;
   if (Status s = run.segment_bytes(o, rows, features, &seg); !s.ok()) return s;
   const std::string shape = "(" + std::to_string(rows) + " rows x " + std::to_string(features) +
@@ -146,16 +151,18 @@ Status CheckFits(const std::string& src, int64_t rows, int features, const Train
                             " " + shape + " but /dev/shm has " + Bytes(shm_free) +
                             " free; use fewer rows or features, or enlarge /dev/shm");
   }
-  const PassMemory passes = TrainingPasses(o, run.worker_batch_rows(o, rows), rows);
+  const PassMemory passes = TrainingPasses(o, model, run.worker_batch_rows(o, rows), rows);
   return FitsInMemory(src, rows, features, seg, passes, mem_available);
 }
 
 // The built-in example, checked against the model and the memory before a row is made.
-Status MakeExample(const TrainOptions& o, const RunSizing& run, Dataset* d) {
+Status MakeExample(const TrainOptions& o, const RunSizing& run, const nn::ResolvedModel& model,
+                   Dataset* d) {
   const int features = o.example == "blobs" ? o.example_features : 1;
   const std::string src = "example " + o.example;
   if (Status s = CheckInputs(o, src, features); !s.ok()) return s;
-  if (Status s = CheckFits(src, o.example_rows, features, o, run, ShmFree(), MemAvailable());
+  if (Status s =
+          CheckFits(src, o.example_rows, features, o, model, run, ShmFree(), MemAvailable());
       !s.ok()) {
     return s;
   }
@@ -163,18 +170,20 @@ Status MakeExample(const TrainOptions& o, const RunSizing& run, Dataset* d) {
     *d = MakeParabola(o.example_rows);
     return Status::Ok();
   }
-  *d = MakeBlobs(o.example_rows, o.example_features, o.model.outputs(), o.seed);
+  *d = MakeBlobs(o.example_rows, o.example_features, model.outputs, o.seed);
   std::vector<std::string> names;
-  for (int k = 0; k < o.model.outputs(); ++k) names.push_back(std::to_string(k));
+  for (int k = 0; k < model.outputs; ++k) names.push_back(std::to_string(k));
   d->classes = ClassMap::Build({names.begin(), names.end()});
   return Status::Ok();
 }
 
 // --data, checked against the model, /dev/shm and the memory before a row is read: the run's
 // one look at either. The segment laid out then holds every row, so the one the run creates
-// (from the training rows alone) is never larger.
-Status LoadData(const TrainOptions& o, const RunSizing& run, Dataset* d) {
-  if (!o.example.empty()) return MakeExample(o, run, d);
+// (from the training rows alone) is never larger. A model whose input is the data's rows is
+// resolved into *model the first time their width is known.
+Status LoadData(const TrainOptions& o, const RunSizing& run, nn::ResolvedModel* model,
+                Dataset* d) {
+  if (!o.example.empty()) return MakeExample(o, run, *model, d);
   const uint64_t shm_free = ShmFree(), mem = MemAvailable();
   // Files are read a block at a time: only the rows' floats must fit, which check_size
   // judges once the shape is known, before a row is stored.
@@ -188,22 +197,24 @@ Status LoadData(const TrainOptions& o, const RunSizing& run, Dataset* d) {
   lo.check_size = [&](int64_t rows, int features) {
     // The width is known before a row is read: a mismatch is refused before memory is spent.
     const TrainOptions probe = WithFlatInput(o, features);
-    if (o.model.input.c == 0) {
-      if (Status s = CheckModel(probe.model, "--model", /*flat_input=*/true); !s.ok()) return s;
+    if (model->shapes.empty()) {
+      if (Status s = CheckModel(probe.model, "--model", /*flat_input=*/true, model); !s.ok()) {
+        return s;
+      }
     }
     if (Status s = CheckInputs(probe, o.data_path, features); !s.ok()) return s;
-    return CheckFits(o.data_path, rows, features, probe, run, shm_free, mem);
+    return CheckFits(o.data_path, rows, features, probe, *model, run, shm_free, mem);
   };
   return LoadFile(o.data_path, lo, d);
 }
 
-Status CheckAgainstData(const TrainOptions& o, const Dataset& d) {
+Status CheckAgainstData(const TrainOptions& o, const nn::ResolvedModel& model, const Dataset& d) {
   const std::string src = o.example.empty() ? o.data_path : "example " + o.example;
   if (Status s = CheckInputs(o, src, d.features); !s.ok()) return s;
-  if (o.model.loss == Loss::kXent && d.classes.size() != o.model.outputs()) {
+  if (o.model.loss == Loss::kXent && d.classes.size() != model.outputs) {
     const std::string says = o.model_text.empty() ? "--layers: the last size is "
                                                   : "--model: the model's outputs are ";
-    return Status::Usage(says + std::to_string(o.model.outputs()) + " but " + src + " has " +
+    return Status::Usage(says + std::to_string(model.outputs) + " but " + src + " has " +
                          std::to_string(d.classes.size()) + " classes (" + d.classes.List() +
                          "); make it one output per class");
   }
@@ -216,12 +227,15 @@ Status CheckAgainstData(const TrainOptions& o, const Dataset& d) {
 
 // A --model's input shape when --input-shape did not give it: the built-in examples are flat;
 // an IDX or NumPy file's header gives one sample's shape ((H, W) is 1xHxW, (C, H, W) is
-// CxHxW); other data is flat, its width known once its first rows are read (LoadData).
-Status ResolveInputBeforeLoading(TrainOptions& o) {
-  if (o.model.input.c > 0) return Status::Ok();
+// CxHxW); other data is flat, its width known once its first rows are read (LoadData). A model
+// whose input is known here is resolved into *model.
+Status ResolveInputBeforeLoading(TrainOptions& o, nn::ResolvedModel* model) {
+  if (o.model.input.c > 0) {
+    return CheckModel(o.model, o.model_text.empty() ? "--layers" : "--model", false, model);
+  }
   if (!o.example.empty()) {
     o.model.input = {o.example == "blobs" ? o.example_features : 1, 1, 1};
-    return CheckModel(o.model, "--model", /*flat_input=*/true);
+    return CheckModel(o.model, "--model", /*flat_input=*/true, model);
   }
   std::vector<int64_t> dims;
   const LoadOptions lo = ReadAs(o.file, o.model.loss);
@@ -229,7 +243,7 @@ Status ResolveInputBeforeLoading(TrainOptions& o) {
   const std::optional<Shape> image = SampleImage(dims);
   if (!image.has_value()) return Status::Ok();
   o.model.input = *image;
-  return CheckModel(o.model, "--model");
+  return CheckModel(o.model, "--model", /*flat_input=*/false, model);
 }
 
 // The held-out file: the same format options but its own arrays, the training data's classes
@@ -247,20 +261,74 @@ Status LoadHeldOut(const TrainOptions& o, const Dataset& train, Dataset* val) {
 
 }  // namespace
 
+Status CheckModel(const ModelSpec& model, const char* flag, bool flat_input,
+                  nn::ResolvedModel* resolved) {
+  nn::ResolvedModel r;
+  if (Status s = nn::ResolveModel(model, flat_input, &r); !s.ok()) {
+    return Status::Usage(std::string(flag) + ": " + s.message());
+  }
+  const int64_t out = r.outputs;
+  const std::string last =
+      std::string(flag) == "--layers" ? "the last layer has " : "the model has ";
+  if (model.loss == Loss::kMse && out != 1) {
+    return Status::Usage(std::string(flag) + ": loss mse needs one output, " + last +
+                         std::to_string(out));
+  }
+  if (model.loss == Loss::kXent && out < 2) {
+    return Status::Usage(std::string(flag) +
+                         ": loss xent needs an output per class (at least 2), " + last +
+                         std::to_string(out));
+  }
+  if (resolved != nullptr) *resolved = std::move(r);
+  return Status::Ok();
+}
+
+Status CheckBatchNormBatches(const TrainOptions& o, int64_t rows) {
+  // Full batch: one batch of every row. Otherwise the smallest batch the run meets: --batch,
+  // or the last of an epoch (rows % batch) once the run reaches an epoch's last step.
+  const int64_t batch = o.batch > 0 ? o.batch : rows;
+  const int64_t last = rows % batch;
+  const bool meets_last = last != 0 && o.TotalSteps(rows) >= o.StepsPerEpoch(rows);
+  const int64_t smallest = meets_last ? last : batch;
+  const std::string layer = nn::LoneValueLayer(o.model, smallest);
+  if (layer.empty()) return Status::Ok();
+  const std::string why = " gives " + layer +
+                          " one value per channel, and batch norm needs more than one to "
+                          "normalise by in training (PyTorch: \"Expected more than 1 value per "
+                          "channel when training\")";
+  const std::string b = "--batch " + o.As("--batch", std::to_string(o.batch));
+  if (o.batch == 0) {
+    return Status::Usage("the training data has " + std::to_string(rows) +
+                         " row: a full batch of it" + why);
+  }
+  if (!meets_last || smallest == batch) {
+    return Status::Usage(b + ": a training batch of " + std::to_string(smallest) + " sample" + why +
+                         "; give a larger --batch");
+  }
+  return Status::Usage(b + ": the " + std::to_string(rows) + " training rows leave the last batch "
+                       "of every epoch " + std::to_string(last) + " sample (" +
+                       std::to_string(rows) + " = " + std::to_string(rows / batch) + " x " +
+                       std::to_string(batch) + " + 1), which" + why +
+                       "; give a --batch that does not divide " + std::to_string(rows - 1));
+}
+
 Status PrepareData(TrainOptions& o, const RunSizing& run, RunData* rd) {
-  if (Status s = ResolveInputBeforeLoading(o); !s.ok()) return s;
+  rd->model = {};
+  if (Status s = ResolveInputBeforeLoading(o, &rd->model); !s.ok()) return s;
   Dataset all;
-  if (Status s = LoadData(o, run, &all); !s.ok()) return s;
+  if (Status s = LoadData(o, run, &rd->model, &all); !s.ok()) return s;
   if (o.model.input.c == 0) {
-    // Flat data: the model's input is a row (LoadData's check_size has checked that it fits).
+    // Flat data: the model's input is a row (LoadData's check_size has resolved it on one).
     o.model.input = {all.features, 1, 1};
-    if (Status s = CheckModel(o.model, "--model", /*flat_input=*/true); !s.ok()) return s;
+    if (rd->model.spec.input != o.model.input) {
+      if (Status s = CheckModel(o.model, "--model", true, &rd->model); !s.ok()) return s;
+    }
   }
   if (Status s = SplitValidation(std::move(all), o.val_split, o.seed, &rd->train, &rd->val);
       !s.ok()) {
     return s;
   }
-  if (Status s = CheckAgainstData(o, rd->train); !s.ok()) return s;
+  if (Status s = CheckAgainstData(o, rd->model, rd->train); !s.ok()) return s;
   if (!o.val_data_path.empty()) {
     if (Status s = LoadHeldOut(o, rd->train, &rd->val); !s.ok()) return s;
   }
@@ -341,6 +409,54 @@ std::string InputSource(const TrainOptions& o) {
   if (o.example == "blobs") return "--features";
   if (!o.example.empty()) return "--example " + o.example;
   return o.data_path;
+}
+
+shm::ConfigCheck CheckRunModel(const shm::RunConfig& c) {
+  auto bad = [](shm::ConfigPart part, const std::string& what) {
+    return shm::ConfigCheck{Status::Data(what), part};
+  };
+  ModelSpec spec;
+  spec.input = {c.input_shape[0], c.input_shape[1], c.input_shape[2]};
+  if (Status s = nn::ParseStoredModelText(c.model, &spec.layers); !s.ok()) {
+    return bad(shm::ConfigPart::kModel, "model: " + s.message());
+  }
+  nn::ResolvedModel model;
+  if (Status s = nn::ResolveModel(spec, /*flat_input=*/false, &model); !s.ok()) {
+    return bad(shm::ConfigPart::kModel, "model: " + s.message());
+  }
+  if (c.features != spec.inputs()) {
+    return bad(shm::ConfigPart::kData, std::to_string(c.features) +
+                                           " features for a model input of " + spec.input.Text() +
+                                           " (" + std::to_string(spec.inputs()) + " values)");
+  }
+  if (const std::optional<uint64_t> n = model.param_count; n != c.param_count) {
+    return bad(shm::ConfigPart::kModel,
+               "param_count " + std::to_string(c.param_count) + " is not the layers' count" +
+                   (n ? " (" + std::to_string(*n) + ")" : " (more than 2^64)"));
+  }
+  if (const auto n = static_cast<uint64_t>(model.stats_count); n != c.stats_count) {
+    return bad(shm::ConfigPart::kModel, "stats_count " + std::to_string(c.stats_count) +
+                                            " is not the batch norm layers' count (" +
+                                            std::to_string(n) + ")");
+  }
+  return CheckRunOptions(c);
+}
+
+shm::ConfigCheck CheckRunOptions(const shm::RunConfig& c) {
+  if (c.precision == static_cast<uint32_t>(ComputeType::kBf16) && !nn::UsedCpu().avx512_bf16) {
+    return {Status::Data(nn::DetectedCpu().avx512_bf16
+                             ? "bf16 products need avx512_bf16, which SHMTRAIN_CPU hides on this "
+                               "CPU"
+                             : "bf16 products need a CPU with avx512_bf16 (vdpbf16ps: bf16 pairs "
+                               "summed into float), and this one has none; bf16 without it "
+                               "would be slower than float"),
+            shm::ConfigPart::kPrecision};
+  }
+  AugmentSpec augment;
+  Status aug = AugmentSpec::Decode(c.augment, &augment);
+  if (aug.ok()) aug = CheckAugment(augment, {c.input_shape[0], c.input_shape[1], c.input_shape[2]});
+  if (!aug.ok()) return {Status::Data(aug.message()), shm::ConfigPart::kAugment};
+  return {};
 }
 
 }  // namespace shmtrain::data

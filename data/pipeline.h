@@ -19,6 +19,8 @@
 
 #include "data/dataset.h"
 #include "data/preprocess.h"
+#include "nn/layer.h"
+#include "shm/segment.h"
 #include "shmtrain/options.h"
 #include "shmtrain/status.h"
 
@@ -30,6 +32,9 @@ struct RunData {
   Dataset train;
   Dataset val;
   Normalizer norm;
+  // The model, resolved once its input is known (from the options, a file's header, or the
+  // data's width): the options' model with that input, its shapes and counts.
+  nn::ResolvedModel model;
 };
 
 // What the data's size check asks of the run the data is for, whose segment and workers the
@@ -77,5 +82,30 @@ Status CheckImage(const ModelSpec& model, const std::string& model_src, const Sh
 // The flag or file a model's input shape comes from, as messages name it: --layers,
 // --input-shape, --features, --example NAME, or the data file.
 std::string InputSource(const TrainOptions& o);
+
+// The model's shapes and its outputs against its loss: kUsage naming `flag` (--layers or
+// --model) and the layer that does not fit. The input shape must be known (c > 0); flat_input:
+// it is a row of flat data, which has no image shape (nn::ResolveShapes). The run's options
+// check it where the command line tells the input (master/plan/validate.h), the steps above
+// where the data does. The resolved model goes to *resolved when it is given.
+Status CheckModel(const ModelSpec& model, const char* flag, bool flat_input = false,
+                  nn::ResolvedModel* resolved = nullptr);
+
+// The training batches against batch norm once the training data has `rows` rows: kUsage
+// naming --batch and the layer when a batch the run meets (--batch, the full batch, or the
+// last batch of an epoch, rows % batch) gives a batch norm layer one value per channel
+// (nn::LoneValueLayer). The model's input must be resolved.
+Status CheckBatchNormBatches(const TrainOptions& o, int64_t rows);
+
+// The run's model as a worker reads it from its segment, once shm::CheckRunConfig has passed
+// the configuration's sizes: the text read (nn::ParseStoredModelText) and its shapes resolved
+// on the input, the features (a row of X) as many as its inputs, the parameter and statistics
+// counts the model's, then CheckRunOptions. kData saying what is wrong, with the part it is
+// about. The workers make it once attached.
+shm::ConfigCheck CheckRunModel(const shm::RunConfig& c);
+// What the options ask of the model, without its text: the precision's kernels on the CPU in
+// use (bf16 needs avx512_bf16), the augmentation on the model's input. The master makes it on
+// the header it writes from the model it resolved (master/run/segment_header.h, CheckConfig).
+shm::ConfigCheck CheckRunOptions(const shm::RunConfig& c);
 
 }  // namespace shmtrain::data

@@ -178,9 +178,9 @@ void LabelBook::Clear() {
 Status LabelBook::MapClasses(const std::string& path, const LoadOptions& opts, Dataset* ds) const {
   // Texts are in the order of their first rows: the first refused is the first row's.
   for (size_t t = 0; t < texts_.size(); ++t) {
-    if (const std::string e = ClassMap::NameError(texts_[t]); !e.empty()) {
-      return Status::Data(LabelAt(path, line_[t], col_[t]) + "label " + Quote(texts_[t]) + " " + e +
-                          " (class names must be printable text)");
+    if (const Status s = ClassMap::CheckName(texts_[t]); !s.ok()) {
+      return Status::Data(LabelAt(path, line_[t], col_[t]) + "label " + Quote(texts_[t]) + " " +
+                          s.message() + " (class names must be printable text)");
     }
   }
   ClassMap built;

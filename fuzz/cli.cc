@@ -1,4 +1,4 @@
-// The command line (master/cli/cli.cc, ParseCommandLine, then TrainOptions::Validate): the input
+// The command line (master/cli/cli.cc, ParseCommandLine, then plan::Validate): the input
 // is the arguments after the program's name, one per line (or separated by NUL bytes). Only
 // the parse runs: nothing is loaded or started. The flags' value parsers (integers, numbers,
 // durations, enums, the lists of --layers, --workers and --lr-milestones, host:port) are

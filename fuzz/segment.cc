@@ -1,5 +1,5 @@
-// The segment header's check (shm/segment.cc, Segment::Validate): what a worker trusts before
-// it reads anything else of the segment. The input:
+// The segment header's checks (shm/segment.cc, Segment::Validate, then data::CheckRunModel):
+// what a worker trusts before it reads anything else of the segment. The input:
 //   byte 0      flags: 1 = the rest overlays the header's RunConfig and ComputeLayout fills
 //               identity and offsets (a header as the master writes it, for any config);
 //               else the rest overlays the header from its first byte. 2 = the mapped size
@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 
+#include "data/pipeline.h"
 #include "fuzz/fuzz_util.h"
 #include "nn/layer.h"
 #include "shm/layout.h"
@@ -114,6 +115,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (const shm::SegmentCheck check = shm::Segment::Validate(*h, mapped); !check.ok()) {
     SHMTRAIN_FUZZ_CHECK(!check.status.message().empty() && check.worker_exit != kWorkerOk,
                         "a refusal without a reason or an exit code");
+    return 0;
+  }
+  // A worker checks the model once attached (data::CheckRunModel).
+  if (const shm::ConfigCheck model = data::CheckRunModel(h->config); !model.ok()) {
+    SHMTRAIN_FUZZ_CHECK(!model.status.message().empty(), "a refusal without a reason");
     return 0;
   }
   std::string unusable;

@@ -36,7 +36,7 @@ inline int RunTextTarget(const uint8_t* data, size_t size, const char* name, con
   const uint64_t h = Hash(data, size);
   data::LoadOptions opts;
   // auto a quarter of the time: the content then decides between CSV and LIBSVM.
-  opts.file.format = (h & 3) == 0 ? nullptr : data::FindFormat(name);
+  opts.file.format = (h & 3) == 0 ? "" : name;
   opts.task = (h >> 2 & 1) ? Task::kClassification : Task::kRegression;
   opts.file.header = static_cast<HeaderMode>((h >> 3) % 3);
   if (h >> 5 & 1) {
@@ -55,7 +55,7 @@ inline int RunTextTarget(const uint8_t* data, size_t size, const char* name, con
   if (h >> 10 & 1) opts.file.label_col = 0;
 
   // auto on an array file's magic: LoadFile would read an array, which LoadText never does.
-  if (opts.file.format == nullptr && data::DetectFormat(file.path()).def != nullptr &&
+  if (opts.file.format.empty() && data::DetectFormat(file.path()).def != nullptr &&
       !data::DetectFormat(file.path()).def->text()) {
     return 0;
   }

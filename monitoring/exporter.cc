@@ -14,8 +14,6 @@
 #include <string>
 #include <vector>
 
-#include "master/kinds/kind.h"
-#include "master/run/segment_reads.h"
 #include "monitoring/run_page.h"
 #include "nn/schedule.h"
 #include "shm/futex.h"
@@ -121,11 +119,13 @@ class Families {
 
 class RunCollector final {
  public:
-  RunCollector(const shm::Segment* seg, const RunStats* stats, const TrainOptions& o)
+  RunCollector(const shm::Segment* seg, const RunKindView* kind, const RunStats* stats,
+               const TrainOptions& o)
       : seg_(seg),
+        kind_(kind),
         stats_(stats),
-        mode_(ToString(o.mode)),
-        rule_(master::KindOf(o.mode, o.host_count).RuleLabel(o)),
+        mode_(kind->ModeName()),
+        rule_(*kind->Rule() != '\0' ? kind->Rule() : "none"),
         host_(std::to_string(o.host_index)),
         hosts_(o.host_count) {}
 
@@ -161,7 +161,7 @@ class RunCollector final {
              "Host masters of this run (1 without mpirun); this one's index is the host label.",
              hosts_);
     f->Gauge("shmtrain_workers", "Worker processes of this run (P).", P);
-    const int64_t progress = master::Progress(*seg_);
+    const int64_t progress = kind_->Progress(*seg_);
     f->Counter("shmtrain_steps_total",
                "Updates applied: sync steps completed by every worker, or async updates.",
                static_cast<double>(progress));
@@ -345,6 +345,7 @@ class RunCollector final {
   // otherwise, so training never waits for a scrape.
   mutable std::mutex mu_;
   const shm::Segment* seg_;
+  const RunKindView* kind_;
   const RunStats* stats_;
   std::string mode_;
   std::string rule_;
@@ -391,11 +392,12 @@ void Reply(mg_connection* conn, const char* mime, const std::string& body) {
 // the run loop takes it only in Attach and Detach.
 class RunSource {
  public:
-  void Attach(const shm::Segment* seg, const RunStats* stats, const TrainOptions& o,
-              const RunFacts& facts) {
+  void Attach(const shm::Segment* seg, const RunKindView* kind, const RunStats* stats,
+              const TrainOptions& o, const RunFacts& facts) {
     std::lock_guard<std::mutex> lock(mu_);
-    collector_ = std::make_unique<RunCollector>(seg, stats, o);
+    collector_ = std::make_unique<RunCollector>(seg, kind, stats, o);
     seg_ = seg;
+    kind_ = kind;
     stats_ = stats;
     opts_ = o;
     facts_ = facts;
@@ -404,7 +406,7 @@ class RunSource {
   void Detach() {
     std::lock_guard<std::mutex> lock(mu_);
     if (seg_ == nullptr) return;
-    last_page_ = RunPageJson(*seg_, *stats_, opts_, facts_, /*ended=*/true);
+    last_page_ = RunPageJson(*seg_, *kind_, *stats_, opts_, facts_, /*ended=*/true);
     collector_->Detach();
     seg_ = nullptr;
   }
@@ -416,13 +418,14 @@ class RunSource {
   std::string Page() const {
     std::lock_guard<std::mutex> lock(mu_);
     if (seg_ == nullptr) return last_page_.empty() ? "null" : last_page_;
-    return RunPageJson(*seg_, *stats_, opts_, facts_, /*ended=*/false);
+    return RunPageJson(*seg_, *kind_, *stats_, opts_, facts_, /*ended=*/false);
   }
 
  private:
   mutable std::mutex mu_;
   std::unique_ptr<RunCollector> collector_;
   const shm::Segment* seg_ = nullptr;
+  const RunKindView* kind_ = nullptr;
   const RunStats* stats_ = nullptr;
   TrainOptions opts_;
   RunFacts facts_;
@@ -498,9 +501,9 @@ Status Exporter::Start(const std::string& addr, std::unique_ptr<Exporter>* out) 
   return Status::Ok();
 }
 
-void Exporter::Attach(const shm::Segment* seg, const RunStats* stats, const TrainOptions& opts,
-                      const RunFacts& facts) {
-  run_->Attach(seg, stats, opts, facts);
+void Exporter::Attach(const shm::Segment* seg, const RunKindView* kind, const RunStats* stats,
+                      const TrainOptions& opts, const RunFacts& facts) {
+  run_->Attach(seg, kind, stats, opts, facts);
 }
 
 void Exporter::Detach() { run_->Detach(); }

@@ -21,6 +21,7 @@
 
 #include "monitoring/run_page.h"
 #include "monitoring/run_stats.h"
+#include "monitoring/run_view.h"
 #include "shm/segment.h"
 #include "shmtrain/options.h"
 #include "shmtrain/status.h"
@@ -54,9 +55,10 @@ class Exporter {
   const std::string& address() const { return address_; }
 
   // Serves this run's metrics and page from now on, every series labelled
-  // host="<opts.host_index>". seg and stats must outlive the exporter or the next Detach().
-  void Attach(const shm::Segment* seg, const RunStats* stats, const TrainOptions& opts,
-              const RunFacts& facts);
+  // host="<opts.host_index>". seg, kind (what the run's kind decides, monitoring/run_view.h)
+  // and stats must outlive the exporter or the next Detach().
+  void Attach(const shm::Segment* seg, const RunKindView* kind, const RunStats* stats,
+              const TrainOptions& opts, const RunFacts& facts);
   // Stops reading the segment (a request in progress finishes first): later scrapes see no run
   // metrics, and /api/run answers with the run as it ended. Call before the segment is unmapped.
   void Detach();

@@ -5,8 +5,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "master/kinds/kind.h"
-#include "master/run/segment_reads.h"
 #include "nn/schedule.h"
 #include "shm/futex.h"
 #include "shm/layout.h"
@@ -65,9 +63,10 @@ json Staleness(const shm::Segment& seg) {
   return {{"le", le}, {"counts", counts}};
 }
 
-json Progress(const shm::Segment& seg, const RunHistory& history, const RunFacts& f) {
+json Progress(const shm::Segment& seg, const RunKindView& kind, const RunHistory& history,
+              const RunFacts& f) {
   const shm::RunConfig& c = seg.header()->config;
-  const int64_t step = master::Progress(seg), total = c.total_steps;
+  const int64_t step = kind.Progress(seg), total = c.total_steps;
   const int64_t per_epoch = std::max<int64_t>(f.steps_per_epoch, 1);
   const double el = (shm::MonotonicNs() - f.t_start_ns) / 1e9;
   const Curve rate = history.Since(CurveId::kRate, std::max<size_t>(history.size(CurveId::kRate), 1) - 1);
@@ -106,26 +105,26 @@ std::vector<WorkerState> LocalWorkerStates(const shm::WorkerBlock* blocks, int P
   return out;
 }
 
-std::string RunPageJson(const shm::Segment& seg, const RunStats& stats, const TrainOptions& o,
-                        const RunFacts& facts, bool ended) {
+std::string RunPageJson(const shm::Segment& seg, const RunKindView& kind, const RunStats& stats,
+                        const TrainOptions& o, const RunFacts& facts, bool ended) {
   const shm::RunConfig& c = seg.header()->config;
   const bool xent = static_cast<Loss>(c.loss) == Loss::kXent;
   const RunHistory& h = stats.history();
   json j = {{"version", SHMTRAIN_VERSION},
-            {"mode", ToString(o.mode)},
-            {"rule", o.mode == Mode::kAsync ? master::KindOf(o.mode, o.host_count).RuleLabel(o) : ""},
+            {"mode", kind.ModeName()},
+            {"rule", kind.Rule()},
             {"hosts", o.host_count},
             {"loss", xent ? "xent" : "mse"},
             {"metric", xent ? "accuracy" : "rmse"},
             {"total_steps", c.total_steps},
             {"steps_per_epoch", facts.steps_per_epoch},
             {"state", ended ? "ended" : "running"},
-            {"progress", Progress(seg, h, facts)},
+            {"progress", Progress(seg, kind, h, facts)},
             {"train", CurveJson(h.Thinned(CurveId::kTrain, kPagePoints), "loss", nullptr)},
             {"val", CurveJson(h.Thinned(CurveId::kVal, kPagePoints), "loss", "metric")},
             {"rate", CurveJson(h.Thinned(CurveId::kRate, kPagePoints), "samples_per_s", nullptr)},
             {"workers", Workers(seg, stats, o.host_index)},
-            {"staleness", o.mode == Mode::kAsync ? Staleness(seg) : json(nullptr)}};
+            {"staleness", kind.ReportsStaleness() ? Staleness(seg) : json(nullptr)}};
   return j.dump();
 }
 

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "monitoring/run_stats.h"
+#include "monitoring/run_view.h"
 #include "shm/segment.h"
 #include "shmtrain/options.h"
 
@@ -43,7 +44,8 @@ std::vector<WorkerState> LocalWorkerStates(const shm::WorkerBlock* blocks, int P
                                            const RunStats& stats, int host);
 
 // The JSON of /api/run. `ended`: the run's workers are done (the segment is read one last time).
-std::string RunPageJson(const shm::Segment& seg, const RunStats& stats, const TrainOptions& opts,
-                        const RunFacts& facts, bool ended);
+// kind: what the run's kind decides (monitoring/run_view.h).
+std::string RunPageJson(const shm::Segment& seg, const RunKindView& kind, const RunStats& stats,
+                        const TrainOptions& opts, const RunFacts& facts, bool ended);
 
 }  // namespace shmtrain::monitoring

@@ -44,8 +44,11 @@ void Gemm(int64_t m, int64_t n, int64_t k, Operand a, Operand b, float* c, int64
   Run(ChosenKernel(), m, n, k, a, b, c, ldc, accumulate);
 }
 
-// The buffer comes from the standard library's aligned operator new: its failure is
-// std::bad_alloc, which unwinds to the command's one catch site (docs/errors.md).
+// The buffer comes from the standard library's aligned operator new: its failure is the
+// standard library's std::bad_alloc, which this file neither throws nor catches
+// (docs/errors.md): in the master it unwinds to the command's one catch site (the validation
+// evaluator's thread catches its own), and a worker, which has none, ends (std::terminate,
+// SIGABRT): a death its master reports and counts.
 SameA::SameA(int64_t m, int64_t k, Operand a) : m_(m), k_(k), a_(a), kernel_(ChosenKernel()) {
   if (m <= 0 || k <= 0) return;
   const int64_t floats = kernel_ == GemmKernel::kAvx2

@@ -61,7 +61,7 @@ class SameA {
 // or bf16 (GemmAvx512Bf16). A worker sets it from its run's configuration before its first
 // step; the master never does (eval, predict and validation compute in float). false, and
 // nothing changed, when bf16 is asked for where UsedCpu() has no avx512_bf16
-// (shm::CheckRunConfig refuses such a run before a worker starts).
+// (data::CheckRunOptions refuses such a run before a worker starts).
 bool SetProductInputs(ComputeType t);
 ComputeType ProductInputs();
 

@@ -10,6 +10,10 @@
 // (nn/layer.cc), a row in docs/models.md's layer table. The gradient check of tests/layer_test.cc
 // runs on every registered type without a test of its own.
 //
+// This header's parts are defined one job a file: the registry (nn/layer.cc), the model text's
+// grammar and canonical form (nn/model_text.cc), shape resolution (nn/shapes.cc), the parameter,
+// statistics and block walks (nn/layer_walks.cc), and ModelSpec's methods (nn/model_spec.cc).
+//
 // Blocks. A layer may hold layers: residual(BODY) computes BODY(x) + x and
 // residual(BODY | SHORTCUT) computes BODY(x) + SHORTCUT(x) (nn/layers/residual.cc), BODY and
 // SHORTCUT being layer lists as the model text writes them (blocks nest). Its type is
@@ -30,6 +34,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -248,10 +253,26 @@ struct LayerSite {
 };
 // The spec must resolve (abort otherwise).
 std::vector<LayerSite> LayerSites(const ModelSpec& spec);
+// The same of a spec whose shapes are known (ResolveShapes' shapes of it).
+std::vector<LayerSite> LayerSites(const ModelSpec& spec, const std::vector<Shape>& shapes);
 // The doubles a training pass of the model hands to StatsCrossing (0 without batch norm).
 int64_t StatsCount(const ModelSpec& spec);
 // The doubles layer `spec` of type `t` crosses on input `in` (LayerType::stats; 0 if none).
 int64_t StatsSize(const LayerType& t, const LayerSpec& spec, Shape in);
+
+// A model resolved once: its spec (the input known), the shape after each layer, and what
+// follows from them, so that nothing after the resolution walks the layers again for them: the
+// outputs, the parameters (the flat vector's length; nullopt when their count passes 2^64, as
+// ModelSpec::CheckedParamCount) and the doubles a training pass crosses (StatsCount).
+struct ResolvedModel {
+  ModelSpec spec;
+  std::vector<Shape> shapes;
+  int64_t outputs = 0;
+  std::optional<uint64_t> param_count;
+  int64_t stats_count = 0;
+};
+// ResolveShapes of spec (flat_input as there), then the counts; its message otherwise.
+Status ResolveModel(const ModelSpec& spec, bool flat_input, ResolvedModel* out);
 
 // The layers a block holds, each with its input and output shape, in the flat vector's order:
 // its body's, then its shortcut's (`shortcut` tells which), resolved on the block's input

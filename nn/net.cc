@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 
 #include "nn/loss.h"
 #include "nn/rng.h"
@@ -64,8 +65,10 @@ int64_t EvalChunk(const ModelSpec& spec) {
   return std::clamp<int64_t>(kFloats / std::max<int64_t>(1, per_sample), 1, 4096);
 }
 
-NetPlan::NetPlan(const ModelSpec& spec)
-    : shapes(Shapes(spec)), reorder_input(spec.input.c > 1 && !spec.input.Flat()) {
+NetPlan::NetPlan(const ModelSpec& spec) : NetPlan(spec, Shapes(spec)) {}
+
+NetPlan::NetPlan(const ModelSpec& spec, std::vector<Shape> resolved)
+    : shapes(std::move(resolved)), reorder_input(spec.input.c > 1 && !spec.input.Flat()) {
   delta = shapes.back().Size();
   for (size_t i = 0; i + 1 < shapes.size(); ++i) delta = std::max(delta, shapes[i].Size());
   Shape in = spec.input;
@@ -77,9 +80,16 @@ NetPlan::NetPlan(const ModelSpec& spec)
 }
 
 uint64_t PassBytes(const ModelSpec& spec, int64_t n, bool backward, size_t scalar) {
-  std::vector<Shape> shapes;
-  if (spec.layers.empty() || !ResolveShapes(spec.input, spec.layers, &shapes).ok()) return 0;
-  const NetPlan plan(spec);
+  ResolvedModel model;
+  if (spec.layers.empty() || !ResolveShapes(spec.input, spec.layers, &model.shapes).ok()) return 0;
+  model.spec = spec;
+  return PassBytes(model, n, backward, scalar);
+}
+
+uint64_t PassBytes(const ResolvedModel& model, int64_t n, bool backward, size_t scalar) {
+  const ModelSpec& spec = model.spec;
+  if (spec.layers.empty()) return 0;
+  const NetPlan plan(spec, model.shapes);
   int64_t per_sample = plan.reorder_input ? spec.input.Size() : 0;
   for (const Shape& s : plan.shapes) per_sample = SatAdd(per_sample, s.Size());
   if (backward) per_sample = SatAdd(per_sample, SatMul(2, plan.delta));

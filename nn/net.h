@@ -40,6 +40,8 @@ using AlignedVector = std::vector<T, AlignedAllocator<T>>;
 // (LayerType::scratch): the net sizes its buffers from this plan, and PassBytes adds it up.
 struct NetPlan {
   explicit NetPlan(const ModelSpec& spec);  // spec must resolve (abort otherwise)
+  // The plan of spec whose shapes (ResolveShapes') are known.
+  NetPlan(const ModelSpec& spec, std::vector<Shape> shapes);
   std::vector<Shape> shapes;                // each layer's output
   // Images of c > 1 are turned channels-last into a buffer of the input's size first.
   bool reorder_input = false;
@@ -59,6 +61,9 @@ struct NetPlan {
 // and the evaluator allocate (Eigen's own blocking buffers, bounded by the caches, aside).
 // Saturates at UINT64_MAX; 0 for a spec that does not resolve.
 uint64_t PassBytes(const ModelSpec& spec, int64_t n, bool backward, size_t scalar = sizeof(float));
+// The same of a model resolved already (its shapes are not resolved again).
+uint64_t PassBytes(const ResolvedModel& model, int64_t n, bool backward,
+                   size_t scalar = sizeof(float));
 
 template <class S>
 class Net {

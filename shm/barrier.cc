@@ -29,8 +29,8 @@ void WakeAll(Header* h) {
 
 }  // namespace
 
-PhaseBarrier::PhaseBarrier(Header* header, WorkerBlock* blocks, int workers, WorkerBlock* self,
-                           uint32_t epoch)
+PhaseBarrier::PhaseBarrier(Header* header, const WorkerBlock* blocks, int workers,
+                           WorkerBlock* self, uint32_t epoch)
     : h_(header),
       blocks_(blocks),
       workers_(workers),

@@ -27,7 +27,7 @@ class PhaseBarrier {
   enum class Result { kOk, kAborted, kTimeout, kOrphaned };
 
   // self = this rank's block; epoch = the abort_epoch this worker started under.
-  PhaseBarrier(Header* header, WorkerBlock* blocks, int workers, WorkerBlock* self,
+  PhaseBarrier(Header* header, const WorkerBlock* blocks, int workers, WorkerBlock* self,
                uint32_t epoch);
 
   // Publishes this rank's phase and wakes the waiters if the phase is now complete.
@@ -65,7 +65,7 @@ class PhaseBarrier {
   // Several hosts: waits until the combiner has published GS of `step` (Header.combined_step
   // >= step), same rules as Wait().
   Result WaitCombined(int64_t step, int64_t deadline_ns);
-  // Wait time accumulated by Wait(), in ns.
+  // Wait time accumulated by every wait above (Wait() and the others), in ns.
   uint64_t waited_ns() const { return waited_ns_; }
 
  private:
@@ -74,7 +74,7 @@ class PhaseBarrier {
   template <class Done>
   Result WaitUntil(Done done_now, int64_t deadline_ns);
   Header* h_;
-  WorkerBlock* blocks_;
+  const WorkerBlock* blocks_;  // every rank's, read only: a rank writes its own through self_
   int workers_;
   WorkerBlock* self_;
   uint32_t epoch_;
@@ -112,7 +112,8 @@ void ReleaseCheckpoint(Header* header, int64_t step);
 // stored before the ack that lets ranks past the eval it names.
 void AckEval(Header* header, int64_t k);
 void RequestStop(Header* header, int64_t stop_eval);
-// Master side, several hosts: every rank has written its slice of HS for `step`.
+// Several hosts: every rank has written its slice of HS for `step` (the combiner waits for it;
+// a rank that completes the set wakes it).
 bool HostSumsComplete(const WorkerBlock* blocks, int workers, int64_t step);
 // Master side, several hosts: GS and the totals of `step` are written; lets the ranks update.
 void PublishCombined(Header* header, int64_t step, int64_t samples, double loss_sum);

@@ -35,34 +35,42 @@
 // structs stay trivially copyable and standard-layout, so their bytes are the contract and a
 // layout test can pin them. Every concurrent access to a word of the header, a WorkerBlock or
 // a loss record's tag goes through a named accessor at the end of this file, which says its
-// memory order and why; nothing else builds a std::atomic_ref on the segment. (The parameter
-// floats that async workers share go through nn::SharedAccess, nn/update.h, relaxed.) Plain
-// data is published by such a word: a slot (its header and gradient) by the phase, HS by
-// host_sum_step, GS and combined_samples/combined_loss by combined_step, GStats by
-// stats_combined_seq, a loss record's loss
-// by its tag; it is written before the word's store and read after a load that sees it.
-// Writes before any worker starts, or after every worker is reaped, are plain.
+// memory order and why. The floats of W that async workers share are the one other place a
+// std::atomic_ref is built on the segment: nn::SharedAccess (nn/update.h) loads and stores
+// them relaxed, and batch norm's num_batches_tracked, a float in W, is counted up by a relaxed
+// fetch_add (worker/async_loop.cc, MoveRunningStats); the master's exchange threads and its
+// reads of W use nn::SharedAccess too. Plain data is published by such a word: a slot (its
+// header and gradient) by the phase, a slot's statistics by its rank's stats_seq, a slice of
+// a snapshot E by its rank's snap_eval, HS by host_sum_step, GS and
+// combined_samples/combined_loss by combined_step, GStats by stats_combined_seq, a loss
+// record's loss by its tag; it is written before the word's store and read after a load that
+// sees it. Writes before any worker starts, or after every worker is reaped, are plain.
 //
 // Who writes what:
 //   Header identity/offsets/config  master, before any worker starts; read-only afterwards.
 //   Header.abort_epoch              master only (seq_cst); workers read.
 //   Header.wake_seq                 futex word (seq_cst); bumped by whoever makes a waited-for
-//                                   condition true: a rank completing a phase, the norms or
-//                                   the host sums; the master releasing a checkpoint, acking an
-//                                   eval or aborting; the combiner publishing GS. Waiters sleep
-//                                   on it.
+//                                   condition true: a rank completing a phase, the norms, a
+//                                   crossing's statistics or the host sums; the master
+//                                   releasing a checkpoint, acking an eval or aborting; the
+//                                   combiner publishing GS or a crossing's GStats. Waiters
+//                                   sleep on it (the ranks, and the combiner).
 //   Header.waiters                  waiters increment before sleeping, decrement after.
 //   Header.loss_ring                sync: rank 0 (during the update phase); async: the worker
 //                                   whose update has the logged version. Master reads.
-//   Header.step1_end_ns, last_end_ns  sync: any rank (the first to pass the run's first or last
-//                                   step, or to stop early); master reads. Async: unused.
+//   Header.step1_end_ns, last_end_ns  sync: any rank: the first to pass the run's first step
+//                                   sets step1_end_ns; each rank that passes the last step, or
+//                                   stops early, stores last_end_ns, and the last store stays;
+//                                   master reads. Async: unused.
 //   WorkerBlock[r]                  rank r (its current incarnation) writes; master and peers
 //                                   read. The master writes incarnation and attached = 0 before
 //                                   a spawn, and, while rank r is not running, settles its
 //                                   commit and ticket after a death, or hands it an owed
-//                                   ticket (through master/run/segment_writes.h: the
+//                                   ticket (through master/unit/segment_writes.h: the
 //                                   supervisor, and the async DeathRules, master/kinds/async.cc).
-//   Slot[r]                         rank r writes in phase 1; every rank reads in phase 2.
+//   Slot[r]                         rank r writes in phase 1; every rank reads in phase 2;
+//                                   several hosts: the master's combiner reads its header
+//                                   (samples, loss) once HS of the step is whole.
 //   Slot[r]'s statistics, stats_seq  rank r, at each crossing of its gradient phase (the
 //                                   values, then stats_seq, seq_cst); every rank reads them
 //                                   at the crossing and again in phase 2 (the running
@@ -310,8 +318,8 @@ struct alignas(kCacheLine) Header {
   double last_grad_norm;
 
   // ---- progress (sync), written by any rank: the first to complete the run's first step sets
-  // step1_end_ns (StoreIfZero); the one completing the last step (or stopping early) sets
-  // last_end_ns (relaxed).
+  // step1_end_ns (StoreIfZero); each rank completing the last step (or stopping early) stores
+  // last_end_ns (relaxed; the last store stays, the values differ by a wake-up).
   alignas(kCacheLine) int64_t step1_end_ns;  // CLOCK_MONOTONIC when the first step completed
   int64_t last_end_ns;                       // ... when the last step completed
   LossRecord loss_ring[kLossRing];
@@ -368,8 +376,9 @@ struct alignas(kCacheLine) WorkerBlock {
   // Sync with batch norm: the time this rank waited in its crossings (relaxed; a part of
   // barrier_wait_ns_total): what the statistics across workers cost.
   uint64_t crossing_wait_ns_total;
-  // Durations (relaxed counters): every barrier wait (sync); every step as rank 0 sees it
-  // (sync) or every update of this rank (async).
+  // Durations (relaxed counters): every barrier wait (sync; async, the start gate's and the
+  // checkpoint pauses'); every step as rank 0 sees it (sync) or every update of this rank
+  // (async).
   alignas(kCacheLine) uint64_t barrier_wait_hist[kDurationBuckets];
   uint64_t step_duration_hist[kDurationBuckets];
   uint64_t step_duration_ns_total;
@@ -388,11 +397,25 @@ static_assert(std::is_trivially_copyable_v<Header> && std::is_standard_layout_v<
 static_assert(std::is_trivially_copyable_v<WorkerBlock> && std::is_standard_layout_v<WorkerBlock>,
               "worker blocks are plain bytes shared between processes");
 static_assert(std::is_trivially_copyable_v<SlotHeader>, "slots are plain bytes");
+// Every type an atomic_ref is built on in the segment: the words below (uint64_t, int64_t,
+// uint32_t, double) and W's floats, which every async update loads and stores (nn::SharedAccess)
+// and whose batch norm count it adds to. A type that is not lock-free would be guarded by a
+// lock in the standard library's process-private table: another process would not see it, and
+// a holder that dies would leave it held. Lock-free at most 8 bytes is also one plain load,
+// which writes nothing: the load accessors below may take a const view's word (see there).
 static_assert(std::atomic_ref<uint64_t>::is_always_lock_free &&
                   std::atomic_ref<int64_t>::is_always_lock_free &&
                   std::atomic_ref<uint32_t>::is_always_lock_free &&
-                  std::atomic_ref<double>::is_always_lock_free,
+                  std::atomic_ref<double>::is_always_lock_free &&
+                  std::atomic_ref<float>::is_always_lock_free,
               "a lock inside an atomic would be process-private and die with its holder");
+static_assert(std::atomic_ref<uint64_t>::required_alignment == alignof(uint64_t) &&
+                  std::atomic_ref<int64_t>::required_alignment == alignof(int64_t) &&
+                  std::atomic_ref<uint32_t>::required_alignment == alignof(uint32_t) &&
+                  std::atomic_ref<double>::required_alignment == alignof(double) &&
+                  std::atomic_ref<float>::required_alignment == alignof(float),
+              "the shared words are plain members and floats at their natural alignment, which "
+              "must be all an atomic_ref asks");
 static_assert(alignof(WorkerBlock) == kCacheLine && sizeof(WorkerBlock) % kCacheLine == 0,
               "each rank's block on its own cache lines: no false sharing between ranks");
 static_assert(sizeof(SlotHeader) == kCacheLine, "the gradient starts one cache line in");
@@ -412,6 +435,12 @@ static_assert(sizeof(float) == 4, "parameters are IEEE float32");
 static_assert(std::endian::native == std::endian::little, "the magic is read little-endian");
 
 // ---- the named accessors for every concurrent word.
+//
+// Loads take a const reference, so that a holder of the read-only view (a const Segment,
+// shm/segment.h, whose pointers are to const) can read every word, and build their atomic_ref
+// on a const_cast of it: C++20's std::atomic_ref<T> needs a non-const T, and the load writes
+// nothing (lock-free, at most 8 bytes: asserted above) into a mapping that is writable anyway.
+// Stores, adds and exchanges take a mutable reference, which a const view cannot give.
 
 // Plain loads/stores of a published word: seq_cst, because the barrier's "last arriver
 // wakes" argument needs one total order over the phase stores and the waiters counter.
@@ -422,8 +451,9 @@ inline void StorePhase(WorkerBlock& b, uint64_t v) { std::atomic_ref<uint64_t>(b
 
 // The other words that a futex waiter checks (released_step, eval_ack, grad_sq_step with
 // --clip-norm, host_sum_step, combined_step, stats_seq, stats_combined_seq) and the futex
-// protocol's own (wake_seq, waiters, abort_epoch): seq_cst, for the same reason as the phase words. The master stores stop_eval
-// seq_cst too (RequestStop); it is read with LoadAcquire. The adds return the previous value.
+// protocol's own (wake_seq, waiters, abort_epoch): seq_cst, for the same reason as the phase
+// words. The master stores stop_eval seq_cst too (RequestStop); it is read with LoadAcquire.
+// The adds return the previous value.
 template <class T>
 inline T LoadSeqCst(const T& v) {
   return std::atomic_ref<T>(const_cast<T&>(v)).load();

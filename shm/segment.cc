@@ -1,9 +1,5 @@
 #include "shm/segment.h"
 
-#include "data/augment.h"
-#include "nn/cpu.h"
-#include "nn/layer.h"
-
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -70,10 +66,10 @@ uint64_t SizeOf(const bip::shared_memory_object& shm) {
   return shm.get_size(size) && size > 0 ? static_cast<uint64_t>(size) : 0;
 }
 
-// Mappings given up by Segment::LeaveMapped. A detached thread may still read them, so they
-// must never be unmapped: their owners live behind a pointer that is never deleted, which
-// also keeps them reachable (a leak checker sees them in use, not lost). Never throws: it
-// runs in a destructor's path (Combiner::Stop).
+// Mappings given up by Segment::LeaveMapped. A detached thread may still read and write them,
+// so they must never be unmapped: their owners live behind a pointer that is never deleted,
+// which also keeps them reachable (a leak checker sees them in use, not lost). Never throws:
+// it runs in a destructor's path (Combiner::Stop, ParamServer::Stop).
 void KeepMappedUntilExit(std::unique_ptr<bip::mapped_region> region) noexcept {
   static std::mutex mu;
   static auto* const kept = new std::vector<std::unique_ptr<bip::mapped_region>>;
@@ -273,10 +269,10 @@ bool RemoveSegment(const std::string& name) {
 
 namespace {
 
-// The config's model: its text parsed and its shapes resolved, or kData saying why not, and
-// whether the input's dimensions or the layers are to blame. The text must end within its
-// field; each value of a tensor fits in 2^31 (nn::ResolveShapes).
-ConfigCheck ModelOf(const RunConfig& c, ModelSpec* spec) {
+// The config's model as far as the layout needs it: its text ends within its field, its
+// input's dimensions are 1 to kMaxWidth. The text's layers, their shapes and counts are the
+// model's check (data::CheckRunModel).
+ConfigCheck CheckModelFields(const RunConfig& c) {
   auto bad = [](ConfigPart part, const std::string& what) {
     return ConfigCheck{Status::Data("model: " + what), part};
   };
@@ -292,32 +288,14 @@ ConfigCheck ModelOf(const RunConfig& c, ModelSpec* spec) {
                                          std::to_string(kMaxWidth) + ")");
     }
   }
-  spec->input = {c.input_shape[0], c.input_shape[1], c.input_shape[2]};
-  if (Status s = nn::ParseStoredModelText(c.model, &spec->layers); !s.ok()) {
-    return bad(ConfigPart::kModel, s.message());
-  }
-  std::vector<Shape> shapes;
-  if (Status s = nn::ResolveShapes(spec->input, spec->layers, &shapes); !s.ok()) {
-    return bad(ConfigPart::kModel, s.message());
-  }
   return {};
 }
 
-// The products' inputs: a known precision, and bf16 only where the CPU in use has
-// avx512_bf16.
+// The products' inputs: a known precision (whether this CPU has its kernels is the model's
+// check, data::CheckRunModel).
 ConfigCheck CheckPrecision(const RunConfig& c) {
-  auto bad = [](const std::string& what) {
-    return ConfigCheck{Status::Data(what), ConfigPart::kPrecision};
-  };
   if (c.precision > static_cast<uint32_t>(ComputeType::kBf16)) {
-    return bad("precision " + std::to_string(c.precision));
-  }
-  if (c.precision == static_cast<uint32_t>(ComputeType::kBf16) && !nn::UsedCpu().avx512_bf16) {
-    return bad(nn::DetectedCpu().avx512_bf16
-                   ? "bf16 products need avx512_bf16, which SHMTRAIN_CPU hides on this CPU"
-                   : "bf16 products need a CPU with avx512_bf16 (vdpbf16ps: bf16 pairs summed "
-                     "into float), and this one has none; bf16 without it would be slower than "
-                     "float");
+    return {Status::Data("precision " + std::to_string(c.precision)), ConfigPart::kPrecision};
   }
   return {};
 }
@@ -336,29 +314,9 @@ ConfigCheck CheckRunConfig(const RunConfig& c) {
     return bad(ConfigPart::kProcesses,
                "host " + std::to_string(c.host_index) + " of " + std::to_string(c.hosts));
   }
-  ModelSpec spec;
-  if (ConfigCheck m = ModelOf(c, &spec); !m.ok()) return m;
+  if (ConfigCheck m = CheckModelFields(c); !m.ok()) return m;
   if (c.rows < 0) return bad(ConfigPart::kData, std::to_string(c.rows) + " rows");
-  if (c.features != spec.inputs()) {
-    return bad(ConfigPart::kData, std::to_string(c.features) + " features for a model input of " +
-                                      spec.input.Text() + " (" + std::to_string(spec.inputs()) +
-                                      " values)");
-  }
-  if (const auto n = spec.CheckedParamCount(); n != c.param_count) {
-    return bad(ConfigPart::kModel, "param_count " + std::to_string(c.param_count) +
-                                       " is not the layers' count" +
-                                       (n ? " (" + std::to_string(*n) + ")" : " (more than 2^64)"));
-  }
-  if (const auto n = static_cast<uint64_t>(nn::StatsCount(spec)); n != c.stats_count) {
-    return bad(ConfigPart::kModel, "stats_count " + std::to_string(c.stats_count) +
-                                       " is not the batch norm layers' count (" +
-                                       std::to_string(n) + ")");
-  }
   if (ConfigCheck p = CheckPrecision(c); !p.ok()) return p;
-  data::AugmentSpec augment;
-  Status aug = data::AugmentSpec::Decode(c.augment, &augment);
-  if (aug.ok()) aug = data::CheckAugment(augment, spec.input);
-  if (!aug.ok()) return bad(ConfigPart::kAugment, aug.message());
   if (c.optim.num_states > static_cast<uint32_t>(kMaxStates)) {
     return bad(ConfigPart::kOptimizer, std::to_string(c.optim.num_states) +
                                            " optimizer states (at most " +
@@ -457,8 +415,8 @@ Status Segment::Create(const std::string& name, const Header& proto, Segment* ou
   s.Adopt(name, std::move(region), /*owner=*/true);
   std::memcpy(s.base_, &proto, sizeof(Header));
   for (uint32_t r = 0; r < proto.config.workers; ++r) {
-    s.block(static_cast<int>(r))->grad_sq_step = -1;
-    s.block(static_cast<int>(r))->host_sum_step = -1;
+    s.mutable_block(static_cast<int>(r))->grad_sq_step = -1;
+    s.mutable_block(static_cast<int>(r))->host_sum_step = -1;
   }
   *out = std::move(s);
   return Status::Ok();

@@ -18,16 +18,18 @@
 //    The starting parameters and protocol words are written plainly then too (FillSegment,
 //    ResumeInto); from the first spawn on they and everything else are shared, and layout.h
 //    says who writes each word and with which memory order: this class only hands out
-//    pointers into the mapping.
-//  - Threads of one process. The const accessors (header() through grad(), name(), size(),
-//    base(), valid()) read only base_ and the read-only offsets: any thread may call them at
-//    once (the master's run loop and the exporter's scrapes; the exchange threads take their
-//    pointers once, when they are made). Unlink() and LeaveMapped() leave base_ and every
-//    accessor valid, so they may run while other threads read through the object. Create(),
-//    Attach(), moves and destruction belong to the thread that owns the object (the master's
-//    run loop, a worker's only thread); destruction unmaps, so it waits until no other thread
-//    reads through the mapping: the exporter is detached (Exporter::Detach) and every exchange
-//    thread joined or left with the mapping (ExchangeThread::JoinOrLeave calls LeaveMapped).
+//    pointers into the mapping, to const through a const Segment (the read-only view the
+//    master's units and the exporter hold) and mutable only through the mutable_ accessors.
+//  - Threads of one process. The accessors (header() through grad(), their mutable_ twins,
+//    name(), size(), base(), valid()) read only base_ and the read-only offsets: any thread
+//    may call them at once (the master's run loop and the exporter's scrapes; the exchange
+//    threads take their pointers once, when they are made). Unlink() and LeaveMapped() leave
+//    base_ and every accessor valid, so they may run while other threads read through the
+//    object. Create(), Attach(), moves and destruction belong to the thread that owns the
+//    object (the master's run loop, a worker's only thread); destruction unmaps, so it waits
+//    until no other thread reads through the mapping: the exporter is detached
+//    (Exporter::Detach) and every exchange thread joined or left with the mapping
+//    (ExchangeThread::JoinOrLeave calls LeaveMapped).
 //  - ComputeLayout, CheckRunConfig, Segment::Validate and MakeSegmentName touch only their
 //    arguments: any thread.
 #pragma once
@@ -114,12 +116,15 @@ struct [[nodiscard]] ConfigCheck {
   bool ok() const { return status.ok(); }
 };
 
-// The run configuration as far as a worker relies on it: every size the layout is computed from
-// in range and the layout within 64 bits, the model's text parsed, its input's dimensions within
-// kMaxWidth and its shapes resolved, the features and the parameter count the model's. The one
-// check of it: Segment::Validate makes it on every attach, and the master on the header it
-// builds, before a row is stored and before a worker starts, so that a run the workers would
-// refuse is refused at its start.
+// The run configuration as far as the segment's layout relies on it: every size the layout is
+// computed from in range and the layout within 64 bits, the model's text ending within its
+// field, its input's dimensions within kMaxWidth, a known precision. Segment::Validate makes it
+// on every attach, and the master on the header it builds, before a row is stored and before a
+// worker starts, so that a run the workers would refuse is refused at its start. The model's
+// own check (its text read, its shapes, the features and the counts against it, the
+// precision's kernels, the augmentation: data::CheckRunModel) is the workers', once attached;
+// the master writes the model it resolved and checks what the options ask of it
+// (data::CheckRunOptions).
 ConfigCheck CheckRunConfig(const RunConfig& c);
 
 class Segment {
@@ -157,58 +162,92 @@ class Segment {
   bool valid() const { return base_ != nullptr; }
   const std::string& name() const { return name_; }
   uint64_t size() const { return size_; }
-  char* base() const { return base_; }
+  const char* base() const { return base_; }
 
-  Header* header() const { return reinterpret_cast<Header*>(base_); }
-  WorkerBlock* block(int rank) const {
-    return reinterpret_cast<WorkerBlock*>(base_ + header()->blocks_offset) + rank;
+  // ---- The read-only view: what a `const Segment&` gives, pointers to const. A unit that is
+  // handed the view can read every region, and every concurrent word through shm/layout.h's
+  // load accessors, but a store through it does not compile.
+  const Header* header() const { return At<Header>(0); }
+  const WorkerBlock* block(int rank) const {
+    return At<WorkerBlock>(header()->blocks_offset) + rank;
   }
-  float* x() const { return At<float>(header()->x_offset); }
-  float* y() const { return At<float>(header()->y_offset); }
-  float* params(int64_t step) const { return At<float>(header()->params_offset[step & 1]); }
+  const float* x() const { return At<float>(header()->x_offset); }
+  const float* y() const { return At<float>(header()->y_offset); }
+  const float* params(int64_t step) const { return At<float>(header()->params_offset[step & 1]); }
   // Optimizer state vector k (< K = config.optim.num_states) of buffer step%2; nullptr for
   // k >= K.
-  float* state(int k, int64_t step) const {
+  const float* state(int k, int64_t step) const {
     const uint64_t off = header()->state_offset[k][step & 1];
     return off ? At<float>(off) : nullptr;
   }
   int num_states() const { return static_cast<int>(header()->config.optim.num_states); }
   // Sync validation snapshot of eval index k (null when there are none).
-  float* snapshot(int64_t k) const {
+  const float* snapshot(int64_t k) const {
     const Header* h = header();
     if (h->snapshot_offset == 0) return nullptr;
     const uint64_t slot = static_cast<uint64_t>(k % h->config.snapshots);
     return At<float>(h->snapshot_offset + slot * h->snapshot_stride);
   }
   // Several hosts: this host's sum of the slots (HS) and every host's (GS); null otherwise.
-  float* host_sum() const { return OptionalAt(header()->host_sum_offset); }
+  const float* host_sum() const { return OptionalAt<float>(header()->host_sum_offset); }
+  const float* global_sum() const { return OptionalAt<float>(header()->global_sum_offset); }
   // Rank r's statistics (batch norm, sync): stats_count doubles after its slot's gradient.
-  double* stats(int rank) const {
+  const double* stats(int rank) const {
     const uint64_t vec = (header()->config.param_count * sizeof(float) + kCacheLine - 1) /
                          kCacheLine * kCacheLine;
     return At<double>(header()->slots_offset + header()->slot_stride * rank + sizeof(SlotHeader) +
                       vec);
   }
-  float* global_sum() const { return OptionalAt(header()->global_sum_offset); }
   // Several hosts with batch norm: every crossing's sums over every host (GStats); null
   // otherwise.
-  double* global_stats() const {
-    const uint64_t off = header()->global_stats_offset;
-    return off ? At<double>(off) : nullptr;
+  const double* global_stats() const {
+    return OptionalAt<double>(header()->global_stats_offset);
   }
-  SlotHeader* slot(int rank) const {
+  const SlotHeader* slot(int rank) const {
     return At<SlotHeader>(header()->slots_offset + header()->slot_stride * rank);
   }
-  float* grad(int rank) const {
-    return reinterpret_cast<float*>(reinterpret_cast<char*>(slot(rank)) + sizeof(SlotHeader));
+  const float* grad(int rank) const {
+    return reinterpret_cast<const float*>(reinterpret_cast<const char*>(slot(rank)) +
+                                          sizeof(SlotHeader));
   }
+
+  // ---- The writes: the same places, mutable, for the holder of the Segment itself (not of a
+  // const view). Each is named so that every write into the segment can be found. The master's:
+  // before any worker starts, the filling of the new segment (master/run/run.cc, FillSegment,
+  // with a resumed checkpoint's ResumeInto); while they run, master/unit/segment_writes.h (the
+  // run loop's units) and the cross-host exchange threads (SegmentWrites::ForExchange). A
+  // worker's: through the Segment it attached, which worker/worker_main.cc hands to its loop.
+  // Who may write which word while the workers run, and with which memory order, is
+  // layout.h's.
+  Header* mutable_header() { return Mutable(header()); }
+  WorkerBlock* mutable_block(int rank) { return Mutable(block(rank)); }
+  float* mutable_x() { return Mutable(x()); }
+  float* mutable_y() { return Mutable(y()); }
+  float* mutable_params(int64_t step) { return Mutable(params(step)); }
+  float* mutable_state(int k, int64_t step) { return Mutable(state(k, step)); }
+  float* mutable_snapshot(int64_t k) { return Mutable(snapshot(k)); }
+  float* mutable_host_sum() { return Mutable(host_sum()); }
+  float* mutable_global_sum() { return Mutable(global_sum()); }
+  double* mutable_stats(int rank) { return Mutable(stats(rank)); }
+  double* mutable_global_stats() { return Mutable(global_stats()); }
+  SlotHeader* mutable_slot(int rank) { return Mutable(slot(rank)); }
+  float* mutable_grad(int rank) { return Mutable(grad(rank)); }
 
  private:
   template <class T>
-  T* At(uint64_t offset) const {
-    return reinterpret_cast<T*>(base_ + offset);
+  const T* At(uint64_t offset) const {
+    return reinterpret_cast<const T*>(base_ + offset);
   }
-  float* OptionalAt(uint64_t offset) const { return offset ? At<float>(offset) : nullptr; }
+  template <class T>
+  const T* OptionalAt(uint64_t offset) const {
+    return offset ? At<T>(offset) : nullptr;
+  }
+  // The mapping itself is writable (PROT_READ | PROT_WRITE): constness is the view's, so the
+  // mutable accessors may drop it from what the const ones computed.
+  template <class T>
+  static T* Mutable(const T* p) {
+    return const_cast<T*>(p);
+  }
   // Takes the mapping of segment `name`; `owner` removes the name on destruction.
   void Adopt(const std::string& name, std::unique_ptr<boost::interprocess::mapped_region> region,
              bool owner);

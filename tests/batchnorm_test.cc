@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/crc32.h"
+#include "data/pipeline.h"
 #include "gtest/gtest.h"
 #include "nn/batch_norm.h"
 #include "nn/model.h"
@@ -160,27 +161,27 @@ TEST(BatchNorm, ARunWhoseBatchGivesOneValuePerChannelIsRefusedNamingTheBatch) {
   o.model = Spec("flatten,linear(4),batchnorm1d,relu,linear(3)", {1, 6, 6});
   o.batch = 1;
   o.epochs = 1;
-  Status s = CheckBatchNormBatches(o, 30);
+  Status s = data::CheckBatchNormBatches(o, 30);
   EXPECT_EQ(s.code(), Status::Code::kUsage);
   EXPECT_NE(s.message().find("--batch 1: a training batch of 1 sample gives batchnorm1d #1 "
                              "(layer 3) one value per channel"), std::string::npos) << s.message();
   o.batch = 29;  // 30 = 29 + 1
-  s = CheckBatchNormBatches(o, 30);
+  s = data::CheckBatchNormBatches(o, 30);
   EXPECT_NE(s.message().find("--batch 29: the 30 training rows leave the last batch of every "
                              "epoch 1 sample (30 = 1 x 29 + 1)"), std::string::npos) << s.message();
   o.epochs = 0;
   o.steps = 1;  // never at the epoch's last batch
-  EXPECT_TRUE(CheckBatchNormBatches(o, 30).ok());
+  EXPECT_TRUE(data::CheckBatchNormBatches(o, 30).ok());
   o.steps = 2;
-  EXPECT_FALSE(CheckBatchNormBatches(o, 30).ok());
+  EXPECT_FALSE(data::CheckBatchNormBatches(o, 30).ok());
   o.batch = 0;
-  EXPECT_TRUE(CheckBatchNormBatches(o, 30).ok());
-  EXPECT_NE(CheckBatchNormBatches(o, 1).message().find("has 1 row: a full batch of it gives "
+  EXPECT_TRUE(data::CheckBatchNormBatches(o, 30).ok());
+  EXPECT_NE(data::CheckBatchNormBatches(o, 1).message().find("has 1 row: a full batch of it gives "
                                                        "batchnorm1d #1 (layer 3)"),
             std::string::npos);
   o.model = Spec("flatten,linear(4),relu,linear(3)", {1, 6, 6});
   o.batch = 1;
-  EXPECT_TRUE(CheckBatchNormBatches(o, 30).ok());
+  EXPECT_TRUE(data::CheckBatchNormBatches(o, 30).ok());
 }
 
 // Through the command line: refused before a worker starts, exit 2, nothing left behind;

@@ -18,6 +18,7 @@
 
 #include "data/format.h"
 #include "master/cli/cli.h"
+#include "master/plan/validate.h"
 #include "nn/model.h"
 #include "nn/schedule.h"
 #include "shmtrain/model_spec.h"
@@ -930,9 +931,9 @@ TEST(Timeouts, DefaultHeartbeatFollowsTheBarrier) {
   o.steps = 1;
   o.barrier_timeout_s = 10;
   o.heartbeat_timeout_s = 10;
-  EXPECT_FALSE(o.Validate().ok());
+  EXPECT_FALSE(plan::Validate(o).ok());
   o.heartbeat_timeout_s = TrainOptions::DefaultHeartbeatTimeout(o.barrier_timeout_s);
-  EXPECT_TRUE(o.Validate().ok()) << o.Validate().message();
+  EXPECT_TRUE(plan::Validate(o).ok()) << plan::Validate(o).message();
 }
 
 // Validate's steps in their order: options wrong at every step are refused one step at a
@@ -965,12 +966,12 @@ TEST(Validate, RefusesStepByStepInItsOrder) {
       {"--metrics-addr nowhere: ", [](TrainOptions* t) { t->metrics_addr = "127.0.0.1:0"; }},
   };
   for (const auto& [refusal, mend] : steps) {
-    const Status s = o.Validate();
+    const Status s = plan::Validate(o);
     EXPECT_EQ(s.message().rfind(refusal, 0), 0u)
         << "expected: " << refusal << "\ngot: " << s.message();
     mend(&o);
   }
-  EXPECT_TRUE(o.Validate().ok()) << o.Validate().message();
+  EXPECT_TRUE(plan::Validate(o).ok()) << plan::Validate(o).message();
 }
 
 // -------------------------------------------------------------------------------------------

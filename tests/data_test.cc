@@ -40,6 +40,7 @@
 #include "data/preprocess.h"
 #include "data/text_cells.h"
 #include "data/text_load.h"
+#include "master/plan/validate.h"
 #include "gtest/gtest.h"
 
 namespace shmtrain::data {
@@ -281,7 +282,7 @@ TEST_F(CsvTest, DirectoryIsAnImageFolderOrUnreadable) {
   EXPECT_EQ(s.code(), Status::Code::kData);
   EXPECT_EQ(s.message().rfind(path + ": no class folder in it", 0), 0u) << s.message();
   LoadOptions csv;
-  csv.file.format = FindFormat("csv");
+  csv.file.format = "csv";
   s = LoadFile(path, csv, &ds);
   EXPECT_EQ(s.message(), path + ": cannot read file: Is a directory");
 }
@@ -603,6 +604,20 @@ TEST_F(CsvTest, ClassLabelWithAControlByteRefused) {
   o.classes = &map;
   ExpectError("1,dog\n2,\"\x01\"\n", o,
               "2:2: ", "label '\\x01' holds a control byte (\\x01 at byte 0)" + why);
+}
+
+// The check itself is a boundary's Status (docs/errors.md): ok for printable text (UTF-8's
+// bytes above 0x7f included), kData naming the first control byte and where it is.
+TEST(ClassNames, CheckNameIsAStatus) {
+  EXPECT_TRUE(ClassMap::CheckName("cat").ok());
+  EXPECT_TRUE(ClassMap::CheckName("").ok());
+  EXPECT_TRUE(ClassMap::CheckName("chat \xc3\xa9 ~").ok());
+  const Status nul = ClassMap::CheckName(std::string_view("c\0t\n", 4));
+  EXPECT_EQ(nul.code(), Status::Code::kData);
+  EXPECT_EQ(nul.message(), "holds a control byte (\\x00 at byte 1)");
+  const Status del = ClassMap::CheckName("ab\x7f");
+  EXPECT_EQ(del.code(), Status::Code::kData);
+  EXPECT_EQ(del.message(), "holds a control byte (\\x7f at byte 2)");
 }
 
 TEST_F(CsvTest, NanClassLabelRefused) {
@@ -1447,7 +1462,7 @@ class LibsvmTest : public CsvTest {
  protected:
   static LoadOptions Svm(Task task = Task::kRegression) {
     LoadOptions o;
-    o.file.format = FindFormat("libsvm");
+    o.file.format = "libsvm";
     o.task = task;
     return o;
   }
@@ -1516,7 +1531,7 @@ TEST_F(LibsvmTest, DetectedByName) {
                 "rows have 1 column; need at least one feature column besides the label");
   // The format given wins over the name.
   LoadOptions csv;
-  csv.file.format = FindFormat("csv");
+  csv.file.format = "csv";
   Dataset ds = LoadAs("e.svm", "1,2\n3,4\n", csv);
   EXPECT_EQ(ds.x, (std::vector<float>{1, 3}));
 }
@@ -1587,7 +1602,7 @@ TEST_F(LibsvmTest, ClassLabels) {
 
 TEST_F(LibsvmTest, NoLabels) {
   LoadOptions o = NoLabels(3, Task::kClassification);
-  o.file.format = FindFormat("libsvm");
+  o.file.format = "libsvm";
   Dataset ds = Load("fox 1:1\n? 3:2\n", o);
   EXPECT_EQ(ds.rows, 2);
   EXPECT_EQ(ds.x, (std::vector<float>{1, 0, 0, 0, 0, 2}));
@@ -2344,7 +2359,7 @@ TEST_F(CsvTest, GzipDamageIsTheSameWhateverTheBlock) {
   const std::string path =
       Write(std::string(reinterpret_cast<const char*>(kBytes), sizeof kBytes), "far.svm");
   LoadOptions opts;
-  opts.file.format = FindFormat("libsvm");
+  opts.file.format = "libsvm";
   for (size_t block = 1; block <= 64; ++block) {
     SCOPED_TRACE("blocks of " + std::to_string(block));
     TextTuning t;
@@ -2382,7 +2397,7 @@ TEST(FormatFlags, TheCommandLineRefusesEachFlagItsFormatTakesNot) {
       SCOPED_TRACE(std::string(c.flag) + " with --format " + name);
       TrainOptions o;
       ASSERT_TRUE(ParseFormat(name).has_value());
-      o.file.format = *ParseFormat(name);
+      o.file.format = *ParseFormatName(name);
       o.given[c.flag] = "";
       const std::string n = name;
       const std::string format = n == "svmlight" ? "libsvm" : n;
@@ -2476,13 +2491,13 @@ TEST_F(CsvTest, TheLoaderRefusesTheFlagsOfTheFormatTheContentTells) {
   }
   // As given by --format: the message says the format only.
   LoadOptions o;
-  o.file.format = FindFormat("libsvm");
+  o.file.format = "libsvm";
   o.file.header = HeaderMode::kYes;
   Dataset d;
   EXPECT_EQ(LoadFile(svm, o, &d).message(),
             svm + ": --header applies to CSV files; this file is LIBSVM, whose labels are in the "
                   "file");
-  o.file.format = nullptr;
+  o.file.format = "";
   o.file.header = HeaderMode::kAuto;
   ASSERT_TRUE(LoadFile(svm, o, &d).ok());
   EXPECT_EQ(d.rows, 2);
@@ -2593,7 +2608,7 @@ TEST_F(CsvTest, ARegisteredFormatIsDetectedAndLoadedThroughLoadFile) {
     EXPECT_TRUE(LoadFile(magic, o, &d).ok());
     EXPECT_EQ(AppliesTo("--delimiter"), "CSV and fake files");
     TrainOptions t;
-    t.file.format = *ParseFormat("fake");
+    t.file.format = *ParseFormatName("fake");
     t.given["--labels"] = "y.npy";
     EXPECT_EQ(CheckFormatFlags(t).message(),
               "--labels: applies to IDX and NumPy data, not to --format fake (whose labels are "
@@ -2612,7 +2627,7 @@ class PipelineTest : public CsvTest {
     TrainOptions o;
     o.data_path = Write("1,2,3\n4,5,6\n7,8,9\n1,1,1\n");
     o.model_text = "linear(1)";
-    EXPECT_TRUE(o.BuildModel().ok());
+    EXPECT_TRUE(plan::BuildModel(&o).ok());
     o.batch = 3;
     return o;
   }

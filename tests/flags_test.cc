@@ -1,4 +1,4 @@
-// The flag table (master/cli/flags.h) against what it declares: each name once per command, the
+// The flag table (master/flags/flags.h) against what it declares: each name once per command, the
 // defaults the options hold, the limits the values are checked against, docs/guide.md's list
 // of flags, and, for every flag it marks, that the flag's value reaches the workers' RunConfig
 // and the run fingerprint.
@@ -20,7 +20,7 @@
 #include "data/format.h"
 #include "data/pipeline.h"
 #include "master/cli/cli.h"
-#include "master/cli/flags.h"
+#include "master/flags/flags.h"
 #include "master/files/checkpoint.h"
 #include "master/run/run.h"
 #include "master/run/segment_header.h"
@@ -151,7 +151,7 @@ TEST(FlagTable, ValuesAreCheckedAgainstTheirLimits) {
 // ---- docs/guide.md's list of flags: made from the table, so the two never disagree.
 
 constexpr const char* kListStart =
-    "<!-- The list below is made from master/cli/flags.cc: tests/flags_test.cc fails when the two "
+    "<!-- The list below is made from master/flags/flags.cc: tests/flags_test.cc fails when the two "
     "differ; SHMTRAIN_UPDATE_DOCS=1 ctest -R FlagTable.TheGuide writes it anew. -->\n";
 constexpr const char* kListEnd = "<!-- end of the flag list -->\n";
 
@@ -336,14 +336,15 @@ RunOf Run(const std::vector<std::string>& args) {
   EXPECT_TRUE(s.ok()) << s.message();
   TrainOptions o = cmd.train;
   RunData rd;
-  s = data::PrepareData(o, {WorkerBatchRows, SegmentBytes}, &rd);
+  const RunKind& kind = KindOf(o.mode, o.host_count);
+  s = data::PrepareData(o, SizingOf(kind), &rd);
   EXPECT_TRUE(s.ok()) << s.message();
   if (!s.ok()) return r;
   const int64_t total = o.TotalSteps(rd.train.rows);
   OptimConfig optim{};
   s = nn::ResolveOptim(o, total, &optim);
   EXPECT_TRUE(s.ok()) << s.message();
-  r.config = MakeHeader(o, optim, rd.train.rows, rd.train.features, total,
+  r.config = MakeHeader(kind, o, optim, rd.train.rows, rd.train.features, total,
                         EvalEvery(o, rd.train.rows))
                  .config;
   r.fingerprint = RunFingerprint(o, optim, rd.train);

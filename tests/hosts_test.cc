@@ -529,7 +529,7 @@ TEST_F(HostsTest, EveryHostServesMetricsOnItsPortWithItsHostLabel) {
   const int base = test::PickFreePorts(2);
   ASSERT_GT(base, 0);
   // A line a thousand steps: the checks below read no output for seconds, and what the job
-  // prints meanwhile waits in mpirun's pipe and the masters' queues (master/cli/output_thread.h).
+  // prints meanwhile waits in mpirun's pipe and the masters' queues (master/log/output_thread.h).
   MpiJob job(2, Train({"--workers", "2", "--steps", "100000000", "--log-every", "1000",
                        "--metrics-addr", "127.0.0.1:" + std::to_string(base), "--tensorboard",
                        dir.File("tb")}));

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "data/pipeline.h"
 #include "gtest/gtest.h"
 #include "shm/layout.h"
 #include "shm/segment.h"
@@ -287,15 +288,19 @@ TEST(Layout, ValidateAcceptsItsOwnLayout) {
   EXPECT_EQ(Segment::Validate(bad, h.total_size).worker_exit, kWorkerBadLayout);
 }
 
-// Validate of header h laid out again from its config (where that fits in 64 bits; else with
-// the offsets it has) and mapped at exactly its total_size: the reason of a refusal, or
-// "accepted". So only the config can be what is wrong.
+// A worker's checks of header h laid out again from its config (where that fits in 64 bits;
+// else with the offsets it has) and mapped at exactly its total_size: Validate, then the
+// model's (data::CheckRunModel). The reason of a refusal, or "accepted". So only the config can
+// be what is wrong.
 std::string Refusal(Header h) {
   if (Header again = h; ComputeLayout(&again)) h = again;
   const shm::SegmentCheck check = Segment::Validate(h, h.total_size);
-  if (check.worker_exit == kWorkerOk) return "accepted";
-  EXPECT_EQ(check.worker_exit, kWorkerBadLayout) << check.status.message();
-  return check.status.message();
+  if (check.worker_exit != kWorkerOk) {
+    EXPECT_EQ(check.worker_exit, kWorkerBadLayout) << check.status.message();
+    return check.status.message();
+  }
+  const shm::ConfigCheck model = data::CheckRunModel(h.config);
+  return model.ok() ? "accepted" : model.status.message();
 }
 
 #define EXPECT_REFUSED_FOR(h, what)                                        \
@@ -416,22 +421,22 @@ class WorkerRefuses : public ::testing::Test {
 };
 
 TEST_F(WorkerRefuses, WrongMagic) {
-  seg_.header()->magic ^= 1;
+  seg_.mutable_header()->magic ^= 1;
   ExpectRefusal(kWorkerBadMagic);
 }
 
 TEST_F(WorkerRefuses, WrongAbiVersion) {
-  seg_.header()->abi_version = kAbiVersion + 1;
+  seg_.mutable_header()->abi_version = kAbiVersion + 1;
   ExpectRefusal(kWorkerBadAbi);
 }
 
 TEST_F(WorkerRefuses, WrongStructSize) {
-  seg_.header()->worker_block_size += 8;
+  seg_.mutable_header()->worker_block_size += 8;
   ExpectRefusal(kWorkerBadLayout);
 }
 
 TEST_F(WorkerRefuses, WrongTotalSize) {
-  seg_.header()->total_size += 4096;
+  seg_.mutable_header()->total_size += 4096;
   ExpectRefusal(kWorkerBadLayout);
 }
 
@@ -450,7 +455,7 @@ TEST_F(WorkerRefuses, StaleIncarnation) { ExpectRefusal(kWorkerBadRank, "1", "7"
 // Attach's refusal is a Status that names the segment, with the exit code a worker reports it
 // by: kData for a segment of another layout, kResource for one that cannot be opened.
 TEST_F(WorkerRefuses, AttachNamesTheSegmentAndTheExitCode) {
-  seg_.header()->abi_version = kAbiVersion + 1;
+  seg_.mutable_header()->abi_version = kAbiVersion + 1;
   Segment attached;
   const SegmentCheck check = Segment::Attach(seg_.name(), &attached);
   EXPECT_EQ(check.worker_exit, kWorkerBadAbi);
@@ -464,7 +469,7 @@ TEST_F(WorkerRefuses, AttachNamesTheSegmentAndTheExitCode) {
   EXPECT_EQ(none.status.code(), Status::Code::kResource);
   EXPECT_EQ(none.status.message(),
             "cannot open segment /shmtrain-no-such-segment: No such file or directory");
-  seg_.header()->abi_version = kAbiVersion;
+  seg_.mutable_header()->abi_version = kAbiVersion;
   const SegmentCheck ok = Segment::Attach(seg_.name(), &attached);
   EXPECT_TRUE(ok.ok()) << ok.status.message();
   EXPECT_EQ(ok.worker_exit, kWorkerOk);
@@ -490,7 +495,7 @@ TEST(Segment, CreateIsExclusiveAndPrivate) {
   EXPECT_EQ(static_cast<uint64_t>(st.st_size), s.size());
   // A clash is refused with the system's reason and leaves the existing segment as it was:
   // its name, size and bytes (a differently laid out proto would rewrite the header).
-  s.header()->creator_pid = 4242;
+  s.mutable_header()->creator_pid = 4242;
   const std::string before = Bytes(s);
   Segment again;
   const Status dup = Segment::Create(name, MakeProto(3, 2), &again);

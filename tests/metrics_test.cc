@@ -36,7 +36,10 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "gtest/gtest.h"
+#include "master/run/kind_view.h"
 #include "monitoring/exporter.h"
 #include "monitoring/run_stats.h"
 #include "monitoring/tfevents.h"
@@ -640,7 +643,8 @@ TEST_F(MetricsTest, HostPushSeriesServeTheExchangesCountsForTheirHost) {
   std::unique_ptr<monitoring::Exporter> exporter;
   const Status started = monitoring::Exporter::Start("127.0.0.1:0", &exporter);
   ASSERT_TRUE(started.ok()) << started.message();
-  exporter->Attach(&seg, &stats, opts, {});
+  const master::KindView kind(master::KindOf(opts.mode, opts.host_count), opts);
+  exporter->Attach(&seg, &kind, &stats, opts, {});
 
   // Before the first push: every family, at zero.
   Scrape before;
@@ -1492,6 +1496,31 @@ TEST(MetricsSlowClients, EveryScrapeIsServedBeside200SlowClients) {
   EXPECT_EQ(served, 5);
   // The clients were slow for real: the server dropped and they reopened connections.
   EXPECT_GT(slow.reconnects(), 0);
+}
+
+// The live page asks the run's kind (monitoring/run_view.h), not the mode: a kind that calls
+// itself async, names a rule and records staleness gets them on the page, whatever the
+// options' --mode and the segment's layout say; its progress is the kind's reading.
+TEST(RunPage, AsksTheRunsKindNotTheMode) {
+  class Shown final : public monitoring::RunKindView {
+   public:
+    int64_t Progress(const shm::Segment& /*seg*/) const override { return 7; }
+    const char* ModeName() const override { return "async"; }
+    const char* Rule() const override { return "dc-asgd-c"; }
+    bool ReportsStaleness() const override { return true; }
+  } kind;
+  shm::Segment seg;
+  ASSERT_TRUE(
+      shm::Segment::Create(shm::MakeSegmentName(), test::ParabolaLayout(Mode::kSync, 2, 0), &seg)
+          .ok());
+  monitoring::RunStats stats(2);
+  TrainOptions opts;  // --mode sync
+  const nlohmann::json page = nlohmann::json::parse(
+      monitoring::RunPageJson(seg, kind, stats, opts, {.steps_per_epoch = 10}, false));
+  EXPECT_EQ(page["mode"], "async");
+  EXPECT_EQ(page["rule"], "dc-asgd-c");
+  EXPECT_TRUE(page["staleness"].is_object()) << page.dump();
+  EXPECT_EQ(page["progress"]["step"], 7);
 }
 
 }  // namespace

@@ -121,7 +121,7 @@ TEST(BlockingOutputs, ASaveThatCannotBeWrittenEndsOnAStopSignal) {
 }
 
 // The training log's stdout read by nobody (a paused pager, a pipe nobody drains): the run loop
-// only queues its lines (master/cli/output_thread.h), so it goes on writing its checkpoints
+// only queues its lines (master/log/output_thread.h), so it goes on writing its checkpoints
 // while the log waits, and a stop signal ends the run within the drain's bound, its error on
 // stderr, nothing left behind.
 TEST(BlockingOutputs, AStdoutNobodyReadsStallsNeitherTheRunLoopNorItsStop) {

@@ -1,4 +1,4 @@
-// The master's output written by a thread of its own (master/cli/output_thread.h), on pipes:
+// The master's output written by a thread of its own (master/log/output_thread.h), on pipes:
 // both streams in the order they were queued; a reader that does not read never blocks Put,
 // and a stopped run's drain gives up on it and still writes the stderr lines; lines past the
 // bound are dropped, counted and named on stderr; a failed stdout is the status and takes no
@@ -15,7 +15,7 @@
 #include <string>
 #include <thread>
 
-#include "master/cli/output_thread.h"
+#include "master/log/output_thread.h"
 
 namespace shmtrain::master {
 namespace {

@@ -28,13 +28,15 @@
 
 #include "core/signal_name.h"
 #include "data/dataset.h"
-#include "master/cli/log.h"
+#include "master/log/log.h"
 #include "master/files/checkpoint.h"
 #include "master/hosts/exchange_thread.h"
 #include "master/hosts/hosts.h"
 #include "master/kinds/kind.h"
+#include "master/kinds/step_state.h"
 #include "master/run/checkpoint_policy.h"
 #include "master/run/evaluator.h"
+#include "master/run/kind_view.h"
 #include "master/run/launcher.h"
 #include "master/run/run_loop.h"
 #include "master/run/run_summary.h"
@@ -159,7 +161,7 @@ class RunLoopTest : public ::testing::Test {
  protected:
   // Runs the loop over `units` on seg_; every sleep is recorded as "sleep(ms)".
   Status Run(std::vector<RunUnit*> units) {
-    RunLoop loop(std::move(seg_), RemovedOnDeath());
+    RunLoop loop(std::move(seg_), RemovedOnDeath(), KindOf(Mode::kSync, 1));
     return loop.Run([this](int ms) { calls_.push_back("sleep(" + std::to_string(ms) + ")"); },
                     std::move(units));
   }
@@ -170,7 +172,7 @@ class RunLoopTest : public ::testing::Test {
 // Each step of the end is shown to every unit before the next step begins: nothing is saved
 // before everything has stopped, whatever the list order.
 TEST_F(RunLoopTest, RoundsShowEveryUnitTheViewInListOrderThenEachStepOfTheEndInTurn) {
-  seg_.block(0)->phase = 6;  // step 3 done
+  seg_.mutable_block(0)->phase = 6;  // step 3 done
   RecordingUnit a("a", &calls_), b("b", &calls_), c("c", &calls_);
   c.end_at_round = 2;
   c.verdict = Verdict::Done();
@@ -239,8 +241,8 @@ TEST_F(RunLoopTest, AStartThatFailsRunsNoRoundAndEveryUnitSeesTheEnd) {
 
 TEST_F(RunLoopTest, AnEndStepThatFailsIsSeenByTheUnitsAndStepsAfterItAndReturned) {
   const std::vector<float> w = Filled(4);
-  std::copy(w.begin(), w.end(), seg_.params(2));
-  seg_.block(0)->phase = 4;  // every worker finished step 1: the run ends at step 2
+  std::copy(w.begin(), w.end(), seg_.mutable_params(2));
+  seg_.mutable_block(0)->phase = 4;  // every worker finished step 1: the run ends at step 2
   RecordingUnit before("before", &calls_), model("model", &calls_), summary("summary", &calls_);
   before.end_at_round = 1;
   before.verdict = Verdict::Done();
@@ -421,21 +423,21 @@ TEST_F(CheckpointPolicyTest, SyncCopiesStepStateOnceEveryRankPausedThenReleases)
   ASSERT_TRUE(seg.valid());
   // Step 4 reads buffer 0; buffer 1 holds something else.
   const std::vector<float> w = Filled(10), v = Filled(-10), m = Filled(-20);
-  std::copy(w.begin(), w.end(), seg.params(4));
-  std::copy(v.begin(), v.end(), seg.state(0, 4));
-  std::copy(m.begin(), m.end(), seg.state(1, 4));
-  std::fill(seg.params(5), seg.params(5) + w.size(), 99.f);
-  std::fill(seg.state(0, 5), seg.state(0, 5) + w.size(), 99.f);
-  std::fill(seg.state(1, 5), seg.state(1, 5) + w.size(), 99.f);
+  std::copy(w.begin(), w.end(), seg.mutable_params(4));
+  std::copy(v.begin(), v.end(), seg.mutable_state(0, 4));
+  std::copy(m.begin(), m.end(), seg.mutable_state(1, 4));
+  std::fill(seg.mutable_params(5), seg.mutable_params(5) + w.size(), 99.f);
+  std::fill(seg.mutable_state(0, 5), seg.mutable_state(0, 5) + w.size(), 99.f);
+  std::fill(seg.mutable_state(1, 5), seg.mutable_state(1, 5) + w.size(), 99.f);
   const std::string path = dir_.File("c.bin");
   CheckpointPolicy policy(Config(path, 4), seg, writes, log_, stats_);
   ASSERT_EQ(policy.schedule().next(), 4);
-  seg.block(0)->phase = 8;  // paused before step 4
-  seg.block(1)->phase = 7;  // still in step 3's update
+  seg.mutable_block(0)->phase = 8;  // paused before step 4
+  seg.mutable_block(1)->phase = 7;  // still in step 3's update
   policy.Tick({seg, 4});
   EXPECT_FALSE(fs::exists(path)) << "rank 1 was not paused yet";
   EXPECT_EQ(seg.header()->released_step, 0);
-  seg.block(1)->phase = 8;
+  seg.mutable_block(1)->phase = 8;
   testing::internal::CaptureStdout();
   policy.Tick({seg, 4});
   testing::internal::GetCapturedStdout();
@@ -454,24 +456,24 @@ TEST_F(CheckpointPolicyTest, AsyncCopiesOnceEveryRankPausedAtOrPastTheMultipleTh
   SegmentWrites writes(seg);
   ASSERT_TRUE(seg.valid());
   const std::vector<float> w = Filled(3);
-  std::copy(w.begin(), w.end(), seg.params(0));
-  seg.header()->param_version = 5;
+  std::copy(w.begin(), w.end(), seg.mutable_params(0));
+  seg.mutable_header()->param_version = 5;
   const std::string path = dir_.File("c.bin");
   CheckpointPolicy policy(Config(path, 5, Mode::kAsync), seg, writes, log_, stats_);
   ASSERT_EQ(policy.schedule().next(), 5);
-  seg.block(0)->phase = 10;  // paused before ticket 5 (or a later one, below 10)
-  seg.block(1)->phase = 20;  // no ticket below total_steps (10) left
-  seg.block(2)->phase = 1;   // computing a ticket below 5: may still write W
+  seg.mutable_block(0)->phase = 10;  // paused before ticket 5 (or a later one, below 10)
+  seg.mutable_block(1)->phase = 20;  // no ticket below total_steps (10) left
+  seg.mutable_block(2)->phase = 1;   // computing a ticket below 5: may still write W
   policy.Tick({seg, 5});
   EXPECT_FALSE(fs::exists(path)) << "rank 2 may still apply";
-  seg.block(2)->phase = 4;  // released from a pause before 2, computing below 5
+  seg.mutable_block(2)->phase = 4;  // released from a pause before 2, computing below 5
   policy.Tick({seg, 5});
   EXPECT_FALSE(fs::exists(path)) << "a pause before 2 is not one before 5";
-  seg.block(2)->phase = 11;  // odd: never an async pause
+  seg.mutable_block(2)->phase = 11;  // odd: never an async pause
   policy.Tick({seg, 5});
   EXPECT_FALSE(fs::exists(path));
   EXPECT_EQ(seg.header()->released_step, 0);
-  seg.block(2)->phase = 10;
+  seg.mutable_block(2)->phase = 10;
   testing::internal::CaptureStdout();
   policy.Tick({seg, 5});
   testing::internal::GetCapturedStdout();
@@ -489,7 +491,7 @@ TEST_F(CheckpointPolicyTest, StopCheckpointOnlyWithACheckpointPath) {
   shm::Segment seg = MakeSegment(Layout(Mode::kSync, 1, 0));
   SegmentWrites writes(seg);
   ASSERT_TRUE(seg.valid());
-  seg.block(0)->phase = 7;  // step 3 done, step 4's gradient computed
+  seg.mutable_block(0)->phase = 7;  // step 3 done, step 4's gradient computed
   CheckpointPolicy none(Config(""), seg, writes, log_, stats_);
   EXPECT_TRUE(none.WriteOnStop().ok());
   EXPECT_EQ(none.last_written(), 2);
@@ -513,7 +515,7 @@ TEST_F(CheckpointPolicyTest, ResumeRestoresTheStateAndTheProtocolWords) {
   ASSERT_TRUE(LoadResume(path, Mode::kSync, 0xF1F2, "opt A", layout, 10, {}, &c).ok());
   shm::Segment seg = MakeSegment(layout);
   ASSERT_TRUE(seg.valid());
-  ResumeInto(c, &seg);
+  KindOf(Mode::kSync, 1).ResumeInto(c, &seg);
   // Step 5 reads buffer 1: the state is there, and CopyStepState gives it back.
   EXPECT_EQ(std::vector<float>(seg.params(5), seg.params(5) + 16), Filled(7));
   EXPECT_EQ(std::vector<float>(seg.state(0, 5), seg.state(0, 5) + 16), Filled(-7));
@@ -566,6 +568,7 @@ TEST_F(CheckpointPolicyTest, ResumeRefusesAnotherRunsCheckpoint) {
 
 class ValidationTest : public ::testing::Test {
  protected:
+  const RunKind& kSyncKind = KindOf(Mode::kSync, 1);
   void SetUp() override {
     val_ = data::MakeParabola(50);
     good_.resize(kSpec.ParamCount());
@@ -579,8 +582,8 @@ class ValidationTest : public ::testing::Test {
   }
   // Every rank has copied `params` into snapshot k.
   static void Publish(shm::Segment& seg, int64_t k, const std::vector<float>& params) {
-    std::copy(params.begin(), params.end(), seg.snapshot(k));
-    for (uint32_t r = 0; r < seg.header()->config.workers; ++r) seg.block(r)->snap_eval = k;
+    std::copy(params.begin(), params.end(), seg.mutable_snapshot(k));
+    for (uint32_t r = 0; r < seg.header()->config.workers; ++r) seg.mutable_block(r)->snap_eval = k;
   }
   double Loss(const std::vector<float>& p) const {
     return nn::Evaluate(kSpec, p.data(), val_.x.data(), val_.y.data(), val_.rows).loss;
@@ -598,11 +601,11 @@ TEST_F(ValidationTest, WithoutEarlyStopASnapshotIsAckedOnceCopied) {
   SegmentWrites writes(seg);
   ASSERT_TRUE(seg.valid());
   testing::internal::CaptureStdout();
-  ValidationProtocol v({.eval_every = 2, .first_step = 2, .total_steps = 10}, kSpec, val_, seg, writes,
-                       log_, stats_);
+  ValidationProtocol v(kSyncKind, {.eval_every = 2, .first_step = 2, .total_steps = 10}, kSpec,
+                       val_, seg, writes, log_, stats_);
   EXPECT_EQ(seg.header()->eval_ack, 1) << "a run resumed at step 2 has passed eval 1";
   EXPECT_TRUE(v.wants_fast_poll());
-  seg.block(0)->snap_eval = 2;
+  seg.mutable_block(0)->snap_eval = 2;
   ASSERT_TRUE(v.Poll().ok());
   EXPECT_EQ(seg.header()->eval_ack, 1) << "rank 1 has not copied its slice yet";
   Publish(seg, 2, good_);
@@ -648,8 +651,8 @@ TEST_F(ValidationTest, EarlyStopNamesEvalKPlus2BeforeAckingKAndKeepsTheBest) {
   SegmentWrites writes(seg);
   ASSERT_TRUE(seg.valid());
   testing::internal::CaptureStdout();
-  ValidationProtocol v({.eval_every = 2, .early_stop = 1, .total_steps = 10}, kSpec, val_, seg, writes,
-                       log_, stats_);
+  ValidationProtocol v(kSyncKind, {.eval_every = 2, .early_stop = 1, .total_steps = 10}, kSpec,
+                       val_, seg, writes, log_, stats_);
   Publish(seg, 1, good_);
   ASSERT_TRUE(v.Poll().ok());
   Publish(seg, 2, bad_);  // no better: with patience 1, eval 2 decides
@@ -696,7 +699,8 @@ TEST_F(ValidationTest, AModelWithANonFiniteValidationLossIsNeverKept) {
     SegmentWrites writes(seg);
     ASSERT_TRUE(seg.valid());
     testing::internal::CaptureStdout();
-    ValidationProtocol v({.eval_every = 2, .early_stop = patience, .total_steps = 10}, kSpec, val_,
+    ValidationProtocol v(kSyncKind,
+                         {.eval_every = 2, .early_stop = patience, .total_steps = 10}, kSpec, val_,
                          seg, writes, log_, stats_);
     Publish(seg, 1, huge_);
     ASSERT_TRUE(v.Poll().ok());
@@ -729,8 +733,8 @@ TEST_F(ValidationTest, AModelWithANonFiniteValidationLossIsNeverKept) {
   shm::Segment seg = MakeSegment(Layout(Mode::kSync, 2, 0, 2));
   SegmentWrites writes(seg);
   testing::internal::CaptureStdout();
-  ValidationProtocol v({.eval_every = 2, .early_stop = 2, .total_steps = 10}, kSpec, val_, seg, writes,
-                       log_, stats_);
+  ValidationProtocol v(kSyncKind, {.eval_every = 2, .early_stop = 2, .total_steps = 10}, kSpec,
+                       val_, seg, writes, log_, stats_);
   Publish(seg, 1, huge_);
   ASSERT_TRUE(v.Poll().ok());
   Publish(seg, 2, huge_);
@@ -749,7 +753,7 @@ TEST_F(ValidationTest, AModelWithANonFiniteValidationLossIsNeverKept) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// A JSON log line (master/cli/log.h).
+// A JSON log line (master/log/log.h).
 
 // Keys and strings are escaped, and the line is valid UTF-8 whatever bytes they hold (a data
 // file's cell or path may hold any): each ill-formed sequence becomes one U+FFFD.
@@ -789,9 +793,11 @@ TEST(JsonLine, NumbersAreTheShortestTextOfTheirDouble) {
 // ---------------------------------------------------------------------------------------------
 // The run summary.
 
+const RunKind& kSync = KindOf(Mode::kSync, 1);
+const RunKind& kAsync = KindOf(Mode::kAsync, 1);
+
 RunSummary SyncSummary() {
   RunSummary s;
-  s.mode = Mode::kSync;
   s.workers = 2;
   s.end_step = 2000;
   s.final_loss = 0.0123456789;
@@ -810,13 +816,13 @@ RunSummary SyncSummary() {
 }
 
 TEST(RunSummary, SyncText) {
-  EXPECT_EQ(SummaryText(SyncSummary()),
+  EXPECT_EQ(SummaryText(kSync, SyncSummary()),
             "done: 2000 steps, final loss 0.0123456789, 1.500 s, 66667 samples/s, 2 workers, "
             "12.50 us/step");
 }
 
 TEST(RunSummary, SyncJsonFieldsInOrder) {
-  EXPECT_EQ(SummaryJson(SyncSummary()).Done(),
+  EXPECT_EQ(SummaryJson(kSync, SyncSummary()).Done(),
             "{\"event\":\"summary\",\"steps\":2000,\"final_loss\":0.0123456789,\"wall_s\":1.5,"
             "\"samples_per_s\":66666.66666666667,\"workers\":2,\"hosts\":1,\"us_per_step\":12.5,"
             "\"mode\":\"sync\",\"kernels\":\"" +
@@ -828,15 +834,13 @@ TEST(RunSummary, SyncJsonFieldsInOrder) {
 }
 
 TEST(RunSummary, StepSplitPerWorkerAndStep) {
-  EXPECT_EQ(SplitText(SyncSummary()),
+  EXPECT_EQ(SplitText(kSync, SyncSummary()),
             "time per step and worker: compute 8 us (80%), reduce+update 1 us (10%), "
             "barrier wait 1 us (10%)");
   RunSummary resumed = SyncSummary();
   resumed.first_step = 1000;  // half the steps ran: twice the time per step
-  EXPECT_EQ(SplitPerStep(resumed).compute_us, 16);
-  RunSummary async = SyncSummary();
-  async.mode = Mode::kAsync;
-  EXPECT_EQ(SplitText(async), "");
+  EXPECT_EQ(SplitPerStep(kSync, resumed).compute_us, 16);
+  EXPECT_EQ(SplitText(kAsync, SyncSummary()), "");
 }
 
 TEST(RunSummary, EarlyStopAndValidation) {
@@ -850,11 +854,11 @@ TEST(RunSummary, EarlyStopAndValidation) {
   s.classification = true;
   s.val.loss = 0.21;
   s.val.accuracy = 0.94432;
-  EXPECT_EQ(SummaryText(s),
+  EXPECT_EQ(SummaryText(kSync, s),
             "done: 2000 steps, final loss 0.0123456789 (stopped early; model of step 1200), "
             "val loss 0.21, val accuracy 0.9443, 1.500 s, 66667 samples/s, 1 worker, "
             "12.50 us/step");
-  const std::string j = SummaryJson(s).Done();
+  const std::string j = SummaryJson(kSync, s).Done();
   // The kind's fields (master/kinds/kind.h: sync's step split) before the validation's.
   EXPECT_NE(j.find("\"recovery_median_s\":null,\"recovery_max_s\":null,\"stopped_early\":true,"
                    "\"best_step\":1200,\"step_compute_us\":16,\"step_reduce_us\":2,"
@@ -865,14 +869,13 @@ TEST(RunSummary, EarlyStopAndValidation) {
   s.stopped_early = false;
   s.classification = false;
   s.val.rmse = 0.5;
-  EXPECT_NE(SummaryText(s).find("(model of step 1200), val loss 0.21, val rmse 0.5, "),
+  EXPECT_NE(SummaryText(kSync, s).find("(model of step 1200), val loss 0.21, val rmse 0.5, "),
             std::string::npos)
-      << SummaryText(s);
+      << SummaryText(kSync, s);
 }
 
 TEST(RunSummary, Async) {
   RunSummary s;
-  s.mode = Mode::kAsync;
   s.rule = AsyncRule::kDcAsgdA;
   s.workers = 3;
   s.first_step = 100;
@@ -884,11 +887,12 @@ TEST(RunSummary, Async) {
   s.staleness_sum = 1650;
   s.worker_updates = {400, 350, 250};
   s.param_version = 1100;
-  EXPECT_DOUBLE_EQ(UsPerStep(s), 2000.0) << "wall time over the 1000 updates this run applied";
-  EXPECT_EQ(SummaryText(s),
+  EXPECT_DOUBLE_EQ(UsPerStep(kAsync, s), 2000.0)
+      << "wall time over the 1000 updates this run applied";
+  EXPECT_EQ(SummaryText(kAsync, s),
             "done: 1100 updates, final loss 0.5 (dc-asgd-a, mean staleness 1.50, 3 dropped), "
             "2.000 s, 4000 samples/s, 3 workers, 2000.00 us/step");
-  const std::string j = SummaryJson(s).Done();
+  const std::string j = SummaryJson(kAsync, s).Done();
   EXPECT_NE(j.find("\"rule\":\"dc-asgd-a\",\"updates\":1100,\"param_version\":1100,"
                    "\"worker_updates\":[400,350,250],\"dropped\":3,\"mean_staleness\":1.5}"),
             std::string::npos)
@@ -898,23 +902,23 @@ TEST(RunSummary, Async) {
 TEST(RunSummary, SyncUsPerStepNeedsTwoSteps) {
   RunSummary s = SyncSummary();
   s.end_step = 1;
-  EXPECT_TRUE(std::isnan(UsPerStep(s)));
-  EXPECT_NE(SummaryJson(s).Done().find("\"us_per_step\":null"), std::string::npos);
+  EXPECT_TRUE(std::isnan(UsPerStep(kSync, s)));
+  EXPECT_NE(SummaryJson(kSync, s).Done().find("\"us_per_step\":null"), std::string::npos);
   s = SyncSummary();
   s.step1_end_ns = 0;  // never recorded
-  EXPECT_TRUE(std::isnan(UsPerStep(s)));
+  EXPECT_TRUE(std::isnan(UsPerStep(kSync, s)));
 }
 
 TEST(RunSummary, ATimeThatCannotBeMeasuredIsSaidNotPrintedAsNan) {
   RunSummary s = SyncSummary();
   s.end_step = 1;
-  const std::string text = SummaryText(s);
+  const std::string text = SummaryText(kSync, s);
   EXPECT_EQ(text.find("nan"), std::string::npos) << text;
   EXPECT_NE(text.find(", no time per step (sync steps are timed from the end of the first to "
                       "the end of the last: it takes 2 steps or more)"),
             std::string::npos)
       << text;
-  EXPECT_NE(SummaryText(SyncSummary()).find(" us/step"), std::string::npos);
+  EXPECT_NE(SummaryText(kSync, SyncSummary()).find(" us/step"), std::string::npos);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1065,7 +1069,8 @@ TEST(MetricsHostLabel, EverySeriesNamesTheHostIndexOfItsHostMaster) {
   std::unique_ptr<monitoring::Exporter> exporter;
   const Status started = monitoring::Exporter::Start("127.0.0.1:0", &exporter);
   ASSERT_TRUE(started.ok()) << started.message();
-  exporter->Attach(&seg, &stats, opts, {});
+  const KindView kind(KindOf(Mode::kSync, opts.host_count), opts);
+  exporter->Attach(&seg, &kind, &stats, opts, {});
   const std::string text = ScrapeOnce(exporter->address());
   exporter->Detach();
   ASSERT_NE(text, "") << "no answer from " << exporter->address();
@@ -1119,7 +1124,7 @@ class SleeperLauncher final : public Launcher {
 // tick. True while the run goes on.
 bool Round(Supervisor& sup, const shm::Segment& seg) {
   sup.Wait(1);
-  return !sup.Tick({seg, Progress(seg), shm::MonotonicNs()}).ends;
+  return !sup.Tick({seg, KindOf(seg.header()->config).Progress(seg), shm::MonotonicNs()}).ends;
 }
 
 // Chaos never kills twice while the run stands still: on a machine so loaded that no
@@ -1135,7 +1140,7 @@ TEST(SupervisorChaos, KillsOnlyOnceWhileTheRunStandsStill) {
   SupervisorOptions opts;
   opts.heartbeat_timeout_ns = 3'600'000'000'000;
   opts.chaos_every_ns = 1'000'000;  // 1 ms
-  Supervisor sup(seg, writes, launcher, log, stats, opts);
+  Supervisor sup(KindOf(Mode::kAsync, 1), seg, writes, launcher, log, stats, opts);
   ASSERT_TRUE(sup.Start().ok());
   // Ticks until `done`, for 30 s at most (a loaded machine is slow to reap and restart).
   auto tick_until = [&](const std::function<bool()>& done) {
@@ -1151,7 +1156,7 @@ TEST(SupervisorChaos, KillsOnlyOnceWhileTheRunStandsStill) {
   tick_on();
   EXPECT_EQ(sup.restarts(), 1) << "chaos killed again while the run had not moved";
   EXPECT_EQ(launcher.spawned, 3);
-  shm::StoreRelease<uint64_t>(seg.header()->param_version, 1);  // the run moves one update
+  shm::StoreRelease<uint64_t>(seg.mutable_header()->param_version, 1);  // the run moves one update
   tick_until([&] { return sup.restarts() >= 2; });
   tick_on();
   EXPECT_EQ(sup.restarts(), 2) << "chaos should kill once more after the run moved";
@@ -1162,7 +1167,7 @@ TEST(SupervisorChaos, KillsOnlyOnceWhileTheRunStandsStill) {
 // segment's mapping (ExchangeThread::JoinOrLeave): the steps after it still read the segment,
 // the supervisor's among them, which stops the workers through the segment's abort word.
 TEST(RunEnd, AThreadLeftBehindLeavesTheSegmentToTheUnitsAfterIt) {
-  RunLoop loop(MakeSegment(Layout(Mode::kSync, 2, 0)), RemovedOnDeath());
+  RunLoop loop(MakeSegment(Layout(Mode::kSync, 2, 0)), RemovedOnDeath(), KindOf(Mode::kSync, 1));
   const shm::Segment& seg = loop.segment();
   auto release = std::make_shared<std::atomic<bool>>(false);
   // A unit whose thread never returns until released (the test hook of a stuck exchange), and
@@ -1186,7 +1191,7 @@ TEST(RunEnd, AThreadLeftBehindLeavesTheSegmentToTheUnitsAfterIt) {
   monitoring::WorkerStats stats(2);
   SupervisorOptions opts;
   opts.heartbeat_timeout_ns = 3'600'000'000'000;
-  Supervisor sup(seg, loop.writes(), launcher, log, stats, opts);
+  Supervisor sup(KindOf(Mode::kSync, 1), seg, loop.writes(), launcher, log, stats, opts);
   const Status s = loop.Run([&sup](int ms) { sup.Wait(ms); }, {&stuck, &sup});
   EXPECT_EQ(s.code(), Status::Code::kHostLost) << s.message();
   ASSERT_TRUE(seg.valid());
@@ -1302,14 +1307,16 @@ TEST(StartStateCrc, CoversTheParametersTheRunStartsFrom) {
     c.mode = mode;
     c.step = 3;
     c.params = Filled(1);
-    ResumeInto(c, &seg);
-    seg.header()->config.first_step = 3;
-    const uint32_t before = StartStateCrc(seg);
-    const std::vector<float> read = ParamsAfter(seg, 3);
+    const RunKind& kind = KindOf(mode, 1);
+    kind.ResumeInto(c, &seg);
+    seg.mutable_header()->config.first_step = 3;
+    const uint32_t before = StartStateCrc(seg, kind);
+    const std::vector<float> read = kind.ParamsAfter(seg, 3);
     ASSERT_EQ(read, c.params) << ToString(mode);
-    float* w = mode == Mode::kSync ? seg.params(3) : seg.params(0);
+    float* w = mode == Mode::kSync ? seg.mutable_params(3) : seg.mutable_params(0);
     w[0] += 1;
-    EXPECT_NE(StartStateCrc(seg), before) << ToString(mode) << ": a changed start went unseen";
+    EXPECT_NE(StartStateCrc(seg, kind), before)
+        << ToString(mode) << ": a changed start went unseen";
   }
 }
 
@@ -1378,16 +1385,16 @@ TEST(RunKind, AsyncDeathRulesHandOutTicketsForTheUpdatesOwed) {
   const int64_t total = seg.header()->config.total_steps;
   monitoring::RunStats stats(3);
   std::unique_ptr<DeathRules> rules = KindOf(Mode::kAsync, 1).MakeDeathRules(seg, writes, stats.workers());
-  seg.header()->param_version = static_cast<uint64_t>(total - 2);
+  seg.mutable_header()->param_version = static_cast<uint64_t>(total - 2);
   std::vector<int> owed;
   ASSERT_TRUE(rules->AllFinished(&owed).ok());
   EXPECT_EQ(owed, (std::vector<int>{0, 1}));
   EXPECT_EQ(seg.block(0)->ticket, total);
   EXPECT_EQ(seg.block(1)->ticket, total + 1);
-  seg.header()->param_version = static_cast<uint64_t>(total);
+  seg.mutable_header()->param_version = static_cast<uint64_t>(total);
   ASSERT_TRUE(rules->AllFinished(&owed).ok());
   EXPECT_TRUE(owed.empty());
-  seg.header()->param_version = static_cast<uint64_t>(total + 1);
+  seg.mutable_header()->param_version = static_cast<uint64_t>(total + 1);
   EXPECT_EQ(rules->AllFinished(&owed).code(), Status::Code::kInternal);
 }
 
@@ -1398,8 +1405,8 @@ TEST(RunKind, SyncDeathRulesFinishARankOnlyAtTheLastStep) {
   const uint64_t total = static_cast<uint64_t>(seg.header()->config.total_steps);
   monitoring::RunStats stats(2);
   std::unique_ptr<DeathRules> rules = KindOf(Mode::kSync, 1).MakeDeathRules(seg, writes, stats.workers());
-  seg.block(0)->phase = 2 * total - 1;
-  seg.block(1)->phase = 2 * total;
+  seg.mutable_block(0)->phase = 2 * total - 1;
+  seg.mutable_block(1)->phase = 2 * total;
   EXPECT_FALSE(rules->FinishedItsPart(0));
   EXPECT_TRUE(rules->FinishedItsPart(1));
   std::vector<int> owed{7};

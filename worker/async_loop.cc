@@ -28,13 +28,14 @@
 //                                       from a fresh ticket (below), as for a torn update;
 //   in 2                                ticket u, commit even: the replacement (same rank, next
 //                                       incarnation) takes u over and computes it afresh;
-//   in 3 (commit odd)                   the master clears the ticket (Supervisor::OnExit) and
-//                                       Reconcile settles the update as applied or torn, so
-//                                       an applied ticket is never redone.
+//   in 3 (commit odd)                   the master clears the ticket (Supervisor::OnExit, by
+//                                       the async death rules' Settle, master/kinds/async.cc)
+//                                       and their Reconcile settles the update as applied or
+//                                       torn, so an applied ticket is never redone.
 // Tickets at or past total_steps are never used by a claim; when updates are still owed once
 // every rank has finished (torn ones, or the window above), the master hands the ranks
-// tickets total_steps, total_steps + 1, ... directly in their blocks (ResumeAsync): fresh
-// minibatches, not a second pass over applied ones.
+// tickets total_steps, total_steps + 1, ... directly in their blocks (the async death rules'
+// AllFinished, master/kinds/async.cc): fresh minibatches, not a second pass over applied ones.
 #include "worker/async_loop.h"
 
 #include <unistd.h>
@@ -122,7 +123,8 @@ void RecordUpdate(shm::Header* h, shm::WorkerBlock* self, uint64_t v_apply, uint
 // W at the multiple of N at or below u (the checkpoint "at update kN": every ticket below kN
 // applied, none above). The rank announces the pause with phase 2kN (even: holds no update in
 // flight) and waits for released_step >= kN, as a sync rank pauses before step kN. Tickets at
-// or past total_steps (owed updates, Supervisor::ResumeAsync) never pause.
+// or past total_steps (owed updates, handed out by the async death rules' AllFinished,
+// master/kinds/async.cc) never pause.
 int PauseForCheckpoint(shm::Header* h, shm::WorkerBlock* self, shm::PhaseBarrier& gate,
                        int64_t ticket) {
   const shm::RunConfig& c = h->config;
@@ -139,7 +141,7 @@ int PauseForCheckpoint(shm::Header* h, shm::WorkerBlock* self, shm::PhaseBarrier
 
 // The next update ticket below total_steps, recorded in the rank's block; -1 when none is
 // left to this rank: it writes W no more, so no checkpoint waits for it
-// (master/run/checkpoint_policy.cc, AllPausedBefore).
+// (AsyncKind::AllPausedBefore, master/kinds/async.cc).
 int64_t ClaimTicket(shm::Header* h, shm::WorkerBlock* self, uint64_t total) {
   const uint64_t u =
       shm::LoadRelaxed(h->claimed) >= total ? total : shm::AddRelaxed<uint64_t>(h->claimed, 1);
@@ -179,7 +181,7 @@ double MeanGradient(const ModelSpec& spec, uint64_t seed, int64_t minibatch,
 // update.
 class AsyncRank {
  public:
-  AsyncRank(const shm::Segment& seg, int rank, uint32_t incarnation);
+  AsyncRank(shm::Segment& seg, int rank, uint32_t incarnation);
   int Run();
 
  private:
@@ -195,10 +197,18 @@ class AsyncRank {
   // stands for checkpoints: 2kN paused before the checkpoint at kN (PauseForCheckpoint), 2 *
   // total_steps with no ticket left (ClaimTicket).
   int WaitForEveryRank();
+  // What comes after HoldTicket, as the sync loop's Pause says it: the update of the ticket
+  // held in ticket_; the rank's end, nothing being left to do (no ticket, or an early stop:
+  // the worker exits kWorkerOk); or the worker's exit with `code`, a WorkerExit (the master
+  // aborted or died, or the checkpoint pause's wait failed).
+  struct Hold {
+    enum class Next { kUpdate, kFinished, kExit };
+    Next next = Next::kUpdate;
+    int code = kWorkerOk;  // for kExit
+  };
   // Before an update: the heartbeat, the checks (abort, a dead master, an early stop), the
-  // ticket (held, or claimed) and the checkpoint pause. Nothing with ticket_ held, else the
-  // rank's exit code (kWorkerOk: nothing is left to do).
-  std::optional<int> HoldTicket();
+  // ticket (held, or claimed) and the checkpoint pause.
+  Hold HoldTicket();
   // Snapshots W into w_bak_ (u->v_read: the version read just before), counts the ticket's
   // minibatch and forms its gradient to apply (clipped, decayed, at the stream's learning
   // rate); kWorkerDiverged when its loss or norm is not finite.
@@ -214,7 +224,7 @@ class AsyncRank {
   // between), num_batches_tracked counted up by an atomic add (exact: every applied update).
   void MoveRunningStats();
 
-  const shm::Segment& seg_;
+  shm::Segment& seg_;
   shm::Header* h_;
   const shm::RunConfig& c_;
   const ModelSpec spec_;
@@ -245,23 +255,23 @@ class AsyncRank {
   std::optional<nn::RecordedStats> recorded_;
 };
 
-AsyncRank::AsyncRank(const shm::Segment& seg, int rank, uint32_t incarnation)
+AsyncRank::AsyncRank(shm::Segment& seg, int rank, uint32_t incarnation)
     : seg_(seg),
-      h_(seg.header()),
+      h_(seg.mutable_header()),
       c_(h_->config),
       spec_(SpecOf(c_)),
       rank_(rank),
       incarnation_(incarnation),
       n_(static_cast<int64_t>(c_.param_count)),
-      self_(seg.block(rank)),
+      self_(seg.mutable_block(rank)),
       epoch_(shm::LoadAbortEpoch(*h_)),
       master_(static_cast<pid_t>(c_.master_pid)),
       plan_(c_.rows, c_.batch, c_.seed),
       augment_(c_, spec_.input, plan_.steps_per_epoch()),
       w_bak_(n_),
       grad_(n_),
-      w_(seg.params(0)),
-      mean_square_(seg.grad(rank)),
+      w_(seg.mutable_params(0)),
+      mean_square_(seg.mutable_grad(rank)),
       total_(static_cast<uint64_t>(c_.total_steps)),
       gate_(h_, seg.block(0), static_cast<int>(c_.workers), self_, epoch_),
       norms_(nn::NormSites(spec_)) {
@@ -279,14 +289,18 @@ int AsyncRank::WaitForEveryRank() {
   return r == shm::PhaseBarrier::Result::kOk ? kWorkerOk : ExitFor(r);
 }
 
-std::optional<int> AsyncRank::HoldTicket() {
+AsyncRank::Hold AsyncRank::HoldTicket() {
   shm::StoreRelaxed(self_->heartbeat_ns, shm::MonotonicNs());
-  if (shm::LoadAbortEpoch(*h_) != epoch_) return kWorkerAborted;
-  if (getppid() != master_) return kWorkerOrphaned;
-  if (shm::LoadAcquire(h_->stop_eval) != shm::kNoStop) return kWorkerOk;  // early stop
-  if (ticket_ < 0 && (ticket_ = ClaimTicket(h_, self_, total_)) < 0) return kWorkerOk;
-  if (const int rc = PauseForCheckpoint(h_, self_, gate_, ticket_); rc != kWorkerOk) return rc;
-  return std::nullopt;
+  if (shm::LoadAbortEpoch(*h_) != epoch_) return {Hold::Next::kExit, kWorkerAborted};
+  if (getppid() != master_) return {Hold::Next::kExit, kWorkerOrphaned};
+  if (shm::LoadAcquire(h_->stop_eval) != shm::kNoStop) return {Hold::Next::kFinished};
+  if (ticket_ < 0 && (ticket_ = ClaimTicket(h_, self_, total_)) < 0) {
+    return {Hold::Next::kFinished};
+  }
+  if (const int rc = PauseForCheckpoint(h_, self_, gate_, ticket_); rc != kWorkerOk) {
+    return {Hold::Next::kExit, rc};
+  }
+  return {};
 }
 
 int AsyncRank::Compute(Update* u) {
@@ -370,7 +384,9 @@ int AsyncRank::Run() {
   if (const int rc = WaitForEveryRank(); rc != kWorkerOk) return rc;
   ticket_ = shm::LoadRelaxed(self_->ticket);
   for (;;) {
-    if (const std::optional<int> rc = HoldTicket()) return *rc;
+    const Hold hold = HoldTicket();
+    if (hold.next == Hold::Next::kFinished) return kWorkerOk;
+    if (hold.next == Hold::Next::kExit) return hold.code;
     Update u;
     u.b = static_cast<int64_t>(shm::LoadRelaxed(self_->batches));
     // Fires while the ticket is held: the replacement must take it over.
@@ -392,8 +408,8 @@ int AsyncRank::Run() {
 // 10 at nice 5 (docs/hosts.md, "Async across hosts").
 constexpr int kAcrossHostsNice = 5;
 
-int RunAsync(const shm::Segment& seg, int rank, uint32_t incarnation) {
-  if (seg.header()->config.hosts > 1) (void)!nice(kAcrossHostsNice);
+int RunAsync(shm::Segment& seg, int rank, uint32_t incarnation) {
+  if (AcrossHosts(seg.header()->config)) (void)!nice(kAcrossHostsNice);
   AsyncRank r(seg, rank, incarnation);
   return r.Run();
 }

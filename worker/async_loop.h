@@ -23,6 +23,6 @@
 namespace shmtrain::worker {
 
 // Runs until the update budget is claimed; returns a WorkerExit code.
-int RunAsync(const shm::Segment& seg, int rank, uint32_t incarnation);
+int RunAsync(shm::Segment& seg, int rank, uint32_t incarnation);
 
 }  // namespace shmtrain::worker

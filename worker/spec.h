@@ -1,5 +1,5 @@
-// What both worker loops share: the model spec from the segment, barrier exit codes, the
-// augmentation of the training rows.
+// What both worker loops share: the model spec from the segment, whether the run crosses hosts,
+// barrier exit codes, the augmentation of the training rows.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +13,11 @@
 
 namespace shmtrain::worker {
 
-// The segment's model; Segment::Validate has checked that its text parses and resolves.
+// Whether the run is one of several hosts' (each host's sums then cross the hosts: the sync
+// combiner, the async parameter server): the one place a worker loop asks.
+inline bool AcrossHosts(const shm::RunConfig& c) { return c.hosts > 1; }
+
+// The segment's model; data::CheckRunModel has checked that its text parses and resolves.
 inline ModelSpec SpecOf(const shm::RunConfig& c) {
   ModelSpec s;
   s.input = {c.input_shape[0], c.input_shape[1], c.input_shape[2]};
@@ -24,7 +28,7 @@ inline ModelSpec SpecOf(const shm::RunConfig& c) {
 }
 
 // The run's augmentation of its training rows (--augment, data/augment.h), as the segment
-// holds it (Segment::Validate has checked it against the model's input). The epoch of a
+// holds it (data::CheckRunModel has checked it against the model's input). The epoch of a
 // step (sync) or of a minibatch of the stream (async) is its number / steps_per_epoch, the
 // run's BatchPlan's.
 class RowAugment {

@@ -7,7 +7,7 @@
 
 namespace shmtrain::worker {
 
-SlotCrossing::SlotCrossing(const shm::Segment& seg, int rank, uint32_t incarnation,
+SlotCrossing::SlotCrossing(shm::Segment& seg, int rank, uint32_t incarnation,
                            shm::PhaseBarrier& barrier, int64_t timeout_ns)
     : seg_(seg),
       rank_(rank),
@@ -26,7 +26,7 @@ void SlotCrossing::BeginStep(int64_t t) {
 
 void SlotCrossing::Sum(int64_t offset, double* sums, int64_t count) {
   if (result_ != shm::PhaseBarrier::Result::kOk) return;
-  double* mine = seg_.stats(rank_) + offset;
+  double* mine = seg_.mutable_stats(rank_) + offset;
   for (int64_t j = 0; j < count; ++j) shm::StoreRelaxed(mine[j], sums[j]);
   const uint64_t seq = next_++;
   barrier_.PublishStats(seq);
@@ -37,7 +37,8 @@ void SlotCrossing::Sum(int64_t offset, double* sums, int64_t count) {
   const uint64_t w0 = barrier_.waited_ns();
   result_ = global_ != nullptr ? barrier_.WaitStatsCombined(seq, shm::MonotonicNs() + timeout_ns_)
                                : barrier_.WaitStats(seq, shm::MonotonicNs() + timeout_ns_);
-  shm::AddRelaxed<uint64_t>(seg_.block(rank_)->crossing_wait_ns_total, barrier_.waited_ns() - w0);
+  shm::AddRelaxed<uint64_t>(seg_.mutable_block(rank_)->crossing_wait_ns_total,
+                            barrier_.waited_ns() - w0);
   if (result_ != shm::PhaseBarrier::Result::kOk) return;
   if (global_ != nullptr) {
     std::copy(global_ + offset, global_ + offset + count, sums);

@@ -16,7 +16,7 @@ namespace shmtrain::worker {
 
 class SlotCrossing final : public nn::StatsCrossing {
  public:
-  SlotCrossing(const shm::Segment& seg, int rank, uint32_t incarnation, shm::PhaseBarrier& barrier,
+  SlotCrossing(shm::Segment& seg, int rank, uint32_t incarnation, shm::PhaseBarrier& barrier,
                int64_t timeout_ns);
   // The crossings that follow are step t's, numbered from 1.
   void BeginStep(int64_t t);
@@ -30,7 +30,7 @@ class SlotCrossing final : public nn::StatsCrossing {
   static void AddUp(const shm::Segment& seg, double* out);
 
  private:
-  const shm::Segment& seg_;
+  shm::Segment& seg_;
   const int rank_;
   const uint32_t incarnation_;
   const int P_;

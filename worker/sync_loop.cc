@@ -53,9 +53,9 @@ struct Pause {
 // One rank of the sync loop: its slice of the vector, its buffers, the two phases of a step.
 class SyncRank {
  public:
-  SyncRank(const shm::Segment& seg, int rank, uint32_t incarnation)
+  SyncRank(shm::Segment& seg, int rank, uint32_t incarnation)
       : seg_(seg),
-        h_(seg.header()),
+        h_(seg.mutable_header()),
         c_(h_->config),
         spec_(SpecOf(c_)),
         P_(static_cast<int>(c_.workers)),
@@ -64,7 +64,7 @@ class SyncRank {
         world_(static_cast<int>(c_.hosts) * P_),
         incarnation_(incarnation),
         n_(static_cast<int64_t>(c_.param_count)),
-        self_(seg.block(rank)),
+        self_(seg.mutable_block(rank)),
         opt_(nn::FindOptimizer(c_.optim.optimizer)),
         barrier_(h_, seg.block(0), P_, self_, shm::LoadAbortEpoch(*h_)),
         plan_(c_.rows, c_.batch, c_.seed),
@@ -135,7 +135,7 @@ class SyncRank {
   }
   void RecordStepEnd(int64_t t, double loss);
 
-  const shm::Segment& seg_;
+  shm::Segment& seg_;
   shm::Header* h_;
   const shm::RunConfig& c_;
   const ModelSpec spec_;
@@ -190,7 +190,7 @@ Pause SyncRank::PauseBefore(int64_t t) {
       shm::StoreRelaxed(h_->last_end_ns, shm::MonotonicNs());
       return {Pause::Next::kEarlyStop};
     }
-    std::copy(seg_.params(t) + lo_, seg_.params(t) + hi_, seg_.snapshot(k) + lo_);
+    std::copy(seg_.params(t) + lo_, seg_.params(t) + hi_, seg_.mutable_snapshot(k) + lo_);
     shm::StoreRelease(self_->snap_eval, k);
   }
   return {};
@@ -214,13 +214,14 @@ int SyncRank::Gradient(int64_t t) {
   const float* x = share.x;
   const float* y = share.y;
   const int64_t rows = share.rows;
-  shm::SlotHeader* slot = seg_.slot(rank_);
+  shm::SlotHeader* slot = seg_.mutable_slot(rank_);
   if (Fault(FaultPoint::kMidGradient, t)) {
-    std::fill(seg_.grad(rank_), seg_.grad(rank_) + n_ / 2, NAN);
+    std::fill(seg_.mutable_grad(rank_), seg_.mutable_grad(rank_) + n_ / 2, NAN);
     DieNow();
   }
   const double loss =
-      nn::LossAndGrad<float>(spec_, seg_.params(t), x, y, rows, seg_.grad(rank_), ws_, pass);
+      nn::LossAndGrad<float>(spec_, seg_.params(t), x, y, rows, seg_.mutable_grad(rank_), ws_,
+                             pass);
   if (crossing_.result() != shm::PhaseBarrier::Result::kOk) return ExitFor(crossing_.result());
   slot->loss_sum = loss;
   slot->samples = rows;
@@ -262,10 +263,10 @@ void SyncRank::UpdateChunk(int64_t t, double lr, int64_t i0, int64_t k, const fl
   nn::UpdateArgs a;
   a.n = k;
   a.w_in = seg_.params(t) + i0;
-  a.w_out = seg_.params(t + 1) + i0;
+  a.w_out = seg_.mutable_params(t + 1) + i0;
   for (int s = 0; s < seg_.num_states(); ++s) {
     a.s_in[s] = seg_.state(s, t) + i0;
-    a.s_out[s] = seg_.state(s, t + 1) + i0;
+    a.s_out[s] = seg_.mutable_state(s, t + 1) + i0;
   }
   a.g = g;
   a.lr = lr;
@@ -275,7 +276,7 @@ void SyncRank::UpdateChunk(int64_t t, double lr, int64_t i0, int64_t k, const fl
 }
 
 double SyncRank::MeanChunk(int64_t i0, int64_t k, float inv, float* out) const {
-  if (c_.hosts == 1) {
+  if (!AcrossHosts(c_)) {
     SumChunk(seg_, P_, i0, k, out);
   } else {
     std::copy(seg_.global_sum() + i0, seg_.global_sum() + i0 + k, out);
@@ -287,7 +288,7 @@ double SyncRank::MeanChunk(int64_t i0, int64_t k, float inv, float* out) const {
 // reading HS, and the sum is the same bits anyway. A slice half-written by a dead predecessor
 // is not published, so it is written again whole.
 int SyncRank::CombineAcrossHosts(int64_t t) {
-  float* hs = seg_.host_sum();
+  float* hs = seg_.mutable_host_sum();
   // P = 1: HS is this rank's slot (shm/layout.h), already whole.
   if (P_ > 1 && shm::LoadSeqCst(self_->host_sum_step) < t) {
     if (Fault(FaultPoint::kMidHostSum, t) && hi_ > lo_) {
@@ -313,7 +314,7 @@ int SyncRank::ReduceAndUpdate(int64_t t) {
   const int64_t t1 = shm::MonotonicNs();
   const uint64_t w1 = barrier_.waited_ns();
   if (const int e = SumSlotTotals(t); e != kWorkerOk) return e;
-  if (c_.hosts > 1) {
+  if (AcrossHosts(c_)) {
     if (const int e = CombineAcrossHosts(t); e != kWorkerOk) return e;
   }
   if (!std::isfinite(loss_sum_)) return Diverged(t);
@@ -330,7 +331,8 @@ int SyncRank::ReduceAndUpdate(int64_t t) {
     // The optimizer wrote the buffers in the slice too (from a zero gradient); they are the
     // running statistics' alone.
     SlotCrossing::AddUp(seg_, stats_.data());
-    nn::AdvanceRunningStats(norms_, stats_.data(), seg_.params(t), seg_.params(t + 1), lo_, hi_);
+    nn::AdvanceRunningStats(norms_, stats_.data(), seg_.params(t), seg_.mutable_params(t + 1), lo_,
+                            hi_);
   }
   if (!clip) {
     shm::StoreRelaxed(self_->grad_sq, sq);
@@ -362,9 +364,9 @@ int SyncRank::SumSlotTotals(int64_t t) {
 
 void SyncRank::DieMidUpdate(int64_t t) {
   const int64_t half = (hi_ - lo_) / 2;
-  std::fill(seg_.params(t + 1) + lo_, seg_.params(t + 1) + lo_ + half, NAN);
+  std::fill(seg_.mutable_params(t + 1) + lo_, seg_.mutable_params(t + 1) + lo_ + half, NAN);
   for (int s = 0; s < seg_.num_states(); ++s) {
-    std::fill(seg_.state(s, t + 1) + lo_, seg_.state(s, t + 1) + lo_ + half, NAN);
+    std::fill(seg_.mutable_state(s, t + 1) + lo_, seg_.mutable_state(s, t + 1) + lo_ + half, NAN);
   }
   DieNow();
 }
@@ -421,7 +423,8 @@ void SyncRank::RecordLoss(int64_t t) {
 void SyncRank::RecordStepEnd(int64_t t, double loss) {
   shm::AddRelaxed<uint64_t>(self_->steps_total, 1);
   // Timing of the run's steps, recorded by any rank (rank 0 may be a replacement that never
-  // saw the first or last step end): the first to pass wins, the values differ by a wake-up.
+  // saw the first or last step end): the first past the first step and the last past the last
+  // one win; the values differ by a wake-up.
   if (t == c_.first_step || t + 1 == c_.total_steps) {
     const int64_t now = shm::MonotonicNs();
     if (t == c_.first_step) shm::StoreIfZero(h_->step1_end_ns, now);
@@ -477,7 +480,7 @@ int SyncRank::Run() {
 
 }  // namespace
 
-int RunSync(const shm::Segment& seg, int rank, uint32_t incarnation) {
+int RunSync(shm::Segment& seg, int rank, uint32_t incarnation) {
   SyncRank r(seg, rank, incarnation);
   return r.Run();
 }

@@ -19,6 +19,6 @@
 namespace shmtrain::worker {
 
 // Runs the loop to the end of the run; returns a WorkerExit code.
-int RunSync(const shm::Segment& seg, int rank, uint32_t incarnation);
+int RunSync(shm::Segment& seg, int rank, uint32_t incarnation);
 
 }  // namespace shmtrain::worker

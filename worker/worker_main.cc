@@ -1,7 +1,7 @@
-// shmtrain-worker <segment> <rank> <incarnation>
-//
-// Started by the master only. Everything else it needs is in the segment header. Exit codes
-// are API (include/shmtrain/status.h).
+// The worker's process, whatever its kind of run (worker/worker_kinds.h): its arguments, the
+// master's watch, the segment attached and checked, then the kind's loop. Started by the master
+// only. Everything else it needs is in the segment header. Exit codes are API
+// (include/shmtrain/status.h).
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -12,13 +12,13 @@
 #include <string>
 #include <string_view>
 
+#include "data/pipeline.h"
 #include "nn/gemm.h"
 #include "shm/futex.h"
 #include "shm/segment.h"
 #include "shmtrain/options.h"
 #include "shmtrain/status.h"
-#include "worker/async_loop.h"
-#include "worker/sync_loop.h"
+#include "worker/worker_kinds.h"
 
 namespace {
 
@@ -71,7 +71,7 @@ int CheckIdentity(const shmtrain::shm::Segment& seg, long long rank, long long i
     std::fprintf(stderr, "shmtrain-worker: rank %lld outside 0..%u\n", rank, c.workers - 1);
     return kWorkerBadRank;
   }
-  shm::WorkerBlock* self = seg.block(static_cast<int>(rank));
+  const shm::WorkerBlock* self = seg.block(static_cast<int>(rank));
   if (shm::LoadAcquire(self->incarnation) != static_cast<uint32_t>(incarnation)) {
     std::fprintf(stderr, "shmtrain-worker[%lld]: incarnation %lld is stale\n", rank, incarnation);
     return kWorkerBadRank;
@@ -101,8 +101,9 @@ int PrepareCompute(const shmtrain::shm::RunConfig& c, long long rank) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  using namespace shmtrain;
+namespace shmtrain::worker {
+
+int WorkerMain(int argc, char** argv, std::span<const WorkerKind> kinds) {
   const pid_t parent = getppid();
   WatchMaster(parent, argc, argv);
 
@@ -116,20 +117,25 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "shmtrain-worker[%lld]: %s\n", rank, check.status.message().c_str());
     return check.worker_exit;
   }
+  if (const shm::ConfigCheck check = data::CheckRunModel(seg.header()->config); !check.ok()) {
+    std::fprintf(stderr, "shmtrain-worker[%lld]: segment %s: run configuration: %s\n", rank,
+                 argv[1], check.status.message().c_str());
+    return kWorkerBadLayout;
+  }
   if (const int e = CheckIdentity(seg, rank, incarnation, parent); e != kWorkerOk) return e;
   const shm::RunConfig& c = seg.header()->config;
   if (const int e = PrepareCompute(c, rank); e != kWorkerOk) return e;
-  shm::WorkerBlock* self = seg.block(static_cast<int>(rank));
+  shm::WorkerBlock* self = seg.mutable_block(static_cast<int>(rank));
   shm::StoreRelaxed<int64_t>(self->pid, getpid());
   shm::StoreRelaxed(self->heartbeat_ns, shm::MonotonicNs());
   shm::StoreRelease<uint32_t>(self->attached, 1);
 
   // The worker's side of the run's kind (master/kinds/kind.h): its loop.
-  switch (static_cast<Mode>(c.mode)) {
-    case Mode::kSync:
-      return worker::RunSync(seg, static_cast<int>(rank), static_cast<uint32_t>(incarnation));
-    case Mode::kAsync:
-      return worker::RunAsync(seg, static_cast<int>(rank), static_cast<uint32_t>(incarnation));
+  for (const WorkerKind& k : kinds) {
+    if (static_cast<uint32_t>(k.mode) != c.mode) continue;
+    return k.loop(seg, static_cast<int>(rank), static_cast<uint32_t>(incarnation));
   }
   return kWorkerBadLayout;
 }
+
+}  // namespace shmtrain::worker

@@ -1,10 +1,10 @@
 // Every setting of a training run, with its default.
 //
-// The CLI fills a TrainOptions from the flag table (master/cli/flags.h), which states each flag's
-// default and limits and checks every value against its limits as it is read; Validate() then
-// checks the fields against each other. The master copies the parts the workers need into the
-// segment header (shm/layout.h), which is the workers' only source of truth: the flag's row in
-// the table says so and writes its RunConfig field (an added field there bumps the ABI).
+// The CLI fills a TrainOptions from the flag table (master/flags/flags.h), which states each flag's
+// default and limits and checks every value against its limits as it is read; plan::Validate
+// (master/plan/validate.h) then checks the fields against each other. The master copies the
+// parts the workers need into the segment header (shm/layout.h), their only source of truth:
+// the flag's row says so and writes its RunConfig field (an added field there bumps the ABI).
 #pragma once
 
 #include <cstdint>
@@ -21,10 +21,6 @@
 #include "shmtrain/status.h"
 
 namespace shmtrain {
-
-namespace data {
-struct DataFormatDef;  // data/format.h
-}  // namespace data
 
 enum class Mode : uint32_t { kSync = 0, kAsync = 1 };  // stored in the segment: append only
 enum class LogFormat { kText, kJson };
@@ -86,11 +82,6 @@ struct HostPort {
 Status ParseHostPort(std::string_view addr, HostPort* out);
 inline Task TaskOf(Loss l) { return l == Loss::kXent ? Task::kClassification : Task::kRegression; }
 
-// The model's shapes and its outputs against its loss: kUsage naming `flag` (--layers or
-// --model) and the layer that does not fit. The input shape must be known (c > 0); flat_input:
-// it is a row of flat data, which has no image shape (nn::ResolveShapes).
-Status CheckModel(const ModelSpec& model, const char* flag, bool flat_input = false);
-
 // IDX and NumPy data (data/arrays.h): where the features' and the labels' arrays are.
 struct ArraySource {
   // The labels' own file (IDX, .npy, or an .npz whose y_key array they are); empty: the y_key
@@ -105,12 +96,13 @@ struct ArraySource {
 // --header, --delimiter and --decimal. The training options hold it for their files and the
 // loader (data::LoadOptions) for the file it reads.
 struct DataFileOptions {
-  // A registered format (data/format.h); nullptr (--format auto): by name (.npy, .npz; IDX:
+  // A registered format's name (data/format.h, FindFormat; --format NAME, its canonical
+  // spelling); empty (--format auto): by name (.npy, .npz; IDX:
   // "-idx<N>-ubyte" or .idx, with or without .gz; LIBSVM: .svm, .libsvm, .svmlight), then by
   // content (the NPY, zip and IDX magic numbers, of the inflated bytes for gzip; a first data
   // line like "<label> <index>:<value>" is LIBSVM); otherwise CSV. Every format but .npz may
   // be gzip-compressed.
-  const data::DataFormatDef* format = nullptr;
+  std::string format;
   ArraySource arrays;
   // CSV: the label column, 0-based (-1 = last; other negatives are errors), or, when
   // label_name is set, the column with that name in the header line.
@@ -153,8 +145,8 @@ struct TrainOptions {
   // for mse or the number of classes for xent; each size 1..65536, 2..64 entries. model_text
   // (--model): layers in the model text (nn/layer.h), on input_shape (--input-shape C,H,W; c =
   // 0: the data's own, 1xHxW for images of H x W, else flat). `model` is the model these say:
-  // Validate builds it (an MLP's whole, a --model's layers), and the run sets a --model's input
-  // from the data (data/pipeline.h).
+  // plan::BuildModel builds it (an MLP's whole, a --model's layers), and the run sets a
+  // --model's input from the data (data/pipeline.h).
   std::vector<int> mlp_layers;
   Activation activation = Activation::kTanh;
   std::string model_text;
@@ -291,11 +283,11 @@ struct TrainOptions {
   // the run has reached this step (-1 = off), to prove that any exception is cleaned up after.
   int64_t fault_master_throw = -1;
 
-  // --task as given (checked against --loss by Validate); the task itself is TaskOf(loss).
+  // --task as given (checked against --loss by plan::Validate); the task itself is TaskOf(loss).
   std::optional<Task> task;
   bool loss_given = false;
   // The flags given on the command line ("--rule", ...), each with its value as typed ("" for
-  // a switch): Validate() refuses a flag that does not apply to the run (e.g. --rule in sync
+  // a switch): plan::Validate refuses a flag that does not apply to the run (e.g. --rule in sync
   // mode), which a value alone cannot tell apart from its default, and messages quote a value
   // as the user wrote it (1e-3, not 0.001000). Empty when the options do not come from a
   // command line.
@@ -313,31 +305,10 @@ struct TrainOptions {
     return barrier_timeout_s / 2 < 30 ? barrier_timeout_s / 2 : 30;
   }
 
-  // `model` from --layers (mlp_layers, activation) or --model (model_text, input_shape); the
-  // loss stays. kUsage when both or a bad model text are given. The CLI calls it before
-  // Validate.
-  Status BuildModel();
-
-  // Checks the fields against each other, what is required, and the model (--layers' count
-  // and sizes, the model text's length, --input-shape); each flag's own limits are the flag
-  // table's, checked as the command line is read (master/cli/flags.h). Data-dependent checks such
-  // as layer sizes against the data live in the master. Returns kUsage.
-  Status Validate() const;
-
   // Steps the run takes once the dataset has `rows` rows.
   int64_t TotalSteps(int64_t rows) const;
   // Steps of one pass over `rows` rows: ceil(rows / batch), or 1 full batch.
   int64_t StepsPerEpoch(int64_t rows) const { return batch > 0 ? (rows + batch - 1) / batch : 1; }
 };
-
-// The training batches against batch norm once the training data has `rows` rows: kUsage
-// naming --batch and the layer when a batch the run meets (--batch, the full batch, or the
-// last batch of an epoch, rows % batch) gives a batch norm layer one value per channel
-// (nn::LoneValueLayer). The model's input must be resolved.
-Status CheckBatchNormBatches(const TrainOptions& o, int64_t rows);
-
-// The data-format flags given against --format (the formats' flags, data/format.h): kUsage
-// naming the first that does not apply.
-Status CheckFormatFlags(const TrainOptions& o);
 
 }  // namespace shmtrain

@@ -1,7 +1,7 @@
 // The command line on CLI11: CLI11 owns the grammar (commands, `--flag value` and
-// `--flag=value`, help layout); the flags are the table's (master/cli/flags.h), whose values parse
+// `--flag=value`, help layout); the flags are the table's (master/flags/flags.h), whose values parse
 // and check themselves, so every message names the flag and the bad value; cross-field rules
-// are checked by TrainOptions::Validate() (core/options.cc), their one home.
+// are checked by plan::Validate (master/plan/validate.cc), their one home.
 #include "master/cli/cli.h"
 
 #include <CLI/CLI.hpp>
@@ -11,8 +11,9 @@
 
 #include "data/format.h"
 #include "data/image_folder.h"
-#include "master/cli/flags.h"
+#include "master/flags/flags.h"
 #include "master/kinds/kind.h"
+#include "master/plan/validate.h"
 
 namespace shmtrain::master {
 namespace {
@@ -261,7 +262,7 @@ Status CollectGiven(const CLI::App* app, TrainOptions* o) {
   return Status::Ok();
 }
 
-// --task without --loss picks the loss; with it, Validate() checks that they agree.
+// --task without --loss picks the loss; with it, plan::Validate checks that they agree.
 void ApplyTask(TrainOptions* o) {
   // An image folder's labels are its class folders: a classification unless told otherwise.
   if (!o->task && !o->loss_given && !o->data_path.empty() && data::IsImageFolder(o->data_path)) {
@@ -274,10 +275,7 @@ void ApplyTask(TrainOptions* o) {
 
 // The rules of the run's kind that the command line alone decides (master/kinds/kind.h): the
 // flags of the other mode, and what this mode cannot run on any count of hosts.
-Status CheckKindOptions(const TrainOptions& o) {
-  if (Status s = CheckModeFlags(o); !s.ok()) return s;
-  return KindOf(o.mode, 1).CheckOptions(o);
-}
+Status CheckKindOptions(const TrainOptions& o) { return CheckModeOptions(o); }
 
 // `simulate`'s own checks once its flags are parsed.
 Status FinishSimulate(const CLI::App* app, Command* out) {
@@ -293,8 +291,8 @@ Status FinishSimulate(const CLI::App* app, Command* out) {
   o.mode = Mode::kAsync;
   out->kind = Command::Kind::kSimulate;
   ApplyTask(&o);
-  if (Status s = o.BuildModel(); !s.ok()) return s;
-  if (Status s = o.Validate(); !s.ok()) return s;
+  if (Status s = plan::BuildModel(&o); !s.ok()) return s;
+  if (Status s = plan::Validate(o); !s.ok()) return s;
   return CheckKindOptions(o);
 }
 
@@ -310,7 +308,7 @@ Status FinishEvalOrPredict(const CLI::App* app, Command* out) {
   if (o.Given("--seed") && o.val_split == 0) {
     return Status::Usage("--seed: applies with --val-split F only (the seed of that split)");
   }
-  if (Status s = CheckFormatFlags(o); !s.ok()) return s;
+  if (Status s = data::CheckFormatFlags(o); !s.ok()) return s;
   out->kind = predict ? Command::Kind::kPredict : Command::Kind::kEval;
   return Status::Ok();
 }
@@ -404,8 +402,8 @@ Status FinishTrain(TrainOptions* o) {
   if (!o->Given("--heartbeat-timeout")) {
     o->heartbeat_timeout_s = TrainOptions::DefaultHeartbeatTimeout(o->barrier_timeout_s);
   }
-  if (Status s = o->BuildModel(); !s.ok()) return s;
-  if (Status s = o->Validate(); !s.ok()) return s;
+  if (Status s = plan::BuildModel(o); !s.ok()) return s;
+  if (Status s = plan::Validate(*o); !s.ok()) return s;
   return CheckKindOptions(*o);
 }
 

@@ -13,7 +13,7 @@
 
 #include "data/pipeline.h"
 #include "master/cli/cli.h"
-#include "master/cli/log.h"
+#include "master/log/log.h"
 #include "master/files/export.h"
 #include "master/files/predict.h"
 #include "master/kinds/kind.h"
@@ -76,7 +76,7 @@ Status JoinTheHosts(int* argc, char*** argv, shmtrain::TrainOptions* o,
   o->host_local = h.local();
   o->host_local_count = h.local_count();
   if (h.index() != 0) log.SetSecondary(h.Describe(h.index()));
-  return shmtrain::master::KindOf(o->mode, h.count()).CheckHosts(*o);
+  return shmtrain::master::CheckKindOnHosts(*o);
 }
 
 // `shmtrain train`: this host's part of the run (the whole run on one host), then the exit.
@@ -87,7 +87,7 @@ Status JoinTheHosts(int* argc, char*** argv, shmtrain::TrainOptions* o,
   master::InstallSignalHandlers();
 
   master::Logger log(o.log_format, o.progress);
-  // The run loop must not wait on a reader of its output (master/cli/output_thread.h).
+  // The run loop must not wait on a reader of its output (master/log/output_thread.h).
   log.WriteInBackground();
   std::unique_ptr<master::Hosts> joined;
   if (Status s = Guarded([&] { return JoinTheHosts(argc, argv, &o, &joined, log); }); !s.ok()) {

@@ -28,7 +28,7 @@ inline constexpr char kCheckpointMagic[8] = {'S', 'H', 'M', 'T', 'C', 'K', 'P', 
 inline constexpr uint32_t kCheckpointVersion = 2;  // on disk: bump on any change
 
 struct Checkpoint {
-  Mode mode = Mode::kSync;
+  Mode mode{};  // the writing run's kind's (RunKind::mode), as its segment header has it
   int64_t step = 0;  // sync: steps completed; async: updates applied
   uint64_t fingerprint = 0;
   std::string optimizer;  // nn::Describe of the writer's OptimConfig

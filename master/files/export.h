@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "data/npz_writer.h"
-#include "master/cli/cli.h"
-#include "master/cli/log.h"
+#include "master/flags/command.h"
+#include "master/log/log.h"
 #include "master/files/model_file.h"
 #include "shmtrain/status.h"
 

@@ -180,8 +180,9 @@ Status DecodeClasses(ByteReader& r, uint32_t task, int64_t outputs, data::ClassM
       classes->values.push_back(v);
     } else if (!classes->names.empty() && !(name > classes->names.back())) {
       return Status::Data("class names out of order");
-    } else if (const std::string e = data::ClassMap::NameError(name); !e.empty()) {
-      return Status::Data("class " + std::to_string(i) + "'s name '" + Printable(name) + "' " + e);
+    } else if (const Status s = data::ClassMap::CheckName(name); !s.ok()) {
+      return Status::Data("class " + std::to_string(i) + "'s name '" + Printable(name) + "' " +
+                          s.message());
     }
     classes->names.push_back(std::move(name));
   }

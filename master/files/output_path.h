@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "master/run/signals.h"
+#include "master/unit/removed_on_death.h"
 #include "shmtrain/status.h"
 
 namespace shmtrain::master {

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "core/decimal.h"
+#include "core/signal_name.h"
 #include "master/files/output_path.h"
 #include "shm/futex.h"
 

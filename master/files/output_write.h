@@ -21,7 +21,8 @@
 #include <functional>
 #include <string>
 
-#include "master/run/signals.h"
+#include "master/unit/removed_on_death.h"
+#include "master/unit/stop_flag.h"
 #include "shmtrain/status.h"
 
 namespace shmtrain::master {

@@ -7,16 +7,27 @@
 #include <vector>
 
 #include "data/dataset.h"
+#include "data/image_folder.h"
 #include "data/pipeline.h"
 #include "data/preprocess.h"
 #include "master/files/model_file.h"
 #include "master/files/output_path.h"
 #include "master/files/output_write.h"
-#include "master/run/run.h"
 #include "nn/metrics.h"
 #include "nn/model.h"
 
 namespace shmtrain::master {
+
+// Image folders: the files a load left out, said once per data set.
+void WarnSkippedFiles(const data::Dataset& d, const std::string& src, Logger& log) {
+  if (const std::string w = data::SkippedFilesWarning(d, src); !w.empty()) {
+    log.Info(w, JsonLine("files_left_out")
+                    .Str("data", src)
+                    .Int("files", d.skipped_files)
+                    .Str("first", d.first_skipped));
+  }
+}
+
 namespace {
 
 // "784-256-10 relu" for an MLP, as the releases before layers said it; the model text on its

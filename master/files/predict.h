@@ -5,8 +5,11 @@
 // --val-split F --seed S picks the same held-out rows a training run with those flags held out.
 #pragma once
 
-#include "master/cli/cli.h"
-#include "master/cli/log.h"
+#include <string>
+
+#include "data/dataset.h"
+#include "master/flags/command.h"
+#include "master/log/log.h"
 #include "shmtrain/status.h"
 
 namespace shmtrain::master {
@@ -16,5 +19,9 @@ Status RunEval(const Command& cmd, Logger& log);
 // Writes one line per row: the class and its probabilities, or the value (CSV, with a header
 // line), to cmd.out_path (written whole or not at all) or to stdout.
 Status RunPredict(const Command& cmd, Logger& log);
+
+// Image folders (data/image_folder.h): the warning for the files a load of `src` left out,
+// when it left any out (eval, predict and train's data).
+void WarnSkippedFiles(const data::Dataset& d, const std::string& src, Logger& log);
 
 }  // namespace shmtrain::master

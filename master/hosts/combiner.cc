@@ -23,18 +23,18 @@ constexpr int64_t kSliceNs = 20'000'000;
 // object is the run loop's and goes when the run does, the mapping of a thread left behind
 // never (Segment::LeaveMapped).
 struct Combiner::Body {
-  Body(const shm::Segment& seg, std::shared_ptr<Hosts> hosts_in,
+  Body(shm::Segment& seg, std::shared_ptr<Hosts> hosts_in,
        std::shared_ptr<monitoring::RunStats> stats_in, int64_t timeout_ns,
        std::vector<nn::Crossing> crossings_in)
       : hosts_share(std::move(hosts_in)),
         stats_share(std::move(stats_in)),
-        h(seg.header()),
+        h(seg.mutable_header()),
         blocks(seg.block(0)),
         P(static_cast<int>(h->config.workers)),
         host_sum(seg.host_sum()),
-        global_sum(seg.global_sum()),
+        global_sum(seg.mutable_global_sum()),
         crossings(std::move(crossings_in)),
-        global_stats(seg.global_stats()),
+        global_stats(seg.mutable_global_stats()),
         hosts(*hosts_share),
         times(stats_share->combine()),
         timeout_ns(timeout_ns),
@@ -60,8 +60,9 @@ struct Combiner::Body {
   bool CombineCrossing(int64_t t, size_t k, uint64_t seq);
   // Step t's gradient and totals, once every rank has published its slice of HS.
   bool CombineStep(int64_t t);
-  // Whether the thread goes on after an exchange that returned s: false when stopped (nothing
-  // else may be touched then: the times may be gone) or when s failed (status() says why).
+  // Whether the thread goes on after an exchange that returned s: false when stopped (the
+  // exchange may have ended early, kInterrupted, with GS or GStats part written: nothing of it
+  // is published or timed, and the stop is no failure) or when s failed (status() says why).
   bool GoesOn(const Status& s);
   void Fail(Status s) {
     std::lock_guard<std::mutex> lock(mu);

@@ -31,7 +31,7 @@
 #include "master/hosts/exchange_thread.h"
 #include "master/hosts/hosts.h"
 #include "master/hosts/worker_states.h"
-#include "master/run/run_loop.h"
+#include "master/unit/run_unit.h"
 #include "monitoring/run_stats.h"
 #include "nn/batch_norm.h"
 #include "shm/segment.h"

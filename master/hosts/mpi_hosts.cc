@@ -16,8 +16,10 @@
 // instead of the two rounds above.
 //
 // Threads: MPI is initialised MPI_THREAD_SERIALIZED. The main thread calls Agree() and
-// AbortJob()/Finish(); the combiner thread calls Combine() and CombineStats() (sync), or the
-// parameter server's thread Send/Receive/Test/Cancel (async), only between them.
+// AbortJob()/Finish(); one exchange thread calls the rest, only between them: the combiner's
+// Combine() and CombineStats() (sync), or the parameter server's Send/Receive/Test/Cancel
+// (async), and either one's Send/Receive/Test/Cancel for the workers' states
+// (master/hosts/worker_states.h).
 #include <mpi.h>
 #include <sched.h>
 #include <time.h>

@@ -6,7 +6,7 @@
 
 #include "data/batch_plan.h"
 #include "master/hosts/param_server_body.h"
-#include "master/run/run.h"
+#include "master/unit/stop_flag.h"
 
 namespace shmtrain::master {
 
@@ -52,28 +52,16 @@ void OwnedPart::EveryHostPulled() {
   }
 }
 
-uint64_t CrossHostTotals::TauQuantile(double q) const {
-  uint64_t total = 0;
-  for (uint64_t c : tau_counts) total += c;
-  if (total == 0) return 0;
-  uint64_t seen = 0;
-  for (size_t t = 0; t < tau_counts.size(); ++t) {
-    seen += tau_counts[t];
-    if (static_cast<double>(seen) >= q * static_cast<double>(total)) return t;
-  }
-  return tau_counts.size() - 1;
-}
-
 // ---- The exchange thread's state (master/hosts/param_server_body.h), made before the thread
 // starts; its exchanges are in master/hosts/param_server_exchange.cc.
 
-ParamServer::Body::Body(const shm::Segment& seg, std::shared_ptr<Hosts> hosts_in,
+ParamServer::Body::Body(shm::Segment& seg, std::shared_ptr<Hosts> hosts_in,
                         std::shared_ptr<monitoring::RunStats> stats_in, const Options& o)
     : hosts_share(std::move(hosts_in)),
       stats_share(std::move(stats_in)),
-      h(seg.header()),
+      h(seg.mutable_header()),
       blocks(seg.block(0)),
-      w(seg.params(0)),
+      w(seg.mutable_params(0)),
       n(static_cast<int64_t>(seg.header()->config.param_count)),
       H(hosts_share->count()),
       me(hosts_share->index()),

@@ -59,9 +59,7 @@
 
 #include "master/hosts/exchange_thread.h"
 #include "master/hosts/hosts.h"
-#include "master/run/checkpoint_policy.h"
-#include "master/run/run_loop.h"
-#include "master/run/run_summary.h"
+#include "master/unit/run_unit.h"
 #include "monitoring/run_stats.h"
 #include "nn/update.h"
 #include "shm/segment.h"

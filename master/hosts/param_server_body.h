@@ -15,7 +15,7 @@
 #include "master/hosts/hosts.h"
 #include "master/hosts/param_server.h"
 #include "master/hosts/worker_states.h"
-#include "master/run/run_summary.h"
+#include "master/unit/run_figures.h"
 #include "monitoring/run_stats.h"
 #include "shm/segment.h"
 #include "shmtrain/status.h"
@@ -80,7 +80,7 @@ struct Buffer {
 // ---- The exchange thread.
 
 struct ParamServer::Body {
-  Body(const shm::Segment& seg, std::shared_ptr<Hosts> hosts,
+  Body(shm::Segment& seg, std::shared_ptr<Hosts> hosts,
        std::shared_ptr<monitoring::RunStats> stats, const Options& o);
   void Run();
   Status Serve();

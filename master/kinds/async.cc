@@ -3,15 +3,30 @@
 #include <algorithm>
 
 #include "core/decimal.h"
-#include "master/run/checkpoint_policy.h"
-#include "master/run/segment_reads.h"
+#include "master/kinds/step_state.h"
 #include "nn/optimizer.h"
+#include "nn/update.h"
 
 namespace shmtrain::master {
 namespace {
 
 Status Bad(const std::string& flag, const std::string& what) {
   return Status::Usage(flag + ": " + what);
+}
+
+// The updates applied so far: the global version counter.
+int64_t Version(const shm::Segment& seg) {
+  return static_cast<int64_t>(shm::LoadAcquire(seg.header()->param_version));
+}
+
+// A copy of W read while the workers update it (each element is some recent value, read with
+// relaxed atomic loads as the workers and the parameter server's merges write it), and in
+// *progress the version read just before it.
+std::vector<float> CopyParamsAsync(const shm::Segment& seg, int64_t* progress) {
+  std::vector<float> w(seg.header()->config.param_count);
+  *progress = Version(seg);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = nn::SharedAccess::Load(seg.params(0) + i);
+  return w;
 }
 
 constexpr const char* kAsyncFlags[] = {"--rule",    "--lambda",        "--ms-decay",
@@ -83,7 +98,7 @@ void AsyncDeaths::Reconcile() {
 Status AsyncDeaths::AllFinished(std::vector<int>* owed) {
   owed->clear();
   Reconcile();
-  const int64_t applied = Progress(seg_), total = seg_.header()->config.total_steps;
+  const int64_t applied = Version(seg_), total = seg_.header()->config.total_steps;
   const bool stopped = shm::LoadAcquire(seg_.header()->stop_eval) != shm::kNoStop;
   if (stopped || applied == total) return Status::Ok();
   if (applied > total) {
@@ -151,9 +166,7 @@ int AsyncKind::CheckpointStates(const OptimConfig& /*optim*/) const { return 0; 
 
 const char* AsyncKind::RuleLabel(const TrainOptions& o) const { return ToString(o.rule); }
 
-int64_t AsyncKind::Progress(const shm::Segment& seg) const {
-  return static_cast<int64_t>(shm::LoadAcquire(seg.header()->param_version));
-}
+int64_t AsyncKind::Progress(const shm::Segment& seg) const { return Version(seg); }
 
 std::vector<float> AsyncKind::ParamsAfter(const shm::Segment& seg, int64_t /*step*/) const {
   int64_t progress = 0;
@@ -163,7 +176,7 @@ std::vector<float> AsyncKind::ParamsAfter(const shm::Segment& seg, int64_t /*ste
 // The one parameter buffer, and the version and the tickets at the checkpoint's update.
 void AsyncKind::ResumeInto(const Checkpoint& c, shm::Segment* seg) const {
   RestoreStepState(c, 0, seg);
-  shm::Header* h = seg->header();
+  shm::Header* h = seg->mutable_header();
   h->param_version = static_cast<uint64_t>(c.step);
   h->claimed = static_cast<uint64_t>(c.step);
   h->released_step = c.step;

@@ -22,6 +22,7 @@ class AsyncKind : public RunKind {
   int CheckpointStates(const OptimConfig& optim) const override;
   int64_t WorkersEvalEvery(int64_t /*eval_every*/) const override { return 0; }
   const char* RuleLabel(const TrainOptions& o) const override;
+  bool ReportsStaleness() const override { return true; }
 
   int64_t Progress(const shm::Segment& seg) const override;
   std::vector<float> ParamsAfter(const shm::Segment& seg, int64_t step) const override;

@@ -62,4 +62,13 @@ Status CheckModeFlags(const TrainOptions& o) {
   return Status::Ok();
 }
 
+Status CheckModeOptions(const TrainOptions& o) {
+  if (Status s = CheckModeFlags(o); !s.ok()) return s;
+  return KindOf(o.mode, 1).CheckOptions(o);
+}
+
+Status CheckKindOnHosts(const TrainOptions& o) {
+  return KindOf(o.mode, o.host_count).CheckHosts(o);
+}
+
 }  // namespace shmtrain::master

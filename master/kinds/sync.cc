@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "master/run/checkpoint_policy.h"
+#include "master/kinds/step_state.h"
 
 namespace shmtrain::master {
 namespace {
@@ -48,7 +48,7 @@ int SyncKind::CheckpointStates(const OptimConfig& optim) const {
   return static_cast<int>(optim.num_states);
 }
 
-const char* SyncKind::RuleLabel(const TrainOptions& /*o*/) const { return "none"; }
+const char* SyncKind::RuleLabel(const TrainOptions& /*o*/) const { return ""; }
 
 // The lowest step every rank has completed: a rank's phase word is 2 x its steps done.
 int64_t SyncKind::Progress(const shm::Segment& seg) const {
@@ -68,9 +68,9 @@ std::vector<float> SyncKind::ParamsAfter(const shm::Segment& seg, int64_t step) 
 void SyncKind::ResumeInto(const Checkpoint& c, shm::Segment* seg) const {
   RestoreStepState(c, c.step, seg);
   for (uint32_t r = 0; r < seg->header()->config.workers; ++r) {
-    seg->block(static_cast<int>(r))->phase = 2 * static_cast<uint64_t>(c.step);
+    seg->mutable_block(static_cast<int>(r))->phase = 2 * static_cast<uint64_t>(c.step);
   }
-  shm::Header* h = seg->header();
+  shm::Header* h = seg->mutable_header();
   h->param_version = 0;
   h->claimed = 0;
   h->released_step = c.step;

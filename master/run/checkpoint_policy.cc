@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "master/files/model_file.h"
-#include "master/run/segment_reads.h"
 #include "shm/barrier.h"
 #include "shm/futex.h"
 
@@ -32,35 +31,10 @@ bool StateFitsLayout(const Checkpoint& c, const shm::Header& layout) {
 
 }  // namespace
 
-// Into the buffers that step `step` reads (sync), or the single parameter buffer (async,
-// step 0's: async runs keep no optimizer state).
-void RestoreStepState(const Checkpoint& c, int64_t step, shm::Segment* seg) {
-  std::copy(c.params.begin(), c.params.end(), seg->params(step));
-  for (size_t k = 0; k < c.states.size(); ++k) {
-    std::copy(c.states[k].begin(), c.states[k].end(), seg->state(static_cast<int>(k), step));
-  }
-}
-
-Checkpoint CopyStepState(const shm::Segment& seg, int64_t step) {
-  const uint64_t n = seg.header()->config.param_count;
-  Checkpoint c;
-  c.step = step;
-  const float* w = seg.params(step);
-  c.params.assign(w, w + n);
-  for (int k = 0; k < seg.num_states(); ++k) {
-    const float* s = seg.state(k, step);
-    c.states.emplace_back(s, s + n);
-  }
-  return c;
-}
-
 // ---- End of the optimizer state. -----------------------------------------------------------
 
-namespace {
-
-}  // namespace
-
-CheckpointSchedule::CheckpointSchedule(int64_t every, const RunKind& kind, int64_t first_step,
+CheckpointSchedule::CheckpointSchedule(int64_t every, const SegmentProtocol& kind,
+                                       int64_t first_step,
                                        int64_t total_steps)
     : every_(every),
       kind_(kind),
@@ -117,7 +91,7 @@ Status CheckpointPolicy::WriteOnStop() {
               JsonLine("checkpoint_on_stop_skipped").Int("step", last_written_));
     return Status::Ok();
   }
-  Status s = Write(config_.kind->CopyState(seg_, Progress(seg_)));
+  Status s = Write(config_.kind->CopyState(seg_, config_.kind->Progress(seg_)));
   if (s.ok()) {
     log_.Info("checkpoint written to " + config_.path + " at step " + std::to_string(last_written_),
               JsonLine("checkpoint_on_stop").Str("path", config_.path).Int("step", last_written_));
@@ -182,10 +156,6 @@ Status LoadResume(const std::string& path, Mode mode, uint64_t fingerprint,
   }
   *out = std::move(c);
   return Status::Ok();
-}
-
-void ResumeInto(const Checkpoint& c, shm::Segment* seg) {
-  KindOf(seg->header()->config).ResumeInto(c, seg);
 }
 
 }  // namespace shmtrain::master

@@ -32,9 +32,9 @@
 //    fresh segment with the protocol words a run at its step would have.
 //
 // The optimizer state (its K vectors per buffer, nn/optimizer.h; Checkpoint::states in the file)
-// is touched by no other part of the run loop, and here only by four functions side by side
-// in checkpoint_policy.cc: CopyStepState, RestoreStepState, StateFitsLayout and StateFinite,
-// none of which knows which optimizer runs.
+// is touched by no other part of the run loop, and only by four functions, none of which knows
+// which optimizer runs: the kinds' CopyStepState and RestoreStepState
+// (master/kinds/step_state.h), and StateFitsLayout and StateFinite in checkpoint_policy.cc.
 //
 // A unit of the run loop (master/run/run_loop.h): each round takes the checkpoint due; a run ended
 // by a stop signal writes one at its end's Save step, once the workers are stopped.
@@ -47,11 +47,12 @@
 #include <functional>
 #include <string>
 
-#include "master/cli/log.h"
+#include "master/log/log.h"
 #include "master/files/checkpoint.h"
 #include "master/files/output_write.h"
 #include "master/kinds/kind.h"
-#include "master/run/run_loop.h"
+#include "master/unit/run_unit.h"
+#include "master/unit/segment_writes.h"
 #include "monitoring/run_stats.h"
 #include "shm/segment.h"
 #include "shmtrain/options.h"
@@ -64,10 +65,11 @@ class CheckpointSchedule {
  public:
   // every: --checkpoint-every, 0 = no periodic checkpoints. first_step: the step the run
   // starts from (0, or the resumed checkpoint's). total_steps: the run's last step.
-  CheckpointSchedule(int64_t every, const RunKind& kind, int64_t first_step, int64_t total_steps);
+  CheckpointSchedule(int64_t every, const SegmentProtocol& kind, int64_t first_step,
+                     int64_t total_steps);
   // Whether the checkpoint at next() is due at this Progress(), as the kind says
-  // (RunKind::CheckpointDue; the policy then waits for the ranks' pause). Never when next() is
-  // at or after total_steps.
+  // (SegmentProtocol::CheckpointDue; the policy then waits for the ranks' pause). Never when
+  // next() is at or after total_steps.
   bool Due(int64_t progress) const;
   // The attempt at `step` (>= next()) is made, written or failed: next() moves to the first
   // multiple of every above step.
@@ -77,19 +79,9 @@ class CheckpointSchedule {
 
  private:
   int64_t every_;
-  const RunKind& kind_;
+  const SegmentProtocol& kind_;
   int64_t total_steps_;
   int64_t next_;
-};
-
-// Async across hosts (master/hosts/param_server.h): the hosts' sync point before a checkpoint.
-class CheckpointCut {
- public:
-  virtual ~CheckpointCut() = default;
-  // Asked (again each round) once every rank of this host is paused before `step`: true once
-  // every host has got there with all its updates at their owners, and this host's W holds
-  // the run's parameters.
-  virtual bool Cut(int64_t step) = 0;
 };
 
 struct CheckpointConfig {
@@ -157,19 +149,5 @@ class CheckpointPolicy final : public RunUnit {
 Status LoadResume(const std::string& path, Mode mode, uint64_t fingerprint,
                   const std::string& optimizer, const shm::Header& layout, int64_t total_steps,
                   const std::function<std::string(uint64_t)>& other_run, Checkpoint* out);
-
-// Puts a resumed checkpoint into a fresh segment (no worker started yet): its state where
-// step c.step reads it (sync: the buffers of c.step; async: the one parameter buffer), and the
-// protocol words of a run at that step (sync phases, async version and tickets, the released
-// checkpoint step). The caller sets config.first_step.
-void ResumeInto(const Checkpoint& c, shm::Segment* seg);
-
-// Into the buffers that step `step` reads (sync), or the single parameter buffer (async,
-// step 0's: async runs keep no optimizer state).
-void RestoreStepState(const Checkpoint& c, int64_t step, shm::Segment* seg);
-
-// Sync: params and optimizer state of step `step` (buffers step % 2), as a checkpoint of that
-// step. Only while no rank can write those buffers (all paused before step, or none running).
-Checkpoint CopyStepState(const shm::Segment& seg, int64_t step);
 
 }  // namespace shmtrain::master

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "master/cli/log.h"
+#include "master/log/log.h"
 
 namespace shmtrain::master {
 namespace {

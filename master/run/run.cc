@@ -13,15 +13,17 @@
 
 #include "core/crc32.h"
 #include "data/dataset.h"
-#include "data/image_folder.h"
 #include "data/pipeline.h"
 #include "master/files/checkpoint.h"
 #include "master/files/model_file.h"
 #include "master/files/output_path.h"
 #include "master/files/output_write.h"
+#include "master/files/predict.h"
 #include "master/kinds/kind.h"
+#include "master/plan/resolve.h"
 #include "master/run/checkpoint_policy.h"
 #include "master/run/divergence.h"
+#include "master/run/kind_view.h"
 #include "master/run/run_end.h"
 #include "master/run/run_lines.h"
 #include "master/run/run_watch.h"
@@ -40,20 +42,17 @@
 
 namespace shmtrain::master {
 
-// Image folders: the files a load left out, said once per data set.
-void WarnSkippedFiles(const data::Dataset& d, const std::string& src, Logger& log) {
-  if (const std::string w = data::SkippedFilesWarning(d, src); !w.empty()) {
-    log.Info(w, JsonLine("files_left_out")
-                    .Str("data", src)
-                    .Int("files", d.skipped_files)
-                    .Str("first", d.first_skipped));
-  }
-}
-
-int64_t WorkerBatchRows(const TrainOptions& o, int64_t rows) {
+int64_t WorkerBatchRows(const KindPlan& kind, const TrainOptions& o, int64_t rows) {
   const int64_t batch = o.batch > 0 ? std::min(o.batch, rows) : rows;
   const int64_t world = int64_t{o.workers} * o.host_count;
-  return KindOf(o.mode, o.host_count).WorkerBatchRows(batch, static_cast<int>(world));
+  return kind.WorkerBatchRows(batch, static_cast<int>(world));
+}
+
+data::RunSizing SizingOf(const RunKind& kind) {
+  return {[&kind](const TrainOptions& o, int64_t rows) { return WorkerBatchRows(kind, o, rows); },
+          [&kind](const TrainOptions& o, int64_t rows, int features, uint64_t* bytes) {
+            return SegmentBytes(kind, o, rows, features, bytes);
+          }};
 }
 
 namespace {
@@ -112,22 +111,22 @@ class DetachOnExit {
 // Copies the training rows into the segment and frees the master's own copy of them: from
 // here on the segment holds the only one (the run reads them there), so a large dataset is in
 // memory once, not twice, for the whole run.
-void FillSegment(const TrainOptions& o, data::Dataset* d, const Checkpoint& resume,
-                 shm::Segment* seg) {
-  std::copy(d->x.begin(), d->x.end(), seg->x());
-  std::copy(d->y.begin(), d->y.end(), seg->y());
+void FillSegment(const TrainOptions& o, const RunKind& kind, data::Dataset* d,
+                 const Checkpoint& resume, shm::Segment* seg) {
+  std::copy(d->x.begin(), d->x.end(), seg->mutable_x());
+  std::copy(d->y.begin(), d->y.end(), seg->mutable_y());
   std::vector<float>().swap(d->x);
   std::vector<float>().swap(d->y);
-  seg->header()->config.first_step = resume.step;
-  seg->header()->combined_step = resume.step - 1;
+  seg->mutable_header()->config.first_step = resume.step;
+  seg->mutable_header()->combined_step = resume.step - 1;
   if (o.resume_path.empty()) {
-    nn::InitParams(o.model, o.init, o.seed, seg->params(0));
+    nn::InitParams(o.model, o.init, o.seed, seg->mutable_params(0));
   } else {
-    ResumeInto(resume, seg);
+    kind.ResumeInto(resume, seg);
   }
   for (int r = 0; r < o.workers; ++r) {
-    seg->slot(r)->step = -1;
-    seg->block(r)->ticket = -1;
+    seg->mutable_slot(r)->step = -1;
+    seg->mutable_block(r)->ticket = -1;
   }
 }
 
@@ -143,7 +142,7 @@ void LogSegment(const TrainOptions& o, const RunData& rd, const shm::Segment& se
                    .Int("steps", c.total_steps)
                    .Int("first_step", c.first_step)
                    .Str("mode", ToString(o.mode)));
-  // --precision auto resolved when the flags were read (master/cli/flags.cc): said once.
+  // --precision auto resolved when the flags were read (master/flags/flags.cc): said once.
   if (o.As("--precision", "") == "auto") {
     const std::string chosen(ToString(o.precision));
     log.Info("precision auto: " + chosen +
@@ -175,12 +174,12 @@ SupervisorOptions SupervisorOptionsFor(const TrainOptions& o, const DivergenceCa
 // host holds the same parameters at every step), so the others do not check output paths they
 // will not write, and pause for checkpoints only where the kind has every host pause (async
 // across hosts: for the sync point, master/hosts/param_server.h).
-TrainOptions ForThisHost(const TrainOptions& opts) {
+TrainOptions ForThisHost(const TrainOptions& opts, const KindPlan& kind) {
   TrainOptions o = opts;
   if (o.host_index != 0) {
     o.save_path.clear();
     o.checkpoint_path.clear();
-    if (!KindOf(o.mode, o.host_count).EveryHostPausesForCheckpoints()) o.checkpoint_every = 0;
+    if (!kind.EveryHostPausesForCheckpoints()) o.checkpoint_every = 0;
   }
   return o;
 }
@@ -201,6 +200,7 @@ struct Start {
   // Their room on disk, taken once the sizes are known (Reserve); used by the writes.
   OutputReservation reserved[2];
   RunData rd;
+  plan::Resolved resolved;  // the model and the data, resolved once (master/plan/resolve.h)
   int64_t total_steps = 0;  // the run's
   HostPlan plan;            // this host's share of it (RunKind::Plan)
   OptimConfig optim;
@@ -247,9 +247,9 @@ std::function<std::string(uint64_t)> OtherRunExplainer(const TrainOptions& o,
 // The model file is read back through the decoder first (this model, its parameters zeros): a
 // model the format cannot hold (an input of more than 2^24 values) is refused now, not saved
 // after the training as a file that eval, predict and export refuse.
-Status Reserve(const TrainOptions& o, const RunData& rd, const OptimConfig& optim,
-               const std::string& optimizer, OutputReservation (&out)[2]) {
-  const RunKind& kind = KindOf(o.mode, o.host_count);
+Status Reserve(const TrainOptions& o, const KindPlan& kind, const RunData& rd,
+               const OptimConfig& optim, const std::string& optimizer,
+               OutputReservation (&out)[2]) {
   if (!o.save_path.empty()) {
     const std::string bytes = EncodeModel(
         {o.model, rd.norm, rd.train.classes, std::vector<float>(o.model.ParamCount())});
@@ -269,15 +269,15 @@ Status Reserve(const TrainOptions& o, const RunData& rd, const OptimConfig& opti
       &out[1]);
 }
 
-Status StartHere(TrainOptions& o, Logger& log, std::unique_ptr<monitoring::Exporter>* exporter,
-                 Start* st) {
+Status StartHere(TrainOptions& o, const RunKind& kind, Logger& log,
+                 std::unique_ptr<monitoring::Exporter>* exporter, Start* st) {
   if (Status s = CheckOutputPaths(o, st->output_locks); !s.ok()) return s;
   // The endpoint next: a taken port fails the run before anything exists to clean up.
   if (o.metrics) {
     if (Status s = StartHostMetrics(o.metrics_addr, o.host_local, exporter); !s.ok()) return s;
     InstallSignalHandlers();  // the server's library has just set SIGPIPE to SIG_IGN
   }
-  if (Status s = data::PrepareData(o, {WorkerBatchRows, SegmentBytes}, &st->rd); !s.ok()) {
+  if (Status s = plan::Resolve(o, SizingOf(kind), &st->rd, &st->resolved); !s.ok()) {
     return s;
   }
   WarnSkippedFiles(st->rd.train, o.data_path, log);
@@ -285,21 +285,22 @@ Status StartHere(TrainOptions& o, Logger& log, std::unique_ptr<monitoring::Expor
   ReclaimStale(log);
   const data::Dataset& d = st->rd.train;
   st->total_steps = o.TotalSteps(d.rows);
-  const RunKind& kind = KindOf(o.mode, o.host_count);
   if (Status s = kind.Plan(o, st->total_steps, EvalEvery(o, d.rows), log, &st->plan); !s.ok()) {
     return s;
   }
   if (Status s = nn::ResolveOptim(o, st->total_steps, &st->optim); !s.ok()) return s;
   // The workers count this host's steps or updates (checkpoints too).
-  const shm::Header proto = MakeHeader(HostUnits(o, st->plan), st->optim, d.rows, d.features,
-                                       st->plan.steps, st->plan.eval_every);
+  const shm::Header proto = MakeHeader(kind, HostUnits(o, st->plan), st->optim, d.rows,
+                                       d.features, st->plan.steps, st->plan.eval_every);
   if (Status s = CheckConfig(o, proto); !s.ok()) return s;
   // Resuming: the checkpoint must come from this very run (same options and data).
   st->fingerprint = RunFingerprint(o, st->optim, d);
   st->optimizer = nn::Describe(st->optim);
-  if (Status s = Reserve(o, st->rd, st->optim, st->optimizer, st->reserved); !s.ok()) return s;
+  if (Status s = Reserve(o, kind, st->rd, st->optim, st->optimizer, st->reserved); !s.ok()) {
+    return s;
+  }
   if (!o.resume_path.empty()) {
-    if (Status s = LoadResume(o.resume_path, o.mode, st->fingerprint, st->optimizer, proto,
+    if (Status s = LoadResume(o.resume_path, kind.mode(), st->fingerprint, st->optimizer, proto,
                               st->total_steps, OtherRunExplainer(o, st->optim, d), &st->resume);
         !s.ok()) {
       return s;
@@ -312,7 +313,7 @@ Status StartHere(TrainOptions& o, Logger& log, std::unique_ptr<monitoring::Expor
   }
   if (Status s = shm::Segment::Create(shm::MakeSegmentName(), proto, &st->seg); !s.ok()) return s;
   st->seg_name = RemovedOnDeath("/dev/shm/" + st->seg.name());
-  FillSegment(o, &st->rd.train, st->resume, &st->seg);
+  FillSegment(o, kind, &st->rd.train, st->resume, &st->seg);
   return Status::Ok();
 }
 
@@ -323,8 +324,8 @@ Status StartHere(TrainOptions& o, Logger& log, std::unique_ptr<monitoring::Expor
 // mix different models: kUsage naming a host that differs, kHostLost when one does not answer.
 // In json mode every started host names its segment and pid (the "host" event), so that an
 // operator (or a test) can find its workers.
-Status AgreeWithHosts(const Status& here, const TrainOptions& o, Hosts& hosts, const Start& st,
-                      const monitoring::Exporter* exporter, Logger& log) {
+Status AgreeWithHosts(const Status& here, const TrainOptions& o, const RunKind& kind, Hosts& hosts,
+                      const Start& st, const monitoring::Exporter* exporter, Logger& log) {
   if (hosts.count() == 1) return here;
   auto stop = [] { return g_stop_signal.load() != 0; };
   if (!here.ok()) return hosts.Agree(here, 0, o.host_timeout_s, stop);
@@ -337,7 +338,7 @@ Status AgreeWithHosts(const Status& here, const TrainOptions& o, Hosts& hosts, c
                  .Str("segment", seg.name())
                  .Str("metrics", exporter ? exporter->address() : ""));
   const shm::RunConfig& c = seg.header()->config;
-  uint32_t state = StartStateCrc(seg);
+  uint32_t state = StartStateCrc(seg, kind);
   state = Crc32(st.rd.val.x.data(), st.rd.val.x.size() * sizeof(float), state);
   state = Crc32(st.rd.val.y.data(), st.rd.val.y.size() * sizeof(float), state);
   const int64_t words[] = {static_cast<int64_t>(st.fingerprint),
@@ -393,13 +394,19 @@ Status WithStdoutStatus(const Status& ran, const TrainOptions& o, const Logger& 
 Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher,
                 const std::shared_ptr<Hosts>& hosts_share,
                 std::unique_ptr<monitoring::Exporter>* exporter_out) {
-  Hosts& hosts = *hosts_share;
-  TrainOptions o = ForThisHost(opts);  // StartHere sets a --model's input from the data
+  return RunTrain(opts, KindOf(opts.mode, opts.host_count), log, launcher, hosts_share,
+                  exporter_out);
+}
+
+Status RunTrain(const TrainOptions& opts, const RunKind& kind, Logger& log, Launcher& launcher,
+                const std::shared_ptr<Hosts>& hosts_share,
+                std::unique_ptr<monitoring::Exporter>* exporter_out) {
+  TrainOptions o = ForThisHost(opts, kind);  // StartHere sets a --model's input from the data
   std::unique_ptr<monitoring::Exporter>& exporter = *exporter_out;
   Start st;
-  const Status started = StartHere(o, log, &exporter, &st);
-  if (Status s = AgreeWithHosts(started, o, hosts, st, exporter.get(), log); !s.ok()) return s;
-  const RunKind& kind = KindOf(o.mode, o.host_count);
+  const Status started = StartHere(o, kind, log, &exporter, &st);
+  const Status agreed = AgreeWithHosts(started, o, kind, *hosts_share, st, exporter.get(), log);
+  if (!agreed.ok()) return agreed;
   const int64_t first = st.resume.step, total = st.plan.steps;
   // Shared with the cross-host thread, whose share may outlive the run (exchange_thread.h).
   const auto run_stats = std::make_shared<monitoring::RunStats>(o.workers);
@@ -409,14 +416,15 @@ Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher,
   if (Status s = OpenEventFile(o, &events); !s.ok()) return s;
   // The loop owns the segment from here to the run's end; the units, declared after it, read
   // it through seg and write through the loop's writes().
-  RunLoop loop(std::move(st.seg), std::move(st.seg_name));
+  RunLoop loop(std::move(st.seg), std::move(st.seg_name), kind);
   const shm::Segment& seg = loop.segment();
   SegmentWrites& writes = loop.writes();
   const int64_t t_start = shm::MonotonicNs();  // the clock of the summary and the events
   // Steps an epoch as the plan counts them (an early end by --steps included).
   const int64_t steps_per_epoch =
       o.StepsPerEpoch(st.rd.train.rows) * total / std::max<int64_t>(st.total_steps, 1);
-  if (exporter) exporter->Attach(&seg, &stats, o, {steps_per_epoch, first, t_start});
+  const KindView kind_view(kind, o);  // what the exporter asks of the kind
+  if (exporter) exporter->Attach(&seg, &kind_view, &stats, o, {steps_per_epoch, first, t_start});
   const DetachOnExit detach(exporter.get());
   LogSegment(o, st.rd, seg, exporter.get(), log);
 
@@ -426,7 +434,8 @@ Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher,
   LossLog losses(log, seg.header()->config.log_every, first, &stats.history());
   const bool xent = o.model.loss == Loss::kXent;
   ProgressLine live(log, first, total, steps_per_epoch, t_start, stats.history(), xent);
-  ValidationProtocol validation({.eval_every = st.plan.eval_every,
+  ValidationProtocol validation(kind,
+                                {.eval_every = st.plan.eval_every,
                                  .early_stop = o.early_stop,
                                  .first_step = first,
                                  .total_steps = total,
@@ -436,12 +445,13 @@ Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher,
   // Several hosts: the unit that combines them (the combiner, the parameter server).
   const CrossHostUnit cross = kind.StartCrossHost(o, writes, hosts_share, run_stats);
   const DivergenceCause divergence(o, st.resume);
-  Supervisor sup(seg, writes, launcher, log, stats.workers(), SupervisorOptionsFor(o, divergence));
+  Supervisor sup(kind, seg, writes, launcher, log, stats.workers(),
+                 SupervisorOptionsFor(o, divergence));
   CheckpointPolicy checkpoints(CheckpointConfigFor(o, st, kind, cross.cut), seg, writes, log,
                                stats.checkpoints());
   FinalModel model(o, st.rd, divergence, &st.reserved[0]);
-  SummaryLine summary(o, first, st.rd.train.rows, t_start, log);
-  RunWatch watch(stats, std::move(events), t_start, xent, log);
+  SummaryLine summary(o, kind, first, st.rd.train.rows, t_start, log);
+  RunWatch watch(kind, stats, std::move(events), t_start, xent, log);
   const Status ran = loop.Run([&sup](int ms) { sup.Wait(ms); },
                               {&stop, &fault, &losses, &live, cross.unit.get(), &validation, &sup,
                                &checkpoints, &model, &summary, &watch});

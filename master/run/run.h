@@ -13,8 +13,9 @@
 #include <memory>
 
 #include "data/pipeline.h"
-#include "master/cli/log.h"
+#include "master/log/log.h"
 #include "master/hosts/hosts.h"
+#include "master/kinds/kind.h"
 #include "master/run/launcher.h"
 #include "master/run/signals.h"
 #include "monitoring/exporter.h"
@@ -26,14 +27,14 @@ namespace shmtrain::master {
 // The run's data (data/pipeline.h), which its units take.
 using data::RunData;
 
-// The most rows one worker's pass takes at once over a dataset of `rows` rows: in sync mode
-// its share of a batch, or of every row; in async mode a whole minibatch (the data pipeline's
-// RunSizing::worker_batch_rows).
-int64_t WorkerBatchRows(const TrainOptions& o, int64_t rows);
+// The most rows one worker's pass takes at once over a dataset of `rows` rows, as the run's
+// kind plans it: in sync mode its share of a batch, or of every row; in async mode a whole
+// minibatch (the data pipeline's RunSizing::worker_batch_rows).
+int64_t WorkerBatchRows(const KindPlan& kind, const TrainOptions& o, int64_t rows);
 
-// Image folders (data/image_folder.h): the warning for the files a load of `src` left out,
-// when it left any out.
-void WarnSkippedFiles(const data::Dataset& d, const std::string& src, Logger& log);
+// The data pipeline's sizing of a run of this kind (WorkerBatchRows, SegmentBytes); kind must
+// outlive it.
+data::RunSizing SizingOf(const RunKind& kind);
 
 // Runs a training to its end: this host's part of it when hosts.count() > 1 (opts.host_* must
 // match hosts). On failure, every worker is gone and the segment removed before this returns.
@@ -41,6 +42,12 @@ void WarnSkippedFiles(const data::Dataset& d, const std::string& src, Logger& lo
 // quantum, so the caller lets the process's exit close it instead.
 // hosts is shared with the run's cross-host thread, which a failure may leave behind.
 Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher,
+                const std::shared_ptr<Hosts>& hosts,
+                std::unique_ptr<monitoring::Exporter>* exporter);
+// The same run of the kind given: RunTrain above gives the kind of opts.mode over
+// opts.host_count hosts (KindOf, the one place the master picks it); the run holds it from
+// here on and every unit that differs by kind is handed it, or the role of it it needs.
+Status RunTrain(const TrainOptions& opts, const RunKind& kind, Logger& log, Launcher& launcher,
                 const std::shared_ptr<Hosts>& hosts,
                 std::unique_ptr<monitoring::Exporter>* exporter);
 

@@ -4,7 +4,6 @@
 #include <utility>
 
 #include "master/files/model_file.h"
-#include "master/kinds/kind.h"
 #include "master/run/run_summary.h"
 #include "nn/metrics.h"
 
@@ -40,7 +39,6 @@ void FinalModel::Save(RunEnd& end) {
 void SummaryLine::Report(RunEnd& end) {
   if (!end.status.ok()) return;
   RunSummary& s = end.summary;
-  s.mode = o_.mode;
   s.rule = o_.rule;
   s.workers = o_.workers;
   s.first_step = first_;
@@ -48,8 +46,8 @@ void SummaryLine::Report(RunEnd& end) {
   s.wall_s = (end.end_ns - t_start_) / 1e9;
   ReadWorkerCounters(end.seg, &s);
   s.hosts = o_.host_count;
-  KindOf(o_.mode, o_.host_count).AddTotals(&s, o_.batch > 0 ? o_.batch : rows_);
-  LogSummary(s, log_);
+  kind_.AddTotals(&s, o_.batch > 0 ? o_.batch : rows_);
+  LogSummary(kind_, s, log_);
 }
 
 }  // namespace shmtrain::master

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "master/cli/log.h"
+#include "master/log/log.h"
 #include "master/files/output_write.h"
 #include "master/run/divergence.h"
 #include "master/run/run.h"
@@ -40,13 +40,14 @@ class FinalModel final : public RunUnit {
 // training rows, restarts, validation, the cross-host combine).
 class SummaryLine final : public RunUnit {
  public:
-  SummaryLine(const TrainOptions& o, int64_t first_step, int64_t rows, int64_t t_start_ns,
-              Logger& log)
-      : o_(o), first_(first_step), rows_(rows), t_start_(t_start_ns), log_(log) {}
+  SummaryLine(const TrainOptions& o, const RunKind& kind, int64_t first_step, int64_t rows,
+              int64_t t_start_ns, Logger& log)
+      : o_(o), kind_(kind), first_(first_step), rows_(rows), t_start_(t_start_ns), log_(log) {}
   void Report(RunEnd& end) override;
 
  private:
   const TrainOptions& o_;
+  const RunKind& kind_;
   int64_t first_, rows_, t_start_;
   Logger& log_;
 };

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "master/cli/log.h"
+#include "master/log/log.h"
 #include "master/run/run_loop.h"
 #include "monitoring/run_history.h"
 

@@ -3,13 +3,12 @@
 #include <algorithm>
 #include <utility>
 
-#include "master/run/segment_reads.h"
 #include "shm/futex.h"
 
 namespace shmtrain::master {
 
-RunLoop::RunLoop(shm::Segment seg, RemovedOnDeath name)
-    : seg_(std::move(seg)), name_(std::move(name)) {}
+RunLoop::RunLoop(shm::Segment seg, RemovedOnDeath name, const SegmentProtocol& protocol)
+    : seg_(std::move(seg)), name_(std::move(name)), protocol_(protocol) {}
 
 Status RunLoop::Run(std::function<void(int)> sleep, std::vector<RunUnit*> units) {
   std::erase(units, nullptr);
@@ -24,7 +23,7 @@ Status RunLoop::Rounds(const std::function<void(int)>& sleep, const std::vector<
     int ms = kPollMs;
     for (const RunUnit* u : units) ms = std::min(ms, u->PollMs());
     sleep(ms);
-    const RunView view{seg_, Progress(seg_), shm::MonotonicNs()};
+    const RunView view{seg_, protocol_.Progress(seg_), shm::MonotonicNs()};
     for (RunUnit* u : units) {
       if (Verdict v = u->Tick(view); v.ends) return std::move(v.status);
     }
@@ -39,9 +38,9 @@ Status RunLoop::End(Status status, const std::vector<RunUnit*>& units) {
   RunEnd end{seg_, std::move(status)};
   for (RunUnit* u : units) u->Stop(end);
   if (end.status.ok()) {  // nothing runs any more: the state is final
-    end.end_step = Progress(seg_);
+    end.end_step = protocol_.Progress(seg_);
     end.end_ns = shm::MonotonicNs();
-    end.params = ParamsAfter(seg_, end.end_step);
+    end.params = protocol_.ParamsAfter(seg_, end.end_step);
   }
   for (RunUnit* u : units) u->Collect(end);
   for (RunUnit* u : units) u->Save(end);

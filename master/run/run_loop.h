@@ -3,7 +3,7 @@
 // A training run is the list RunTrain (master/run/run.cc) hands to RunLoop. The loop owns the
 // run's segment from the moment the run's start has filled it to the end of the run: units
 // read it through a const view (segment(), RunView, RunEnd) and make their few writes through
-// writes() (master/run/segment_writes.h, which names each with its unit). The loop:
+// writes() (master/unit/segment_writes.h, which names each with its unit). The loop:
 //  1. starts each unit in list order (the supervisor starts the workers);
 //  2. runs rounds. A round sleeps once, in the supervisor's poll() on the workers' pidfds (a
 //     worker's end wakes it at once; else it wakes after the shortest wait any unit asks
@@ -37,76 +37,22 @@
 #include <functional>
 #include <vector>
 
-#include "master/run/removed_on_death.h"
-#include "master/run/run_summary.h"
-#include "master/run/segment_writes.h"
+#include "master/kinds/kind.h"
+#include "master/unit/removed_on_death.h"
+#include "master/unit/run_unit.h"
+#include "master/unit/segment_writes.h"
 #include "shm/segment.h"
 #include "shmtrain/status.h"
 
 namespace shmtrain::master {
-
-// A round's longest sleep when no unit asks for less: a worker's death wakes it anyway.
-inline constexpr int kPollMs = 5;
-
-// What every unit sees of one round, the same for all: read-only. A unit that writes a word
-// of the segment (an ack, a release, the abort word) does it through the loop's writes().
-struct RunView {
-  const shm::Segment& seg;
-  int64_t progress = 0;  // Progress(seg), read once after the round's sleep
-  int64_t now_ns = 0;    // shm::MonotonicNs() then
-};
-
-// What a unit's round says of the run.
-struct Verdict {
-  bool ends = false;  // the run ends after this round
-  Status status;      // when it ends: ok if the workers' part is done, else why it ends
-
-  static Verdict GoOn() { return {}; }
-  static Verdict Done() { return {true, Status::Ok()}; }
-  // Goes on when s is ok; ends the run for s otherwise.
-  static Verdict EndIf(Status s) {
-    const bool ends = !s.ok();
-    return {ends, std::move(s)};
-  }
-};
-
-// How the run ended, shown to every unit at each step of the end.
-struct RunEnd {
-  const shm::Segment& seg;
-  Status status{};  // ok: every worker has finished its part; else why the run ends
-  // The rest only when the run is ending well, set by the loop after the Stop step:
-  int64_t end_step = 0;         // Progress(): total_steps, or earlier after an early stop
-  int64_t end_ns = 0;           // shm::MonotonicNs() at the end of the workers' part
-  std::vector<float> params{};  // the parameters after end_step, or those a unit keeps instead
-  RunSummary summary{};         // the summary line's figures, each from the unit that knows it
-};
-
-// One unit of the run loop. Every duty has a default that does nothing.
-class RunUnit {
- public:
-  virtual ~RunUnit() = default;
-  // Before the first round. Not ok: the run ends for that reason (no round runs).
-  virtual Status Start() { return Status::Ok(); }
-  // How soon this unit wants the next round, in milliseconds.
-  virtual int PollMs() const { return kPollMs; }
-  // One round.
-  virtual Verdict Tick(const RunView& view) {
-    (void)view;
-    return Verdict::GoOn();
-  }
-  // The steps of the run's end (above), in this order.
-  virtual void Stop(RunEnd& end) { (void)end; }
-  virtual void Collect(RunEnd& end) { (void)end; }
-  virtual void Save(RunEnd& end) { (void)end; }
-  virtual void Report(RunEnd& end) { (void)end; }
-};
 
 class RunLoop {
  public:
   // Takes the run's segment, filled and not yet seen by a worker, and the registration of its
   // name for main's last-resort handlers (master/run/signals.h), which the end's Stop step drops
   // with the name. The mapping goes when the loop is destroyed: declare the units after it.
-  RunLoop(shm::Segment seg, RemovedOnDeath name);
+  // protocol: the run's kind's reads of its progress and final parameters (must outlive it).
+  RunLoop(shm::Segment seg, RemovedOnDeath name, const SegmentProtocol& protocol);
   RunLoop(const RunLoop&) = delete;
   RunLoop& operator=(const RunLoop&) = delete;
 
@@ -125,6 +71,7 @@ class RunLoop {
 
   shm::Segment seg_;
   RemovedOnDeath name_;
+  const SegmentProtocol& protocol_;
   SegmentWrites writes_{seg_};
 };
 

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "master/kinds/kind.h"
 #include "master/run/segment_reads.h"
 #include "nn/cpu.h"
 
@@ -38,19 +37,21 @@ void ReadWorkerCounters(const shm::Segment& seg, RunSummary* s) {
   s->last_end_ns = shm::LoadRelaxed(h->last_end_ns);
 }
 
-double UsPerStep(const RunSummary& s) { return KindOf(s.mode, s.hosts).UsPerStep(s); }
+double UsPerStep(const KindReport& kind, const RunSummary& s) { return kind.UsPerStep(s); }
 
-std::string UsPerStepText(const RunSummary& s) {
-  const double us = UsPerStep(s);
+std::string UsPerStepText(const KindReport& kind, const RunSummary& s) {
+  const double us = UsPerStep(kind, s);
   if (std::isfinite(us)) return Fmt("%.2f", us) + " us/step";
   return "no time per step (sync steps are timed from the end of the first to the end of the "
          "last: it takes 2 steps or more)";
 }
 
-StepSplit SplitPerStep(const RunSummary& s) { return KindOf(s.mode, s.hosts).SplitPerStep(s); }
+StepSplit SplitPerStep(const KindReport& kind, const RunSummary& s) {
+  return kind.SplitPerStep(s);
+}
 
-std::string SplitText(const RunSummary& s) {
-  const StepSplit p = SplitPerStep(s);
+std::string SplitText(const KindReport& kind, const RunSummary& s) {
+  const StepSplit p = SplitPerStep(kind, s);
   if (std::isnan(p.compute_us)) return "";
   const double all = p.compute_us + p.reduce_us + p.barrier_us;
   auto part = [&](const char* name, double us) {
@@ -63,8 +64,7 @@ std::string SplitText(const RunSummary& s) {
   return text;
 }
 
-std::string SummaryText(const RunSummary& s) {
-  const RunKind& kind = KindOf(s.mode, s.hosts);
+std::string SummaryText(const RunKind& kind, const RunSummary& s) {
   std::string text = "done: " + std::to_string(s.end_step) + " " + kind.StepsWord() +
                      ", final loss " + Fmt("%.9g", s.final_loss);
   if (s.early_stop) {
@@ -80,10 +80,10 @@ std::string SummaryText(const RunSummary& s) {
   return text + ", " + Fmt("%.3f", s.wall_s) + " s, " + Fmt("%.0f", SamplesPerSecond(s)) +
          " samples/s, " + std::to_string(s.workers) + " worker" + (s.workers == 1 ? "" : "s") +
          (s.hosts > 1 ? " on each of " + std::to_string(s.hosts) + " hosts" : "") + ", " +
-         UsPerStepText(s);
+         UsPerStepText(kind, s);
 }
 
-JsonLine SummaryJson(const RunSummary& s) {
+JsonLine SummaryJson(const RunKind& kind, const RunSummary& s) {
   std::vector<double> rec = s.recoveries;
   std::sort(rec.begin(), rec.end());
   JsonLine j("summary");
@@ -93,8 +93,8 @@ JsonLine SummaryJson(const RunSummary& s) {
       .Num("samples_per_s", SamplesPerSecond(s))
       .Int("workers", s.workers)
       .Int("hosts", s.hosts)
-      .Num("us_per_step", UsPerStep(s))
-      .Str("mode", ToString(s.mode))
+      .Num("us_per_step", UsPerStep(kind, s))
+      .Str("mode", ToString(kind.mode()))
       .Str("kernels", nn::PathName(nn::UsedPath()))
       .Int("first_step", s.first_step)
       .Int("restarts", s.restarts)
@@ -105,7 +105,7 @@ JsonLine SummaryJson(const RunSummary& s) {
   if (s.early_stop) {
     j.Bool("stopped_early", s.stopped_early).Int("best_step", s.best_step);
   }
-  KindOf(s.mode, s.hosts).AddJson(s, &j);
+  kind.AddJson(s, &j);
   if (s.val_rows > 0) {
     j.Num("val_loss", s.val.loss);
     s.classification ? j.Num("val_accuracy", s.val.accuracy) : j.Num("val_rmse", s.val.rmse);
@@ -113,12 +113,12 @@ JsonLine SummaryJson(const RunSummary& s) {
   return j;
 }
 
-void LogSummary(const RunSummary& s, Logger& log) {
+void LogSummary(const RunKind& kind, const RunSummary& s, Logger& log) {
   // Text mode: on stderr with the other diagnostics, so stdout stays the loss log and `done:`.
   // JSON mode: the summary's step_*_us fields.
-  const std::string split = SplitText(s);
+  const std::string split = SplitText(kind, s);
   if (!log.json() && !split.empty()) log.Info(split, JsonLine("step_time"));
-  log.Line(SummaryText(s), SummaryJson(s));
+  log.Line(SummaryText(kind, s), SummaryJson(kind, s));
 }
 
 }  // namespace shmtrain::master

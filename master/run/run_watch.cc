@@ -22,9 +22,11 @@ Status OpenEventFile(const TrainOptions& o, std::unique_ptr<monitoring::EventFil
   return monitoring::EventFile::Create(o.tensorboard_dir, out);
 }
 
-RunWatch::RunWatch(monitoring::RunStats& stats, std::unique_ptr<monitoring::EventFile> file,
-                   int64_t t_start_ns, bool xent, Logger& log)
-    : stats_(stats),
+RunWatch::RunWatch(const RunKind& kind, monitoring::RunStats& stats,
+                   std::unique_ptr<monitoring::EventFile> file, int64_t t_start_ns, bool xent,
+                   Logger& log)
+    : kind_(kind),
+      stats_(stats),
       file_(std::move(file)),
       next_rate_ns_(t_start_ns + kRateNs),
       next_flush_ns_(t_start_ns + kFlushNs),
@@ -46,7 +48,7 @@ Verdict RunWatch::Tick(const RunView& view) {
 }
 
 void RunWatch::Report(RunEnd& end) {
-  const int64_t progress = Progress(end.seg);
+  const int64_t progress = kind_.Progress(end.seg);
   AddRate(end.seg, progress, end.status.ok() ? end.end_ns : shm::MonotonicNs());
   if (!file_) return;
   Write(end.seg, progress);
@@ -91,7 +93,7 @@ void RunWatch::Write(const shm::Segment& seg, int64_t progress) {
     f.Scalar("val/loss", val.step[i], val.a[i]);
     f.Scalar(xent_ ? "val/accuracy" : "val/rmse", val.step[i], val.b[i]);
   }
-  if (static_cast<Mode>(c.mode) == Mode::kAsync) {
+  if (kind_.ReportsStaleness()) {
     uint64_t updates = 0, tau = 0, dropped = 0;
     for (uint32_t r = 0; r < c.workers; ++r) {
       const shm::WorkerBlock* b = seg.block(static_cast<int>(r));

@@ -21,7 +21,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "master/cli/log.h"
+#include "master/log/log.h"
 #include "master/run/run_loop.h"
 #include "monitoring/run_stats.h"
 #include "monitoring/tfevents.h"
@@ -34,9 +34,11 @@ Status OpenEventFile(const TrainOptions& o, std::unique_ptr<monitoring::EventFil
 
 class RunWatch final : public RunUnit {
  public:
-  // file: the run's event file, or null (no --tensorboard, or a host other than host 0).
-  RunWatch(monitoring::RunStats& stats, std::unique_ptr<monitoring::EventFile> file,
-           int64_t t_start_ns, bool xent, Logger& log);
+  // kind: the run's (its progress, and whether its workers record staleness). file: the
+  // run's event file, or null (no --tensorboard, or a host other than host 0).
+  RunWatch(const RunKind& kind, monitoring::RunStats& stats,
+           std::unique_ptr<monitoring::EventFile> file, int64_t t_start_ns, bool xent,
+           Logger& log);
   Verdict Tick(const RunView& view) override;
   void Report(RunEnd& end) override;
 
@@ -45,6 +47,7 @@ class RunWatch final : public RunUnit {
   void Write(const shm::Segment& seg, int64_t progress);
   void Flush();
 
+  const RunKind& kind_;
   monitoring::RunStats& stats_;
   std::unique_ptr<monitoring::EventFile> file_;
   int64_t next_rate_ns_, next_flush_ns_;

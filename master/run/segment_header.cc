@@ -8,26 +8,26 @@
 #include <thread>
 
 #include "data/pipeline.h"
-#include "master/cli/flags.h"
-#include "master/kinds/kind.h"
+#include "master/flags/flags.h"
 #include "nn/layer.h"
 #include "nn/optimizer.h"
 #include "shm/segment.h"
 
 namespace shmtrain::master {
 
-shm::Header MakeHeader(const TrainOptions& o, const OptimConfig& optim, int64_t rows,
-                       int features, int64_t total_steps, int64_t eval_every) {
+shm::Header MakeHeader(const RunKind& kind, const TrainOptions& o, const OptimConfig& optim,
+                       int64_t rows, int features, int64_t total_steps, int64_t eval_every) {
   shm::Header proto{};
   shm::RunConfig& c = proto.config;
   for (const FlagDef& f : Flags()) {
     if (f.to_workers != nullptr) f.to_workers(o, &c);
   }
+  c.mode = static_cast<uint32_t>(kind.mode());
   c.loss = static_cast<uint32_t>(o.model.loss);
   c.input_shape[0] = o.model.input.c;
   c.input_shape[1] = o.model.input.h;
   c.input_shape[2] = o.model.input.w;
-  const std::string text = o.model.Text();  // shorter than the field (TrainOptions::Validate)
+  const std::string text = o.model.Text();  // shorter than the field (plan::Validate)
   std::snprintf(c.model, sizeof c.model, "%s", text.c_str());
   c.hosts = static_cast<uint32_t>(o.host_count);
   c.host_index = static_cast<uint32_t>(o.host_index);
@@ -43,7 +43,7 @@ shm::Header MakeHeader(const TrainOptions& o, const OptimConfig& optim, int64_t 
                   ? 50'000
                   : 0;
   c.master_pid = getpid();
-  c.eval_every = KindOf(o.mode, o.host_count).WorkersEvalEvery(eval_every);
+  c.eval_every = kind.WorkersEvalEvery(eval_every);
   // The snapshot ring: ranks run up to its length in evaluations ahead of the master's copy
   // (its 1 ms look), so a longer ring keeps fast epochs from waiting. Up to 16 snapshots
   // within 32 MiB, never fewer than 2. Early stopping needs exactly 2 (see run loop).
@@ -68,7 +68,8 @@ int64_t EvalEvery(const TrainOptions& o, int64_t rows) {
 }
 
 Status CheckConfig(const TrainOptions& o, const shm::Header& h) {
-  const shm::ConfigCheck check = shm::CheckRunConfig(h.config);
+  shm::ConfigCheck check = shm::CheckRunConfig(h.config);
+  if (check.ok()) check = data::CheckRunOptions(h.config);
   if (check.ok()) return Status::Ok();
   std::string source;
   switch (check.part) {
@@ -101,10 +102,11 @@ Status CheckConfig(const TrainOptions& o, const shm::Header& h) {
   return Status::Usage(source + ": the workers would refuse this run: " + check.status.message());
 }
 
-Status SegmentBytes(const TrainOptions& o, int64_t rows, int features, uint64_t* bytes) {
+Status SegmentBytes(const RunKind& kind, const TrainOptions& o, int64_t rows, int features,
+                    uint64_t* bytes) {
   OptimConfig optim;  // its state vectors count towards the segment's size
   if (Status s = nn::ResolveOptim(o, INT64_MAX, &optim); !s.ok()) return s;
-  const shm::Header proto = MakeHeader(o, optim, rows, features, 1, EvalEvery(o, rows));
+  const shm::Header proto = MakeHeader(kind, o, optim, rows, features, 1, EvalEvery(o, rows));
   if (Status s = CheckConfig(o, proto); !s.ok()) return s;
   *bytes = proto.total_size;
   return Status::Ok();

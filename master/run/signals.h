@@ -27,19 +27,11 @@
 #include <string>
 
 #include "core/signal_name.h"
-#include "master/run/removed_on_death.h"
-#include "master/run/run_loop.h"
+#include "master/unit/removed_on_death.h"
+#include "master/unit/run_unit.h"
+#include "master/unit/stop_flag.h"
 
 namespace shmtrain::master {
-
-// The signal that asked the run to stop (SIGINT, SIGTERM, SIGHUP, ...), 0 if none. Set by the
-// handler (on whichever thread the kernel picks: MPI's own threads among them, hence an
-// atomic, lock-free and so async-signal-safe).
-extern std::atomic<int> g_stop_signal;
-static_assert(std::atomic<int>::is_always_lock_free, "stored from a signal handler");
-inline bool StopRequested() {
-  return g_stop_signal.load() != 0;
-}
 
 // Ends the run at the first round after a stop signal, naming it and the step.
 class StopSignal final : public RunUnit {

@@ -73,7 +73,10 @@ Status RunSimulate(const TrainOptions& opts, const std::vector<int>& workers, bo
                    Logger& log) {
   TrainOptions o = opts;  // the pipeline sets a --model's input from the data
   RunData rd;
-  if (Status s = data::PrepareData(o, {WorkerBatchRows, SegmentBytes}, &rd); !s.ok()) return s;
+  // Sized as a real run of the options' kind (async on one host) would be.
+  if (Status s = data::PrepareData(o, SizingOf(KindOf(o.mode, o.host_count)), &rd); !s.ok()) {
+    return s;
+  }
   const bool xent = o.model.loss == Loss::kXent;
   const char* err_name = xent ? "held-out error" : "held-out RMSE";
   // A rule that diverged (its model's training loss is not finite) says so, not "-nan".

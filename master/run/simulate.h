@@ -11,7 +11,7 @@
 
 #include <vector>
 
-#include "master/cli/log.h"
+#include "master/log/log.h"
 #include "master/run/run.h"
 #include "shmtrain/options.h"
 #include "shmtrain/status.h"

@@ -37,15 +37,17 @@ std::string DescribeExit(int status) {
 
 }  // namespace
 
-Supervisor::Supervisor(const shm::Segment& seg, SegmentWrites& writes, Launcher& launcher,
-                       Logger& log, monitoring::WorkerStats& stats, const SupervisorOptions& opts)
-    : seg_(seg),
+Supervisor::Supervisor(const RunKind& kind, const shm::Segment& seg, SegmentWrites& writes,
+                       Launcher& launcher, Logger& log, monitoring::WorkerStats& stats,
+                       const SupervisorOptions& opts)
+    : protocol_(kind),
+      seg_(seg),
       writes_(writes),
       launcher_(launcher),
       log_(log),
       stats_(stats),
       opts_(opts),
-      deaths_(KindOf(seg.header()->config).MakeDeathRules(seg, writes, stats)),
+      deaths_(kind.MakeDeathRules(seg, writes, stats)),
       kids_(seg.header()->config.workers),
       chaos_rng_(nn::MixSeed(opts.chaos_seed, 0x43484153ull)) {  // "CHAS"
   if (opts_.chaos_every_ns > 0) {
@@ -191,13 +193,13 @@ Status Supervisor::OnExit(int r) {
   if (code == kWorkerDiverged) {
     // Not a fault of the process: a replacement would compute the same non-finite numbers.
     int64_t at = shm::LoadRelaxed(seg_.header()->diverged_step);
-    if (at == shm::kNoStop) at = Progress(seg_);
+    if (at == shm::kNoStop) at = protocol_.Progress(seg_);
     return Status::Diverged("training diverged at step " + std::to_string(at) +
                             ": the loss or gradient is not finite (NaN or infinite); " +
                             opts_.divergence.At(at));
   }
   const int64_t now = shm::MonotonicNs();
-  const int64_t progress = Progress(seg_);
+  const int64_t progress = protocol_.Progress(seg_);
   const Death d = WhyDied(r, code, now, progress);
   deaths_->Settle(r);
   if (!d.chaos && !d.victim) {

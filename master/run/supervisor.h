@@ -12,8 +12,8 @@
 //    (master/kinds/kind.h; master/kinds/sync.cc, master/kinds/async.cc).
 //  - A hung worker (no heartbeat for heartbeat_timeout) is SIGKILLed and replaced (reason hang).
 //  - More than max_restarts restarts within restart_window (chaos kills excepted), or more
-//    than max_restarts in a row while Progress() (master/run/segment_reads.h) stays put, is a crash
-//    loop: the run ends with a message naming the ranks and reasons.
+//    than max_restarts in a row while the kind's Progress() (master/kinds/kind.h) stays put,
+//    is a crash loop: the run ends with a message naming the ranks and reasons.
 //  - A worker that exits on a barrier timeout is usually a victim: the rank it waited for
 //    sent no heartbeat for about the barrier timeout. That rank is killed as hung and
 //    replaced; the victim is restarted without counting against the crash-loop budget.
@@ -37,12 +37,12 @@
 #include <string>
 #include <vector>
 
-#include "master/cli/log.h"
+#include "master/log/log.h"
 #include "master/kinds/kind.h"
 #include "master/run/divergence.h"
 #include "master/run/launcher.h"
 #include "master/run/run_loop.h"
-#include "master/run/segment_writes.h"
+#include "master/unit/segment_writes.h"
 #include "monitoring/run_stats.h"
 #include "nn/rng.h"
 #include "shm/segment.h"
@@ -63,8 +63,10 @@ struct SupervisorOptions {
 class Supervisor final : public RunUnit {
  public:
   // stats: the workers' part of the run's metrics (monitoring/run_stats.h), written here only.
-  Supervisor(const shm::Segment& seg, SegmentWrites& writes, Launcher& launcher, Logger& log,
-             monitoring::WorkerStats& stats, const SupervisorOptions& opts);
+  // kind: the run's (its progress and its rules for deaths); must outlive the supervisor.
+  Supervisor(const RunKind& kind, const shm::Segment& seg, SegmentWrites& writes,
+             Launcher& launcher, Logger& log, monitoring::WorkerStats& stats,
+             const SupervisorOptions& opts);
   ~Supervisor() override;  // SIGKILLs and reaps whatever still runs
   Supervisor(const Supervisor&) = delete;
   Supervisor& operator=(const Supervisor&) = delete;
@@ -144,6 +146,7 @@ class Supervisor final : public RunUnit {
   void AbortAll();
   void KillAll();
 
+  const SegmentProtocol& protocol_;
   const shm::Segment& seg_;
   SegmentWrites& writes_;
   Launcher& launcher_;

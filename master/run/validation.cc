@@ -25,8 +25,9 @@ std::string NonFiniteText(const nn::Metrics& m) {
 
 }  // namespace
 
-ValidationProtocol::ValidationProtocol(const ValidationPlan& plan, const ModelSpec& spec,
-                                       const data::Dataset& val, const shm::Segment& seg,
+ValidationProtocol::ValidationProtocol(const EvalRules& rules, const ValidationPlan& plan,
+                                       const ModelSpec& spec, const data::Dataset& val,
+                                       const shm::Segment& seg,
                                        SegmentWrites& writes, Logger& log,
                                        monitoring::ValidationStats& stats)
     : plan_(plan),
@@ -36,7 +37,7 @@ ValidationProtocol::ValidationProtocol(const ValidationPlan& plan, const ModelSp
       writes_(writes),
       log_(log),
       stats_(stats),
-      kind_(KindOf(seg.header()->config)),
+      kind_(rules),
       ack_after_eval_(kind_.RanksWaitForEvals() && plan.early_stop > 0),
       next_eval_(plan.first_step / std::max<int64_t>(plan.eval_every, 1) + 1),
       acked_(plan.first_step / std::max<int64_t>(plan.eval_every, 1)),

@@ -11,7 +11,7 @@
 //    to stop, stop_eval = k + 2 is stored (shm::RequestStop) before that ack: no rank passes
 //    the stop check of eval k + 2 before the master has decided on eval k, so the run stops
 //    right before step (k + 2) * eval_every in every run.
-//  - Async. Poll() copies W (CopyParamsAsync) once Progress() has reached the next
+//  - Async. Poll() copies W (the kind's TakeSnapshot) once its progress has reached the next
 //    evaluation step; an early stop is stop_eval = 0, and the workers stop at their next
 //    update.
 //  - Every result is logged (`validation at step ...`, JSON `validation`) and published to
@@ -37,10 +37,10 @@
 #include <vector>
 
 #include "data/dataset.h"
-#include "master/cli/log.h"
+#include "master/log/log.h"
 #include "master/run/evaluator.h"
 #include "master/run/run_loop.h"
-#include "master/run/segment_writes.h"
+#include "master/unit/segment_writes.h"
 #include "monitoring/run_stats.h"
 #include "nn/metrics.h"
 #include "shm/segment.h"
@@ -48,7 +48,7 @@
 
 namespace shmtrain::master {
 
-class RunKind;
+class EvalRules;
 
 struct ValidationPlan {
   int64_t eval_every = 0;       // steps (async: updates) between evaluations; 0 = none
@@ -61,9 +61,11 @@ struct ValidationPlan {
 
 class ValidationProtocol final : public RunUnit {
  public:
-  // spec, val, seg, log and stats (the validation's part of the run's metrics) must outlive
-  // the protocol. The mode, the workers and the parameter count are read from seg's header.
-  ValidationProtocol(const ValidationPlan& plan, const ModelSpec& spec, const data::Dataset& val,
+  // rules (the run's kind's, master/kinds/kind.h), spec, val, seg, log and stats (the
+  // validation's part of the run's metrics) must outlive the protocol. The workers and the
+  // parameter count are read from seg's header.
+  ValidationProtocol(const EvalRules& rules, const ValidationPlan& plan, const ModelSpec& spec,
+                     const data::Dataset& val,
                      const shm::Segment& seg, SegmentWrites& writes, Logger& log,
                      monitoring::ValidationStats& stats);
   ValidationProtocol(const ValidationProtocol&) = delete;
@@ -106,7 +108,7 @@ class ValidationProtocol final : public RunUnit {
   SegmentWrites& writes_;
   Logger& log_;
   monitoring::ValidationStats& stats_;
-  const RunKind& kind_;  // the run's (master/kinds/kind.h), from seg's header
+  const EvalRules& kind_;  // the run's kind's (master/kinds/kind.h)
   std::unique_ptr<Evaluator> evaluator_;  // null without validation
   // Sync with --early-stop: snapshots are acked once evaluated, not once copied.
   bool ack_after_eval_;

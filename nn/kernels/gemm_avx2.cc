@@ -39,8 +39,8 @@ constexpr int64_t kMr = 16, kNr = 6;
 constexpr int64_t kKc = 256, kMc = 128, kNc = 384;
 
 // 64-byte aligned floats from the standard library's aligned operator new, whose failure is
-// std::bad_alloc and unwinds to the command's one catch site (docs/errors.md): this file
-// throws nothing of its own.
+// std::bad_alloc, unwinding as nn/gemm.cc's SameA says (docs/errors.md): this file throws
+// nothing of its own and catches nothing.
 struct AlignedFree {
   void operator()(float* p) const { ::operator delete(p, std::align_val_t{64}); }
 };

@@ -36,7 +36,8 @@ constexpr int64_t kMc = 128, kNc = 768;  // kMc % kMr == 0, kNc % kNr == 0 (k: K
 
 // A scratch buffer of 64-byte aligned floats, kept between calls (workers are one thread).
 // The standard library's aligned operator new allocates it: its failure is std::bad_alloc,
-// which unwinds to the command's one catch site (docs/errors.md), the old buffer kept.
+// the old buffer kept, unwinding as nn/gemm.cc's SameA says (docs/errors.md): this file throws
+// nothing of its own and catches nothing.
 class Scratch {
  public:
   float* Get(int64_t n) {

@@ -1,10 +1,13 @@
 // What the master writes into a running training's segment: one method per word, each named
 // with the unit that writes it. The run loop (master/run/run_loop.h) owns the segment; its units
-// read it through a const view and write through this, so the words the master writes while
-// the workers run are listed here and nowhere else.
+// read it through a const view (a `const shm::Segment&`, whose accessors give pointers to
+// const: a store through it does not compile) and write through this, so the words the master
+// writes while the workers run are listed here and nowhere else, but for the regions and words
+// of the cross-host exchange threads, which ForExchange hands them.
 //
-// Every write is one of shm/barrier.h's or shm/layout.h's, with the memory order the protocol
-// of that word gives (shm/layout.h names each word's writers and readers).
+// Every write while workers run is one of shm/barrier.h's or shm/layout.h's, with the memory
+// order the protocol of that word gives (shm/layout.h names each word's writers and readers);
+// SetFirstEvalAck's, before any worker starts, is plain.
 #pragma once
 
 #include <cstdint>

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/decimal.h"
-#include "master/cli/output_thread.h"
+#include "master/log/output_thread.h"
 #include "shmtrain/options.h"
 #include "shmtrain/status.h"
 
@@ -58,7 +58,7 @@ class Logger {
   // Ok, or the first write to stdout that failed (WriteStdout); nothing more is written to
   // stdout after it. A command ends with it once its work is done (docs/failures.md, "Exit codes").
   Status stdout_status() const { return bg_ ? bg_->stdout_status() : stdout_; }
-  // From now on the lines are written by a thread of their own (master/cli/output_thread.h), so
+  // From now on the lines are written by a thread of their own (master/log/output_thread.h), so
   // a reader that stops reading never blocks the caller: train's run loop. Drain before the
   // process ends; stopping() says when a stopped run may leave unwritten lines behind.
   void WriteInBackground() { bg_ = std::make_unique<OutputThread>(); }

@@ -1,4 +1,4 @@
-#include "master/cli/log.h"
+#include "master/log/log.h"
 
 #include <stdio_ext.h>
 #include <unistd.h>

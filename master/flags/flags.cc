@@ -1,6 +1,6 @@
-// The flag table: every flag once (master/cli/flags.h says what comes from it). The value parsers
+// The flag table: every flag once (master/flags/flags.h says what comes from it). The value parsers
 // below make every message name the flag and quote the value as typed.
-#include "master/cli/flags.h"
+#include "master/flags/flags.h"
 
 #include <algorithm>
 #include <charconv>
@@ -400,7 +400,7 @@ FlagValue LabelCol() {
           }};
 }
 
-// --layers: the sizes; their count and each size are Validate's to check (after BuildModel,
+// --layers: the sizes; their count and each size are plan::Validate's to check (after BuildModel,
 // which refuses --layers with --model first).
 FlagValue Layers() {
   return {[](Command* c, const FlagDef& f, std::string_view v) {
@@ -637,7 +637,7 @@ std::vector<FlagDef> FormatFlags() {
   return {
       {.name = "--format", .arg = data::FormatNames("|"),
        .help = "data file format (default {default}: by name, then by content)", .deflt = "auto",
-       .value = Choice(In<&TO::file, &DF::format>(), data::ParseFormat), .group = kData,
+       .value = Choice(In<&TO::file, &DF::format>(), data::ParseFormatName), .group = kData,
        .commands = kReadsData},
       {.name = "--label-col", .arg = "K|NAME",
        .help = "label column of a CSV: 0-based index {limits} (-1 = the last), or its name in "

@@ -1,4 +1,4 @@
-#include "master/cli/output_thread.h"
+#include "master/log/output_thread.h"
 
 #include <unistd.h>
 

@@ -1,9 +1,9 @@
-// Every flag of every command, declared once (master/cli/flags.cc): its name, value, default,
+// Every flag of every command, declared once (master/flags/flags.cc): its name, value, default,
 // limits, help, the field it fills, the commands that take it, and whether the workers or the
 // run fingerprint depend on it.
 //
 // From the table come: the CLI11 wiring and --help (master/cli/cli.cc); the check of each value
-// against its limits, made as the command line is read, their one home (TrainOptions::Validate
+// against its limits, made as the command line is read, their one home (plan::Validate
 // checks the fields against each other, never one field's limits); the segment's copy of what
 // the workers read (to_workers, applied by MakeHeader in master/run/segment_header.cc); the list of
 // flags in docs/guide.md, which tests/flags_test.cc compares with the table (and rewrites when
@@ -23,7 +23,7 @@
 #include <string_view>
 #include <vector>
 
-#include "master/cli/cli.h"
+#include "master/flags/command.h"
 #include "shm/layout.h"
 
 namespace shmtrain::master {
