@@ -156,19 +156,21 @@ struct LayerType {
   // caller names the layer). A kWindows layer is given images only (ResolveShapes).
   Status (*out_shape)(const LayerSpec& spec, Shape in, Shape* out);
   // The parameter blocks in the flat vector's order; null: none.
-  std::vector<ParamBlock> (*params)(const LayerSpec& spec, Shape in);
+  std::vector<ParamBlock> (*params)(const LayerSpec& spec, Shape in) = nullptr;
   // Fills the blocks (their sizes' sum) from rng, in the flat vector's order; null: none.
-  void (*init)(const LayerSpec& spec, Shape in, Init init, Rng& rng, float* params);
+  void (*init)(const LayerSpec& spec, Shape in, Init init, Rng& rng, float* params) = nullptr;
   // Writes the blocks in PyTorch's layout (block after block, each row-major in its
   // torch_shape) from ours; null: the layouts are the same.
-  void (*to_torch)(const LayerSpec& spec, Shape in, const float* ours, float* torch);
+  void (*to_torch)(const LayerSpec& spec, Shape in, const float* ours, float* torch) = nullptr;
   // The elements of the layer's own scratch (besides its input and output) after passes over up
   // to n samples, forward only or (backward) forward and backward: what the layer allocates,
   // from the same computation (an upper bound where more decides it: the first layer's backward
   // pass computes no dx), since nn::PassBytes counts it for the memory check. Null: none.
-  int64_t (*scratch)(const LayerSpec& spec, Shape in, Shape out, int64_t n, bool backward);
-  LayerMaker<float> make_float;
-  LayerMaker<double> make_double;
+  int64_t (*scratch)(const LayerSpec& spec, Shape in, Shape out, int64_t n,
+                     bool backward) = nullptr;
+  // Set by TypeOf (nn/layers/type_of.h).
+  LayerMaker<float> make_float = nullptr;
+  LayerMaker<double> make_double = nullptr;
   // The doubles a training pass of this layer hands to StatsCrossing (batch norm: 4 per
   // channel); null: none.
   int64_t (*stats)(const LayerSpec& spec, Shape in) = nullptr;

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# Builds and runs the tests in three configurations, each with what it can find
-# (tests/CMakeLists.txt labels every test executable):
-#   plain  the normal build: every test, the benchmarks built;
+# Checks the sources' format (scripts/format-check.sh), then builds and runs the tests in three
+# configurations, each with what it can find (tests/CMakeLists.txt labels every test
+# executable):
+#   plain  the normal build: every test, the benchmarks built (the build's defaults leave both
+#          out: the trainer alone, README's first command);
 #   asan   ASan+UBSan: parsers, model files, checkpoints, layers, every process and fault
 #          path;
 #   tsan   TSan: the master's threads (CSV loader, validation evaluator, metrics exporter,
 #          cross-host combiner and parameter server);
 # then fuzzes every parser for a short fixed time (scripts/fuzz.sh, with the targets of the
 # ASan build; any finding fails).
-# Usage: scripts/test.sh [all|plain|asan|tsan|fuzz]   (default: all)
+# Usage: scripts/test.sh [all|format|plain|asan|tsan|fuzz]   (default: all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
@@ -69,19 +71,22 @@ asan_build() {
   CC=clang CXX=clang++ build build-asan \
     "shmtrain shmtrain-worker unit_tests threaded_unit_tests cli_tests fuzz_all" "${asan_args[@]}"
 }
-asan_args=(-DSHMTRAIN_SANITIZE=address -DSHMTRAIN_FUZZ=ON -DSHMTRAIN_BENCH=OFF)
+asan_args=(-DSHMTRAIN_SANITIZE=address -DSHMTRAIN_FUZZ=ON -DSHMTRAIN_TESTS=ON -DSHMTRAIN_BENCH=OFF)
 tsan_build() {
   CC=clang CXX=clang++ build build-tsan \
     "shmtrain shmtrain-worker threaded_unit_tests realdata_tests metrics_tests hosts_tests" \
-    -DSHMTRAIN_SANITIZE=thread -DSHMTRAIN_BENCH=OFF
+    -DSHMTRAIN_SANITIZE=thread -DSHMTRAIN_TESTS=ON -DSHMTRAIN_BENCH=OFF
 }
 # halt_on_error makes a report fail the test.
 export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 
+if [[ $what == all || $what == format ]]; then
+  bash scripts/format-check.sh
+fi
 if [[ $what == all || $what == plain ]]; then
   t0=$SECONDS
-  build build "" -DCMAKE_BUILD_TYPE=Release
+  build build "" -DCMAKE_BUILD_TYPE=Release -DSHMTRAIN_TESTS=ON -DSHMTRAIN_BENCH=ON
   echo "test.sh: build: built in $((SECONDS - t0)) s"
   # Three tests at once on two cores: most of a test is a process starting or waiting for
   # another (ASan's 707 tests: 131 s at -j2, 110 s at -j3).

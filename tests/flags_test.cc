@@ -72,6 +72,20 @@ TEST(FlagTable, FormatChoicesAreTheRegistrysNames) {
   EXPECT_EQ(rows, 1);
 }
 
+// --data's rows name every format of the registry, image folders among them.
+TEST(FlagTable, DataRowsNameEveryRegisteredFormat) {
+  int rows = 0;
+  for (const FlagDef& f : Flags()) {
+    if (f.name != "--data") continue;
+    ++rows;
+    const std::string help = HelpOf(f);
+    for (const data::DataFormatDef* d : data::Formats()) {
+      EXPECT_NE(help.find(d->noun), std::string::npos) << help << " lacks " << d->noun;
+    }
+  }
+  EXPECT_EQ(rows, 3);
+}
+
 TEST(FlagTable, DefaultsAreTheOptionsDefaults) {
   for (const FlagDef& f : Flags()) {
     if (f.deflt.empty()) continue;

@@ -279,6 +279,15 @@ INSTANTIATE_TEST_SUITE_P(Registry, EveryLayer, ::testing::ValuesIn(Cases()),
                            return s;
                          });
 
+// TypeOf (nn/layers/type_of.h) gives every registered type its makers; the rest of its
+// LayerType may leave a hook out (null).
+TEST(LayerTypes, EveryTypeMakesItsLayerInBothPrecisions) {
+  for (const LayerType* t : LayerTypes()) {
+    EXPECT_NE(t->make_float, nullptr) << t->name;
+    EXPECT_NE(t->make_double, nullptr) << t->name;
+  }
+}
+
 TEST(EveryLayerCases, CoverEveryRegisteredTypeAndItsOptionalArguments) {
   const std::vector<Case> cases = Cases();
   for (const LayerType* t : LayerTypes()) {

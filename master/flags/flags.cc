@@ -541,6 +541,20 @@ FlagValue SimWorkers() {
           [](const Command& c, const FlagDef&) { return ShowList(c.sim_workers); }};
 }
 
+// The registered data formats, for --data's help: "CSV files, LIBSVM files, IDX data, NumPy
+// data or image folders" (formats of one noun, .npy and .npz, once).
+std::string DataFormatList() {
+  std::vector<std::string> nouns;
+  for (const data::DataFormatDef* d : data::Formats()) {
+    if (std::find(nouns.begin(), nouns.end(), d->noun) == nouns.end()) nouns.push_back(d->noun);
+  }
+  std::string s;
+  for (size_t i = 0; i < nouns.size(); ++i) {
+    s += (i == 0 ? "" : i + 1 == nouns.size() ? " or " : ", ") + nouns[i];
+  }
+  return s;
+}
+
 // The registered layers with their arguments, for --model's help: "linear(out), conv2d(out,
 // kernel, stride=1, padding=0), ..., residual(LAYERS[|SHORTCUT])".
 std::string LayerList() {
@@ -577,15 +591,14 @@ std::vector<FlagDef> DataFlags() {
        .commands = kTrainCmd, .workers = true, .to_workers = Copy<&TO::mode, &RC::mode>,
        .trajectory = true},
       {.name = "--data", .arg = "FILE",
-       .help = "training data: CSV (numeric features, a label column), LIBSVM, IDX (.gz too) or "
-               "NumPy .npy/.npz ({default})",
+       .help = "training data: " + DataFormatList() + " ({default})",
        .deflt_words = "required, or --example", .value = Text(Opt(&TO::data_path)), .group = kData,
        .commands = kTrainSim},
       {.name = "--data", .arg = "FILE",
-       .help = "data to evaluate: CSV, LIBSVM, IDX or NumPy ({default})", .deflt_words = "required",
+       .help = "data to evaluate: " + DataFormatList() + " ({default})", .deflt_words = "required",
        .value = Text(Opt(&TO::data_path)), .group = kData, .commands = kEvalCmd},
       {.name = "--data", .arg = "FILE",
-       .help = "data to predict: CSV, LIBSVM, IDX or NumPy ({default})", .deflt_words = "required",
+       .help = "data to predict: " + DataFormatList() + " ({default})", .deflt_words = "required",
        .value = Text(Opt(&TO::data_path)), .group = kData, .commands = kPredictCmd},
       {.name = "--labels", .arg = "FILE",
        .help = "the labels of IDX or .npy data: an IDX, .npy or .npz file (default: {default})",

@@ -6,6 +6,7 @@
 #include <Eigen/Core>
 
 #include "nn/layer.h"
+#include "nn/layers/type_of.h"
 
 namespace shmtrain::nn {
 namespace {
@@ -46,18 +47,12 @@ struct Elementwise {
 
 template <Fn F>
 LayerType Type(const char* name, const char* torch, const char* summary) {
-  return {.name = name,
-          .torch = torch,
-          .summary = summary,
-          .args = {},
-          .spatial = Spatial::kKeeps,
-          .out_shape = SameShape,
-          .params = nullptr,
-          .init = nullptr,
-          .to_torch = nullptr,
-          .scratch = nullptr,
-          .make_float = MakeLayer<Elementwise<F>::template Layer, float>,
-          .make_double = MakeLayer<Elementwise<F>::template Layer, double>};
+  return TypeOf<Elementwise<F>::template Layer>({.name = name,
+                                                 .torch = torch,
+                                                 .summary = summary,
+                                                 .args = {},
+                                                 .spatial = Spatial::kKeeps,
+                                                 .out_shape = SameShape});
 }
 
 }  // namespace

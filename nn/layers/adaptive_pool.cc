@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "nn/layer.h"
+#include "nn/layers/type_of.h"
 
 namespace shmtrain::nn {
 namespace {
@@ -81,19 +82,13 @@ Status OutShape(const LayerSpec& spec, Shape in, Shape* out) {
 
 }  // namespace
 
-extern const LayerType kAdaptiveAvgPool2d = {
+extern const LayerType kAdaptiveAvgPool2d = TypeOf<AdaptiveAvgPool2d>({
     .name = "adaptiveavgpool2d",
     .torch = "AdaptiveAvgPool2d",
     .summary = "the mean of each of output_size x output_size bins (1: global average pooling)",
     .args = {{"output_size", true, 0, 1, 1024, true}},
     .spatial = Spatial::kWindows,
     .out_shape = OutShape,
-    .params = nullptr,
-    .init = nullptr,
-    .to_torch = nullptr,
-    .scratch = nullptr,
-    .make_float = MakeLayer<AdaptiveAvgPool2d, float>,
-    .make_double = MakeLayer<AdaptiveAvgPool2d, double>,
-};
+});
 
 }  // namespace shmtrain::nn

@@ -29,6 +29,7 @@
 
 #include "nn/batch_norm.h"
 #include "nn/layer.h"
+#include "nn/layers/type_of.h"
 
 namespace shmtrain::nn {
 namespace {
@@ -178,19 +179,16 @@ Status FlatOnly(const LayerSpec& spec, Shape in, Shape* out) {
 // The two types differ in their names and in what input they take.
 LayerType BatchNormType(const char* name, const char* torch, const char* summary, Spatial spatial,
                         Status (*out_shape)(const LayerSpec&, Shape, Shape*)) {
-  return {.name = name,
-          .torch = torch,
-          .summary = summary,
-          .args = {{"eps", false, 1e-5, 1e-12, 1, false}, {"momentum", false, 0.1, 0, 1, false}},
-          .spatial = spatial,
-          .out_shape = out_shape,
-          .params = Params,
-          .init = Init,
-          .to_torch = nullptr,
-          .scratch = nullptr,
-          .make_float = MakeLayer<BatchNorm, float>,
-          .make_double = MakeLayer<BatchNorm, double>,
-          .stats = Stats};
+  return TypeOf<BatchNorm>(
+      {.name = name,
+       .torch = torch,
+       .summary = summary,
+       .args = {{"eps", false, 1e-5, 1e-12, 1, false}, {"momentum", false, 0.1, 0, 1, false}},
+       .spatial = spatial,
+       .out_shape = out_shape,
+       .params = Params,
+       .init = Init,
+       .stats = Stats});
 }
 
 }  // namespace

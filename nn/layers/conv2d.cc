@@ -45,6 +45,7 @@
 #include "nn/kernels/direct_conv.h"
 #include "nn/kernels/direct_conv_packets.h"
 #include "nn/layer.h"
+#include "nn/layers/type_of.h"
 #include "nn/rng.h"
 
 namespace shmtrain::nn {
@@ -440,7 +441,7 @@ void ToTorch(const LayerSpec& spec, Shape in, const float* ours, float* torch) {
 
 }  // namespace
 
-extern const LayerType kConv2d = {
+extern const LayerType kConv2d = TypeOf<Conv2d>({
     .name = "conv2d",
     .torch = "Conv2d",
     .summary = "2-D convolution: out channels, a kernel x kernel window, zero padding, a bias "
@@ -456,8 +457,6 @@ extern const LayerType kConv2d = {
     .init = InitConv,
     .to_torch = ToTorch,
     .scratch = Scratch,
-    .make_float = MakeLayer<Conv2d, float>,
-    .make_double = MakeLayer<Conv2d, double>,
-};
+});
 
 }  // namespace shmtrain::nn

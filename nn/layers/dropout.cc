@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "nn/layer.h"
+#include "nn/layers/type_of.h"
 #include "nn/rng.h"
 
 namespace shmtrain::nn {
@@ -53,19 +54,13 @@ class Dropout final : public Layer<S> {
 
 }  // namespace
 
-extern const LayerType kDropout = {
+extern const LayerType kDropout = TypeOf<Dropout>({
     .name = "dropout",
     .torch = "Dropout",
     .summary = "in training, zeroes each unit with probability p and scales the rest by 1/(1-p)",
     .args = {{"p", false, 0.5, 0, 0.99, false}},
     .spatial = Spatial::kKeeps,
     .out_shape = SameShape,
-    .params = nullptr,
-    .init = nullptr,
-    .to_torch = nullptr,
-    .scratch = nullptr,
-    .make_float = MakeLayer<Dropout, float>,
-    .make_double = MakeLayer<Dropout, double>,
-};
+});
 
 }  // namespace shmtrain::nn

@@ -4,6 +4,7 @@
 #include <Eigen/Core>
 
 #include "nn/layer.h"
+#include "nn/layers/type_of.h"
 
 namespace shmtrain::nn {
 namespace {
@@ -44,19 +45,13 @@ Status OutShape(const LayerSpec&, Shape in, Shape* out) {
 
 }  // namespace
 
-extern const LayerType kFlatten = {
+extern const LayerType kFlatten = TypeOf<Flatten>({
     .name = "flatten",
     .torch = "Flatten",
     .summary = "(c, h, w) to c*h*w features, in PyTorch's order",
     .args = {},
     .spatial = Spatial::kFlattens,
     .out_shape = OutShape,
-    .params = nullptr,
-    .init = nullptr,
-    .to_torch = nullptr,
-    .scratch = nullptr,
-    .make_float = MakeLayer<Flatten, float>,
-    .make_double = MakeLayer<Flatten, double>,
-};
+});
 
 }  // namespace shmtrain::nn

@@ -10,6 +10,7 @@
 
 #include "nn/gemm.h"
 #include "nn/layer.h"
+#include "nn/layers/type_of.h"
 #include "nn/rng.h"
 
 namespace shmtrain::nn {
@@ -116,7 +117,7 @@ void ToTorch(const LayerSpec& spec, Shape in, const float* ours, float* torch) {
 
 }  // namespace
 
-extern const LayerType kLinear = {
+extern const LayerType kLinear = TypeOf<Linear>({
     .name = "linear",
     .torch = "Linear",
     .summary = "y = W x + b over the flattened input; out units",
@@ -126,9 +127,6 @@ extern const LayerType kLinear = {
     .params = Params,
     .init = InitLinear,
     .to_torch = ToTorch,
-    .scratch = nullptr,
-    .make_float = MakeLayer<Linear, float>,
-    .make_double = MakeLayer<Linear, double>,
-};
+});
 
 }  // namespace shmtrain::nn

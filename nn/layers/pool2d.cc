@@ -11,6 +11,7 @@
 #include <algorithm>
 
 #include "nn/layer.h"
+#include "nn/layers/type_of.h"
 
 namespace shmtrain::nn {
 namespace {
@@ -143,18 +144,13 @@ Status OutShape(const LayerSpec& spec, Shape in, Shape* out) {
 
 template <Pool P>
 LayerType Type(const char* name, const char* torch, const char* summary) {
-  return {.name = name,
-          .torch = torch,
-          .summary = summary,
-          .args = {{"kernel", true, 0, 1, 1024, true}, {"stride", false, 0, 0, 1024, true}},
-          .spatial = Spatial::kWindows,
-          .out_shape = OutShape,
-          .params = nullptr,
-          .init = nullptr,
-          .to_torch = nullptr,
-          .scratch = nullptr,
-          .make_float = MakeLayer<Pooling<P>::template Layer, float>,
-          .make_double = MakeLayer<Pooling<P>::template Layer, double>};
+  return TypeOf<Pooling<P>::template Layer>(
+      {.name = name,
+       .torch = torch,
+       .summary = summary,
+       .args = {{"kernel", true, 0, 1, 1024, true}, {"stride", false, 0, 0, 1024, true}},
+       .spatial = Spatial::kWindows,
+       .out_shape = OutShape});
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include <string>
 
 #include "nn/layer.h"
+#include "nn/layers/type_of.h"
 #include "nn/net.h"
 
 namespace shmtrain::nn {
@@ -218,12 +219,11 @@ int64_t Stats(const LayerSpec& spec, Shape in) {
 
 }  // namespace
 
-extern const LayerType kResidual = {
+extern const LayerType kResidual = TypeOf<Residual>({
     .name = "residual",
     .torch = "Residual",
-    .summary =
-        "body(x) + x, or body(x) + shortcut(x): residual(LAYERS) or "
-        "residual(LAYERS | SHORTCUT), any layers, blocks too",
+    .summary = "body(x) + x, or body(x) + shortcut(x): residual(LAYERS) or "
+               "residual(LAYERS | SHORTCUT), any layers, blocks too",
     .args = {},
     .spatial = Spatial::kBlock,
     .out_shape = ResolveBlock,
@@ -231,9 +231,7 @@ extern const LayerType kResidual = {
     .init = InitBlock,
     .to_torch = ToTorch,
     .scratch = Scratch,
-    .make_float = MakeLayer<Residual, float>,
-    .make_double = MakeLayer<Residual, double>,
     .stats = Stats,
-};
+});
 
 }  // namespace shmtrain::nn
