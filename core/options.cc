@@ -32,7 +32,8 @@ Status ParseHostPort(std::string_view addr, HostPort* out) {
     }
     hp.host = std::string(addr.substr(1, close - 1));
     hp.ipv6 = true;
-    if (hp.host.empty() || hp.host.find_first_not_of("0123456789abcdefABCDEF:.") != std::string::npos ||
+    if (hp.host.empty() ||
+        hp.host.find_first_not_of("0123456789abcdefABCDEF:.") != std::string::npos ||
         hp.host.find(':') == std::string::npos) {
       return Status::Usage("'" + hp.host + "' is not an IPv6 address");
     }

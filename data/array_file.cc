@@ -160,8 +160,13 @@ Status ParseDescr(const ByteSource& src, const std::string& d, ArrayHeader* h) {
   if (d.size() < 2) return Bad(src, what + " is not understood");
   const char order = d[0], kind = d[1];
   const std::string size = d.substr(2);
-  if (kind == 'O') return Bad(src, what + " is an object array, which is not supported (save numbers, e.g. x.astype('float32'))");
-  if (kind == 'U' || kind == 'S' || kind == 'a') return Bad(src, what + " holds text, which is not supported (numeric arrays only)");
+  if (kind == 'O')
+    return Bad(
+        src,
+        what +
+            " is an object array, which is not supported (save numbers, e.g. x.astype('float32'))");
+  if (kind == 'U' || kind == 'S' || kind == 'a')
+    return Bad(src, what + " holds text, which is not supported (numeric arrays only)");
   static const struct { char kind; const char* size; ElemType type; } kTypes[] = {
       {'u', "1", ElemType::kU8},  {'i', "1", ElemType::kI8},  {'u', "2", ElemType::kU16},
       {'i', "2", ElemType::kI16}, {'u', "4", ElemType::kU32}, {'i', "4", ElemType::kI32},
@@ -189,7 +194,8 @@ Status ReadNpyDict(ByteSource& src, std::string* dict) {
   }
   const int major = pre[6];
   if (major < 1 || major > 3) {
-    return Bad(src, "NPY format version " + std::to_string(major) + "." + std::to_string(pre[7]) + " is not supported (1.0 to 3.0)");
+    return Bad(src, "NPY format version " + std::to_string(major) + "." + std::to_string(pre[7]) +
+                        " is not supported (1.0 to 3.0)");
   }
   unsigned char len[4] = {0, 0, 0, 0};
   const size_t width = major == 1 ? 2 : 4;
@@ -231,8 +237,10 @@ Status Convert(const ByteSource& src, const unsigned char* raw, int64_t n, bool 
         return Bad(src, value + " is too large for a 32-bit float");
       }
     } else if constexpr (std::is_same_v<Out, double> && sizeof(T) == 8) {
-      if (v > static_cast<T>(int64_t{1} << 53) || (std::is_signed_v<T> && v < -(static_cast<T>(int64_t{1} << 53)))) {
-        return Bad(src, where(base + i) + ": value " + std::to_string(v) + " is too large to be a label (beyond 2^53)");
+      if (v > static_cast<T>(int64_t{1} << 53) ||
+          (std::is_signed_v<T> && v < -(static_cast<T>(int64_t{1} << 53)))) {
+        return Bad(src, where(base + i) + ": value " + std::to_string(v) +
+                            " is too large to be a label (beyond 2^53)");
       }
     }
     out[i] = static_cast<Out>(static_cast<double>(v));
@@ -276,7 +284,8 @@ Status ReadAs(ArrayReader& r, int64_t count, std::vector<Out>* out, const Elemen
   if (Status s = CheckDataSize(r); !s.ok()) return s;
   const int size = r.header.ElemSize();
   const bool swap = r.header.big_endian != (std::endian::native == std::endian::big);
-  std::vector<unsigned char> raw(std::min<size_t>(kBlockBytes, static_cast<size_t>(count) * size + 1));
+  std::vector<unsigned char> raw(
+      std::min<size_t>(kBlockBytes, static_cast<size_t>(count) * size + 1));
   const int64_t per_block = static_cast<int64_t>(raw.size()) / size;
   out->clear();
   // A size known exactly is had up front; any other only as the bytes arrive.
@@ -331,7 +340,8 @@ Status ReadIdxHeader(std::unique_ptr<ByteSource> src, ArrayReader* out) {
   static const struct { unsigned char code; ElemType type; } kTypes[] = {
       {0x08, ElemType::kU8},  {0x09, ElemType::kI8},  {0x0B, ElemType::kI16},
       {0x0C, ElemType::kI32}, {0x0D, ElemType::kF32}, {0x0E, ElemType::kF64}};
-  const auto t = std::find_if(std::begin(kTypes), std::end(kTypes), [&](const auto& k) { return k.code == m[2]; });
+  const auto t = std::find_if(std::begin(kTypes), std::end(kTypes),
+                              [&](const auto& k) { return k.code == m[2]; });
   if (m[0] != 0 || m[1] != 0 || t == std::end(kTypes) || m[3] == 0) {
     char hex[16];
     std::snprintf(hex, sizeof hex, "%02x%02x%02x%02x", m[0], m[1], m[2], m[3]);
@@ -346,7 +356,8 @@ Status ReadIdxHeader(std::unique_ptr<ByteSource> src, ArrayReader* out) {
   if (Status s = ReadExact(*src, dims.data(), dims.size(), "the IDX dimensions"); !s.ok()) return s;
   for (int d = 0; d < m[3]; ++d) {
     const unsigned char* p = &dims[4 * d];
-    h.shape.push_back(static_cast<int64_t>(static_cast<uint32_t>(p[0]) << 24 | p[1] << 16 | p[2] << 8 | p[3]));
+    h.shape.push_back(
+        static_cast<int64_t>(static_cast<uint32_t>(p[0]) << 24 | p[1] << 16 | p[2] << 8 | p[3]));
   }
   if (h.Count() < 0) return Bad(*src, h.Describe() + " is too large");
   out->src = std::move(src);
@@ -365,7 +376,8 @@ Status ReadNpyHeader(std::unique_ptr<ByteSource> src, ArrayReader* out) {
   bool have_descr = false, have_order = false, have_shape = false;
   for (const auto& [key, v] : items) {
     if (key == "descr") {
-      if (v.kind != Literal::kString) return Bad(*src, "structured dtypes are not supported (a plain numeric array only)");
+      if (v.kind != Literal::kString)
+        return Bad(*src, "structured dtypes are not supported (a plain numeric array only)");
       if (Status s = ParseDescr(*src, v.text, &h); !s.ok()) return s;
       have_descr = true;
     } else if (key == "fortran_order" && v.kind == Literal::kBool) {

@@ -78,7 +78,8 @@ Status OpenLabels(const std::string& path, ArrayKind format, const LoadOptions& 
 
 // Rows and features of the features array: the first dimension, and the product of the rest.
 Status ShapeOf(const std::string& path, const ArrayHeader& h, int64_t* rows, int* features) {
-  if (h.shape.empty()) return Status::Data(path + ": " + h.Describe() + " has no rows (a 0-d array)");
+  if (h.shape.empty())
+    return Status::Data(path + ": " + h.Describe() + " has no rows (a 0-d array)");
   int64_t f = 1;
   bool overflow = false;
   for (size_t d = 1; d < h.shape.size(); ++d) overflow |= __builtin_mul_overflow(f, h.shape[d], &f);
@@ -117,7 +118,8 @@ Status Targets(const std::string& name, const LoadOptions& opts, const std::vect
     static const double kFloatOverflow = std::ldexp(1.0, 128) - std::ldexp(1.0, 103);
     for (size_t i = 0; i < v.size(); ++i) {
       if (std::fabs(v[i]) >= kFloatOverflow) {
-        return Status::Data(name + ": label " + std::to_string(i) + ": value is too large for a 32-bit float");
+        return Status::Data(name + ": label " + std::to_string(i) +
+                            ": value is too large for a 32-bit float");
       }
       ds->y[i] = static_cast<float>(v[i]);
     }

@@ -78,12 +78,14 @@ Status AugmentSpec::Decode(const uint32_t (&words)[kMaxAugmentItems], AugmentSpe
     if (kind == 0 && pad == 0) {
       // The items end at the first empty word; none may follow it.
       for (int j = i + 1; j < kMaxAugmentItems; ++j) {
-        if (words[j] != 0) return Status::Data("augmentation item " + std::to_string(j) + " after an empty one");
+        if (words[j] != 0)
+          return Status::Data("augmentation item " + std::to_string(j) + " after an empty one");
       }
       break;
     }
     const auto k = static_cast<AugmentKind>(kind);
-    const bool known = (k == AugmentKind::kCrop && pad >= 1) || (k == AugmentKind::kHflip && pad == 0);
+    const bool known =
+        (k == AugmentKind::kCrop && pad >= 1) || (k == AugmentKind::kHflip && pad == 0);
     if (!known || Has(s, k)) {
       return Status::Data("augmentation word " + std::to_string(words[i]) + " is not an item");
     }
@@ -134,8 +136,9 @@ Status CheckAugment(const AugmentSpec& spec, Shape input) {
 }
 
 AugmentDraw DrawAugment(const AugmentSpec& spec, uint64_t seed, int64_t epoch, int64_t row) {
-  nn::Rng rng(nn::MixSeed(nn::MixSeed(nn::MixSeed(seed, kAugmentStream), static_cast<uint64_t>(epoch)),
-                          static_cast<uint64_t>(row)));
+  nn::Rng rng(
+      nn::MixSeed(nn::MixSeed(nn::MixSeed(seed, kAugmentStream), static_cast<uint64_t>(epoch)),
+                  static_cast<uint64_t>(row)));
   AugmentDraw d;
   for (int i = 0; i < spec.count; ++i) {
     const AugmentItem& it = spec.items[i];
@@ -153,8 +156,9 @@ AugmentDraw DrawAugment(const AugmentSpec& spec, uint64_t seed, int64_t epoch, i
 // The items compose into one map from an output pixel (y, x) to the input's (y + dy0,
 // a * x + bx), a = +-1, zero where that falls outside the image: traced from the last item
 // back to the first, a crop adds its window's offset minus the padding (column X of its
-// output is X + dx - P of its input) and a flip mirrors the column (X is W - 1 - X). (A spec holds one crop, and a flip keeps the image's bounds, so the pixels a
-// crop zeroes are exactly those whose source is outside the input.)
+// output is X + dx - P of its input) and a flip mirrors the column (X is W - 1 - X). (A spec holds
+// one crop, and a flip keeps the image's bounds, so the pixels a crop zeroes are exactly those
+// whose source is outside the input.)
 void ApplyAugment(const AugmentSpec& spec, const AugmentDraw& draw, Shape shape, const float* in,
                   float* out) {
   const int64_t H = shape.h, W = shape.w;

@@ -54,8 +54,8 @@ struct AugmentSpec {
 // not a number >= 1). The caller names the flag.
 Status ParseAugment(std::string_view text, AugmentSpec* out);
 
-// The spec on a model input: kUsage (naming the spec) unless the input is an image (h, w >= 2) and every crop's
-// padding is 1..min(h, w) - 1 (so that every window keeps part of the image).
+// The spec on a model input: kUsage (naming the spec) unless the input is an image (h, w >= 2) and
+// every crop's padding is 1..min(h, w) - 1 (so that every window keeps part of the image).
 Status CheckAugment(const AugmentSpec& spec, Shape input);
 
 // One row's draw.

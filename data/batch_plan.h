@@ -62,8 +62,9 @@ void GatherRows(const float* x, const float* y, int64_t features, const std::vec
 template <class Vec>
 void GatherRows(const float* x, const float* y, int64_t features, const std::vector<int64_t>& idx,
                 Vec* bx, Vec* by) {
-  GatherRows(x, y, features, idx, bx, by,
-             [features](int64_t, const float* in, float* out) { std::copy(in, in + features, out); });
+  GatherRows(x, y, features, idx, bx, by, [features](int64_t, const float* in, float* out) {
+    std::copy(in, in + features, out);
+  });
 }
 
 }  // namespace shmtrain::data

@@ -316,7 +316,8 @@ void ApplyZip64(const unsigned char* extra, size_t len, ZipEntry* e, bool usize_
 
 Status ReadDirectory(const std::string& path, int fd, std::vector<ZipEntry>* out) {
   struct stat st {};
-  if (::fstat(fd, &st) != 0) return Damaged(path, std::string("cannot stat: ") + std::strerror(errno));
+  if (::fstat(fd, &st) != 0)
+    return Damaged(path, std::string("cannot stat: ") + std::strerror(errno));
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   uint64_t off = 0, count = 0;
   if (Status s = FindCentralDirectory(path, fd, size, &off, &count); !s.ok()) return s;
@@ -546,7 +547,8 @@ Status OpenZipMember(const std::string& path, const std::string& member,
   if (Status s = ReadDirectory(path, fd.get(), &entries); !s.ok()) return s;
   const auto it = std::find_if(entries.begin(), entries.end(),
                                [&](const ZipEntry& e) { return e.name == member; });
-  if (it == entries.end()) return Status::Data(path + ": the archive has no member '" + member + "'");
+  if (it == entries.end())
+    return Status::Data(path + ": the archive has no member '" + member + "'");
   const std::string name = path + " (" + member + ")";
   if (it->flags & 1) return Damaged(name, "is encrypted, which is not supported");
   if (it->method != 0 && it->method != 8) {

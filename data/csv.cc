@@ -156,7 +156,8 @@ Status MakeShape(const std::string& path, std::string_view line, int64_t line_no
   sh->delim = delim;
   sh->decimal = decimal;
   sh->ncols = CountCells(line, delim, &qerr, &qcell);
-  if (qerr != QuoteError::kNone) return Status::Data(At(path, line_no, qcell) + QuoteErrorText(qerr));
+  if (qerr != QuoteError::kNone)
+    return Status::Data(At(path, line_no, qcell) + QuoteErrorText(qerr));
   sh->ref_line = line_no;
   if (sh->ncols > INT_MAX) {
     return Status::Data(At(path, line_no) + "row has " + std::to_string(sh->ncols) +
@@ -252,7 +253,8 @@ Status GeneralRow(const std::string& path, const Shape& sh, std::string_view lin
   QuoteError qerr;
   int64_t qcell = 0;
   const int64_t cells = CountCells(line, sh.delim, &qerr, &qcell);
-  if (qerr != QuoteError::kNone) return Status::Data(At(path, line_no, qcell) + QuoteErrorText(qerr));
+  if (qerr != QuoteError::kNone)
+    return Status::Data(At(path, line_no, qcell) + QuoteErrorText(qerr));
   if (cells != sh.ncols) {
     return Status::Data(At(path, line_no) + "row has " + Plural(cells, "cell") + ", expected " +
                         std::to_string(sh.ncols) + " (as on line " + std::to_string(sh.ref_line) +
@@ -462,7 +464,8 @@ Status BlockParser::ParseSplit(std::string_view first, std::string_view second,
   *line_no = side->line_no;
   // Halfway to the share that would have made both take as long, at a rate per byte each.
   const double total = seconds + side->seconds;
-  if (total > 0) share_ = std::clamp(share_ * (1 - 0.5 * (seconds - side->seconds) / total), 0.2, 0.8);
+  if (total > 0)
+    share_ = std::clamp(share_ * (1 - 0.5 * (seconds - side->seconds) / total), 0.2, 0.8);
   return Status::Ok();
 }
 
@@ -490,7 +493,8 @@ Status LoadCsv(const std::string& path, LineBlocks* src, const LoadOptions& opts
   size_t pos = 0;
   int64_t line_no = 0;
   const std::string_view first = FirstLine(text, &pos, &line_no);
-  if (first.data() == nullptr) return Status::Data(At(path) + "file is empty (it has only blank lines)");
+  if (first.data() == nullptr)
+    return Status::Data(At(path) + "file is empty (it has only blank lines)");
   Shape sh;
   bool has_header = false;
   if (Status s = MakeShape(path, first, line_no, delim, decimal, opts, &sh, &has_header); !s.ok())

@@ -91,7 +91,8 @@ bool ReadHeader(Png* p, const ImageLimits& limits) {
   if (p->info == nullptr) png_error(p->png, "out of memory");
   png_set_read_fn(p->png, &p->st, OnRead);
   // Neither side can be more than the limit's pixels (CheckDeclaredSize names the product).
-  const auto side = static_cast<png_uint_32>(std::clamp<int64_t>(limits.max_pixels, 1, PNG_UINT_31_MAX));
+  const auto side =
+      static_cast<png_uint_32>(std::clamp<int64_t>(limits.max_pixels, 1, PNG_UINT_31_MAX));
   png_set_user_limits(p->png, side, side);
   png_set_chunk_malloc_max(p->png, kMaxChunkBytes);
   png_set_chunk_cache_max(p->png, kMaxChunks);

@@ -131,7 +131,8 @@ Status LibsvmLoad::Feature(std::string_view tok, int64_t line_no, int64_t* prev)
 }
 
 Status LibsvmLoad::Finish(Dataset* out) {
-  if (rows_ == 0) return Status::Data(At(path_) + "file is empty (it has only blank or comment lines)");
+  if (rows_ == 0)
+    return Status::Data(At(path_) + "file is empty (it has only blank or comment lines)");
   Dataset ds;
   ds.rows = rows_;
   ds.features = width_ > 0 ? width_ : static_cast<int>(max_index_);
@@ -163,7 +164,8 @@ bool LooksLikeLibsvm(std::string_view text) {
     const std::string_view tok = Trim(line.substr(sp));
     const size_t colon = tok.find(':');
     if (colon == 0 || colon == std::string_view::npos) return false;
-    return std::all_of(tok.begin(), tok.begin() + colon, [](char c) { return c >= '0' && c <= '9'; }) ||
+    return std::all_of(tok.begin(), tok.begin() + colon,
+                       [](char c) { return c >= '0' && c <= '9'; }) ||
            tok.substr(0, colon) == "qid";
   }
   return false;

@@ -65,7 +65,8 @@ std::string LimitNote(uint64_t mem) {
 
 uint64_t ShmFree() {
   struct statvfs vfs {};
-  if (statvfs("/dev/shm", &vfs) != 0) return UINT64_MAX;  // let the segment's creation say what is wrong
+  if (statvfs("/dev/shm", &vfs) != 0)
+    return UINT64_MAX;  // let the segment's creation say what is wrong
   return static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
 }
 

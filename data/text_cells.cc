@@ -85,7 +85,8 @@ Status RegressionTarget(const std::string& path, const PendingLabel& l, char dec
   double v = 0;
   if (Cell r = ParseNumber(l.text, decimal, &v); r != Cell::kOk) {
     std::string what = CellError(r, l.text);
-    if (r == Cell::kNotNumber) what += " (regression needs numeric targets; use --task classification for class labels)";
+    if (r == Cell::kNotNumber)
+      what += " (regression needs numeric targets; use --task classification for class labels)";
     return Status::Data((l.col > 0 ? At(path, l.line, l.col) : At(path, l.line)) + what);
   }
   *out = static_cast<float>(v);
@@ -162,7 +163,8 @@ void LabelBook::Add(const PendingLabel& l) {
 
 void LabelBook::Append(const LabelBook& later) {
   std::vector<int32_t> to(later.texts_.size());
-  for (size_t i = 0; i < to.size(); ++i) to[i] = Intern(later.texts_[i], later.line_[i], later.col_[i]);
+  for (size_t i = 0; i < to.size(); ++i)
+    to[i] = Intern(later.texts_[i], later.line_[i], later.col_[i]);
   rows_.reserve(rows_.size() + later.rows_.size());
   for (int32_t id : later.rows_) rows_.push_back(to[id]);
 }

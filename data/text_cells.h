@@ -120,7 +120,8 @@ inline bool FastDecimal(const char** p, double* out) {
     if (*e == '-' || *e == '+') ++e;
     int64_t ev = 0;
     const char* const e0 = e;
-    for (unsigned d; (d = static_cast<unsigned>(*e - '0')) <= 9 && e - e0 < 4; ++e) ev = ev * 10 + d;
+    for (unsigned d; (d = static_cast<unsigned>(*e - '0')) <= 9 && e - e0 < 4; ++e)
+      ev = ev * 10 + d;
     if (e == e0 || static_cast<unsigned>(*e - '0') <= 9) return false;  // none, or too many
     exp += eneg ? -ev : ev;
     s = e;

@@ -224,9 +224,9 @@ class RunCollector final {
                MetricType::Histogram);
     for (int r = 0; r < P; ++r) {
       const shm::WorkerBlock* b = seg_->block(r);
-      uint64_t counts[shm::kDurationBuckets];
-      for (int k = 0; k < shm::kDurationBuckets; ++k) counts[k] = LoadRelaxed(b->barrier_wait_hist[k]);
-      wait.metric.push_back(HistogramMetric(counts, shm::kDurationBounds, shm::kDurationBuckets,
+      uint64_t n[shm::kDurationBuckets];
+      for (int k = 0; k < shm::kDurationBuckets; ++k) n[k] = LoadRelaxed(b->barrier_wait_hist[k]);
+      wait.metric.push_back(HistogramMetric(n, shm::kDurationBounds, shm::kDurationBuckets,
                                             LoadRelaxed(b->barrier_wait_ns_total) * 1e-9,
                                             {{"worker", std::to_string(r)}}));
     }
@@ -236,9 +236,9 @@ class RunCollector final {
     for (int r = 0; r < P; ++r) {
       for (RestartReason why : {RestartReason::kCrash, RestartReason::kHang, RestartReason::kChaos,
                                 RestartReason::kPeerHang}) {
-        restarts.metric.push_back(Value(static_cast<double>(stats_->workers().restarts(r, why)),
-                                        MetricType::Counter,
-                                        {{"reason", ToString(why)}, {"worker", std::to_string(r)}}));
+        restarts.metric.push_back(
+            Value(static_cast<double>(stats_->workers().restarts(r, why)), MetricType::Counter,
+                  {{"reason", ToString(why)}, {"worker", std::to_string(r)}}));
       }
     }
     const int64_t now = shm::MonotonicNs();
@@ -455,7 +455,8 @@ class Routes final : public CivetHandler {
   const RunSource& run_;
 };
 
-Exporter::Exporter() : run_(std::make_unique<RunSource>()), routes_(std::make_unique<Routes>(*run_)) {}
+Exporter::Exporter()
+    : run_(std::make_unique<RunSource>()), routes_(std::make_unique<Routes>(*run_)) {}
 
 Exporter::~Exporter() {
   if (server_) server_->close();  // its threads end before the routes and the source go

@@ -69,7 +69,8 @@ json Progress(const shm::Segment& seg, const RunKindView& kind, const RunHistory
   const int64_t step = kind.Progress(seg), total = c.total_steps;
   const int64_t per_epoch = std::max<int64_t>(f.steps_per_epoch, 1);
   const double el = (shm::MonotonicNs() - f.t_start_ns) / 1e9;
-  const Curve rate = history.Since(CurveId::kRate, std::max<size_t>(history.size(CurveId::kRate), 1) - 1);
+  const Curve rate =
+      history.Since(CurveId::kRate, std::max<size_t>(history.size(CurveId::kRate), 1) - 1);
   const double eta = step > f.first_step ? el * (total - step) / (step - f.first_step) : NAN;
   return {{"step", step},
           {"epoch", static_cast<double>(step) / per_epoch},

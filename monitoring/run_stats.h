@@ -163,7 +163,8 @@ class RemoteWorkers {
  public:
   void Set(int host, std::vector<WorkerState> states) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (by_host_.size() <= static_cast<size_t>(host)) by_host_.resize(static_cast<size_t>(host) + 1);
+    if (by_host_.size() <= static_cast<size_t>(host))
+      by_host_.resize(static_cast<size_t>(host) + 1);
     by_host_[static_cast<size_t>(host)] = std::move(states);
   }
   // Every reported worker, in host order.

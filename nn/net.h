@@ -2,8 +2,9 @@
 // and run forward and backward over batches.
 //
 // The flat parameter vector is the concatenation of the layers' blocks in layer order. Losses
-// are sums over the n samples, not means (nn/model.h); n = 0 is allowed. x holds n samples of the input shape in the data's order,
-// (c, h, w) as PyTorch's NCHW writes a sample; the net turns it channels-last first when c > 1.
+// are sums over the n samples, not means (nn/model.h); n = 0 is allowed. x holds n samples of the
+// input shape in the data's order, (c, h, w) as PyTorch's NCHW writes a sample; the net turns it
+// channels-last first when c > 1.
 #pragma once
 
 #include <cstdint>

@@ -115,7 +115,8 @@ void RecordUpdate(shm::Header* h, shm::WorkerBlock* self, uint64_t v_apply, uint
   shm::StoreRelaxed(h->last_loss, loss);
   if (b % kGradNormEvery == 0) shm::StoreRelaxed(h->last_grad_norm, std::sqrt(sq));
   const double ema = shm::LoadRelaxed(self->loss_ema);
-  shm::StoreRelaxed(self->loss_ema, b == 0 ? loss : (1 - kLossEmaWeight) * ema + kLossEmaWeight * loss);
+  shm::StoreRelaxed(self->loss_ema,
+                    b == 0 ? loss : (1 - kLossEmaWeight) * ema + kLossEmaWeight * loss);
   shm::AddRelaxed<uint64_t>(self->compute_ns_total, static_cast<uint64_t>(shm::MonotonicNs() - t0));
 }
 

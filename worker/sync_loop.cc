@@ -251,8 +251,9 @@ SyncRank::Share SyncRank::ShareOf(int64_t t, nn::PassInfo* pass) {
   plan_.Share(t, global_rank_, world_, &idx_);
   pass->rows = idx_.data();
   if (augment_.on()) {
-    data::GatherRows(seg_.x(), seg_.y(), features, idx_, &bx_, &by_,
-                     [&](int64_t row, const float* in, float* out) { augment_.Row(t, row, in, out); });
+    data::GatherRows(
+        seg_.x(), seg_.y(), features, idx_, &bx_, &by_,
+        [&](int64_t row, const float* in, float* out) { augment_.Row(t, row, in, out); });
   } else {
     data::GatherRows(seg_.x(), seg_.y(), features, idx_, &bx_, &by_);
   }
@@ -295,7 +296,8 @@ int SyncRank::CombineAcrossHosts(int64_t t) {
       std::fill(hs + lo_, hs + lo_ + (hi_ - lo_) / 2, NAN);
       DieNow();
     }
-    for (int64_t i0 = lo_; i0 < hi_; i0 += kChunk) SumChunk(seg_, P_, i0, std::min(kChunk, hi_ - i0), hs + i0);
+    for (int64_t i0 = lo_; i0 < hi_; i0 += kChunk)
+      SumChunk(seg_, P_, i0, std::min(kChunk, hi_ - i0), hs + i0);
   }
   barrier_.PublishHostSum(t);
   if (Fault(FaultPoint::kAtHostSum, t)) DieNow();
@@ -439,15 +441,18 @@ void SyncRank::RecordStepEnd(int64_t t, double loss) {
   shm::StoreRelaxed(h_->last_loss, loss);
   const int64_t now = shm::MonotonicNs();
   if (last_step_end_ > 0) {
-    shm::AddRelaxed<uint64_t>(self_->step_duration_hist[shm::DurationBucket(now - last_step_end_)], 1);
-    shm::AddRelaxed<uint64_t>(self_->step_duration_ns_total, static_cast<uint64_t>(now - last_step_end_));
+    shm::AddRelaxed<uint64_t>(self_->step_duration_hist[shm::DurationBucket(now - last_step_end_)],
+                              1);
+    shm::AddRelaxed<uint64_t>(self_->step_duration_ns_total,
+                              static_cast<uint64_t>(now - last_step_end_));
   }
   last_step_end_ = now;
 }
 
 int SyncRank::Run() {
   if (opt_ == nullptr) {
-    std::fprintf(stderr, "shmtrain-worker[%d]: unknown optimizer id %u\n", rank_, c_.optim.optimizer);
+    std::fprintf(stderr, "shmtrain-worker[%d]: unknown optimizer id %u\n", rank_,
+                 c_.optim.optimizer);
     return kWorkerBadLayout;
   }
   phase_ = shm::LoadPhase(*self_);

@@ -35,8 +35,10 @@ constexpr auto NameTable(Loss) {
 }
 // --init lists the default first.
 constexpr auto NameTable(Init) {
-  return std::to_array<EnumName<Init>>(
-      {{Init::kTorch, "torch"}, {Init::kNormal, "normal"}, {Init::kXavier, "xavier"}, {Init::kHe, "he"}});
+  return std::to_array<EnumName<Init>>({{Init::kTorch, "torch"},
+                                        {Init::kNormal, "normal"},
+                                        {Init::kXavier, "xavier"},
+                                        {Init::kHe, "he"}});
 }
 
 // The shape of one sample's tensor: c channels of h x w; flat data is (features, 1, 1).

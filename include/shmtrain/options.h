@@ -40,7 +40,8 @@ constexpr auto NameTable(Mode) {
   return std::to_array<EnumName<Mode>>({{Mode::kSync, "sync"}, {Mode::kAsync, "async"}});
 }
 constexpr auto NameTable(LogFormat) {
-  return std::to_array<EnumName<LogFormat>>({{LogFormat::kText, "text"}, {LogFormat::kJson, "json"}});
+  return std::to_array<EnumName<LogFormat>>(
+      {{LogFormat::kText, "text"}, {LogFormat::kJson, "json"}});
 }
 constexpr auto NameTable(HeaderMode) {
   return std::to_array<EnumName<HeaderMode>>(
@@ -245,8 +246,9 @@ struct TrainOptions {
   // Fault tolerance. A worker with no heartbeat for heartbeat_timeout_s is killed and replaced
   // (default DefaultHeartbeatTimeout(barrier_timeout_s), set by the CLI when the flag is not
   // given; 0.05..86400 and shorter than barrier_timeout_s: the master must find a silent worker
-  // before the healthy ranks give up waiting for it at the barrier). More than max_restarts restarts (default 10; 0..1000000)
-  // within restart_window_s (default 60 s) end the run: a crash loop.
+  // before the healthy ranks give up waiting for it at the barrier). More than max_restarts
+  // restarts (default 10; 0..1000000) within restart_window_s (default 60 s) end the run: a crash
+  // loop.
   double heartbeat_timeout_s = 30;
   int max_restarts = 10;
   double restart_window_s = 60;

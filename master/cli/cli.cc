@@ -1,6 +1,6 @@
 // The command line on CLI11: CLI11 owns the grammar (commands, `--flag value` and
-// `--flag=value`, help layout); the flags are the table's (master/flags/flags.h), whose values parse
-// and check themselves, so every message names the flag and the bad value; cross-field rules
+// `--flag=value`, help layout); the flags are the table's (master/flags/flags.h), whose values
+// parse and check themselves, so every message names the flag and the bad value; cross-field rules
 // are checked by plan::Validate (master/plan/validate.cc), their one home.
 #include "master/cli/cli.h"
 
@@ -131,7 +131,8 @@ constexpr const char* kExampleUsage =
 
 constexpr const char* kSimulateUsage =
     "usage: shmtrain simulate --workers M[,M...] [--compare | --rule R] (--data FILE |\n"
-    "         --example parabola|blobs) (--layers ... | --model ...) --lr X (--steps N | --epochs E)\n"
+    "         --example parabola|blobs) (--layers ... | --model ...) --lr X "
+    "(--steps N | --epochs E)\n"
     "         [--batch B] [--val-split F] [--normalize none|minmax|standard|channel]\n"
     "         [--lambda X] [--ms-decay M] [--epsilon E]\n"
     "\n"

@@ -25,7 +25,8 @@ Status DecodeMlpSpec(ByteReader& r, ModelSpec* spec) {
   const std::string cut = "cut short (truncated) in the ";
   uint32_t layers = 0, act = 0;
   if (!r.Get(&layers)) return Status::Data(cut + "header");
-  if (layers < 2 || layers > kMaxMlpSizes) return Status::Data("layer count " + std::to_string(layers));
+  if (layers < 2 || layers > kMaxMlpSizes)
+    return Status::Data("layer count " + std::to_string(layers));
   std::vector<int> sizes;
   for (uint32_t i = 0; i < layers; ++i) {
     int32_t v = 0;
@@ -296,7 +297,8 @@ std::string ParamName(const ModelSpec& spec, size_t index) {
   }
   // Layered models: the block and the element within it (in this build's layout).
   std::vector<Shape> shapes;
-  if (!nn::ResolveShapes(spec.input, spec.layers, &shapes).ok()) return "in a model that does not resolve";
+  if (!nn::ResolveShapes(spec.input, spec.layers, &shapes).ok())
+    return "in a model that does not resolve";
   size_t at = index;
   Shape in = spec.input;
   for (size_t i = 0; i < spec.layers.size(); ++i) {

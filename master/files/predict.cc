@@ -65,7 +65,8 @@ Status LoadFor(const Command& cmd, const Model& m, bool labels, Logger& log, dat
   WarnSkippedFiles(all, o.data_path, log);
   if (o.val_split > 0) {
     data::Dataset train;
-    if (Status s = data::SplitValidation(std::move(all), o.val_split, o.seed, &train, out); !s.ok()) return s;
+    if (Status s = data::SplitValidation(std::move(all), o.val_split, o.seed, &train, out); !s.ok())
+      return s;
   } else {
     *out = std::move(all);
   }

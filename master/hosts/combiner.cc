@@ -120,7 +120,8 @@ double Combiner::MeanUs() const { return body_->times.MeanUs(); }
 
 double Combiner::MeanCrossingUs() const {
   const int64_t n = body_->crossings_done.load();
-  return n == 0 ? NAN : static_cast<double>(body_->crossings_ns.load()) / 1e3 / static_cast<double>(n);
+  return n == 0 ? NAN
+                : static_cast<double>(body_->crossings_ns.load()) / 1e3 / static_cast<double>(n);
 }
 
 // A rank's barrier wait's protocol (shm::SleepOnWakeSeq), in slices that see a Stop().
@@ -186,14 +187,17 @@ bool Combiner::Body::CombineCrossings(int64_t t) {
 bool Combiner::Body::CombineCrossing(int64_t t, size_t k, uint64_t seq) {
   const nn::Crossing& x = crossings[k];
   // This host's ranks in rank order, as one host adds them (worker/stats_crossing.cc).
-  for (int64_t j = 0; j < x.count; ++j) host_stats[j] = shm::LoadRelaxed(rank_stats[0][x.offset + j]);
+  for (int64_t j = 0; j < x.count; ++j)
+    host_stats[j] = shm::LoadRelaxed(rank_stats[0][x.offset + j]);
   for (int q = 1; q < P; ++q) {
-    for (int64_t j = 0; j < x.count; ++j) host_stats[j] += shm::LoadRelaxed(rank_stats[q][x.offset + j]);
+    for (int64_t j = 0; j < x.count; ++j)
+      host_stats[j] += shm::LoadRelaxed(rank_stats[q][x.offset + j]);
   }
   const int64_t t0 = shm::MonotonicNs();
-  const std::string what = "step " + std::to_string(t) + ", batch norm crossing " + std::to_string(k + 1);
-  const Status s = hosts.CombineStats(host_stats.data(), global_stats + x.offset, x.count, seq, what,
-                                      t0 + timeout_ns, [this] { return stop.load(); });
+  const std::string what =
+      "step " + std::to_string(t) + ", batch norm crossing " + std::to_string(k + 1);
+  const Status s = hosts.CombineStats(host_stats.data(), global_stats + x.offset, x.count, seq,
+                                      what, t0 + timeout_ns, [this] { return stop.load(); });
   if (!GoesOn(s)) return false;
   crossings_ns += shm::MonotonicNs() - t0;
   crossings_done += 1;

@@ -16,10 +16,10 @@
 // the whole global batch, the same bits everywhere.
 //
 // Failure model: a worker death only delays the combine (the replacement publishes its slice
-// and its crossings again), and the other hosts wait for it in Combine, up to --host-timeout. A host that sends
-// nothing for that long is lost: status() turns kHostLost naming it, and the run loop ends the
-// run and the job. The combiner never blocks the run loop: it waits on the workers in slices
-// and stops when asked (Stop(), or the destructor).
+// and its crossings again), and the other hosts wait for it in Combine, up to --host-timeout. A
+// host that sends nothing for that long is lost: status() turns kHostLost naming it, and the run
+// loop ends the run and the job. The combiner never blocks the run loop: it waits on the workers in
+// slices and stops when asked (Stop(), or the destructor).
 //
 // A unit of the run loop (master/run/run_loop.h): a round ends the run once status() is not ok; a
 // good end puts the mean combine time into the summary.

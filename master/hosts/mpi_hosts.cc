@@ -122,7 +122,8 @@ class MpiHosts final : public Hosts {
 
 Status MpiHosts::Join(int* argc, char*** argv) {
   int provided = 0;
-  if (const int e = MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided); e != MPI_SUCCESS) {
+  if (const int e = MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
+      e != MPI_SUCCESS) {
     return Status::Resource("cannot initialise MPI: " + MpiError(e));
   }
   if (provided < MPI_THREAD_SERIALIZED) {
@@ -144,7 +145,8 @@ Status MpiHosts::Join(int* argc, char*** argv) {
   MPI_Get_processor_name(full, &len);
   std::memcpy(mine, full, static_cast<size_t>(std::min(len, kNameBytes - 1)));
   std::vector<char> all(static_cast<size_t>(kNameBytes) * count_);
-  if (const int e = MPI_Allgather(mine, kNameBytes, MPI_CHAR, all.data(), kNameBytes, MPI_CHAR, comm_);
+  if (const int e =
+          MPI_Allgather(mine, kNameBytes, MPI_CHAR, all.data(), kNameBytes, MPI_CHAR, comm_);
       e != MPI_SUCCESS) {
     return Status::HostLost("the host masters could not exchange their names: " + MpiError(e));
   }
@@ -275,14 +277,15 @@ std::vector<MpiHosts::Pending> MpiHosts::PostParts(const float* in, int64_t n, i
     if (j == me) continue;
     const auto part = data::BatchPlan::ShareOf(n, j, H);
     Pending p{MPI_REQUEST_NULL, j, true};
-    MPI_Irecv(parts_.data() + j * len, static_cast<int>(len), MPI_FLOAT, j, kTagPart, comm_, &p.request);
+    MPI_Irecv(parts_.data() + j * len, static_cast<int>(len), MPI_FLOAT, j, kTagPart, comm_,
+              &p.request);
     pending.push_back(p);
     MPI_Irecv(&totals_[static_cast<size_t>(j)], sizeof(StepTotals), MPI_BYTE, j, kTagTotals, comm_,
               &p.request);
     pending.push_back(p);
     p.receive = false;
-    MPI_Isend(in + part.begin, static_cast<int>(part.end - part.begin), MPI_FLOAT, j, kTagPart, comm_,
-              &p.request);
+    MPI_Isend(in + part.begin, static_cast<int>(part.end - part.begin), MPI_FLOAT, j, kTagPart,
+              comm_, &p.request);
     pending.push_back(p);
     MPI_Isend(totals, sizeof(StepTotals), MPI_BYTE, j, kTagTotals, comm_, &p.request);
     pending.push_back(p);

@@ -99,8 +99,8 @@ Status AsyncAcrossHosts::Plan(const TrainOptions& o, int64_t total, int64_t eval
   if (o.checkpoint_every > 0 && total % o.host_count != 0) {
     // Every host must reach every checkpoint's sync point: the hosts' shares must be equal.
     return Status::Usage("--checkpoint-every with --mode async across " + hosts +
-                         " hosts needs a run of a multiple of " + hosts + " updates; this one has " +
-                         std::to_string(total) + " (give --steps)");
+                         " hosts needs a run of a multiple of " + hosts +
+                         " updates; this one has " + std::to_string(total) + " (give --steps)");
   }
   if (plan->steps == 0) {
     return Status::Usage("--steps " + std::to_string(total) + " leaves host " +

@@ -7,7 +7,8 @@ namespace shmtrain::master {
 void RestoreStepState(const Checkpoint& c, int64_t step, shm::Segment* seg) {
   std::copy(c.params.begin(), c.params.end(), seg->mutable_params(step));
   for (size_t k = 0; k < c.states.size(); ++k) {
-    std::copy(c.states[k].begin(), c.states[k].end(), seg->mutable_state(static_cast<int>(k), step));
+    std::copy(c.states[k].begin(), c.states[k].end(),
+              seg->mutable_state(static_cast<int>(k), step));
   }
 }
 

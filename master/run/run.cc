@@ -154,8 +154,9 @@ void LogSegment(const TrainOptions& o, const RunData& rd, const shm::Segment& se
   if (exporter) {
     const std::string url = "http://" + exporter->address() + "/metrics";
     const std::string page = "http://" + exporter->address() + "/";
-    log.Info("metrics: " + url + "  live page: " + page,
-             JsonLine("metrics").Str("address", exporter->address()).Str("url", url).Str("page", page));
+    log.Info(
+        "metrics: " + url + "  live page: " + page,
+        JsonLine("metrics").Str("address", exporter->address()).Str("url", url).Str("page", page));
   }
 }
 

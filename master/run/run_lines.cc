@@ -113,8 +113,8 @@ std::string ProgressLine::Text(const RunView& view, int64_t epoch, bool live) co
   const int64_t from = live ? std::min(epoch + 1, epochs) : epoch_ + 1;
   const int64_t to = live ? from : epoch;
   std::string t = (to > from ? "epochs " + std::to_string(from) + "-" : std::string("epoch ")) +
-                  std::to_string(to) + "/" + std::to_string(epochs) + "  step " + std::to_string(progress) + "/" +
-                  std::to_string(total_) + "  loss " +
+                  std::to_string(to) + "/" + std::to_string(epochs) + "  step " +
+                  std::to_string(progress) + "/" + std::to_string(total_) + "  loss " +
                   (progress > first_ ? Fmt("%.6g", loss) : std::string("?"));
   if (live) {
     const double el = (view.now_ns - t_start_) / 1e9;

@@ -61,8 +61,8 @@ void RunWatch::Report(RunEnd& end) {
 void RunWatch::AddRate(const shm::Segment& seg, int64_t progress, int64_t now_ns) {
   const uint64_t samples = TotalSamples(seg);
   if (progress <= rate_step_ || now_ns <= rate_ns_ || samples <= rate_samples_) return;
-  stats_.history().AddRate(progress,
-                           static_cast<double>(samples - rate_samples_) / ((now_ns - rate_ns_) / 1e9));
+  stats_.history().AddRate(
+      progress, static_cast<double>(samples - rate_samples_) / ((now_ns - rate_ns_) / 1e9));
   rate_step_ = progress;
   rate_ns_ = now_ns;
   rate_samples_ = samples;

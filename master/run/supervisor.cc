@@ -298,7 +298,8 @@ Status Supervisor::CountFailure(const Restart& failure, const std::string& what,
 void Supervisor::CheckHangs(int64_t now) {
   for (Child& c : kids_) {
     if (!c.running || c.kill_reason != nullptr) continue;
-    const int64_t hb = shm::LoadRelaxed(seg_.block(static_cast<int>(&c - kids_.data()))->heartbeat_ns);
+    const int64_t hb =
+        shm::LoadRelaxed(seg_.block(static_cast<int>(&c - kids_.data()))->heartbeat_ns);
     if (now - std::max(hb, c.started_ns) > opts_.heartbeat_timeout_ns) {
       c.kill_reason = "hang";
       last_hang_kill_ns_ = now;
@@ -368,7 +369,8 @@ void Supervisor::AbortAll() {
   writes_.RaiseAbort();
   const int64_t deadline = shm::MonotonicNs() + kLeaveNs;
   for (;;) {
-    const bool any = std::any_of(kids_.begin(), kids_.end(), [](const Child& c) { return c.running; });
+    const bool any =
+        std::any_of(kids_.begin(), kids_.end(), [](const Child& c) { return c.running; });
     const int64_t left_ms = (deadline - shm::MonotonicNs()) / 1'000'000;
     if (!any || left_ms <= 0) break;
     PollExited(static_cast<int>(std::min<int64_t>(left_ms, 50)));

@@ -7,9 +7,9 @@
 // of equal length, at most K::kKc (op(B)'s block packed into panels of kNr columns, k-major),
 // m in blocks of kMc (op(A)'s block packed into panels of kMr rows, k-major), then a
 // micro-kernel per kMr x kNr tile of C that keeps the tile in 24 ZMM registers over the block's
-// k: per k, two loads of A, kNr broadcasts of B and 2 kNr FMAs. Panels are zero-padded, so the micro-kernel always runs a
-// whole tile and stores only C's part of it. Each C element is its k products summed in k
-// order, block after block: the bits depend on m, n, k and the operands alone.
+// k: per k, two loads of A, kNr broadcasts of B and 2 kNr FMAs. Panels are zero-padded, so the
+// micro-kernel always runs a whole tile and stores only C's part of it. Each C element is its k
+// products summed in k order, block after block: the bits depend on m, n, k and the operands alone.
 #include <immintrin.h>
 
 // GCC 12 reports its own intrinsics' "undefined" vectors (`__m512 __Y = __Y;` in
@@ -304,7 +304,8 @@ __m512i Pairs(__m512 x0, __m512 x1) {
   const __m512i interleave = _mm512_set_epi16(
       31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5, 20, 4,
       19, 3, 18, 2, 17, 1, 16, 0);
-  return _mm512_permutexvar_epi16(interleave, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(x1, x0)));
+  return _mm512_permutexvar_epi16(interleave,
+                                  reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(x1, x0)));
 }
 
 // The pairs q0 .. pairs-1 of `count` vectors contiguous in k (vector v at src + v * ld), one

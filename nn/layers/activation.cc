@@ -1,8 +1,8 @@
 // relu, tanh, sigmoid: elementwise, no parameters, PyTorch's nn.ReLU, nn.Tanh, nn.Sigmoid.
 //
 // Backward is written in terms of the output y (tanh: 1 - y^2, sigmoid: y(1 - y), relu:
-// [y > 0], which is [x > 0]), with the same Eigen expressions as the MLP code of the releases before layers, so the MLP of
-// --layers gives the same bits through these layers.
+// [y > 0], which is [x > 0]), with the same Eigen expressions as the MLP code of the releases
+// before layers, so the MLP of --layers gives the same bits through these layers.
 #include <Eigen/Core>
 
 #include "nn/layer.h"

@@ -60,7 +60,8 @@ class BatchNorm final : public Layer<S> {
     std::vector<S> a(static_cast<size_t>(c_)), b(static_cast<size_t>(c_));
     for (int64_t c = 0; c < c_; ++c) {
       a[c] = static_cast<S>(static_cast<double>(params[c]) * invstd_[c]);
-      b[c] = static_cast<S>(static_cast<double>(params[c_ + c]) - mean_[c] * static_cast<double>(a[c]));
+      b[c] = static_cast<S>(static_cast<double>(params[c_ + c]) -
+                            mean_[c] * static_cast<double>(a[c]));
     }
     const int64_t m = n * pixels_;
     for (int64_t p = 0; p < m; ++p) {
@@ -94,7 +95,8 @@ class BatchNorm final : public Layer<S> {
     std::vector<S> k(static_cast<size_t>(c_)), dmean(static_cast<size_t>(c_)),
         dvar(static_cast<size_t>(c_)), center(static_cast<size_t>(c_));
     if (train_) {
-      if (pass.stats != nullptr) pass.stats->Sum(this->stats_offset() + 2 * c_ + 1, sums.data(), 2 * c_);
+      if (pass.stats != nullptr)
+        pass.stats->Sum(this->stats_offset() + 2 * c_ + 1, sums.data(), 2 * c_);
       const double count = count_;
       for (int64_t c = 0; c < c_; ++c) {
         // dx = k * (dy - sdy / M - (x - mean) * invstd * sdyx / M), with k = weight * invstd.
@@ -105,7 +107,8 @@ class BatchNorm final : public Layer<S> {
         center[c] = static_cast<S>(mean_[c]);
       }
     } else {
-      for (int64_t c = 0; c < c_; ++c) k[c] = static_cast<S>(static_cast<double>(params[c]) * invstd_[c]);
+      for (int64_t c = 0; c < c_; ++c)
+        k[c] = static_cast<S>(static_cast<double>(params[c]) * invstd_[c]);
     }
     for (int64_t p = 0; p < m; ++p) {
       const S* xp = x + p * c_;

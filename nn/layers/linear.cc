@@ -33,7 +33,8 @@ class Linear final : public Layer<S> {
     if constexpr (std::is_same_v<S, float>) {
       Gemm(out_, n, in_, {params, out_}, {x, in_}, y, out_, false);
     } else {
-      z.noalias() = Eigen::Map<const Mat<S>>(params, out_, in_) * Eigen::Map<const Mat<S>>(x, in_, n);
+      z.noalias() =
+          Eigen::Map<const Mat<S>>(params, out_, in_) * Eigen::Map<const Mat<S>>(x, in_, n);
     }
     z.colwise() += b;
   }

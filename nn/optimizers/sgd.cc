@@ -58,11 +58,12 @@ void Update(const double* hp, const UpdateArgs& a) {
 extern const OptimizerDef kSgd = {
     .id = 0,
     .name = "sgd",
-    .summary = "SGD (torch.optim.SGD): v <- M*v + g; w <- w - lr*v (Nesterov: w <- w - lr*(g + M*v))",
+    .summary =
+        "SGD (torch.optim.SGD): v <- M*v + g; w <- w - lr*v (Nesterov: w <- w - lr*(g + M*v))",
     .params = {{"--momentum", "M", "momentum in [0, 1) (default 0: plain SGD)", 0, 0, 1, false,
                 true},
-               {"--nesterov", nullptr, "Nesterov momentum, needs --momentum > 0 (default off)", 0, 0, 1, false,
-                false}},
+               {"--nesterov", nullptr, "Nesterov momentum, needs --momentum > 0 (default off)", 0,
+                0, 1, false, false}},
     .default_weight_decay = 0,
     .states = States,
     .check = Check,
