@@ -81,8 +81,8 @@ struct PassMemory {
 PassMemory TrainingPasses(const TrainOptions& o, const nn::ResolvedModel& model, int64_t n,
                           int64_t rows) {
   const uint64_t worker = nn::PassBytes(model, n, /*backward=*/true);
-  const uint64_t eval = nn::EvaluateBytes(o.model, rows);
-  const int64_t eval_rows = std::min(nn::EvalChunk(o.model), rows);
+  const uint64_t eval = nn::EvaluateBytes(model, rows);
+  const int64_t eval_rows = std::min(nn::EvalChunk(model), rows);
   return {static_cast<double>(worker) * o.workers + static_cast<double>(eval),
           Bytes(static_cast<double>(worker)) + " for each of " + Plural(o.workers, "worker") +
               " (" + Plural(n, "sample") + " a pass), " + Bytes(static_cast<double>(eval)) +
@@ -144,7 +144,7 @@ Status CheckFits(const std::string& src, int64_t rows, int features, const Train
                  const nn::ResolvedModel& model, const RunSizing& run, uint64_t shm_free,
                  uint64_t mem_available) {
   uint64_t seg = 0;
-  if (Status s = run.segment_bytes(o, rows, features, &seg); !s.ok()) return s;
+  if (Status s = run.segment_bytes(o, model, rows, features, &seg); !s.ok()) return s;
   const std::string shape = "(" + std::to_string(rows) + " rows x " + std::to_string(features) +
                             " features, and the model)";
   if (seg > shm_free) {
@@ -223,7 +223,7 @@ Status CheckAgainstData(const TrainOptions& o, const nn::ResolvedModel& model, c
     return Status::Usage("--batch: " + std::to_string(o.batch) + " is larger than the " +
                          std::to_string(d.rows) + " rows of " + src);
   }
-  return CheckBatchNormBatches(o, d.rows);
+  return CheckBatchNormBatches(o, model, d.rows);
 }
 
 // A --model's input shape when --input-shape did not give it: the built-in examples are flat;
@@ -284,14 +284,14 @@ Status CheckModel(const ModelSpec& model, const char* flag, bool flat_input,
   return Status::Ok();
 }
 
-Status CheckBatchNormBatches(const TrainOptions& o, int64_t rows) {
+Status CheckBatchNormBatches(const TrainOptions& o, const nn::ResolvedModel& model, int64_t rows) {
   // Full batch: one batch of every row. Otherwise the smallest batch the run meets: --batch,
   // or the last of an epoch (rows % batch) once the run reaches an epoch's last step.
   const int64_t batch = o.batch > 0 ? o.batch : rows;
   const int64_t last = rows % batch;
   const bool meets_last = last != 0 && o.TotalSteps(rows) >= o.StepsPerEpoch(rows);
   const int64_t smallest = meets_last ? last : batch;
-  const std::string layer = nn::LoneValueLayer(o.model, smallest);
+  const std::string layer = nn::LoneValueLayer(model, smallest);
   if (layer.empty()) return Status::Ok();
   const std::string why = " gives " + layer +
                           " one value per channel, and batch norm needs more than one to "
@@ -386,11 +386,14 @@ uint64_t RoomUnderMemoryLimits(std::string* what) {
   return room;
 }
 
-Status CheckMemory(const std::string& src, int64_t rows, int features, const ModelSpec& model) {
+Status CheckMemory(const std::string& src, int64_t rows, int features, const ModelSpec& spec) {
+  nn::ResolvedModel model;
+  if (Status s = nn::ResolveModel(spec, /*flat_input=*/false, &model); !s.ok()) return s;
   const int64_t n = std::min(nn::EvalChunk(model), rows);
-  const PassMemory eval{static_cast<double>(nn::EvaluateBytes(model, rows)),
-                        Bytes(static_cast<double>(nn::EvaluateBytes(model, rows))) +
-                            " for evaluation (" + Plural(n, "sample") + " a pass)"};
+  const uint64_t bytes = nn::EvaluateBytes(model, rows);
+  const PassMemory eval{
+      static_cast<double>(bytes),
+      Bytes(static_cast<double>(bytes)) + " for evaluation (" + Plural(n, "sample") + " a pass)"};
   return FitsInMemory(src, rows, features, 0, eval, MemAvailable());
 }
 

@@ -38,13 +38,15 @@ struct RunData {
 };
 
 // What the data's size check asks of the run the data is for, whose segment and workers the
-// master lays out: given the options and the data's shape (o.model's input is then known),
+// master lays out: given the options, the model resolved on the data's width and the data's
+// shape,
 //   worker_batch_rows: the most rows one worker's pass takes at once;
 //   segment_bytes: the run's segment in *bytes, or why the run cannot be made (kUsage naming
 //                  the flag, as for what the workers would refuse).
 struct RunSizing {
   std::function<int64_t(const TrainOptions& o, int64_t rows)> worker_batch_rows;
-  std::function<Status(const TrainOptions& o, int64_t rows, int features, uint64_t* bytes)>
+  std::function<Status(const TrainOptions& o, const nn::ResolvedModel& model, int64_t rows,
+                       int features, uint64_t* bytes)>
       segment_bytes;
 };
 
@@ -94,8 +96,8 @@ Status CheckModel(const ModelSpec& model, const char* flag, bool flat_input = fa
 // The training batches against batch norm once the training data has `rows` rows: kUsage
 // naming --batch and the layer when a batch the run meets (--batch, the full batch, or the
 // last batch of an epoch, rows % batch) gives a batch norm layer one value per channel
-// (nn::LoneValueLayer). The model's input must be resolved.
-Status CheckBatchNormBatches(const TrainOptions& o, int64_t rows);
+// (nn::LoneValueLayer) of the run's model, resolved.
+Status CheckBatchNormBatches(const TrainOptions& o, const nn::ResolvedModel& model, int64_t rows);
 
 // The run's model as a worker reads it from its segment, once shm::CheckRunConfig has passed
 // the configuration's sizes: the text read (nn::ParseStoredModelText) and its shapes resolved
@@ -105,7 +107,7 @@ Status CheckBatchNormBatches(const TrainOptions& o, int64_t rows);
 shm::ConfigCheck CheckRunModel(const shm::RunConfig& c);
 // What the options ask of the model, without its text: the precision's kernels on the CPU in
 // use (bf16 needs avx512_bf16), the augmentation on the model's input. The master makes it on
-// the header it writes from the model it resolved (master/run/segment_header.h, CheckConfig).
+// the header it writes from the model it resolved (master/plan/segment_plan.h, CheckConfig).
 shm::ConfigCheck CheckRunOptions(const shm::RunConfig& c);
 
 }  // namespace shmtrain::data

@@ -18,21 +18,19 @@ std::vector<NormSite> NormSites(const ModelSpec& spec) {
   return sites;
 }
 
-std::string LoneValueLayer(const ModelSpec& spec, int64_t rows) {
-  std::vector<Shape> shapes;
-  SHMTRAIN_CHECK(ResolveShapes(spec.input, spec.layers, &shapes).ok(),
-                 "LoneValueLayer: a model that does not resolve");
+std::string LoneValueLayer(const ResolvedModel& model, int64_t rows) {
+  const ModelSpec& spec = model.spec;
   Shape in = spec.input;
   for (size_t i = 0; i < spec.layers.size(); ++i) {
     // The layer alone on its input: its sites are itself or, for a block, its layers.
     const ModelSpec one{in, {spec.layers[i]}, spec.loss};
-    for (const LayerSite& l : LayerSites(one)) {
+    for (const LayerSite& l : LayerSites(one, {model.shapes[i]})) {
       if (l.type->stats == nullptr || SatMul(rows, l.in.h * l.in.w) > 1) continue;
       const std::string top = LayerName(spec.layers, i);
       if (l.spec == &one.layers[0]) return top;
       return l.spec->kind + " in " + top;
     }
-    in = shapes[i];
+    in = model.shapes[i];
   }
   return "";
 }

@@ -55,8 +55,8 @@ std::vector<NormSite> NormSites(const ModelSpec& spec);
 // residual #2 (layer 4)"); empty when there is none. Such a batch has no variance: the
 // layer outputs its bias alone and its running_var decays by (1 - momentum) a step, which
 // is why PyTorch refuses it ("Expected more than 1 value per channel when training") and so
-// does the run (data/pipeline.cc, CheckBatchNormBatches). The spec must resolve.
-std::string LoneValueLayer(const ModelSpec& spec, int64_t rows);
+// does the run (data/pipeline.cc, CheckBatchNormBatches). Of the model resolved once.
+std::string LoneValueLayer(const ResolvedModel& model, int64_t rows);
 
 // The buffers after a step whose crossed sums are `stats` (the model's statistics, StatsCount
 // doubles), from the buffers before it: out[i] for the buffer entries i in [lo, hi) of the

@@ -21,22 +21,30 @@ std::string NonFiniteRows::Text() const {
   return std::to_string(count) + " rows, the first " + list + " (0-based)";
 }
 
-uint64_t EvaluateBytes(const ModelSpec& spec, int64_t rows) {
-  const int64_t chunk = std::min(EvalChunk(spec), rows);
-  const uint64_t outputs = static_cast<uint64_t>(SatMul(chunk, spec.outputs())) * sizeof(float);
-  const uint64_t pass = PassBytes(spec, chunk, /*backward=*/false);
+uint64_t EvaluateBytes(const ResolvedModel& model, int64_t rows) {
+  const int64_t chunk = std::min(EvalChunk(model), rows);
+  const uint64_t outputs = static_cast<uint64_t>(SatMul(chunk, model.outputs)) * sizeof(float);
+  const uint64_t pass = PassBytes(model, chunk, /*backward=*/false);
   return pass > UINT64_MAX - outputs ? UINT64_MAX : pass + outputs;
 }
 
 Metrics Evaluate(const ModelSpec& spec, const float* params, const float* x, const float* y,
                  int64_t rows) {
-  const int64_t kChunk = EvalChunk(spec);
+  ResolvedModel model;
+  const Status s = ResolveModel(spec, /*flat_input=*/false, &model);
+  SHMTRAIN_CHECK(s.ok(), "Evaluate: a model that does not resolve: " + s.message());
+  return Evaluate(model, params, x, y, rows);
+}
+
+Metrics Evaluate(const ResolvedModel& model, const float* params, const float* x, const float* y,
+                 int64_t rows) {
+  const ModelSpec& spec = model.spec;
+  const int64_t kChunk = EvalChunk(model);
   Metrics m;
   m.rows = rows;
   if (rows == 0) return m;
-  Workspace<float> ws;
-  Net<float>& net = ws.NetFor(spec);
-  const int64_t in = spec.inputs(), out = spec.outputs();
+  Net<float> net(model);
+  const int64_t in = spec.inputs(), out = model.outputs;
   double loss = 0, correct = 0;
   for (int64_t r0 = 0; r0 < rows; r0 += kChunk) {
     const int64_t k = std::min(kChunk, rows - r0);

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "nn/layer.h"
 #include "shmtrain/model_spec.h"
 
 namespace shmtrain::nn {
@@ -42,10 +43,14 @@ struct Metrics {
 // bounded for any number of rows. rows = 0 gives all zeros.
 Metrics Evaluate(const ModelSpec& spec, const float* params, const float* x, const float* y,
                  int64_t rows);
+// The same of a model resolved once (nn/layer.h): its shapes are not resolved again.
+Metrics Evaluate(const ResolvedModel& model, const float* params, const float* x, const float* y,
+                 int64_t rows);
 
 // The bytes an evaluation of `rows` rows allocates beside them (Evaluate; predict runs the same
 // chunks, master/files/predict.cc): the net's forward passes over a chunk (nn::PassBytes of
 // EvalChunk rows at most) and the chunk's outputs.
-uint64_t EvaluateBytes(const ModelSpec& spec, int64_t rows);
+// Of the model resolved once (nn/layer.h).
+uint64_t EvaluateBytes(const ResolvedModel& model, int64_t rows);
 
 }  // namespace shmtrain::nn

@@ -70,6 +70,8 @@ void Predict(const ModelSpec& spec, const S* params, const S* x, int64_t n, S* o
 // How many samples evaluation and prediction run at once: 4096, or fewer so that one chunk's
 // activations stay within 64 MiB (a convolution's outputs are large).
 int64_t EvalChunk(const ModelSpec& spec);
+// The same of a model resolved once (nn/layer.h): no walk of its shapes again.
+int64_t EvalChunk(const ResolvedModel& model);
 
 // Fills params (ParamCount() entries) deterministically from seed, on every platform: one
 // nn::Rng drawn in parameter-vector order, layer after layer, each weight-bearing layer with
@@ -80,5 +82,7 @@ int64_t EvalChunk(const ModelSpec& spec);
 //  kTorch: W and b ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (PyTorch's nn.Linear and nn.Conv2d
 //          default; keeps tanh units out of saturation for any fan-in, which N(0, 1) does not).
 void InitParams(const ModelSpec& spec, Init init, uint64_t seed, float* params);
+// The same of a model resolved once: its shapes are not resolved again.
+void InitParams(const ResolvedModel& model, Init init, uint64_t seed, float* params);
 
 }  // namespace shmtrain::nn

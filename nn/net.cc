@@ -41,7 +41,15 @@ void Reserve(AlignedVector<S>& v, int64_t size) {
 }  // namespace
 
 void InitParams(const ModelSpec& spec, Init init, uint64_t seed, float* params) {
-  const std::vector<Shape> shapes = Shapes(spec);
+  ResolvedModel model;
+  model.spec = spec;
+  model.shapes = Shapes(spec);
+  InitParams(model, init, seed, params);
+}
+
+void InitParams(const ResolvedModel& model, Init init, uint64_t seed, float* params) {
+  const ModelSpec& spec = model.spec;
+  const std::vector<Shape>& shapes = model.shapes;
   Rng rng(seed);
   Shape in = spec.input;
   for (size_t i = 0; i < spec.layers.size(); ++i) {
@@ -53,8 +61,15 @@ void InitParams(const ModelSpec& spec, Init init, uint64_t seed, float* params) 
 }
 
 int64_t EvalChunk(const ModelSpec& spec) {
-  std::vector<Shape> shapes;
-  if (!ResolveShapes(spec.input, spec.layers, &shapes).ok()) return 1;
+  ResolvedModel model;
+  if (!ResolveShapes(spec.input, spec.layers, &model.shapes).ok()) return 1;
+  model.spec = spec;
+  return EvalChunk(model);
+}
+
+int64_t EvalChunk(const ResolvedModel& model) {
+  const ModelSpec& spec = model.spec;
+  const std::vector<Shape>& shapes = model.shapes;
   int64_t per_sample = spec.input.Size();
   Shape in = spec.input;
   for (size_t i = 0; i < shapes.size(); ++i) {
@@ -108,7 +123,13 @@ uint64_t PassBytes(const ResolvedModel& model, int64_t n, bool backward, size_t 
 }
 
 template <class S>
-Net<S>::Net(const ModelSpec& spec) : spec_(spec), plan_(spec) {
+Net<S>::Net(const ModelSpec& spec) : Net(spec, NetPlan(spec)) {}
+
+template <class S>
+Net<S>::Net(const ResolvedModel& model) : Net(model.spec, NetPlan(model.spec, model.shapes)) {}
+
+template <class S>
+Net<S>::Net(const ModelSpec& spec, NetPlan plan) : spec_(spec), plan_(std::move(plan)) {
   const std::vector<Shape>& shapes = plan_.shapes;
   Shape in = spec.input;
   int64_t stats = 0;

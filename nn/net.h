@@ -71,6 +71,8 @@ class Net {
  public:
   // spec must resolve (ResolveShapes): a spec that does not is a bug here (abort).
   explicit Net(const ModelSpec& spec);
+  // The net of a model resolved once (nn/layer.h): its shapes are not resolved again.
+  explicit Net(const ResolvedModel& model);
 
   int64_t ParamCount() const { return param_count_; }
   int64_t Outputs() const { return outputs_; }
@@ -96,6 +98,7 @@ class Net {
   }
 
  private:
+  Net(const ModelSpec& spec, NetPlan plan);
   const S* Forward(const S* params, const S* x, int64_t n, const PassInfo& pass);
 
   ModelSpec spec_;

@@ -136,22 +136,28 @@ ModelSpec Spec(const std::string& text, Shape input) {
   return spec;
 }
 
+nn::ResolvedModel Resolved(const ModelSpec& spec) {
+  nn::ResolvedModel m;
+  EXPECT_TRUE(nn::ResolveModel(spec, /*flat_input=*/false, &m).ok()) << spec.Text();
+  return m;
+}
+
 // One value per channel: a batchnorm1d at one sample, a batchnorm2d at one sample of a 1x1
 // map (PyTorch counts N x H x W), one inside a block too; two values, or one sample of a
 // larger map, are enough.
 TEST(BatchNorm, LoneValueLayerNamesTheLayerThatABatchGivesOneValuePerChannel) {
   const ModelSpec mlp = Spec("flatten,linear(4),batchnorm1d,relu,linear(3)", {1, 6, 6});
-  EXPECT_EQ(nn::LoneValueLayer(mlp, 1), "batchnorm1d #1 (layer 3)");
-  EXPECT_EQ(nn::LoneValueLayer(mlp, 2), "");
+  EXPECT_EQ(nn::LoneValueLayer(Resolved(mlp), 1), "batchnorm1d #1 (layer 3)");
+  EXPECT_EQ(nn::LoneValueLayer(Resolved(mlp), 2), "");
   const ModelSpec pooled =
       Spec("conv2d(4,3),batchnorm2d,adaptiveavgpool2d(1),batchnorm2d,flatten,linear(3)", {1, 6, 6});
-  EXPECT_EQ(nn::LoneValueLayer(pooled, 1), "batchnorm2d #2 (layer 4)");
-  EXPECT_EQ(nn::LoneValueLayer(pooled, 2), "");
+  EXPECT_EQ(nn::LoneValueLayer(Resolved(pooled), 1), "batchnorm2d #2 (layer 4)");
+  EXPECT_EQ(nn::LoneValueLayer(Resolved(pooled), 2), "");
   const ModelSpec block = Spec("conv2d(4,3),adaptiveavgpool2d(1),residual(conv2d(4,1),batchnorm2d),"
                                "flatten,linear(3)", {1, 6, 6});
-  EXPECT_EQ(nn::LoneValueLayer(block, 1), "batchnorm2d in residual #1 (layer 3)");
-  EXPECT_EQ(nn::LoneValueLayer(Spec("conv2d(4,3,padding=1),batchnorm2d,flatten,linear(3)", {1, 6, 6}), 1),
-            "");
+  EXPECT_EQ(nn::LoneValueLayer(Resolved(block), 1), "batchnorm2d in residual #1 (layer 3)");
+  const ModelSpec padded = Spec("conv2d(4,3,padding=1),batchnorm2d,flatten,linear(3)", {1, 6, 6});
+  EXPECT_EQ(nn::LoneValueLayer(Resolved(padded), 1), "");
 }
 
 // The smallest batch a run meets: --batch, the full batch, or the last of an epoch when the
@@ -161,27 +167,27 @@ TEST(BatchNorm, ARunWhoseBatchGivesOneValuePerChannelIsRefusedNamingTheBatch) {
   o.model = Spec("flatten,linear(4),batchnorm1d,relu,linear(3)", {1, 6, 6});
   o.batch = 1;
   o.epochs = 1;
-  Status s = data::CheckBatchNormBatches(o, 30);
+  Status s = data::CheckBatchNormBatches(o, Resolved(o.model), 30);
   EXPECT_EQ(s.code(), Status::Code::kUsage);
   EXPECT_NE(s.message().find("--batch 1: a training batch of 1 sample gives batchnorm1d #1 "
                              "(layer 3) one value per channel"), std::string::npos) << s.message();
   o.batch = 29;  // 30 = 29 + 1
-  s = data::CheckBatchNormBatches(o, 30);
+  s = data::CheckBatchNormBatches(o, Resolved(o.model), 30);
   EXPECT_NE(s.message().find("--batch 29: the 30 training rows leave the last batch of every "
                              "epoch 1 sample (30 = 1 x 29 + 1)"), std::string::npos) << s.message();
   o.epochs = 0;
   o.steps = 1;  // never at the epoch's last batch
-  EXPECT_TRUE(data::CheckBatchNormBatches(o, 30).ok());
+  EXPECT_TRUE(data::CheckBatchNormBatches(o, Resolved(o.model), 30).ok());
   o.steps = 2;
-  EXPECT_FALSE(data::CheckBatchNormBatches(o, 30).ok());
+  EXPECT_FALSE(data::CheckBatchNormBatches(o, Resolved(o.model), 30).ok());
   o.batch = 0;
-  EXPECT_TRUE(data::CheckBatchNormBatches(o, 30).ok());
-  EXPECT_NE(data::CheckBatchNormBatches(o, 1).message().find("has 1 row: a full batch of it gives "
+  EXPECT_TRUE(data::CheckBatchNormBatches(o, Resolved(o.model), 30).ok());
+  EXPECT_NE(data::CheckBatchNormBatches(o, Resolved(o.model), 1).message().find("has 1 row: a full batch of it gives "
                                                        "batchnorm1d #1 (layer 3)"),
             std::string::npos);
   o.model = Spec("flatten,linear(4),relu,linear(3)", {1, 6, 6});
   o.batch = 1;
-  EXPECT_TRUE(data::CheckBatchNormBatches(o, 30).ok());
+  EXPECT_TRUE(data::CheckBatchNormBatches(o, Resolved(o.model), 30).ok());
 }
 
 // Through the command line: refused before a worker starts, exit 2, nothing left behind;

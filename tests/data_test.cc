@@ -2640,10 +2640,10 @@ class PipelineTest : public CsvTest {
               rows_.push_back(rows);
               return int64_t{1};
             },
-            [this, bytes, refusal](const TrainOptions& o, int64_t rows, int features,
-                                   uint64_t* out) {
+            [this, bytes, refusal](const TrainOptions&, const nn::ResolvedModel& model,
+                                   int64_t rows, int features, uint64_t* out) {
               asked_.push_back("segment of " + std::to_string(features) + " features, input " +
-                               o.model.input.Text());
+                               model.spec.input.Text());
               rows_.push_back(rows);
               *out = bytes;
               return refusal;
