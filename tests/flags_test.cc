@@ -23,7 +23,7 @@
 #include "master/flags/flags.h"
 #include "master/files/checkpoint.h"
 #include "master/run/run.h"
-#include "master/run/segment_header.h"
+#include "master/plan/segment_plan.h"
 #include "nn/cpu.h"
 #include "nn/optimizer.h"
 #include "tests/proc_util.h"
@@ -337,15 +337,15 @@ RunOf Run(const std::vector<std::string>& args) {
   TrainOptions o = cmd.train;
   RunData rd;
   const RunKind& kind = KindOf(o.mode, o.host_count);
-  s = data::PrepareData(o, SizingOf(kind), &rd);
+  s = data::PrepareData(o, plan::SizingOf(kind), &rd);
   EXPECT_TRUE(s.ok()) << s.message();
   if (!s.ok()) return r;
   const int64_t total = o.TotalSteps(rd.train.rows);
   OptimConfig optim{};
   s = nn::ResolveOptim(o, total, &optim);
   EXPECT_TRUE(s.ok()) << s.message();
-  r.config = MakeHeader(kind, o, optim, rd.train.rows, rd.train.features, total,
-                        EvalEvery(o, rd.train.rows))
+  r.config = plan::MakeHeader(kind, o, rd.model, optim, rd.train.rows, rd.train.features, total,
+                              plan::EvalEvery(o, rd.train.rows))
                  .config;
   r.fingerprint = RunFingerprint(o, optim, rd.train);
   return r;

@@ -9,10 +9,16 @@
 
 #include "data/pipeline.h"
 #include "gtest/gtest.h"
+#include "master/files/checkpoint.h"
+#include "master/files/model_file.h"
+#include "master/kinds/kind.h"
+#include "master/log/log.h"
 #include "master/plan/resolve.h"
+#include "master/plan/segment_plan.h"
 #include "master/plan/validate.h"
 #include "nn/layer.h"
 #include "nn/net.h"
+#include "nn/optimizer.h"
 #include "shm/segment.h"
 #include "shmtrain/options.h"
 #include "tests/parabola_layout.h"
@@ -23,13 +29,13 @@ namespace {
 
 constexpr test::milliseconds kTimeout{120'000};
 
-// A run asked for its figures: each worker's pass takes 10 rows, the segment 4096 bytes.
-data::RunSizing Sizing() {
-  return {[](const TrainOptions&, int64_t) { return int64_t{10}; },
-          [](const TrainOptions&, int64_t, int, uint64_t* bytes) {
-            *bytes = 4096;
-            return Status::Ok();
-          }};
+// The run's kind (sync on one host) and a log no test reads.
+const master::RunKind& Sync() {
+  return master::KindOf(Mode::kSync, 1);
+}
+master::Logger& Log() {
+  static master::Logger log(LogFormat::kJson, /*progress=*/false);
+  return log;
 }
 
 // --example blobs of 30 rows of 4 features, 3 classes, with `model`.
@@ -52,7 +58,7 @@ TEST(Resolve, HoldsTheModelItsShapesCountsMemoryAndTheData) {
   TrainOptions o = Blobs("linear(8),batchnorm1d,relu,linear(3)");
   data::RunData rd;
   plan::Resolved r;
-  const Status s = plan::Resolve(o, Sizing(), &rd, &r);
+  const Status s = plan::Resolve(o, Sync(), Log(), &rd, &r);
   ASSERT_TRUE(s.ok()) << s.message();
   EXPECT_EQ(r.model.spec, o.model) << "the options' model, its input the example's";
   EXPECT_EQ(r.model.spec.input, (Shape{4, 1, 1}));
@@ -65,14 +71,47 @@ TEST(Resolve, HoldsTheModelItsShapesCountsMemoryAndTheData) {
   EXPECT_EQ(*r.model.param_count, o.model.ParamCount());
   EXPECT_EQ(r.model.stats_count, 4 * 8 + 1);
   EXPECT_EQ(r.model.stats_count, nn::StatsCount(o.model));
-  EXPECT_EQ(r.worker_batch_rows, 10);
-  EXPECT_EQ(r.worker_pass_bytes, nn::PassBytes(o.model, 10, /*backward=*/true));
+  EXPECT_EQ(r.worker_batch_rows, plan::WorkerBatchRows(Sync(), o, 30));
+  EXPECT_EQ(r.worker_pass_bytes, nn::PassBytes(o.model, r.worker_batch_rows, /*backward=*/true));
   EXPECT_GT(r.worker_pass_bytes, 0u);
   EXPECT_EQ(r.data.source, "example blobs");
   EXPECT_EQ(r.data.rows, 30);
   EXPECT_EQ(r.data.features, 4);
   EXPECT_EQ(r.data.val_rows, 0);
   EXPECT_EQ(r.data.classes, 3);
+  // The run planned from them: its length, this host's share, the optimizer, and the segment's
+  // header, whose counts and model are the resolved model's.
+  EXPECT_EQ(r.total_steps, 1);
+  EXPECT_EQ(r.host.steps, 1);
+  EXPECT_EQ(r.optimizer, nn::Describe(r.optim));
+  EXPECT_EQ(r.optim.lr, 0.1);
+  EXPECT_NE(r.fingerprint, 0u);
+  const shm::RunConfig& c = r.header.config;
+  EXPECT_EQ(c.param_count, *r.model.param_count);
+  EXPECT_EQ(c.stats_count, static_cast<uint64_t>(r.model.stats_count));
+  EXPECT_EQ(std::string(c.model), r.model.spec.Text());
+  EXPECT_EQ((Shape{c.input_shape[0], c.input_shape[1], c.input_shape[2]}), r.model.spec.input);
+  EXPECT_EQ(c.rows, 30);
+  EXPECT_EQ(c.features, 4);
+  EXPECT_EQ(c.total_steps, 1);
+  EXPECT_GT(r.header.total_size, 0u);
+  // The outputs' room: no --save, and a checkpoint of the parameters (sgd keeps no state).
+  EXPECT_EQ(r.model_bytes, 0u);
+  EXPECT_EQ(r.checkpoint_bytes,
+            CheckpointSize(static_cast<int64_t>(*r.model.param_count), 0, r.optimizer));
+}
+
+// --save: the model file's size is known, read back through its decoder, before any training.
+TEST(Resolve, SizesTheModelFileItWillSave) {
+  test::TempDir dir;
+  TrainOptions o = Blobs("linear(8),relu,linear(3)");
+  o.save_path = dir.File("m.bin");
+  data::RunData rd;
+  plan::Resolved r;
+  ASSERT_TRUE(plan::Resolve(o, Sync(), Log(), &rd, &r).ok());
+  const std::string bytes = EncodeModel(
+      {r.model.spec, rd.norm, rd.train.classes, std::vector<float>(*r.model.param_count)});
+  EXPECT_EQ(r.model_bytes, bytes.size());
 }
 
 // A --model whose input is the data's rows is resolved on their width, once they are read.
@@ -87,7 +126,7 @@ TEST(Resolve, AModelOnTheDatasWidthIsResolvedOnIt) {
   ASSERT_TRUE(plan::BuildModel(&o).ok());
   data::RunData rd;
   plan::Resolved r;
-  const Status s = plan::Resolve(o, Sizing(), &rd, &r);
+  const Status s = plan::Resolve(o, Sync(), Log(), &rd, &r);
   ASSERT_TRUE(s.ok()) << s.message();
   EXPECT_EQ(r.model.spec.input, (Shape{3, 1, 1}));
   EXPECT_EQ(r.model.spec, o.model);
@@ -102,10 +141,11 @@ TEST(Resolve, RefusesAModelThatDoesNotResolveAsTheDataPipelineDid) {
   TrainOptions o = Blobs("linear(1)");
   data::RunData rd;
   plan::Resolved r;
-  const Status s = plan::Resolve(o, Sizing(), &rd, &r);
+  const Status s = plan::Resolve(o, Sync(), Log(), &rd, &r);
   EXPECT_EQ(s.code(), Status::Code::kUsage);
-  EXPECT_EQ(s.message(), "--model: loss xent needs an output per class (at least 2), the model "
-                         "has 1");
+  EXPECT_EQ(s.message(),
+            "--model: loss xent needs an output per class (at least 2), the model "
+            "has 1");
   EXPECT_TRUE(r.model.shapes.empty()) << "nothing resolved";
 }
 

@@ -45,6 +45,7 @@
 #include "master/run/validation.h"
 #include "monitoring/exporter.h"
 #include "nn/cpu.h"
+#include "nn/layer.h"
 #include "nn/metrics.h"
 #include "nn/model.h"
 #include "shm/barrier.h"
@@ -59,6 +60,16 @@ namespace {
 namespace fs = std::filesystem;
 
 const ModelSpec kSpec = ModelSpec::Mlp({1, 5, 1}, Activation::kTanh, Loss::kMse);  // 16 parameters
+// kSpec resolved, as a run's start hands it to its units (made on first use: the layer
+// registry it reads is another file's static).
+const nn::ResolvedModel& Model() {
+  static const nn::ResolvedModel model = [] {
+    nn::ResolvedModel m;
+    EXPECT_TRUE(nn::ResolveModel(kSpec, /*flat_input=*/true, &m).ok());
+    return m;
+  }();
+  return model;
+}
 
 // A directory of its own under the system's temporary one, removed with everything in it.
 class TempDir {
@@ -161,7 +172,8 @@ class RunLoopTest : public ::testing::Test {
  protected:
   // Runs the loop over `units` on seg_; every sleep is recorded as "sleep(ms)".
   Status Run(std::vector<RunUnit*> units) {
-    RunLoop loop(std::move(seg_), RemovedOnDeath(), KindOf(Mode::kSync, 1));
+    RemovedOnDeath name;
+    RunLoop loop(seg_, name, KindOf(Mode::kSync, 1));
     return loop.Run([this](int ms) { calls_.push_back("sleep(" + std::to_string(ms) + ")"); },
                     std::move(units));
   }
@@ -188,8 +200,8 @@ TEST_F(RunLoopTest, RoundsShowEveryUnitTheViewInListOrderThenEachStepOfTheEndInT
                                               "a.report:ok", "b.report:ok", "c.report:ok"}));
 }
 
-// The loop owns the segment: at the end its name goes before any unit's Stop (the mapping stays
-// for every step after it, until the loop is destroyed).
+// The loop ends the segment's life in the run: at the end its name goes before any unit's Stop
+// (the mapping stays for every step after it, until its holder destroys it).
 TEST_F(RunLoopTest, TheEndRemovesTheSegmentsNameFirstAndKeepsItsMappingForEveryStep) {
   const std::string file = "/dev/shm/" + seg_.name();
   ASSERT_TRUE(fs::exists(file));
@@ -601,7 +613,7 @@ TEST_F(ValidationTest, WithoutEarlyStopASnapshotIsAckedOnceCopied) {
   SegmentWrites writes(seg);
   ASSERT_TRUE(seg.valid());
   testing::internal::CaptureStdout();
-  ValidationProtocol v(kSyncKind, {.eval_every = 2, .first_step = 2, .total_steps = 10}, kSpec,
+  ValidationProtocol v(kSyncKind, {.eval_every = 2, .first_step = 2, .total_steps = 10}, Model(),
                        val_, seg, writes, log_, stats_);
   EXPECT_EQ(seg.header()->eval_ack, 1) << "a run resumed at step 2 has passed eval 1";
   EXPECT_TRUE(v.wants_fast_poll());
@@ -626,7 +638,8 @@ TEST_F(ValidationTest, WithoutEarlyStopASnapshotIsAckedOnceCopied) {
 // An evaluation that fails on the evaluator's thread (out of memory there) is a Status on
 // the run loop's thread, naming the step, from Take and from Finish: no exception crosses.
 TEST_F(ValidationTest, AFailedEvaluationIsAStatusOnTheRunLoopsThread) {
-  Evaluator ev(kSpec, val_, [](const ModelSpec&, const float*, const data::Dataset&) -> nn::Metrics {
+  Evaluator ev(Model(), val_,
+               [](const nn::ResolvedModel&, const float*, const data::Dataset&) -> nn::Metrics {
     throw std::bad_alloc();
   });
   ev.Submit(1, 4, good_);
@@ -639,7 +652,7 @@ TEST_F(ValidationTest, AFailedEvaluationIsAStatusOnTheRunLoopsThread) {
   const Status take = ev.Take(&done);
   EXPECT_EQ(take.code(), Status::Code::kInternal) << "the failure stays until the run ends";
   // A good evaluation is handed back.
-  Evaluator fine(kSpec, val_);
+  Evaluator fine(Model(), val_);
   fine.Submit(1, 2, good_);
   ASSERT_TRUE(fine.Finish(&done).ok());
   ASSERT_EQ(done.size(), 1u);
@@ -651,7 +664,7 @@ TEST_F(ValidationTest, EarlyStopNamesEvalKPlus2BeforeAckingKAndKeepsTheBest) {
   SegmentWrites writes(seg);
   ASSERT_TRUE(seg.valid());
   testing::internal::CaptureStdout();
-  ValidationProtocol v(kSyncKind, {.eval_every = 2, .early_stop = 1, .total_steps = 10}, kSpec,
+  ValidationProtocol v(kSyncKind, {.eval_every = 2, .early_stop = 1, .total_steps = 10}, Model(),
                        val_, seg, writes, log_, stats_);
   Publish(seg, 1, good_);
   ASSERT_TRUE(v.Poll().ok());
@@ -700,7 +713,7 @@ TEST_F(ValidationTest, AModelWithANonFiniteValidationLossIsNeverKept) {
     ASSERT_TRUE(seg.valid());
     testing::internal::CaptureStdout();
     ValidationProtocol v(kSyncKind,
-                         {.eval_every = 2, .early_stop = patience, .total_steps = 10}, kSpec, val_,
+                         {.eval_every = 2, .early_stop = patience, .total_steps = 10}, Model(), val_,
                          seg, writes, log_, stats_);
     Publish(seg, 1, huge_);
     ASSERT_TRUE(v.Poll().ok());
@@ -733,7 +746,7 @@ TEST_F(ValidationTest, AModelWithANonFiniteValidationLossIsNeverKept) {
   shm::Segment seg = MakeSegment(Layout(Mode::kSync, 2, 0, 2));
   SegmentWrites writes(seg);
   testing::internal::CaptureStdout();
-  ValidationProtocol v(kSyncKind, {.eval_every = 2, .early_stop = 2, .total_steps = 10}, kSpec,
+  ValidationProtocol v(kSyncKind, {.eval_every = 2, .early_stop = 2, .total_steps = 10}, Model(),
                        val_, seg, writes, log_, stats_);
   Publish(seg, 1, huge_);
   ASSERT_TRUE(v.Poll().ok());
@@ -1167,7 +1180,9 @@ TEST(SupervisorChaos, KillsOnlyOnceWhileTheRunStandsStill) {
 // segment's mapping (ExchangeThread::JoinOrLeave): the steps after it still read the segment,
 // the supervisor's among them, which stops the workers through the segment's abort word.
 TEST(RunEnd, AThreadLeftBehindLeavesTheSegmentToTheUnitsAfterIt) {
-  RunLoop loop(MakeSegment(Layout(Mode::kSync, 2, 0)), RemovedOnDeath(), KindOf(Mode::kSync, 1));
+  shm::Segment mapped = MakeSegment(Layout(Mode::kSync, 2, 0));
+  RemovedOnDeath name;
+  RunLoop loop(mapped, name, KindOf(Mode::kSync, 1));
   const shm::Segment& seg = loop.segment();
   auto release = std::make_shared<std::atomic<bool>>(false);
   // A unit whose thread never returns until released (the test hook of a stuck exchange), and

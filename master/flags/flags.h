@@ -5,7 +5,7 @@
 // From the table come: the CLI11 wiring and --help (master/cli/cli.cc); the check of each value
 // against its limits, made as the command line is read, their one home (plan::Validate
 // checks the fields against each other, never one field's limits); the segment's copy of what
-// the workers read (to_workers, applied by MakeHeader in master/run/segment_header.cc); the list of
+// the workers read (to_workers, applied by MakeHeader in master/plan/segment_plan.cc); the list of
 // flags in docs/guide.md, which tests/flags_test.cc compares with the table (and rewrites when
 // SHMTRAIN_UPDATE_DOCS=1).
 //

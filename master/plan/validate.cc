@@ -155,7 +155,7 @@ Status CheckModelOptions(const TrainOptions& o) {
 
 // --augment on the model's input, where the command line already tells it: --layers' and the
 // built-in examples' rows are flat; a --model's input from the data is checked with the run's
-// configuration (master/run/segment_header.h, CheckConfig).
+// configuration (master/plan/segment_plan.h, CheckConfig).
 Status CheckAugmentOptions(const TrainOptions& o) {
   if (o.augment.empty()) return Status::Ok();
   data::AugmentSpec spec;

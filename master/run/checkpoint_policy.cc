@@ -10,6 +10,21 @@
 #include "shm/futex.h"
 
 namespace shmtrain::master {
+
+CheckpointConfig CheckpointConfig::For(const TrainOptions& o, const plan::Resolved& run,
+                                       const RunKind& kind, int64_t first_step, CheckpointCut* cut,
+                                       OutputReservation* reservation) {
+  return {.path = o.checkpoint_path,
+          .every = run.host.checkpoint_every,
+          .kind = &kind,
+          .first_step = first_step,
+          .total_steps = run.host.steps,
+          .fingerprint = run.fingerprint,
+          .optimizer = run.optimizer,
+          .cut = cut,
+          .hosts = o.host_count,
+          .reservation = reservation};
+}
 namespace {
 
 // ---- The optimizer state: the parameters and the optimizer's K state vectors

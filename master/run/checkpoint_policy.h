@@ -47,10 +47,11 @@
 #include <functional>
 #include <string>
 
-#include "master/log/log.h"
 #include "master/files/checkpoint.h"
 #include "master/files/output_write.h"
 #include "master/kinds/kind.h"
+#include "master/log/log.h"
+#include "master/plan/resolve.h"
 #include "master/unit/run_unit.h"
 #include "master/unit/segment_writes.h"
 #include "monitoring/run_stats.h"
@@ -85,8 +86,8 @@ class CheckpointSchedule {
 };
 
 struct CheckpointConfig {
-  std::string path;   // --checkpoint; "" = none (not even on a stop signal)
-  int64_t every = 0;  // --checkpoint-every; 0 = on a stop signal only
+  std::string path;               // --checkpoint; "" = none (not even on a stop signal)
+  int64_t every = 0;              // --checkpoint-every; 0 = on a stop signal only
   const RunKind* kind = nullptr;  // the run's (master/kinds/kind.h); not null
   int64_t first_step = 0;
   int64_t total_steps = 0;
@@ -100,14 +101,20 @@ struct CheckpointConfig {
   // The room taken for the first file when the run started (master/files/output_write.h); null:
   // none.
   OutputReservation* reservation = nullptr;
+
+  // The run's, as its start resolved it (master/plan/resolve.h: this host's share, the
+  // fingerprint, the optimizer), from first_step; cut and reservation as above.
+  static CheckpointConfig For(const TrainOptions& o, const plan::Resolved& run, const RunKind& kind,
+                              int64_t first_step, CheckpointCut* cut,
+                              OutputReservation* reservation);
 };
 
 class CheckpointPolicy final : public RunUnit {
  public:
   // The checkpoints of seg's run (the policy writes released_step). seg, log and stats (the
   // checkpoints' part of the run's metrics) must outlive the policy.
-  CheckpointPolicy(const CheckpointConfig& config, const shm::Segment& seg,
-                   SegmentWrites& writes, Logger& log, monitoring::CheckpointStats& stats);
+  CheckpointPolicy(const CheckpointConfig& config, const shm::Segment& seg, SegmentWrites& writes,
+                   Logger& log, monitoring::CheckpointStats& stats);
   CheckpointPolicy(const CheckpointPolicy&) = delete;
   CheckpointPolicy& operator=(const CheckpointPolicy&) = delete;
 

@@ -7,13 +7,19 @@
 
 namespace shmtrain::master {
 
-Evaluator::Evaluator(const ModelSpec& spec, const data::Dataset& val, EvaluateFn evaluate)
-    : spec_(spec),
+namespace {
+
+nn::Metrics EvaluateOn(const nn::ResolvedModel& model, const float* params,
+                       const data::Dataset& val) {
+  return nn::Evaluate(model, params, val.x.data(), val.y.data(), val.rows);
+}
+
+}  // namespace
+
+Evaluator::Evaluator(const nn::ResolvedModel& model, const data::Dataset& val, EvaluateFn evaluate)
+    : model_(model),
       val_(val),
-      evaluate_(evaluate ? std::move(evaluate)
-                         : [](const ModelSpec& s, const float* p, const data::Dataset& v) {
-                             return nn::Evaluate(s, p, v.x.data(), v.y.data(), v.rows);
-                           }),
+      evaluate_(evaluate ? std::move(evaluate) : EvaluateFn(EvaluateOn)),
       thread_([this] { Loop(); }) {}
 
 Evaluator::~Evaluator() {
@@ -63,7 +69,7 @@ void Evaluator::Loop() {
     lock.unlock();
     Status error;
     try {
-      r.metrics = evaluate_(spec_, r.params.data(), val_);
+      r.metrics = evaluate_(model_, r.params.data(), val_);
     } catch (...) {  // the standard library's boundary (bad_alloc), converted here
       error = Status::Internal("internal error: the validation of step " + std::to_string(r.step) +
                                ": " + DescribeException(std::current_exception()));

@@ -33,10 +33,11 @@ class Evaluator {
   };
 
   // What an evaluation computes: nn::Evaluate, or a test's stand-in.
-  using EvaluateFn = std::function<nn::Metrics(const ModelSpec& spec, const float* params,
+  using EvaluateFn = std::function<nn::Metrics(const nn::ResolvedModel& model, const float* params,
                                                const data::Dataset& val)>;
-  // spec and val must outlive the evaluator.
-  Evaluator(const ModelSpec& spec, const data::Dataset& val, EvaluateFn evaluate = nullptr);
+  // model and val must outlive the evaluator.
+  Evaluator(const nn::ResolvedModel& model, const data::Dataset& val,
+            EvaluateFn evaluate = nullptr);
   ~Evaluator();
   Evaluator(const Evaluator&) = delete;
   Evaluator& operator=(const Evaluator&) = delete;
@@ -51,7 +52,7 @@ class Evaluator {
 
  private:
   void Loop();
-  const ModelSpec& spec_;
+  const nn::ResolvedModel& model_;
   const data::Dataset& val_;
   EvaluateFn evaluate_;
   std::mutex mu_;

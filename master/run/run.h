@@ -27,15 +27,6 @@ namespace shmtrain::master {
 // The run's data (data/pipeline.h), which its units take.
 using data::RunData;
 
-// The most rows one worker's pass takes at once over a dataset of `rows` rows, as the run's
-// kind plans it: in sync mode its share of a batch, or of every row; in async mode a whole
-// minibatch (the data pipeline's RunSizing::worker_batch_rows).
-int64_t WorkerBatchRows(const KindPlan& kind, const TrainOptions& o, int64_t rows);
-
-// The data pipeline's sizing of a run of this kind (WorkerBatchRows, SegmentBytes); kind must
-// outlive it.
-data::RunSizing SizingOf(const RunKind& kind);
-
 // Runs a training to its end: this host's part of it when hosts.count() > 1 (opts.host_* must
 // match hosts). On failure, every worker is gone and the segment removed before this returns.
 // The metrics endpoint, if any, is left in *exporter: stopping it costs civetweb's 2 s poll

@@ -19,7 +19,7 @@ void FinalModel::Collect(RunEnd& end) {
     return;
   }
   const nn::Metrics train =
-      nn::Evaluate(o_.model, end.params.data(), end.seg.x(), end.seg.y(), rd_.train.rows);
+      nn::Evaluate(rd_.model, end.params.data(), end.seg.x(), end.seg.y(), rd_.train.rows);
   end.summary.final_loss = train.loss;
   if (!train.finite()) {
     end.status = Status::Diverged("training diverged: the model after step " +

@@ -7,9 +7,6 @@
 
 namespace shmtrain::master {
 
-RunLoop::RunLoop(shm::Segment seg, RemovedOnDeath name, const SegmentProtocol& protocol)
-    : seg_(std::move(seg)), name_(std::move(name)), protocol_(protocol) {}
-
 Status RunLoop::Run(std::function<void(int)> sleep, std::vector<RunUnit*> units) {
   std::erase(units, nullptr);
   return End(Rounds(sleep, units), units);

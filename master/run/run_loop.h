@@ -1,9 +1,10 @@
 // The master's run loop: a list of units, each owning one concern, run in one order.
 //
-// A training run is the list RunTrain (master/run/run.cc) hands to RunLoop. The loop owns the
-// run's segment from the moment the run's start has filled it to the end of the run: units
-// read it through a const view (segment(), RunView, RunEnd) and make their few writes through
-// writes() (master/unit/segment_writes.h, which names each with its unit). The loop:
+// A training run is the list RunTrain (master/run/run.cc) hands to RunLoop. The loop runs on
+// the run's segment, which the run's start made and filled and holds to the end of the run
+// (master/run/start.h): units read it through a const view (segment(), RunView, RunEnd) and make
+// their few writes through writes() (master/unit/segment_writes.h, which names each with its unit).
+// The loop:
 //  1. starts each unit in list order (the supervisor starts the workers);
 //  2. runs rounds. A round sleeps once, in the supervisor's poll() on the workers' pidfds (a
 //     worker's end wakes it at once; else it wakes after the shortest wait any unit asks
@@ -48,11 +49,13 @@ namespace shmtrain::master {
 
 class RunLoop {
  public:
-  // Takes the run's segment, filled and not yet seen by a worker, and the registration of its
+  // On the run's segment, filled and not yet seen by a worker, and the registration of its
   // name for main's last-resort handlers (master/run/signals.h), which the end's Stop step drops
-  // with the name. The mapping goes when the loop is destroyed: declare the units after it.
-  // protocol: the run's kind's reads of its progress and final parameters (must outlive it).
-  RunLoop(shm::Segment seg, RemovedOnDeath name, const SegmentProtocol& protocol);
+  // with the name. Both must outlive the loop and its units (the start holds them, declared
+  // before both: the mapping goes after every unit). protocol: the run's kind's reads of its
+  // progress and final parameters (must outlive it).
+  RunLoop(shm::Segment& seg, RemovedOnDeath& name, const SegmentProtocol& protocol)
+      : seg_(seg), name_(name), protocol_(protocol) {}
   RunLoop(const RunLoop&) = delete;
   RunLoop& operator=(const RunLoop&) = delete;
 
@@ -69,8 +72,8 @@ class RunLoop {
   Status Rounds(const std::function<void(int)>& sleep, const std::vector<RunUnit*>& units);
   Status End(Status status, const std::vector<RunUnit*>& units);
 
-  shm::Segment seg_;
-  RemovedOnDeath name_;
+  shm::Segment& seg_;
+  RemovedOnDeath& name_;
   const SegmentProtocol& protocol_;
   SegmentWrites writes_{seg_};
 };

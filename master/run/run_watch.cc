@@ -17,11 +17,6 @@ constexpr int64_t kFlushNs = 2'000'000'000;  // the event file's flushes
 
 }  // namespace
 
-Status OpenEventFile(const TrainOptions& o, std::unique_ptr<monitoring::EventFile>* out) {
-  if (o.tensorboard_dir.empty() || o.host_index != 0) return Status::Ok();
-  return monitoring::EventFile::Create(o.tensorboard_dir, out);
-}
-
 RunWatch::RunWatch(const RunKind& kind, monitoring::RunStats& stats,
                    std::unique_ptr<monitoring::EventFile> file, int64_t t_start_ns, bool xent,
                    Logger& log)

@@ -28,10 +28,6 @@
 
 namespace shmtrain::master {
 
-// The run's event file when --tensorboard is given and this is host 0 (which writes the job's);
-// else none. EventFile::Create's refusal when the directory or file cannot be made.
-Status OpenEventFile(const TrainOptions& o, std::unique_ptr<monitoring::EventFile>* out);
-
 class RunWatch final : public RunUnit {
  public:
   // kind: the run's (its progress, and whether its workers record staleness). file: the

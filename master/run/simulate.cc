@@ -5,7 +5,7 @@
 
 #include "data/batch_plan.h"
 #include "data/pipeline.h"
-#include "master/run/segment_header.h"
+#include "master/plan/segment_plan.h"
 #include "nn/batch_norm.h"
 #include "nn/metrics.h"
 #include "nn/model.h"
@@ -15,8 +15,8 @@ namespace shmtrain::master {
 
 SimResult Simulate(const TrainOptions& o, const RunData& rd, int M, AsyncRule rule) {
   const data::Dataset& d = rd.train;
-  const ModelSpec& spec = o.model;
-  const int64_t n = static_cast<int64_t>(spec.ParamCount());
+  const ModelSpec& spec = rd.model.spec;
+  const int64_t n = static_cast<int64_t>(rd.model.param_count.value_or(0));
   const int64_t updates = o.TotalSteps(d.rows);
   const int64_t f = d.features;
 
@@ -31,7 +31,7 @@ SimResult Simulate(const TrainOptions& o, const RunData& rd, int M, AsyncRule ru
 
   // history[k % M] holds w_k for the last M versions: what each in-flight worker read.
   std::vector<nn::AlignedVector<float>> history(M, nn::AlignedVector<float>(n));
-  nn::InitParams(spec, o.init, o.seed, history[0].data());
+  nn::InitParams(rd.model, o.init, o.seed, history[0].data());
   std::vector<nn::AlignedVector<float>> mean_square(M, nn::AlignedVector<float>(n, 0.0f));
   nn::AlignedVector<float> w = history[0], grad(n), bx, by;
   nn::Workspace<float> ws;
@@ -62,8 +62,9 @@ SimResult Simulate(const TrainOptions& o, const RunData& rd, int M, AsyncRule ru
     history[(u + 1) % M] = w;
   }
   SimResult r;
-  r.train_loss = nn::Evaluate(spec, w.data(), d.x.data(), d.y.data(), d.rows).loss;
-  const nn::Metrics v = nn::Evaluate(spec, w.data(), rd.val.x.data(), rd.val.y.data(), rd.val.rows);
+  r.train_loss = nn::Evaluate(rd.model, w.data(), d.x.data(), d.y.data(), d.rows).loss;
+  const nn::Metrics v =
+      nn::Evaluate(rd.model, w.data(), rd.val.x.data(), rd.val.y.data(), rd.val.rows);
   r.val_loss = v.loss;
   r.val_error = spec.loss == Loss::kXent ? 1 - v.accuracy : v.rmse;
   return r;
@@ -74,7 +75,7 @@ Status RunSimulate(const TrainOptions& opts, const std::vector<int>& workers, bo
   TrainOptions o = opts;  // the pipeline sets a --model's input from the data
   RunData rd;
   // Sized as a real run of the options' kind (async on one host) would be.
-  if (Status s = data::PrepareData(o, SizingOf(KindOf(o.mode, o.host_count)), &rd); !s.ok()) {
+  if (Status s = data::PrepareData(o, plan::SizingOf(KindOf(o.mode, o.host_count)), &rd); !s.ok()) {
     return s;
   }
   const bool xent = o.model.loss == Loss::kXent;
@@ -99,8 +100,8 @@ Status RunSimulate(const TrainOptions& opts, const std::vector<int>& workers, bo
       compare ? std::vector<AsyncRule>{AsyncRule::kAsgd, AsyncRule::kDcAsgdC, AsyncRule::kDcAsgdA}
               : std::vector<AsyncRule>{o.rule};
   std::string table;
-  const std::string what = rd.val.rows > 0 ? std::string(err_name) + " / training loss"
-                                           : std::string("training loss");
+  const std::string what =
+      rd.val.rows > 0 ? std::string(err_name) + " / training loss" : std::string("training loss");
   table += "simulated async training, " + std::to_string(o.TotalSteps(rd.train.rows)) +
            " updates; each cell: " + what + "\n";
   auto pad = [](std::string s, size_t w) {

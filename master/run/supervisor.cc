@@ -20,6 +20,17 @@
 #include "shmtrain/options.h"
 
 namespace shmtrain::master {
+
+SupervisorOptions SupervisorOptions::For(const TrainOptions& o, const DivergenceCause& divergence) {
+  SupervisorOptions so;
+  so.heartbeat_timeout_ns = static_cast<int64_t>(o.heartbeat_timeout_s * 1e9);
+  so.max_restarts = o.max_restarts;
+  so.restart_window_ns = static_cast<int64_t>(o.restart_window_s * 1e9);
+  so.chaos_every_ns = static_cast<int64_t>(o.chaos_every_s * 1e9);
+  so.chaos_seed = o.chaos_seed;
+  so.divergence = divergence;
+  return so;
+}
 namespace {
 
 constexpr int64_t kLeaveNs = 1'000'000'000;  // time workers get to leave after an abort

@@ -58,6 +58,9 @@ struct SupervisorOptions {
   uint64_t chaos_seed = 1;
   // What a divergence is blamed on: the flag it most likely comes from, or the resumed state.
   DivergenceCause divergence;
+
+  // The options' (--heartbeat-timeout, --max-restarts, --restart-window, --chaos-*).
+  static SupervisorOptions For(const TrainOptions& o, const DivergenceCause& divergence);
 };
 
 class Supervisor final : public RunUnit {

@@ -26,12 +26,12 @@ std::string NonFiniteText(const nn::Metrics& m) {
 }  // namespace
 
 ValidationProtocol::ValidationProtocol(const EvalRules& rules, const ValidationPlan& plan,
-                                       const ModelSpec& spec, const data::Dataset& val,
+                                       const nn::ResolvedModel& model, const data::Dataset& val,
                                        const shm::Segment& seg,
                                        SegmentWrites& writes, Logger& log,
                                        monitoring::ValidationStats& stats)
     : plan_(plan),
-      spec_(spec),
+      model_(model),
       val_(val),
       seg_(seg),
       writes_(writes),
@@ -43,7 +43,7 @@ ValidationProtocol::ValidationProtocol(const EvalRules& rules, const ValidationP
       acked_(plan.first_step / std::max<int64_t>(plan.eval_every, 1)),
       best_(plan.early_stop) {
   if (plan_.eval_every <= 0) return;
-  evaluator_ = std::make_unique<Evaluator>(spec_, val_);
+  evaluator_ = std::make_unique<Evaluator>(model_, val_);
   writes_.SetFirstEvalAck(plan_.first_step / plan_.eval_every);
 }
 
@@ -66,7 +66,7 @@ void ValidationProtocol::Collect(RunEnd& end) {
   s.stopped_early = stop_requested_;
   s.best_step = s.early_stop ? best_.step() : -1;
   s.val_rows = val_.rows;
-  s.classification = spec_.loss == Loss::kXent;
+  s.classification = model_.spec.loss == Loss::kXent;
 }
 
 Status ValidationProtocol::Poll() {
@@ -133,7 +133,7 @@ void ValidationProtocol::RequestEarlyStop(int64_t k) {
 // counts from the run's start to then (time-to-accuracy, bench/fashion_bench.cc), not to the
 // end of the evaluation, which runs beside the training.
 void ValidationProtocol::LogValidation(int64_t step, const nn::Metrics& m, int64_t taken_ns) {
-  const bool xent = spec_.loss == Loss::kXent;
+  const bool xent = model_.spec.loss == Loss::kXent;
   const int64_t per_epoch = plan_.steps_per_epoch;
   const double epoch = static_cast<double>(step) / per_epoch;
   const std::string epoch_text =
@@ -168,7 +168,7 @@ Status ValidationProtocol::FinalEvaluation(int64_t end_step, std::vector<float>*
     HandleResults(std::move(done));
   }
   nn::Metrics& m = *out;
-  m = nn::Evaluate(spec_, params->data(), val_.x.data(), val_.y.data(), val_.rows);
+  m = nn::Evaluate(model_, params->data(), val_.x.data(), val_.y.data(), val_.rows);
   if (!evaluator_) return Status::Ok();
   LogValidation(end_step, m, end_ns);
   best_.Observe(end_step, m, {});

@@ -42,6 +42,7 @@
 #include "master/run/run_loop.h"
 #include "master/unit/segment_writes.h"
 #include "monitoring/run_stats.h"
+#include "nn/layer.h"
 #include "nn/metrics.h"
 #include "shm/segment.h"
 #include "shmtrain/model_spec.h"
@@ -61,11 +62,11 @@ struct ValidationPlan {
 
 class ValidationProtocol final : public RunUnit {
  public:
-  // rules (the run's kind's, master/kinds/kind.h), spec, val, seg, log and stats (the
+  // rules (the run's kind's, master/kinds/kind.h), model, val, seg, log and stats (the
   // validation's part of the run's metrics) must outlive the protocol. The workers and the
   // parameter count are read from seg's header.
-  ValidationProtocol(const EvalRules& rules, const ValidationPlan& plan, const ModelSpec& spec,
-                     const data::Dataset& val,
+  ValidationProtocol(const EvalRules& rules, const ValidationPlan& plan,
+                     const nn::ResolvedModel& model, const data::Dataset& val,
                      const shm::Segment& seg, SegmentWrites& writes, Logger& log,
                      monitoring::ValidationStats& stats);
   ValidationProtocol(const ValidationProtocol&) = delete;
@@ -102,13 +103,13 @@ class ValidationProtocol final : public RunUnit {
   std::map<int64_t, int64_t> taken_ns_;
 
   ValidationPlan plan_;
-  const ModelSpec& spec_;
+  const nn::ResolvedModel& model_;
   const data::Dataset& val_;
   const shm::Segment& seg_;
   SegmentWrites& writes_;
   Logger& log_;
   monitoring::ValidationStats& stats_;
-  const EvalRules& kind_;  // the run's kind's (master/kinds/kind.h)
+  const EvalRules& kind_;                 // the run's kind's (master/kinds/kind.h)
   std::unique_ptr<Evaluator> evaluator_;  // null without validation
   // Sync with --early-stop: snapshots are acked once evaluated, not once copied.
   bool ack_after_eval_;

@@ -1,0 +1,269 @@
+#include "master/run/start.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/crc32.h"
+#include "master/files/model_file.h"
+#include "master/run/checkpoint_policy.h"
+#include "master/run/segment_reads.h"
+#include "master/run/signals.h"
+#include "nn/model.h"
+#include "shm/futex.h"
+
+namespace shmtrain::master {
+namespace {
+
+// Output paths first: a finished run must not be lost to a path that could never be written,
+// nor to another run writing the same one (they stay locked until the run ends).
+Status CheckOutputPaths(const TrainOptions& o, OutputLock (&locks)[2]) {
+  if (Status s = CheckOutputPath("--save", o.save_path,
+                                 {{"--data", o.data_path},
+                                  {"--labels", o.file.arrays.labels_path},
+                                  {"--val-data", o.val_data_path},
+                                  {"--val-labels", o.val_arrays.labels_path},
+                                  {"--resume", o.resume_path},
+                                  {"--checkpoint", o.checkpoint_path}});
+      !s.ok()) {
+    return s;
+  }
+  if (Status s = CheckOutputPath("--checkpoint", o.checkpoint_path,
+                                 {{"--data", o.data_path},
+                                  {"--labels", o.file.arrays.labels_path},
+                                  {"--val-data", o.val_data_path},
+                                  {"--val-labels", o.val_arrays.labels_path}},
+                                 OutputKinds::kRegularFile);
+      !s.ok()) {
+    return s;
+  }
+  if (Status s = OutputLock::Acquire("--save", o.save_path, &locks[0]); !s.ok()) return s;
+  return OutputLock::Acquire("--checkpoint", o.checkpoint_path, &locks[1]);
+}
+
+// Segments left by runs whose master died (SIGKILL, power loss) are ours to reclaim.
+void ReclaimStale(Logger& log) {
+  for (const shm::SegmentInfo& gone : shm::ReclaimStaleSegments()) {
+    log.Info("removed stale segment /dev/shm/" + gone.name + ": " + gone.why,
+             JsonLine("stale_segment_removed").Str("name", gone.name).Str("why", gone.why));
+  }
+}
+
+// A fresh segment, before any worker starts: the training rows, and the state the run starts
+// from (initial parameters, or the resumed checkpoint's state and protocol words).
+// Copies the training rows into the segment and frees the master's own copy of them: from
+// here on the segment holds the only one (the run reads them there), so a large dataset is in
+// memory once, not twice, for the whole run.
+void FillSegment(const TrainOptions& o, const RunKind& kind, const nn::ResolvedModel& model,
+                 data::Dataset* d, const Checkpoint& resume, shm::Segment* seg) {
+  std::copy(d->x.begin(), d->x.end(), seg->mutable_x());
+  std::copy(d->y.begin(), d->y.end(), seg->mutable_y());
+  std::vector<float>().swap(d->x);
+  std::vector<float>().swap(d->y);
+  seg->mutable_header()->combined_step = resume.step - 1;
+  if (o.resume_path.empty()) {
+    nn::InitParams(model, o.init, o.seed, seg->mutable_params(0));
+  } else {
+    kind.ResumeInto(resume, seg);
+  }
+  for (int r = 0; r < o.workers; ++r) {
+    seg->mutable_slot(r)->step = -1;
+    seg->mutable_block(r)->ticket = -1;
+  }
+}
+
+// This host's share of the run's outputs: only host 0 writes the model, checkpoints and the
+// TensorBoard file (every host holds the same parameters at every step), so the others do not
+// check output paths they will not write, and pause for checkpoints only where the kind has
+// every host pause (async across hosts: for the sync point, master/hosts/param_server.h).
+TrainOptions ForThisHost(const TrainOptions& opts, const KindPlan& kind) {
+  TrainOptions o = opts;
+  if (o.host_index != 0) {
+    o.save_path.clear();
+    o.checkpoint_path.clear();
+    o.tensorboard_dir.clear();
+    if (!kind.EveryHostPausesForCheckpoints()) o.checkpoint_every = 0;
+  }
+  return o;
+}
+
+// What differs in the run that wrote a checkpoint of fingerprint f, when it is only the count
+// of hosts or of workers (the likeliest slips on a resume: another mpirun -np or --workers),
+// found by trying those counts with this run's other options; "" otherwise.
+constexpr int kMaxResumeHosts = 256;  // the host counts OtherRunExplainer tries
+
+std::function<std::string(uint64_t)> OtherRunExplainer(const TrainOptions& o,
+                                                       const OptimConfig& optim,
+                                                       const data::Dataset& d) {
+  return [&o, &optim, digest = DigestOf(d)](uint64_t f) -> std::string {
+    auto shape = [](int hosts, int workers) {
+      return std::to_string(hosts) + (hosts == 1 ? " host" : " hosts") + " x " +
+             std::to_string(workers) + (workers == 1 ? " worker" : " workers");
+    };
+    TrainOptions other = o;
+    for (int hosts = 1; hosts <= kMaxResumeHosts; ++hosts) {
+      for (int workers = 1; workers <= shm::kMaxWorkers; ++workers) {
+        other.host_count = hosts;
+        other.workers = workers;
+        if (RunFingerprint(other, optim, digest) != f) continue;
+        return "it was written by a run of " + shape(hosts, workers) + " (mpirun -np " +
+               std::to_string(hosts) + ", --workers " + std::to_string(workers) +
+               "), and this run is " + shape(o.host_count, o.workers);
+      }
+    }
+    return "";
+  };
+}
+
+// The room the outputs will take, reserved before the training (master/files/output_write.h): a
+// full disk is found now, not after the run, when the model would be lost.
+Status Reserve(const TrainOptions& o, const plan::Resolved& run, OutputReservation (&out)[2]) {
+  if (!o.save_path.empty()) {
+    if (Status s = OutputReservation::Make("--save", o.save_path, run.model_bytes, &out[0]);
+        !s.ok()) {
+      return s;
+    }
+  }
+  return OutputReservation::Make("--checkpoint", o.checkpoint_path, run.checkpoint_bytes, &out[1]);
+}
+
+// --resume: the checkpoint must come from this very run (its fingerprint: the same options and
+// data) and hold running variances the model can take; its step as this host counts it.
+Status ReadResume(const TrainOptions& o, const RunKind& kind, const Start& st, Checkpoint* resume) {
+  const plan::Resolved& run = st.run;
+  if (Status s = LoadResume(o.resume_path, kind.mode(), run.fingerprint, run.optimizer, run.header,
+                            run.total_steps, OtherRunExplainer(o, run.optim, st.rd.train), resume);
+      !s.ok()) {
+    return s;
+  }
+  // A checkpoint holds no model: its running variances are checked against the run's.
+  if (Status s = CheckRunningVariances(run.model.spec, resume->params); !s.ok()) {
+    return Status::Data(o.resume_path + ": not a usable checkpoint: " + s.message());
+  }
+  resume->step = kind.HostStep(resume->step, o.host_count);
+  return Status::Ok();
+}
+
+// The segment, made from the resolved header once stale ones are reclaimed, and filled.
+Status MakeSegment(const RunKind& kind, Logger& log, Start* st) {
+  ReclaimStale(log);
+  shm::Header proto = st->run.header;
+  proto.config.first_step = st->resume.step;
+  if (Status s = shm::Segment::Create(shm::MakeSegmentName(), proto, &st->seg); !s.ok()) return s;
+  st->seg_name = RemovedOnDeath("/dev/shm/" + st->seg.name());
+  FillSegment(st->o, kind, st->run.model, &st->rd.train, st->resume, &st->seg);
+  return Status::Ok();
+}
+
+Status StartHere(const RunKind& kind, Logger& log, std::unique_ptr<monitoring::Exporter>* exporter,
+                 Start* st) {
+  TrainOptions& o = st->o;
+  if (Status s = CheckOutputPaths(o, st->output_locks); !s.ok()) return s;
+  // The endpoint next: a taken port fails the run before anything exists to clean up.
+  if (o.metrics) {
+    if (Status s = StartHostMetrics(o.metrics_addr, o.host_local, exporter); !s.ok()) return s;
+    InstallSignalHandlers();  // the server's library has just set SIGPIPE to SIG_IGN
+  }
+  if (Status s = plan::Resolve(o, kind, log, &st->rd, &st->run); !s.ok()) return s;
+  if (Status s = Reserve(o, st->run, st->reserved); !s.ok()) return s;
+  if (!o.resume_path.empty()) {
+    if (Status s = ReadResume(o, kind, *st, &st->resume); !s.ok()) return s;
+  }
+  return MakeSegment(kind, log, st);
+}
+
+// Several hosts: every host brings its start to one exchange, failed or not, so that a host
+// whose start failed (a missing file, a taken port) ends every host's start the same way: each
+// removes its segment and leaves the job (docs/hosts.md). The started hosts must start
+// the same run (options, data, validation and length) from the same state, or their sums would
+// mix different models: kUsage naming a host that differs, kHostLost when one does not answer.
+// In json mode every started host names its segment and pid (the "host" event), so that an
+// operator (or a test) can find its workers.
+Status AgreeWithHosts(const Status& here, const TrainOptions& o, const RunKind& kind, Hosts& hosts,
+                      const Start& st, const monitoring::Exporter* exporter, Logger& log) {
+  if (hosts.count() == 1) return here;
+  auto stop = [] { return g_stop_signal.load() != 0; };
+  if (!here.ok()) return hosts.Agree(here, 0, o.host_timeout_s, stop);
+  const shm::Segment& seg = st.seg;
+  log.Always(JsonLine("host")
+                 .Int("host", hosts.index())
+                 .Int("hosts", hosts.count())
+                 .Str("name", hosts.Describe(hosts.index()))
+                 .Int("pid", getpid())
+                 .Str("segment", seg.name())
+                 .Str("metrics", exporter ? exporter->address() : ""));
+  const shm::RunConfig& c = seg.header()->config;
+  uint32_t state = StartStateCrc(seg, kind);
+  state = Crc32(st.rd.val.x.data(), st.rd.val.x.size() * sizeof(float), state);
+  state = Crc32(st.rd.val.y.data(), st.rd.val.y.size() * sizeof(float), state);
+  const int64_t words[] = {static_cast<int64_t>(st.run.fingerprint),
+                           st.run.total_steps,
+                           c.first_step,
+                           o.eval_every,
+                           o.early_stop,
+                           static_cast<int64_t>(state),
+                           o.push_every};
+  const uint64_t identity =
+      (static_cast<uint64_t>(Crc32(words, sizeof words)) << 32) ^ st.run.fingerprint;
+  return hosts.Agree(here, identity, o.host_timeout_s, stop);
+}
+
+void LogSegment(const TrainOptions& o, const data::RunData& rd, const shm::Segment& seg,
+                const monitoring::Exporter* exporter, Logger& log) {
+  const shm::RunConfig& c = seg.header()->config;
+  log.JsonOnly(JsonLine("segment")
+                   .Str("name", seg.name())
+                   .Int("bytes", static_cast<int64_t>(seg.size()))
+                   .Int("params", static_cast<int64_t>(c.param_count))
+                   .Int("rows", rd.train.rows)
+                   .Int("val_rows", rd.val.rows)
+                   .Int("steps", c.total_steps)
+                   .Int("first_step", c.first_step)
+                   .Str("mode", ToString(o.mode)));
+  if (exporter) {
+    const std::string url = "http://" + exporter->address() + "/metrics";
+    const std::string page = "http://" + exporter->address() + "/";
+    log.Info(
+        "metrics: " + url + "  live page: " + page,
+        JsonLine("metrics").Str("address", exporter->address()).Str("url", url).Str("page", page));
+  }
+}
+
+// The run made visible, once every host has started: made after the agreement, so that a run
+// that cannot start leaves no event file.
+Status Show(const RunKind& kind, monitoring::Exporter* exporter, Logger& log, Start* st) {
+  const TrainOptions& o = st->o;
+  if (!o.tensorboard_dir.empty()) {
+    if (Status s = monitoring::EventFile::Create(o.tensorboard_dir, &st->events); !s.ok()) {
+      return s;
+    }
+  }
+  st->stats = std::make_shared<monitoring::RunStats>(o.workers);
+  st->t_start_ns = shm::MonotonicNs();
+  st->kind_view = std::make_unique<KindView>(kind, o);
+  if (exporter != nullptr) {
+    exporter->Attach(&st->seg, st->kind_view.get(), st->stats.get(), o,
+                     {st->run.steps_per_epoch, st->resume.step, st->t_start_ns});
+    st->attached = exporter;
+  }
+  LogSegment(o, st->rd, st->seg, exporter, log);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status StartRun(const TrainOptions& opts, const RunKind& kind, Hosts& hosts, Logger& log,
+                std::unique_ptr<monitoring::Exporter>* exporter, Start* st) {
+  st->o = ForThisHost(opts, kind);  // the start sets a --model's input from the data
+  const Status here = StartHere(kind, log, exporter, st);
+  if (Status s = AgreeWithHosts(here, st->o, kind, hosts, *st, exporter->get(), log); !s.ok()) {
+    return s;
+  }
+  return Show(kind, exporter->get(), log, st);
+}
+
+}  // namespace shmtrain::master
