@@ -108,7 +108,11 @@ uint64_t PassBytes(const ResolvedModel& model, int64_t n, bool backward, size_t 
 }
 
 template <class S>
-Net<S>::Net(const ModelSpec& spec) : spec_(spec), plan_(spec) {
+Net<S>::Net(const ModelSpec& spec) : Net(spec, Shapes(spec)) {}
+
+template <class S>
+Net<S>::Net(const ModelSpec& spec, std::vector<Shape> resolved)
+    : spec_(spec), plan_(spec, std::move(resolved)) {
   const std::vector<Shape>& shapes = plan_.shapes;
   Shape in = spec.input;
   int64_t stats = 0;

@@ -71,6 +71,8 @@ class Net {
  public:
   // spec must resolve (ResolveShapes): a spec that does not is a bug here (abort).
   explicit Net(const ModelSpec& spec);
+  // The net of spec whose shapes (ResolveShapes') are known: they are not resolved again.
+  Net(const ModelSpec& spec, std::vector<Shape> shapes);
 
   int64_t ParamCount() const { return param_count_; }
   int64_t Outputs() const { return outputs_; }
