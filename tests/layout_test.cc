@@ -17,13 +17,13 @@
 #include <string>
 #include <vector>
 
-#include "data/pipeline.h"
 #include "gtest/gtest.h"
 #include "shm/layout.h"
 #include "shm/segment.h"
 #include "shmtrain/model_spec.h"
 #include "shmtrain/status.h"
 #include "tests/parabola_layout.h"
+#include "worker/run_model.h"
 
 extern char** environ;
 
@@ -290,8 +290,8 @@ TEST(Layout, ValidateAcceptsItsOwnLayout) {
 
 // A worker's checks of header h laid out again from its config (where that fits in 64 bits;
 // else with the offsets it has) and mapped at exactly its total_size: Validate, then the
-// model's (data::CheckRunModel). The reason of a refusal, or "accepted". So only the config can
-// be what is wrong.
+// worker's read of the model (worker::ReadRunModel). The reason of a refusal, or "accepted".
+// So only the config can be what is wrong.
 std::string Refusal(Header h) {
   if (Header again = h; ComputeLayout(&again)) h = again;
   const shm::SegmentCheck check = Segment::Validate(h, h.total_size);
@@ -299,8 +299,9 @@ std::string Refusal(Header h) {
     EXPECT_EQ(check.worker_exit, kWorkerBadLayout) << check.status.message();
     return check.status.message();
   }
-  const shm::ConfigCheck model = data::CheckRunModel(h.config);
-  return model.ok() ? "accepted" : model.status.message();
+  worker::RunModel model;
+  const Status read = worker::ReadRunModel(h.config, &model);
+  return read.ok() ? "accepted" : read.message();
 }
 
 #define EXPECT_REFUSED_FOR(h, what)                                        \
