@@ -44,7 +44,55 @@ bool Has(const std::string& s, const std::string& part) {
   return s.find(part) != s.npos;
 }
 
-// A header made by hand with a parameter count not the model's:
+TEST(Fingerprint, CreateSealsTheConfigItWrites) {
+  Header proto = test::ParabolaLayout(Mode::kSync, 2, 0);
+  proto.config.first_step = 4;  // written after the layout: Create seals what it is given
+  Segment seg;
+  ASSERT_TRUE(Segment::Create(shm::MakeSegmentName(), proto, &seg).ok());
+  EXPECT_EQ(seg.header()->config_fingerprint, shm::ConfigFingerprint(proto.config));
+  Segment attached;
+  const shm::SegmentCheck check = Segment::Attach(seg.name(), &attached);
+  EXPECT_TRUE(check.ok()) << check.status.message();
+}
+
+TEST(Fingerprint, EveryByteOfTheConfigCounts) {
+  const Header h = test::ParabolaLayout(Mode::kSync, 2, 0);
+  const uint64_t sealed = shm::ConfigFingerprint(h.config);
+  for (size_t i = 0; i < sizeof(shm::RunConfig); i += 97) {
+    shm::RunConfig c = h.config;
+    reinterpret_cast<unsigned char*>(&c)[i] ^= 1;
+    EXPECT_NE(shm::ConfigFingerprint(c), sealed) << "byte " << i;
+  }
+}
+
+// A byte of the configuration flipped after Create (a stray write, damage): Attach refuses the
+// segment, naming the fingerprint, and a worker exits kWorkerBadLayout without writing.
+TEST(Fingerprint, AConfigChangedAfterCreateIsRefused) {
+  Segment seg;
+  ASSERT_TRUE(
+      Segment::Create(shm::MakeSegmentName(), test::ParabolaLayout(Mode::kSync, 2, 0), &seg).ok());
+  seg.mutable_header()->config.total_steps ^= 1;
+  Segment attached;
+  const shm::SegmentCheck check = Segment::Attach(seg.name(), &attached);
+  EXPECT_EQ(check.worker_exit, kWorkerBadLayout);
+  EXPECT_EQ(check.status.code(), Status::Code::kData);
+  const std::string& why = check.status.message();
+  EXPECT_TRUE(Has(why, "segment " + seg.name() + ": run configuration fingerprint 0x")) << why;
+  EXPECT_TRUE(Has(why, "does not match its bytes' (0x")) << why;
+  EXPECT_TRUE(Has(why, "the segment's configuration was changed or damaged after it was made"))
+      << why;
+  EXPECT_FALSE(attached.valid());
+  bool unchanged = false;
+  const test::ProcResult r = RunWorker(seg, &unchanged);
+  EXPECT_TRUE(test::ExitedWith(r, kWorkerBadLayout)) << r.Describe();
+  EXPECT_TRUE(Has(r.err, "run configuration fingerprint")) << r.err;
+  EXPECT_TRUE(unchanged) << "the worker wrote into a segment it refused";
+  // The same byte back: the same configuration, accepted again.
+  seg.mutable_header()->config.total_steps ^= 1;
+  EXPECT_TRUE(Segment::Attach(seg.name(), &attached).ok());
+}
+
+// A header made by hand with its fingerprint right but a parameter count not the model's:
 // every region is laid out for that count, which the worker's loops would read as the model's
 // vector. The worker's read of its model refuses it (kWorkerBadLayout), without an abort.
 TEST(Fingerprint, ACountNotTheModelsIsRefusedByTheWorkersRead) {
@@ -61,7 +109,7 @@ TEST(Fingerprint, ACountNotTheModelsIsRefusedByTheWorkersRead) {
     Segment seg;
     ASSERT_TRUE(Segment::Create(shm::MakeSegmentName(), h, &seg).ok());
     Segment attached;
-    ASSERT_TRUE(Segment::Attach(seg.name(), &attached).ok());
+    ASSERT_TRUE(Segment::Attach(seg.name(), &attached).ok()) << "the fingerprint is right";
     bool unchanged = false;
     const test::ProcResult r = RunWorker(seg, &unchanged);
     EXPECT_TRUE(test::ExitedWith(r, kWorkerBadLayout)) << r.Describe();

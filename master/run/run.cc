@@ -117,7 +117,6 @@ void FillSegment(const TrainOptions& o, const RunKind& kind, data::Dataset* d,
   std::copy(d->y.begin(), d->y.end(), seg->mutable_y());
   std::vector<float>().swap(d->x);
   std::vector<float>().swap(d->y);
-  seg->mutable_header()->config.first_step = resume.step;
   seg->mutable_header()->combined_step = resume.step - 1;
   if (o.resume_path.empty()) {
     nn::InitParams(o.model, o.init, o.seed, seg->mutable_params(0));
@@ -291,8 +290,8 @@ Status StartHere(TrainOptions& o, const RunKind& kind, Logger& log,
   }
   if (Status s = nn::ResolveOptim(o, st->total_steps, &st->optim); !s.ok()) return s;
   // The workers count this host's steps or updates (checkpoints too).
-  const shm::Header proto = MakeHeader(kind, HostUnits(o, st->plan), st->optim, d.rows,
-                                       d.features, st->plan.steps, st->plan.eval_every);
+  shm::Header proto = MakeHeader(kind, HostUnits(o, st->plan), st->optim, d.rows, d.features,
+                                 st->plan.steps, st->plan.eval_every);
   if (Status s = CheckConfig(o, proto); !s.ok()) return s;
   // Resuming: the checkpoint must come from this very run (same options and data).
   st->fingerprint = RunFingerprint(o, st->optim, d);
@@ -312,6 +311,7 @@ Status StartHere(TrainOptions& o, const RunKind& kind, Logger& log,
     }
     st->resume.step = kind.HostStep(st->resume.step, o.host_count);
   }
+  proto.config.first_step = st->resume.step;  // the config whole: Create seals it
   if (Status s = shm::Segment::Create(shm::MakeSegmentName(), proto, &st->seg); !s.ok()) return s;
   st->seg_name = RemovedOnDeath("/dev/shm/" + st->seg.name());
   FillSegment(o, kind, &st->rd.train, st->resume, &st->seg);
