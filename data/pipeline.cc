@@ -415,37 +415,6 @@ std::string InputSource(const TrainOptions& o) {
   return o.data_path;
 }
 
-shm::ConfigCheck CheckRunModel(const shm::RunConfig& c) {
-  auto bad = [](shm::ConfigPart part, const std::string& what) {
-    return shm::ConfigCheck{Status::Data(what), part};
-  };
-  ModelSpec spec;
-  spec.input = {c.input_shape[0], c.input_shape[1], c.input_shape[2]};
-  if (Status s = nn::ParseStoredModelText(c.model, &spec.layers); !s.ok()) {
-    return bad(shm::ConfigPart::kModel, "model: " + s.message());
-  }
-  nn::ResolvedModel model;
-  if (Status s = nn::ResolveModel(spec, /*flat_input=*/false, &model); !s.ok()) {
-    return bad(shm::ConfigPart::kModel, "model: " + s.message());
-  }
-  if (c.features != spec.inputs()) {
-    return bad(shm::ConfigPart::kData, std::to_string(c.features) +
-                                           " features for a model input of " + spec.input.Text() +
-                                           " (" + std::to_string(spec.inputs()) + " values)");
-  }
-  if (const std::optional<uint64_t> n = model.param_count; n != c.param_count) {
-    return bad(shm::ConfigPart::kModel,
-               "param_count " + std::to_string(c.param_count) + " is not the layers' count" +
-                   (n ? " (" + std::to_string(*n) + ")" : " (more than 2^64)"));
-  }
-  if (const auto n = static_cast<uint64_t>(model.stats_count); n != c.stats_count) {
-    return bad(shm::ConfigPart::kModel, "stats_count " + std::to_string(c.stats_count) +
-                                            " is not the batch norm layers' count (" +
-                                            std::to_string(n) + ")");
-  }
-  return CheckRunOptions(c);
-}
-
 shm::ConfigCheck CheckRunOptions(const shm::RunConfig& c) {
   if (c.precision == static_cast<uint32_t>(ComputeType::kBf16) && !nn::UsedCpu().avx512_bf16) {
     return {Status::Data(nn::DetectedCpu().avx512_bf16

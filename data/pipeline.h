@@ -99,15 +99,10 @@ Status CheckModel(const ModelSpec& model, const char* flag, bool flat_input = fa
 // (nn::LoneValueLayer) of the run's model, resolved.
 Status CheckBatchNormBatches(const TrainOptions& o, const nn::ResolvedModel& model, int64_t rows);
 
-// The run's model as a worker reads it from its segment, once shm::CheckRunConfig has passed
-// the configuration's sizes: the text read (nn::ParseStoredModelText) and its shapes resolved
-// on the input, the features (a row of X) as many as its inputs, the parameter and statistics
-// counts the model's, then CheckRunOptions. kData saying what is wrong, with the part it is
-// about. The workers make it once attached.
-shm::ConfigCheck CheckRunModel(const shm::RunConfig& c);
 // What the options ask of the model, without its text: the precision's kernels on the CPU in
 // use (bf16 needs avx512_bf16), the augmentation on the model's input. The master makes it on
-// the header it writes from the model it resolved (master/plan/segment_plan.h, CheckConfig).
+// the header it writes from the model it resolved (master/plan/segment_plan.h, CheckConfig),
+// and each worker again, on its own CPU, once it has read the model (worker/worker_main.cc).
 shm::ConfigCheck CheckRunOptions(const shm::RunConfig& c);
 
 }  // namespace shmtrain::data

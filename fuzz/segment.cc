@@ -1,18 +1,23 @@
-// The segment header's checks (shm/segment.cc, Segment::Validate, then data::CheckRunModel):
-// what a worker trusts before it reads anything else of the segment. The input:
+// The segment header's checks as a worker makes them (shm/segment.cc, Segment::Validate, the
+// configuration's fingerprint among them; then its one read of the model,
+// worker::ReadRunModel, and data::CheckRunOptions): what a worker trusts before it reads
+// anything else of the segment. The input:
 //   byte 0      flags: 1 = the rest overlays the header's RunConfig and ComputeLayout fills
 //               identity and offsets (a header as the master writes it, for any config);
 //               else the rest overlays the header from its first byte. 2 = the mapped size
 //               is the header's total_size. 4 = param_count is the model's count (its layers'
-//               parameter blocks, as the master computes it).
+//               parameter blocks, as the master computes it). 8 = the fingerprint is then
+//               sealed again over the config as it is (a hostile header whose hash matches:
+//               the fingerprint is no signature, so the checks behind it must hold alone).
 //   bytes 1-8   the mapped size, little-endian (unless flag 2).
 //   bytes 9-    the overlay (the rest of the header stays zero).
 //
-// A header that Validate accepts must be safe to use through Segment's accessors: every
-// region they reach (blocks, X, Y, W, the optimizer states, the slots, the snapshots, HS and
-// GS), sized from the config without any wrap-around, lies inside the mapped size; the
-// snapshot ring that snapshot() takes a modulo of is not empty; the model reads and resolves;
-// the model reads no more of a row of X than it holds.
+// A header that Validate accepts has the fingerprint of its config. One that the worker's
+// checks accept must be safe to use through Segment's accessors: every region they reach
+// (blocks, X, Y, W, the optimizer states, the slots, the snapshots, HS and GS), sized from the
+// config without any wrap-around, lies inside the mapped size; the snapshot ring that
+// snapshot() takes a modulo of is not empty; the model reads and resolves, with the counts
+// the loops size their regions by; the model reads no more of a row of X than it holds.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -25,6 +30,7 @@
 #include "nn/layer.h"
 #include "shm/layout.h"
 #include "shm/segment.h"
+#include "worker/run_model.h"
 
 using namespace shmtrain;
 using shm::Header;
@@ -111,15 +117,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (flags & 1) shm::ComputeLayout(h.get());
   if (flags & 2) mapped = h->total_size;
+  if (flags & 8) h->config_fingerprint = shm::ConfigFingerprint(h->config);
 
   if (const shm::SegmentCheck check = shm::Segment::Validate(*h, mapped); !check.ok()) {
     SHMTRAIN_FUZZ_CHECK(!check.status.message().empty() && check.worker_exit != kWorkerOk,
                         "a refusal without a reason or an exit code");
     return 0;
   }
-  // A worker checks the model once attached (data::CheckRunModel).
-  if (const shm::ConfigCheck model = data::CheckRunModel(h->config); !model.ok()) {
-    SHMTRAIN_FUZZ_CHECK(!model.status.message().empty(), "a refusal without a reason");
+  SHMTRAIN_FUZZ_CHECK(h->config_fingerprint == shm::ConfigFingerprint(h->config),
+                      "Validate accepted a config whose fingerprint is not its own");
+  // A worker reads the model once attached, then checks what the run asks of its CPU.
+  worker::RunModel model;
+  if (const Status read = worker::ReadRunModel(h->config, &model); !read.ok()) {
+    SHMTRAIN_FUZZ_CHECK(!read.message().empty(), "a refusal without a reason");
+    return 0;
+  }
+  SHMTRAIN_FUZZ_CHECK(model.shapes.size() == model.spec.layers.size() && !model.shapes.empty(),
+                      "a model read without a shape for each layer");
+  if (const shm::ConfigCheck options = data::CheckRunOptions(h->config); !options.ok()) {
+    SHMTRAIN_FUZZ_CHECK(!options.status.message().empty(), "a refusal without a reason");
     return 0;
   }
   std::string unusable;

@@ -9,13 +9,25 @@
 
 namespace shmtrain::nn {
 
-std::vector<NormSite> NormSites(const ModelSpec& spec) {
+namespace {
+
+std::vector<NormSite> NormSitesOf(const std::vector<LayerSite>& layers) {
   std::vector<NormSite> sites;
-  for (const LayerSite& l : LayerSites(spec)) {
+  for (const LayerSite& l : layers) {
     if (l.type->stats == nullptr) continue;
     sites.push_back({l.in.c, l.param_offset + 2 * l.in.c, l.stats_offset, l.spec->args[1]});
   }
   return sites;
+}
+
+}  // namespace
+
+std::vector<NormSite> NormSites(const ModelSpec& spec) {
+  return NormSitesOf(LayerSites(spec));
+}
+
+std::vector<NormSite> NormSites(const ModelSpec& spec, const std::vector<Shape>& shapes) {
+  return NormSitesOf(LayerSites(spec, shapes));
 }
 
 std::string LoneValueLayer(const ResolvedModel& model, int64_t rows) {

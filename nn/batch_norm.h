@@ -48,6 +48,8 @@ struct NormSite {
 };
 // Every batch norm layer of spec, in the flat vector's order (nested blocks too).
 std::vector<NormSite> NormSites(const ModelSpec& spec);
+// The same of a spec whose shapes (ResolveShapes') are known.
+std::vector<NormSite> NormSites(const ModelSpec& spec, const std::vector<Shape>& shapes);
 
 // The first batch norm layer of spec that a training batch of `rows` samples gives at most
 // one value per channel (batchnorm1d: a value per sample; batchnorm2d: rows x h x w), named
@@ -86,6 +88,8 @@ std::vector<Crossing> PassCrossings(const ModelSpec& spec);
 class RecordedStats final : public StatsCrossing {
  public:
   explicit RecordedStats(const ModelSpec& spec);
+  // For a model of `count` statistics (StatsCount).
+  explicit RecordedStats(uint64_t count) : stats_(static_cast<size_t>(count), 0.0) {}
   void Sum(int64_t offset, double* sums, int64_t count) override;
   const double* data() const { return stats_.data(); }
 

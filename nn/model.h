@@ -8,6 +8,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "nn/net.h"
 #include "shmtrain/model_spec.h"
@@ -26,6 +28,15 @@ class Workspace {
   Net<S>& NetFor(const ModelSpec& spec) {
     if (net_ == nullptr || !(spec_ == spec)) {
       net_ = std::make_unique<Net<S>>(spec);
+      spec_ = spec;
+    }
+    return *net_;
+  }
+  // The same of a spec whose shapes (ResolveShapes') are known: a net built here is built from
+  // them, so a caller that resolved the spec once does not resolve it again.
+  Net<S>& NetFor(const ModelSpec& spec, std::vector<Shape> shapes) {
+    if (net_ == nullptr || !(spec_ == spec)) {
+      net_ = std::make_unique<Net<S>>(spec, std::move(shapes));
       spec_ = spec;
     }
     return *net_;

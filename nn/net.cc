@@ -123,13 +123,14 @@ uint64_t PassBytes(const ResolvedModel& model, int64_t n, bool backward, size_t 
 }
 
 template <class S>
-Net<S>::Net(const ModelSpec& spec) : Net(spec, NetPlan(spec)) {}
+Net<S>::Net(const ModelSpec& spec) : Net(spec, Shapes(spec)) {}
 
 template <class S>
-Net<S>::Net(const ResolvedModel& model) : Net(model.spec, NetPlan(model.spec, model.shapes)) {}
+Net<S>::Net(const ResolvedModel& model) : Net(model.spec, model.shapes) {}
 
 template <class S>
-Net<S>::Net(const ModelSpec& spec, NetPlan plan) : spec_(spec), plan_(std::move(plan)) {
+Net<S>::Net(const ModelSpec& spec, std::vector<Shape> resolved)
+    : spec_(spec), plan_(spec, std::move(resolved)) {
   const std::vector<Shape>& shapes = plan_.shapes;
   Shape in = spec.input;
   int64_t stats = 0;

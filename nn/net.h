@@ -73,6 +73,8 @@ class Net {
   explicit Net(const ModelSpec& spec);
   // The net of a model resolved once (nn/layer.h): its shapes are not resolved again.
   explicit Net(const ResolvedModel& model);
+  // The net of spec whose shapes (ResolveShapes') are known: they are not resolved again.
+  Net(const ModelSpec& spec, std::vector<Shape> shapes);
 
   int64_t ParamCount() const { return param_count_; }
   int64_t Outputs() const { return outputs_; }
@@ -98,7 +100,6 @@ class Net {
   }
 
  private:
-  Net(const ModelSpec& spec, NetPlan plan);
   const S* Forward(const S* params, const S* x, int64_t n, const PassInfo& pass);
 
   ModelSpec spec_;

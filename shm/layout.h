@@ -47,7 +47,9 @@
 // sees it. Writes before any worker starts, or after every worker is reaped, are plain.
 //
 // Who writes what:
-//   Header identity/offsets/config  master, before any worker starts; read-only afterwards.
+//   Header identity/offsets/config  master, in the prototype it creates the segment from
+//                                   (Segment::Create seals the config's fingerprint);
+//                                   read-only afterwards.
 //   Header.abort_epoch              master only (seq_cst); workers read.
 //   Header.wake_seq                 futex word (seq_cst); bumped by whoever makes a waited-for
 //                                   condition true: a rank completing a phase, the norms, a
@@ -119,7 +121,7 @@ namespace shmtrain::shm {
 // "SHMTRAIN" read as a little-endian 64-bit integer.
 inline constexpr uint64_t kMagic = 0x4E494152544D4853ull;
 // Bump on every change to any struct in this file or to the meaning of a field.
-inline constexpr uint32_t kAbiVersion = 16;
+inline constexpr uint32_t kAbiVersion = 17;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr int kMaxWorkers = 256;
 // Loss records kept for the master's log (by log index modulo this).
@@ -158,8 +160,9 @@ inline int64_t AsyncHostUpdates(int64_t total, int hosts, int h) {
   return total > h ? (total - h + hosts - 1) / hosts : 0;
 }
 
-// Everything a worker needs to know about the run. Written by the master before any worker
-// starts; never changed afterwards. Enum fields hold the values of include/shmtrain/*.h.
+// Everything a worker needs to know about the run. Written whole by the master before it
+// creates the segment, sealed there by the header's config_fingerprint, and never changed
+// afterwards. Enum fields hold the values of include/shmtrain/*.h.
 struct RunConfig {
   uint32_t mode;  // Mode
   uint32_t loss;  // Loss
@@ -257,6 +260,11 @@ struct alignas(kCacheLine) Header {
   uint64_t total_size;         // bytes of the whole segment
   int64_t creator_pid;
   uint64_t creator_start_time;  // field 22 of /proc/<pid>/stat: tells a reused pid apart
+  // ConfigFingerprint(config) (shm/segment.h), sealed by Segment::Create over the config it
+  // writes: a worker refuses a segment whose config no longer hashes to it. A check against
+  // damage and stray writes, not a signature: a worker still bounds what it reads by the
+  // config's sizes (worker/run_model.h).
+  uint64_t config_fingerprint;
 
   // ---- offsets from the segment base.
   uint64_t blocks_offset;

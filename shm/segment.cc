@@ -117,12 +117,28 @@ class Size {
   bool ok_ = true;
 };
 
+std::string Hex(uint64_t v) {
+  char s[19];
+  std::snprintf(s, sizeof s, "0x%016llx", static_cast<unsigned long long>(v));
+  return s;
+}
+
 // A refusal of the segment: the worker exit code that reports it, and why.
 SegmentCheck Refuse(int worker_exit, std::string why) {
   return {Status::Data(std::move(why)), worker_exit};
 }
 
 }  // namespace
+
+uint64_t ConfigFingerprint(const RunConfig& c) {
+  const auto* p = reinterpret_cast<const unsigned char*>(&c);
+  uint64_t x = 0xCBF29CE484222325ull;  // FNV-1a 64: offset basis and prime
+  for (size_t i = 0; i < sizeof c; ++i) x = (x ^ p[i]) * 0x100000001B3ull;
+  // FNV's last bytes reach only the low bits: splitmix64's finaliser spreads them over all 64.
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
 
 bool ComputeLayout(Header* h) {
   const RunConfig& c = h->config;
@@ -133,6 +149,7 @@ bool ComputeLayout(Header* h) {
   h->slot_header_size = sizeof(SlotHeader);
   h->config_size = sizeof(RunConfig);
   h->dtype = kDtypeFloat32;
+  h->config_fingerprint = ConfigFingerprint(c);
 
   const Size vec = (Size(c.param_count) * Size(sizeof(float))).AlignUp();
   const Size workers(c.workers);
@@ -271,7 +288,7 @@ namespace {
 
 // The config's model as far as the layout needs it: its text ends within its field, its
 // input's dimensions are 1 to kMaxWidth. The text's layers, their shapes and counts are the
-// model's check (data::CheckRunModel).
+// worker's reading of its model (worker::ReadRunModel).
 ConfigCheck CheckModelFields(const RunConfig& c) {
   auto bad = [](ConfigPart part, const std::string& what) {
     return ConfigCheck{Status::Data("model: " + what), part};
@@ -291,8 +308,8 @@ ConfigCheck CheckModelFields(const RunConfig& c) {
   return {};
 }
 
-// The products' inputs: a known precision (whether this CPU has its kernels is the model's
-// check, data::CheckRunModel).
+// The products' inputs: a known precision (whether this CPU has its kernels is
+// data::CheckRunOptions', which the master and each worker make on their own CPU).
 ConfigCheck CheckPrecision(const RunConfig& c) {
   if (c.precision > static_cast<uint32_t>(ComputeType::kBf16)) {
     return {Status::Data("precision " + std::to_string(c.precision)), ConfigPart::kPrecision};
@@ -360,6 +377,13 @@ SegmentCheck Segment::Validate(const Header& h, uint64_t mapped_size) {
       h.dtype != kDtypeFloat32) {
     return Refuse(kWorkerBadLayout, "struct sizes or dtype differ from this build");
   }
+  // Before anything of the config is read: a config changed after Create is not the master's.
+  if (const uint64_t f = ConfigFingerprint(h.config); f != h.config_fingerprint) {
+    return Refuse(kWorkerBadLayout, "run configuration fingerprint " + Hex(h.config_fingerprint) +
+                                        " does not match its bytes' (" + Hex(f) +
+                                        "): the segment's configuration was changed or damaged "
+                                        "after it was made");
+  }
   if (ConfigCheck check = CheckRunConfig(h.config); !check.ok()) {
     return Refuse(kWorkerBadLayout, "run configuration: " + check.status.message());
   }
@@ -414,6 +438,7 @@ Status Segment::Create(const std::string& name, const Header& proto, Segment* ou
   Segment s;
   s.Adopt(name, std::move(region), /*owner=*/true);
   std::memcpy(s.base_, &proto, sizeof(Header));
+  s.mutable_header()->config_fingerprint = ConfigFingerprint(proto.config);
   for (uint32_t r = 0; r < proto.config.workers; ++r) {
     s.mutable_block(static_cast<int>(r))->grad_sq_step = -1;
     s.mutable_block(static_cast<int>(r))->host_sum_step = -1;

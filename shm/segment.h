@@ -13,8 +13,9 @@
 //    ListSegments(), and ReclaimStaleSegments()/RemoveSegment() the names of this user's
 //    segments whose creator is gone (`shmtrain cleanup`, a run's start).
 //  - Read-only after creation. The master writes the header's identity, sizes, offsets and
-//    RunConfig (MakeHeader, Create) and the data X and Y (FillSegment) before it starts any
-//    worker, and nobody writes them afterwards: every process reads them without atomics.
+//    RunConfig (MakeHeader, Create, which seals the config's fingerprint) and the data X and
+//    Y (FillSegment) before it starts any worker, and nobody writes them afterwards: every
+//    process reads them without atomics.
 //    The starting parameters and protocol words are written plainly then too (FillSegment,
 //    ResumeInto); from the first spawn on they and everything else are shared, and layout.h
 //    says who writes each word and with which memory order: this class only hands out
@@ -30,8 +31,8 @@
 //    until no other thread reads through the mapping: the exporter is detached
 //    (Exporter::Detach) and every exchange thread joined or left with the mapping
 //    (ExchangeThread::JoinOrLeave calls LeaveMapped).
-//  - ComputeLayout, CheckRunConfig, Segment::Validate and MakeSegmentName touch only their
-//    arguments: any thread.
+//  - ComputeLayout, ConfigFingerprint, CheckRunConfig, Segment::Validate and MakeSegmentName
+//    touch only their arguments: any thread.
 #pragma once
 
 #include <sys/types.h>
@@ -51,11 +52,16 @@ class mapped_region;
 
 namespace shmtrain::shm {
 
-// Fills the identity, sizes and offsets of *h from h->config (whose fields must be set).
-// The same function lays out the segment for the master and checks it for the workers.
-// Every sum and product is checked: false (offsets past the failure and total_size 0) when
-// a size is negative or the segment would not fit in 64 bits.
+// Fills the identity, sizes and offsets of *h from h->config (whose fields must be set), its
+// fingerprint among them. The same function lays out the segment for the master and checks it
+// for the workers. Every sum and product is checked: false (offsets past the failure and
+// total_size 0) when a size is negative or the segment would not fit in 64 bits.
 bool ComputeLayout(Header* h);
+
+// The fingerprint of a run configuration (Header::config_fingerprint): a 64-bit hash of all
+// its bytes (FNV-1a, its result mixed by splitmix64's finaliser). Any change of a byte changes
+// it but by a chance of 2^-64; anyone can compute it, so it tells damage, not forgery.
+uint64_t ConfigFingerprint(const RunConfig& c);
 
 // "/shmtrain-<uid>-<pid>-<16 hex digits>": unique per user and run; the prefix lets
 // `cleanup` find ours and the uid keeps users apart.
@@ -96,7 +102,7 @@ struct [[nodiscard]] SegmentCheck {
 };
 
 // Which part of a run configuration a refusal is about: the master names the flag or the file
-// that set it (master/run/segment_header.h, CheckConfig).
+// that set it (master/plan/segment_plan.h, CheckConfig).
 enum class ConfigPart {
   kNone,
   kProcesses,   // workers, hosts
@@ -121,10 +127,10 @@ struct [[nodiscard]] ConfigCheck {
 // field, its input's dimensions within kMaxWidth, a known precision. Segment::Validate makes it
 // on every attach, and the master on the header it builds, before a row is stored and before a
 // worker starts, so that a run the workers would refuse is refused at its start. The model's
-// own check (its text read, its shapes, the features and the counts against it, the
-// precision's kernels, the augmentation: data::CheckRunModel) is the workers', once attached;
-// the master writes the model it resolved and checks what the options ask of it
-// (data::CheckRunOptions).
+// own reading (its text parsed and its shapes resolved once, the features and the counts
+// against it: worker::ReadRunModel) is the workers', once attached; what the options ask of
+// this CPU (the precision's kernels, the augmentation: data::CheckRunOptions) the master checks
+// on the header it builds and each worker again on its own CPU.
 ConfigCheck CheckRunConfig(const RunConfig& c);
 
 class Segment {
@@ -137,9 +143,10 @@ class Segment {
   Segment(Segment&& o) noexcept;
   Segment& operator=(Segment&& o) noexcept;
 
-  // Creates the segment described by proto (from ComputeLayout plus the config), copies the
-  // header in, and owns the name: the destructor unlinks it. kResource on any failure, with
-  // the name, the size and the reason (also for a proto whose layout did not fit in 64 bits);
+  // Creates the segment described by proto (from ComputeLayout plus the config, which must be
+  // final: nothing writes it afterwards), copies the header in with the config's fingerprint
+  // sealed, and owns the name: the destructor unlinks it. kResource on any failure, with the
+  // name, the size and the reason (also for a proto whose layout did not fit in 64 bits);
   // nothing is left behind.
   static Status Create(const std::string& name, const Header& proto, Segment* out);
 
@@ -147,8 +154,9 @@ class Segment {
   // segment. Writes nothing.
   static SegmentCheck Attach(const std::string& name, Segment* out);
 
-  // Checks a mapped header against this build and against the mapped size (kWorkerBadMagic,
-  // kWorkerBadAbi or kWorkerBadLayout on a refusal); used by Attach and by the tests.
+  // Checks a mapped header against this build, its config against its fingerprint, and the
+  // layout against the mapped size (kWorkerBadMagic, kWorkerBadAbi or kWorkerBadLayout on a
+  // refusal); used by Attach and by the tests.
   static SegmentCheck Validate(const Header& h, uint64_t mapped_size);
 
   // Removes the name now (the mapping stays valid until destruction).

@@ -17,13 +17,13 @@
 #include <string>
 #include <vector>
 
-#include "data/pipeline.h"
 #include "gtest/gtest.h"
 #include "shm/layout.h"
 #include "shm/segment.h"
 #include "shmtrain/model_spec.h"
 #include "shmtrain/status.h"
 #include "tests/parabola_layout.h"
+#include "worker/run_model.h"
 
 extern char** environ;
 
@@ -41,7 +41,7 @@ namespace {
   } while (0)
 
 TEST(Layout, PinsEveryField) {
-  EXPECT_EQ(kAbiVersion, 16u);
+  EXPECT_EQ(kAbiVersion, 17u);
   EXPECT_EQ(std::memcmp(&kMagic, "SHMTRAIN", 8), 0);
   EXPECT_EQ(kLossRing, 4096);
   EXPECT_EQ(kMaxModelText, 4096u);
@@ -58,19 +58,20 @@ TEST(Layout, PinsEveryField) {
   PIN(Header, total_size, 32, 8);
   PIN(Header, creator_pid, 40, 8);
   PIN(Header, creator_start_time, 48, 8);
-  PIN(Header, blocks_offset, 56, 8);
-  PIN(Header, x_offset, 64, 8);
-  PIN(Header, y_offset, 72, 8);
-  PIN(Header, params_offset, 80, 16);
-  PIN(Header, state_offset, 96, 64);
-  PIN(Header, slots_offset, 160, 8);
-  PIN(Header, slot_stride, 168, 8);
-  PIN(Header, snapshot_offset, 176, 8);
-  PIN(Header, snapshot_stride, 184, 8);
-  PIN(Header, host_sum_offset, 192, 8);
-  PIN(Header, global_sum_offset, 200, 8);
-  PIN(Header, global_stats_offset, 208, 8);
-  PIN(Header, config, 216, 4512);
+  PIN(Header, config_fingerprint, 56, 8);
+  PIN(Header, blocks_offset, 64, 8);
+  PIN(Header, x_offset, 72, 8);
+  PIN(Header, y_offset, 80, 8);
+  PIN(Header, params_offset, 88, 16);
+  PIN(Header, state_offset, 104, 64);
+  PIN(Header, slots_offset, 168, 8);
+  PIN(Header, slot_stride, 176, 8);
+  PIN(Header, snapshot_offset, 184, 8);
+  PIN(Header, snapshot_stride, 192, 8);
+  PIN(Header, host_sum_offset, 200, 8);
+  PIN(Header, global_sum_offset, 208, 8);
+  PIN(Header, global_stats_offset, 216, 8);
+  PIN(Header, config, 224, 4512);
   PIN(Header, abort_epoch, 4736, 4);
   PIN(Header, wake_seq, 4800, 4);
   PIN(Header, waiters, 4804, 4);
@@ -289,18 +290,20 @@ TEST(Layout, ValidateAcceptsItsOwnLayout) {
 }
 
 // A worker's checks of header h laid out again from its config (where that fits in 64 bits;
-// else with the offsets it has) and mapped at exactly its total_size: Validate, then the
-// model's (data::CheckRunModel). The reason of a refusal, or "accepted". So only the config can
-// be what is wrong.
+// else with the offsets it has), its fingerprint sealed, and mapped at exactly its
+// total_size: Validate, then the worker's read of the model (worker::ReadRunModel). The
+// reason of a refusal, or "accepted". So only the config can be what is wrong.
 std::string Refusal(Header h) {
   if (Header again = h; ComputeLayout(&again)) h = again;
+  h.config_fingerprint = ConfigFingerprint(h.config);
   const shm::SegmentCheck check = Segment::Validate(h, h.total_size);
   if (check.worker_exit != kWorkerOk) {
     EXPECT_EQ(check.worker_exit, kWorkerBadLayout) << check.status.message();
     return check.status.message();
   }
-  const shm::ConfigCheck model = data::CheckRunModel(h.config);
-  return model.ok() ? "accepted" : model.status.message();
+  worker::RunModel model;
+  const Status read = worker::ReadRunModel(h.config, &model);
+  return read.ok() ? "accepted" : read.message();
 }
 
 #define EXPECT_REFUSED_FOR(h, what)                                        \

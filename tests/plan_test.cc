@@ -19,9 +19,7 @@
 #include "nn/layer.h"
 #include "nn/net.h"
 #include "nn/optimizer.h"
-#include "shm/segment.h"
 #include "shmtrain/options.h"
-#include "tests/parabola_layout.h"
 #include "tests/proc_util.h"
 
 namespace shmtrain {
@@ -175,22 +173,6 @@ TEST(Resolve, ABadModelIsRefusedOnceWithItsMessage) {
     EXPECT_TRUE(test::ExitedWith(p, 2)) << p.Describe();
     EXPECT_EQ(p.err, c.message);
   }
-}
-
-// The worker's checks of the segment: the layout's (shm::CheckRunConfig, no model read) and
-// the model's (data::CheckRunModel), each on its own floor.
-TEST(Resolve, TheSegmentsLayoutCheckReadsNoModel) {
-  shm::Header h = test::ParabolaLayout(Mode::kSync, 2, 0);
-  ASSERT_TRUE(shm::CheckRunConfig(h.config).ok());
-  ASSERT_TRUE(data::CheckRunModel(h.config).ok());
-  std::snprintf(h.config.model, sizeof h.config.model, "%s", "linear(5),tanx,linear(1)");
-  EXPECT_TRUE(shm::CheckRunConfig(h.config).ok()) << "the layout does not depend on the text";
-  const shm::ConfigCheck model = data::CheckRunModel(h.config);
-  EXPECT_EQ(model.part, shm::ConfigPart::kModel);
-  EXPECT_EQ(model.status.message(), "model: layer 2 'tanx': unknown layer 'tanx' (layers: " +
-                                        std::string("linear, conv2d, maxpool2d, avgpool2d, ") +
-                                        "adaptiveavgpool2d, batchnorm2d, batchnorm1d, flatten, "
-                                        "relu, tanh, sigmoid, dropout, residual)");
 }
 
 }  // namespace

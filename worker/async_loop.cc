@@ -182,7 +182,7 @@ double MeanGradient(const ModelSpec& spec, uint64_t seed, int64_t minibatch,
 // update.
 class AsyncRank {
  public:
-  AsyncRank(shm::Segment& seg, int rank, uint32_t incarnation);
+  AsyncRank(shm::Segment& seg, const RunModel& model, int rank, uint32_t incarnation);
   int Run();
 
  private:
@@ -228,7 +228,7 @@ class AsyncRank {
   shm::Segment& seg_;
   shm::Header* h_;
   const shm::RunConfig& c_;
-  const ModelSpec spec_;
+  const ModelSpec& spec_;  // the segment's model, read once (worker/run_model.h)
   const int rank_;
   const uint32_t incarnation_;
   const int64_t n_;
@@ -256,11 +256,11 @@ class AsyncRank {
   std::optional<nn::RecordedStats> recorded_;
 };
 
-AsyncRank::AsyncRank(shm::Segment& seg, int rank, uint32_t incarnation)
+AsyncRank::AsyncRank(shm::Segment& seg, const RunModel& model, int rank, uint32_t incarnation)
     : seg_(seg),
       h_(seg.mutable_header()),
       c_(h_->config),
-      spec_(SpecOf(c_)),
+      spec_(model.spec),
       rank_(rank),
       incarnation_(incarnation),
       n_(static_cast<int64_t>(c_.param_count)),
@@ -275,8 +275,9 @@ AsyncRank::AsyncRank(shm::Segment& seg, int rank, uint32_t incarnation)
       mean_square_(seg.mutable_grad(rank)),
       total_(static_cast<uint64_t>(c_.total_steps)),
       gate_(h_, seg.block(0), static_cast<int>(c_.workers), self_, epoch_),
-      norms_(nn::NormSites(spec_)) {
-  if (!norms_.empty()) recorded_.emplace(spec_);
+      norms_(nn::NormSites(spec_, model.shapes)) {
+  ws_.NetFor(spec_, model.shapes);  // the net of the shapes read once, not resolved again
+  if (!norms_.empty()) recorded_.emplace(c_.stats_count);
   rp_.rule = static_cast<AsyncRule>(c_.rule);
   rp_.lambda0 = c_.lambda;
   rp_.ms_decay = c_.ms_decay;
@@ -409,9 +410,9 @@ int AsyncRank::Run() {
 // 10 at nice 5 (docs/hosts.md, "Async across hosts").
 constexpr int kAcrossHostsNice = 5;
 
-int RunAsync(shm::Segment& seg, int rank, uint32_t incarnation) {
+int RunAsync(shm::Segment& seg, const RunModel& model, int rank, uint32_t incarnation) {
   if (AcrossHosts(seg.header()->config)) (void)!nice(kAcrossHostsNice);
-  AsyncRank r(seg, rank, incarnation);
+  AsyncRank r(seg, model, rank, incarnation);
   return r.Run();
 }
 

@@ -19,10 +19,11 @@
 #include <cstdint>
 
 #include "shm/segment.h"
+#include "worker/run_model.h"
 
 namespace shmtrain::worker {
 
 // Runs until the update budget is claimed; returns a WorkerExit code.
-int RunAsync(shm::Segment& seg, int rank, uint32_t incarnation);
+int RunAsync(shm::Segment& seg, const RunModel& model, int rank, uint32_t incarnation);
 
 }  // namespace shmtrain::worker

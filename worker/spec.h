@@ -1,11 +1,10 @@
-// What both worker loops share: the model spec from the segment, whether the run crosses hosts,
-// barrier exit codes, the augmentation of the training rows.
+// What both worker loops share: whether the run crosses hosts, barrier exit codes, the
+// augmentation of the training rows. (The model they share is read once: worker/run_model.h.)
 #pragma once
 
 #include <cstdint>
 
 #include "data/augment.h"
-#include "nn/layer.h"
 #include "shm/barrier.h"
 #include "shm/layout.h"
 #include "shmtrain/model_spec.h"
@@ -17,20 +16,10 @@ namespace shmtrain::worker {
 // combiner, the async parameter server): the one place a worker loop asks.
 inline bool AcrossHosts(const shm::RunConfig& c) { return c.hosts > 1; }
 
-// The segment's model; data::CheckRunModel has checked that its text parses and resolves.
-inline ModelSpec SpecOf(const shm::RunConfig& c) {
-  ModelSpec s;
-  s.input = {c.input_shape[0], c.input_shape[1], c.input_shape[2]};
-  const Status parsed = nn::ParseModelText(c.model, &s.layers);
-  SHMTRAIN_CHECK(parsed.ok(), "a validated segment's model text: " + parsed.message());
-  s.loss = static_cast<Loss>(c.loss);
-  return s;
-}
-
 // The run's augmentation of its training rows (--augment, data/augment.h), as the segment
-// holds it (data::CheckRunModel has checked it against the model's input). The epoch of a
-// step (sync) or of a minibatch of the stream (async) is its number / steps_per_epoch, the
-// run's BatchPlan's.
+// holds it (data::CheckRunOptions, in the worker's read of its model, has checked it against
+// the model's input). The epoch of a step (sync) or of a minibatch of the stream (async) is
+// its number / steps_per_epoch, the run's BatchPlan's.
 class RowAugment {
  public:
   RowAugment(const shm::RunConfig& c, Shape input, int64_t steps_per_epoch)

@@ -53,11 +53,11 @@ struct Pause {
 // One rank of the sync loop: its slice of the vector, its buffers, the two phases of a step.
 class SyncRank {
  public:
-  SyncRank(shm::Segment& seg, int rank, uint32_t incarnation)
+  SyncRank(shm::Segment& seg, const RunModel& model, int rank, uint32_t incarnation)
       : seg_(seg),
         h_(seg.mutable_header()),
         c_(h_->config),
-        spec_(SpecOf(c_)),
+        spec_(model.spec),
         P_(static_cast<int>(c_.workers)),
         rank_(rank),
         global_rank_(static_cast<int>(c_.host_index) * P_ + rank),
@@ -70,7 +70,7 @@ class SyncRank {
         plan_(c_.rows, c_.batch, c_.seed),
         augment_(c_, spec_.input, plan_.steps_per_epoch()),
         timeout_ns_(static_cast<int64_t>(c_.barrier_timeout_s * 1e9)),
-        norms_(nn::NormSites(spec_)),
+        norms_(nn::NormSites(spec_, model.shapes)),
         crossing_(seg, rank, incarnation, barrier_, timeout_ns_),
         stats_(static_cast<size_t>(c_.stats_count)) {
     // This rank's slice of the parameter vector, in whole cache lines so that no two ranks
@@ -80,6 +80,7 @@ class SyncRank {
     lo_ = std::min(n_, share.begin * kSliceAlign);
     hi_ = std::min(n_, share.end * kSliceAlign);
     gbuf_.resize(static_cast<size_t>(c_.optim.clip_norm > 0 ? hi_ - lo_ : kChunk));
+    ws_.NetFor(spec_, model.shapes);  // the net of the shapes read once, not resolved again
   }
 
   int Run();
@@ -138,7 +139,7 @@ class SyncRank {
   shm::Segment& seg_;
   shm::Header* h_;
   const shm::RunConfig& c_;
-  const ModelSpec spec_;
+  const ModelSpec& spec_;  // the segment's model, read once (worker/run_model.h)
   const int P_;
   const int rank_;
   // The rank among every host's workers, and their number: the split of each step's batch.
@@ -485,8 +486,8 @@ int SyncRank::Run() {
 
 }  // namespace
 
-int RunSync(shm::Segment& seg, int rank, uint32_t incarnation) {
-  SyncRank r(seg, rank, incarnation);
+int RunSync(shm::Segment& seg, const RunModel& model, int rank, uint32_t incarnation) {
+  SyncRank r(seg, model, rank, incarnation);
   return r.Run();
 }
 

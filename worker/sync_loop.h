@@ -15,10 +15,11 @@
 #include <cstdint>
 
 #include "shm/segment.h"
+#include "worker/run_model.h"
 
 namespace shmtrain::worker {
 
 // Runs the loop to the end of the run; returns a WorkerExit code.
-int RunSync(shm::Segment& seg, int rank, uint32_t incarnation);
+int RunSync(shm::Segment& seg, const RunModel& model, int rank, uint32_t incarnation);
 
 }  // namespace shmtrain::worker

@@ -9,14 +9,16 @@
 #include "shm/segment.h"
 #include "shmtrain/options.h"
 #include "worker/async_loop.h"
+#include "worker/run_model.h"
 #include "worker/sync_loop.h"
 
 namespace shmtrain::worker {
 
 struct WorkerKind {
   Mode mode;  // the header's mode word it runs (RunKind::mode on the master's side)
-  // Runs rank `rank`'s loop to the end of the run; returns a WorkerExit code.
-  int (*loop)(shm::Segment& seg, int rank, uint32_t incarnation);
+  // Runs rank `rank`'s loop to the end of the run on the segment's model, read once
+  // (worker/run_model.h); returns a WorkerExit code.
+  int (*loop)(shm::Segment& seg, const RunModel& model, int rank, uint32_t incarnation);
 };
 
 // The kinds shmtrain-worker runs, one line each.
@@ -26,8 +28,9 @@ inline constexpr WorkerKind kWorkerKinds[] = {
 };
 
 // A worker process (worker/worker_main.cc): argv, the master's watch, the segment attached
-// and checked, then the loop of the kind in `kinds` whose mode is the header's. Returns the
-// process's exit code (kWorkerBadLayout when no kind has the header's mode).
+// and checked, its model read, then the loop of the kind in `kinds` whose mode is the
+// header's. Returns the process's exit code (kWorkerBadLayout when no kind has the header's
+// mode).
 int WorkerMain(int argc, char** argv, std::span<const WorkerKind> kinds);
 
 }  // namespace shmtrain::worker

@@ -1,6 +1,7 @@
 // The worker's process, whatever its kind of run (worker/worker_kinds.h): its arguments, the
-// master's watch, the segment attached and checked, then the kind's loop. Started by the master
-// only. Everything else it needs is in the segment header. Exit codes are API
+// master's watch, the segment attached and checked (its ABI, layout and configuration
+// fingerprint), its model read once, then the kind's loop, handed that model. Started by the
+// master only. Everything else it needs is in the segment header. Exit codes are API
 // (include/shmtrain/status.h).
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -18,6 +19,7 @@
 #include "shm/segment.h"
 #include "shmtrain/options.h"
 #include "shmtrain/status.h"
+#include "worker/run_model.h"
 #include "worker/worker_kinds.h"
 
 namespace {
@@ -102,6 +104,17 @@ int PrepareCompute(const shmtrain::shm::RunConfig& c, long long rank) {
 }  // namespace
 
 namespace shmtrain::worker {
+namespace {
+
+// The segment's model, read once (ReadRunModel), and what the run asks of this CPU
+// (data::CheckRunOptions: the master checked it on its own, which may differ).
+Status ReadModel(const shm::RunConfig& c, RunModel* model) {
+  if (Status s = ReadRunModel(c, model); !s.ok()) return s;
+  if (const shm::ConfigCheck check = data::CheckRunOptions(c); !check.ok()) return check.status;
+  return Status::Ok();
+}
+
+}  // namespace
 
 int WorkerMain(int argc, char** argv, std::span<const WorkerKind> kinds) {
   const pid_t parent = getppid();
@@ -117,13 +130,14 @@ int WorkerMain(int argc, char** argv, std::span<const WorkerKind> kinds) {
     std::fprintf(stderr, "shmtrain-worker[%lld]: %s\n", rank, check.status.message().c_str());
     return check.worker_exit;
   }
-  if (const shm::ConfigCheck check = data::CheckRunModel(seg.header()->config); !check.ok()) {
+  const shm::RunConfig& c = seg.header()->config;
+  RunModel model;
+  if (const Status s = ReadModel(c, &model); !s.ok()) {
     std::fprintf(stderr, "shmtrain-worker[%lld]: segment %s: run configuration: %s\n", rank,
-                 argv[1], check.status.message().c_str());
+                 argv[1], s.message().c_str());
     return kWorkerBadLayout;
   }
   if (const int e = CheckIdentity(seg, rank, incarnation, parent); e != kWorkerOk) return e;
-  const shm::RunConfig& c = seg.header()->config;
   if (const int e = PrepareCompute(c, rank); e != kWorkerOk) return e;
   shm::WorkerBlock* self = seg.mutable_block(static_cast<int>(rank));
   shm::StoreRelaxed<int64_t>(self->pid, getpid());
@@ -133,7 +147,7 @@ int WorkerMain(int argc, char** argv, std::span<const WorkerKind> kinds) {
   // The worker's side of the run's kind (master/kinds/kind.h): its loop.
   for (const WorkerKind& k : kinds) {
     if (static_cast<uint32_t>(k.mode) != c.mode) continue;
-    return k.loop(seg, static_cast<int>(rank), static_cast<uint32_t>(incarnation));
+    return k.loop(seg, model, static_cast<int>(rank), static_cast<uint32_t>(incarnation));
   }
   return kWorkerBadLayout;
 }
