@@ -76,17 +76,25 @@ void FillSegment(const TrainOptions& o, const RunKind& kind, const nn::ResolvedM
   }
 }
 
-// This host's share of the run's outputs: only host 0 writes the model, checkpoints and the
-// TensorBoard file (every host holds the same parameters at every step), so the others do not
-// check output paths they will not write, and pause for checkpoints only where the kind has
-// every host pause (async across hosts: for the sync point, master/hosts/param_server.h).
+// This host's share of the run's outputs: only host 0 writes the model, the periodic
+// checkpoints and the TensorBoard file (every host holds the same parameters at every step), so
+// the others do not check output paths they will not write, and pause for checkpoints only
+// where the kind has every host pause (async across hosts: for the sync point,
+// master/hosts/param_server.h). Where every host holds the whole state (sync), every other host
+// writes the checkpoint of a stop too, to --checkpoint's path + ".host<index>" on its own
+// machine: when host 0 is the one lost, the survivors' stop checkpoints keep the steps since
+// its last periodic one.
 TrainOptions ForThisHost(const TrainOptions& opts, const KindPlan& kind) {
   TrainOptions o = opts;
   if (o.host_index != 0) {
     o.save_path.clear();
-    o.checkpoint_path.clear();
     o.tensorboard_dir.clear();
-    if (!kind.EveryHostPausesForCheckpoints()) o.checkpoint_every = 0;
+    if (kind.EveryHostPausesForCheckpoints()) {
+      o.checkpoint_path.clear();
+    } else {
+      if (!o.checkpoint_path.empty()) o.checkpoint_path += ".host" + std::to_string(o.host_index);
+      o.checkpoint_every = 0;  // a stop's only
+    }
   }
   return o;
 }
