@@ -426,9 +426,8 @@ TEST_F(HostsTest, HostMasterKilledEndsTheJobAndTheCheckpointResumesExactly) {
     // Host 0's checkpoint when host 1 died, the survivor's when host 0 did.
     const std::string resume = victim == 0 ? ckpt + ".host1" : ckpt;
     const int64_t step = CheckpointStep(resume);
-    std::printf("[ host %d killed ] checkpoint at step %lld (the periodic one at %lld)\n",
-                victim, static_cast<long long>(step),
-                static_cast<long long>(CheckpointStep(ckpt)));
+    std::printf("[ host %d killed ] checkpoint at step %lld (the periodic one at %lld)\n", victim,
+                static_cast<long long>(step), static_cast<long long>(CheckpointStep(ckpt)));
     ASSERT_GE(step, kCheckpointEvery);
 
     const int64_t total = std::max(kResumeTotal, step + kResumeMore);
