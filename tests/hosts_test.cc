@@ -521,6 +521,40 @@ TEST_F(HostsTest, StoppedHostMasterEndsTheJobAfterTheHostTimeout) {
   StopHostMaster(job, kHostTimeout, "nothing arrived from host 1 (");
 }
 
+// The survivor of a host lost past --host-timeout (here stopped with SIGSTOP, as a hung
+// machine) checkpoints where it stopped, before the job ends: the run resumes from that step
+// and ends with the bytes of the run that lost no host.
+TEST_F(HostsTest, AHostLostPastTheTimeoutLeavesTheSurvivorsCheckpointWhichResumesExactly) {
+  constexpr milliseconds kHostTimeout{3'000};
+  TempDir dir;
+  const std::string ckpt = dir.File("lost.ckpt");
+  {
+    MpiJob job(2, LongRun(100'000'000,
+                          {"--log-every", "50", "--checkpoint", ckpt, "--host-timeout", "3s"}));
+    ASSERT_GT(job.mpirun(), 0);
+    ASSERT_TRUE(job.UntilRunning(kLongWorkers, kEventTimeout))
+        << "the job did not start; stderr:\n"
+        << job.err() << job.DescribeWorkers();
+    ASSERT_TRUE(job.Until([](const std::string& l) { return JsonField(l, "event") == "step"; },
+                          kEventTimeout))
+        << job.err();
+    StopHostMaster(job, kHostTimeout, "nothing arrived from host 1 (");
+  }
+  ASSERT_TRUE(test::FileExists(ckpt)) << "host 0 left no checkpoint";
+  const int64_t step = CheckpointStep(ckpt);
+  std::printf("[ host 1 lost ] host 0 checkpointed step %lld\n", static_cast<long long>(step));
+  ASSERT_GT(step, 0);
+  const int64_t total = step + kResumeMore;
+  const std::string resumed = dir.File("resumed.model"), whole = dir.File("whole.model");
+  const ProcResult r =
+      RunJob(2, LongRun(total, {"--log-every", "0", "--resume", ckpt, "--save", resumed}));
+  ASSERT_TRUE(ExitedWith(r, 0)) << Clip(r.err);
+  EXPECT_EQ(Num(SummaryOf(r), "first_step"), step);
+  ASSERT_TRUE(ExitedWith(RunJob(2, LongRun(total, {"--log-every", "0", "--save", whole})), 0));
+  EXPECT_TRUE(SameBytes(test::ReadWholeFile(resumed), test::ReadWholeFile(whole)))
+      << "resumed from step " << step << " against the run of " << total << " steps";
+}
+
 // ---------------------------------------------------------------------------------------------
 // 4. Metrics: with --metrics-addr 127.0.0.1:BASE, host master k of this machine serves on
 // BASE + k. Both endpoints are scraped during a long run (which the test then stops with

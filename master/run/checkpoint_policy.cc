@@ -92,7 +92,10 @@ Verdict CheckpointPolicy::Tick(const RunView& view) {
 }
 
 void CheckpointPolicy::Save(RunEnd& end) {
-  if (end.status.code() == Status::Code::kInterrupted) {
+  // A stop signal, or another host lost (silent past --host-timeout): this host's state is
+  // whole, and the steps since the last periodic checkpoint are kept.
+  const Status::Code code = end.status.code();
+  if (code == Status::Code::kInterrupted || code == Status::Code::kHostLost) {
     (void)WriteOnStop();  // a failure is logged and counted
   }
 }

@@ -37,7 +37,8 @@
 // (master/kinds/step_state.h), and StateFitsLayout and StateFinite in checkpoint_policy.cc.
 //
 // A unit of the run loop (master/run/run_loop.h): each round takes the checkpoint due; a run ended
-// by a stop signal writes one at its end's Save step, once the workers are stopped.
+// by a stop signal, or by another host lost, writes one at its end's Save step, once the workers
+// are stopped.
 //
 // Threads: the run loop's only. The segment is read without locks: copies happen while every
 // rank is paused (async ones through relaxed atomic loads, as the ranks write W).
