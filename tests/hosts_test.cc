@@ -407,6 +407,11 @@ TEST_F(HostsTest, HostMasterKilledEndsTheJobAndTheCheckpointResumesExactly) {
         // that the steps since host 0's last periodic checkpoint are not lost with host 0.
         ASSERT_TRUE(test::FileExists(ckpt + ".host1")) << Clip(r.err);
         EXPECT_GE(CheckpointStep(ckpt + ".host1"), CheckpointStep(ckpt));
+        // And says where, since only host 1 knows.
+        const auto on_stop = Events(r.out, "checkpoint_on_stop");
+        ASSERT_EQ(on_stop.size(), 1u) << Clip(r.out);
+        EXPECT_EQ(on_stop[0].at("path"), ckpt + ".host1");
+        EXPECT_EQ(on_stop[0].at("step"), std::to_string(CheckpointStep(ckpt + ".host1")));
       }
       if (victim == 1) {
         // Host 0 was stopped by mpirun: it says so, and checkpoints where it stopped.

@@ -135,6 +135,15 @@ void Logger::Info(const std::string& text, const JsonLine& json) {
   Err(text + "\n");
 }
 
+void Logger::Notice(const std::string& text, const JsonLine& json) {
+  if (format_ == LogFormat::kJson) {
+    Always(json);
+    return;
+  }
+  ClearProgress();
+  Err((secondary() ? who_ + ": " + text : text) + "\n");
+}
+
 void Logger::JsonOnly(const JsonLine& json) {
   if (!secondary()) Always(json);
 }

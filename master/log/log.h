@@ -68,6 +68,9 @@ class Logger {
   void Info(const std::string& text, const JsonLine& json);
   // Only in json mode (events that text mode does not show, e.g. worker pids).
   void JsonOnly(const JsonLine& json);
+  // A diagnostic every host master prints, as Info (a host other than host 0 prefixes the text
+  // with its name): what only that host knows, such as where it wrote a file on its machine.
+  void Notice(const std::string& text, const JsonLine& json);
   // Replaces the live line (terminal only; nothing otherwise).
   void Progress(const std::string& text);
   void ClearProgress();

@@ -111,8 +111,10 @@ Status CheckpointPolicy::WriteOnStop() {
   }
   Status s = Write(config_.kind->CopyState(seg_, config_.kind->Progress(seg_)));
   if (s.ok()) {
-    log_.Info("checkpoint written to " + config_.path + " at step " + std::to_string(last_written_),
-              JsonLine("checkpoint_on_stop").Str("path", config_.path).Int("step", last_written_));
+    // Every host that writes one says so: only it knows where its machine holds the file.
+    log_.Notice(
+        "checkpoint written to " + config_.path + " at step " + std::to_string(last_written_),
+        JsonLine("checkpoint_on_stop").Str("path", config_.path).Int("step", last_written_));
   }
   return s;
 }
