@@ -15,7 +15,8 @@
 //  3. ends, in a fixed sequence of four steps that the loop owns, each shown to every unit in
 //     list order before the next step begins (RunEnd):
 //       Stop     what still runs stops: the loop removes the segment's name first (the mapping
-//                stays until the loop is destroyed), then the live line is cleared, a
+//                stays until the start that holds it is destroyed, after the loop and every
+//                unit), then the live line is cleared, a
 //                cross-host thread ends (on a good end, once it has finished with every
 //                host), and on a failure the workers are stopped;
 //       Collect  the final state: the loop reads the parameters at the end step (a good end),
