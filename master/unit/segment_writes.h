@@ -1,7 +1,7 @@
 // What the master writes into a running training's segment: one method per word, each named
 // with the unit that writes it. The run loop (master/run/run_loop.h) runs on the segment the
-// run's start holds (master/run/start.h); its units
-// read it through a const view (a `const shm::Segment&`, whose accessors give pointers to
+// run's start holds (master/run/start.h); its units read it through a const view (a
+// `const shm::Segment&`, whose accessors give pointers to
 // const: a store through it does not compile) and write through this, so the words the master
 // writes while the workers run are listed here and nowhere else, but for the regions and words
 // of the cross-host exchange threads, which ForExchange hands them.
