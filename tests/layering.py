@@ -27,7 +27,7 @@ ALLOWED = {
 }
 
 # master/'s rooms, bottom to top: a room includes only rooms before it in this list.
-MASTER_ROOMS = ["log", "unit", "flags", "files", "hosts", "kinds", "plan", "run", "cli"]
+MASTER_ROOMS = ["log", "unit", "flags", "files", "hosts", "kinds", "plan", "run", "launch", "cli"]
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 

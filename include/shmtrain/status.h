@@ -16,12 +16,13 @@ namespace shmtrain {
 // Exit codes of the `shmtrain` command. Scripts and tests rely on them: never renumber.
 enum ExitCode : int {
   kExitOk = 0,
-  kExitInternal = 1,     // a bug: an invariant failed
-  kExitUsage = 2,        // bad flag, value, data file or model file
-  kExitWorkerFailed = 3, // a worker died or timed out and the run was abandoned
-  kExitResource = 4,     // shared memory, processes or files could not be had
-  kExitDiverged = 5,     // the loss or the gradient became non-finite (NaN or infinite)
-  kExitHostLost = 6,     // several hosts: another host's master failed or stopped answering
+  kExitInternal = 1,       // a bug: an invariant failed
+  kExitUsage = 2,          // bad flag, value, data file or model file
+  kExitWorkerFailed = 3,   // a worker died or timed out and the run was abandoned
+  kExitResource = 4,       // shared memory, processes or files could not be had
+  kExitDiverged = 5,       // the loss or the gradient became non-finite (NaN or infinite)
+  kExitHostLost = 6,       // several hosts: another host's master failed or stopped answering
+  kExitLaunchGaveUp = 7,   // launch: fewer hosts left than --min-hosts, or its relaunches used up
   kExitInterrupted = 130,  // SIGINT (128 + 2); any other stop signal n exits 128 + n
   kExitTerminated = 143,   // SIGTERM (128 + 15)
 };
@@ -49,9 +50,9 @@ const char* WorkerExitName(int code);
 
 // Every exit code of `shmtrain` (128 + n for the other stop signals aside): what its help and
 // docs/failures.md list, and a test holds them to it.
-inline constexpr ExitCode kExitCodes[] = {kExitOk,           kExitInternal,    kExitUsage,
-                                          kExitWorkerFailed, kExitResource,    kExitDiverged,
-                                          kExitHostLost,     kExitInterrupted, kExitTerminated};
+inline constexpr ExitCode kExitCodes[] = {
+    kExitOk,       kExitInternal, kExitUsage,        kExitWorkerFailed, kExitResource,
+    kExitDiverged, kExitHostLost, kExitLaunchGaveUp, kExitInterrupted,  kExitTerminated};
 
 // A broken invariant (a bug, never a user's input): prints "shmtrain: internal error at
 // FILE:LINE: what" to stderr and aborts. SIGABRT then takes the crash path of the process:

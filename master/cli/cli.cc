@@ -5,6 +5,7 @@
 #include "master/cli/cli.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <memory>
 #include <string_view>
 #include <utility>
@@ -93,6 +94,8 @@ constexpr const char* kMainHelp =
     "  export            a saved model as NumPy arrays (.npz) for PyTorch and other tools\n"
     "  simulate          compare async update rules in a deterministic simulation\n"
     "  cleanup           remove shared memory left by runs whose master died\n"
+    "  launch            run a training job under mpirun, relaunched on the hosts left when\n"
+    "                    one is lost (shmtrain launch --help)\n"
     "  example parabola  the built-in example: a 1-5-1 tanh net fits y = x^2 on 50 points\n"
     "  help [COMMAND]    this text, or a command's\n"
     "\n"
@@ -103,7 +106,8 @@ constexpr const char* kMainHelp =
     "exit codes: 0 ok, 1 internal error, 2 bad flag or input, 3 a worker failed,\n"
     "            4 out of resources or stdout unwritable, 5 a value became NaN or infinite\n"
     "            (training diverged, or a model's inputs or outputs on some rows),\n"
-    "            6 another host's master failed,\n"
+    "            6 another host's master failed, 7 launch gave up (too few hosts left,\n"
+    "            or its relaunches used up),\n"
     "            130/143 stopped by SIGINT/SIGTERM (another stop signal n: 128 + n)\n";
 
 constexpr const char* kTrainUsage =
@@ -176,6 +180,17 @@ constexpr const char* kCleanupUsage =
     "whose creating master is gone (its pid is free, or now another process's). A live\n"
     "run's segment is never touched.\n";
 
+constexpr const char* kLaunchUsage =
+    "usage: shmtrain launch --hosts A,B,C [--min-hosts N] [--max-relaunches K] -- train ...\n"
+    "\n"
+    "Runs the training job under mpirun, one host master on each of --hosts, and watches it\n"
+    "through what each host master reports. When one is lost (it died, or stopped answering\n"
+    "past --host-timeout), the job is relaunched with the same number of host masters on the\n"
+    "hosts left, resuming from the newest checkpoint a survivor wrote where it stopped: a sync\n"
+    "run goes on from the last step every host completed and ends with the same model as a run\n"
+    "that lost no host. The job needs --checkpoint. Open MPI's settings come from the\n"
+    "environment (OMPI_MCA_*); SHMTRAIN_* variables reach every host master.\n";
+
 // The parser: one CLI11 app per command, flags bound to `out`.
 struct Cli {
   CLI::App root{kMainHelp, "shmtrain"};
@@ -187,6 +202,7 @@ struct Cli {
   CLI::App* predict = nullptr;
   CLI::App* export_cmd = nullptr;
   CLI::App* cleanup = nullptr;
+  CLI::App* launch = nullptr;
   CLI::App* help = nullptr;
   CLI::Option* version = nullptr;
 
@@ -214,10 +230,11 @@ struct Cli {
     predict = add(&root, "predict", kPredictUsage);
     export_cmd = add(&root, "export", kExportUsage);
     cleanup = add(&root, "cleanup", kCleanupUsage);
+    launch = add(&root, "launch", kLaunchUsage);
     const std::pair<uint32_t, CLI::App*> apps[] = {
-        {kTrainCmd, train},  {kExampleCmd, parabola},  {kSimulateCmd, simulate},
-        {kEvalCmd, eval},    {kPredictCmd, predict},   {kExportCmd, export_cmd},
-        {kCleanupCmd, cleanup}};
+        {kTrainCmd, train},     {kExampleCmd, parabola}, {kSimulateCmd, simulate},
+        {kEvalCmd, eval},       {kPredictCmd, predict},  {kExportCmd, export_cmd},
+        {kCleanupCmd, cleanup}, {kLaunchCmd, launch}};
     for (const FlagDef& f : Flags()) {
       for (const auto& [bit, app] : apps) {
         if ((f.commands & bit) != 0) Register(app, f, out);
@@ -321,6 +338,39 @@ Status FinishExport(const CLI::App* app, Command* out) {
   if (out->model_path.empty()) return Status::Usage("--model is required (FILE, for export)");
   if (out->out_path.empty()) return Status::Usage("--out is required (FILE.npz, for export)");
   out->kind = Command::Kind::kExport;
+  return Status::Ok();
+}
+
+// `launch`'s own checks once its flags are parsed: the job's command is a train command that
+// parses, with a --checkpoint for the survivors' state; its options (the log's format) are
+// the launch's.
+Status FinishLaunch(const CLI::App* app, Command* out) {
+  if (Status s = Leftover(app, "launch"); !s.ok()) return s;
+  if (Status s = CollectGiven(app, &out->train); !s.ok()) return s;
+  if (out->hosts.empty()) return Status::Usage("--hosts is required (A,B,C, for launch)");
+  if (out->min_hosts > static_cast<int>(out->hosts.size())) {
+    return Status::Usage("--min-hosts: " + std::to_string(out->min_hosts) + " is more than the " +
+                         std::to_string(out->hosts.size()) + " hosts of --hosts");
+  }
+  if (out->job.empty() || out->job.front() != "train") {
+    return Status::Usage("launch: the job after -- must be a train command (-- train ...)");
+  }
+  Command job;
+  std::vector<std::string> words = {"shmtrain"};
+  words.insert(words.end(), out->job.begin(), out->job.end());
+  if (Status s = ParseCommandLine(words, &job); !s.ok()) {
+    return Status::Usage("launch: the job: " + s.message());
+  }
+  if (job.kind != Command::Kind::kTrain) {
+    return Status::Usage("launch: the job after -- must be a train command (-- train ...)");
+  }
+  if (job.train.checkpoint_path.empty()) {
+    return Status::Usage(
+        "launch: the job needs --checkpoint PATH: a relaunch resumes from the checkpoint each "
+        "surviving host master writes there when a host is lost");
+  }
+  out->train = job.train;
+  out->kind = Command::Kind::kLaunch;
   return Status::Ok();
 }
 
@@ -438,6 +488,7 @@ Status FinishCommand(const Cli& cli, Command* out) {
     return FinishEvalOrPredict(cli.predict->parsed() ? cli.predict : cli.eval, out);
   }
   if (cli.export_cmd->parsed()) return FinishExport(cli.export_cmd, out);
+  if (cli.launch->parsed()) return FinishLaunch(cli.launch, out);
   if (cli.cleanup->parsed()) {
     if (Status s = Leftover(cli.cleanup, "cleanup"); !s.ok()) return s;
     if (Status s = CollectGiven(cli.cleanup, &o); !s.ok()) return s;
@@ -468,6 +519,13 @@ LogFormat AskedLogFormat(const std::vector<std::string>& args) {
 Status ParseCommandLine(const std::vector<std::string>& args, Command* out) {
   if (args.size() < 2) return MainHelp(out);
   if (args[1] == "help" && args.size() > 2) return ParseCommandLine(HelpAsFlag(args), out);
+  if (args[1] == "launch") {  // the job's words, after --, are the job's
+    const auto dashes = std::find(args.begin() + 2, args.end(), "--");
+    if (dashes != args.end()) {
+      out->job.assign(dashes + 1, args.end());
+      return ParseCommandLine({args.begin(), dashes}, out);
+    }
+  }
   Cli cli(out);
   if (args[1] == "example") SetExampleDefaults(&out->train);
   if (Status s = RefuseSwitchValues(args, cli); !s.ok()) return s;

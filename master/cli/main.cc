@@ -17,6 +17,7 @@
 #include "master/files/export.h"
 #include "master/files/predict.h"
 #include "master/kinds/kind.h"
+#include "master/launch/launch.h"
 #include "master/run/launcher.h"
 #include "master/run/run.h"
 #include "master/run/signals.h"
@@ -64,6 +65,27 @@ int Outcome(const Status& s, shmtrain::master::Logger& log) {
   return ExitCodeOf(s);
 }
 
+// Under `shmtrain launch` (master/log/report.h): this host master's reports go to the launcher
+// from here on, beginning with its place in the job.
+Status ReportToLauncher(const shmtrain::master::Hosts& h, double timeout_s,
+                        shmtrain::master::Logger& log) {
+  using namespace shmtrain::master;
+  const char* address = std::getenv(kLaunchReportVar);
+  if (address == nullptr || *address == '\0') return Status::Ok();
+  std::unique_ptr<LaunchChannel> channel;
+  if (Status s = LaunchChannel::Connect(address, timeout_s, &channel); !s.ok()) return s;
+  char node[256] = {};
+  (void)gethostname(node, sizeof node - 1);  // the node stays "" if it cannot be had
+  log.ReportTo(std::move(channel));
+  log.Report(JsonLine("hello")
+                 .Int("host", h.index())
+                 .Int("hosts", h.count())
+                 .Int("pid", getpid())
+                 .Str("node", node)
+                 .Str("name", h.Describe(h.index())));
+  return Status::Ok();
+}
+
 // Several hosts (master/hosts/hosts.h): this process's place among the host masters, into the
 // options; refuses what several hosts cannot do.
 Status JoinTheHosts(int* argc, char*** argv, shmtrain::TrainOptions* o,
@@ -76,6 +98,7 @@ Status JoinTheHosts(int* argc, char*** argv, shmtrain::TrainOptions* o,
   o->host_local = h.local();
   o->host_local_count = h.local_count();
   if (h.index() != 0) log.SetSecondary(h.Describe(h.index()));
+  if (Status s = ReportToLauncher(h, o->host_timeout_s, log); !s.ok()) return s;
   return shmtrain::master::CheckKindOnHosts(*o);
 }
 
@@ -94,6 +117,7 @@ Status JoinTheHosts(int* argc, char*** argv, shmtrain::TrainOptions* o,
     const int code = Outcome(s, log);
     log.Drain(master::StopRequested);
     std::fflush(nullptr);
+    log.Report(master::JsonLine("exit").Int("code", code));
     if (joined) joined->AbortJob(code);
     std::_Exit(code);
   }
@@ -114,6 +138,7 @@ Status JoinTheHosts(int* argc, char*** argv, shmtrain::TrainOptions* o,
   // The log is written out first; a stopped run leaves what its reader does not take.
   log.Drain(master::StopRequested);
   std::fflush(nullptr);
+  log.Report(master::JsonLine("exit").Int("code", code));
   if (code == kExitOk || hosts->failed_together()) {
     hosts->Finish();
   } else if (hosts->count() > 1 && s.code() != Status::Code::kInterrupted) {
@@ -164,6 +189,7 @@ Status RunCommand(const shmtrain::master::Command& cmd, shmtrain::master::Logger
     case Kind::kHelp:
     case Kind::kVersion:
     case Kind::kTrain:
+    case Kind::kLaunch:
       break;
   }
   SHMTRAIN_DIE("command kind " + std::to_string(static_cast<int>(cmd.kind)) +
@@ -204,6 +230,10 @@ int main(int argc, char** argv) {
     }
     case master::Command::Kind::kTrain:
       TrainAndExit(cmd.train, &argc, &argv);
+    case master::Command::Kind::kLaunch: {
+      master::Logger log(cmd.train.log_format, false);
+      return master::launch::RunLaunch(cmd, log);
+    }
     default:
       break;
   }

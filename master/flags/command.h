@@ -12,7 +12,17 @@ namespace shmtrain::master {
 
 // What the command line asks for.
 struct Command {
-  enum class Kind { kHelp, kVersion, kTrain, kSimulate, kCleanup, kEval, kPredict, kExport };
+  enum class Kind {
+    kHelp,
+    kVersion,
+    kTrain,
+    kSimulate,
+    kCleanup,
+    kEval,
+    kPredict,
+    kExport,
+    kLaunch
+  };
   Kind kind = Kind::kHelp;
   std::string help_text;  // for kHelp: what to print (stdout, exit 0)
   TrainOptions train;
@@ -25,6 +35,13 @@ struct Command {
   std::string out_path;
   // cleanup: list only, remove nothing.
   bool dry_run = false;
+  // launch: the slots of the host masters (a name given twice is two ranks on that machine),
+  // the fewest left before it gives up, the relaunches it may make, and the job's command
+  // ("train" and its flags; `train` holds them parsed).
+  std::vector<std::string> hosts;
+  int min_hosts = 1;
+  int max_relaunches = 3;
+  std::vector<std::string> job;
 };
 
 }  // namespace shmtrain::master

@@ -315,6 +315,8 @@ const char* CommandName(uint32_t bit) {
     case kPredictCmd: return "predict";
     case kExportCmd: return "export";
     case kCleanupCmd: return "cleanup";
+    case kLaunchCmd:
+      return "launch";
   }
   return "?";
 }
@@ -539,6 +541,37 @@ FlagValue SimWorkers() {
             return Status::Ok();
           },
           [](const Command& c, const FlagDef&) { return ShowList(c.sim_workers); }};
+}
+
+constexpr int64_t kMaxLaunchHosts = 256;  // as many as a resume's message tries
+
+// `launch --hosts a,b,c`: the slots of the host masters, each a machine's name (given twice, two
+// host masters on it), as many as the limits allow.
+FlagValue HostSlots() {
+  return {[](Command* c, const FlagDef& f, std::string_view v) {
+            std::vector<std::string> names;
+            for (size_t pos = 0; pos <= v.size();) {
+              const size_t comma = std::min(v.find(',', pos), v.size());
+              const std::string_view name = v.substr(pos, comma - pos);
+              if (name.empty() || name.find_first_of(" :\t") != std::string_view::npos) {
+                return Expected(f.name, "host names such as a,b,c (a name twice: two ranks on it)",
+                                v);
+              }
+              names.emplace_back(name);
+              pos = comma + 1;
+            }
+            if (static_cast<int64_t>(names.size()) > kMaxLaunchHosts) {
+              return Status::Usage(f.name + ": " + std::to_string(names.size()) +
+                                   " hosts, more than " + std::to_string(kMaxLaunchHosts));
+            }
+            c->hosts = std::move(names);
+            return Status::Ok();
+          },
+          [](const Command& c, const FlagDef&) {
+            std::string s;
+            for (const std::string& h : c.hosts) s += (s.empty() ? "" : ",") + h;
+            return s;
+          }};
 }
 
 // The registered data formats, for --data's help: "CSV files, LIBSVM files, IDX data, NumPy
@@ -1038,6 +1071,31 @@ std::vector<FlagDef> CommandFlags() {
        .help = "the .npz archive to write, whole or not at all ({default})",
        .deflt_words = "required", .value = Text(Cmd(&Command::out_path)), .group = kOut,
        .commands = kExportCmd},
+      {.name = "--hosts",
+       .arg = "A,B,C",
+       .help = "the machines of the job's host masters, one rank each, {limits}; a name given "
+               "twice runs two on it ({default})",
+       .deflt_words = "required",
+       .limits = Stated("1 to 256 names"),
+       .value = HostSlots(),
+       .group = kWorkers,
+       .commands = kLaunchCmd},
+      {.name = "--min-hosts",
+       .arg = "N",
+       .help = "give up (exit 7) when fewer of them are left, {limits} (default {default})",
+       .deflt = "1",
+       .limits = IntRange(1, kMaxLaunchHosts),
+       .value = Int(Cmd(&Command::min_hosts)),
+       .group = kFault,
+       .commands = kLaunchCmd},
+      {.name = "--max-relaunches",
+       .arg = "K",
+       .help = "give up (exit 7) at a loss after K relaunches, {limits} (default {default})",
+       .deflt = "3",
+       .limits = IntRange(0, 1000),
+       .value = Int(Cmd(&Command::max_relaunches)),
+       .group = kFault,
+       .commands = kLaunchCmd},
       {.name = "--dry-run", .arg = "",
        .help = "list only; remove nothing (default: {default})", .deflt_words = "remove the stale",
        .value = Switch(Cmd(&Command::dry_run), true), .group = kOut, .commands = kCleanupCmd},

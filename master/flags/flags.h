@@ -37,10 +37,11 @@ enum CommandBits : uint32_t {
   kPredictCmd = 1u << 4,
   kExportCmd = 1u << 5,
   kCleanupCmd = 1u << 6,
+  kLaunchCmd = 1u << 7,
 };
 // "train", "example parabola", ...: the command of one bit.
 const char* CommandName(uint32_t bit);
-inline constexpr uint32_t kAllCommands = (1u << 7) - 1;
+inline constexpr uint32_t kAllCommands = (1u << 8) - 1;
 
 // The largest integer a flag of counts takes (steps, batch, ...): no limit a run can reach,
 // with room to add two of them without overflow.

@@ -80,6 +80,17 @@ JsonLine& JsonLine::Ints(std::string_view key, const std::vector<uint64_t>& v) {
   return *this;
 }
 
+JsonLine& JsonLine::Strs(std::string_view key, const std::vector<std::string>& v) {
+  Key(key);
+  body_ += "[";
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i > 0) body_ += ",";
+    AppendString(v[i], &body_);
+  }
+  body_ += "]";
+  return *this;
+}
+
 Logger::Logger(LogFormat format, bool progress)
     : format_(format),
       live_(progress && isatty(STDERR_FILENO)),
@@ -109,6 +120,7 @@ void Logger::Err(const std::string& s) {
 }
 
 void Logger::Always(const JsonLine& json) {
+  Report(json);
   if (format_ != LogFormat::kJson) return;
   Out(json.Done() + "\n");
 }
@@ -140,6 +152,7 @@ void Logger::Notice(const std::string& text, const JsonLine& json) {
     Always(json);
     return;
   }
+  Report(json);
   ClearProgress();
   Err((secondary() ? who_ + ": " + text : text) + "\n");
 }

@@ -12,6 +12,7 @@
 
 #include "core/decimal.h"
 #include "master/log/output_thread.h"
+#include "master/log/report.h"
 #include "shmtrain/options.h"
 #include "shmtrain/status.h"
 
@@ -31,7 +32,8 @@ class JsonLine {
   JsonLine& Int(std::string_view key, int64_t v);
   JsonLine& Num(std::string_view key, double v);  // non-finite values become null
   JsonLine& Bool(std::string_view key, bool v);
-  JsonLine& Ints(std::string_view key, const std::vector<uint64_t>& v);  // [1,2,3]
+  JsonLine& Ints(std::string_view key, const std::vector<uint64_t>& v);     // [1,2,3]
+  JsonLine& Strs(std::string_view key, const std::vector<std::string>& v);  // ["a","b"]
   std::string Done() const { return body_ + "}"; }
 
  private:
@@ -92,6 +94,14 @@ class Logger {
   // and workers are).
   void Always(const JsonLine& json);
 
+  // Under `shmtrain launch` (master/log/report.h): from now on Always() and Notice() events,
+  // in either format, and Report() events go to the launcher too.
+  void ReportTo(std::unique_ptr<LaunchChannel> channel) { launcher_ = std::move(channel); }
+  // An event for the launcher only (nothing without one).
+  void Report(const JsonLine& json) {
+    if (launcher_) launcher_->Send(json.Done());
+  }
+
  private:
   // Writes s to stdout unless a write failed before (stdout_), or queues it (bg_).
   void Out(const std::string& s);
@@ -105,6 +115,7 @@ class Logger {
   bool live_shown_ = false;
   std::string who_;  // empty on host 0 and in single-host runs
   std::unique_ptr<OutputThread> bg_;
+  std::unique_ptr<LaunchChannel> launcher_;
 };
 
 }  // namespace shmtrain::master

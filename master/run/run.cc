@@ -33,6 +33,7 @@
 #include "master/run/start.h"
 #include "master/run/supervisor.h"
 #include "master/run/validation.h"
+#include "master/unit/training_report.h"
 #include "monitoring/exporter.h"
 #include "monitoring/tfevents.h"
 #include "nn/model.h"
@@ -95,9 +96,10 @@ Status RunTrain(const TrainOptions& opts, const RunKind& kind, Logger& log, Laun
   FinalModel model(o, st.rd, divergence, &st.reserved[0]);
   SummaryLine summary(o, kind, first, st.rd.train.rows, t_start, log);
   RunWatch watch(kind, stats, std::move(st.events), t_start, xent, log);
+  TrainingReport training(log, first);
   return loop.Run([&sup](int ms) { sup.Wait(ms); },
                   {&stop, &fault, &losses, &live, cross.unit.get(), &validation, &sup, &checkpoints,
-                   &model, &summary, &watch});
+                   &model, &summary, &watch, &training});
 }
 
 }  // namespace shmtrain::master

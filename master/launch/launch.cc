@@ -1,0 +1,302 @@
+#include "master/launch/launch.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/decimal.h"
+#include "core/signal_name.h"
+#include "master/launch/job.h"
+#include "master/launch/placement.h"
+#include "master/run/signals.h"
+#include "master/unit/stop_flag.h"
+#include "nlohmann/json.hpp"
+#include "shm/futex.h"
+
+extern char** environ;
+
+namespace shmtrain::master::launch {
+namespace {
+
+constexpr const char* kRelaunchVar = "SHMTRAIN_RELAUNCH";
+constexpr const char* kHostDied = "host_died";      // a host master ended without a word
+constexpr const char* kHostSilent = "host_silent";  // the others found it silent past the timeout
+
+std::string SelfPath() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "shmtrain";
+}
+
+// The job's command with `resume` as its --resume (none: the job's own, if it has one).
+std::vector<std::string> JobArgs(const std::vector<std::string>& job, const std::string& resume) {
+  if (resume.empty()) return job;
+  std::vector<std::string> out;
+  for (size_t i = 0; i < job.size(); ++i) {
+    if (job[i] == "--resume") {
+      ++i;
+      continue;
+    }
+    if (job[i].rfind("--resume=", 0) == 0) continue;
+    out.push_back(job[i]);
+  }
+  out.push_back("--resume");
+  out.push_back(resume);
+  return out;
+}
+
+// mpirun's command line: the ranks where the placement puts them, every SHMTRAIN_* variable
+// passed on, and the job.
+std::vector<std::string> MpirunArgv(const Placement& p, const std::vector<std::string>& job) {
+  const char* mpirun = std::getenv("SHMTRAIN_MPIRUN");
+  std::vector<std::string> argv = {mpirun != nullptr && *mpirun != '\0' ? mpirun : "mpirun",
+                                   "--host", p.host_flag, "-np", std::to_string(p.rank_slot.size()),
+                                   // Each host master's workers take the machine's cores.
+                                   "--bind-to", "none", "-x", kLaunchReportVar};
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string var(*e, std::strcspn(*e, "="));
+    if (var.rfind("SHMTRAIN_", 0) == 0 && var != kLaunchReportVar) {
+      argv.insert(argv.end(), {"-x", var});
+    }
+  }
+  argv.push_back(SelfPath());
+  argv.insert(argv.end(), job.begin(), job.end());
+  return argv;
+}
+
+// The address the host masters reach the launcher at: loopback when every slot is this
+// machine, else this machine's name.
+std::string ReportHost(const std::vector<std::string>& names) {
+  char self[256] = {};
+  (void)gethostname(self, sizeof self - 1);
+  for (const std::string& n : names) {
+    if (n != "localhost" && n != "127.0.0.1" && n != self) return self;
+  }
+  return "127.0.0.1";
+}
+
+std::string Seconds(int64_t ns) {
+  return Fmt("%.1f", static_cast<double>(ns) * 1e-9);
+}
+// Seconds to the millisecond, for the JSON event.
+double Ms(int64_t ns) {
+  return std::round(static_cast<double>(ns) * 1e-6) * 1e-3;
+}
+
+}  // namespace
+
+namespace {
+
+// A relaunch, as the log and the next job are told of it.
+struct Relaunch {
+  int number = 0;
+  std::string reason;
+  std::vector<std::string> lost;      // the lost hosts, as the job named them
+  int64_t step = 0;                   // the step it continues from (0: the start)
+  std::string from;                   // the state it resumes, "" for none
+  int64_t lost_ns = 0, ended_ns = 0;  // the loss, and the end of the job that lost it
+};
+
+// The launcher's state across jobs.
+struct Launcher {
+  Launcher(const Command& c, Logger& l) : cmd(c), log(l), ranks(static_cast<int>(c.hosts.size())) {
+    for (int s = 0; s < ranks; ++s) alive.push_back(s);
+  }
+  const Command& cmd;
+  Logger& log;
+  int ranks = 0;
+  std::vector<int> alive;         // the slots left, in --hosts order
+  std::vector<SavedState> saved;  // every stop checkpoint reported, by any job
+  std::string resume;             // what the next job resumes ("" : the job's own --resume)
+  int first = 0;                  // the slot of rank 0: where `resume` is
+  std::map<std::string, int> reasons = {{kHostDied, 0}, {kHostSilent, 0}};
+  Relaunch last;               // the latest relaunch (number 0: none yet)
+  bool said_training = false;  // the latest relaunch's line is out
+
+  std::string Env() const;
+  void SayRelaunch(int64_t now);
+  int Next(const JobEnd& end, const Placement& p);
+};
+
+// SHMTRAIN_RELAUNCH: what the relaunched job shows of its relaunch (its metrics, its page).
+std::string Launcher::Env() const {
+  nlohmann::json j = {{"relaunches", last.number},
+                      {"reason", last.reason},
+                      {"reasons", reasons},
+                      {"lost", last.lost},
+                      {"step", last.step}};
+  return j.dump();
+}
+
+// The relaunch's line, once its job trains (now), or when it ended before (now = 0).
+void Launcher::SayRelaunch(int64_t now) {
+  if (last.number == 0 || said_training) return;
+  said_training = true;
+  std::string lost;
+  for (const std::string& l : last.lost) lost += (lost.empty() ? "" : ", ") + l;
+  std::string text =
+      "relaunch " + std::to_string(last.number) + " (" + last.reason + "): " + lost +
+      " lost; continued from " +
+      (last.from.empty() ? "the start"
+                         : "step " + std::to_string(last.step) + " (" + last.from + ")");
+  JsonLine json("relaunch");
+  json.Int("relaunch", last.number).Str("reason", last.reason);
+  json.Strs("lost", last.lost).Int("step", last.step).Str("from", last.from);
+  if (now != 0) {
+    text += "; training again " + Seconds(now - last.lost_ns) +
+            " s after the loss (the job's end " + Seconds(last.ended_ns - last.lost_ns) +
+            " s, the new job's start " + Seconds(now - last.ended_ns) + " s)";
+    json.Num("seconds", Ms(now - last.lost_ns))
+        .Num("end_seconds", Ms(last.ended_ns - last.lost_ns))
+        .Num("start_seconds", Ms(now - last.ended_ns));
+  } else {
+    text += "; its job ended before it trained";
+  }
+  log.Info(text, json);
+}
+
+}  // namespace
+
+namespace {
+
+// How mpirun ended, for a message: "exit 1", "SIGKILL".
+std::string HowEnded(int status) {
+  if (WIFSIGNALED(status)) return SignalName(WTERMSIG(status));
+  return "exit " + std::to_string(WEXITSTATUS(status));
+}
+
+// The job's exit code when every host master ended by itself: host 0's, or the first other
+// host's that failed.
+int JobCode(const JobEnd& end) {
+  for (const RankEnd& r : end.ranks) {
+    if (r.code != 0) return r.code;
+  }
+  return 0;
+}
+
+// The lost hosts as the job named them ("host 1 (node-b)"), else by rank and slot.
+std::vector<std::string> LostNames(const JobEnd& end, const Placement& p,
+                                   const std::vector<int>& lost,
+                                   const std::vector<std::string>& names) {
+  std::vector<std::string> out;
+  for (size_t r = 0; r < p.rank_slot.size(); ++r) {
+    if (std::find(lost.begin(), lost.end(), p.rank_slot[r]) == lost.end()) continue;
+    if (end.ranks[r].exited) continue;
+    out.push_back(!end.names[r].empty()
+                      ? end.names[r]
+                      : "host " + std::to_string(r) + " (" + names[p.rank_slot[r]] + ")");
+  }
+  return out;
+}
+
+std::string Joined(const std::vector<std::string>& v) {
+  std::string s;
+  for (const std::string& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+}  // namespace
+
+int Launcher::Next(const JobEnd& end, const Placement& p) {
+  if (end.stopped) {
+    const int sig = g_stop_signal.load();
+    log.Error("launch: stopped by " + SignalName(sig) +
+              "; the job was ended, each host master checkpointing where it stopped");
+    return 128 + sig;
+  }
+  const bool reported =
+      std::any_of(end.ranks.begin(), end.ranks.end(), [](const RankEnd& r) { return r.connected; });
+  if (!reported) {
+    log.Error("launch: mpirun ended (" + HowEnded(end.mpirun_status) +
+              ") before any host master reported: its messages above say why");
+    const bool coded = WIFEXITED(end.mpirun_status) && WEXITSTATUS(end.mpirun_status) != 0;
+    return coded ? WEXITSTATUS(end.mpirun_status) : kExitResource;
+  }
+  const std::vector<int> lost = LostSlots(end.ranks, p.rank_slot);
+  if (lost.empty()) {
+    SayRelaunch(0);
+    return JobCode(end);
+  }
+  SayRelaunch(0);  // a relaunch whose job lost a host before it trained
+  saved.insert(saved.end(), end.saved.begin(), end.saved.end());
+  const std::vector<std::string> gone = LostNames(end, p, lost, cmd.hosts);
+  std::erase_if(alive, [&](int s) { return std::find(lost.begin(), lost.end(), s) != lost.end(); });
+  const bool silent = std::any_of(end.ranks.begin(), end.ranks.end(), [](const RankEnd& r) {
+    return r.exited && r.code == kExitHostLost;
+  });
+  const SavedState* best = Newest(saved, alive);
+  const std::string state = best == nullptr
+                                ? "no stop checkpoint was written"
+                                : "the newest state is " + best->path + " at step " +
+                                      std::to_string(best->step) + " on " + cmd.hosts[best->slot];
+  const std::string left =
+      std::to_string(alive.size()) + " of " + std::to_string(cmd.hosts.size()) + " hosts left";
+  if (static_cast<int>(alive.size()) < cmd.min_hosts) {
+    log.Error("launch: giving up: " + Joined(gone) + " lost, " + left +
+              ", fewer than --min-hosts " + std::to_string(cmd.min_hosts) + "; " + state);
+    return kExitLaunchGaveUp;
+  }
+  if (last.number >= cmd.max_relaunches) {
+    log.Error("launch: giving up: " + Joined(gone) + " lost, and --max-relaunches " +
+              std::to_string(cmd.max_relaunches) + " are used up (" + left + "); " + state);
+    return kExitLaunchGaveUp;
+  }
+  if (best != nullptr) {
+    resume = best->path;
+    first = best->slot;
+  } else if (std::find(alive.begin(), alive.end(), first) == alive.end()) {
+    first = alive.front();
+  }
+  const std::string reason = silent ? kHostSilent : kHostDied;
+  ++reasons[reason];
+  last = {last.number + 1,
+          reason,
+          gone,
+          best != nullptr ? best->step : 0,
+          resume,
+          end.lost_ns != 0 ? end.lost_ns : shm::MonotonicNs(),
+          shm::MonotonicNs()};
+  said_training = false;
+  return -1;
+}
+
+int RunLaunch(const Command& cmd, Logger& log) {
+  InstallSignalHandlers();
+  Launcher l(cmd, log);
+  for (int job = 1;; ++job) {
+    const Placement p = Place(cmd.hosts, l.alive, l.first, l.ranks);
+    if (l.last.number > 0) {
+      setenv(kRelaunchVar, l.Env().c_str(), 1);
+    } else {
+      unsetenv(kRelaunchVar);
+    }
+    log.Info("launch: job " + std::to_string(job) + ": mpirun -np " + std::to_string(l.ranks) +
+                 " --host " + p.host_flag + (l.resume.empty() ? "" : " resuming " + l.resume),
+             JsonLine("launch")
+                 .Int("job", job)
+                 .Int("ranks", l.ranks)
+                 .Str("host", p.host_flag)
+                 .Str("resume", l.resume));
+    const JobSpec spec{.argv = MpirunArgv(p, JobArgs(cmd.job, l.resume)),
+                       .rank_slot = p.rank_slot,
+                       .report_host = ReportHost(cmd.hosts),
+                       .on_training = [&l](int64_t now) { l.SayRelaunch(now); },
+                       .on_hello = nullptr};
+    JobEnd end;
+    if (Status s = RunJob(spec, &end); !s.ok()) {
+      log.Error(s.message());
+      return s.exit_code();
+    }
+    if (const int code = l.Next(end, p); code >= 0) return code;
+  }
+}
+
+}  // namespace shmtrain::master::launch

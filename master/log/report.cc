@@ -1,0 +1,84 @@
+#include "master/log/report.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+
+namespace shmtrain::master {
+namespace {
+
+// One non-blocking connect to ai, waited for at most timeout_ms: the socket, or -1 (errno set).
+int ConnectOne(const addrinfo* ai, int timeout_ms) {
+  const int fd =
+      socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+  if (fd < 0) return -1;
+  if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) return fd;
+  if (errno == EINPROGRESS) {
+    pollfd p{fd, POLLOUT, 0};
+    int err = ETIMEDOUT;
+    if (poll(&p, 1, timeout_ms) == 1) {
+      socklen_t len = sizeof err;
+      if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+    }
+    if (err == 0) return fd;
+    errno = err;
+  }
+  const int saved = errno;
+  close(fd);
+  errno = saved;
+  return -1;
+}
+
+}  // namespace
+
+Status LaunchChannel::Connect(const std::string& address, double timeout_s,
+                              std::unique_ptr<LaunchChannel>* out) {
+  const std::string what = std::string(kLaunchReportVar) + "=" + address;
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == address.size()) {
+    return Status::Usage(what + ": not HOST:PORT (it is set by shmtrain launch)");
+  }
+  const std::string host = address.substr(0, colon), port = address.substr(colon + 1);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* list = nullptr;
+  if (const int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &list); rc != 0) {
+    return Status::Resource(what + ": cannot resolve the launcher's address: " + gai_strerror(rc));
+  }
+  const int timeout_ms = static_cast<int>(std::ceil(timeout_s * 1000));
+  int fd = -1;
+  std::string why = "no address";
+  for (const addrinfo* ai = list; ai != nullptr && fd < 0; ai = ai->ai_next) {
+    fd = ConnectOne(ai, timeout_ms);
+    if (fd < 0) why = std::strerror(errno);
+  }
+  freeaddrinfo(list);
+  if (fd < 0) return Status::Resource(what + ": cannot reach the launcher: " + why);
+  out->reset(new LaunchChannel(fd));
+  return Status::Ok();
+}
+
+LaunchChannel::~LaunchChannel() {
+  close(fd_);
+}
+
+void LaunchChannel::Send(const std::string& json) {
+  const std::string line = json + "\n";
+  std::lock_guard<std::mutex> lock(mu_);
+  if (broken_) return;
+  // Whole or not at all: a part of a line would be read as another event.
+  const ssize_t n = send(fd_, line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (n != static_cast<ssize_t>(line.size())) {
+    broken_ = true;
+    shutdown(fd_, SHUT_WR);
+  }
+}
+
+}  // namespace shmtrain::master

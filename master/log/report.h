@@ -1,0 +1,49 @@
+// A host master's reports to `shmtrain launch` (master/launch/launch.h), the launcher that
+// supervises its job: one TCP connection per host master, newline-delimited JSON events, from
+// this process to the launcher only.
+//
+// The launcher sets SHMTRAIN_LAUNCH_REPORT=HOST:PORT in the job's environment. Each host master
+// connects once it knows its place among the hosts, says `hello` (its index, count, pid,
+// node), then the events every host master prints (Logger::Always and Logger::Notice: where
+// its segment is, where it wrote its stop checkpoint), `training` at its first step, and
+// `exit` with its exit code just before it ends. A connection that closes without `exit` is a
+// host master that died: the launcher learns who was lost from the job itself, at the moment
+// the kernel closed the socket, and not from mpirun's messages.
+//
+// Sending never blocks the run: the socket is non-blocking, and an event that does not fit
+// the kernel's buffer, or finds the launcher gone, is dropped (the launcher's own death ends
+// the job through mpirun: master/launch/launch.h).
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "shmtrain/status.h"
+
+namespace shmtrain::master {
+
+// The environment variable that names the launcher's address.
+inline constexpr const char* kLaunchReportVar = "SHMTRAIN_LAUNCH_REPORT";
+
+class LaunchChannel {
+ public:
+  // Connects to `address` (HOST:PORT), within timeout_s. kUsage for an address that is not
+  // HOST:PORT, kResource naming the address when it cannot be reached.
+  static Status Connect(const std::string& address, double timeout_s,
+                        std::unique_ptr<LaunchChannel>* out);
+  ~LaunchChannel();
+  LaunchChannel(const LaunchChannel&) = delete;
+  LaunchChannel& operator=(const LaunchChannel&) = delete;
+
+  // One event (a JSON object, no line break), from any thread; never blocks.
+  void Send(const std::string& json);
+
+ private:
+  explicit LaunchChannel(int fd) : fd_(fd) {}
+  std::mutex mu_;
+  int fd_;
+  bool broken_ = false;  // a write failed: the launcher is gone, the rest is dropped
+};
+
+}  // namespace shmtrain::master
