@@ -31,8 +31,12 @@
 namespace shmtrain::master {
 namespace {
 
-constexpr uint32_t kBits[] = {kTrainCmd,   kExampleCmd, kSimulateCmd, kEvalCmd,
-                              kPredictCmd, kExportCmd,  kCleanupCmd};
+// Every command's bit, from the table's own mask: a new command is in the list by itself.
+const std::vector<uint32_t> kBits = [] {
+  std::vector<uint32_t> bits;
+  for (uint32_t bit = 1; (bit & kAllCommands) != 0; bit <<= 1) bits.push_back(bit);
+  return bits;
+}();
 
 TEST(FlagTable, EachNameOnceACommandWithADefaultAndItsHelp) {
   std::set<std::pair<std::string, uint32_t>> seen;
