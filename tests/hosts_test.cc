@@ -15,6 +15,8 @@
 //  4. Metrics: each host master serves on base + its local rank; each scrape passes promtool
 //     and every sample names its host.
 //  5. Refusals: hosts given different data (an MPI app context), and a host that cannot start.
+//  6. --resume from a file that only host 0 has: the job resumes exactly; host 0's file
+//     missing or damaged ends every host (exit 2); a host 0 that never sends it, exit 6.
 //
 // The jobs and what "nothing left" means: tests/mpi_job.h. Async across hosts:
 // tests/hosts_async_test.cc.
@@ -22,6 +24,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -355,7 +358,8 @@ TEST_F(HostsTest, ChaosOnEveryHostEndsByteIdentical) {
 // and a message naming the rank); the other master stops its workers and removes its segment,
 // the dead master's workers remove its segment; every process of the job is gone and no
 // segment is left within 5 s. Host 0's checkpoint (periodic, or written when mpirun stopped
-// it) resumes under mpirun, every host reading it, to the bits of an uninterrupted run.
+// it) resumes under mpirun (host 0 reads it and sends it to host 1) to the bits of an
+// uninterrupted run.
 
 constexpr int kLongWorkers = 2;
 constexpr int64_t kCheckpointEvery = 100;
@@ -735,6 +739,98 @@ TEST_F(HostsTest, AHostWhoseMetricsPortIsTakenLeavesNoSegmentOnAnyHost) {
     ExpectNothingLeftAfterAFailedStart(job, std::to_string(base + 1));
   }
   close(taken);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. --resume needs no shared disk: host 0 alone reads the file and sends its bytes to the
+// other hosts (docs/hosts.md, "Resume"). Each host is given its own --resume path (an MPI app
+// context per host), as after a lost machine: only host 0's path matters.
+
+// The argv of a job of `total` steps resumed from `resume`, saving to `save`.
+std::vector<std::string> ResumedRun(int64_t total, const std::string& resume,
+                                    const std::string& save) {
+  return LongRun(total, {"--log-every", "0", "--resume", resume, "--save", save});
+}
+
+// A checkpoint of step kCheckpointEvery, written by a job of two hosts that ends after it.
+std::string TwoHostCheckpoint(const TempDir& dir) {
+  const std::string ckpt = dir.File("two.ckpt");
+  const ProcResult r = RunJob(
+      2, LongRun(kCheckpointEvery + 50, {"--log-every", "0", "--checkpoint", ckpt,
+                                         "--checkpoint-every", std::to_string(kCheckpointEvery)}));
+  EXPECT_TRUE(ExitedWith(r, 0)) << Clip(r.err);
+  return ckpt;
+}
+
+// Host 1's --resume path does not exist (its machine never had the file): the job resumes from
+// host 0's file and ends with the bytes of the run that was never interrupted.
+TEST_F(HostsTest, ResumeFromAFileThatOnlyHost0Has) {
+  TempDir dir;
+  const std::string ckpt = TwoHostCheckpoint(dir);
+  ASSERT_TRUE(test::FileExists(ckpt));
+  const int64_t step = CheckpointStep(ckpt), total = step + kResumeMore;
+  const std::string model = dir.File("resumed.model"), whole = dir.File("whole.model");
+  MpiJob job({{1, ResumedRun(total, ckpt, model)},
+              {1, ResumedRun(total, dir.File("not-on-this-machine.ckpt"), model)}});
+  const ProcResult r = job.Wait(kJobTimeout);
+  ExpectJobGone(job, Clock::now(), milliseconds{2'000});
+  ASSERT_TRUE(ExitedWith(r, 0)) << Clip(r.err);
+  EXPECT_EQ(Num(SummaryOf(r), "first_step"), step);
+  ASSERT_TRUE(ExitedWith(RunJob(2, LongRun(total, {"--log-every", "0", "--save", whole})), 0));
+  EXPECT_TRUE(SameBytes(test::ReadWholeFile(model), test::ReadWholeFile(whole)))
+      << "resumed from step " << step << " against the run of " << total << " steps";
+}
+
+// Host 0's file missing, then damaged, while host 1's path holds a good checkpoint: host 1
+// does not read its own, so every host fails: host 0 names its file and what is wrong, host 1
+// names host 0; the job exits 2 (host 0's code) and leaves nothing.
+TEST_F(HostsTest, ResumeFromAMissingOrDamagedFileOnHost0EndsEveryHost) {
+  TempDir dir;
+  const std::string good = TwoHostCheckpoint(dir);
+  std::string bytes = test::ReadWholeFile(good);
+  ASSERT_GT(bytes.size(), 100u);
+  bytes[bytes.size() / 2] ^= 0x5A;
+  const std::string damaged = dir.Write("damaged.ckpt", bytes), missing = dir.File("missing.ckpt");
+  struct Case {
+    std::string path, host0_says, host1_says;
+  };
+  for (const Case& c :
+       {Case{missing, missing + ": cannot open checkpoint", "could not read --resume " + missing},
+        Case{damaged, damaged + ": not a usable checkpoint: checksum mismatch",
+             damaged + " (sent by host 0 ("}}) {
+    SCOPED_TRACE(c.path);
+    const std::string model = dir.File("never.model");
+    MpiJob job({{1, ResumedRun(500, c.path, model)}, {1, ResumedRun(500, good, model)}});
+    const ProcResult r = job.Wait(kJobTimeout);
+    ExpectJobGone(job, Clock::now(), milliseconds{2'000});
+    EXPECT_TRUE(ExitedWith(r, 2)) << Clip(r.err);
+    EXPECT_TRUE(Contains(r.err, c.host0_says)) << Clip(r.err);
+    EXPECT_TRUE(Contains(r.err, "host 1 (") && Contains(r.err, c.host1_says)) << Clip(r.err);
+    EXPECT_TRUE(Events(r.out, "worker_started").empty()) << Clip(r.out);
+    EXPECT_FALSE(test::FileExists(model));
+  }
+}
+
+// Host 0 never sends (its --resume is a FIFO that no one writes: its read waits forever): host
+// 1 waits for it no longer than --host-timeout, then ends the job with exit 6 naming host 0,
+// and nothing is left.
+TEST_F(HostsTest, ResumeFromAHost0ThatNeverSendsEndsTheJobAfterTheHostTimeout) {
+  TempDir dir;
+  const std::string good = TwoHostCheckpoint(dir), fifo = dir.File("never-written.ckpt");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0) << strerror(errno);
+  auto run = [&](const std::string& resume) {
+    return LongRun(500, {"--log-every", "0", "--resume", resume, "--host-timeout", "2s"});
+  };
+  MpiJob job({{1, run(fifo)}, {1, run(good)}});
+  const Clock::time_point t0 = Clock::now();
+  const ProcResult r = job.Wait(kJobTimeout);
+  const Clock::duration took = Clock::now() - t0;
+  ExpectJobGone(job, Clock::now(), milliseconds{2'000});
+  EXPECT_TRUE(ExitedWith(r, 6)) << Clip(r.err);
+  EXPECT_GE(took, milliseconds{2'000});
+  EXPECT_LE(took, milliseconds{2'000} + kGoneBound + milliseconds{5'000}) << Ms(took) << " ms";
+  EXPECT_TRUE(Contains(r.err, "host 1 (") && Contains(r.err, "nothing arrived from host 0 ("))
+      << Clip(r.err);
 }
 
 }  // namespace

@@ -32,6 +32,11 @@ class SingleHost final : public Hosts {
   Status Agree(const Status& here, uint64_t, double, const std::function<bool()>&) override {
     return here;
   }
+  // The one host read the file itself.
+  Status ShareFromFirst(const std::string&, std::string*, const Status& read, double,
+                        const std::function<bool()>&) override {
+    return read;
+  }
   bool failed_together() const override { return false; }
   Status Combine(const float*, float*, int64_t, StepTotals*, int64_t,
                  const std::function<bool()>&) override {

@@ -4,8 +4,9 @@
 // and its workers exactly as a single-host run does, and the workers never touch MPI (a worker
 // death stays a local event). The host masters exchange three things, all through this
 // interface:
-//   - at start, an identity (the run's fingerprint and its starting state) that must agree,
-//     so that every host computes the same steps from the same bits;
+//   - at start, the --resume checkpoint (host 0 reads it and sends its bytes to the others),
+//     then an identity (the run's fingerprint and its starting state) that must agree, so
+//     that every host computes the same steps from the same bits;
 //   - every sync step, the host sums of the gradient (master/hosts/combiner.h) and the step's
 //     totals, combined in host order so that every host gets the same bits; with batch norm,
 //     before them, each crossing's host sums of the statistics, likewise;
@@ -64,6 +65,17 @@ class Hosts {
   // stop() turns true. After a failed start every host knows: failed_together() is true.
   virtual Status Agree(const Status& here, uint64_t identity, double timeout_s,
                        const std::function<bool()>& stop) = 0;
+  // A file that host 0 alone reads, given to every host (--resume: no shared disk needed). On
+  // host 0, *bytes holds what it read and `read` says how the read went; it sends both to
+  // every other host, and returns `read` once they are sent. On the others *bytes becomes host
+  // 0's bytes; when host 0's read failed, they get a status of its exit code naming it ("host 0
+  // (node-a) could not read <what> (its message says why)"), so that none waits for bytes that
+  // will not come. `what` names the file in messages. Every host calls it at the same point of
+  // its start, before anything there can fail. Each wait (the header, then each chunk of the
+  // bytes) lasts at most timeout_s: kHostLost naming a host that did not answer; kInterrupted
+  // when stop() turns true.
+  virtual Status ShareFromFirst(const std::string& what, std::string* bytes, const Status& read,
+                                double timeout_s, const std::function<bool()>& stop) = 0;
   // Every host learned from Agree that the start failed: each leaves the job by itself
   // (Finish, then its exit code), with no abort to race its clean-up.
   virtual bool failed_together() const = 0;

@@ -43,6 +43,13 @@ constexpr int kTagTotals = 2;  // step 1: a host's StepTotals, to every other ho
 constexpr int kTagSum = 3;     // step 2: a reduced part, to every other host
 constexpr int kTagStats = 4;   // a crossing's number and this host's sums, to every other host
 constexpr int kNameBytes = 64;
+// ShareFromFirst's messages: host 0's read status and byte count, then chunks of its bytes.
+constexpr int kTagShareHead = 5;
+constexpr int kTagShareBody = 6;
+// ShareFromFirst sends host 0's bytes in chunks of at most this many: MPI counts in int, and a
+// checkpoint may be larger than 2 GiB. Each chunk is a wait of its own, so the deadline bounds
+// a pause in the transfer, not the transfer of the whole file.
+constexpr int64_t kShareChunk = int64_t{1} << 26;
 // Polling: MPI over TCP moves a large message only while someone calls into MPI, so the wait
 // keeps testing, yielding the core between tests (others on it run first), for as long as a
 // combine of a large model takes; past that, a slow peer costs no core: it sleeps this long
@@ -72,6 +79,8 @@ class MpiHosts final : public Hosts {
   }
   Status Agree(const Status& here, uint64_t identity, double timeout_s,
                const std::function<bool()>& stop) override;
+  Status ShareFromFirst(const std::string& what, std::string* bytes, const Status& read,
+                        double timeout_s, const std::function<bool()>& stop) override;
   bool failed_together() const override { return failed_together_; }
   Status Combine(const float* in, float* out, int64_t n, StepTotals* totals, int64_t deadline_ns,
                  const std::function<bool()>& stop) override;
@@ -99,6 +108,10 @@ class MpiHosts final : public Hosts {
   // waits for at the deadline, kInterrupted when stop() turns true.
   Status WaitAll(std::vector<Pending>* pending, int64_t deadline_ns,
                  const std::function<bool()>& stop, const std::string& what);
+  // ShareFromFirst's one message: host 0 sends `len` bytes at data to every other host, the
+  // others receive them from host 0; within timeout_s.
+  Status ShareChunk(void* data, int64_t len, int tag, double timeout_s,
+                    const std::function<bool()>& stop, const std::string& what);
   // Combine's step 1 posted: this host's part `len` long (of n) from every other host into
   // parts_, their totals into totals_, and to each its part of `in` and *totals.
   std::vector<Pending> PostParts(const float* in, int64_t n, int64_t len,
@@ -183,7 +196,12 @@ Status MpiHosts::WaitAll(std::vector<Pending>* pending, int64_t deadline_ns,
                                   " by the deadline");
         }
       }
-      return Status::HostLost(what + ": a send to another host did not complete by the deadline");
+      for (const Pending& p : *pending) {
+        if (p.request != MPI_REQUEST_NULL) {
+          return Status::HostLost(what + ": " + Describe(p.peer) +
+                                  " did not take what this host sent by the deadline");
+        }
+      }
     }
     if (now < spin_until) {
       sched_yield();
@@ -194,11 +212,9 @@ Status MpiHosts::WaitAll(std::vector<Pending>* pending, int64_t deadline_ns,
   }
 }
 
-// Another host's failed start, as this host's status: the same exit code, so that the job's
-// code does not depend on which host mpirun hears from first.
-Status OtherHostFailed(int exit_code, const std::string& host) {
-  const std::string msg = host + " could not start the run (its message says why); this host "
-                          "removed its segment and leaves the job";
+// Another host's failure, as this host's status: the same exit code, so that the job's code
+// does not depend on which host mpirun hears from first.
+Status OtherHostFailed(int exit_code, const std::string& msg) {
   switch (exit_code) {
     case kExitUsage: return Status::Usage(msg);
     case kExitResource: return Status::Resource(msg);
@@ -227,7 +243,12 @@ Status MpiHosts::Agree(const Status& here, uint64_t identity, double timeout_s,
     const uint64_t code = all[2 * static_cast<size_t>(h)];
     if (code == 0) continue;
     failed_together_ = true;
-    return here.ok() ? OtherHostFailed(static_cast<int>(code), Describe(h)) : here;
+    return here.ok() ? OtherHostFailed(static_cast<int>(code),
+                                       Describe(h) +
+                                           " could not start the run (its message says "
+                                           "why); this host removed its segment and "
+                                           "leaves the job")
+                     : here;
   }
   for (int h = 1; h < count_; ++h) {
     if (all[2 * static_cast<size_t>(h) + 1] != all[1]) {
@@ -239,6 +260,57 @@ Status MpiHosts::Agree(const Status& here, uint64_t identity, double timeout_s,
     }
   }
   return Status::Ok();
+}
+
+Status MpiHosts::ShareFromFirst(const std::string& what, std::string* bytes, const Status& read,
+                                double timeout_s, const std::function<bool()>& stop) {
+  const std::string at = "the start of the run: " + what + " from " + Describe(0);
+  // Two words: host 0's read (its exit code, 0 = read) and the count of bytes that follow.
+  uint64_t head[2] = {static_cast<uint64_t>(read.exit_code()), read.ok() ? bytes->size() : 0};
+  if (Status s = ShareChunk(head, sizeof head, kTagShareHead, timeout_s, stop, at); !s.ok()) {
+    return s;
+  }
+  if (head[0] != 0) {
+    if (index_ == 0) return read;
+    return OtherHostFailed(static_cast<int>(head[0]),
+                           Describe(0) + " could not read " + what + " (its message says why)");
+  }
+  if (index_ != 0) bytes->assign(head[1], '\0');
+  for (uint64_t at_byte = 0; at_byte < head[1]; at_byte += kShareChunk) {
+    const int64_t len = static_cast<int64_t>(std::min<uint64_t>(kShareChunk, head[1] - at_byte));
+    if (Status s = ShareChunk(bytes->data() + at_byte, len, kTagShareBody, timeout_s, stop, at);
+        !s.ok()) {
+      return s;
+    }
+  }
+  return read;
+}
+
+Status MpiHosts::ShareChunk(void* data, int64_t len, int tag, double timeout_s,
+                            const std::function<bool()>& stop, const std::string& what) {
+  static_assert(kShareChunk <= INT_MAX, "a chunk is one MPI message");
+  std::vector<Pending> pending;
+  for (int j = 0; j < count_; ++j) {
+    if (j == index_ || (index_ != 0 && j != 0)) continue;  // host 0 to each, each from host 0
+    Pending p{MPI_REQUEST_NULL, j, index_ != 0};
+    const int e = p.receive
+                      ? MPI_Irecv(data, static_cast<int>(len), MPI_BYTE, j, tag, comm_, &p.request)
+                      : MPI_Isend(data, static_cast<int>(len), MPI_BYTE, j, tag, comm_, &p.request);
+    if (e != MPI_SUCCESS) {
+      return Status::HostLost(what + ": the exchange with " + Describe(j) +
+                              " failed: " + MpiError(e));
+    }
+    pending.push_back(p);
+  }
+  const int64_t deadline = shm::MonotonicNs() + static_cast<int64_t>(timeout_s * 1e9);
+  Status s = WaitAll(&pending, deadline, stop, what);
+  // A receive given up on must not write into the caller's buffer later.
+  for (Pending& p : pending) {
+    if (s.ok() || !p.receive || p.request == MPI_REQUEST_NULL) continue;
+    MPI_Cancel(&p.request);
+    MPI_Request_free(&p.request);
+  }
+  return s;
 }
 
 Status MpiHosts::Combine(const float* in, float* out, int64_t n, StepTotals* totals,

@@ -150,8 +150,18 @@ Status CheckpointPolicy::Write(Checkpoint c) {
 Status LoadResume(const std::string& path, Mode mode, uint64_t fingerprint,
                   const std::string& optimizer, const shm::Header& layout, int64_t total_steps,
                   const std::function<std::string(uint64_t)>& other_run, Checkpoint* out) {
+  std::string bytes;
+  if (Status s = ReadFileBytes(path, "checkpoint", &bytes); !s.ok()) return s;
+  return DecodeResume(bytes, path, mode, fingerprint, optimizer, layout, total_steps, other_run,
+                      out);
+}
+
+Status DecodeResume(const std::string& bytes, const std::string& path, Mode mode,
+                    uint64_t fingerprint, const std::string& optimizer, const shm::Header& layout,
+                    int64_t total_steps, const std::function<std::string(uint64_t)>& other_run,
+                    Checkpoint* out) {
   Checkpoint c;
-  if (Status s = LoadCheckpoint(path, &c); !s.ok()) return s;
+  if (Status s = DecodeCheckpoint(bytes, path, &c); !s.ok()) return s;
   // The optimizer's settings first: the likeliest slip, and the one a message can name.
   if (c.optimizer != optimizer) {
     return Status::Usage(path + ": the checkpoint was written with " + c.optimizer +

@@ -157,5 +157,11 @@ class CheckpointPolicy final : public RunUnit {
 Status LoadResume(const std::string& path, Mode mode, uint64_t fingerprint,
                   const std::string& optimizer, const shm::Header& layout, int64_t total_steps,
                   const std::function<std::string(uint64_t)>& other_run, Checkpoint* out);
+// The same from the file's bytes, wherever they were read (under mpirun host 0 reads the file
+// and sends them to the others); `path` only names the file in messages.
+Status DecodeResume(const std::string& bytes, const std::string& path, Mode mode,
+                    uint64_t fingerprint, const std::string& optimizer, const shm::Header& layout,
+                    int64_t total_steps, const std::function<std::string(uint64_t)>& other_run,
+                    Checkpoint* out);
 
 }  // namespace shmtrain::master

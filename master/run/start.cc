@@ -139,18 +139,56 @@ Status Reserve(const TrainOptions& o, const plan::Resolved& run, OutputReservati
   return OutputReservation::Make("--checkpoint", o.checkpoint_path, run.checkpoint_bytes, &out[1]);
 }
 
-// --resume: the checkpoint must come from this very run (its fingerprint: the same options and
-// data) and hold running variances the model can take; its step as this host counts it.
-Status ReadResume(const TrainOptions& o, const RunKind& kind, const Start& st, Checkpoint* resume) {
-  const plan::Resolved& run = st.run;
-  if (Status s = LoadResume(o.resume_path, kind.mode(), run.fingerprint, run.optimizer, run.header,
-                            run.total_steps, OtherRunExplainer(o, run.optim, st.rd.train), resume);
+// --resume's file as host 0 read it: how the read went (on the other hosts, as host 0 said),
+// its bytes, and its name in messages (host 0's path; on the others, which host sent it).
+struct ResumeFile {
+  Status got;
+  std::string name;
+  std::string bytes;
+};
+
+// --resume needs no disk shared by the hosts: host 0 alone reads the file and sends its path
+// and bytes to the others (Hosts::ShareFromFirst), which decode them as if they had read the
+// file. Done first in the start, where every host is sure to come (a host whose start fails
+// later has taken its share), and judged where the start reads the checkpoint (ReadResume),
+// so that a start fails for the same first reason as on one host. Returns a failed exchange
+// only (a host lost, a stop), which ends the job.
+Status FetchResume(const TrainOptions& o, Hosts& hosts, ResumeFile* f) {
+  if (o.resume_path.empty()) return Status::Ok();
+  f->name = o.resume_path;
+  if (hosts.index() == 0) f->got = ReadFileBytes(o.resume_path, "checkpoint", &f->bytes);
+  if (hosts.count() == 1) return Status::Ok();
+  auto stop = [] { return g_stop_signal.load() != 0; };
+  if (Status s =
+          hosts.ShareFromFirst("--resume's path", &f->name, Status::Ok(), o.host_timeout_s, stop);
       !s.ok()) {
     return s;
   }
+  const Status got =
+      hosts.ShareFromFirst("--resume " + f->name, &f->bytes, f->got, o.host_timeout_s, stop);
+  if (got.code() == Status::Code::kHostLost || got.code() == Status::Code::kInterrupted) {
+    return got;
+  }
+  if (hosts.index() != 0) f->name += " (sent by " + hosts.Describe(0) + ")";
+  f->got = got;
+  return Status::Ok();
+}
+
+// --resume: the checkpoint must come from this very run (its fingerprint: the same options and
+// data) and hold running variances the model can take; its step as this host counts it. The
+// file's bytes are freed once decoded, before the segment takes its room.
+Status ReadResume(const TrainOptions& o, const RunKind& kind, const Start& st, ResumeFile* file,
+                  Checkpoint* resume) {
+  if (!file->got.ok()) return file->got;
+  const plan::Resolved& run = st.run;
+  const Status decoded =
+      DecodeResume(file->bytes, file->name, kind.mode(), run.fingerprint, run.optimizer, run.header,
+                   run.total_steps, OtherRunExplainer(o, run.optim, st.rd.train), resume);
+  std::string().swap(file->bytes);
+  if (!decoded.ok()) return decoded;
   // A checkpoint holds no model: its running variances are checked against the run's.
   if (Status s = CheckRunningVariances(run.model.spec, resume->params); !s.ok()) {
-    return Status::Data(o.resume_path + ": not a usable checkpoint: " + s.message());
+    return Status::Data(file->name + ": not a usable checkpoint: " + s.message());
   }
   resume->step = kind.HostStep(resume->step, o.host_count);
   return Status::Ok();
@@ -168,7 +206,7 @@ Status MakeSegment(const RunKind& kind, Logger& log, Start* st) {
 }
 
 Status StartHere(const RunKind& kind, Logger& log, std::unique_ptr<monitoring::Exporter>* exporter,
-                 Start* st) {
+                 ResumeFile* resume, Start* st) {
   TrainOptions& o = st->o;
   if (Status s = CheckOutputPaths(o, st->output_locks); !s.ok()) return s;
   // The endpoint next: a taken port fails the run before anything exists to clean up.
@@ -179,7 +217,7 @@ Status StartHere(const RunKind& kind, Logger& log, std::unique_ptr<monitoring::E
   if (Status s = plan::Resolve(o, kind, log, &st->rd, &st->run); !s.ok()) return s;
   if (Status s = Reserve(o, st->run, st->reserved); !s.ok()) return s;
   if (!o.resume_path.empty()) {
-    if (Status s = ReadResume(o, kind, *st, &st->resume); !s.ok()) return s;
+    if (Status s = ReadResume(o, kind, *st, resume, &st->resume); !s.ok()) return s;
   }
   return MakeSegment(kind, log, st);
 }
@@ -267,7 +305,9 @@ Status Show(const RunKind& kind, monitoring::Exporter* exporter, Logger& log, St
 Status StartRun(const TrainOptions& opts, const RunKind& kind, Hosts& hosts, Logger& log,
                 std::unique_ptr<monitoring::Exporter>* exporter, Start* st) {
   st->o = ForThisHost(opts, kind);  // the start sets a --model's input from the data
-  const Status here = StartHere(kind, log, exporter, st);
+  ResumeFile resume;
+  if (Status s = FetchResume(st->o, hosts, &resume); !s.ok()) return s;
+  const Status here = StartHere(kind, log, exporter, &resume, st);
   if (Status s = AgreeWithHosts(here, st->o, kind, hosts, *st, exporter->get(), log); !s.ok()) {
     return s;
   }

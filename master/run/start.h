@@ -1,7 +1,8 @@
 // A training run's start on this host, in one pass (docs/design.md, "The start, in one
 // pass"): the output paths checked and locked, the metrics endpoint, the run resolved once
 // (master/plan/resolve.h: the data, the model, this host's plan, the segment's header), the
-// outputs' room reserved, a resumed checkpoint read, and the segment made and filled; then,
+// outputs' room reserved, a resumed checkpoint read (across hosts, host 0 reads the file
+// before all this and sends its bytes to the others), and the segment made and filled; then,
 // across hosts, every host's start agreed. What the run loop's units are built from.
 #pragma once
 
