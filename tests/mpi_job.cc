@@ -33,8 +33,6 @@ constexpr const char* kMpirun = MPIRUN_BIN;
 // a few /proc reads per host master.
 constexpr milliseconds kWatchTick{3};
 
-// The environment variable that marks every process of one job (mpirun -x).
-constexpr const char* kTagVar = "SHMTRAIN_HOSTS_TEST_JOB";
 
 // ---------------------------------------------------------------------------------------------
 // /proc: a job's processes.
@@ -104,6 +102,8 @@ std::vector<std::string> CmdlineOf(pid_t pid) {
   return argv;
 }
 
+}  // namespace
+
 // The live processes whose environment holds kTagVar=tag: every process of that job but
 // mpirun itself (which the test started, and reaps).
 std::vector<pid_t> TaggedProcesses(const std::string& tag) {
@@ -158,6 +158,8 @@ const std::string& SessionBase() {
   static const Base base;
   return base.path;
 }
+
+namespace {
 
 // Everything mpirun needs to run host masters on this machine over loopback TCP, and the tag.
 std::vector<std::string> MpirunFlags(const std::string& tag) {

@@ -40,6 +40,15 @@ constexpr milliseconds kEventTimeout{60'000};
 // sanitizer build under ctest -j2).
 constexpr milliseconds kGoneBound{5'000};
 
+// The environment variable that marks every process of one job (mpirun -x; shmtrain launch
+// passes every SHMTRAIN_* variable on).
+inline constexpr const char* kTagVar = "SHMTRAIN_HOSTS_TEST_JOB";
+// The live processes whose environment holds kTagVar=tag.
+std::vector<pid_t> TaggedProcesses(const std::string& tag);
+// Where this test process's mpirun jobs keep Open MPI's session directories (removed when the
+// process ends): two jobs started at the same moment under the shared default race.
+const std::string& SessionBase();
+
 bool Contains(const std::string& haystack, const std::string& needle);
 long long Ms(Clock::duration d);
 // The time left until deadline (0 once it has passed).

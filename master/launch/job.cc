@@ -128,7 +128,9 @@ void Watch::Event(Connection& c, const std::string& line, int64_t now) {
     if (spec_.on_hello) spec_.on_hello(c.rank, end_->names[c.rank]);
   }
   if (c.rank < 0) return;
+  if (event == "error") end_->ranks[c.rank].ending = true;
   if (event == "checkpoint_on_stop" && e.contains("path") && e.contains("step")) {
+    end_->ranks[c.rank].ending = true;
     end_->saved.push_back({spec_.rank_slot[c.rank], e.value("path", ""), e.value("step", -1)});
   } else if (event == "training" && c.rank == 0 && !training_said_) {
     training_said_ = true;
@@ -141,7 +143,7 @@ void Watch::Event(Connection& c, const std::string& line, int64_t now) {
 }
 
 void Watch::Closed(const Connection& c, int64_t now) {
-  if (c.rank >= 0 && !end_->ranks[c.rank].exited) Lost(now);
+  if (c.rank >= 0 && !end_->ranks[c.rank].exited && !end_->ranks[c.rank].ending) Lost(now);
 }
 
 }  // namespace

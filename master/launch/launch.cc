@@ -189,7 +189,7 @@ std::vector<std::string> LostNames(const JobEnd& end, const Placement& p,
   std::vector<std::string> out;
   for (size_t r = 0; r < p.rank_slot.size(); ++r) {
     if (std::find(lost.begin(), lost.end(), p.rank_slot[r]) == lost.end()) continue;
-    if (end.ranks[r].exited) continue;
+    if (end.ranks[r].exited || end.ranks[r].ending) continue;
     out.push_back(!end.names[r].empty()
                       ? end.names[r]
                       : "host " + std::to_string(r) + " (" + names[p.rank_slot[r]] + ")");

@@ -54,7 +54,7 @@ const SavedState* Newest(const std::vector<SavedState>& saved, const std::vector
 std::vector<int> LostSlots(const std::vector<RankEnd>& ranks, const std::vector<int>& rank_slot) {
   std::vector<int> lost;
   for (size_t r = 0; r < ranks.size(); ++r) {
-    if (ranks[r].exited) continue;
+    if (ranks[r].exited || ranks[r].ending) continue;
     if (std::find(lost.begin(), lost.end(), rank_slot[r]) == lost.end()) {
       lost.push_back(rank_slot[r]);
     }

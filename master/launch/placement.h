@@ -34,6 +34,9 @@ struct RankEnd {
   bool connected = false;  // it said hello
   bool exited = false;     // it said exit: its master ended by itself
   int code = 0;            // that exit's code
+  // It said its run was ending (an error, its stop checkpoint): it outlived the loss, even if
+  // mpirun killed it before it could say exit (Open MPI's grace after its SIGTERM is a second).
+  bool ending = false;
 };
 
 // A stop checkpoint a rank wrote, on the slot where it ran.
@@ -47,7 +50,8 @@ struct SavedState {
 // earliest slot among equals, whose rank came first).
 const SavedState* Newest(const std::vector<SavedState>& saved, const std::vector<int>& alive);
 
-// The slots whose rank did not end by itself (died, or was killed as one that stopped answering).
+// The slots whose rank neither ended by itself nor said it was ending: it died, or was killed as
+// one that stopped answering.
 std::vector<int> LostSlots(const std::vector<RankEnd>& ranks, const std::vector<int>& rank_slot);
 
 }  // namespace shmtrain::master::launch
