@@ -23,6 +23,7 @@
 #include "master/run/simulate.h"
 #include "nn/cpu.h"
 #include "shm/segment.h"
+#include "shmtrain/relaunch.h"
 
 namespace {
 
@@ -202,8 +203,15 @@ int main(int argc, char** argv) {
       master::Logger log(LogFormat::kText, false);
       return Outcome(master::WriteStdout(text), log);
     }
-    case master::Command::Kind::kTrain:
+    case master::Command::Kind::kTrain: {
+      // A relaunched job's SHMTRAIN_RELAUNCH (shmtrain/relaunch.h), read once: a value that is
+      // not what the launcher writes ends the run before anything starts.
+      if (Status s = RelaunchFromEnvironment(&cmd.train.relaunch); !s.ok()) {
+        master::Logger log(cmd.train.log_format, false);
+        return Outcome(s, log);
+      }
       TrainAndExit(cmd.train, &argc, &argv);
+    }
     default:
       break;
   }

@@ -1,0 +1,189 @@
+// A relaunched job seen from outside (shmtrain/relaunch.h): SHMTRAIN_RELAUNCH read into its
+// struct, every malformed value refused by name, and a real run that a malformed value ends
+// before anything starts.
+#include "shmtrain/relaunch.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/proc_util.h"
+
+namespace shmtrain {
+namespace {
+
+using std::chrono::milliseconds;
+using test::Clock;
+using test::ProcResult;
+using test::Subprocess;
+using test::TempDir;
+
+constexpr const char* kMasterBin = SHMTRAIN_BIN;
+constexpr const char* kPython = "/usr/bin/python3";
+constexpr milliseconds kRunTimeout{120'000};
+
+constexpr const char* kExample =
+    R"j({"relaunches":2,"reason":"host_died","reasons":{"host_died":1,"host_silent":1},)j"
+    R"j("lost":["host 1 (node-b)"],"step":412})j";
+
+// ---------------------------------------------------------------------------------------------
+// The variable's value.
+
+TEST(RelaunchParse, UnsetOrEmptyIsNoRelaunch) {
+  Relaunch r;
+  r.relaunches = 5;
+  ASSERT_TRUE(ParseRelaunch("", &r).ok());
+  EXPECT_FALSE(r.active());
+  EXPECT_EQ(r.reasons[0] + r.reasons[1], 0);
+  test::ScopedEnv unset(kRelaunchEnv, "");
+  unsetenv(kRelaunchEnv);
+  r.relaunches = 5;
+  ASSERT_TRUE(RelaunchFromEnvironment(&r).ok());
+  EXPECT_FALSE(r.active());
+}
+
+TEST(RelaunchParse, TheLaunchersValueAndItsTexts) {
+  Relaunch r;
+  const Status s = ParseRelaunch(kExample, &r);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_TRUE(r.active());
+  EXPECT_EQ(r.relaunches, 2);
+  EXPECT_EQ(r.reason, RelaunchReason::kHostDied);
+  EXPECT_EQ(r.reasons[static_cast<int>(RelaunchReason::kHostDied)], 1);
+  EXPECT_EQ(r.reasons[static_cast<int>(RelaunchReason::kHostSilent)], 1);
+  EXPECT_EQ(r.lost, std::vector<std::string>{"host 1 (node-b)"});
+  EXPECT_EQ(r.step, 412);
+  EXPECT_EQ(r.Line(), "relaunch 2 (host_died): host 1 (node-b) lost; continuing from step 412");
+  EXPECT_EQ(r.Label(), "relaunch 2: host 1 (node-b) lost");
+  // What a launcher writes reads back the same.
+  Relaunch back;
+  ASSERT_TRUE(ParseRelaunch(RelaunchJson(r), &back).ok()) << RelaunchJson(r);
+  EXPECT_EQ(RelaunchJson(back), RelaunchJson(r));
+  EXPECT_EQ(nlohmann::json::parse(RelaunchJson(r)), nlohmann::json::parse(kExample));
+  // Several hosts lost; a reason left out of "reasons" counts 0; members it does not know
+  // are ignored.
+  ASSERT_TRUE(ParseRelaunch(R"j({"relaunches":1,"reason":"host_silent","reasons":)j"
+                            R"j({"host_silent":1},"lost":["host 1 (b)","host 2 (c)"],)j"
+                            R"j("step":0,"by":"launch 0.9"})j",
+                            &r)
+                  .ok());
+  EXPECT_EQ(r.reason, RelaunchReason::kHostSilent);
+  EXPECT_EQ(r.reasons[static_cast<int>(RelaunchReason::kHostDied)], 0);
+  EXPECT_EQ(r.Line(),
+            "relaunch 1 (host_silent): host 1 (b), host 2 (c) lost; continuing from "
+            "step 0");
+}
+
+// Each malformed value: kUsage (exit 2), naming the variable and what is wrong; the struct
+// untouched.
+TEST(RelaunchParse, EveryMalformedValueIsRefusedByName) {
+  const auto with = [](const std::string& key, const std::string& value) {
+    nlohmann::json j = nlohmann::json::parse(kExample);
+    j[key] = nlohmann::json::parse(value);
+    return j.dump();
+  };
+  const auto without = [](const std::string& key) {
+    nlohmann::json j = nlohmann::json::parse(kExample);
+    j.erase(key);
+    return j.dump();
+  };
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{\"relaunches\":2", "not valid JSON"},
+      {"relaunch 2", "not valid JSON"},
+      {"[1,2]", "must be a JSON object, got [1,2]"},
+      {"412", "must be a JSON object"},
+      {without("relaunches"), "\"relaunches\" is missing"},
+      {without("reason"), "\"reason\" is missing"},
+      {without("reasons"), "\"reasons\" is missing"},
+      {without("lost"), "\"lost\" is missing"},
+      {without("step"), "\"step\" is missing"},
+      {with("relaunches", "\"2\""), "\"relaunches\" must be an integer >= 1, got \"2\""},
+      {with("relaunches", "2.0"), "\"relaunches\" must be an integer >= 1, got 2.0"},
+      {with("relaunches", "0"), "\"relaunches\" must be an integer >= 1, got 0"},
+      {with("relaunches", "18446744073709551615"), "\"relaunches\" must be an integer >= 1"},
+      {with("reason", "1"), "\"reason\" must be one of host_died, host_silent, got 1"},
+      {with("reason", "\"host_gone\""), "\"reason\" must be one of host_died, host_silent"},
+      {with("reasons", "[1,1]"), "\"reasons\" must be an object of counts by reason"},
+      {with("reasons", R"j({"host_died":1,"host_gone":1})j"), "unknown reason \"host_gone\""},
+      {with("reasons", R"j({"host_died":"1","host_silent":1})j"),
+       "\"reasons\".host_died must be an integer >= 0, got \"1\""},
+      {with("reasons", R"j({"host_died":3,"host_silent":-1})j"),
+       "\"reasons\".host_silent must be an integer >= 0, got -1"},
+      {with("reasons", R"j({"host_died":1,"host_silent":2})j"),
+       "the counts of \"reasons\" sum to 3, not to \"relaunches\" (2)"},
+      {with("reasons", R"j({"host_silent":2})j"), "counts no relaunch of this one's reason"},
+      {with("lost", "\"host 1 (node-b)\""), "\"lost\" must be a non-empty array of host names"},
+      {with("lost", "[]"), "\"lost\" must be a non-empty array of host names, got []"},
+      {with("lost", "[1]"), "\"lost\": every entry must be a non-empty string, got 1"},
+      {with("lost", "[\"\"]"), "\"lost\": every entry must be a non-empty string"},
+      {with("step", "-1"), "\"step\" must be an integer >= 0, got -1"},
+      {with("step", "\"412\""), "\"step\" must be an integer >= 0, got \"412\""},
+      {with("step", "null"), "\"step\" must be an integer >= 0, got null"},
+  };
+  for (const auto& [value, why] : cases) {
+    Relaunch r;
+    r.relaunches = 7;
+    const Status s = ParseRelaunch(value, &r);
+    EXPECT_EQ(s.code(), Status::Code::kUsage) << value;
+    EXPECT_EQ(s.exit_code(), kExitUsage) << value;
+    EXPECT_EQ(s.message().rfind(std::string(kRelaunchEnv) + ": ", 0), 0u) << s.message();
+    EXPECT_NE(s.message().find(why), std::string::npos)
+        << value << "\n  said: " << s.message() << "\n  wanted: " << why;
+    EXPECT_EQ(r.relaunches, 7) << "a refused value leaves the struct as it was: " << value;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Real runs.
+
+// A run of 10^8 steps of the parabola example (stopped by the test), json log.
+std::vector<std::string> LongRun(std::vector<std::string> extra) {
+  std::vector<std::string> a = {
+      kMasterBin,     "train", "--example",   "parabola", "--rows",       "5000",      "--layers",
+      "1,32,1",       "--lr",  "0.01",        "--steps",  "100000000",    "--workers", "2",
+      "--log-format", "json",  "--log-every", "20000",    "--no-progress"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+// The run's JSON events of kind `event`, parsed whole (their arrays too).
+std::vector<nlohmann::json> JsonEvents(const std::string& out, const std::string& event) {
+  std::vector<nlohmann::json> found;
+  for (const std::string& line : test::SplitLines(out)) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.value("event", "") == event) found.push_back(j);
+  }
+  return found;
+}
+
+TEST(RelaunchRun, AMalformedValueEndsTheRunBeforeAnythingStarts) {
+  TempDir dir;
+  test::ScopedEnv env(kRelaunchEnv, R"j({"relaunches":2,"reason":"host_died"})j");
+  const std::string tb = dir.File("tb");
+  // A short run: were the value taken, it would end at once with 0.
+  std::vector<std::string> args =
+      LongRun({"--metrics-addr", "127.0.0.1:0", "--tensorboard", tb, "--steps", "50"});
+  args.erase(std::find(args.begin(), args.end(), "100000000") - 1,
+             std::find(args.begin(), args.end(), "100000000") + 1);
+  const ProcResult r = test::RunProcess(args, kRunTimeout);
+  ASSERT_TRUE(test::ExitedWith(r, 2));
+  EXPECT_FALSE(JsonEvents(r.out, "error").empty()) << r.out;
+  EXPECT_NE(r.err.find("SHMTRAIN_RELAUNCH: \"reasons\" is missing"), std::string::npos) << r.err;
+  EXPECT_TRUE(test::StartedWorkers(r.out).empty()) << "refused before any worker";
+  EXPECT_EQ(r.out.find("\"event\":\"metrics\""), std::string::npos) << "no endpoint either";
+  EXPECT_EQ(test::SegmentsOf(r.pid), std::vector<std::string>());
+  struct stat st;
+  EXPECT_NE(stat(tb.c_str(), &st), 0) << "no event file's directory";
+}
+
+}  // namespace
+}  // namespace shmtrain
