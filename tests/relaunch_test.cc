@@ -1,6 +1,7 @@
 // A relaunched job seen from outside (shmtrain/relaunch.h): SHMTRAIN_RELAUNCH read into its
-// struct, every malformed value refused by name, and a real run that a malformed value ends
-// before anything starts.
+// struct, every malformed value refused by name; then real runs of `shmtrain train` with the
+// variable set or not: the counter on /metrics, and a malformed value that ends the run before
+// anything starts.
 #include "shmtrain/relaunch.h"
 
 #include <sys/stat.h>
@@ -155,6 +156,41 @@ std::vector<std::string> LongRun(std::vector<std::string> extra) {
   return a;
 }
 
+// The metrics endpoint's address from the run's "metrics" event; "" when none came.
+std::string MetricsAddress(Subprocess& p) {
+  std::string line;
+  while (p.ReadLine(&line, milliseconds{30'000})) {
+    if (const auto ev = test::ParseFlatJson(line); ev && ev->at("event") == "metrics") {
+      return ev->at("address");
+    }
+  }
+  return "";
+}
+
+// shmtrain_relaunches_total by reason (and its TYPE and HELP lines) from one scrape.
+struct RelaunchSeries {
+  std::map<std::string, double> by_reason;
+  bool typed = false, helped = false;
+};
+
+RelaunchSeries ScrapeRelaunches(const std::string& addr) {
+  RelaunchSeries out;
+  std::string error;
+  const auto r = test::HttpGet(addr, "/metrics", milliseconds{5'000}, &error);
+  EXPECT_TRUE(r && r->status == 200) << error;
+  if (!r) return out;
+  for (const std::string& line : test::SplitLines(r->body)) {
+    out.typed |= line == "# TYPE shmtrain_relaunches_total counter";
+    out.helped |= line.rfind("# HELP shmtrain_relaunches_total ", 0) == 0;
+    test::Sample s;
+    if (line.empty() || line[0] == '#' || !test::ParseSampleLine(line, &s)) continue;
+    if (s.name != "shmtrain_relaunches_total") continue;
+    EXPECT_EQ(s.labels.at("host"), "0") << line;
+    out.by_reason[s.labels.at("reason")] = s.value;
+  }
+  return out;
+}
+
 // The run's JSON events of kind `event`, parsed whole (their arrays too).
 std::vector<nlohmann::json> JsonEvents(const std::string& out, const std::string& event) {
   std::vector<nlohmann::json> found;
@@ -163,6 +199,26 @@ std::vector<nlohmann::json> JsonEvents(const std::string& out, const std::string
     if (j.is_object() && j.value("event", "") == event) found.push_back(j);
   }
   return found;
+}
+
+// Stops the run with SIGINT and returns how it ended (exit 130).
+ProcResult Interrupt(Subprocess& p) {
+  EXPECT_TRUE(p.Signal(SIGINT));
+  const ProcResult r = p.Wait(kRunTimeout);
+  EXPECT_TRUE(test::ExitedWith(r, 130));
+  return r;
+}
+
+TEST(RelaunchRun, ARunThatIsNoRelaunchServesBothReasonsAtZero) {
+  Subprocess p(LongRun({"--metrics-addr", "127.0.0.1:0"}));
+  const std::string addr = MetricsAddress(p);
+  ASSERT_FALSE(addr.empty()) << p.err();
+  const RelaunchSeries got = ScrapeRelaunches(addr);
+  EXPECT_TRUE(got.typed);
+  EXPECT_TRUE(got.helped);
+  EXPECT_EQ(got.by_reason, (std::map<std::string, double>{{"host_died", 0}, {"host_silent", 0}}));
+  const ProcResult r = Interrupt(p);
+  EXPECT_EQ(r.out.find("\"event\":\"relaunched\""), std::string::npos) << "not a relaunch";
 }
 
 TEST(RelaunchRun, AMalformedValueEndsTheRunBeforeAnythingStarts) {
@@ -183,6 +239,18 @@ TEST(RelaunchRun, AMalformedValueEndsTheRunBeforeAnythingStarts) {
   EXPECT_EQ(test::SegmentsOf(r.pid), std::vector<std::string>());
   struct stat st;
   EXPECT_NE(stat(tb.c_str(), &st), 0) << "no event file's directory";
+}
+
+TEST(RelaunchRun, ARelaunchedRunServesTheLaunchersCounts) {
+  test::ScopedEnv env(kRelaunchEnv, kExample);
+  Subprocess p(LongRun({"--metrics-addr", "127.0.0.1:0"}));
+  const std::string addr = MetricsAddress(p);
+  ASSERT_FALSE(addr.empty()) << p.err();
+  const RelaunchSeries got = ScrapeRelaunches(addr);
+  EXPECT_TRUE(got.typed);
+  EXPECT_TRUE(got.helped);
+  EXPECT_EQ(got.by_reason, (std::map<std::string, double>{{"host_died", 1}, {"host_silent", 1}}));
+  Interrupt(p);
 }
 
 }  // namespace
