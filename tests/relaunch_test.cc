@@ -1,7 +1,8 @@
 // A relaunched job seen from outside (shmtrain/relaunch.h): SHMTRAIN_RELAUNCH read into its
 // struct, every malformed value refused by name; then real runs of `shmtrain train` with the
-// variable set or not: the counter on /metrics, and a malformed value that ends the run before
-// anything starts.
+// variable set, resumed from a checkpoint as `shmtrain launch` resumes the survivors: the
+// counter on /metrics, the TensorBoard scalar (decoded by tests/tfevents_decode.py), the live
+// page's marks in headless chromium (tests/live_page.py), and the log's line.
 #include "shmtrain/relaunch.h"
 
 #include <sys/stat.h>
@@ -209,6 +210,47 @@ ProcResult Interrupt(Subprocess& p) {
   return r;
 }
 
+// tests/live_page.py's snapshot of url, taken on a thread while the caller keeps reading the
+// trainer's output.
+::testing::AssertionResult PageSnapshot(const std::string& url, Subprocess& trainer,
+                                        nlohmann::json* out) {
+  std::atomic<bool> done{false};
+  ProcResult result;
+  std::thread shot([&] {
+    result =
+        test::RunProcess({kPython, std::string(SHMTRAIN_SOURCE_DIR) + "/tests/live_page.py", url},
+                         milliseconds{60'000});
+    done = true;
+  });
+  std::string line;
+  while (!done) trainer.ReadLine(&line, milliseconds{50});
+  shot.join();
+  if (!result.exited || result.exit_code != 0) {
+    return ::testing::AssertionFailure() << "tests/live_page.py: " << result.Describe();
+  }
+  *out = nlohmann::json::parse(result.out.substr(0, result.out.rfind('}') + 1));
+  return ::testing::AssertionSuccess();
+}
+
+// The event file in dir decoded by tests/tfevents_decode.py (as TensorBoard reads it).
+::testing::AssertionResult DecodeEvents(const std::string& dir, nlohmann::json* out) {
+  const ProcResult files =
+      test::RunProcess({"/usr/bin/find", dir, "-maxdepth", "1", "-name", "events.out.tfevents.*"},
+                       milliseconds{10'000});
+  const std::vector<std::string> paths = test::SplitLines(files.out);
+  if (paths.size() != 1) {
+    return ::testing::AssertionFailure() << paths.size() << " event files in " << dir;
+  }
+  const ProcResult r = test::RunProcess(
+      {kPython, std::string(SHMTRAIN_SOURCE_DIR) + "/tests/tfevents_decode.py", paths[0]},
+      milliseconds{60'000});
+  if (!r.exited || r.exit_code != 0) {
+    return ::testing::AssertionFailure() << paths[0] << " does not decode: " << r.Describe();
+  }
+  *out = nlohmann::json::parse(r.out);
+  return ::testing::AssertionSuccess();
+}
+
 TEST(RelaunchRun, ARunThatIsNoRelaunchServesBothReasonsAtZero) {
   Subprocess p(LongRun({"--metrics-addr", "127.0.0.1:0"}));
   const std::string addr = MetricsAddress(p);
@@ -217,6 +259,11 @@ TEST(RelaunchRun, ARunThatIsNoRelaunchServesBothReasonsAtZero) {
   EXPECT_TRUE(got.typed);
   EXPECT_TRUE(got.helped);
   EXPECT_EQ(got.by_reason, (std::map<std::string, double>{{"host_died", 0}, {"host_silent", 0}}));
+  nlohmann::json snap;
+  ASSERT_TRUE(PageSnapshot("http://" + addr + "/", p, &snap)) << p.err();
+  EXPECT_EQ(snap["ready"], true) << snap.dump();
+  EXPECT_EQ(snap["marks"], nlohmann::json::array()) << "no mark on the charts";
+  EXPECT_EQ(snap["header"]["relaunch"], "") << snap.dump();
   const ProcResult r = Interrupt(p);
   EXPECT_EQ(r.out.find("\"event\":\"relaunched\""), std::string::npos) << "not a relaunch";
 }
@@ -241,16 +288,103 @@ TEST(RelaunchRun, AMalformedValueEndsTheRunBeforeAnythingStarts) {
   EXPECT_NE(stat(tb.c_str(), &st), 0) << "no event file's directory";
 }
 
-TEST(RelaunchRun, ARelaunchedRunServesTheLaunchersCounts) {
-  test::ScopedEnv env(kRelaunchEnv, kExample);
-  Subprocess p(LongRun({"--metrics-addr", "127.0.0.1:0"}));
+// A job stopped at some step (its checkpoint, as a host's stop leaves it), relaunched from
+// that checkpoint with SHMTRAIN_RELAUNCH naming its step: every watcher sees the relaunch.
+TEST(RelaunchRun, ARelaunchedRunShowsItsRelaunchToEveryWatcher) {
+  TempDir dir;
+  const std::string ckpt = dir.File("ckpt");
+  {
+    Subprocess first(LongRun({"--no-metrics", "--checkpoint", ckpt}));
+    std::string line;
+    ASSERT_TRUE(first.ReadLine(&line, milliseconds{30'000}));
+    while (first.ReadLine(&line, milliseconds{30'000})) {
+      if (line.find("\"event\":\"step\"") != std::string::npos) break;  // a printed loss
+    }
+    Interrupt(first);
+  }
+  const int64_t step = test::CheckpointStep(ckpt);
+  ASSERT_GT(step, 0) << "the stop wrote no checkpoint";
+  nlohmann::json value = nlohmann::json::parse(kExample);
+  value["step"] = step;
+  test::ScopedEnv env(kRelaunchEnv, value.dump().c_str());
+  const std::string tb = dir.File("tb");
+  Subprocess p(LongRun({"--metrics-addr", "127.0.0.1:0", "--resume", ckpt, "--tensorboard", tb}));
   const std::string addr = MetricsAddress(p);
   ASSERT_FALSE(addr.empty()) << p.err();
+
+  // Prometheus: the launcher's counts, a counter with its help.
   const RelaunchSeries got = ScrapeRelaunches(addr);
   EXPECT_TRUE(got.typed);
   EXPECT_TRUE(got.helped);
   EXPECT_EQ(got.by_reason, (std::map<std::string, double>{{"host_died", 1}, {"host_silent", 1}}));
-  Interrupt(p);
+
+  // The page: a mark at the step in every line chart, drawn where the chart has points, and
+  // the header's line.
+  const std::string label = "relaunch 2: host 1 (node-b) lost";
+  const std::string said =
+      "relaunch 2 (host_died): host 1 (node-b) lost; continuing from step " + std::to_string(step);
+  nlohmann::json snap;
+  const Clock::time_point deadline = Clock::now() + milliseconds{60'000};
+  for (;;) {
+    ASSERT_TRUE(PageSnapshot("http://" + addr + "/", p, &snap)) << p.err();
+    const auto points = [&](const char* s) {
+      return snap["series"].contains(s) && snap["series"][s]["points"].get<int>() > 0;
+    };
+    if (snap["ready"] == true && points("train") && points("rate")) break;
+    ASSERT_LT(Clock::now(), deadline) << "the page never drew the curves: " << snap.dump();
+  }
+  EXPECT_EQ(snap["header"]["relaunch"], said) << snap.dump();
+  std::map<std::string, nlohmann::json> marks;
+  for (const auto& m : snap["marks"]) marks[m["chart"].get<std::string>()] = m;
+  ASSERT_EQ(marks.size(), 3u) << snap["marks"].dump();
+  for (const char* chart : {"chart-loss", "chart-metric", "chart-rate"}) {
+    const nlohmann::json& m = marks[chart];
+    EXPECT_EQ(m["kind"], "relaunch") << chart;
+    EXPECT_EQ(m["step"], step) << chart;
+    EXPECT_EQ(m["label"], label) << chart;
+  }
+  EXPECT_EQ(marks["chart-loss"]["drawn"], true);
+  EXPECT_EQ(marks["chart-rate"]["drawn"], true);
+  EXPECT_GT(snap["series"]["train"]["last"][0].get<int64_t>(), step) << snap.dump();
+
+  // TensorBoard: the scalar at the step, once (the file is flushed every 2 s).
+  nlohmann::json events;
+  const Clock::time_point tb_deadline = Clock::now() + milliseconds{30'000};
+  for (;;) {
+    ASSERT_TRUE(DecodeEvents(tb, &events));
+    if (events["scalars"].contains("train/loss")) break;  // a flush after the start
+    ASSERT_LT(Clock::now(), tb_deadline) << events.dump();
+    std::this_thread::sleep_for(milliseconds{300});
+  }
+  EXPECT_EQ(events["scalars"]["hosts/relaunches"], nlohmann::json::array({{step, 2.0}}))
+      << events["scalars"].dump();
+
+  // The log: one event, with the launcher's fields.
+  const ProcResult r = Interrupt(p);
+  const std::vector<nlohmann::json> lines = JsonEvents(r.out, "relaunched");
+  ASSERT_EQ(lines.size(), 1u) << test::Clip(r.out);
+  EXPECT_EQ(lines[0]["relaunches"], 2);
+  EXPECT_EQ(lines[0]["reason"], "host_died");
+  EXPECT_EQ(lines[0]["lost"], nlohmann::json::array({"host 1 (node-b)"}));
+  EXPECT_EQ(lines[0]["step"], step);
+  ASSERT_TRUE(DecodeEvents(tb, &events));
+  EXPECT_EQ(events["scalars"]["hosts/relaunches"].size(), 1u) << "written once";
+}
+
+// The text log says it in one line, on stderr as every diagnostic (stdout is the training's log).
+TEST(RelaunchRun, TheTextLogSaysItInOneLine) {
+  test::ScopedEnv env(kRelaunchEnv, kExample);
+  const ProcResult r =
+      test::RunProcess({kMasterBin, "train", "--example", "parabola", "--layers", "1,5,1", "--lr",
+                        "0.01", "--steps", "50", "--workers", "2", "--no-metrics", "--no-progress"},
+                       kRunTimeout);
+  ASSERT_TRUE(test::ExitedWith(r, 0));
+  int said = 0;
+  for (const std::string& line : test::SplitLines(r.err)) {
+    said += line == "relaunch 2 (host_died): host 1 (node-b) lost; continuing from step 412";
+  }
+  EXPECT_EQ(said, 1) << r.err;
+  EXPECT_EQ(r.out.find("relaunch"), std::string::npos) << r.out;
 }
 
 }  // namespace

@@ -80,6 +80,12 @@ JsonLine& JsonLine::Ints(std::string_view key, const std::vector<uint64_t>& v) {
   return *this;
 }
 
+JsonLine& JsonLine::Strs(std::string_view key, const std::vector<std::string>& v) {
+  Key(key);
+  body_ += nlohmann::json(v).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return *this;
+}
+
 Logger::Logger(LogFormat format, bool progress)
     : format_(format),
       live_(progress && isatty(STDERR_FILENO)),

@@ -31,7 +31,8 @@ class JsonLine {
   JsonLine& Int(std::string_view key, int64_t v);
   JsonLine& Num(std::string_view key, double v);  // non-finite values become null
   JsonLine& Bool(std::string_view key, bool v);
-  JsonLine& Ints(std::string_view key, const std::vector<uint64_t>& v);  // [1,2,3]
+  JsonLine& Ints(std::string_view key, const std::vector<uint64_t>& v);     // [1,2,3]
+  JsonLine& Strs(std::string_view key, const std::vector<std::string>& v);  // ["a","b"]
   std::string Done() const { return body_ + "}"; }
 
  private:
