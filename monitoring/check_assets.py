@@ -70,6 +70,8 @@ METRICS = {
     "shmtrain_host_pushes_dropped_total": ("counter", (), None),
     "shmtrain_host_push_staleness": ("histogram", (), None),
     "shmtrain_host_last_push_timestamp_seconds": ("gauge", (), None),
+    # A relaunched job's counts by reason (SHMTRAIN_RELAUNCH); served always, 0 otherwise.
+    "shmtrain_relaunches_total": ("counter", ("reason",), None),
     # Only once a run with held-out data has validated (absent otherwise: empty panels).
     "shmtrain_validation_loss": ("gauge", (), None),
     "shmtrain_validation_accuracy": ("gauge", (), None),

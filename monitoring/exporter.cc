@@ -127,7 +127,8 @@ class RunCollector final {
         mode_(kind->ModeName()),
         rule_(*kind->Rule() != '\0' ? kind->Rule() : "none"),
         host_(std::to_string(o.host_index)),
-        hosts_(o.host_count) {}
+        hosts_(o.host_count),
+        relaunch_(o.relaunch) {}
 
   void Detach() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -141,6 +142,7 @@ class RunCollector final {
     CollectRun(&f);
     CollectWorkers(&f);
     CollectSupervisor(&f);
+    CollectRelaunches(&f);
     return f.Take(host_);
   }
 
@@ -341,6 +343,22 @@ class RunCollector final {
              pushes.last_sent_unix());
   }
 
+  // The job's relaunches so far by reason (SHMTRAIN_RELAUNCH, shmtrain/relaunch.h), every reason
+  // served from the start: 0 in a job that was never relaunched. A relaunched job is a new
+  // process that starts at the counts the launcher gave it, so the counter goes on across
+  // relaunches where the scrape target stays the same.
+  void CollectRelaunches(Families* f) const {
+    MetricFamily& family =
+        f->Add("shmtrain_relaunches_total",
+               "Times `shmtrain launch` started this job again on the surviving machines after "
+               "a host master was lost, by reason (host_died, host_silent).",
+               MetricType::Counter);
+    for (int k = 0; k < kRelaunchReasons; ++k) {
+      family.metric.push_back(Value(static_cast<double>(relaunch_.reasons[k]), MetricType::Counter,
+                                    {{"reason", ToString(static_cast<RelaunchReason>(k))}}));
+    }
+  }
+
   // Held by a scrape while it reads the segment, and by Detach(): never by the run loop
   // otherwise, so training never waits for a scrape.
   mutable std::mutex mu_;
@@ -351,6 +369,7 @@ class RunCollector final {
   std::string rule_;
   std::string host_;
   int hosts_;
+  Relaunch relaunch_;
 };
 
 Status HostMetricsAddress(const std::string& addr, int host_local, std::string* out) {

@@ -82,6 +82,22 @@ json Progress(const shm::Segment& seg, const RunKindView& kind, const RunHistory
           {"eta_s", Number(eta)}};
 }
 
+// A relaunched job's relaunch (shmtrain/relaunch.h), or null.
+json RelaunchPage(const Relaunch& r) {
+  if (!r.active()) return nullptr;
+  json reasons = json::object();
+  for (int k = 0; k < kRelaunchReasons; ++k) {
+    reasons[ToString(static_cast<RelaunchReason>(k))] = r.reasons[k];
+  }
+  return {{"relaunches", r.relaunches},
+          {"reason", ToString(r.reason)},
+          {"reasons", reasons},
+          {"lost", r.lost},
+          {"step", r.step},
+          {"label", r.Label()},
+          {"line", r.Line()}};
+}
+
 }  // namespace
 
 std::vector<WorkerState> LocalWorkerStates(const shm::WorkerBlock* blocks, int P,
@@ -125,7 +141,8 @@ std::string RunPageJson(const shm::Segment& seg, const RunKindView& kind, const 
             {"val", CurveJson(h.Thinned(CurveId::kVal, kPagePoints), "loss", "metric")},
             {"rate", CurveJson(h.Thinned(CurveId::kRate, kPagePoints), "samples_per_s", nullptr)},
             {"workers", Workers(seg, stats, o.host_index)},
-            {"staleness", kind.ReportsStaleness() ? Staleness(seg) : json(nullptr)}};
+            {"staleness", kind.ReportsStaleness() ? Staleness(seg) : json(nullptr)},
+            {"relaunch", RelaunchPage(o.relaunch)}};
   return j.dump();
 }
 

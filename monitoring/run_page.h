@@ -12,6 +12,9 @@
 //   workers   [{host, worker, up, restarts, pid, heartbeat_age_s, samples}, ...]
 //   staleness null (sync) | {le: [0, 1, 2, 4, ..., 512, null], counts: [...]} (async; per
 //             bucket, not cumulative; null: +Inf)
+//   relaunch  null (not a relaunch) | {relaunches, reason, reasons: {host_died, host_silent},
+//             lost: [...], step, label, line}: SHMTRAIN_RELAUNCH (shmtrain/relaunch.h), with the
+//             charts' mark ("relaunch 2: host 1 (node-b) lost") and the log's line
 // A curve holds at most kPagePoints points (evenly thinned, the first and last kept:
 // RunHistory::Thinned). A value that is not finite (a diverged loss, an ETA before the first
 // step) is null.

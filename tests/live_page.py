@@ -16,6 +16,8 @@ Library use:
   snapshot(url) -> {"ready": bool, "polls": int, "state": str, "step": int or None,
                     "connection": str, "header": {id: text},
                     "series": {"train": {"points": n, "last": [step, value]}, ...},
+                    "marks": [{"chart": svg id, "kind": "relaunch", "step": int,
+                               "label": str, "drawn": bool}, ...],
                     "workers": [{"host", "worker", "state", "restarts", "pid",
                                  "heartbeat", "samples"}, ...]}
   wait_for_points(url, series=("train",), timeout_s=60) -> snapshot with points in each series
@@ -36,7 +38,7 @@ import time
 CHROMIUM = "/usr/bin/chromium"
 # Header values the page exposes by id (see live.html).
 HEADER_IDS = ("state", "step", "epoch", "epochs", "total-steps", "loss", "lr", "samples-per-s",
-              "eta", "mode", "topology", "version", "conn")
+              "eta", "mode", "topology", "version", "conn", "relaunch")
 WORKER_CELLS = ("state", "restarts", "pid", "heartbeat", "samples")
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source",
         "track", "wbr"}
@@ -105,6 +107,9 @@ class _PageParser(html.parser.HTMLParser):
         self.body = {}
         self.text = {}  # id -> text
         self.series = {}  # name -> attrs
+        self.marks = []  # [{"chart", "kind", "step", "label", "drawn"}] in document order
+        self._chart = None  # id of the chart <svg> being read
+        self._mark = None  # the mark whose <g> is open
         self.workers = []  # [{"attrs": {...}, "cells": {class: text}}]
         self._captures = []  # [(key, depth at start)] of open text captures
         self._depth = 0
@@ -117,6 +122,15 @@ class _PageParser(html.parser.HTMLParser):
             self.body = a
         if a.get("data-series"):
             self.series[a["data-series"]] = a
+        if tag == "svg" and "chart" in (a.get("class") or "").split():
+            self._chart = a.get("id")
+        if a.get("data-mark"):
+            self._mark = {"chart": self._chart, "kind": a["data-mark"],
+                          "step": _int(a.get("data-step")), "label": a.get("data-label"),
+                          "drawn": False}
+            self.marks.append(self._mark)
+        elif self._mark is not None and tag == "line":
+            self._mark["drawn"] = True  # its vertical line, inside its <g>
         if tag in VOID:
             return
         self._depth += 1
@@ -140,6 +154,8 @@ class _PageParser(html.parser.HTMLParser):
             self.handle_endtag(tag)
 
     def handle_endtag(self, tag):
+        if tag == "g":
+            self._mark = None
         if tag in VOID:
             return
         while self._captures and self._captures[-1][1] >= self._depth:
@@ -200,6 +216,7 @@ def parse_dom(dom):
         "connection": header.get("conn", ""),
         "header": header,
         "series": series,
+        "marks": p.marks,
         "workers": workers,
     }
 

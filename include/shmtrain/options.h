@@ -18,6 +18,7 @@
 
 #include "shmtrain/model_spec.h"
 #include "shmtrain/optim_config.h"
+#include "shmtrain/relaunch.h"
 #include "shmtrain/status.h"
 
 namespace shmtrain {
@@ -273,6 +274,9 @@ struct TrainOptions {
   int host_local = 0;
   int host_local_count = 1;  // host masters on this machine (all share its cores)
   double host_timeout_s = 60;
+  // A job that `shmtrain launch` started again after a lost host (shmtrain/relaunch.h): read
+  // from SHMTRAIN_RELAUNCH once, at the start of `train`, never from flags; not active otherwise.
+  Relaunch relaunch;
 
   // Test hooks (not shown in --help): worker `fault_rank` dies at `fault_point`
   // (worker/fault.h) of step/batch `fault_step` while its incarnation < fault_incarnations.

@@ -24,6 +24,7 @@
 #include "master/run/simulate.h"
 #include "nn/cpu.h"
 #include "shm/segment.h"
+#include "shmtrain/relaunch.h"
 
 namespace {
 
@@ -76,6 +77,7 @@ Status ReportToLauncher(const shmtrain::master::Hosts& h, double timeout_s,
   if (Status s = LaunchChannel::Connect(address, timeout_s, &channel); !s.ok()) return s;
   char node[256] = {};
   (void)gethostname(node, sizeof node - 1);  // the node stays "" if it cannot be had
+  channel->ListenForStop();
   log.ReportTo(std::move(channel));
   log.Report(JsonLine("hello")
                  .Int("host", h.index())
@@ -228,8 +230,15 @@ int main(int argc, char** argv) {
       master::Logger log(LogFormat::kText, false);
       return Outcome(master::WriteStdout(text), log);
     }
-    case master::Command::Kind::kTrain:
+    case master::Command::Kind::kTrain: {
+      // A relaunched job's SHMTRAIN_RELAUNCH (shmtrain/relaunch.h), read once: a value that is
+      // not what the launcher writes ends the run before anything starts.
+      if (Status s = RelaunchFromEnvironment(&cmd.train.relaunch); !s.ok()) {
+        master::Logger log(cmd.train.log_format, false);
+        return Outcome(s, log);
+      }
       TrainAndExit(cmd.train, &argc, &argv);
+    }
     case master::Command::Kind::kLaunch: {
       master::Logger log(cmd.train.log_format, false);
       return master::launch::RunLaunch(cmd, log);

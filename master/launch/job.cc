@@ -158,6 +158,16 @@ struct Sockets {
     if (listen_fd >= 0) close(listen_fd);
     for (const Connection& c : conns) close(c.fd);
   }
+  // Tells every host master still connected to stop (master/log/report.h), once.
+  void StopAll() {
+    if (stop_sent) return;
+    stop_sent = true;
+    static constexpr char kStop[] = "{\"event\":\"stop\"}\n";
+    for (const Connection& c : conns) {
+      (void)send(c.fd, kStop, sizeof kStop - 1, MSG_NOSIGNAL | MSG_DONTWAIT);  // one may be gone
+    }
+  }
+  bool stop_sent = false;
   // Waits at most ms for a report, takes new connections and reads what came.
   void Poll(int ms, Watch& watch) {
     std::vector<pollfd> p = {{listen_fd, POLLIN, 0}};
@@ -196,7 +206,8 @@ Status RunJob(const JobSpec& spec, JobEnd* end) {
   if (pid < 0) {
     return Status::Resource(std::string("launch: cannot start mpirun: ") + std::strerror(errno));
   }
-  int64_t asked_ns = 0;  // when mpirun was asked to end the job
+  int64_t asked_ns = 0;    // when mpirun was asked to end the job
+  int64_t stopped_ns = 0;  // when the launcher was stopped
   auto ask = [&](int64_t now) {
     if (asked_ns != 0) return;
     asked_ns = now;
@@ -206,11 +217,18 @@ Status RunJob(const JobSpec& spec, JobEnd* end) {
     s.Poll(100, watch);
     if (waitpid(pid, &end->mpirun_status, WNOHANG) == pid) break;
     const int64_t now = shm::MonotonicNs();
+    // A loss, or the launcher stopped: every host master stops at once, checkpointing where it
+    // stopped; mpirun is asked to end the job if it has not after a grace.
     if (g_stop_signal.load() != 0) {
+      if (!end->stopped) stopped_ns = now;
       end->stopped = true;
-      ask(now);
+      s.StopAll();
+      if (now - stopped_ns > kLossGraceNs) ask(now);
     }
-    if (AnyLost(*end) && now - end->lost_ns > kLossGraceNs) ask(now);
+    if (AnyLost(*end)) {
+      s.StopAll();
+      if (now - end->lost_ns > kLossGraceNs) ask(now);
+    }
     if (asked_ns != 0 && now - asked_ns > kMpirunBoundNs) kill(-pid, SIGKILL);
   }
   // What the ranks sent before they ended is still in the sockets: read it to their ends.

@@ -18,17 +18,14 @@
 #include "master/launch/placement.h"
 #include "master/run/signals.h"
 #include "master/unit/stop_flag.h"
-#include "nlohmann/json.hpp"
 #include "shm/futex.h"
+#include "shmtrain/relaunch.h"
 
 extern char** environ;
 
 namespace shmtrain::master::launch {
 namespace {
 
-constexpr const char* kRelaunchVar = "SHMTRAIN_RELAUNCH";
-constexpr const char* kHostDied = "host_died";      // a host master ended without a word
-constexpr const char* kHostSilent = "host_silent";  // the others found it silent past the timeout
 
 std::string SelfPath() {
   char buf[4096];
@@ -95,12 +92,10 @@ double Ms(int64_t ns) {
 
 namespace {
 
-// A relaunch, as the log and the next job are told of it.
-struct Relaunch {
-  int number = 0;
-  std::string reason;
-  std::vector<std::string> lost;      // the lost hosts, as the job named them
-  int64_t step = 0;                   // the step it continues from (0: the start)
+// A relaunch: what the next job is told of it (shmtrain/relaunch.h), and what the launcher
+// measures of it.
+struct LastRelaunch {
+  Relaunch told;
   std::string from;                   // the state it resumes, "" for none
   int64_t lost_ns = 0, ended_ns = 0;  // the loss, and the end of the job that lost it
 };
@@ -117,39 +112,25 @@ struct Launcher {
   std::vector<SavedState> saved;  // every stop checkpoint reported, by any job
   std::string resume;             // what the next job resumes ("" : the job's own --resume)
   int first = 0;                  // the slot of rank 0: where `resume` is
-  std::map<std::string, int> reasons = {{kHostDied, 0}, {kHostSilent, 0}};
-  Relaunch last;               // the latest relaunch (number 0: none yet)
+  LastRelaunch last;           // the latest relaunch (told.relaunches 0: none yet)
   bool said_training = false;  // the latest relaunch's line is out
 
-  std::string Env() const;
   void SayRelaunch(int64_t now);
   int Next(const JobEnd& end, const Placement& p);
 };
 
-// SHMTRAIN_RELAUNCH: what the relaunched job shows of its relaunch (its metrics, its page).
-std::string Launcher::Env() const {
-  nlohmann::json j = {{"relaunches", last.number},
-                      {"reason", last.reason},
-                      {"reasons", reasons},
-                      {"lost", last.lost},
-                      {"step", last.step}};
-  return j.dump();
-}
-
 // The relaunch's line, once its job trains (now), or when it ended before (now = 0).
 void Launcher::SayRelaunch(int64_t now) {
-  if (last.number == 0 || said_training) return;
+  const Relaunch& r = last.told;
+  if (!r.active() || said_training) return;
   said_training = true;
-  std::string lost;
-  for (const std::string& l : last.lost) lost += (lost.empty() ? "" : ", ") + l;
-  std::string text =
-      "relaunch " + std::to_string(last.number) + " (" + last.reason + "): " + lost +
-      " lost; continued from " +
-      (last.from.empty() ? "the start"
-                         : "step " + std::to_string(last.step) + " (" + last.from + ")");
+  std::string text = "relaunch " + std::to_string(r.relaunches) + " (" + ToString(r.reason) +
+                     "): " + r.LostText() + "; continued from " +
+                     (last.from.empty() ? "the start"
+                                        : "step " + std::to_string(r.step) + " (" + last.from + ")");
   JsonLine json("relaunch");
-  json.Int("relaunch", last.number).Str("reason", last.reason);
-  json.Strs("lost", last.lost).Int("step", last.step).Str("from", last.from);
+  json.Int("relaunch", r.relaunches).Str("reason", ToString(r.reason));
+  json.Strs("lost", r.lost).Int("step", r.step).Str("from", last.from);
   if (now != 0) {
     text += "; training again " + Seconds(now - last.lost_ns) +
             " s after the loss (the job's end " + Seconds(last.ended_ns - last.lost_ns) +
@@ -244,7 +225,7 @@ int Launcher::Next(const JobEnd& end, const Placement& p) {
               ", fewer than --min-hosts " + std::to_string(cmd.min_hosts) + "; " + state);
     return kExitLaunchGaveUp;
   }
-  if (last.number >= cmd.max_relaunches) {
+  if (last.told.relaunches >= cmd.max_relaunches) {
     log.Error("launch: giving up: " + Joined(gone) + " lost, and --max-relaunches " +
               std::to_string(cmd.max_relaunches) + " are used up (" + left + "); " + state);
     return kExitLaunchGaveUp;
@@ -255,15 +236,15 @@ int Launcher::Next(const JobEnd& end, const Placement& p) {
   } else if (std::find(alive.begin(), alive.end(), first) == alive.end()) {
     first = alive.front();
   }
-  const std::string reason = silent ? kHostSilent : kHostDied;
-  ++reasons[reason];
-  last = {last.number + 1,
-          reason,
-          gone,
-          best != nullptr ? best->step : 0,
-          resume,
-          end.lost_ns != 0 ? end.lost_ns : shm::MonotonicNs(),
-          shm::MonotonicNs()};
+  Relaunch& r = last.told;
+  ++r.relaunches;
+  r.reason = silent ? RelaunchReason::kHostSilent : RelaunchReason::kHostDied;
+  ++r.reasons[static_cast<int>(r.reason)];
+  r.lost = gone;
+  r.step = best != nullptr ? best->step : 0;
+  last.from = resume;
+  last.lost_ns = end.lost_ns != 0 ? end.lost_ns : shm::MonotonicNs();
+  last.ended_ns = shm::MonotonicNs();
   said_training = false;
   return -1;
 }
@@ -273,10 +254,10 @@ int RunLaunch(const Command& cmd, Logger& log) {
   Launcher l(cmd, log);
   for (int job = 1;; ++job) {
     const Placement p = Place(cmd.hosts, l.alive, l.first, l.ranks);
-    if (l.last.number > 0) {
-      setenv(kRelaunchVar, l.Env().c_str(), 1);
+    if (l.last.told.active()) {
+      setenv(kRelaunchEnv, RelaunchJson(l.last.told).c_str(), 1);
     } else {
-      unsetenv(kRelaunchVar);
+      unsetenv(kRelaunchEnv);
     }
     log.Info("launch: job " + std::to_string(job) + ": mpirun -np " + std::to_string(l.ranks) +
                  " --host " + p.host_flag + (l.resume.empty() ? "" : " resuming " + l.resume),

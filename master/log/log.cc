@@ -82,12 +82,7 @@ JsonLine& JsonLine::Ints(std::string_view key, const std::vector<uint64_t>& v) {
 
 JsonLine& JsonLine::Strs(std::string_view key, const std::vector<std::string>& v) {
   Key(key);
-  body_ += "[";
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i > 0) body_ += ",";
-    AppendString(v[i], &body_);
-  }
-  body_ += "]";
+  body_ += nlohmann::json(v).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   return *this;
 }
 

@@ -6,9 +6,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cerrno>
+#include <csignal>
 #include <cmath>
 #include <cstring>
+#include <string>
+#include <thread>
+#include <string>
+#include <thread>
 
 namespace shmtrain::master {
 namespace {
@@ -65,8 +71,25 @@ Status LaunchChannel::Connect(const std::string& address, double timeout_s,
   return Status::Ok();
 }
 
-LaunchChannel::~LaunchChannel() {
-  close(fd_);
+LaunchChannel::~LaunchChannel() { close(fd_); }
+
+void LaunchChannel::ListenForStop() {
+  std::thread([fd = fd_] {
+    std::string got;
+    for (;;) {
+      pollfd p{fd, POLLIN, 0};
+      if (poll(&p, 1, -1) < 0 && errno == EINTR) continue;
+      if ((p.revents & POLLNVAL) != 0) return;  // the channel is gone
+      char buf[256];
+      const ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return;  // the launcher is gone
+      if (n > 0) got.append(buf, static_cast<size_t>(n));
+      if (got.find("\"stop\"") != std::string::npos) {
+        kill(getpid(), SIGTERM);
+        return;
+      }
+    }
+  }).detach();
 }
 
 void LaunchChannel::Send(const std::string& json) {

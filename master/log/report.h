@@ -10,6 +10,11 @@
 // host master that died: the launcher learns who was lost from the job itself, at the moment
 // the kernel closed the socket, and not from mpirun's messages.
 //
+// The launcher speaks once, if at all: `stop`, when it has seen another host master lost. This
+// process then stops as on mpirun's SIGTERM (it raises SIGTERM itself), so that every survivor
+// checkpoints where it stopped at once, well before mpirun's own end of the job, which gives a
+// host master a second from SIGCONT to SIGTERM and then only milliseconds before SIGKILL.
+//
 // Sending never blocks the run: the socket is non-blocking, and an event that does not fit
 // the kernel's buffer, or finds the launcher gone, is dropped (the launcher's own death ends
 // the job through mpirun: master/launch/launch.h).
@@ -38,6 +43,8 @@ class LaunchChannel {
 
   // One event (a JSON object, no line break), from any thread; never blocks.
   void Send(const std::string& json);
+  // Starts the thread that waits for the launcher's `stop` (above); it ends with the process.
+  void ListenForStop();
 
  private:
   explicit LaunchChannel(int fd) : fd_(fd) {}

@@ -13,6 +13,9 @@
 //   val/loss, val/accuracy|val/rmse   each validation
 //   async/staleness_mean, async/dropped_updates   at each flush, async runs only
 //   workers/restarts                  at each flush: workers replaced so far
+//   hosts/relaunches                  a relaunched job (shmtrain/relaunch.h) only: once, the
+//                                     relaunch's count at the step it continues from, buffered
+//                                     by the start (master/run/start.cc) before this unit runs
 // At the end (Report, after every unit that still adds a point), the last points and a flush;
 // a run that failed before any scalar was written removes its file.
 #pragma once

@@ -279,6 +279,20 @@ void LogSegment(const TrainOptions& o, const data::RunData& rd, const shm::Segme
   }
 }
 
+// A relaunched job (shmtrain/relaunch.h), said once by host 0: its line, and its scalar at
+// the step it continues from, first in the event file (written at RunWatch's first flush).
+void ShowRelaunch(const Relaunch& r, int host_index, monitoring::EventFile* events, Logger& log) {
+  if (!r.active() || host_index != 0) return;
+  log.Info(r.Line(), JsonLine("relaunched")
+                         .Int("relaunches", r.relaunches)
+                         .Str("reason", ToString(r.reason))
+                         .Strs("lost", r.lost)
+                         .Int("step", r.step));
+  if (events != nullptr) {
+    events->Scalar("hosts/relaunches", r.step, static_cast<double>(r.relaunches));
+  }
+}
+
 // The run made visible, once every host has started: made after the agreement, so that a run
 // that cannot start leaves no event file.
 Status Show(const RunKind& kind, monitoring::Exporter* exporter, Logger& log, Start* st) {
@@ -288,6 +302,7 @@ Status Show(const RunKind& kind, monitoring::Exporter* exporter, Logger& log, St
       return s;
     }
   }
+  ShowRelaunch(o.relaunch, o.host_index, st->events.get(), log);
   st->stats = std::make_shared<monitoring::RunStats>(o.workers);
   st->t_start_ns = shm::MonotonicNs();
   st->kind_view = std::make_unique<KindView>(kind, o);
