@@ -86,11 +86,11 @@ class Watch {
  public:
   Watch(const JobSpec& spec, JobEnd* end) : spec_(spec), end_(end) {
     end_->ranks.assign(spec.rank_slot.size(), RankEnd{});
-    end_->names.assign(spec.rank_slot.size(), "");
   }
   // Reads what is there on c; false at its end.
   bool Read(Connection& c, int64_t now);
-  void Closed(const Connection& c, int64_t now);
+  // c's end; stopped: the launcher had told every host master to stop by then.
+  void Closed(const Connection& c, int64_t now, bool stopped);
 
  private:
   void Event(Connection& c, const std::string& line, int64_t now);
@@ -124,11 +124,14 @@ void Watch::Event(Connection& c, const std::string& line, int64_t now) {
   if (event == "hello" && e.value("host", -1) >= 0 && e.value("host", -1) < ranks) {
     c.rank = e["host"];
     end_->ranks[c.rank].connected = true;
-    end_->names[c.rank] = e.value("name", "");
-    if (spec_.on_hello) spec_.on_hello(c.rank, end_->names[c.rank]);
+    end_->ranks[c.rank].name = e.value("name", "");
+    if (spec_.on_hello) spec_.on_hello(c.rank, end_->ranks[c.rank].name);
   }
   if (c.rank < 0) return;
-  if (event == "error") end_->ranks[c.rank].ending = true;
+  if (event == "error") {
+    end_->ranks[c.rank].ending = true;
+    end_->ranks[c.rank].error = e.value("message", "");
+  }
   if (event == "checkpoint_on_stop" && e.contains("path") && e.contains("step")) {
     end_->ranks[c.rank].ending = true;
     end_->saved.push_back({spec_.rank_slot[c.rank], e.value("path", ""), e.value("step", -1)});
@@ -142,8 +145,11 @@ void Watch::Event(Connection& c, const std::string& line, int64_t now) {
   }
 }
 
-void Watch::Closed(const Connection& c, int64_t now) {
-  if (c.rank >= 0 && !end_->ranks[c.rank].exited && !end_->ranks[c.rank].ending) Lost(now);
+void Watch::Closed(const Connection& c, int64_t now, bool stopped) {
+  if (c.rank < 0) return;
+  RankEnd& r = end_->ranks[c.rank];
+  if (stopped) r.ending = true;
+  if (!r.exited && !r.ending) Lost(now);
 }
 
 }  // namespace
@@ -176,7 +182,7 @@ struct Sockets {
     const int64_t now = shm::MonotonicNs();
     for (size_t i = conns.size(); i-- > 0;) {
       if (p[i + 1].revents == 0 || watch.Read(conns[i], now)) continue;
-      watch.Closed(conns[i], now);
+      watch.Closed(conns[i], now, stop_sent);
       close(conns[i].fd);
       conns.erase(conns.begin() + static_cast<std::ptrdiff_t>(i));
     }

@@ -28,7 +28,6 @@ struct JobSpec {
 // How a job ended.
 struct JobEnd {
   std::vector<RankEnd> ranks;      // by rank
-  std::vector<std::string> names;  // by rank, as each named itself ("" if it never did)
   std::vector<SavedState> saved;   // the stop checkpoints the ranks reported, with their slots
   int64_t lost_ns = 0;             // monotonic ns: the first rank gone without a word, or the first
                                    // rank's failed exit (0: neither)

@@ -19,6 +19,7 @@
 #include "master/run/signals.h"
 #include "master/unit/stop_flag.h"
 #include "shm/futex.h"
+#include "shm/segment.h"
 #include "shmtrain/relaunch.h"
 
 extern char** environ;
@@ -78,6 +79,18 @@ std::string ReportHost(const std::vector<std::string>& names) {
     if (n != "localhost" && n != "127.0.0.1" && n != self) return self;
   }
   return "127.0.0.1";
+}
+
+// The segments of this machine's host masters that mpirun killed before they could remove them
+// (a master held inside Open MPI's transport once a peer is gone, or in its start before any
+// worker could), once the job is over: those whose creator is gone, as `shmtrain cleanup`
+// removes them. Another machine's are removed by the next job's start there.
+void ReclaimLeftovers(Logger& log) {
+  for (const shm::SegmentInfo& gone : shm::ReclaimStaleSegments()) {
+    log.Info("launch: removed the segment /dev/shm/" + gone.name + " of a job's host master: " +
+                 gone.why,
+             JsonLine("stale_segment_removed").Str("name", gone.name).Str("why", gone.why));
+  }
 }
 
 std::string Seconds(int64_t ns) {
@@ -165,14 +178,12 @@ int JobCode(const JobEnd& end) {
 
 // The lost hosts as the job named them ("host 1 (node-b)"), else by rank and slot.
 std::vector<std::string> LostNames(const JobEnd& end, const Placement& p,
-                                   const std::vector<int>& lost,
                                    const std::vector<std::string>& names) {
   std::vector<std::string> out;
   for (size_t r = 0; r < p.rank_slot.size(); ++r) {
-    if (std::find(lost.begin(), lost.end(), p.rank_slot[r]) == lost.end()) continue;
-    if (end.ranks[r].exited || end.ranks[r].ending) continue;
-    out.push_back(!end.names[r].empty()
-                      ? end.names[r]
+    if (!RankLost(end.ranks, r)) continue;
+    out.push_back(!end.ranks[r].name.empty()
+                      ? end.ranks[r].name
                       : "host " + std::to_string(r) + " (" + names[p.rank_slot[r]] + ")");
   }
   return out;
@@ -208,7 +219,7 @@ int Launcher::Next(const JobEnd& end, const Placement& p) {
   }
   SayRelaunch(0);  // a relaunch whose job lost a host before it trained
   saved.insert(saved.end(), end.saved.begin(), end.saved.end());
-  const std::vector<std::string> gone = LostNames(end, p, lost, cmd.hosts);
+  const std::vector<std::string> gone = LostNames(end, p, cmd.hosts);
   std::erase_if(alive, [&](int s) { return std::find(lost.begin(), lost.end(), s) != lost.end(); });
   const bool silent = std::any_of(end.ranks.begin(), end.ranks.end(), [](const RankEnd& r) {
     return r.exited && r.code == kExitHostLost;
@@ -276,6 +287,7 @@ int RunLaunch(const Command& cmd, Logger& log) {
       log.Error(s.message());
       return s.exit_code();
     }
+    ReclaimLeftovers(log);
     if (const int code = l.Next(end, p); code >= 0) return code;
   }
 }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "shmtrain/status.h"
+
 namespace shmtrain::master::launch {
 
 Placement Place(const std::vector<std::string>& names, const std::vector<int>& alive, int first,
@@ -51,10 +53,23 @@ const SavedState* Newest(const std::vector<SavedState>& saved, const std::vector
   return best;
 }
 
+bool RankEnd::FoundSilent(const RankEnd& other) const {
+  return exited && code == kExitHostLost && !other.name.empty() &&
+         error.find(other.name) != std::string::npos;
+}
+
+bool RankLost(const std::vector<RankEnd>& ranks, size_t r) {
+  // Another rank's message: a host's own messages begin with its name.
+  const bool silent = std::any_of(ranks.begin(), ranks.end(), [&](const RankEnd& q) {
+    return &q != &ranks[r] && q.FoundSilent(ranks[r]);
+  });
+  return silent || !(ranks[r].exited || ranks[r].ending);
+}
+
 std::vector<int> LostSlots(const std::vector<RankEnd>& ranks, const std::vector<int>& rank_slot) {
   std::vector<int> lost;
   for (size_t r = 0; r < ranks.size(); ++r) {
-    if (ranks[r].exited || ranks[r].ending) continue;
+    if (!RankLost(ranks, r)) continue;
     if (std::find(lost.begin(), lost.end(), rank_slot[r]) == lost.end()) {
       lost.push_back(rank_slot[r]);
     }

@@ -34,9 +34,15 @@ struct RankEnd {
   bool connected = false;  // it said hello
   bool exited = false;     // it said exit: its master ended by itself
   int code = 0;            // that exit's code
-  // It said its run was ending (an error, its stop checkpoint): it outlived the loss, even if
-  // mpirun killed it before it could say exit (Open MPI's grace after its SIGTERM is a second).
+  // It outlived the loss: it said its run was ending (an error, its stop checkpoint), or its
+  // connection closed only after the launcher had told every host master to stop. mpirun may
+  // kill such a one before it says exit (a second from SIGCONT to SIGTERM, then milliseconds),
+  // or Open MPI may hold it in its transport once a peer is gone: a survivor all the same.
   bool ending = false;
+  std::string name;   // as it named itself ("host 1 (node-b)"), "" until its hello
+  std::string error;  // its last error message
+  // Whether it ended with exit 6 naming `other` as the host that stopped answering.
+  bool FoundSilent(const RankEnd& other) const;
 };
 
 // A stop checkpoint a rank wrote, on the slot where it ran.
@@ -50,8 +56,12 @@ struct SavedState {
 // earliest slot among equals, whose rank came first).
 const SavedState* Newest(const std::vector<SavedState>& saved, const std::vector<int>& alive);
 
-// The slots whose rank neither ended by itself nor said it was ending: it died, or was killed as
-// one that stopped answering.
+// Whether rank r is lost: it neither ended by itself nor said it was ending (it died), or
+// another rank found it silent past --host-timeout (stopped, hung: it may say more once mpirun
+// has woken it to end it).
+bool RankLost(const std::vector<RankEnd>& ranks, size_t r);
+
+// The slots of the lost ranks, each once, in order: a slot is lost with any rank on it.
 std::vector<int> LostSlots(const std::vector<RankEnd>& ranks, const std::vector<int>& rank_slot);
 
 }  // namespace shmtrain::master::launch

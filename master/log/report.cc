@@ -82,9 +82,10 @@ void LaunchChannel::ListenForStop() {
       if ((p.revents & POLLNVAL) != 0) return;  // the channel is gone
       char buf[256];
       const ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
-      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return;  // the launcher is gone
+      const bool gone = n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR);
       if (n > 0) got.append(buf, static_cast<size_t>(n));
-      if (got.find("\"stop\"") != std::string::npos) {
+      // Told to stop, or the launcher is gone: no job goes on headless.
+      if (gone || got.find("\"stop\"") != std::string::npos) {
         kill(getpid(), SIGTERM);
         return;
       }
