@@ -33,7 +33,6 @@ constexpr const char* kMpirun = MPIRUN_BIN;
 // a few /proc reads per host master.
 constexpr milliseconds kWatchTick{3};
 
-
 // ---------------------------------------------------------------------------------------------
 // /proc: a job's processes.
 

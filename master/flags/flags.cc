@@ -1039,6 +1039,37 @@ std::vector<FlagDef> HookFlags() {
   return f;
 }
 
+// launch's own: where the job's host masters run, and when it gives up.
+std::vector<FlagDef> LaunchFlags() {
+  return {
+      {.name = "--hosts",
+       .arg = "A,B,C",
+       .help = "the machines of the job's host masters, one rank each, {limits}; a name given "
+               "twice runs two on it ({default})",
+       .deflt_words = "required",
+       .limits = Stated("1 to 256 names"),
+       .value = HostSlots(),
+       .group = kWorkers,
+       .commands = kLaunchCmd},
+      {.name = "--min-hosts",
+       .arg = "N",
+       .help = "give up (exit 7) when fewer of them are left, {limits} (default {default})",
+       .deflt = "1",
+       .limits = IntRange(1, kMaxLaunchHosts),
+       .value = Int(Cmd(&Command::min_hosts)),
+       .group = kFault,
+       .commands = kLaunchCmd},
+      {.name = "--max-relaunches",
+       .arg = "K",
+       .help = "give up (exit 7) at a loss after K relaunches, {limits} (default {default})",
+       .deflt = "3",
+       .limits = IntRange(0, 1000),
+       .value = Int(Cmd(&Command::max_relaunches)),
+       .group = kFault,
+       .commands = kLaunchCmd},
+  };
+}
+
 // The flags of one command only, beside the training's.
 std::vector<FlagDef> CommandFlags() {
   return {
@@ -1071,31 +1102,6 @@ std::vector<FlagDef> CommandFlags() {
        .help = "the .npz archive to write, whole or not at all ({default})",
        .deflt_words = "required", .value = Text(Cmd(&Command::out_path)), .group = kOut,
        .commands = kExportCmd},
-      {.name = "--hosts",
-       .arg = "A,B,C",
-       .help = "the machines of the job's host masters, one rank each, {limits}; a name given "
-               "twice runs two on it ({default})",
-       .deflt_words = "required",
-       .limits = Stated("1 to 256 names"),
-       .value = HostSlots(),
-       .group = kWorkers,
-       .commands = kLaunchCmd},
-      {.name = "--min-hosts",
-       .arg = "N",
-       .help = "give up (exit 7) when fewer of them are left, {limits} (default {default})",
-       .deflt = "1",
-       .limits = IntRange(1, kMaxLaunchHosts),
-       .value = Int(Cmd(&Command::min_hosts)),
-       .group = kFault,
-       .commands = kLaunchCmd},
-      {.name = "--max-relaunches",
-       .arg = "K",
-       .help = "give up (exit 7) at a loss after K relaunches, {limits} (default {default})",
-       .deflt = "3",
-       .limits = IntRange(0, 1000),
-       .value = Int(Cmd(&Command::max_relaunches)),
-       .group = kFault,
-       .commands = kLaunchCmd},
       {.name = "--dry-run", .arg = "",
        .help = "list only; remove nothing (default: {default})", .deflt_words = "remove the stale",
        .value = Switch(Cmd(&Command::dry_run), true), .group = kOut, .commands = kCleanupCmd},
@@ -1107,8 +1113,9 @@ std::vector<FlagDef> CommandFlags() {
 const std::vector<FlagDef>& Flags() {
   static const std::vector<FlagDef> all = [] {
     std::vector<FlagDef> v;
-    for (auto part : {DataFlags, FormatFlags, ModelFlags, LengthFlags, OptimFlags, AsyncFlags,
-                      HeldOutFlags, OutputFlags, FaultFlags, HookFlags, CommandFlags}) {
+    for (auto part :
+         {DataFlags, FormatFlags, ModelFlags, LengthFlags, OptimFlags, AsyncFlags, HeldOutFlags,
+          OutputFlags, FaultFlags, HookFlags, CommandFlags, LaunchFlags}) {
       for (FlagDef& f : part()) v.push_back(std::move(f));
     }
     return v;

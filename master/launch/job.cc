@@ -52,7 +52,11 @@ int Listen(int* port) {
 }
 
 // mpirun, in a process group of its own (the launcher ends the whole job on its own terms),
-// with SIGTERM when the launcher dies, so that no job goes on headless.
+// with SIGUSR1 when the launcher dies, which mpirun passes on to every host master (Open MPI
+// forwards SIGUSR1 by default): each stops as on any stop signal, checkpointing where it
+// stopped, and the job ends. (SIGTERM would make mpirun kill them within milliseconds, before
+// their checkpoints.) Each host master also stops by itself when its connection to the
+// launcher closes (master/log/report.h): no job goes on headless.
 pid_t Spawn(const std::vector<std::string>& argv, const std::string& report) {
   std::vector<std::string> env_text = {std::string(kLaunchReportVar) + "=" + report};
   for (char** e = environ; *e != nullptr; ++e) {
@@ -69,7 +73,7 @@ pid_t Spawn(const std::vector<std::string>& argv, const std::string& report) {
   const pid_t pid = fork();
   if (pid != 0) return pid;
   setpgid(0, 0);
-  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  prctl(PR_SET_PDEATHSIG, SIGUSR1);
   if (getppid() != parent) _exit(127);  // the launcher died before the line above
   execvpe(args[0], args.data(), env.data());
   _exit(127);
@@ -133,6 +137,10 @@ void Watch::Event(Connection& c, const std::string& line, int64_t now) {
     end_->ranks[c.rank].error = e.value("message", "");
   }
   if (event == "checkpoint_on_stop" && e.contains("path") && e.contains("step")) {
+    end_->ranks[c.rank].ending = true;
+    end_->saved.push_back({spec_.rank_slot[c.rank], e.value("path", ""), e.value("step", -1)});
+  } else if (event == "checkpoint_on_stop_skipped" && !e.value("path", "").empty()) {
+    // Async: the last periodic checkpoint stands for the state where it stopped.
     end_->ranks[c.rank].ending = true;
     end_->saved.push_back({spec_.rank_slot[c.rank], e.value("path", ""), e.value("step", -1)});
   } else if (event == "training" && c.rank == 0 && !training_said_) {

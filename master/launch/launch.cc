@@ -27,7 +27,6 @@ extern char** environ;
 namespace shmtrain::master::launch {
 namespace {
 
-
 std::string SelfPath() {
   char buf[4096];
   const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
@@ -87,8 +86,8 @@ std::string ReportHost(const std::vector<std::string>& names) {
 // removes them. Another machine's are removed by the next job's start there.
 void ReclaimLeftovers(Logger& log) {
   for (const shm::SegmentInfo& gone : shm::ReclaimStaleSegments()) {
-    log.Info("launch: removed the segment /dev/shm/" + gone.name + " of a job's host master: " +
-                 gone.why,
+    log.Info("launch: removed the segment /dev/shm/" + gone.name +
+                 " of a job's host master: " + gone.why,
              JsonLine("stale_segment_removed").Str("name", gone.name).Str("why", gone.why));
   }
 }
@@ -125,11 +124,14 @@ struct Launcher {
   std::vector<SavedState> saved;  // every stop checkpoint reported, by any job
   std::string resume;             // what the next job resumes ("" : the job's own --resume)
   int first = 0;                  // the slot of rank 0: where `resume` is
-  LastRelaunch last;           // the latest relaunch (told.relaunches 0: none yet)
-  bool said_training = false;  // the latest relaunch's line is out
+  LastRelaunch last;              // the latest relaunch (told.relaunches 0: none yet)
+  bool said_training = false;     // the latest relaunch's line is out
 
   void SayRelaunch(int64_t now);
+  // After a job: -1 to relaunch (the state set for it), else the launch's exit code.
   int Next(const JobEnd& end, const Placement& p);
+  // Whether, with `gone` lost, the launcher gives up (saying why, and where `best` is).
+  bool GivesUp(const std::vector<std::string>& gone, const SavedState* best) const;
 };
 
 // The relaunch's line, once its job trains (now), or when it ended before (now = 0).
@@ -137,10 +139,10 @@ void Launcher::SayRelaunch(int64_t now) {
   const Relaunch& r = last.told;
   if (!r.active() || said_training) return;
   said_training = true;
-  std::string text = "relaunch " + std::to_string(r.relaunches) + " (" + ToString(r.reason) +
-                     "): " + r.LostText() + "; continued from " +
-                     (last.from.empty() ? "the start"
-                                        : "step " + std::to_string(r.step) + " (" + last.from + ")");
+  std::string text =
+      "relaunch " + std::to_string(r.relaunches) + " (" + ToString(r.reason) +
+      "): " + r.LostText() + "; continued from " +
+      (last.from.empty() ? "the start" : "step " + std::to_string(r.step) + " (" + last.from + ")");
   JsonLine json("relaunch");
   json.Int("relaunch", r.relaunches).Str("reason", ToString(r.reason));
   json.Strs("lost", r.lost).Int("step", r.step).Str("from", last.from);
@@ -197,6 +199,26 @@ std::string Joined(const std::vector<std::string>& v) {
 
 }  // namespace
 
+bool Launcher::GivesUp(const std::vector<std::string>& gone, const SavedState* best) const {
+  const std::string state = best == nullptr
+                                ? "no stop checkpoint was written"
+                                : "the newest state is " + best->path + " at step " +
+                                      std::to_string(best->step) + " on " + cmd.hosts[best->slot];
+  const std::string left =
+      std::to_string(alive.size()) + " of " + std::to_string(cmd.hosts.size()) + " hosts left";
+  if (static_cast<int>(alive.size()) < cmd.min_hosts) {
+    log.Error("launch: giving up: " + Joined(gone) + " lost, " + left +
+              ", fewer than --min-hosts " + std::to_string(cmd.min_hosts) + "; " + state);
+    return true;
+  }
+  if (last.told.relaunches >= cmd.max_relaunches) {
+    log.Error("launch: giving up: " + Joined(gone) + " lost, and --max-relaunches " +
+              std::to_string(cmd.max_relaunches) + " are used up (" + left + "); " + state);
+    return true;
+  }
+  return false;
+}
+
 int Launcher::Next(const JobEnd& end, const Placement& p) {
   if (end.stopped) {
     const int sig = g_stop_signal.load();
@@ -225,22 +247,7 @@ int Launcher::Next(const JobEnd& end, const Placement& p) {
     return r.exited && r.code == kExitHostLost;
   });
   const SavedState* best = Newest(saved, alive);
-  const std::string state = best == nullptr
-                                ? "no stop checkpoint was written"
-                                : "the newest state is " + best->path + " at step " +
-                                      std::to_string(best->step) + " on " + cmd.hosts[best->slot];
-  const std::string left =
-      std::to_string(alive.size()) + " of " + std::to_string(cmd.hosts.size()) + " hosts left";
-  if (static_cast<int>(alive.size()) < cmd.min_hosts) {
-    log.Error("launch: giving up: " + Joined(gone) + " lost, " + left +
-              ", fewer than --min-hosts " + std::to_string(cmd.min_hosts) + "; " + state);
-    return kExitLaunchGaveUp;
-  }
-  if (last.told.relaunches >= cmd.max_relaunches) {
-    log.Error("launch: giving up: " + Joined(gone) + " lost, and --max-relaunches " +
-              std::to_string(cmd.max_relaunches) + " are used up (" + left + "); " + state);
-    return kExitLaunchGaveUp;
-  }
+  if (GivesUp(gone, best)) return kExitLaunchGaveUp;
   if (best != nullptr) {
     resume = best->path;
     first = best->slot;

@@ -8,9 +8,10 @@
 // step and ends with the bits of a run that lost no host. It gives up, exit 7, below
 // --min-hosts or after --max-relaunches relaunches.
 //
-// mpirun is its child, in a process group of its own, with SIGTERM when the launcher dies
-// (PR_SET_PDEATHSIG): the job never goes on headless. A stop signal to the launcher ends the
-// job through mpirun (each host master checkpoints where it stopped) and no relaunch follows.
+// mpirun is its child, in a process group of its own, with SIGUSR1 when the launcher dies
+// (PR_SET_PDEATHSIG; mpirun passes it on to every host master, which stops as on any stop
+// signal): the job never goes on headless. A stop signal to the launcher stops every host
+// master (each checkpoints where it stopped), and no relaunch follows.
 // Open MPI's own settings pass through from the environment (OMPI_MCA_*); every SHMTRAIN_*
 // variable reaches the host masters (-x).
 #pragma once

@@ -14,7 +14,9 @@
 // process then stops as on mpirun's SIGTERM (it raises SIGTERM itself), so that every survivor
 // checkpoints where it stopped at once, well before mpirun's own end of the job, which gives a
 // host master a second from SIGCONT to SIGTERM and then only milliseconds before SIGKILL. The
-// launcher's end (its connection closed) stops it the same way: no job goes on headless.
+// launcher's end (its connection closed) stops it the same way, and one that has not ended a
+// minute later (Open MPI can hold a thread in its transport) is killed: no job goes on
+// headless.
 //
 // Sending never blocks the run: the socket is non-blocking, and an event that does not fit
 // the kernel's buffer, or finds the launcher gone, is dropped (the launcher's own death ends

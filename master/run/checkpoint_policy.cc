@@ -103,10 +103,15 @@ void CheckpointPolicy::Save(RunEnd& end) {
 Status CheckpointPolicy::WriteOnStop() {
   if (config_.path.empty()) return Status::Ok();
   if (!config_.kind->CheckpointsOnStop()) {
-    log_.Info("no checkpoint on a stop in " + std::string(config_.kind->name()) +
-                  ": the last periodic one, at step " +
-                  std::to_string(last_written_) + ", stands",
-              JsonLine("checkpoint_on_stop_skipped").Int("step", last_written_));
+    // Said by the host that holds it, with its path once this run has written it (a launcher
+    // resumes it: master/launch/launch.h).
+    const bool written = last_written_ > config_.first_step;
+    log_.Notice("no checkpoint on a stop in " + std::string(config_.kind->name()) +
+                    ": the last periodic one, at step " + std::to_string(last_written_) +
+                    ", stands",
+                JsonLine("checkpoint_on_stop_skipped")
+                    .Str("path", written ? config_.path : "")
+                    .Int("step", last_written_));
     return Status::Ok();
   }
   Status s = Write(config_.kind->CopyState(seg_, config_.kind->Progress(seg_)));
