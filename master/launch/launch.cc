@@ -95,10 +95,9 @@ void ReclaimLeftovers(Logger& log) {
 std::string Seconds(int64_t ns) {
   return Fmt("%.1f", static_cast<double>(ns) * 1e-9);
 }
-// Seconds to the millisecond, for the JSON event.
-double Ms(int64_t ns) {
-  return std::round(static_cast<double>(ns) * 1e-6) * 1e-3;
-}
+
+// Seconds to the millisecond, for the JSON event (0.104, not 0.10400000000000001).
+double Ms(int64_t ns) { return std::round(static_cast<double>(ns) * 1e-6) / 1000.0; }
 
 }  // namespace
 
