@@ -97,7 +97,9 @@ std::string Seconds(int64_t ns) {
 }
 
 // Seconds to the millisecond, for the JSON event (0.104, not 0.10400000000000001).
-double Ms(int64_t ns) { return std::round(static_cast<double>(ns) * 1e-6) / 1000.0; }
+double Ms(int64_t ns) {
+  return std::round(static_cast<double>(ns) * 1e-6) / 1000.0;
+}
 
 }  // namespace
 
