@@ -2,6 +2,7 @@
 """Loads the master's live page in headless chromium and returns what it shows.
 
   python3 tests/live_page.py URL [--screenshot FILE] [--budget-ms MS] [--chromium PATH]
+                             [--ready-within S]
 
 prints the snapshot of URL (the page at `/` of a running master) as JSON, and with
 --screenshot also saves a PNG of it. Standard library only, plus Debian's chromium
@@ -286,9 +287,16 @@ def main(argv=None):
     ap.add_argument("--budget-ms", type=int, default=3000,
                     help="virtual time the page runs before the dump (default 3000)")
     ap.add_argument("--chromium", default=CHROMIUM, help=f"browser (default {CHROMIUM})")
+    ap.add_argument("--ready-within", type=float, metavar="S",
+                    help="snapshot again until the page is ready, for at most S seconds (a "
+                         "loaded machine may need more than one budget)")
     a = ap.parse_args(argv)
     try:
-        snap = snapshot(a.url, chromium=a.chromium, budget_ms=a.budget_ms)
+        if a.ready_within:
+            snap = wait_for_points(a.url, series=(), timeout_s=a.ready_within,
+                                   chromium=a.chromium, budget_ms=a.budget_ms)
+        else:
+            snap = snapshot(a.url, chromium=a.chromium, budget_ms=a.budget_ms)
         print(json.dumps(snap, indent=1))
         if a.screenshot:
             print("screenshot:", screenshot(a.url, a.screenshot, budget_ms=a.budget_ms,

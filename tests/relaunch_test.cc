@@ -218,8 +218,9 @@ ProcResult Interrupt(Subprocess& p) {
   ProcResult result;
   std::thread shot([&] {
     result =
-        test::RunProcess({kPython, std::string(SHMTRAIN_SOURCE_DIR) + "/tests/live_page.py", url},
-                         milliseconds{60'000});
+        test::RunProcess({kPython, std::string(SHMTRAIN_SOURCE_DIR) + "/tests/live_page.py", url,
+                          "--ready-within", "60"},
+                         milliseconds{120'000});
     done = true;
   });
   std::string line;
