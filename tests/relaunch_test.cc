@@ -217,10 +217,9 @@ ProcResult Interrupt(Subprocess& p) {
   std::atomic<bool> done{false};
   ProcResult result;
   std::thread shot([&] {
-    result =
-        test::RunProcess({kPython, std::string(SHMTRAIN_SOURCE_DIR) + "/tests/live_page.py", url,
-                          "--ready-within", "60"},
-                         milliseconds{120'000});
+    result = test::RunProcess({kPython, std::string(SHMTRAIN_SOURCE_DIR) + "/tests/live_page.py",
+                               url, "--ready-within", "60"},
+                              milliseconds{120'000});
     done = true;
   });
   std::string line;
