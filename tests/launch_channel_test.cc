@@ -137,5 +137,27 @@ TEST(LaunchChannel, TheLaunchersStopRaisesSigterm) {
   sigaction(SIGTERM, &old, nullptr);
 }
 
+TEST(LaunchChannel, AChannelDestroyedWhileListeningEndsItsThreadQuietly) {
+  struct sigaction sa {
+  }, old{};
+  sa.sa_handler = [](int) { g_terms.fetch_add(1); };
+  sigemptyset(&sa.sa_mask);
+  ASSERT_EQ(sigaction(SIGTERM, &sa, &old), 0);
+  g_terms = 0;
+  Listener l;
+  std::unique_ptr<LaunchChannel> channel;
+  ASSERT_TRUE(LaunchChannel::Connect(l.address(), 2.0, &channel).ok());
+  const int peer = accept4(l.fd, nullptr, nullptr, SOCK_CLOEXEC);
+  ASSERT_GE(peer, 0);
+  channel->ListenForStop();
+  channel.reset();  // the thread's read ends: not the launcher's death
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(g_terms.load(), 0) << "a destroyed channel taken for the launcher's end";
+  close(peer);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(g_terms.load(), 0);
+  sigaction(SIGTERM, &old, nullptr);
+}
+
 }  // namespace
 }  // namespace shmtrain::master

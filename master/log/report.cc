@@ -69,7 +69,12 @@ Status LaunchChannel::Connect(const std::string& address, double timeout_s,
   return Status::Ok();
 }
 
+// The listening thread's end when the channel goes first (never in a host master, whose
+// channel lasts to its exit): its read ends, and it leaves without taking that for the
+// launcher's death.
 LaunchChannel::~LaunchChannel() {
+  closing_->store(true);
+  shutdown(fd_, SHUT_RD);
   close(fd_);
 }
 
@@ -78,18 +83,24 @@ LaunchChannel::~LaunchChannel() {
 constexpr int kHeadlessGraceS = 60;
 
 void LaunchChannel::ListenForStop() {
-  std::thread([fd = fd_] {
+  // The thread reads a descriptor of its own (the same socket), which it closes itself: the
+  // channel's is never closed under it.
+  const int own = fcntl(fd_, F_DUPFD_CLOEXEC, 0);
+  if (own < 0) return;  // no stop from the launcher: mpirun's end still stops this process
+  std::thread([fd = own, closing = closing_] {
     std::string got;
     for (;;) {
       pollfd p{fd, POLLIN, 0};
       if (poll(&p, 1, -1) < 0 && errno == EINTR) continue;
-      if ((p.revents & POLLNVAL) != 0) return;  // the channel is gone
       char buf[256];
       const ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
       const bool gone = n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR);
       if (n > 0) got.append(buf, static_cast<size_t>(n));
+      const bool stop = got.find("\"stop\"") != std::string::npos;
+      if (gone || stop) close(fd);
+      if (gone && closing->load()) return;  // the channel was destroyed
       // Told to stop, or the launcher is gone: no job goes on headless.
-      if (gone || got.find("\"stop\"") != std::string::npos) {
+      if (gone || stop) {
         kill(getpid(), SIGTERM);
         if (!gone) return;  // the launcher, alive, has mpirun end what does not stop
         // Nothing else will end a host master that Open MPI holds in its transport.

@@ -23,6 +23,7 @@
 // the job through mpirun: master/launch/launch.h).
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -53,6 +54,8 @@ class LaunchChannel {
   explicit LaunchChannel(int fd) : fd_(fd) {}
   std::mutex mu_;
   int fd_;
+  // Set when the channel is destroyed, for a listening thread that outlives it.
+  std::shared_ptr<std::atomic<bool>> closing_ = std::make_shared<std::atomic<bool>>(false);
   bool broken_ = false;  // a write failed: the launcher is gone, the rest is dropped
 };
 
