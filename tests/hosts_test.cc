@@ -59,10 +59,10 @@ using test::Contains;
 using test::Events;
 using test::ExitedWith;
 using test::ExpectJobGone;
-using test::KillHostMaster;
 using test::JsonField;
 using test::kEventTimeout;
 using test::kGoneBound;
+using test::KillHostMaster;
 using test::kJobTimeout;
 using test::kRefTol;
 using test::MaxScaledDiff;
@@ -71,8 +71,8 @@ using test::Ms;
 using test::Num;
 using test::ProcResult;
 using test::RunJob;
-using test::StopHostMaster;
 using test::SameBytes;
+using test::StopHostMaster;
 using test::SummaryOf;
 using test::SyncRun;
 using test::TempDir;
@@ -444,8 +444,9 @@ TEST_F(HostsTest, HostMasterKilledEndsTheJobAndTheCheckpointResumesExactly) {
       // On one host the checkpoint is another run's, and the message says what differs.
       const ProcResult one = RunJob(1, LongRun(total, {"--log-every", "0", "--resume", ckpt}));
       EXPECT_TRUE(ExitedWith(one, 2));
-      EXPECT_TRUE(Contains(one.err, "it was written by a run of 2 hosts x 2 workers (mpirun -np 2, "
-                                    "--workers 2), and this run is 1 host x 2 workers"))
+      EXPECT_TRUE(Contains(one.err,
+                           "it was written by a run of 2 hosts x 2 workers (mpirun -np 2, "
+                           "--workers 2), and this run is 1 host x 2 workers"))
           << Clip(one.err);
     }
     const std::string model = dir.File("resumed" + std::to_string(victim) + ".model");
@@ -581,9 +582,9 @@ TEST_F(HostsTest, EveryHostServesMetricsOnItsPortWithItsHostLabel) {
   ASSERT_GT(base, 0);
   // A line a thousand steps: the checks below read no output for seconds, and what the job
   // prints meanwhile waits in mpirun's pipe and the masters' queues (master/log/output_thread.h).
-  MpiJob job(2, Train({"--workers", "2", "--steps", "100000000", "--log-every", "1000",
-                       "--metrics-addr", "127.0.0.1:" + std::to_string(base), "--tensorboard",
-                       dir.File("tb")}));
+  MpiJob job(
+      2, Train({"--workers", "2", "--steps", "100000000", "--log-every", "1000", "--metrics-addr",
+                "127.0.0.1:" + std::to_string(base), "--tensorboard", dir.File("tb")}));
   ASSERT_GT(job.mpirun(), 0);
   ASSERT_TRUE(job.UntilRunning(2, kEventTimeout)) << "the job did not start; stderr:\n"
                                                   << job.err();
@@ -644,6 +645,18 @@ TEST_F(HostsTest, EveryHostServesMetricsOnItsPortWithItsHostLabel) {
     EXPECT_EQ(hosts, 2) << "shmtrain_hosts";
   }
   test::ExpectThePageListsEveryHostsWorkers(job, base);
+  // Host 0's event file gets its records at its flushes (every 2 s) while the job runs: wait
+  // for one before the stop. A stop's last flush is not awaited: mpirun sends SIGTERM and
+  // SIGKILL milliseconds apart, which a loaded machine loses (the file then held 40 bytes).
+  auto event_bytes = [&] {
+    const ProcResult f = test::RunProcess(
+        {"/usr/bin/find", dir.File("tb"), "-name", "events.out.tfevents.*", "-printf", "%s\\n"},
+        milliseconds{10'000});
+    const std::vector<std::string> s = test::SplitLines(f.out);
+    return s.size() == 1 ? std::stoll(s[0]) : -1;
+  };
+  const Clock::time_point flushed_by = Clock::now() + milliseconds{30'000};
+  while (event_bytes() <= 100 && Clock::now() < flushed_by) job.Pause(milliseconds{200});
 
   ASSERT_TRUE(job.SignalMpirun(SIGINT));
   const Clock::time_point stopped = Clock::now();

@@ -417,6 +417,10 @@ TEST_F(LaunchTest, ACnnWithBatchNormAndDropoutLosesAHostAndEndsWithTheSameBits) 
   const ProcResult r = l.Wait();
   ASSERT_TRUE(ExitedWith(r, 0)) << Clip(r.err);
   ExpectRelaunch(r, 1, "host_died", Named(0), 1000);
+  // The survivors say who stopped them.
+  EXPECT_TRUE(Contains(r.err, Named(1) + ": stopped by SIGTERM at step ") &&
+              Contains(r.err, "(shmtrain launch stopped this host master: another one was lost"))
+      << Clip(r.err);
   EXPECT_TRUE(SameBytes(ReadWholeFile(model), want));
   ExpectLaunchGone(l, milliseconds{5'000});
 }

@@ -78,6 +78,14 @@ LaunchChannel::~LaunchChannel() {
   close(fd_);
 }
 
+namespace {
+std::atomic<int> g_launcher_stop{0};  // a LauncherStop
+}  // namespace
+
+LauncherStop LauncherStopped() {
+  return static_cast<LauncherStop>(g_launcher_stop.load());
+}
+
 // A host master whose launcher is gone and that has not ended this long after its stop is
 // killed: its stop (the workers stopped, a checkpoint written) takes far less.
 constexpr int kHeadlessGraceS = 60;
@@ -101,6 +109,8 @@ void LaunchChannel::ListenForStop() {
       if (gone && closing->load()) return;  // the channel was destroyed
       // Told to stop, or the launcher is gone: no job goes on headless.
       if (gone || stop) {
+        g_launcher_stop.store(
+            static_cast<int>(gone ? LauncherStop::kLauncherGone : LauncherStop::kLoss));
         kill(getpid(), SIGTERM);
         if (!gone) return;  // the launcher, alive, has mpirun end what does not stop
         // Nothing else will end a host master that Open MPI holds in its transport.

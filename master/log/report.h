@@ -35,6 +35,11 @@ namespace shmtrain::master {
 // The environment variable that names the launcher's address.
 inline constexpr const char* kLaunchReportVar = "SHMTRAIN_LAUNCH_REPORT";
 
+// What made this process stop, once the listening thread has raised its SIGTERM: the launcher
+// saw another host master lost (kLoss), or the launcher is gone (kLauncherGone); kNone before.
+enum class LauncherStop { kNone = 0, kLoss = 1, kLauncherGone = 2 };
+LauncherStop LauncherStopped();
+
 class LaunchChannel {
  public:
   // Connects to `address` (HOST:PORT), within timeout_s. kUsage for an address that is not

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "data/dataset.h"
+#include "master/log/report.h"
 #include "master/run/run.h"
 #include "shmtrain/status.h"
 
@@ -106,13 +107,21 @@ Verdict StopSignal::Tick(const RunView& view) {
   const int sig = g_stop_signal.load();
   if (sig == 0) return Verdict::GoOn();
   const bool from_mpirun = under_mpirun_ && sig == SIGTERM;
-  return Verdict::EndIf(Status::Interrupted(
-      "stopped by " + SignalName(sig) + " at step " + std::to_string(view.progress) + " of " +
-      std::to_string(total_steps_) +
-      (from_mpirun ? " (under mpirun, SIGTERM comes from mpirun: it ends the job this way when "
-                     "it is interrupted or when another host master has failed; its message, "
-                     "or that host's, tells which)"
-                   : "")));
+  // Under shmtrain launch, the SIGTERM may be the launcher's (master/log/report.h).
+  const LauncherStop launcher = sig == SIGTERM ? LauncherStopped() : LauncherStop::kNone;
+  const char* why =
+      launcher == LauncherStop::kLoss
+          ? " (shmtrain launch stopped this host master: another one was lost, and the job is "
+            "relaunched on the hosts left)"
+      : launcher == LauncherStop::kLauncherGone
+          ? " (its shmtrain launch is gone: no job goes on without it)"
+      : from_mpirun ? " (under mpirun, SIGTERM comes from mpirun: it ends the job this way when "
+                      "it is interrupted or when another host master has failed; its message, "
+                      "or that host's, tells which)"
+                    : "";
+  return Verdict::EndIf(Status::Interrupted("stopped by " + SignalName(sig) + " at step " +
+                                            std::to_string(view.progress) + " of " +
+                                            std::to_string(total_steps_) + why));
 }
 
 std::string DescribeException(std::exception_ptr e) {
