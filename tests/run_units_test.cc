@@ -568,9 +568,12 @@ TEST_F(CheckpointPolicyTest, ResumeRefusesAnotherRunsCheckpoint) {
   EXPECT_NE(hosts.message().find("belongs to another run: written on 2 hosts; resume with"),
             std::string::npos)
       << hosts.message();
-  const Status past = LoadResume(path, Mode::kSync, 0xF1F2, "opt A", layout, 5, {}, &c);
+  const Status past = LoadResume(path, Mode::kSync, 0xF1F2, "opt A", layout, 4, {}, &c);
   EXPECT_EQ(past.code(), Status::Code::kUsage);
-  EXPECT_NE(past.message().find("the run has only 5"), std::string::npos) << past.message();
+  EXPECT_NE(past.message().find("the run has only 4"), std::string::npos) << past.message();
+  // A checkpoint at the run's last step (a host lost after it, before the model was saved)
+  // resumes: a run of no step that saves the model.
+  EXPECT_TRUE(LoadResume(path, Mode::kSync, 0xF1F2, "opt A", layout, 5, {}, &c).ok());
   EXPECT_EQ(LoadResume(dir_.File("none.bin"), Mode::kSync, 0xF1F2, "opt A", layout, 10, {}, &c).code(),
             Status::Code::kData);
 }

@@ -236,7 +236,9 @@ int Launcher::Next(const JobEnd& end, const Placement& p) {
     return coded ? WEXITSTATUS(end.mpirun_status) : kExitResource;
   }
   const std::vector<int> lost = LostSlots(end.ranks, p.rank_slot);
-  if (lost.empty()) {
+  // Host 0 ended well: the run is done and its model saved, whatever was lost after.
+  const bool done = end.ranks[0].exited && end.ranks[0].code == 0;
+  if (lost.empty() || done) {
     SayRelaunch(0);
     return JobCode(end);
   }

@@ -185,7 +185,7 @@ Status DecodeResume(const std::string& bytes, const std::string& path, Mode mode
                          "mode, async rule or data differ); resume with the options it was "
                          "written with");
   }
-  if (c.step >= total_steps) {
+  if (c.step > total_steps) {
     return Status::Usage(path + ": the checkpoint is at step " + std::to_string(c.step) +
                          ", the run has only " + std::to_string(total_steps));
   }
