@@ -425,6 +425,26 @@ TEST_F(LaunchTest, ACnnWithBatchNormAndDropoutLosesAHostAndEndsWithTheSameBits) 
   ExpectLaunchGone(l, milliseconds{5'000});
 }
 
+TEST_F(LaunchTest, AHostLostAtTheLastStepStillEndsWithTheSameModel) {
+  TempDir dir;
+  const Job job = MlpJob(dir.File("ck"), 3000);
+  const std::string& want = Undisturbed(job, dir);
+  const std::string model = dir.File("model");
+  Launch l(job, model);
+  // Host 2 dies as the run ends: before host 0 saved (the survivors' checkpoints are at the
+  // last step, and the relaunch is a run of no step), or after (the run is done).
+  ASSERT_GE(l.UntilStep(2999, 1), 2999);
+  l.KillHost(2);
+  const ProcResult r = l.Wait();
+  ASSERT_TRUE(ExitedWith(r, 0)) << Clip(r.err);
+  std::printf("[ host 2 killed at the end ] %zu relaunch(es)\n", EventsOf(r, "relaunch").size());
+  for (const auto& e : EventsOf(r, "relaunch")) {
+    EXPECT_EQ(e.at("step"), "3000") << "a finished run relaunched from an earlier state";
+  }
+  EXPECT_TRUE(SameBytes(ReadWholeFile(model), want));
+  ExpectLaunchGone(l, milliseconds{5'000});
+}
+
 // ---- the limits.
 
 TEST_F(LaunchTest, AHostSilentPastTheTimeoutIsLostAndTheRunEndsWithTheSameBits) {
