@@ -108,22 +108,39 @@ TEST(LaunchChannel, ABadOrUnreachableAddressIsRefusedByName) {
 
 std::atomic<int> g_terms{0};
 
-TEST(LaunchChannel, TheLaunchersStopRaisesSigterm) {
-  struct sigaction sa {
-  }, old{};
-  sa.sa_handler = [](int) { g_terms.fetch_add(1); };
-  sigemptyset(&sa.sa_mask);
-  ASSERT_EQ(sigaction(SIGTERM, &sa, &old), 0);
+// SIGTERM counted in g_terms (from 0) while it lives, and a channel listening on a connection
+// whose launcher's end is `peer`.
+struct Listening {
+  struct sigaction old {};
   Listener l;
   std::unique_ptr<LaunchChannel> channel;
-  ASSERT_TRUE(LaunchChannel::Connect(l.address(), 2.0, &channel).ok());
-  const int peer = accept4(l.fd, nullptr, nullptr, SOCK_CLOEXEC);
-  ASSERT_GE(peer, 0);
-  channel->ListenForStop();
+  int peer = -1;
+  Listening() {
+    struct sigaction sa {};
+    sa.sa_handler = [](int) { g_terms.fetch_add(1); };
+    sigemptyset(&sa.sa_mask);
+    EXPECT_EQ(sigaction(SIGTERM, &sa, &old), 0);
+    g_terms = 0;
+    EXPECT_TRUE(LaunchChannel::Connect(l.address(), 2.0, &channel).ok());
+    peer = accept4(l.fd, nullptr, nullptr, SOCK_CLOEXEC);
+    EXPECT_GE(peer, 0);
+    if (channel) channel->ListenForStop();
+  }
+  ~Listening() {
+    if (peer >= 0) close(peer);
+    channel.reset();
+    sigaction(SIGTERM, &old, nullptr);
+  }
+};
+
+TEST(LaunchChannel, TheLaunchersStopRaisesSigterm) {
+  Listening c;
+  ASSERT_TRUE(c.channel != nullptr && c.peer >= 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_EQ(g_terms.load(), 0) << "SIGTERM before the launcher said stop";
   const std::string stop = "{\"event\":\"stop\"}\n";
-  ASSERT_EQ(send(peer, stop.data(), stop.size(), MSG_NOSIGNAL), static_cast<ssize_t>(stop.size()));
+  ASSERT_EQ(send(c.peer, stop.data(), stop.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(stop.size()));
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   while (g_terms.load() == 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -132,31 +149,18 @@ TEST(LaunchChannel, TheLaunchersStopRaisesSigterm) {
   // The listening thread has returned after the stop: closing the connection now is not taken
   // for the launcher's death (which would end this process a minute later).
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  close(peer);
-  channel.reset();
-  sigaction(SIGTERM, &old, nullptr);
 }
 
 TEST(LaunchChannel, AChannelDestroyedWhileListeningEndsItsThreadQuietly) {
-  struct sigaction sa {
-  }, old{};
-  sa.sa_handler = [](int) { g_terms.fetch_add(1); };
-  sigemptyset(&sa.sa_mask);
-  ASSERT_EQ(sigaction(SIGTERM, &sa, &old), 0);
-  g_terms = 0;
-  Listener l;
-  std::unique_ptr<LaunchChannel> channel;
-  ASSERT_TRUE(LaunchChannel::Connect(l.address(), 2.0, &channel).ok());
-  const int peer = accept4(l.fd, nullptr, nullptr, SOCK_CLOEXEC);
-  ASSERT_GE(peer, 0);
-  channel->ListenForStop();
-  channel.reset();  // the thread's read ends: not the launcher's death
+  Listening c;
+  ASSERT_TRUE(c.channel != nullptr && c.peer >= 0);
+  c.channel.reset();  // the thread's read ends: not the launcher's death
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_EQ(g_terms.load(), 0) << "a destroyed channel taken for the launcher's end";
-  close(peer);
+  close(c.peer);
+  c.peer = -1;
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_EQ(g_terms.load(), 0);
-  sigaction(SIGTERM, &old, nullptr);
 }
 
 }  // namespace

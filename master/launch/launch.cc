@@ -173,6 +173,9 @@ std::string HowEnded(int status) {
 // The job's exit code when every host master ended by itself: host 0's, or the first other
 // host's that failed.
 int JobCode(const JobEnd& end) {
+  for (const RankEnd& r : end.ranks) {  // a failure of its own first, then any
+    if (r.exited && r.code != 0 && r.code != kExitHostLost && r.code < 128) return r.code;
+  }
   for (const RankEnd& r : end.ranks) {
     if (r.code != 0) return r.code;
   }
@@ -236,9 +239,14 @@ int Launcher::Next(const JobEnd& end, const Placement& p) {
     return coded ? WEXITSTATUS(end.mpirun_status) : kExitResource;
   }
   const std::vector<int> lost = LostSlots(end.ranks, p.rank_slot);
-  // Host 0 ended well: the run is done and its model saved, whatever was lost after.
+  // Host 0 ended well: the run is done and its model saved, whatever was lost after. A host
+  // that failed by itself (a bad file, a divergence: not a stop, not a lost host) failed the
+  // job, even when mpirun then killed another before it could say so: nothing to relaunch.
   const bool done = end.ranks[0].exited && end.ranks[0].code == 0;
-  if (lost.empty() || done) {
+  const bool failed = std::any_of(end.ranks.begin(), end.ranks.end(), [](const RankEnd& r) {
+    return r.exited && r.code != 0 && r.code != kExitHostLost && r.code < 128;
+  });
+  if (lost.empty() || done || failed) {
     SayRelaunch(0);
     return JobCode(end);
   }
