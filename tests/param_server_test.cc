@@ -29,14 +29,14 @@ TEST(OwnedPart, AsgdAddsEveryPushAndCountsTheOthersSinceTheLastPull) {
   const std::vector<float> w0 = {1.0f, -2.0f, 0.5f};
   OwnedPart part(w0.data(), 3, 3, Rule(AsyncRule::kAsgd, 0));
   const std::vector<float> d0 = {0.1f, 0.2f, -0.3f}, d1 = {-0.05f, 0.0f, 0.25f};
-  const auto a = part.Apply(0, d0.data(), 2, 0.1, -1);
+  const auto a = part.Apply(0, d0.data(), 2, 0.1, -1, 1);
   EXPECT_TRUE(a.applied);
   EXPECT_EQ(a.tau, 0u);
-  const auto b = part.Apply(1, d1.data(), 5, 0.1, -1);
+  const auto b = part.Apply(1, d1.data(), 5, 0.1, -1, 1);
   EXPECT_EQ(b.tau, 1u);  // host 0's push came in since host 1 pulled
-  const auto c = part.Apply(2, d1.data(), 1, 0.1, -1);
+  const auto c = part.Apply(2, d1.data(), 1, 0.1, -1, 1);
   EXPECT_EQ(c.tau, 2u);
-  const auto d = part.Apply(0, d0.data(), 1, 0.1, -1);
+  const auto d = part.Apply(0, d0.data(), 1, 0.1, -1, 1);
   EXPECT_EQ(d.tau, 2u);  // hosts 1 and 2 since host 0's reply
   EXPECT_EQ(part.version(), 4u);
   for (int i = 0; i < 3; ++i) {
@@ -50,14 +50,14 @@ TEST(OwnedPart, ConstantLambdaCompensatesAgainstThePushersBackup) {
   const std::vector<float> w0 = {0.3f, -0.7f};
   OwnedPart part(w0.data(), 2, 2, Rule(AsyncRule::kDcAsgdC, lambda));
   const std::vector<float> d0 = {0.02f, -0.04f}, d1 = {-0.03f, 0.01f};
-  part.Apply(0, d0.data(), 1, lr, -1);  // host 0's backup is G: nothing to compensate
+  part.Apply(0, d0.data(), 1, lr, -1, 1);  // host 0's backup is G: nothing to compensate
   std::vector<double> g_after0(2);
   for (int i = 0; i < 2; ++i) {
     g_after0[i] = w0[i] + d0[i];
     EXPECT_NEAR(part.values()[i], g_after0[i], kTol);
   }
   const int64_t k = 4;
-  part.Apply(1, d1.data(), k, lr, -1);  // host 1 computed from w0; G moved by d0 since
+  part.Apply(1, d1.data(), k, lr, -1, 1);  // host 1 computed from w0; G moved by d0 since
   for (int i = 0; i < 2; ++i) {
     const double g = -d1[i] / (lr * k);
     const double want = g_after0[i] + d1[i] - lr * k * lambda * g * g * (g_after0[i] - w0[i]);
@@ -72,7 +72,7 @@ TEST(OwnedPart, AdaptiveLambdaKeepsAMeanSquarePerHost) {
   const std::vector<float> w0 = {1.0f};
   OwnedPart part(w0.data(), 1, 2, Rule(AsyncRule::kDcAsgdA, lambda0));
   const std::vector<float> d0 = {-0.2f}, d1 = {0.1f}, d1b = {0.05f};
-  part.Apply(0, d0.data(), 1, lr, -1);
+  part.Apply(0, d0.data(), 1, lr, -1, 1);
   double G = w0[0] + d0[0];
   double ms1 = 0;
   // Host 1, twice: its own MeanSquare, never host 0's.
@@ -82,7 +82,7 @@ TEST(OwnedPart, AdaptiveLambdaKeepsAMeanSquarePerHost) {
     ms1 = m * ms1 + (1 - m) * g * g;
     const double lam = lambda0 / std::sqrt(ms1 + eps);
     G = G + d - lr * lam * g * g * (G - bak1);
-    part.Apply(1, &d, 1, lr, -1);
+    part.Apply(1, &d, 1, lr, -1, 1);
     EXPECT_NEAR(part.values()[0], G, 1e-5);
     bak1 = G;  // host 1 pulled G with the reply
   }
@@ -92,14 +92,14 @@ TEST(OwnedPart, APushStalerThanTheBoundIsDroppedAndThePusherResynchronises) {
   const std::vector<float> w0 = {0.0f, 0.0f};
   OwnedPart part(w0.data(), 2, 2, Rule(AsyncRule::kAsgd, 0));
   const std::vector<float> d = {1.0f, 1.0f};
-  part.Apply(0, d.data(), 1, 0.1, 0);
-  part.Apply(0, d.data(), 1, 0.1, 0);
-  const auto stale = part.Apply(1, d.data(), 1, 0.1, 1);  // two of host 0's since host 1 pulled
+  part.Apply(0, d.data(), 1, 0.1, 0, 1);
+  part.Apply(0, d.data(), 1, 0.1, 0, 1);
+  const auto stale = part.Apply(1, d.data(), 1, 0.1, 1, 1);  // two of host 0's since host 1 pulled
   EXPECT_FALSE(stale.applied);
   EXPECT_EQ(stale.tau, 2u);
   EXPECT_EQ(part.version(), 2u);
   EXPECT_NEAR(part.values()[0], 2.0f, kTol);
-  const auto fresh = part.Apply(1, d.data(), 1, 0.1, 1);  // it pulled with the drop's reply
+  const auto fresh = part.Apply(1, d.data(), 1, 0.1, 1, 1);  // it pulled with the drop's reply
   EXPECT_TRUE(fresh.applied);
   EXPECT_EQ(fresh.tau, 0u);
   EXPECT_NEAR(part.values()[1], 3.0f, kTol);
@@ -111,10 +111,10 @@ TEST(OwnedPart, AfterASyncPointEveryHostsBackupIsThePart) {
   const std::vector<float> w0 = {0.5f, -0.5f};
   OwnedPart part(w0.data(), 2, 2, Rule(AsyncRule::kDcAsgdC, 1e6));
   const std::vector<float> d = {0.01f, -0.02f};
-  part.Apply(0, d.data(), 1, 0.1, -1);
+  part.Apply(0, d.data(), 1, 0.1, -1, 1);
   part.EveryHostPulled();
   const std::vector<float> g = {part.values()[0], part.values()[1]};
-  const auto o = part.Apply(1, d.data(), 1, 0.1, -1);
+  const auto o = part.Apply(1, d.data(), 1, 0.1, -1, 1);
   EXPECT_EQ(o.tau, 0u);
   for (int i = 0; i < 2; ++i) EXPECT_NEAR(part.values()[i], g[i] + d[i], kTol) << i;
 }

@@ -263,6 +263,10 @@ struct TrainOptions {
   std::string checkpoint_path;
   int64_t checkpoint_every = 0;
   std::string resume_path;
+  // Async across hosts under `shmtrain launch`: where this host master keeps its state when its
+  // run stops on a failure, for the launcher to merge (master/hosts/async_state.h). Set by the
+  // start (checkpoint_path + ".host<index>.async"), never by flags; "" otherwise.
+  std::string stop_state_path;
 
   // Several hosts (master/hosts/hosts.h): a run under mpirun is one of host_count host masters, the
   // one of MPI rank host_index; host_local is its rank among the host masters on this machine

@@ -43,8 +43,11 @@ class ExchangeThread {
     } else {
       seg_.LeaveMapped();
       thread_.detach();
+      left_ = true;
     }
   }
+  // Whether JoinOrLeave left the body running: its state is not to be read.
+  bool left() const { return left_; }
   static constexpr int kStopGraceMs = 250;
 
  private:
@@ -52,6 +55,7 @@ class ExchangeThread {
   std::promise<void> done_;
   std::future<void> ended_ = done_.get_future();
   std::thread thread_;
+  bool left_ = false;
 };
 
 }  // namespace shmtrain::master

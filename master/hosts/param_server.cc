@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "data/batch_plan.h"
+#include "master/hosts/async_state.h"
 #include "master/hosts/param_server_body.h"
 #include "master/unit/stop_flag.h"
 
@@ -12,19 +13,21 @@ namespace shmtrain::master {
 
 // ---- The owner's rule.
 
-OwnedPart::OwnedPart(const float* w0, int64_t len, int hosts, const nn::RuleParams& rule)
+OwnedPart::OwnedPart(const float* w0, int64_t len, int hosts, const nn::RuleParams& rule,
+                     uint64_t first)
     : len_(len),
       rule_(rule),
       g_(w0, w0 + len),
       bak_(static_cast<size_t>(len * hosts)),
       ms_(rule.rule == AsyncRule::kDcAsgdA ? static_cast<size_t>(len * hosts) : 0, 0.0f),
       grad_(static_cast<size_t>(len)),
-      pulled_(static_cast<size_t>(hosts), 0) {
+      pulled_(static_cast<size_t>(hosts), 0),
+      settled_(static_cast<size_t>(hosts), first) {
   for (int h = 0; h < hosts; ++h) std::copy(w0, w0 + len, bak_.begin() + h * len);
 }
 
 OwnedPart::Outcome OwnedPart::Apply(int host, const float* delta, int64_t updates, double lr,
-                                    int64_t max_staleness) {
+                                    int64_t max_staleness, uint64_t at) {
   Outcome out;
   out.tau = version_ - pulled_[static_cast<size_t>(host)];
   out.applied = max_staleness < 0 || out.tau <= static_cast<uint64_t>(max_staleness);
@@ -42,6 +45,7 @@ OwnedPart::Outcome OwnedPart::Apply(int host, const float* delta, int64_t update
   }
   std::copy(g_.begin(), g_.end(), bak);  // what `host` pulls next
   pulled_[static_cast<size_t>(host)] = version_;
+  settled_[static_cast<size_t>(host)] = at;
   return out;
 }
 
@@ -76,20 +80,25 @@ ParamServer::Body::Body(shm::Segment& seg, std::shared_ptr<Hosts> hosts_in,
                            .lr = 0,
                            .lambda0 = seg.header()->config.lambda,
                            .ms_decay = seg.header()->config.ms_decay,
-                           .epsilon = seg.header()->config.epsilon}),
+                           .epsilon = seg.header()->config.epsilon},
+            seg.header()->param_version),
       pushers(static_cast<size_t>(H)),
-      peers(static_cast<size_t>(H)) {
+      peers(static_cast<size_t>(H)),
+      // Every host starts from the same local version: the run's first update over H.
+      known(static_cast<size_t>(H), seg.header()->param_version) {
   const int64_t mine = owned.size();
   for (int j = 0; j < H; ++j) {
     const data::BatchPlan::Range r = Part(j);
     Pusher& p = pushers[static_cast<size_t>(j)];
     p.base.assign(w + r.begin, w + r.end);
     p.snap.resize(static_cast<size_t>(r.end - r.begin));
+    p.settled = known;
+    p.pushed_at = seg.header()->param_version;  // a resumed run's first push sums its own only
     p.out.Resize(r.end - r.begin);
-    p.in.Resize(r.end - r.begin);
+    p.in.Resize(r.end - r.begin, H);
     Peer& q = peers[static_cast<size_t>(j)];
     q.push_in.Resize(mine);
-    q.reply_out.Resize(mine);
+    q.reply_out.Resize(mine, H);
     q.final_in.Resize(r.end - r.begin);
   }
   final_out.Resize(mine);
@@ -138,6 +147,38 @@ void ParamServer::Stop(RunEnd& end) {
   }
   thread_.JoinOrLeave();  // it has ended: joins
   if (Status s = status(); !s.ok()) end.status = std::move(s);
+}
+
+bool ParamServer::StopState(const Checkpoint& own, std::string* bytes) {
+  thread_.JoinOrLeave();  // or left inside the transport: its state is frozen below
+  Body& b = *body_;
+  std::lock_guard<std::mutex> lock(b.state_mu);
+  b.frozen = true;
+  AsyncStopState s;
+  s.hosts = b.H;
+  s.host = b.me;
+  s.updates = shm::LoadAcquire(b.h->param_version);
+  s.known = b.known;
+  s.known[static_cast<size_t>(b.me)] = s.updates;
+  s.owned.version = b.owned.version();
+  s.owned.settled = b.owned.settled();
+  s.owned.base.assign(b.owned.values(), b.owned.values() + b.owned.size());
+  for (const Body::Pusher& p : b.pushers) {
+    AsyncPartState& part = s.parts.emplace_back();
+    part.version = p.version;
+    part.settled = p.settled;
+    part.base = p.base;
+    if (p.waiting) {
+      part.pending_at = p.pushed_at;
+      part.snap = p.snap;
+    }
+  }
+  s.checkpoint = own;
+  s.checkpoint.params.resize(static_cast<size_t>(b.n));
+  for (int64_t i = 0; i < b.n; ++i) s.checkpoint.params[i] = nn::SharedAccess::Load(b.w + i);
+  s.checkpoint.step = static_cast<int64_t>(s.updates);
+  *bytes = EncodeAsyncState(s);
+  return true;
 }
 
 void ParamServer::Collect(RunEnd& end) {

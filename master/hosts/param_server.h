@@ -71,27 +71,34 @@ namespace shmtrain::master {
 class OwnedPart {
  public:
   // The part's first values (every host starts from them), its length, the hosts that push,
-  // and the rule (its lr is given per push).
-  OwnedPart(const float* w0, int64_t len, int hosts, const nn::RuleParams& rule);
+  // the rule (its lr is given per push), and the local version every host starts from.
+  OwnedPart(const float* w0, int64_t len, int hosts, const nn::RuleParams& rule,
+            uint64_t first = 0);
   struct Outcome {
     bool applied = false;
     uint64_t tau = 0;  // pushes of other hosts applied since host `host` last pulled
   };
   // Host `host`'s push: delta, the sum of `updates` local updates at learning rate lr. Dropped
   // (not applied) when tau > max_staleness >= 0. Either way `host` pulls G next: its backup
-  // and version become the current ones.
-  Outcome Apply(int host, const float* delta, int64_t updates, double lr, int64_t max_staleness);
+  // and version become the current ones, and its updates up to `at` (its local version at the
+  // push) are settled here.
+  Outcome Apply(int host, const float* delta, int64_t updates, double lr, int64_t max_staleness,
+                uint64_t at);
   // A sync point: every host has just pulled G (its backup is G, its version the current).
   void EveryHostPulled();
   const float* values() const { return g_.data(); }
   int64_t size() const { return len_; }
   uint64_t version() const { return version_; }
+  // Per host: the local version its pushes applied or dropped here reach
+  // (master/hosts/async_state.h).
+  const std::vector<uint64_t>& settled() const { return settled_; }
 
  private:
   int64_t len_;
   nn::RuleParams rule_;
   std::vector<float> g_, bak_, ms_, grad_;  // bak_, ms_: host h's at h * len_
   std::vector<uint64_t> pulled_;            // the version each host last pulled
+  std::vector<uint64_t> settled_;
   uint64_t version_ = 0;
 };
 
@@ -124,6 +131,11 @@ class ParamServer final : public RunUnit, public CheckpointCut {
   // failure the thread stops. Collect: the run's model and totals replace this host's.
   void Stop(RunEnd& end) override;
   void Collect(RunEnd& end) override;
+  // Once the run has stopped on a failure (another host lost, a stop) and no worker writes W:
+  // this host's state (master/hosts/async_state.h), encoded, with `own` as its checkpoint and W
+  // as its parameters. The thread's state is frozen first, even when the thread was left
+  // behind inside the transport (Body::state_mu).
+  bool StopState(const Checkpoint& own, std::string* bytes) override;
   static constexpr int kBeatMs = 100;
 
  private:

@@ -45,7 +45,9 @@ constexpr int64_t kMaxNapNs = 500'000;
 struct PushHead {
   uint64_t updates;  // local updates the delta sums
   double lr;         // the learning rate of the latest of them
+  uint64_t at;       // the pusher's local version when it took the snapshot
 };
+// Followed by the part's `settled` (H words, master/hosts/async_state.h), then its values.
 struct ReplyHead {
   uint64_t version;  // the part's version after this push
   uint64_t tau;
@@ -57,23 +59,29 @@ struct Beat {
   // every update pushed and answered); -1: none yet.
   int64_t flushed;
   uint64_t seq;
+  uint64_t updates;  // the sender's local version (a lost host's, in the survivors' states)
 };
 struct FinalHead {
   uint64_t updates, samples, staleness_sum, dropped_local;  // the host's workers
   uint64_t sent, bytes;                                     // its pushes
   uint64_t applied, dropped, tau_sum, tau_max;              // as an owner
+  uint64_t version;                                         // its part's
   uint64_t tau_counts[kTauCounts];
 };
 
-// A message buffer: a header, then floats.
+// A message buffer: a header, `words` 64-bit words, then floats.
 template <class Head>
 struct Buffer {
   std::vector<std::byte> bytes;
-  void Resize(int64_t floats) {
-    bytes.assign(sizeof(Head) + static_cast<size_t>(floats) * sizeof(float), std::byte{0});
+  size_t words_ = 0;
+  void Resize(int64_t floats, int words = 0) {
+    words_ = static_cast<size_t>(words);
+    bytes.assign(sizeof(Head) + words_ * 8 + static_cast<size_t>(floats) * sizeof(float),
+                 std::byte{0});
   }
   Head* head() { return reinterpret_cast<Head*>(bytes.data()); }
-  float* floats() { return reinterpret_cast<float*>(bytes.data() + sizeof(Head)); }
+  uint64_t* words() { return reinterpret_cast<uint64_t*>(bytes.data() + sizeof(Head)); }
+  float* floats() { return reinterpret_cast<float*>(bytes.data() + sizeof(Head) + words_ * 8); }
   int64_t size() const { return static_cast<int64_t>(bytes.size()); }
 };
 
@@ -94,7 +102,8 @@ struct ParamServer::Body {
   Status ExchangeParts();
   void FillOwnParts();
   void TakeParts();
-  void Merge(int j, const float* g);
+  // Part j pulled: W_j moves by g - the snapshot; base, version and settled become the owner's.
+  void Merge(int j, const float* g, uint64_t version, const uint64_t* settled);
   // The sync point this host is at or heading to: the end once its workers have all finished,
   // else the checkpoint the run loop waits for (-1: none).
   int64_t Wanted() const { return local_done.load() ? kEnd : cut_wanted.load(); }
@@ -109,6 +118,10 @@ struct ParamServer::Body {
     return all;
   }
   void Record(const OwnedPart::Outcome& o);
+  bool Snapshot(int j, uint64_t k, uint64_t v, double lr);
+  static Status Frozen() {
+    return Status::Interrupted("the exchange between hosts: stopped, its state taken");
+  }
   // How soon the next push of a part is due at the workers' pace (ns per local update, a
   // moving average), from the updates the least advanced part still waits for.
   int64_t NextPushNs(int64_t now);
@@ -140,6 +153,8 @@ struct ParamServer::Body {
 
   struct Pusher {  // this host's side of part j
     std::vector<float> base, snap;
+    uint64_t version = 0;           // the owner's version of base
+    std::vector<uint64_t> settled;  // base's (master/hosts/async_state.h)
     Buffer<PushHead> out;
     Buffer<ReplyHead> in;
     Message send, recv;
@@ -150,7 +165,7 @@ struct ParamServer::Body {
     Buffer<PushHead> push_in;
     Buffer<ReplyHead> reply_out;
     Message push_recv, reply_send, beat_recv, beat_send;
-    Beat beat_in{}, beat_out{-1, 0};
+    Beat beat_in{}, beat_out{-1, 0, 0};
     bool repost = false;   // the push receive is posted again once the reply has gone
     int64_t flushed = -1;  // the latest sync point it has flushed for (its beats)
     int64_t told = -1;     // the latest of this host's that a beat has told it
@@ -159,7 +174,9 @@ struct ParamServer::Body {
     Message final_recv, final_send;
   };
   std::vector<Pusher> pushers;
-  std::vector<Peer> peers;  // [me] unused
+  std::vector<Peer> peers;      // [me] unused
+  std::vector<uint64_t> known;  // the local version each host last said (beats)
+  std::vector<uint64_t> part_versions = std::vector<uint64_t>(static_cast<size_t>(H));  // TakeParts
   Buffer<FinalHead> final_out;
   int64_t flushed = -1;       // the latest sync point this host has flushed for
   uint64_t pace_version = 0;  // NextPushNs: the local version and the time it was seen
@@ -167,6 +184,11 @@ struct ParamServer::Body {
   double ns_per_update = static_cast<double>(kMaxNapNs);
 
   std::atomic<bool> stop{false};
+  // What StopState reads (the pushers' and the owner's state, `known`, W) changes only under
+  // state_mu, and never once frozen: a thread left behind inside the transport (a peer gone)
+  // may come back from it at any time.
+  std::mutex state_mu;
+  bool frozen = false;
   // Sync points: the run loop asks (its workers have stopped at the end, or paused before a
   // checkpoint's step); the thread says when every host has got there.
   std::atomic<bool> local_done{false};

@@ -108,11 +108,17 @@ Status ParamServer::Body::ServePushes(int64_t now, bool* busy) {
     *busy = true;
     q.last_heard_ns = now;
     const PushHead head = *q.push_in.head();
-    const OwnedPart::Outcome o = owned.Apply(
-        k, q.push_in.floats(), static_cast<int64_t>(head.updates), head.lr, opts.max_staleness);
-    Record(o);
-    *q.reply_out.head() = ReplyHead{owned.version(), o.tau, o.applied ? 1u : 0u, 0};
-    std::copy(owned.values(), owned.values() + owned.size(), q.reply_out.floats());
+    {
+      std::lock_guard<std::mutex> lock(state_mu);
+      if (frozen) return Frozen();
+      const OwnedPart::Outcome o =
+          owned.Apply(k, q.push_in.floats(), static_cast<int64_t>(head.updates), head.lr,
+                      opts.max_staleness, head.at);
+      Record(o);
+      *q.reply_out.head() = ReplyHead{owned.version(), o.tau, o.applied ? 1u : 0u, 0};
+      std::copy(owned.settled().begin(), owned.settled().end(), q.reply_out.words());
+      std::copy(owned.values(), owned.values() + owned.size(), q.reply_out.floats());
+    }
     if (Status s =
             hosts.Send(k, kTagReply, q.reply_out.bytes.data(), q.reply_out.size(), &q.reply_send);
         !s.ok()) {
@@ -154,8 +160,10 @@ void ParamServer::Body::Record(const OwnedPart::Outcome& o) {
 }
 
 // W_j moves by what the other hosts added since the snapshot; the part pulled is the new base.
-void ParamServer::Body::Merge(int j, const float* g) {
+void ParamServer::Body::Merge(int j, const float* g, uint64_t version, const uint64_t* settled) {
   Pusher& p = pushers[static_cast<size_t>(j)];
+  p.version = version;
+  std::copy(settled, settled + H, p.settled.begin());
   const data::BatchPlan::Range r = Part(j);
   float* wj = w + r.begin;
   const int64_t len = r.end - r.begin;
@@ -176,10 +184,37 @@ Status ParamServer::Body::TakeReplies(int64_t now, bool* busy) {
     if (!sent || !back) continue;
     *busy = true;
     peers[static_cast<size_t>(j)].last_heard_ns = now;
-    Merge(j, p.in.floats());
+    std::lock_guard<std::mutex> lock(state_mu);
+    if (frozen) return Frozen();
+    Merge(j, p.in.floats(), p.in.head()->version, p.in.words());
     p.waiting = false;
   }
   return Status::Ok();
+}
+
+// Part j's snapshot and the push of its k updates up to local version v, taken: this host's own
+// part applied at once, another's marked out (before it is sent: a push that may have reached
+// its owner is one out, for StopState). False once the state is frozen.
+bool ParamServer::Body::Snapshot(int j, uint64_t k, uint64_t v, double lr) {
+  std::lock_guard<std::mutex> lock(state_mu);
+  if (frozen) return false;
+  Pusher& p = pushers[static_cast<size_t>(j)];
+  const data::BatchPlan::Range r = Part(j);
+  float* delta = p.out.floats();
+  for (int64_t i = 0; i < r.end - r.begin; ++i) {
+    p.snap[i] = nn::SharedAccess::Load(w + r.begin + i);
+    delta[i] = p.snap[i] - p.base[i];
+  }
+  *p.out.head() = PushHead{k, lr, v};
+  p.pushed_at = v;
+  if (j != me) {
+    p.waiting = true;
+    return true;
+  }
+  stats.AddSent(0);
+  Record(owned.Apply(me, delta, static_cast<int64_t>(k), lr, opts.max_staleness, v));
+  Merge(me, owned.values(), owned.version(), owned.settled().data());
+  return true;
 }
 
 // As a pusher: a push of every part whose K local updates are in (at a sync point: of every
@@ -200,21 +235,8 @@ Status ParamServer::Body::PushDue(bool* busy) {
     }
     if (k == 0 || (k < static_cast<uint64_t>(opts.push_every) && !flush)) continue;
     *busy = true;
-    const data::BatchPlan::Range r = Part(j);
-    const int64_t len = r.end - r.begin;
-    float* delta = p.out.floats();
-    for (int64_t i = 0; i < len; ++i) {
-      p.snap[i] = nn::SharedAccess::Load(w + r.begin + i);
-      delta[i] = p.snap[i] - p.base[i];
-    }
-    *p.out.head() = PushHead{k, lr};
-    p.pushed_at = v;
-    if (j == me) {
-      stats.AddSent(0);
-      Record(owned.Apply(me, delta, static_cast<int64_t>(k), lr, opts.max_staleness));
-      Merge(me, owned.values());
-      continue;
-    }
+    if (!Snapshot(j, k, v, lr)) return Frozen();
+    if (j == me) continue;  // applied at once
     if (Status s = hosts.Receive(j, kTagReply, p.in.bytes.data(), p.in.size(), &p.recv); !s.ok()) {
       return s;
     }
@@ -222,7 +244,6 @@ Status ParamServer::Body::PushDue(bool* busy) {
       return s;
     }
     stats.AddSent(static_cast<uint64_t>(p.out.size()));
-    p.waiting = true;
     settled = false;
   }
   if (settled) {
@@ -242,6 +263,8 @@ Status ParamServer::Body::Beats(int64_t now, bool* busy) {
     if (done) {
       q.last_heard_ns = now;
       q.flushed = q.beat_in.flushed;
+      std::lock_guard<std::mutex> lock(state_mu);
+      known[static_cast<size_t>(k)] = std::max(known[static_cast<size_t>(k)], q.beat_in.updates);
       if (Status s = hosts.Receive(k, kTagBeat, &q.beat_in, sizeof q.beat_in, &q.beat_recv);
           !s.ok()) {
         return s;
@@ -250,7 +273,7 @@ Status ParamServer::Body::Beats(int64_t now, bool* busy) {
     if (Status s = hosts.Test(&q.beat_send, &done); !s.ok()) return s;
     const bool tell = flushed > q.told;
     if (!done || (!tell && now - q.last_beat_ns < kBeatMs * 1'000'000LL)) continue;
-    q.beat_out = Beat{flushed, q.beat_out.seq + 1};
+    q.beat_out = Beat{flushed, q.beat_out.seq + 1, shm::LoadAcquire(h->param_version)};
     if (Status s = hosts.Send(k, kTagBeat, &q.beat_out, sizeof q.beat_out, &q.beat_send); !s.ok()) {
       return s;
     }
@@ -265,14 +288,20 @@ Status ParamServer::Body::Beats(int64_t now, bool* busy) {
 // write W until the point is passed.
 Status ParamServer::Body::SyncPoint(int64_t point) {
   if (Status s = ExchangeParts(); !s.ok()) return s;
+  std::lock_guard<std::mutex> lock(state_mu);
+  if (frozen) return Frozen();
   // This host's W is the run's model: its bases are what it pulled, every owner's backups
   // what every host pulled.
   for (int64_t i = 0; i < n; ++i)
     nn::SharedAccess::Store(w + i, final_params[static_cast<size_t>(i)]);
+  // Every host's updates are at every owner: each part's settled is every host's version.
+  known = totals.host_updates;
   for (int j = 0; j < H; ++j) {
     const data::BatchPlan::Range r = Part(j);
-    std::copy(final_params.begin() + r.begin, final_params.begin() + r.end,
-              pushers[static_cast<size_t>(j)].base.begin());
+    Pusher& p = pushers[static_cast<size_t>(j)];
+    std::copy(final_params.begin() + r.begin, final_params.begin() + r.end, p.base.begin());
+    p.version = part_versions[static_cast<size_t>(j)];
+    p.settled = known;
   }
   owned.EveryHostPulled();
   cut_done.store(point);
@@ -296,6 +325,7 @@ void ParamServer::Body::FillOwnParts() {
   f.dropped = stats.dropped();
   f.tau_sum = stats.tau_sum();
   f.tau_max = tau_max;
+  f.version = owned.version();
   std::copy(tau_counts.begin(), tau_counts.end(), f.tau_counts);
   std::copy(owned.values(), owned.values() + owned.size(), final_out.floats());
 }
@@ -311,6 +341,7 @@ void ParamServer::Body::TakeParts() {
     const FinalHead& g = *src.head();
     std::copy(src.floats(), src.floats() + (r.end - r.begin), final_params.begin() + r.begin);
     totals.host_updates.push_back(g.updates);
+    part_versions[static_cast<size_t>(k)] = g.version;
     totals.samples += g.samples;
     totals.staleness_sum += g.staleness_sum;
     totals.dropped_local += g.dropped_local;

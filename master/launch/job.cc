@@ -139,6 +139,11 @@ void Watch::Event(Connection& c, const std::string& line, int64_t now) {
   if (event == "checkpoint_on_stop" && e.contains("path") && e.contains("step")) {
     end_->ranks[c.rank].ending = true;
     end_->saved.push_back({spec_.rank_slot[c.rank], e.value("path", ""), e.value("step", -1)});
+  } else if (event == "async_state_on_stop" && e.contains("path")) {
+    // Async: this host's part of the state where the survivors stopped (master/launch/recover.h).
+    end_->ranks[c.rank].ending = true;
+    end_->async_states.push_back(
+        {spec_.rank_slot[c.rank], e.value("path", ""), e.value("step", -1)});
   } else if (event == "checkpoint_on_stop_skipped" && !e.value("path", "").empty()) {
     // Async: the last periodic checkpoint stands for the state where it stopped.
     end_->ranks[c.rank].ending = true;

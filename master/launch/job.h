@@ -29,10 +29,12 @@ struct JobSpec {
 struct JobEnd {
   std::vector<RankEnd> ranks;     // by rank
   std::vector<SavedState> saved;  // the stop checkpoints the ranks reported, with their slots
-  int64_t lost_ns = 0;            // monotonic ns: the first rank gone without a word, or the first
-                                  // rank's failed exit (0: neither)
-  int mpirun_status = 0;          // waitpid's status of mpirun
-  bool stopped = false;           // the launcher was stopped by a signal (g_stop_signal)
+  // Async across hosts: the stop states the ranks reported (master/launch/recover.h).
+  std::vector<SavedState> async_states;
+  int64_t lost_ns = 0;    // monotonic ns: the first rank gone without a word, or the first
+                          // rank's failed exit (0: neither)
+  int mpirun_status = 0;  // waitpid's status of mpirun
+  bool stopped = false;   // the launcher was stopped by a signal (g_stop_signal)
 };
 
 // Runs mpirun and watches the job until mpirun ends. A rank gone without a word makes the

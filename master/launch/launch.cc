@@ -16,6 +16,7 @@
 #include "core/signal_name.h"
 #include "master/launch/job.h"
 #include "master/launch/placement.h"
+#include "master/launch/recover.h"
 #include "master/run/signals.h"
 #include "master/unit/stop_flag.h"
 #include "shm/futex.h"
@@ -69,15 +70,19 @@ std::vector<std::string> MpirunArgv(const Placement& p, const std::vector<std::s
   return argv;
 }
 
+// Whether a --hosts entry names this machine.
+bool IsLocal(const std::string& name) {
+  char self[256] = {};
+  (void)gethostname(self, sizeof self - 1);
+  return name == "localhost" || name == "127.0.0.1" || name == self;
+}
+
 // The address the host masters reach the launcher at: loopback when every slot is this
 // machine, else this machine's name.
 std::string ReportHost(const std::vector<std::string>& names) {
   char self[256] = {};
   (void)gethostname(self, sizeof self - 1);
-  for (const std::string& n : names) {
-    if (n != "localhost" && n != "127.0.0.1" && n != self) return self;
-  }
-  return "127.0.0.1";
+  return std::all_of(names.begin(), names.end(), IsLocal) ? "127.0.0.1" : self;
 }
 
 // The segments of this machine's host masters that mpirun killed before they could remove them
@@ -110,6 +115,7 @@ namespace {
 struct LastRelaunch {
   Relaunch told;
   std::string from;                   // the state it resumes, "" for none
+  int64_t lost_updates = -1;          // async: the updates the merged state lacks; -1: none merged
   int64_t lost_ns = 0, ended_ns = 0;  // the loss, and the end of the job that lost it
 };
 
@@ -131,6 +137,10 @@ struct Launcher {
   void SayRelaunch(int64_t now);
   // After a job: -1 to relaunch (the state set for it), else the launch's exit code.
   int Next(const JobEnd& end, const Placement& p);
+  // Async across hosts: the job's stop states merged into --checkpoint, on a slot of `alive`
+  // (master/launch/recover.h); removed when the run is `done`. The updates the merged state
+  // lacks, or -1 when nothing was merged.
+  int64_t Recover(const JobEnd& end, bool done);
   // Whether, with `gone` lost, the launcher gives up (saying why, and where `best` is).
   bool GivesUp(const std::vector<std::string>& gone, const SavedState* best) const;
 };
@@ -147,6 +157,11 @@ void Launcher::SayRelaunch(int64_t now) {
   JsonLine json("relaunch");
   json.Int("relaunch", r.relaunches).Str("reason", ToString(r.reason));
   json.Strs("lost", r.lost).Int("step", r.step).Str("from", last.from);
+  if (last.lost_updates >= 0) {
+    text += " (the lost hosts' updates since their last pushes lost: at least " +
+            std::to_string(last.lost_updates) + ")";
+    json.Int("lost_updates", last.lost_updates);
+  }
   if (now != 0) {
     text += "; training again " + Seconds(now - last.lost_ns) +
             " s after the loss (the job's end " + Seconds(last.ended_ns - last.lost_ns) +
@@ -203,6 +218,22 @@ std::string Joined(const std::vector<std::string>& v) {
 
 }  // namespace
 
+int64_t Launcher::Recover(const JobEnd& end, bool done) {
+  if (end.async_states.empty()) return -1;
+  if (done) {  // the run's model is saved: its states are of no use
+    for (const SavedState& s : end.async_states) (void)unlink(s.path.c_str());
+    return -1;
+  }
+  const Recovered rec = RecoverAsync(end.async_states, cmd.train.checkpoint_path, log);
+  if (rec.step < 0) return -1;
+  // Written on this machine: a slot of it reads it, when one is left.
+  const auto here =
+      std::find_if(alive.begin(), alive.end(), [&](int s) { return IsLocal(cmd.hosts[s]); });
+  saved.push_back(
+      {here != alive.end() ? *here : alive.front(), cmd.train.checkpoint_path, rec.step});
+  return rec.lost;
+}
+
 bool Launcher::GivesUp(const std::vector<std::string>& gone, const SavedState* best) const {
   const std::string state = best == nullptr
                                 ? "no stop checkpoint was written"
@@ -225,6 +256,7 @@ bool Launcher::GivesUp(const std::vector<std::string>& gone, const SavedState* b
 
 int Launcher::Next(const JobEnd& end, const Placement& p) {
   if (end.stopped) {
+    (void)Recover(end, false);
     const int sig = g_stop_signal.load();
     log.Error("launch: stopped by " + SignalName(sig) +
               "; the job was ended, each host master checkpointing where it stopped");
@@ -247,6 +279,7 @@ int Launcher::Next(const JobEnd& end, const Placement& p) {
     return r.exited && r.code != 0 && r.code != kExitHostLost && r.code < 128;
   });
   if (lost.empty() || done || failed) {
+    (void)Recover(end, done);
     SayRelaunch(0);
     return JobCode(end);
   }
@@ -257,6 +290,7 @@ int Launcher::Next(const JobEnd& end, const Placement& p) {
   const bool silent = std::any_of(end.ranks.begin(), end.ranks.end(), [](const RankEnd& r) {
     return r.exited && r.code == kExitHostLost;
   });
+  const int64_t lost_updates = Recover(end, false);
   const SavedState* best = Newest(saved, alive);
   if (GivesUp(gone, best)) return kExitLaunchGaveUp;
   if (best != nullptr) {
@@ -272,6 +306,7 @@ int Launcher::Next(const JobEnd& end, const Placement& p) {
   r.lost = gone;
   r.step = best != nullptr ? best->step : 0;
   last.from = resume;
+  last.lost_updates = lost_updates;
   last.lost_ns = end.lost_ns != 0 ? end.lost_ns : shm::MonotonicNs();
   last.ended_ns = shm::MonotonicNs();
   said_training = false;

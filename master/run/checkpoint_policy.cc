@@ -23,6 +23,7 @@ CheckpointConfig CheckpointConfig::For(const TrainOptions& o, const plan::Resolv
           .optimizer = run.optimizer,
           .cut = cut,
           .hosts = o.host_count,
+          .stop_state_path = o.stop_state_path,
           .reservation = reservation};
 }
 namespace {
@@ -101,6 +102,7 @@ void CheckpointPolicy::Save(RunEnd& end) {
 }
 
 Status CheckpointPolicy::WriteOnStop() {
+  if (!config_.kind->CheckpointsOnStop()) (void)WriteStopState();  // logged and counted
   if (config_.path.empty()) return Status::Ok();
   if (!config_.kind->CheckpointsOnStop()) {
     // Said by the host that holds it, with its path once this run has written it (a launcher
@@ -124,11 +126,38 @@ Status CheckpointPolicy::WriteOnStop() {
   return s;
 }
 
+// Async across hosts under `shmtrain launch`: this host's state, for the launcher to merge with
+// the other survivors' (master/hosts/async_state.h). A stopped run's W holds every update of its
+// workers; the state says which of them the owners of the parts have.
+Status CheckpointPolicy::WriteStopState() {
+  if (config_.stop_state_path.empty() || config_.cut == nullptr) return Status::Ok();
+  Checkpoint own = config_.kind->CopyState(seg_, config_.kind->Progress(seg_));
+  Stamp(&own);
+  std::string bytes;
+  if (!config_.cut->StopState(own, &bytes)) return Status::Ok();
+  const Status s = WriteFileDurably(config_.stop_state_path, bytes, {});
+  if (!s.ok()) {
+    stats_.AddFailure();
+    log_.Info("warning: the async state of this host could not be kept: " + s.message(),
+              JsonLine("async_state_failed").Str("path", config_.stop_state_path));
+    return s;
+  }
+  log_.Notice(
+      "async state kept in " + config_.stop_state_path + " at this host's update " +
+          std::to_string(own.step),
+      JsonLine("async_state_on_stop").Str("path", config_.stop_state_path).Int("step", own.step));
+  return Status::Ok();
+}
+
+void CheckpointPolicy::Stamp(Checkpoint* c) const {
+  c->mode = config_.kind->mode();
+  c->fingerprint = config_.fingerprint;
+  c->optimizer = config_.optimizer;
+}
+
 Status CheckpointPolicy::Write(Checkpoint c) {
   const int64_t t0 = shm::MonotonicNs();
-  c.mode = config_.kind->mode();
-  c.fingerprint = config_.fingerprint;
-  c.optimizer = config_.optimizer;
+  Stamp(&c);
   const Status s = StateFinite(c)
                        ? WriteFileDurably(config_.path, EncodeCheckpoint(c),
                                           {.reservation = config_.reservation})

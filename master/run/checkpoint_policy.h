@@ -99,6 +99,9 @@ struct CheckpointConfig {
   // the file counts every host's updates (RunKind::RunStep). Null where the kind needs none.
   CheckpointCut* cut = nullptr;
   int hosts = 1;  // the run's count of hosts
+  // Where the cut's state goes when the run stops on a failure (TrainOptions::stop_state_path);
+  // "" for none.
+  std::string stop_state_path;
   // The room taken for the first file when the run started (master/files/output_write.h); null:
   // none.
   OutputReservation* reservation = nullptr;
@@ -132,12 +135,16 @@ class CheckpointPolicy final : public RunUnit {
   // Writes `state` (params, optimizer state and step filled in) as this run's checkpoint.
   // Not ok, logged and counted when the state is not finite or the file cannot be written.
   Status Write(Checkpoint state);
+  // Async across hosts, a stop on a failure: the cut's state to stop_state_path (none when
+  // there is no such path or the cut has none); a failure is logged and counted.
+  Status WriteStopState();
 
   const CheckpointSchedule& schedule() const { return schedule_; }
   // The step of the last checkpoint written (first_step before any).
   int64_t last_written() const { return last_written_; }
 
  private:
+  void Stamp(Checkpoint* c) const;  // the run's mode, fingerprint and optimizer
   CheckpointConfig config_;
   const shm::Segment& seg_;
   SegmentWrites& writes_;

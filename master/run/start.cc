@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <utility>
@@ -10,6 +11,7 @@
 
 #include "core/crc32.h"
 #include "master/files/model_file.h"
+#include "master/log/report.h"
 #include "master/run/checkpoint_policy.h"
 #include "master/run/segment_reads.h"
 #include "master/run/signals.h"
@@ -86,6 +88,10 @@ void FillSegment(const TrainOptions& o, const RunKind& kind, const nn::ResolvedM
 // its last periodic one.
 TrainOptions ForThisHost(const TrainOptions& opts, const KindPlan& kind) {
   TrainOptions o = opts;
+  if (kind.EveryHostPausesForCheckpoints() && !o.checkpoint_path.empty() &&
+      std::getenv(kLaunchReportVar) != nullptr) {
+    o.stop_state_path = o.checkpoint_path + ".host" + std::to_string(o.host_index) + ".async";
+  }
   if (o.host_index != 0) {
     o.save_path.clear();
     o.tensorboard_dir.clear();

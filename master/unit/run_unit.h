@@ -4,12 +4,17 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "master/unit/run_figures.h"
 #include "shm/segment.h"
 #include "shmtrain/status.h"
+
+namespace shmtrain {
+struct Checkpoint;  // master/files/checkpoint.h
+}
 
 namespace shmtrain::master {
 
@@ -77,6 +82,10 @@ class CheckpointCut {
   // every host has got there with all its updates at their owners, and this host's W holds
   // the run's parameters.
   virtual bool Cut(int64_t step) = 0;
+  // A run that stopped on a failure: the state this host keeps for `shmtrain launch` to merge
+  // with the other survivors' (master/hosts/async_state.h), encoded, with `own` (this host's
+  // parameters as its run's checkpoint) in it. False: none.
+  virtual bool StopState(const Checkpoint& /*own*/, std::string* /*bytes*/) { return false; }
 };
 
 }  // namespace shmtrain::master
