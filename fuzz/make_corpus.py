@@ -210,6 +210,32 @@ put("checkpoint", "regress-declares_2e28_params",
     checkpoint(0, 1, 3, 1, "adam")[:32] + struct.pack("<Q", 1 << 28) + checkpoint(0, 1, 3, 1, "adam")[40:])
 
 
+# Async stop states (master/hosts/async_state.h, version 1): one host's parts, each with its
+# settled versions, a push out or not, and its checkpoint (the parameters) inside; their CRC-32.
+def async_part(version, pending_at, base, settled, snap=None):
+    snap = snap or []
+    b = struct.pack("<QQQQ", version, pending_at, len(base), len(snap))
+    b += struct.pack("<" + "Q" * len(settled), *settled)
+    return b + f32(base) + f32(snap)
+
+
+def async_state(hosts, host, n, pending):
+    share = [(n * (j + 1)) // hosts - (n * j) // hosts for j in range(hosts)]
+    b = b"SHMTASYN" + struct.pack("<IIIIQQ", 1, hosts, host, 0, n, 40)
+    b += struct.pack("<" + "Q" * hosts, *([40] * hosts))
+    b += async_part(3, 0, [0.5] * share[host], [40] * hosts)
+    for j in range(hosts):
+        out = pending and j != host
+        b += async_part(2, 39 if out else 0, [0.25] * share[j], [38] * hosts,
+                        [0.5] * share[j] if out else None)
+    ck = checkpoint(1, 40, n, 0, "sgd lr 0.1")
+    return crc(b + struct.pack("<Q", len(ck)) + ck)
+
+
+put("async_state", "two_hosts", async_state(2, 1, 5, False))
+put("async_state", "three_hosts_pushes_out", async_state(3, 0, 7, True))
+
+
 # The segment target: flags, the mapped size, then a RunConfig (shm/layout.h) for flag 1.
 def run_config(layers, workers=2, hosts=1, rows=10, features=None, eval_every=0, snapshots=0,
                states=0, shape=None, text=None):

@@ -19,7 +19,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-all_targets=(npy npz idx idx_gz csv libsvm model checkpoint segment cli jpeg png)
+all_targets=(npy npz idx idx_gz csv libsvm model checkpoint async_state segment cli jpeg png)
 targets=()
 jobs=1
 parallel=1

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "master/files/model_file.h"
 #include "master/hosts/param_server.h"
 
 namespace shmtrain::master {
@@ -139,6 +140,20 @@ TEST(AsyncState, StatesOfAnotherRunOrTheSameHostTwiceAreRefused) {
   EXPECT_NE(st.message().find("b.async and a.async are both host 0's"), std::string::npos)
       << st.message();
   EXPECT_FALSE(MergeAsyncStates({}, {}, &m).ok());
+}
+
+// The fuzzer's seeds (fuzz/make_corpus.py writes them in Python) are states this build reads,
+// and writes back to the same bytes: the fuzzer starts from the decoder's success path.
+TEST(AsyncState, TheFuzzersSeedsAreReadAndWrittenBackAlike) {
+  for (const char* name : {"two_hosts", "three_hosts_pushes_out"}) {
+    const std::string path = std::string(SHMTRAIN_SOURCE_DIR) + "/fuzz/corpus/async_state/" + name;
+    std::string bytes;
+    ASSERT_TRUE(ReadFileBytes(path, "seed", &bytes).ok()) << path;
+    AsyncStopState s;
+    const Status st = DecodeAsyncState(bytes, path, &s);
+    ASSERT_TRUE(st.ok()) << st.message();
+    EXPECT_EQ(EncodeAsyncState(s), bytes) << name;
+  }
 }
 
 // The owner's settled versions, which the replies carry to every pusher: each host's latest

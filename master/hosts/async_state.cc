@@ -111,7 +111,8 @@ Status DecodeAsyncState(const std::string& b, const std::string& path, AsyncStop
   r.Get(&n);
   r.Get(&s.updates);
   if (version != kStateVersion) return bad("format version " + std::to_string(version));
-  if (hosts < 2 || hosts > kStateMaxHosts || host >= hosts || n > kStateMaxParams || n < hosts) {
+  if (hosts < 2 || hosts > kStateMaxHosts || host >= hosts || reserved != 0 ||
+      n > kStateMaxParams || n < hosts) {
     return bad("header fields out of range");
   }
   s.hosts = static_cast<int>(hosts);
