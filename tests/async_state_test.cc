@@ -9,9 +9,15 @@
 
 #include "master/files/model_file.h"
 #include "master/hosts/param_server.h"
+#include "master/launch/recover.h"
+#include "master/log/log.h"
+#include "tests/proc_util.h"
 
 namespace shmtrain::master {
 namespace {
+
+using test::FileExists;
+using test::TempDir;
 
 AsyncPartState Part(uint64_t version, std::vector<uint64_t> settled, float base,
                     uint64_t pending_at = 0, float snap = 0) {
@@ -154,6 +160,39 @@ TEST(AsyncState, TheFuzzersSeedsAreReadAndWrittenBackAlike) {
     ASSERT_TRUE(st.ok()) << st.message();
     EXPECT_EQ(EncodeAsyncState(s), bytes) << name;
   }
+}
+
+// The launcher's step (master/launch/recover.h): the states merged into the checkpoint, a
+// damaged one said and left out, and every state file gone afterwards.
+TEST(AsyncState, TheLauncherMergesWhatItCanReadSaysWhatItCannotAndKeepsNoStateFile) {
+  TempDir dir;
+  const std::vector<AsyncStopState> s = Survivors(3);
+  const std::string a = dir.Write("ck.host0.async", EncodeAsyncState(s[0]));
+  std::string damaged = EncodeAsyncState(s[1]);
+  damaged[damaged.size() / 2] ^= 0x40;
+  const std::string b = dir.Write("ck.host2.async", damaged);
+  const std::string ck = dir.File("ck");
+  Logger log(LogFormat::kJson, false);
+  testing::internal::CaptureStdout();
+  const launch::Recovered r = launch::RecoverAsync({{0, a, 9}, {1, b, 10}}, ck, log);
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_NE(out.find("\"event\":\"async_state_unusable\""), std::string::npos) << out;
+  EXPECT_NE(out.find(b + ": not a usable async stop state: checksum"), std::string::npos) << out;
+  EXPECT_FALSE(FileExists(a));
+  EXPECT_FALSE(FileExists(b));
+  // Host 0's state alone: hosts 1 and 2 count as lost, their updates past their pushes too.
+  EXPECT_EQ(r.step, 9 + 4 + 3 - (9 + 4 + 3) % 3);
+  Checkpoint back;
+  ASSERT_TRUE(LoadCheckpoint(ck, &back).ok());
+  EXPECT_EQ(back.step, r.step);
+  EXPECT_NE(out.find("\"missing\":[1,2]"), std::string::npos) << out;
+
+  // Nothing readable: nothing merged, the checkpoint untouched, the files gone all the same.
+  const std::string c = dir.Write("ck.host1.async", "not a state");
+  const launch::Recovered none = launch::RecoverAsync({{0, c, 1}}, dir.File("other"), log);
+  EXPECT_EQ(none.step, -1);
+  EXPECT_FALSE(FileExists(c));
+  EXPECT_FALSE(FileExists(dir.File("other")));
 }
 
 // The owner's settled versions, which the replies carry to every pusher: each host's latest
