@@ -108,9 +108,12 @@ Status CheckpointPolicy::WriteOnStop() {
     // Said by the host that holds it, with its path once this run has written it (a launcher
     // resumes it: master/launch/launch.h).
     const bool written = last_written_ > config_.first_step;
-    log_.Notice("no checkpoint on a stop in " + std::string(config_.kind->name()) +
-                    ": the last periodic one, at step " + std::to_string(last_written_) +
-                    ", stands",
+    const std::string stands =
+        "the last periodic one, at step " + std::to_string(last_written_) + ", stands";
+    log_.Notice("no checkpoint on a stop in " + std::string(config_.kind->name()) + ": " +
+                    (config_.stop_state_path.empty()
+                         ? stands
+                         : "the launcher merges the hosts' states into one (else " + stands + ")"),
                 JsonLine("checkpoint_on_stop_skipped")
                     .Str("path", written ? config_.path : "")
                     .Int("step", last_written_));
