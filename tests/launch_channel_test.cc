@@ -17,27 +17,12 @@
 
 #include "gtest/gtest.h"
 #include "master/log/report.h"
+#include "tests/proc_util.h"
 
 namespace shmtrain::master {
 namespace {
 
-// A listening socket on 127.0.0.1 and a port of the kernel's choice.
-struct Listener {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  int port = 0;
-  Listener() {
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    EXPECT_EQ(listen(fd, 4), 0);
-    EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
-    port = ntohs(a.sin_port);
-  }
-  ~Listener() { close(fd); }
-  std::string address() const { return "127.0.0.1:" + std::to_string(port); }
-};
+using test::LoopbackListener;
 
 // Reads from fd until `lines` lines have come or 5 s have passed.
 std::vector<std::string> ReadLines(int fd, size_t lines) {
@@ -59,10 +44,10 @@ std::vector<std::string> ReadLines(int fd, size_t lines) {
 }
 
 TEST(LaunchChannel, EventsFromSeveralThreadsArriveAsWholeLines) {
-  Listener l;
+  LoopbackListener l;
   std::unique_ptr<LaunchChannel> channel;
   ASSERT_TRUE(LaunchChannel::Connect(l.address(), 2.0, &channel).ok());
-  const int peer = accept4(l.fd, nullptr, nullptr, SOCK_CLOEXEC);
+  const int peer = accept4(l.fd(), nullptr, nullptr, SOCK_CLOEXEC);
   ASSERT_GE(peer, 0);
   constexpr int kEach = 200;
   std::vector<std::thread> threads;
@@ -96,8 +81,8 @@ TEST(LaunchChannel, ABadOrUnreachableAddressIsRefusedByName) {
       << bad.message();
   int port = 0;
   {
-    Listener closed;  // a port that was just free: nothing listens there once it is closed
-    port = closed.port;
+    LoopbackListener closed;  // a port that was just free: nothing listens there once it is closed
+    port = closed.port();
   }
   const std::string address = "127.0.0.1:" + std::to_string(port);
   const Status unreachable = LaunchChannel::Connect(address, 1.0, &channel);
@@ -112,7 +97,7 @@ std::atomic<int> g_terms{0};
 // whose launcher's end is `peer`.
 struct Listening {
   struct sigaction old {};
-  Listener l;
+  LoopbackListener l;
   std::unique_ptr<LaunchChannel> channel;
   int peer = -1;
   Listening() {
@@ -122,7 +107,7 @@ struct Listening {
     EXPECT_EQ(sigaction(SIGTERM, &sa, &old), 0);
     g_terms = 0;
     EXPECT_TRUE(LaunchChannel::Connect(l.address(), 2.0, &channel).ok());
-    peer = accept4(l.fd, nullptr, nullptr, SOCK_CLOEXEC);
+    peer = accept4(l.fd(), nullptr, nullptr, SOCK_CLOEXEC);
     EXPECT_GE(peer, 0);
     if (channel) channel->ListenForStop();
   }

@@ -171,6 +171,23 @@ class TempDir {
   std::string path_;
 };
 
+// A socket listening on 127.0.0.1 at a port the kernel picked: a port taken, or the server end
+// of a client under test. Closed on destruction.
+class LoopbackListener {
+ public:
+  LoopbackListener();
+  ~LoopbackListener();
+  LoopbackListener(const LoopbackListener&) = delete;
+  LoopbackListener& operator=(const LoopbackListener&) = delete;
+  int fd() const { return fd_; }
+  int port() const { return port_; }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
 bool FileExists(const std::string& path);
 // The bytes of a file; fails the current test and returns "" if it cannot be read.
 std::string ReadWholeFile(const std::string& path);

@@ -997,30 +997,8 @@ TEST(HostMetricsAddress, APortAbove65535OrAMalformedAddressIsAUsageErrorNamingTh
             Status::Code::kInternal);
 }
 
-// A socket listening on 127.0.0.1 at a port the kernel picked; closed on destruction.
-class TakenPort {
- public:
-  TakenPort() {
-    fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    EXPECT_EQ(listen(fd_, 1), 0);
-    EXPECT_EQ(getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len), 0);
-    port_ = ntohs(a.sin_port);
-  }
-  ~TakenPort() { close(fd_); }
-  int port() const { return port_; }
-
- private:
-  int fd_ = -1;
-  int port_ = 0;
-};
-
 TEST(HostMetrics, ATakenPortOfAnotherHostMasterIsExplainedByTheGivenPortPlusItsRank) {
-  const TakenPort taken;
+  const test::LoopbackListener taken;
   const int base = taken.port() - 1;  // host master 1 of this machine would listen on taken
   const std::string given = "127.0.0.1:" + std::to_string(base);
   std::unique_ptr<monitoring::Exporter> e;

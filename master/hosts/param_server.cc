@@ -149,7 +149,7 @@ void ParamServer::Stop(RunEnd& end) {
   if (Status s = status(); !s.ok()) end.status = std::move(s);
 }
 
-bool ParamServer::StopState(const Checkpoint& own, std::string* bytes) {
+bool ParamServer::StopState(const Checkpoint& run, std::string* bytes) {
   thread_.JoinOrLeave();  // or left inside the transport: its state is frozen below
   Body& b = *body_;
   std::lock_guard<std::mutex> lock(b.state_mu);
@@ -173,7 +173,7 @@ bool ParamServer::StopState(const Checkpoint& own, std::string* bytes) {
       part.snap = p.snap;
     }
   }
-  s.checkpoint = own;
+  s.checkpoint = run;
   s.checkpoint.params.resize(static_cast<size_t>(b.n));
   for (int64_t i = 0; i < b.n; ++i) s.checkpoint.params[i] = nn::SharedAccess::Load(b.w + i);
   s.checkpoint.step = static_cast<int64_t>(s.updates);

@@ -51,6 +51,10 @@
 // pushers', peers' and owner's state. The run loop's thread asks for sync points and learns
 // they are reached through atomics (Cut: cut_wanted, cut_done; Stop(RunEnd&): local_done),
 // reads status() under a mutex, and takes the result (Collect) only after joining the thread.
+// StopState reads the state the stop keeps (async_state.h) from the run loop's thread, even
+// with the exchange thread left behind inside the transport: the exchange thread changes that
+// state (the pushers' bases and snapshots, the owner's part, `known`, its moves of W) only
+// under Body::state_mu, and never once StopState has set `frozen` under it.
 #pragma once
 
 #include <cstdint>
@@ -132,10 +136,10 @@ class ParamServer final : public RunUnit, public CheckpointCut {
   void Stop(RunEnd& end) override;
   void Collect(RunEnd& end) override;
   // Once the run has stopped on a failure (another host lost, a stop) and no worker writes W:
-  // this host's state (master/hosts/async_state.h), encoded, with `own` as its checkpoint and W
-  // as its parameters. The thread's state is frozen first, even when the thread was left
-  // behind inside the transport (Body::state_mu).
-  bool StopState(const Checkpoint& own, std::string* bytes) override;
+  // this host's state (master/hosts/async_state.h), encoded, with `run` as its checkpoint and
+  // W, read once the state is frozen, as its parameters. The thread's state is frozen first,
+  // even when the thread was left behind inside the transport (Body::state_mu).
+  bool StopState(const Checkpoint& run, std::string* bytes) override;
   static constexpr int kBeatMs = 100;
 
  private:

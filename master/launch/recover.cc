@@ -10,9 +10,9 @@
 namespace shmtrain::master::launch {
 namespace {
 
-std::string Listed(const std::vector<int>& hosts) {
+std::string Listed(const std::vector<uint64_t>& hosts) {
   std::string s;
-  for (int h : hosts) s += (s.empty() ? "" : ", ") + std::to_string(h);
+  for (uint64_t h : hosts) s += (s.empty() ? "" : ", ") + std::to_string(h);
   return s;
 }
 
@@ -52,15 +52,12 @@ Recovered RecoverAsync(const std::vector<SavedState>& states, const std::string&
              JsonLine("async_state_unusable").Str("path", checkpoint).Str("message", s.message()));
     return r;
   }
-  std::vector<int> from;
-  std::vector<uint64_t> from_u, missing_u;
-  for (const AsyncStopState& st : read) from.push_back(st.host);
-  for (int h : from) from_u.push_back(static_cast<uint64_t>(h));
-  for (int h : m.missing) missing_u.push_back(static_cast<uint64_t>(h));
+  std::vector<uint64_t> from, missing(m.missing.begin(), m.missing.end());
+  for (const AsyncStopState& st : read) from.push_back(static_cast<uint64_t>(st.host));
   const std::string lost =
       m.missing.empty() ? "no update lost"
                         : "every update of theirs kept; of host" +
-                              std::string(m.missing.size() == 1 ? " " : "s ") + Listed(m.missing) +
+                              std::string(m.missing.size() == 1 ? " " : "s ") + Listed(missing) +
                               ", those since the last push of each part lost (at least " +
                               std::to_string(m.lost) + ")";
   log.Info("launch: the async states of hosts " + Listed(from) + " merged into " + checkpoint +
@@ -70,8 +67,8 @@ Recovered RecoverAsync(const std::vector<SavedState>& states, const std::string&
                .Int("step", m.checkpoint.step)
                .Int("kept", m.kept)
                .Int("lost_updates", m.lost)
-               .Ints("from", from_u)
-               .Ints("missing", missing_u));
+               .Ints("from", from)
+               .Ints("missing", missing));
   r.step = m.checkpoint.step;
   r.lost = m.lost;
   return r;

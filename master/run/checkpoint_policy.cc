@@ -134,10 +134,11 @@ Status CheckpointPolicy::WriteOnStop() {
 // workers; the state says which of them the owners of the parts have.
 Status CheckpointPolicy::WriteStopState() {
   if (config_.stop_state_path.empty() || config_.cut == nullptr) return Status::Ok();
-  Checkpoint own = config_.kind->CopyState(seg_, config_.kind->Progress(seg_));
-  Stamp(&own);
+  Checkpoint run;  // the cut adds the parameters and the step
+  Stamp(&run);
   std::string bytes;
-  if (!config_.cut->StopState(own, &bytes)) return Status::Ok();
+  const int64_t step = config_.kind->Progress(seg_);
+  if (!config_.cut->StopState(run, &bytes)) return Status::Ok();
   const Status s = WriteFileDurably(config_.stop_state_path, bytes, {});
   if (!s.ok()) {
     stats_.AddFailure();
@@ -147,8 +148,8 @@ Status CheckpointPolicy::WriteStopState() {
   }
   log_.Notice(
       "async state kept in " + config_.stop_state_path + " at this host's update " +
-          std::to_string(own.step),
-      JsonLine("async_state_on_stop").Str("path", config_.stop_state_path).Int("step", own.step));
+          std::to_string(step),
+      JsonLine("async_state_on_stop").Str("path", config_.stop_state_path).Int("step", step));
   return Status::Ok();
 }
 

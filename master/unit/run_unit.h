@@ -83,9 +83,10 @@ class CheckpointCut {
   // the run's parameters.
   virtual bool Cut(int64_t step) = 0;
   // A run that stopped on a failure: the state this host keeps for `shmtrain launch` to merge
-  // with the other survivors' (master/hosts/async_state.h), encoded, with `own` (this host's
-  // parameters as its run's checkpoint) in it. False: none.
-  virtual bool StopState(const Checkpoint& /*own*/, std::string* /*bytes*/) { return false; }
+  // with the other survivors' (master/hosts/async_state.h), encoded, with `run` (the run's
+  // mode, fingerprint and optimizer) as its checkpoint, to which it adds this host's parameters
+  // and step. False: none.
+  virtual bool StopState(const Checkpoint& /*run*/, std::string* /*bytes*/) { return false; }
 };
 
 }  // namespace shmtrain::master
