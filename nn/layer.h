@@ -159,9 +159,11 @@ struct LayerType {
   std::vector<ParamBlock> (*params)(const LayerSpec& spec, Shape in) = nullptr;
   // Fills the blocks (their sizes' sum) from rng, in the flat vector's order; null: none.
   void (*init)(const LayerSpec& spec, Shape in, Init init, Rng& rng, float* params) = nullptr;
-  // Writes the blocks in PyTorch's layout (block after block, each row-major in its
-  // torch_shape) from ours; null: the layouts are the same.
-  void (*to_torch)(const LayerSpec& spec, Shape in, const float* ours, float* torch) = nullptr;
+  // PyTorch's layout of the blocks (block after block, each row-major in its torch_shape) as a
+  // permutation of ours: element t of PyTorch's is ours[from[t]], indices within the layer's
+  // parameters (ParamSize of them); null: the layouts are the same. One definition serves both
+  // ways (ToTorch, FromTorch below): export and weights read in (--init-from).
+  void (*torch_order)(const LayerSpec& spec, Shape in, int64_t* from) = nullptr;
   // The elements of the layer's own scratch (besides its input and output) after passes over up
   // to n samples, forward only or (backward) forward and backward: what the layer allocates,
   // from the same computation (an upper bound where more decides it: the first layer's backward
@@ -289,6 +291,12 @@ std::vector<BlockMember> BlockMembers(const LayerSpec& block, Shape in);
 // The number of parameters of layer `spec` of type `t` on input `in` (its blocks' sizes); -1
 // when it does not fit in int64_t (ParamBlock::Size).
 int64_t ParamSize(const LayerType& t, const LayerSpec& spec, Shape in);
+
+// Layer `spec`'s parameters (ParamSize of them) in PyTorch's layout from ours, and back
+// (LayerType::torch_order; a copy for a layer without one).
+void ToTorch(const LayerType& t, const LayerSpec& spec, Shape in, const float* ours, float* torch);
+void FromTorch(const LayerType& t, const LayerSpec& spec, Shape in, const float* torch,
+               float* ours);
 
 // For layer files: an out_shape for layers that keep their input's shape.
 Status SameShape(const LayerSpec& spec, Shape in, Shape* out);

@@ -1,5 +1,6 @@
 // The walks over a model's parameters and statistics (nn/layer.h): each block's and layer's
 // size, and every layer that computes, in the flat vector's order.
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -23,6 +24,37 @@ int64_t ParamSize(const LayerType& t, const LayerSpec& spec, Shape in) {
     if (size < 0 || __builtin_add_overflow(n, size, &n)) return -1;
   }
   return n;
+}
+
+// The permutation of the layer's parameters (torch_order; none: the identity), applied one way
+// or the other.
+namespace {
+template <bool kToTorch>
+void Permute(const LayerType& t, const LayerSpec& spec, Shape in, const float* src, float* dst) {
+  const int64_t size = ParamSize(t, spec, in);
+  if (t.torch_order == nullptr) {
+    std::copy(src, src + size, dst);
+    return;
+  }
+  std::vector<int64_t> from(static_cast<size_t>(size));
+  t.torch_order(spec, in, from.data());
+  for (int64_t e = 0; e < size; ++e) {
+    if constexpr (kToTorch) {
+      dst[e] = src[from[e]];
+    } else {
+      dst[from[e]] = src[e];
+    }
+  }
+}
+}  // namespace
+
+void ToTorch(const LayerType& t, const LayerSpec& spec, Shape in, const float* ours, float* torch) {
+  Permute<true>(t, spec, in, ours, torch);
+}
+
+void FromTorch(const LayerType& t, const LayerSpec& spec, Shape in, const float* torch,
+               float* ours) {
+  Permute<false>(t, spec, in, torch, ours);
 }
 
 int64_t StatsSize(const LayerType& t, const LayerSpec& spec, Shape in) {

@@ -420,7 +420,7 @@ TEST(Net, TheBackwardPassStopsAtTheFirstLayerWithParameters) {
 }
 
 // The model's raw outputs (mse: no softmax) through Net, against the loops given PyTorch's
-// parameter layouts (LayerType::to_torch).
+// parameter layouts (ToTorch).
 TEST(Layers, MatchPyTorchsDefinitionsWrittenAsLoops) {
   const std::string text =
       "conv2d(4,3,padding=1),relu,maxpool2d(2),conv2d(5,3,stride=2,padding=1),tanh,"
@@ -450,11 +450,7 @@ TEST(Layers, MatchPyTorchsDefinitionsWrittenAsLoops) {
                                                   ? net.param_offset(i + 1)
                                                   : net.ParamCount()));
     std::vector<float> theirs(ours.size());
-    if (t.to_torch != nullptr) {
-      t.to_torch(spec.layers[i], in, ours.data(), theirs.data());
-    } else {
-      theirs = ours;
-    }
+    ToTorch(t, spec.layers[i], in, ours.data(), theirs.data());
     torch.emplace_back(theirs.begin(), theirs.end());
     in = shapes[i];
   }
@@ -515,7 +511,7 @@ TEST(Layers, OneByOneMapsMatchPyTorchsDefinitions) {
     const LayerType& t = *FindLayerType(spec.layers[i].kind);
     const int64_t size = ParamSize(t, spec.layers[i], in);
     std::vector<float> theirs(size);
-    t.to_torch(spec.layers[i], in, pf.data() + net.param_offset(i), theirs.data());
+    ToTorch(t, spec.layers[i], in, pf.data() + net.param_offset(i), theirs.data());
     return std::vector<double>(theirs.begin(), theirs.end());
   };
   const std::vector<double> c1 = torch(0, spec.input), c2 = torch(2, shapes[1]),
@@ -566,7 +562,7 @@ TEST(Layers, BiasFreeConvolutionAndAdaptivePoolingMatchPyTorchsDefinitions) {
   auto torch = [&](size_t i, Shape in) {
     const LayerType& t = *FindLayerType(spec.layers[i].kind);
     std::vector<float> theirs(ParamSize(t, spec.layers[i], in));
-    t.to_torch(spec.layers[i], in, pf.data() + net.param_offset(i), theirs.data());
+    ToTorch(t, spec.layers[i], in, pf.data() + net.param_offset(i), theirs.data());
     return std::vector<double>(theirs.begin(), theirs.end());
   };
   const std::vector<double> c1 = torch(0, spec.input), c2 = torch(3, shapes[2]),

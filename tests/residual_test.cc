@@ -367,7 +367,7 @@ double Tanh(double v) {
 }
 
 // The arrays an export would hold: every block of every layer by its name "{i}.{block}", in
-// PyTorch's layout (LayerType::to_torch).
+// PyTorch's layout (ToTorch).
 std::map<std::string, std::vector<double>> TorchArrays(const ModelSpec& spec, const float* p) {
   std::vector<Shape> shapes;
   EXPECT_TRUE(ResolveShapes(spec.input, spec.layers, &shapes).ok());
@@ -376,8 +376,8 @@ std::map<std::string, std::vector<double>> TorchArrays(const ModelSpec& spec, co
   for (size_t i = 0; i < spec.layers.size(); ++i) {
     const LayerType& t = *FindLayerType(spec.layers[i].kind);
     const int64_t size = ParamSize(t, spec.layers[i], in);
-    std::vector<float> torch(p, p + size);
-    if (t.to_torch != nullptr) t.to_torch(spec.layers[i], in, p, torch.data());
+    std::vector<float> torch(size);
+    ToTorch(t, spec.layers[i], in, p, torch.data());
     const float* q = torch.data();
     if (t.params != nullptr) {
       for (const ParamBlock& b : t.params(spec.layers[i], in)) {

@@ -11,63 +11,24 @@
 namespace shmtrain::master {
 namespace {
 
-// Layer l's weight as nn.Linear holds it: row-major out x in. The parameter vector keeps it
-// column-major (include/shmtrain/model_spec.h), W(i, j) at i + j*out, so it is transposed.
-std::vector<float> RowMajorWeight(const float* w, int in, int out) {
-  std::vector<float> t(static_cast<size_t>(in) * out);
-  for (int i = 0; i < out; ++i) {
-    for (int j = 0; j < in; ++j) {
-      t[static_cast<size_t>(i) * in + j] = w[static_cast<size_t>(j) * out + i];
-    }
-  }
-  return t;
-}
-
-// An MLP: "{2l}.weight" and "{2l}.bias" for every linear layer, as the releases before
-// layered models named them (the odd indices are the activation modules, nn.Identity too).
-void AppendMlp(const std::vector<int>& sizes, const float* p, std::vector<data::NpyArray>* out) {
-  for (size_t l = 0; l + 1 < sizes.size(); ++l) {
-    const int in = sizes[l], n = sizes[l + 1];
-    const std::string module = std::to_string(2 * l);
-    out->push_back(data::NpyArray::Float32(module + ".weight", {n, in}, RowMajorWeight(p, in, n)));
-    p += static_cast<size_t>(in) * n;
-    out->push_back(data::NpyArray::Float32(module + ".bias", {n}, std::vector<float>(p, p + n)));
-    p += n;
-  }
-}
-
-// Any model: "{i}.{block}" for layer i's parameter blocks, in PyTorch's layouts
-// (nn::LayerType::to_torch): one module index per layer, as nn.Sequential numbers them. A
-// residual block's blocks are its layers' ("{i}.body.{j}.weight", "{i}.shortcut.{k}.weight":
-// nn/layers/residual.cc); a buffer PyTorch keeps as an integer is int64.
-void AppendLayered(const ModelSpec& spec, const float* p, std::vector<data::NpyArray>* out) {
-  std::vector<Shape> shapes;
-  const Status resolved = nn::ResolveShapes(spec.input, spec.layers, &shapes);
-  SHMTRAIN_CHECK(resolved.ok(), "a decoded model that does not resolve: " + resolved.message());
-  Shape in = spec.input;
-  for (size_t i = 0; i < spec.layers.size(); ++i) {
-    const nn::LayerType& t = *nn::FindLayerType(spec.layers[i].kind);
-    if (t.params != nullptr) {
-      const std::vector<nn::ParamBlock> blocks = t.params(spec.layers[i], in);
-      const int64_t size = nn::ParamSize(t, spec.layers[i], in);
-      std::vector<float> torch(p, p + size);
-      if (t.to_torch != nullptr) t.to_torch(spec.layers[i], in, p, torch.data());
-      const float* q = torch.data();
-      for (const nn::ParamBlock& b : blocks) {
-        const std::string name = std::to_string(i) + "." + b.name;
-        if (b.integer) {  // a count PyTorch keeps as int64 (num_batches_tracked)
-          std::vector<int64_t> v(static_cast<size_t>(b.Size()));
-          for (size_t e = 0; e < v.size(); ++e) v[e] = std::llround(q[e]);
-          out->push_back(data::NpyArray::Int64(name, b.torch_shape, v));
-        } else {
-          out->push_back(data::NpyArray::Float32(name, b.torch_shape,
-                                                 std::vector<float>(q, q + b.Size())));
-        }
-        q += b.Size();
+// The arrays of every layer's parameter blocks (TorchLayers), in PyTorch's layouts
+// (nn::ToTorch); a buffer PyTorch keeps as an integer is int64.
+void AppendParams(const ModelSpec& spec, const float* p, std::vector<data::NpyArray>* out) {
+  for (const TorchLayer& l : TorchLayers(spec)) {
+    std::vector<float> torch(static_cast<size_t>(l.size));
+    nn::ToTorch(*l.type, *l.spec, l.in, p + l.offset, torch.data());
+    const float* q = torch.data();
+    for (const nn::ParamBlock& b : l.blocks) {
+      if (b.integer) {  // a count PyTorch keeps as int64 (num_batches_tracked)
+        std::vector<int64_t> v(static_cast<size_t>(b.Size()));
+        for (size_t e = 0; e < v.size(); ++e) v[e] = std::llround(q[e]);
+        out->push_back(data::NpyArray::Int64(b.name, b.torch_shape, v));
+      } else {
+        out->push_back(data::NpyArray::Float32(b.name, b.torch_shape,
+                                               std::vector<float>(q, q + b.Size())));
       }
-      p += size;
+      q += b.Size();
     }
-    in = shapes[i];
   }
 }
 
@@ -99,16 +60,38 @@ data::NpyArray Text(const std::string& name, const std::string& value) {
 
 }  // namespace
 
+std::vector<TorchLayer> TorchLayers(const ModelSpec& spec) {
+  std::vector<int> sizes;
+  Activation activation;
+  const bool mlp = spec.AsMlp(&sizes, &activation);
+  std::vector<Shape> shapes;
+  const Status resolved = nn::ResolveShapes(spec.input, spec.layers, &shapes);
+  SHMTRAIN_CHECK(resolved.ok(), "a model that does not resolve: " + resolved.message());
+  std::vector<TorchLayer> layers;
+  Shape in = spec.input;
+  int64_t offset = 0, linears = 0;
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    const nn::LayerType& t = *nn::FindLayerType(spec.layers[i].kind);
+    if (t.params != nullptr) {
+      // An MLP's module indices count an activation after every linear layer, nn.Identity too.
+      const int64_t module = mlp ? 2 * linears++ : static_cast<int64_t>(i);
+      TorchLayer l{&t, &spec.layers[i], in, offset, nn::ParamSize(t, spec.layers[i], in), {}};
+      l.blocks = t.params(spec.layers[i], in);
+      for (nn::ParamBlock& b : l.blocks) b.name = std::to_string(module) + "." + b.name;
+      offset += l.size;
+      layers.push_back(std::move(l));
+    }
+    in = shapes[i];
+  }
+  return layers;
+}
+
 Status ExportArrays(const Model& m, const std::string& path, std::vector<data::NpyArray>* out) {
   std::vector<data::NpyArray> a;
   std::vector<int> sizes;
   Activation activation;
   const bool mlp = m.spec.AsMlp(&sizes, &activation);
-  if (mlp) {
-    AppendMlp(sizes, m.params.data(), &a);
-  } else {
-    AppendLayered(m.spec, m.params.data(), &a);
-  }
+  AppendParams(m.spec, m.params.data(), &a);
   const int64_t f = m.spec.inputs();
   // Without normalisation the export still has F offsets and scales: 0 and 1.
   const bool scaled = m.norm.kind != Normalize::kNone;

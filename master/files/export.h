@@ -28,10 +28,25 @@
 #include "data/npz_writer.h"
 #include "master/flags/command.h"
 #include "master/log/log.h"
+#include "nn/layer.h"
 #include "master/files/model_file.h"
 #include "shmtrain/status.h"
 
 namespace shmtrain::master {
+
+// A layer with parameters as the export names them: its blocks named "{module}.{block}" in the
+// order and PyTorch shapes of its type (a residual block's "{i}.body.{j}.weight": its layers'),
+// module being its index in the nn.Sequential above (an MLP's: 2l), and where its parameters
+// start in the flat vector. nn::ToTorch and nn::FromTorch turn its parameters (size of them)
+// into the blocks' data, one after another, and back. The spec must resolve (abort otherwise).
+struct TorchLayer {
+  const nn::LayerType* type;
+  const LayerSpec* spec;  // points into the model's
+  Shape in;
+  int64_t offset, size;
+  std::vector<nn::ParamBlock> blocks;
+};
+std::vector<TorchLayer> TorchLayers(const ModelSpec& spec);
 
 // The arrays above for model `m`, in that order (layers first). `path` (the model's) is for
 // messages only. kData when a text class label is not UTF-8.

@@ -423,20 +423,19 @@ void InitConv(const LayerSpec& spec, Shape in, Init init, Rng& rng, float* param
 }
 
 // PyTorch's weight[o][c][ky][kx] is our W(o, (ky*k + kx)*C + c).
-void ToTorch(const LayerSpec& spec, Shape in, const float* ours, float* torch) {
+void TorchOrder(const LayerSpec& spec, Shape in, int64_t* from) {
   const int64_t co = spec.Int(0), k = spec.Int(1), c = in.c;
   for (int64_t o = 0; o < co; ++o) {
     for (int64_t ci = 0; ci < c; ++ci) {
       for (int64_t ky = 0; ky < k; ++ky) {
         for (int64_t kx = 0; kx < k; ++kx) {
-          torch[((o * c + ci) * k + ky) * k + kx] = ours[o + ((ky * k + kx) * c + ci) * co];
+          from[((o * c + ci) * k + ky) * k + kx] = o + ((ky * k + kx) * c + ci) * co;
         }
       }
     }
   }
-  if (HasBias(spec)) {
-    std::copy(ours + co * k * k * c, ours + co * k * k * c + co, torch + co * k * k * c);
-  }
+  const int64_t w = co * k * k * c;
+  for (int64_t o = 0; HasBias(spec) && o < co; ++o) from[w + o] = w + o;
 }
 
 }  // namespace
@@ -455,7 +454,7 @@ extern const LayerType kConv2d = TypeOf<Conv2d>({
     .out_shape = OutShape,
     .params = Params,
     .init = InitConv,
-    .to_torch = ToTorch,
+    .torch_order = TorchOrder,
     .scratch = Scratch,
 });
 

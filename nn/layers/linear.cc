@@ -108,12 +108,13 @@ void InitLinear(const LayerSpec& spec, Shape in, Init init, Rng& rng, float* par
                      params);
 }
 
-void ToTorch(const LayerSpec& spec, Shape in, const float* ours, float* torch) {
+// nn.Linear's weight is row-major out x in; ours is column-major (W(i, j) at i + j*out).
+void TorchOrder(const LayerSpec& spec, Shape in, int64_t* from) {
   const int64_t out = spec.Int(0), k = in.Size();
   for (int64_t i = 0; i < out; ++i) {
-    for (int64_t j = 0; j < k; ++j) torch[i * k + j] = ours[i + j * out];
+    for (int64_t j = 0; j < k; ++j) from[i * k + j] = i + j * out;
   }
-  for (int64_t i = 0; i < out; ++i) torch[out * k + i] = ours[out * k + i];
+  for (int64_t i = 0; i < out; ++i) from[out * k + i] = out * k + i;
 }
 
 }  // namespace
@@ -127,7 +128,7 @@ extern const LayerType kLinear = TypeOf<Linear>({
     .out_shape = OutShape,
     .params = Params,
     .init = InitLinear,
-    .to_torch = ToTorch,
+    .torch_order = TorchOrder,
 });
 
 }  // namespace shmtrain::nn

@@ -184,16 +184,19 @@ void InitBlock(const LayerSpec& spec, Shape in, Init init, Rng& rng, float* para
   }
 }
 
-void ToTorch(const LayerSpec& spec, Shape in, const float* ours, float* torch) {
+// Its layers' orders, each shifted to where the layer's parameters start.
+void TorchOrder(const LayerSpec& spec, Shape in, int64_t* from) {
+  int64_t start = 0;
   for (const BlockMember& m : BlockMembers(spec, in)) {
     const int64_t size = ParamSize(*m.type, *m.spec, m.in);
-    if (m.type->to_torch != nullptr) {
-      m.type->to_torch(*m.spec, m.in, ours, torch);
+    if (m.type->torch_order != nullptr) {
+      m.type->torch_order(*m.spec, m.in, from);
+      for (int64_t e = 0; e < size; ++e) from[e] += start;
     } else {
-      std::copy(ours, ours + size, torch);
+      for (int64_t e = 0; e < size; ++e) from[e] = start + e;
     }
-    ours += size;
-    torch += size;
+    from += size;
+    start += size;
   }
 }
 
@@ -229,7 +232,7 @@ extern const LayerType kResidual = TypeOf<Residual>({
     .out_shape = ResolveBlock,
     .params = Params,
     .init = InitBlock,
-    .to_torch = ToTorch,
+    .torch_order = TorchOrder,
     .scratch = Scratch,
     .stats = Stats,
 });
