@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <string>
 
+#include "core/crc32.h"
 #include "gtest/gtest.h"
 #include "nn/layer.h"
 #include "shm/layout.h"
@@ -42,6 +43,16 @@ test::ProcResult RunWorker(const Segment& seg, bool* unchanged) {
 
 bool Has(const std::string& s, const std::string& part) {
   return s.find(part) != s.npos;
+}
+
+// A running checksum goes on through an empty buffer, a null one too (an empty vector's data()):
+// zlib answers a null buffer with its initial value, which dropped what was summed before it.
+TEST(Fingerprint, AnEmptyBufferLeavesTheRunningChecksum) {
+  const std::string bytes = "the parameters";
+  const uint32_t crc = Crc32(bytes.data(), bytes.size());
+  EXPECT_EQ(Crc32(nullptr, 0, crc), crc);
+  EXPECT_EQ(Crc32(bytes.data(), 0, crc), crc);
+  EXPECT_NE(Crc32(nullptr, 0, crc), Crc32(nullptr, 0, Crc32("other", 5)));
 }
 
 TEST(Fingerprint, CreateSealsTheConfigItWrites) {

@@ -708,6 +708,25 @@ TEST_F(HostsTest, HostsGivenDifferentDataAreRefused) {
   EXPECT_TRUE(ExitedWith(ok, 0));
 }
 
+// The same flags and data but other first parameters (--init here; --init-from's weights
+// alike): the hosts compare the state they start from, so the run is refused. (An empty
+// validation set once reset that comparison's checksum, and this ran.)
+TEST_F(HostsTest, HostsStartingFromOtherParametersAreRefused) {
+  TempDir dir;
+  const std::string data = dir.Write("a.csv", "x1,x2,label\n0,1,0\n1,0,1\n1,1,0\n0,0,1\n");
+  auto argv = [&](const std::string& init) {
+    return WithoutMetrics({kMasterBin, "train", "--data", data, "--layers", "2,4,2", "--loss",
+                           "xent", "--lr", "0.1", "--workers", "1", "--steps", "100", "--init",
+                           init, "--log-format", "json", "--no-progress"});
+  };
+  MpiJob job({{1, argv("torch")}, {1, argv("normal")}});
+  const ProcResult r = job.Wait(kJobTimeout);
+  ExpectJobGone(job, Clock::now(), milliseconds{2'000});
+  EXPECT_TRUE(ExitedWith(r, 2));
+  EXPECT_TRUE(Contains(r.err, "do not run the same training: host 1 (")) << Clip(r.err);
+  EXPECT_TRUE(Events(r.out, "worker_started").empty()) << Clip(r.out);
+}
+
 // A host whose start fails (a data file it cannot read, a metrics port already taken) ends the
 // job with its exit code and its message, and no host leaves a segment, a worker or a process:
 // the hosts that did start learn of it at the start's exchange and remove their segments.
