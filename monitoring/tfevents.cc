@@ -10,48 +10,25 @@
 #include <system_error>
 #include <vector>
 
+#include "core/bytes.h"
 #include "core/crc32.h"
+#include "core/protobuf.h"
 
 namespace shmtrain::monitoring {
 namespace {
 
 constexpr char kFileVersion[] = "brain.Event:2";
 
-// Protobuf's wire format: a field's key is (number << 3) | wire type.
-enum Wire : uint32_t { kVarint = 0, kFixed64 = 1, kBytes = 2, kFixed32 = 5 };
-
-void Varint(std::string* out, uint64_t v) {
-  while (v >= 0x80) {
-    out->push_back(static_cast<char>((v & 0x7F) | 0x80));
-    v >>= 7;
-  }
-  out->push_back(static_cast<char>(v));
-}
-
-void Key(std::string* out, uint32_t field, Wire wire) { Varint(out, (field << 3) | wire); }
-
-template <class T>
-void LittleEndian(std::string* out, T v) {
-  char b[sizeof(T)];
-  std::memcpy(b, &v, sizeof(T));  // x86-64 and every target of this build are little-endian
-  out->append(b, sizeof(T));
-}
-
-void BytesField(std::string* out, uint32_t field, std::string_view v) {
-  Key(out, field, kBytes);
-  Varint(out, v.size());
-  out->append(v);
-}
+using protobuf::BytesField;
+using protobuf::DoubleField;
+using protobuf::FloatField;
+using protobuf::IntField;
 
 // Event's wall_time (1) and step (2), which every event starts with.
 std::string EventHead(double wall_time, int64_t step) {
   std::string e;
-  Key(&e, 1, kFixed64);
-  LittleEndian(&e, wall_time);
-  if (step != 0) {  // proto3 leaves a zero scalar out
-    Key(&e, 2, kVarint);
-    Varint(&e, static_cast<uint64_t>(step));
-  }
+  DoubleField(&e, 1, wall_time);
+  if (step != 0) IntField(&e, 2, step);  // proto3 leaves a zero scalar out
   return e;
 }
 
@@ -76,10 +53,10 @@ uint32_t MaskedCrc32c(std::string_view bytes) {
 std::string TfRecord(std::string_view data) {
   std::string r;
   r.reserve(data.size() + 16);
-  LittleEndian<uint64_t>(&r, data.size());
-  LittleEndian<uint32_t>(&r, MaskedCrc32c(r));
+  AppendRaw<uint64_t>(&r, data.size());
+  AppendRaw<uint32_t>(&r, MaskedCrc32c(r));
   r.append(data);
-  LittleEndian<uint32_t>(&r, MaskedCrc32c(data));
+  AppendRaw<uint32_t>(&r, MaskedCrc32c(data));
   return r;
 }
 
@@ -92,8 +69,7 @@ std::string FileVersionEvent(double wall_time) {
 std::string ScalarEvent(double wall_time, int64_t step, std::string_view tag, float value) {
   std::string v;
   BytesField(&v, 1, tag);
-  Key(&v, 2, kFixed32);
-  LittleEndian(&v, value);
+  FloatField(&v, 2, value);
   std::string summary;
   BytesField(&summary, 1, v);
   std::string e = EventHead(wall_time, step);

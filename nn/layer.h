@@ -45,6 +45,7 @@
 namespace shmtrain::nn {
 
 class Rng;
+class OnnxGraph;
 
 // One argument of a layer type. The model text gives the required ones in this order, then
 // any by name; an argument left out takes its default.
@@ -164,6 +165,12 @@ struct LayerType {
   // parameters (ParamSize of them); null: the layouts are the same. One definition serves both
   // ways (ToTorch, FromTorch below): export and weights read in (--init-from).
   void (*torch_order)(const LayerSpec& spec, Shape in, int64_t* from) = nullptr;
+  // The layer in an ONNX graph (nn/onnx.h): adds the nodes that compute its output (of shape
+  // out) from value x (of shape in) and returns the output's value. Its parameters are the
+  // graph's tensors "{module}.{block}", module being its name in the export ("3",
+  // "3.body.0": master/files/export.h). Every type has one (tests/onnx_test.cc).
+  std::string (*to_onnx)(const LayerSpec& spec, Shape in, Shape out, const std::string& module,
+                         const std::string& x, OnnxGraph& g) = nullptr;
   // The elements of the layer's own scratch (besides its input and output) after passes over up
   // to n samples, forward only or (backward) forward and backward: what the layer allocates,
   // from the same computation (an upper bound where more decides it: the first layer's backward

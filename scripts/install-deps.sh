@@ -28,10 +28,11 @@ hosts=(openmpi-bin libopenmpi-dev)
 # scripts/fuzz.sh's targets; python3-pil decodes image files in the tests, as the reference;
 # protobuf-compiler, python3-protobuf and python3-crc32c decode TensorBoard event files in the
 # tests as TensorBoard reads them; chromium (headless) loads the master's live page in the
-# tests; clang-format checks the sources' format (scripts/format-check.sh).
+# tests; clang-format checks the sources' format (scripts/format-check.sh); python3-onnx's
+# checker checks the ONNX exports (tests/onnx_test.cc, which runs them with npm's ONNX Runtime).
 rest=(make libgtest-dev python3 prometheus dataset-fashion-mnist python3-numpy clang
       libclang-rt-14-dev python3-pil protobuf-compiler python3-protobuf python3-crc32c chromium
-      clang-format)
+      clang-format python3-onnx)
 case $what in
   trainer) packages=("${trainer[@]}") ;;
   hosts) packages=("${trainer[@]}" "${hosts[@]}") ;;
@@ -42,7 +43,8 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-# node and npm run the dashboard's type check (monitoring/schema/check.sh). Debian's nodejs and
+# node and npm run the dashboard's type check (monitoring/schema/check.sh) and ONNX Runtime
+# (tests/onnx/install.sh). Debian's nodejs and
 # npm only when there is no npm at all: a nodejs from elsewhere (nodesource's) brings its own
 # npm, and Debian's npm package conflicts with it.
 [[ $what != all ]] || command -v npm >/dev/null || missing+=(nodejs npm)

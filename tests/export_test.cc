@@ -338,6 +338,9 @@ class ExportCommand : public ::testing::Test {
   }
   std::string Model(const Case& c) const { return dir_.File(c.name + ".bin"); }
   std::string Npz(const Case& c) const { return dir_.File(c.name + ".npz"); }
+  // Every refusal of a bad model, flag or --out path when the output is `out`; `good` is the
+  // model file's bytes.
+  void ExpectBadInputsRefused(const Case& c, const std::string& good, const std::string& out);
 
   TempDir dir_;
 };
@@ -530,11 +533,22 @@ void ExpectRefused(const TempDir& dir, const std::vector<std::string>& args,
   EXPECT_EQ(Listing(dir.path()), before) << "files left behind by: " << r.err;
 }
 
+// Both formats (.onnx by the name's end, any case) follow the same output rules.
 TEST_F(ExportCommand, BadInputsAreRefusedAndLeaveNothing) {
   const Case c = Cases()[2];
   TrainAndExport(c);
   const std::string good = test::ReadWholeFile(Model(c));
-  const std::string out = dir_.File("out.npz");
+  for (const char* name : {"out.npz", "out.onnx", "OUT.ONNX"}) {
+    ExpectBadInputsRefused(c, good, dir_.File(name));
+  }
+  ExpectRefused(dir_, {"--model", Model(c), "--out", dir_.File("no/such/dir/m.onnx")},
+                {"does not exist"});
+  ExpectRefused(dir_, {"--model", Model(c), "--out", dir_.path()}, {"--out", dir_.path()});
+  EXPECT_TRUE(test::ReadWholeFile(Model(c)) == good) << "the model was changed";
+}
+
+void ExportCommand::ExpectBadInputsRefused(const Case& c, const std::string& good,
+                                           const std::string& out) {
   const std::string cut = dir_.Write("cut.bin", good.substr(0, good.size() / 2));
   ExpectRefused(dir_, {"--model", cut, "--out", out},
                 {cut, "not a usable model file", "cut short"});
@@ -552,7 +566,6 @@ TEST_F(ExportCommand, BadInputsAreRefusedAndLeaveNothing) {
                 {"does not exist"});
   ExpectRefused(dir_, {"--model", Model(c), "--out", out, "--data", "x.csv"},
                 {"unknown flag --data for 'export'"});
-  EXPECT_TRUE(test::ReadWholeFile(Model(c)) == good) << "the model was changed";
 }
 
 // Text labels that are not UTF-8 (a Latin-1 file) cannot be a NumPy text array: refused,
@@ -565,6 +578,8 @@ TEST_F(ExportCommand, LabelsThatAreNotUtf8AreRefused) {
   Train(c);
   ExpectRefused(dir_, {"--model", Model(c), "--out", Npz(c)},
                 {Model(c) + ": array 'classes', element 1: not valid UTF-8", "must be UTF-8"});
+  ExpectRefused(dir_, {"--model", Model(c), "--out", dir_.File("latin1.onnx")},
+                {Model(c) + ": class 1's label is not UTF-8", "ONNX's strings are UTF-8"});
 }
 
 TEST_F(ExportCommand, HelpListsTheCommandAndItsFlags) {
@@ -575,7 +590,9 @@ TEST_F(ExportCommand, HelpListsTheCommandAndItsFlags) {
        std::vector<std::vector<std::string>>{{"export", "--help"}, {"help", "export"}}) {
     const ProcResult r = Shm(cmd);
     ASSERT_TRUE(ExitedWith(r, 0));
-    EXPECT_TRUE(Contains(r.out, "usage: shmtrain export --model FILE --out FILE.npz")) << r.out;
+    EXPECT_TRUE(Contains(r.out, "usage: shmtrain export --model FILE --out FILE.onnx|FILE.npz"))
+        << r.out;
+    EXPECT_TRUE(Contains(r.out, "an ONNX model (opset 13)")) << r.out;
     EXPECT_TRUE(Contains(r.out, "--model FILE")) << r.out;
     EXPECT_TRUE(Contains(r.out, "(required)")) << r.out;
     EXPECT_TRUE(Contains(r.out, "0.weight")) << r.out;

@@ -164,14 +164,18 @@ constexpr const char* kPredictUsage =
     "row may have the model's inputs only, or those and a label column, which is skipped.\n";
 
 constexpr const char* kExportUsage =
-    "usage: shmtrain export --model FILE --out FILE.npz\n"
+    "usage: shmtrain export --model FILE --out FILE.onnx|FILE.npz\n"
     "\n"
-    "Writes the model as a NumPy .npz archive (numpy.load reads it, no allow_pickle needed):\n"
-    "the weights and biases named as PyTorch's nn.Sequential(Linear, activation, ...,\n"
-    "Linear) names its state dict (0.weight out x in, 0.bias, 2.weight, ...), the input\n"
-    "scaling (input.offset, input.scale: x' = (x - offset) * scale), the class labels\n"
-    "(classes) and the model's layers, activation and loss. docs/models.md, \"Using a model\n"
-    "in PyTorch\", shows how to load it.\n";
+    "FILE.onnx: an ONNX model (opset 13) for ONNX Runtime and other tools. It takes what\n"
+    "predict takes, raw rows (float32, input [N, features] or [N, C, H, W]), scales them as\n"
+    "the model does, and gives what predict prints (probabilities [N, classes], or value);\n"
+    "the class labels are in its metadata (classes).\n"
+    "\n"
+    "Any other name: a NumPy .npz archive (numpy.load reads it, no allow_pickle needed) of\n"
+    "every layer's parameters named as PyTorch's nn.Sequential of the layers names its state\n"
+    "dict (0.weight, 0.bias, ...: what train --init-from reads back), the input scaling\n"
+    "(input.offset, input.scale: x' = (x - offset) * scale), the class labels (classes), the\n"
+    "model and its loss. docs/models.md, \"Using a model elsewhere\", shows how to use both.\n";
 
 constexpr const char* kCleanupUsage =
     "usage: shmtrain cleanup [--dry-run]\n"
@@ -336,7 +340,9 @@ Status FinishExport(const CLI::App* app, Command* out) {
   if (Status s = Leftover(app, "export"); !s.ok()) return s;
   if (Status s = CollectGiven(app, &out->train); !s.ok()) return s;
   if (out->model_path.empty()) return Status::Usage("--model is required (FILE, for export)");
-  if (out->out_path.empty()) return Status::Usage("--out is required (FILE.npz, for export)");
+  if (out->out_path.empty()) {
+    return Status::Usage("--out is required (FILE.onnx or FILE.npz, for export)");
+  }
   out->kind = Command::Kind::kExport;
   return Status::Ok();
 }

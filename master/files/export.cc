@@ -1,36 +1,19 @@
 #include "master/files/export.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <string_view>
 
+#include "master/files/onnx_export.h"
 #include "master/files/output_path.h"
 #include "master/files/output_write.h"
 #include "nn/layer.h"
 
 namespace shmtrain::master {
 namespace {
-
-// The arrays of every layer's parameter blocks (TorchLayers), in PyTorch's layouts
-// (nn::ToTorch); a buffer PyTorch keeps as an integer is int64.
-void AppendParams(const ModelSpec& spec, const float* p, std::vector<data::NpyArray>* out) {
-  for (const TorchLayer& l : TorchLayers(spec)) {
-    std::vector<float> torch(static_cast<size_t>(l.size));
-    nn::ToTorch(*l.type, *l.spec, l.in, p + l.offset, torch.data());
-    const float* q = torch.data();
-    for (const nn::ParamBlock& b : l.blocks) {
-      if (b.integer) {  // a count PyTorch keeps as int64 (num_batches_tracked)
-        std::vector<int64_t> v(static_cast<size_t>(b.Size()));
-        for (size_t e = 0; e < v.size(); ++e) v[e] = std::llround(q[e]);
-        out->push_back(data::NpyArray::Int64(b.name, b.torch_shape, v));
-      } else {
-        out->push_back(data::NpyArray::Float32(b.name, b.torch_shape,
-                                               std::vector<float>(q, q + b.Size())));
-      }
-      q += b.Size();
-    }
-  }
-}
 
 // Output k's label: the class values, or their text.
 Status AppendClasses(const Model& m, const std::string& path, std::vector<data::NpyArray>* out) {
@@ -58,26 +41,50 @@ data::NpyArray Text(const std::string& name, const std::string& value) {
   return a;
 }
 
+// --out's format: ONNX for a name ending in .onnx (any case), else .npz.
+bool IsOnnxPath(const std::string& path) {
+  constexpr std::string_view kExt = ".onnx";
+  if (path.size() < kExt.size()) return false;
+  return std::equal(kExt.begin(), kExt.end(), path.end() - kExt.size(), [](char a, char b) {
+    return a == std::tolower(static_cast<unsigned char>(b));
+  });
+}
+
 }  // namespace
 
-std::vector<TorchLayer> TorchLayers(const ModelSpec& spec) {
+std::vector<std::string> ModuleNames(const ModelSpec& spec) {
   std::vector<int> sizes;
   Activation activation;
   const bool mlp = spec.AsMlp(&sizes, &activation);
+  std::vector<std::string> names;
+  int64_t linears = 0;
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    // An MLP's indices count an activation after every linear layer, nn.Identity too.
+    if (!mlp) {
+      names.push_back(std::to_string(i));
+    } else if (spec.layers[i].kind == "linear") {
+      names.push_back(std::to_string(2 * linears++));
+    } else {
+      names.push_back(std::to_string(2 * linears - 1));
+    }
+  }
+  return names;
+}
+
+std::vector<TorchLayer> TorchLayers(const ModelSpec& spec) {
+  const std::vector<std::string> modules = ModuleNames(spec);
   std::vector<Shape> shapes;
   const Status resolved = nn::ResolveShapes(spec.input, spec.layers, &shapes);
   SHMTRAIN_CHECK(resolved.ok(), "a model that does not resolve: " + resolved.message());
   std::vector<TorchLayer> layers;
   Shape in = spec.input;
-  int64_t offset = 0, linears = 0;
+  int64_t offset = 0;
   for (size_t i = 0; i < spec.layers.size(); ++i) {
     const nn::LayerType& t = *nn::FindLayerType(spec.layers[i].kind);
     if (t.params != nullptr) {
-      // An MLP's module indices count an activation after every linear layer, nn.Identity too.
-      const int64_t module = mlp ? 2 * linears++ : static_cast<int64_t>(i);
       TorchLayer l{&t, &spec.layers[i], in, offset, nn::ParamSize(t, spec.layers[i], in), {}};
       l.blocks = t.params(spec.layers[i], in);
-      for (nn::ParamBlock& b : l.blocks) b.name = std::to_string(module) + "." + b.name;
+      for (nn::ParamBlock& b : l.blocks) b.name = modules[i] + "." + b.name;
       offset += l.size;
       layers.push_back(std::move(l));
     }
@@ -86,12 +93,31 @@ std::vector<TorchLayer> TorchLayers(const ModelSpec& spec) {
   return layers;
 }
 
+void AppendParamArrays(const ModelSpec& spec, const float* p, std::vector<data::NpyArray>* out) {
+  for (const TorchLayer& l : TorchLayers(spec)) {
+    std::vector<float> torch(static_cast<size_t>(l.size));
+    nn::ToTorch(*l.type, *l.spec, l.in, p + l.offset, torch.data());
+    const float* q = torch.data();
+    for (const nn::ParamBlock& b : l.blocks) {
+      if (b.integer) {  // a count PyTorch keeps as int64 (num_batches_tracked)
+        std::vector<int64_t> v(static_cast<size_t>(b.Size()));
+        for (size_t e = 0; e < v.size(); ++e) v[e] = std::llround(q[e]);
+        out->push_back(data::NpyArray::Int64(b.name, b.torch_shape, v));
+      } else {
+        out->push_back(
+            data::NpyArray::Float32(b.name, b.torch_shape, std::vector<float>(q, q + b.Size())));
+      }
+      q += b.Size();
+    }
+  }
+}
+
 Status ExportArrays(const Model& m, const std::string& path, std::vector<data::NpyArray>* out) {
   std::vector<data::NpyArray> a;
   std::vector<int> sizes;
   Activation activation;
   const bool mlp = m.spec.AsMlp(&sizes, &activation);
-  AppendParams(m.spec, m.params.data(), &a);
+  AppendParamArrays(m.spec, m.params.data(), &a);
   const int64_t f = m.spec.inputs();
   // Without normalisation the export still has F offsets and scales: 0 and 1.
   const bool scaled = m.norm.kind != Normalize::kNone;
@@ -131,18 +157,24 @@ Status RunExport(const Command& cmd, Logger& log) {
   if (Status s = OutputLock::Acquire("--out", cmd.out_path, &out_lock); !s.ok()) return s;
   Model m;
   if (Status s = LoadModel(cmd.model_path, &m); !s.ok()) return s;
+  const bool onnx = IsOnnxPath(cmd.out_path);
   std::vector<data::NpyArray> arrays;
-  // Messages about the arrays name the model: what is wrong is in it.
-  if (Status s = ExportArrays(m, cmd.model_path, &arrays); !s.ok()) return s;
   std::string bytes;
-  if (Status s = data::EncodeNpz(arrays, cmd.out_path, &bytes); !s.ok()) return s;
+  // Messages about the arrays name the model: what is wrong is in it.
+  if (onnx) {
+    if (Status s = EncodeOnnx(m, cmd.model_path, &bytes); !s.ok()) return s;
+  } else {
+    if (Status s = ExportArrays(m, cmd.model_path, &arrays); !s.ok()) return s;
+    if (Status s = data::EncodeNpz(arrays, cmd.out_path, &bytes); !s.ok()) return s;
+  }
   if (Status s = WriteFileDurably(cmd.out_path, bytes); !s.ok()) return s;
-  log.Info("export: " + cmd.model_path + " -> " + cmd.out_path + " (" +
-               std::to_string(arrays.size()) + " arrays, " + std::to_string(bytes.size()) +
-               " bytes)",
+  const std::string what = onnx ? "ONNX" : std::to_string(arrays.size()) + " arrays";
+  log.Info("export: " + cmd.model_path + " -> " + cmd.out_path + " (" + what + ", " +
+               std::to_string(bytes.size()) + " bytes)",
            JsonLine("export")
                .Str("model", cmd.model_path)
                .Str("out", cmd.out_path)
+               .Str("format", onnx ? "onnx" : "npz")
                .Int("arrays", static_cast<int64_t>(arrays.size()))
                .Int("bytes", static_cast<int64_t>(bytes.size())));
   return Status::Ok();

@@ -34,6 +34,10 @@
 
 namespace shmtrain::master {
 
+// Each layer's module name: its index in the nn.Sequential above (an MLP's linear layer l:
+// 2l, its activation 2l + 1).
+std::vector<std::string> ModuleNames(const ModelSpec& spec);
+
 // A layer with parameters as the export names them: its blocks named "{module}.{block}" in the
 // order and PyTorch shapes of its type (a residual block's "{i}.body.{j}.weight": its layers'),
 // module being its index in the nn.Sequential above (an MLP's: 2l), and where its parameters
@@ -47,6 +51,10 @@ struct TorchLayer {
   std::vector<nn::ParamBlock> blocks;
 };
 std::vector<TorchLayer> TorchLayers(const ModelSpec& spec);
+
+// The arrays of every layer's parameter blocks (TorchLayers) of spec's flat vector p, appended
+// to *out in PyTorch's layouts (nn::ToTorch); a buffer PyTorch keeps as an integer is int64.
+void AppendParamArrays(const ModelSpec& spec, const float* p, std::vector<data::NpyArray>* out);
 
 // The arrays above for model `m`, in that order (layers first). `path` (the model's) is for
 // messages only. kData when a text class label is not UTF-8.

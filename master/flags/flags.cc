@@ -1099,7 +1099,8 @@ std::vector<FlagDef> CommandFlags() {
        .deflt_words = "stdout", .value = Text(Cmd(&Command::out_path)), .group = kOut,
        .commands = kPredictCmd},
       {.name = "--out", .arg = "FILE",
-       .help = "the .npz archive to write, whole or not at all ({default})",
+       .help = "the file to write, whole or not at all: an ONNX model if its name ends in .onnx, "
+               "else an .npz archive ({default})",
        .deflt_words = "required", .value = Text(Cmd(&Command::out_path)), .group = kOut,
        .commands = kExportCmd},
       {.name = "--dry-run", .arg = "",

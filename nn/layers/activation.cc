@@ -45,6 +45,14 @@ struct Elementwise {
   };
 };
 
+// ONNX's operator of the same name (Relu, Tanh, Sigmoid).
+template <Fn F>
+std::string ToOnnx(const LayerSpec&, Shape, Shape, const std::string& module, const std::string& x,
+                   OnnxGraph& g) {
+  const char* op = F == Fn::kRelu ? "Relu" : F == Fn::kTanh ? "Tanh" : "Sigmoid";
+  return g.Node(op, {x}, module);
+}
+
 template <Fn F>
 LayerType Type(const char* name, const char* torch, const char* summary) {
   return TypeOf<Elementwise<F>::template Layer>({.name = name,
@@ -52,7 +60,8 @@ LayerType Type(const char* name, const char* torch, const char* summary) {
                                                  .summary = summary,
                                                  .args = {},
                                                  .spatial = Spatial::kKeeps,
-                                                 .out_shape = SameShape});
+                                                 .out_shape = SameShape,
+                                                 .to_onnx = ToOnnx<F>});
 }
 
 }  // namespace

@@ -80,6 +80,37 @@ Status OutShape(const LayerSpec& spec, Shape in, Shape* out) {
   return Status::Ok();
 }
 
+// ONNX has no adaptive pooling. Bins of one size (the input a multiple of the output) are
+// GlobalAveragePool or AveragePool; otherwise each channel's pixels times a matrix whose column
+// for a bin holds 1/count on its pixels: [N, C, H*W] x [H*W, o*o], reshaped back.
+std::string ToOnnx(const LayerSpec&, Shape in, Shape out, const std::string& module,
+                   const std::string& x, OnnxGraph& g) {
+  const int64_t o = out.h;
+  if (o == 1) return g.Node("GlobalAveragePool", {x}, module);
+  if (in.h % o == 0 && in.w % o == 0) {
+    return g.Node("AveragePool", {x}, module,
+                  {OnnxAttr::Ints("kernel_shape", {in.h / o, in.w / o}),
+                   OnnxAttr::Ints("strides", {in.h / o, in.w / o})});
+  }
+  std::vector<float> bins(static_cast<size_t>(in.h * in.w * o * o), 0.0f);
+  for (int64_t oy = 0; oy < o; ++oy) {
+    for (int64_t ox = 0; ox < o; ++ox) {
+      const int64_t y0 = Start(oy, o, in.h), y1 = End(oy, o, in.h);
+      const int64_t x0 = Start(ox, o, in.w), x1 = End(ox, o, in.w);
+      const float share = 1.0f / static_cast<float>((y1 - y0) * (x1 - x0));
+      for (int64_t iy = y0; iy < y1; ++iy) {
+        for (int64_t ix = x0; ix < x1; ++ix) bins[(iy * in.w + ix) * o * o + oy * o + ox] = share;
+      }
+    }
+  }
+  const std::string rows =
+      g.Node("Reshape", {x, g.Ints(module + ".pixels", {0, in.c, in.h * in.w})}, module + ".pixels",
+             {}, 3);
+  const std::string pooled = g.Node(
+      "MatMul", {rows, g.Floats(module + ".bins", {in.h * in.w, o * o}, bins)}, module + ".bins");
+  return g.Node("Reshape", {pooled, g.Ints(module + ".shape", {0, in.c, o, o})}, module, {}, 4);
+}
+
 }  // namespace
 
 extern const LayerType kAdaptiveAvgPool2d = TypeOf<AdaptiveAvgPool2d>({
@@ -89,6 +120,7 @@ extern const LayerType kAdaptiveAvgPool2d = TypeOf<AdaptiveAvgPool2d>({
     .args = {{"output_size", true, 0, 1, 1024, true}},
     .spatial = Spatial::kWindows,
     .out_shape = OutShape,
+    .to_onnx = ToOnnx,
 });
 
 }  // namespace shmtrain::nn

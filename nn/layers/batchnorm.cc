@@ -179,6 +179,16 @@ Status FlatOnly(const LayerSpec& spec, Shape in, Shape* out) {
   return SameShape(spec, in, out);
 }
 
+// BatchNormalization with the running statistics, as evaluation normalises (the channels are
+// axis 1 of [N, C] and of [N, C, H, W] alike).
+std::string ToOnnx(const LayerSpec& spec, Shape, Shape, const std::string& module,
+                   const std::string& x, OnnxGraph& g) {
+  return g.Node("BatchNormalization",
+                {x, g.Param(module + ".weight"), g.Param(module + ".bias"),
+                 g.Param(module + ".running_mean"), g.Param(module + ".running_var")},
+                module, {OnnxAttr::Float("epsilon", static_cast<float>(spec.args[0]))});
+}
+
 // The two types differ in their names and in what input they take.
 LayerType BatchNormType(const char* name, const char* torch, const char* summary, Spatial spatial,
                         Status (*out_shape)(const LayerSpec&, Shape, Shape*)) {
@@ -191,6 +201,7 @@ LayerType BatchNormType(const char* name, const char* torch, const char* summary
        .out_shape = out_shape,
        .params = Params,
        .init = Init,
+       .to_onnx = ToOnnx,
        .stats = Stats});
 }
 

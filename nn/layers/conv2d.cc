@@ -438,6 +438,16 @@ void TorchOrder(const LayerSpec& spec, Shape in, int64_t* from) {
   for (int64_t o = 0; HasBias(spec) && o < co; ++o) from[w + o] = w + o;
 }
 
+std::string ToOnnx(const LayerSpec& spec, Shape, Shape, const std::string& module,
+                   const std::string& x, OnnxGraph& g) {
+  const int64_t k = spec.Int(1), s = spec.Int(2), p = spec.Int(3);
+  std::vector<std::string> inputs = {x, g.Param(module + ".weight")};
+  if (HasBias(spec)) inputs.push_back(g.Param(module + ".bias"));
+  return g.Node("Conv", std::move(inputs), module,
+                {OnnxAttr::Ints("kernel_shape", {k, k}), OnnxAttr::Ints("strides", {s, s}),
+                 OnnxAttr::Ints("pads", {p, p, p, p})});
+}
+
 }  // namespace
 
 extern const LayerType kConv2d = TypeOf<Conv2d>({
@@ -455,6 +465,7 @@ extern const LayerType kConv2d = TypeOf<Conv2d>({
     .params = Params,
     .init = InitConv,
     .torch_order = TorchOrder,
+    .to_onnx = ToOnnx,
     .scratch = Scratch,
 });
 

@@ -52,6 +52,12 @@ class Dropout final : public Layer<S> {
   const double p_;
 };
 
+// Inference: the identity, no node.
+std::string ToOnnx(const LayerSpec&, Shape, Shape, const std::string&, const std::string& x,
+                   OnnxGraph&) {
+  return x;
+}
+
 }  // namespace
 
 extern const LayerType kDropout = TypeOf<Dropout>({
@@ -61,6 +67,7 @@ extern const LayerType kDropout = TypeOf<Dropout>({
     .args = {{"p", false, 0.5, 0, 0.99, false}},
     .spatial = Spatial::kKeeps,
     .out_shape = SameShape,
+    .to_onnx = ToOnnx,
 });
 
 }  // namespace shmtrain::nn

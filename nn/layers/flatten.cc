@@ -43,6 +43,13 @@ Status OutShape(const LayerSpec&, Shape in, Shape* out) {
   return Status::Ok();
 }
 
+// ONNX's tensors are NCHW: PyTorch's order already.
+std::string ToOnnx(const LayerSpec&, Shape, Shape, const std::string& module, const std::string& x,
+                   OnnxGraph& g) {
+  if (g.Rank(x) == 2) return x;
+  return g.Node("Flatten", {x}, module, {OnnxAttr::Int("axis", 1)}, 2);
+}
+
 }  // namespace
 
 extern const LayerType kFlatten = TypeOf<Flatten>({
@@ -52,6 +59,7 @@ extern const LayerType kFlatten = TypeOf<Flatten>({
     .args = {},
     .spatial = Spatial::kFlattens,
     .out_shape = OutShape,
+    .to_onnx = ToOnnx,
 });
 
 }  // namespace shmtrain::nn

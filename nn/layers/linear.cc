@@ -117,6 +117,15 @@ void TorchOrder(const LayerSpec& spec, Shape in, int64_t* from) {
   for (int64_t i = 0; i < out; ++i) from[out * k + i] = out * k + i;
 }
 
+// Gemm on the input as a row in our order (channels last for an image: what the weight's
+// columns follow), with the weight as PyTorch's: transB.
+std::string ToOnnx(const LayerSpec&, Shape in, Shape, const std::string& module,
+                   const std::string& x, OnnxGraph& g) {
+  const std::string row = g.Flat(x, in, module + ".input");
+  return g.Node("Gemm", {row, g.Param(module + ".weight"), g.Param(module + ".bias")}, module,
+                {OnnxAttr::Int("transB", 1)}, 2);
+}
+
 }  // namespace
 
 extern const LayerType kLinear = TypeOf<Linear>({
@@ -129,6 +138,7 @@ extern const LayerType kLinear = TypeOf<Linear>({
     .params = Params,
     .init = InitLinear,
     .torch_order = TorchOrder,
+    .to_onnx = ToOnnx,
 });
 
 }  // namespace shmtrain::nn

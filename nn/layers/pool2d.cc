@@ -142,6 +142,15 @@ Status OutShape(const LayerSpec& spec, Shape in, Shape* out) {
   return Status::Ok();
 }
 
+// MaxPool or AveragePool, without padding (count_include_pad then means nothing).
+template <Pool P>
+std::string ToOnnx(const LayerSpec& spec, Shape, Shape, const std::string& module,
+                   const std::string& x, OnnxGraph& g) {
+  const int64_t k = spec.Int(0), s = StrideOf(spec);
+  return g.Node(P == Pool::kMax ? "MaxPool" : "AveragePool", {x}, module,
+                {OnnxAttr::Ints("kernel_shape", {k, k}), OnnxAttr::Ints("strides", {s, s})});
+}
+
 template <Pool P>
 LayerType Type(const char* name, const char* torch, const char* summary) {
   return TypeOf<Pooling<P>::template Layer>(
@@ -150,7 +159,8 @@ LayerType Type(const char* name, const char* torch, const char* summary) {
        .summary = summary,
        .args = {{"kernel", true, 0, 1, 1024, true}, {"stride", false, 0, 0, 1024, true}},
        .spatial = Spatial::kWindows,
-       .out_shape = OutShape});
+       .out_shape = OutShape,
+       .to_onnx = ToOnnx<P>});
 }
 
 }  // namespace

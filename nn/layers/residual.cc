@@ -200,6 +200,24 @@ void TorchOrder(const LayerSpec& spec, Shape in, int64_t* from) {
   }
 }
 
+// The body's layers from x, the shortcut's (none: x itself), and their sum. When one side ends
+// a row and the other an image, the image has one pixel (their shapes are one): made a row.
+std::string ToOnnx(const LayerSpec& spec, Shape in, Shape out, const std::string& module,
+                   const std::string& x, OnnxGraph& g) {
+  std::string body = x, shortcut = x;
+  for (const BlockMember& m : BlockMembers(spec, in)) {
+    const std::string name =
+        module + (m.shortcut ? ".shortcut." : ".body.") + std::to_string(m.index);
+    std::string& side = m.shortcut ? shortcut : body;
+    side = m.type->to_onnx(*m.spec, m.in, m.out, name, side, g);
+  }
+  if (g.Rank(body) != g.Rank(shortcut)) {
+    body = g.Flat(body, out, module + ".body");
+    shortcut = g.Flat(shortcut, out, module + ".shortcut");
+  }
+  return g.Node("Add", {body, shortcut}, module);
+}
+
 // What Residual allocates: its layers' outputs, the two deltas when it runs backward, and its
 // layers' own scratch.
 int64_t Scratch(const LayerSpec& spec, Shape in, Shape, int64_t n, bool backward) {
@@ -233,6 +251,7 @@ extern const LayerType kResidual = TypeOf<Residual>({
     .params = Params,
     .init = InitBlock,
     .torch_order = TorchOrder,
+    .to_onnx = ToOnnx,
     .scratch = Scratch,
     .stats = Stats,
 });
