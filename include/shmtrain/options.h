@@ -157,6 +157,11 @@ struct TrainOptions {
   // Default torch: U(+-1/sqrt(fan_in)) keeps tanh units out of saturation. `example parabola`
   // (the seed script) uses normal, N(0, 1).
   Init init = Init::kTorch;
+  // --init-from: an .npz of the export's names and layouts (a PyTorch state_dict saved with
+  // numpy.savez) whose arrays are the run's first parameters in place of `init`'s; "" (the
+  // default): none. Not with resume_path (a checkpoint holds the parameters). Its checks and
+  // what it ignores: master/files/init_from.h.
+  std::string init_from_path;
 
   // Optimiser (nn/optimizer.h): lr > 0 (required), the base learning rate; optimizer: a
   // registered name (default sgd); hyper: the hyper-parameter flags given ("--momentum" ->

@@ -738,6 +738,16 @@ std::vector<FlagDef> ModelFlags() {
                "he: scaled normal W, b = 0 (default {default})",
        .deflt = "torch", .value = Choice(Opt(&TO::init)), .group = kModel,
        .commands = kTrainSim},
+      // Not in the fingerprint either: a checkpoint of a run started from it resumes without it.
+      {.name = "--init-from",
+       .arg = "FILE.npz",
+       .help = "start from these weights: an .npz of the export's names and shapes (a PyTorch "
+               "state_dict saved with numpy.savez), every array checked against the model "
+               "before the run starts; not with --resume (default: {default})",
+       .deflt_words = "--init's",
+       .value = Text(Opt(&TO::init_from_path)),
+       .group = kModel,
+       .commands = kTrainSim},
       {.name = "--precision", .arg = EnumNames<ComputeType>("|") + "|auto",
        .help = "the inputs of the products of linear and conv2d layers in the workers: float, "
                "or bf16 (rounded to nearest even, summed in float; weights, optimizer, loss and "
@@ -758,8 +768,10 @@ std::vector<FlagDef> LengthFlags() {
        .deflt_words = "required", .limits = RealRange(0, INFINITY, true, false),
        .value = Real(Opt(&TO::lr), Precision::kFloat32), .group = kLength,
        .commands = kTrainSim, .workers = true, .trajectory = true},
-      {.name = "--steps", .arg = "N", .help = "number of updates, {limits} ({default})",
-       .deflt_words = "required, or --epochs", .limits = IntRange(1, kUnbounded),
+      {.name = "--steps", .arg = "N",
+       .help = "number of updates, {limits}; 0 with --init-from: save its weights as --save's "
+               "model without training ({default})",
+       .deflt_words = "required, or --epochs", .limits = IntRange(0, kUnbounded),
        .value = Int(Opt(&TO::steps)), .group = kLength, .commands = kTrainSim, .workers = true,
        .trajectory = true},
       {.name = "--epochs", .arg = "E", .help = "passes over the data, {limits} ({default})",

@@ -34,16 +34,18 @@ std::string SelfPath() {
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "shmtrain";
 }
 
-// The job's command with `resume` as its --resume (none: the job's own, if it has one).
+// The job's command with `resume` as its --resume (none: the job's own, if it has one). A job
+// started with --init-from resumes without it: the checkpoint holds the parameters, and the
+// two flags together are refused.
 std::vector<std::string> JobArgs(const std::vector<std::string>& job, const std::string& resume) {
   if (resume.empty()) return job;
   std::vector<std::string> out;
   for (size_t i = 0; i < job.size(); ++i) {
-    if (job[i] == "--resume") {
+    if (job[i] == "--resume" || job[i] == "--init-from") {
       ++i;
       continue;
     }
-    if (job[i].rfind("--resume=", 0) == 0) continue;
+    if (job[i].rfind("--resume=", 0) == 0 || job[i].rfind("--init-from=", 0) == 0) continue;
     out.push_back(job[i]);
   }
   out.push_back("--resume");

@@ -23,6 +23,10 @@ Status CheckApplies(const TrainOptions& o) {
   if (o.Given("--metrics-addr") && !o.metrics) {
     return Bad("--metrics-addr", "does not apply with --no-metrics (no metrics are served)");
   }
+  if (o.Given("--init") && !o.init_from_path.empty()) {
+    return Bad("--init", "does not apply with --init-from " + o.init_from_path +
+                             " (the file gives every parameter)");
+  }
   if (o.Given("--chaos-seed") && o.chaos_every_s == 0) {
     return Bad("--chaos-seed", "needs --chaos-kill-every D (no chaos kills without it)");
   }
@@ -78,6 +82,11 @@ Status CheckFaultTolerance(const TrainOptions& o) {
   }
   if (o.checkpoint_every > 0 && o.checkpoint_path.empty()) {
     return Bad("--checkpoint-every", "needs --checkpoint PATH");
+  }
+  if (!o.init_from_path.empty() && !o.resume_path.empty()) {
+    return Status::Usage("--init-from " + o.init_from_path + " and --resume " + o.resume_path +
+                         ": give one of them (--resume continues a run from its checkpoint, which "
+                         "holds the parameters; --init-from starts a new run from weights)");
   }
   return Status::Ok();
 }
@@ -180,8 +189,18 @@ Status CheckAugmentOptions(const TrainOptions& o) {
 // The learning rate and the run's length.
 Status CheckRateAndLength(const TrainOptions& o) {
   if (o.lr == 0 && !o.Given("--lr")) return Status::Usage("--lr is required (the learning rate)");
-  if ((o.steps > 0) == (o.epochs > 0)) {
+  if ((o.steps > 0 || o.Given("--steps")) == (o.epochs > 0)) {
     return Status::Usage("give exactly one of --steps N and --epochs E");
+  }
+  // --steps 0: a model saved from --init-from's weights (master/run/zero_steps.h).
+  if (o.Given("--steps") && o.steps == 0) {
+    if (o.init_from_path.empty() || o.save_path.empty()) {
+      return Bad("--steps", "0 needs --init-from W.npz and --save M.bin (it saves the weights "
+                            "as a model without training)");
+    }
+    if (!o.checkpoint_path.empty()) {
+      return Bad("--checkpoint", "does not apply with --steps 0 (no step to checkpoint)");
+    }
   }
   return Status::Ok();
 }

@@ -33,6 +33,7 @@
 #include "master/run/start.h"
 #include "master/run/supervisor.h"
 #include "master/run/validation.h"
+#include "master/run/zero_steps.h"
 #include "master/unit/training_report.h"
 #include "monitoring/exporter.h"
 #include "monitoring/tfevents.h"
@@ -60,6 +61,7 @@ Status RunTrain(const TrainOptions& opts, Logger& log, Launcher& launcher,
 Status RunTrain(const TrainOptions& opts, const RunKind& kind, Logger& log, Launcher& launcher,
                 const std::shared_ptr<Hosts>& hosts_share,
                 std::unique_ptr<monitoring::Exporter>* exporter_out) {
+  if (IsZeroStepRun(opts)) return RunZeroSteps(opts, kind, log);
   Start st;  // holds the segment to the run's end: declared before the loop and the units
   if (Status s = StartRun(opts, kind, *hosts_share, log, exporter_out, &st); !s.ok()) return s;
   const TrainOptions& o = st.o;

@@ -1,10 +1,12 @@
 #include "master/run/simulate.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
 #include "data/batch_plan.h"
 #include "data/pipeline.h"
+#include "master/files/init_from.h"
 #include "master/plan/segment_plan.h"
 #include "nn/batch_norm.h"
 #include "nn/metrics.h"
@@ -13,7 +15,32 @@
 
 namespace shmtrain::master {
 
-SimResult Simulate(const TrainOptions& o, const RunData& rd, int M, AsyncRule rule) {
+namespace {
+
+// The data, sized as a real run of the options' kind (async on one host) would be, and
+// --init-from's parameters, read once for every simulation.
+Status PrepareSimulation(TrainOptions& o, RunData* rd, std::vector<float>* init_from) {
+  if (Status s = data::PrepareData(o, plan::SizingOf(KindOf(o.mode, o.host_count)), rd); !s.ok()) {
+    return s;
+  }
+  if (o.init_from_path.empty()) return Status::Ok();
+  return ReadInitFrom(o.init_from_path, rd->model.spec, init_from);
+}
+
+// w_0: --init-from's parameters, or --init's.
+void InitialParams(const TrainOptions& o, const RunData& rd, const std::vector<float>& init_from,
+                   float* w) {
+  if (o.init_from_path.empty()) {
+    nn::InitParams(rd.model, o.init, o.seed, w);
+  } else {
+    std::copy(init_from.begin(), init_from.end(), w);
+  }
+}
+
+}  // namespace
+
+SimResult Simulate(const TrainOptions& o, const RunData& rd, int M, AsyncRule rule,
+                   const std::vector<float>& init_from) {
   const data::Dataset& d = rd.train;
   const ModelSpec& spec = rd.model.spec;
   const int64_t n = static_cast<int64_t>(rd.model.param_count.value_or(0));
@@ -31,7 +58,7 @@ SimResult Simulate(const TrainOptions& o, const RunData& rd, int M, AsyncRule ru
 
   // history[k % M] holds w_k for the last M versions: what each in-flight worker read.
   std::vector<nn::AlignedVector<float>> history(M, nn::AlignedVector<float>(n));
-  nn::InitParams(rd.model, o.init, o.seed, history[0].data());
+  InitialParams(o, rd, init_from, history[0].data());
   std::vector<nn::AlignedVector<float>> mean_square(M, nn::AlignedVector<float>(n, 0.0f));
   nn::AlignedVector<float> w = history[0], grad(n), bx, by;
   nn::Workspace<float> ws;
@@ -74,10 +101,8 @@ Status RunSimulate(const TrainOptions& opts, const std::vector<int>& workers, bo
                    Logger& log) {
   TrainOptions o = opts;  // the pipeline sets a --model's input from the data
   RunData rd;
-  // Sized as a real run of the options' kind (async on one host) would be.
-  if (Status s = data::PrepareData(o, plan::SizingOf(KindOf(o.mode, o.host_count)), &rd); !s.ok()) {
-    return s;
-  }
+  std::vector<float> init_from;
+  if (Status s = PrepareSimulation(o, &rd, &init_from); !s.ok()) return s;
   const bool xent = o.model.loss == Loss::kXent;
   const char* err_name = xent ? "held-out error" : "held-out RMSE";
   // A rule that diverged (its model's training loss is not finite) says so, not "-nan".
@@ -112,14 +137,14 @@ Status RunSimulate(const TrainOptions& opts, const std::vector<int>& workers, bo
   for (int M : workers) table += pad("M=" + std::to_string(M), 22);
   table += "\n";
   if (compare) {
-    const SimResult seq = Simulate(o, rd, 1, AsyncRule::kAsgd);
+    const SimResult seq = Simulate(o, rd, 1, AsyncRule::kAsgd, init_from);
     emit("sgd", 1, seq);
     table += pad("sgd (M=1)", 12) + cell(seq) + "\n";
   }
   for (AsyncRule rule : rules) {
     table += pad(ToString(rule), 12);
     for (int M : workers) {
-      const SimResult r = Simulate(o, rd, M, rule);
+      const SimResult r = Simulate(o, rd, M, rule, init_from);
       emit(ToString(rule), M, r);
       table += pad(cell(r), 22);
     }

@@ -24,8 +24,10 @@ struct SimResult {
   double val_error = 0;  // xent: 1 - accuracy; mse: RMSE
 };
 
-// One simulated run of `updates` updates with M workers and the rule of `opts`.
-SimResult Simulate(const TrainOptions& opts, const RunData& data, int workers, AsyncRule rule);
+// One simulated run of `updates` updates with M workers and the rule of `opts`, from
+// `init_from` (ReadInitFrom's parameters) when opts has --init-from, else from --init's.
+SimResult Simulate(const TrainOptions& opts, const RunData& data, int workers, AsyncRule rule,
+                   const std::vector<float>& init_from);
 
 // The command: --workers M[,M...]; --compare runs every rule and sequential SGD and prints one
 // table (rules by M); otherwise one line per M for --rule.

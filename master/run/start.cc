@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/crc32.h"
+#include "master/files/init_from.h"
 #include "master/files/model_file.h"
 #include "master/log/report.h"
 #include "master/run/checkpoint_policy.h"
@@ -23,30 +24,6 @@ namespace {
 
 // Output paths first: a finished run must not be lost to a path that could never be written,
 // nor to another run writing the same one (they stay locked until the run ends).
-Status CheckOutputPaths(const TrainOptions& o, OutputLock (&locks)[2]) {
-  if (Status s = CheckOutputPath("--save", o.save_path,
-                                 {{"--data", o.data_path},
-                                  {"--labels", o.file.arrays.labels_path},
-                                  {"--val-data", o.val_data_path},
-                                  {"--val-labels", o.val_arrays.labels_path},
-                                  {"--resume", o.resume_path},
-                                  {"--checkpoint", o.checkpoint_path}});
-      !s.ok()) {
-    return s;
-  }
-  if (Status s = CheckOutputPath("--checkpoint", o.checkpoint_path,
-                                 {{"--data", o.data_path},
-                                  {"--labels", o.file.arrays.labels_path},
-                                  {"--val-data", o.val_data_path},
-                                  {"--val-labels", o.val_arrays.labels_path}},
-                                 OutputKinds::kRegularFile);
-      !s.ok()) {
-    return s;
-  }
-  if (Status s = OutputLock::Acquire("--save", o.save_path, &locks[0]); !s.ok()) return s;
-  return OutputLock::Acquire("--checkpoint", o.checkpoint_path, &locks[1]);
-}
-
 // Segments left by runs whose master died (SIGKILL, power loss) are ours to reclaim.
 void ReclaimStale(Logger& log) {
   for (const shm::SegmentInfo& gone : shm::ReclaimStaleSegments()) {
@@ -56,18 +33,22 @@ void ReclaimStale(Logger& log) {
 }
 
 // A fresh segment, before any worker starts: the training rows, and the state the run starts
-// from (initial parameters, or the resumed checkpoint's state and protocol words).
+// from (initial parameters: --init-from's, else --init's; or the resumed checkpoint's state and
+// protocol words).
 // Copies the training rows into the segment and frees the master's own copy of them: from
 // here on the segment holds the only one (the run reads them there), so a large dataset is in
 // memory once, not twice, for the whole run.
 void FillSegment(const TrainOptions& o, const RunKind& kind, const nn::ResolvedModel& model,
-                 data::Dataset* d, const Checkpoint& resume, shm::Segment* seg) {
+                 data::Dataset* d, const Checkpoint& resume, const std::vector<float>& init_from,
+                 shm::Segment* seg) {
   std::copy(d->x.begin(), d->x.end(), seg->mutable_x());
   std::copy(d->y.begin(), d->y.end(), seg->mutable_y());
   std::vector<float>().swap(d->x);
   std::vector<float>().swap(d->y);
   seg->mutable_header()->combined_step = resume.step - 1;
-  if (o.resume_path.empty()) {
+  if (!o.init_from_path.empty()) {
+    std::copy(init_from.begin(), init_from.end(), seg->mutable_params(0));
+  } else if (o.resume_path.empty()) {
     nn::InitParams(model, o.init, o.seed, seg->mutable_params(0));
   } else {
     kind.ResumeInto(resume, seg);
@@ -201,13 +182,14 @@ Status ReadResume(const TrainOptions& o, const RunKind& kind, const Start& st, R
 }
 
 // The segment, made from the resolved header once stale ones are reclaimed, and filled.
-Status MakeSegment(const RunKind& kind, Logger& log, Start* st) {
+Status MakeSegment(const RunKind& kind, Logger& log, const std::vector<float>& init_from,
+                   Start* st) {
   ReclaimStale(log);
   shm::Header proto = st->run.header;
   proto.config.first_step = st->resume.step;
   if (Status s = shm::Segment::Create(shm::MakeSegmentName(), proto, &st->seg); !s.ok()) return s;
   st->seg_name = RemovedOnDeath("/dev/shm/" + st->seg.name());
-  FillSegment(st->o, kind, st->run.model, &st->rd.train, st->resume, &st->seg);
+  FillSegment(st->o, kind, st->run.model, &st->rd.train, st->resume, init_from, &st->seg);
   return Status::Ok();
 }
 
@@ -221,11 +203,20 @@ Status StartHere(const RunKind& kind, Logger& log, std::unique_ptr<monitoring::E
     InstallSignalHandlers();  // the server's library has just set SIGPIPE to SIG_IGN
   }
   if (Status s = plan::Resolve(o, kind, log, &st->rd, &st->run); !s.ok()) return s;
+  // --init-from's every array checked against the model on the data's input, before the outputs'
+  // room is taken. Across hosts every host reads its own path, as it reads --data: the same
+  // file must be on every host (docs/hosts.md).
+  std::vector<float> init_from;
+  if (!o.init_from_path.empty()) {
+    if (Status s = ReadInitFrom(o.init_from_path, st->run.model.spec, &init_from); !s.ok()) {
+      return s;
+    }
+  }
   if (Status s = Reserve(o, st->run, st->reserved); !s.ok()) return s;
   if (!o.resume_path.empty()) {
     if (Status s = ReadResume(o, kind, *st, resume, &st->resume); !s.ok()) return s;
   }
-  return MakeSegment(kind, log, st);
+  return MakeSegment(kind, log, init_from, st);
 }
 
 // Several hosts: every host brings its start to one exchange, failed or not, so that a host
@@ -322,6 +313,32 @@ Status Show(const RunKind& kind, monitoring::Exporter* exporter, Logger& log, St
 }
 
 }  // namespace
+
+Status CheckOutputPaths(const TrainOptions& o, OutputLock (&locks)[2]) {
+  if (Status s = CheckOutputPath("--save", o.save_path,
+                                 {{"--data", o.data_path},
+                                  {"--labels", o.file.arrays.labels_path},
+                                  {"--val-data", o.val_data_path},
+                                  {"--val-labels", o.val_arrays.labels_path},
+                                  {"--resume", o.resume_path},
+                                  {"--init-from", o.init_from_path},
+                                  {"--checkpoint", o.checkpoint_path}});
+      !s.ok()) {
+    return s;
+  }
+  if (Status s = CheckOutputPath("--checkpoint", o.checkpoint_path,
+                                 {{"--data", o.data_path},
+                                  {"--labels", o.file.arrays.labels_path},
+                                  {"--val-data", o.val_data_path},
+                                  {"--val-labels", o.val_arrays.labels_path},
+                                  {"--init-from", o.init_from_path}},
+                                 OutputKinds::kRegularFile);
+      !s.ok()) {
+    return s;
+  }
+  if (Status s = OutputLock::Acquire("--save", o.save_path, &locks[0]); !s.ok()) return s;
+  return OutputLock::Acquire("--checkpoint", o.checkpoint_path, &locks[1]);
+}
 
 Status StartRun(const TrainOptions& opts, const RunKind& kind, Hosts& hosts, Logger& log,
                 std::unique_ptr<monitoring::Exporter>* exporter, Start* st) {

@@ -1,7 +1,8 @@
 // A training run's start on this host, in one pass (docs/design.md, "The start, in one
 // pass"): the output paths checked and locked, the metrics endpoint, the run resolved once
-// (master/plan/resolve.h: the data, the model, this host's plan, the segment's header), the
-// outputs' room reserved, a resumed checkpoint read (across hosts, host 0 reads the file
+// (master/plan/resolve.h: the data, the model, this host's plan, the segment's header),
+// --init-from's weights read and checked (master/files/init_from.h), the outputs' room
+// reserved, a resumed checkpoint read (across hosts, host 0 reads the file
 // before all this and sends its bytes to the others), and the segment made and filled; then,
 // across hosts, every host's start agreed. What the run loop's units are built from.
 #pragma once
@@ -62,6 +63,10 @@ struct Start {
   std::unique_ptr<KindView> kind_view;
   monitoring::Exporter* attached = nullptr;
 };
+
+// --save and --checkpoint: checked against the inputs (never over one of them) and locked for
+// the run's life (master/files/output_path.h).
+Status CheckOutputPaths(const TrainOptions& o, OutputLock (&locks)[2]);
 
 // This host's start of a run of `kind` on opts, then (several hosts) the hosts' agreement
 // that they start the same run from the same state, then the run made visible: its event file,
