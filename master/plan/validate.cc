@@ -195,8 +195,9 @@ Status CheckRateAndLength(const TrainOptions& o) {
   // --steps 0: a model saved from --init-from's weights (master/run/zero_steps.h).
   if (o.Given("--steps") && o.steps == 0) {
     if (o.init_from_path.empty() || o.save_path.empty()) {
-      return Bad("--steps", "0 needs --init-from W.npz and --save M.bin (it saves the weights "
-                            "as a model without training)");
+      return Bad("--steps",
+                 "0 needs --init-from W.npz and --save M.bin (it saves the weights "
+                 "as a model without training)");
     }
     if (!o.checkpoint_path.empty()) {
       return Bad("--checkpoint", "does not apply with --steps 0 (no step to checkpoint)");
