@@ -93,6 +93,30 @@ bad_crc[-30] ^= 0xFF  # inside the central directory's last entry: its name or C
 put("npz", "damaged.npz", bytes(bad_crc))
 put("npz", "empty.npz", npz([], False))
 
+# --init-from archives (master/files/init_from.h) for fuzz/init_from.cc's model on 1x4x4:
+# conv2d(2,3,padding=1,bias=false),batchnorm2d,relu,residual(conv2d(2,3,padding=1)),flatten,
+# linear(3): every tensor by its export name, stored and deflated, with the export's other
+# arrays beside them, and with one tensor misshapen.
+def init_from(extra=(), shape_of_5=(3, 32)):
+    def f4(name, shape):
+        n = 1
+        for d in shape:
+            n *= d
+        return (name, npy("<f4", shape, f32([((i * 7) % 11 - 5) / 8 for i in range(n)])))
+    return [f4("0.weight", (2, 1, 3, 3)), f4("1.weight", (2,)), f4("1.bias", (2,)),
+            f4("1.running_mean", (2,)), ("1.running_var", npy("<f4", (2,), f32([1, 0.5]))),
+            ("1.num_batches_tracked", npy("<i8", (), struct.pack("<q", 7))),
+            f4("3.body.0.weight", (2, 2, 3, 3)), f4("3.body.0.bias", (2,)),
+            f4("5.weight", shape_of_5), f4("5.bias", (3,))] + list(extra)
+
+
+put("init_from", "stored.npz", npz(init_from(), False))
+put("init_from", "deflated.npz", npz(init_from(), True))
+put("init_from", "export_extras.npz",
+    npz(init_from([("input.offset", npy("<f4", (16,), f32([0] * 16))),
+                   ("loss", npy("<U4", (), "xent".encode("utf-32-le")))]), False))
+put("init_from", "misshapen.npz", npz(init_from(shape_of_5=(32, 3)), False))
+
 # IDX: uint8 images and labels, int8, int16, int32, float32, float64, gzip, and refusals
 # (a dimension of 0, an unknown type).
 put("idx", "u8_images-idx3-ubyte", idx(0x08, (2, 2, 2), bytes(range(8))))

@@ -19,7 +19,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-all_targets=(npy npz idx idx_gz csv libsvm model checkpoint async_state segment cli jpeg png)
+all_targets=(npy npz idx idx_gz csv libsvm model checkpoint async_state init_from segment cli
+             jpeg png)
 targets=()
 jobs=1
 parallel=1

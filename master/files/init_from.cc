@@ -184,6 +184,7 @@ Status ReadWantedArray(const std::string& path, const std::string& name, const W
       return InitFromReaderRefusal(s);
     }
     for (int64_t i = 0; i < count; ++i) {
+      // The reader refuses integers past 2^53, so the float exports as the same int64.
       if (v[i] < 0) {
         return InitFromRefusal(path, "tensor '" + where(i) + "' is " + Fmt("%.0f", v[i]) +
                                          ", a count of batches (never negative)");
