@@ -53,9 +53,16 @@ build() {
 
 # run_tests <build dir> <label or ""> <tests at once> [env ...]: ctest, on the kernel path the
 # env words choose (none: what the CPU has).
+# A build directory that has not run its tests yet gets tests/ctest-costs.txt as its cost data:
+# the seconds each test of 2 s or more took in a CI run, so that ctest starts the long ones
+# (mpirun jobs, the live page, ONNX Runtime on a test set) first instead of last, when the
+# rest are done and they alone keep two cores waiting (30 s of CI's plain stage). ctest then
+# keeps the directory's costs up to date itself.
 run_tests() {
   local dir=$1 label=$2 at_once=$3; shift 3
   local t0=$SECONDS path="the kernels the CPU has"
+  local costs=$dir/Testing/Temporary/CTestCostData.txt
+  [ -f "$costs" ] || { mkdir -p "$(dirname "$costs")" && cp tests/ctest-costs.txt "$costs"; }
   [ $# -eq 0 ] || path="$*"
   echo "test.sh: $dir: testing${label:+ label $label} with $path"
   "$@" ctest --test-dir "$dir" --output-on-failure -j"$at_once" --timeout 600 \
