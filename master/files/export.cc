@@ -52,6 +52,12 @@ bool IsOnnxPath(const std::string& path) {
 
 }  // namespace
 
+bool IsExportNonParameter(const std::string& name) {
+  constexpr std::string_view kNames[] = {"input.offset", "input.scale", "classes",     "layers",
+                                         "activation",   "model",       "input_shape", "loss"};
+  return std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
+}
+
 std::vector<std::string> ModuleNames(const ModelSpec& spec) {
   std::vector<int> sizes;
   Activation activation;

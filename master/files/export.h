@@ -56,6 +56,10 @@ std::vector<TorchLayer> TorchLayers(const ModelSpec& spec);
 // to *out in PyTorch's layouts (nn::ToTorch); a buffer PyTorch keeps as an integer is int64.
 void AppendParamArrays(const ModelSpec& spec, const float* p, std::vector<data::NpyArray>* out);
 
+// Whether `name` is one of the arrays above that are not parameters ("input.offset", "classes",
+// "model", ...): what --init-from accepts beside the parameters and never reads.
+bool IsExportNonParameter(const std::string& name);
+
 // The arrays above for model `m`, in that order (layers first). `path` (the model's) is for
 // messages only. kData when a text class label is not UTF-8.
 Status ExportArrays(const Model& m, const std::string& path, std::vector<data::NpyArray>* out);

@@ -19,10 +19,6 @@ namespace {
 
 // The names are distinct from other sources': master's sources compile in unity batches.
 
-constexpr const char* kExportNonParameters[] = {"input.offset", "input.scale", "classes",
-                                                "layers",       "activation",  "model",
-                                                "input_shape",  "loss"};
-
 // How many names a message lists before "and N more".
 constexpr size_t kInitFromListed = 8;
 
@@ -205,11 +201,6 @@ Status ReadWantedArray(const std::string& path, const std::string& name, const W
 }
 
 }  // namespace
-
-bool IsExportNonParameter(const std::string& name) {
-  return std::any_of(std::begin(kExportNonParameters), std::end(kExportNonParameters),
-                     [&](const char* n) { return name == n; });
-}
 
 Status ReadInitFrom(const std::string& path, const ModelSpec& spec, std::vector<float>* params) {
   const std::vector<TorchLayer> layers = TorchLayers(spec);

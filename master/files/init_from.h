@@ -30,9 +30,6 @@
 
 namespace shmtrain::master {
 
-// Whether `name` is one of the export's arrays that are not parameters (above).
-bool IsExportNonParameter(const std::string& name);
-
 // Reads `path` into *params, spec's flat vector (ParamCount() values), after checking every
 // array as above. spec must resolve (its input known: the data's). Status::Data naming the file
 // and the array (a missing, extra or misshapen one with the shape wanted and the shape found)
